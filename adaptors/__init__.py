@@ -1,0 +1,1 @@
+"""Backends that implement the WAL's backend contract (:mod:`wal.backend`)."""

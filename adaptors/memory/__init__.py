@@ -1,0 +1,11 @@
+"""An in-process backend: the same contract as Pulsar, for unit tests and examples."""
+
+from adaptors.memory.backend import (
+    MemoryBackendWAL,
+    MemoryFaults,
+    MemoryLogStore,
+    MemoryMessageId,
+    MemoryOpener,
+)
+
+__all__ = ["MemoryBackendWAL", "MemoryFaults", "MemoryLogStore", "MemoryMessageId", "MemoryOpener"]

@@ -1,0 +1,253 @@
+"""In-process logs with the same ownership rules as Pulsar's ``ExclusiveWithFencing``.
+
+One :class:`MemoryLogStore` plays the broker; several :class:`MemoryOpener` on it play
+several nodes. Taking ownership bumps the log's epoch, so any earlier owner's next
+append fails with :class:`~wal.errors.ChannelFencedError`, exactly like a fenced
+Pulsar producer. :class:`MemoryFaults` injects failures for retry tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass, field
+
+from wal.backend import (
+    AccessMode,
+    BackendMessage,
+    DeliveryPolicy,
+    validate_channel_name,
+)
+from wal.errors import (
+    ChannelFencedError,
+    ClosedError,
+    DecodeError,
+    InvalidInputError,
+    UnavailableError,
+)
+from wal.message_id import MessageId
+
+__all__ = ["MemoryBackendWAL", "MemoryFaults", "MemoryLogStore", "MemoryMessageId", "MemoryOpener"]
+
+_ID_FORMAT = struct.Struct(">Q")
+
+
+class MemoryMessageId(MessageId):
+    """The offset of an entry in its in-memory log."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def sort_key(self) -> tuple[int, ...]:
+        return (self.offset,)
+
+    def to_bytes(self) -> bytes:
+        return _ID_FORMAT.pack(self.offset)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> MemoryMessageId:
+        if len(data) != _ID_FORMAT.size:
+            raise DecodeError(f"memory message id must be {_ID_FORMAT.size} bytes, got {len(data)}")
+        return cls(_ID_FORMAT.unpack(data)[0])
+
+    def __str__(self) -> str:
+        return f"mem:{self.offset}"
+
+
+@dataclass
+class MemoryFaults:
+    """Failures to inject; each counter is consumed one failure at a time."""
+
+    fail_ensure_writable: int = 0
+    fail_appends: int = 0
+    append_delay: float = 0.0
+
+
+@dataclass
+class _Log:
+    entries: list[BackendMessage] = field(default_factory=list)
+    epoch: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+class MemoryLogStore:
+    """The shared 'broker': every opener on one store sees the same logs."""
+
+    def __init__(self, max_message_size: int = 5 * 1024 * 1024) -> None:
+        self.max_message_size = max_message_size
+        self.faults = MemoryFaults()
+        self._logs: dict[str, _Log] = {}
+
+    def log(self, channel: str) -> _Log:
+        return self._logs.setdefault(channel, _Log())
+
+    def entries(self, channel: str) -> list[BackendMessage]:
+        """A snapshot of one log, for assertions."""
+        return list(self.log(channel).entries)
+
+
+class MemoryScanner:
+    """Reads one in-memory log from a position onwards, waiting for new entries."""
+
+    def __init__(self, log: _Log, position: int) -> None:
+        self._log = log
+        self._position = position
+        self._closed = False
+
+    def __aiter__(self) -> AsyncIterator[BackendMessage]:
+        return self
+
+    async def __anext__(self) -> BackendMessage:
+        while True:
+            if self._closed:
+                raise ClosedError("scanner closed")
+            if self._position < len(self._log.entries):
+                entry = self._log.entries[self._position]
+                self._position += 1
+                return entry
+            await self._log.changed.wait()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._log.notify()
+
+
+class MemoryBackendWAL:
+    """One channel of a :class:`MemoryLogStore`."""
+
+    def __init__(self, store: MemoryLogStore, channel: str, mode: AccessMode) -> None:
+        self._store = store
+        self._channel = channel
+        self._mode = mode
+        self._log = store.log(channel)
+        self._epoch: int | None = None
+        self._fenced: ChannelFencedError | None = None
+        self._closed = False
+        self._scanners: list[MemoryScanner] = []
+
+    @property
+    def channel(self) -> str:
+        return self._channel
+
+    @property
+    def access_mode(self) -> AccessMode:
+        return self._mode
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"channel {self._channel!r} is closed")
+
+    async def ensure_writable(self) -> None:
+        self._check_open()
+        if self._mode is not AccessMode.READ_WRITE:
+            raise InvalidInputError(f"channel {self._channel!r} was opened read-only")
+        if self._fenced is not None:
+            raise self._fenced
+        if self._epoch is not None and self._epoch != self._log.epoch:
+            self._fenced = ChannelFencedError(self._channel, "a newer owner took the log")
+            raise self._fenced
+        if self._store.faults.fail_ensure_writable > 0:
+            self._store.faults.fail_ensure_writable -= 1
+            raise UnavailableError("injected: backend unreachable")
+        if self._epoch is None:
+            self._log.epoch += 1
+            self._epoch = self._log.epoch
+
+    def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[MessageId] = loop.create_future()
+        try:
+            result.set_result(self._append_now(payload, properties))
+        except Exception as exc:  # delivered through the future, like a broker error
+            result.set_exception(exc)
+        delay = self._store.faults.append_delay
+        if delay <= 0:
+            return result
+        return _delayed(result, delay)
+
+    def _append_now(self, payload: bytes, properties: Mapping[str, str]) -> MessageId:
+        self._check_open()
+        if self._fenced is not None:
+            raise self._fenced
+        if self._epoch is None:
+            raise UnavailableError(
+                f"channel {self._channel!r} has no writer; call ensure_writable first"
+            )
+        if self._epoch != self._log.epoch:
+            self._fenced = ChannelFencedError(self._channel, "a newer owner took the log")
+            raise self._fenced
+        if len(payload) > self._store.max_message_size:
+            raise InvalidInputError(
+                f"payload of {len(payload)} bytes exceeds the maximum message size "
+                f"of {self._store.max_message_size} bytes"
+            )
+        if self._store.faults.fail_appends > 0:
+            self._store.faults.fail_appends -= 1
+            raise UnavailableError("injected: append failed")
+        message_id = MemoryMessageId(len(self._log.entries))
+        self._log.entries.append(BackendMessage(message_id, bytes(payload), dict(properties)))
+        self._log.notify()
+        return message_id
+
+    async def read(self, policy: DeliveryPolicy) -> MemoryScanner:
+        self._check_open()
+        position = self._position_for(policy)
+        scanner = MemoryScanner(self._log, position)
+        self._scanners.append(scanner)
+        return scanner
+
+    def _position_for(self, policy: DeliveryPolicy) -> int:
+        if policy.kind == DeliveryPolicy.ALL:
+            return 0
+        if policy.kind == DeliveryPolicy.LATEST:
+            return len(self._log.entries)
+        message_id = policy.message_id
+        if policy.kind in (DeliveryPolicy.START_FROM, DeliveryPolicy.START_AFTER):
+            if not isinstance(message_id, MemoryMessageId):
+                raise InvalidInputError(f"{message_id!r} is not a memory message id")
+            if message_id.offset >= len(self._log.entries):
+                raise InvalidInputError(f"message id {message_id} is not in {self._channel!r}")
+            offset = message_id.offset
+            return offset if policy.kind == DeliveryPolicy.START_FROM else offset + 1
+        raise InvalidInputError(f"the memory backend cannot read from {policy}")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for scanner in self._scanners:
+            await scanner.close()
+
+
+async def _delayed(result: asyncio.Future[MessageId], delay: float) -> MessageId:
+    await asyncio.sleep(delay)
+    return await result
+
+
+class MemoryOpener:
+    """Plays one node's connection to the shared :class:`MemoryLogStore`."""
+
+    name = "memory"
+
+    def __init__(self, store: MemoryLogStore | None = None) -> None:
+        self.store = store if store is not None else MemoryLogStore()
+        self._closed = False
+
+    async def open(self, channel: str, mode: AccessMode) -> MemoryBackendWAL:
+        if self._closed:
+            raise ClosedError("opener closed")
+        validate_channel_name(channel)
+        return MemoryBackendWAL(self.store, channel, mode)
+
+    def message_id_from_bytes(self, data: bytes) -> MemoryMessageId:
+        return MemoryMessageId.from_bytes(data)
+
+    async def close(self) -> None:
+        self._closed = True

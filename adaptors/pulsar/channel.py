@@ -1,0 +1,246 @@
+"""One channel (= one Pulsar topic) opened by a node.
+
+Appends go straight to the C++ producer's ``send_async`` from the event loop thread,
+so the order of ``append`` calls is the order in the log and appends pipeline
+without a round trip each. A fencing result from the broker marks the channel
+fenced for good: the producer is dropped and every later append fails fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import _pulsar
+import pulsar
+from pulsar.asyncio import PulsarException
+
+from adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
+from adaptors.pulsar.errors import FENCING_RESULTS, translate
+from adaptors.pulsar.message_id import PulsarMessageId
+from adaptors.pulsar.scanner import PulsarScanner, to_backend_message
+from wal.backend import AccessMode, DeliveryPolicy
+from wal.errors import (
+    ChannelFencedError,
+    ClosedError,
+    InvalidInputError,
+    UnavailableError,
+)
+from wal.message_id import MessageId
+
+__all__ = ["PulsarBackendWAL"]
+
+_log = logging.getLogger(__name__)
+
+_ACCESS_MODES = {
+    PulsarAccessMode.EXCLUSIVE_WITH_FENCING: pulsar.ProducerAccessMode.ExclusiveWithFencing,
+    PulsarAccessMode.EXCLUSIVE: pulsar.ProducerAccessMode.Exclusive,
+}
+
+_OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.ProducerBusy})
+
+
+class PulsarBackendWAL:
+    """A topic opened read-write (exclusive producer on demand) or read-only."""
+
+    def __init__(
+        self,
+        client: Any,
+        config: PulsarConfig,
+        channel: str,
+        mode: AccessMode,
+        before_first_write: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._client = client
+        self._config = config
+        self._channel = channel
+        self._topic = config.topic(channel)
+        self._mode = mode
+        self._before_first_write = before_first_write
+        self._producer: Any = None
+        self._fenced: ChannelFencedError | None = None
+        self._closed = False
+        self._lock = asyncio.Lock()
+        self._scanners: set[PulsarScanner] = set()
+
+    @property
+    def channel(self) -> str:
+        return self._channel
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def access_mode(self) -> AccessMode:
+        return self._mode
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"channel {self._channel!r} is closed")
+
+    async def ensure_writable(self) -> None:
+        self._check_open()
+        if self._mode is not AccessMode.READ_WRITE:
+            raise InvalidInputError(f"channel {self._channel!r} was opened read-only")
+        async with self._lock:
+            if self._fenced is not None:
+                raise self._fenced
+            if self._producer is not None:
+                return
+            await self._before_first_write()
+            try:
+                self._producer = await asyncio.wait_for(
+                    self._client.create_producer(
+                        self._topic,
+                        access_mode=_ACCESS_MODES[self._config.access_mode],
+                        batching_enabled=self._config.batching,
+                        batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
+                        max_pending_messages=self._config.max_pending_messages,
+                        block_if_queue_full=False,
+                        send_timeout_millis=self._config.send_timeout_ms,
+                    ),
+                    timeout=self._config.operation_timeout_s + 1,
+                )
+            except PulsarException as exc:
+                if (
+                    self._config.access_mode is PulsarAccessMode.EXCLUSIVE
+                    and exc.error() in _OWNER_PRESENT
+                ):
+                    raise UnavailableError(
+                        f"channel {self._channel!r}: an earlier owner still holds the topic "
+                        "(access mode Exclusive waits for it to leave)"
+                    ) from exc
+                error = translate(exc, channel=self._channel, what="create producer")
+                if isinstance(error, ChannelFencedError):
+                    self._fenced = error
+                raise error from exc
+            except TimeoutError as exc:
+                raise UnavailableError(
+                    f"channel {self._channel!r}: broker {self._config.service_url} did not "
+                    f"answer within {self._config.operation_timeout_s:g}s"
+                ) from exc
+            _log.info("channel %s: exclusive producer created on %s", self._channel, self._topic)
+
+    def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[MessageId] = loop.create_future()
+        try:
+            self._enqueue(loop, future, payload, properties)
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+    def _enqueue(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[MessageId],
+        payload: bytes,
+        properties: Mapping[str, str],
+    ) -> None:
+        self._check_open()
+        if self._fenced is not None:
+            raise self._fenced
+        if self._producer is None:
+            raise UnavailableError(
+                f"channel {self._channel!r} has no producer; call ensure_writable first"
+            )
+        if len(payload) > self._config.max_message_size:
+            raise InvalidInputError(
+                f"payload of {len(payload)} bytes exceeds the broker's maximum message size "
+                f"of {self._config.max_message_size} bytes"
+            )
+        builder = _pulsar.MessageBuilder()
+        builder.content(payload)
+        for key, value in properties.items():
+            builder.property(key, value)
+
+        def on_sent(result: Any, message_id: Any) -> None:
+            # Runs on a client thread: an exception here would kill the process.
+            try:
+                loop.call_soon_threadsafe(self._complete, future, result, message_id)
+            except RuntimeError:
+                pass  # the loop is closed; nobody waits any more
+
+        # The producer of pulsar.asyncio exposes the C extension's producer; its
+        # send_async enqueues synchronously, which is what orders the log.
+        self._producer._producer.send_async(builder.build(), on_sent)
+
+    def _complete(self, future: asyncio.Future[MessageId], result: Any, message_id: Any) -> None:
+        if future.done():
+            return
+        if result == _pulsar.Result.Ok:
+            future.set_result(PulsarMessageId.from_pulsar(message_id))
+            return
+        error = translate(PulsarException(result), channel=self._channel, what="append")
+        if result in FENCING_RESULTS and not self._closed:
+            if self._fenced is None:
+                _log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
+                self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
+            error = self._fenced
+        future.set_exception(error)
+
+    @property
+    def is_fenced(self) -> bool:
+        return self._fenced is not None
+
+    async def read(self, policy: DeliveryPolicy) -> PulsarScanner:
+        self._check_open()
+        scanner = await asyncio.wait_for(
+            self._open_reader(policy), timeout=self._config.operation_timeout_s + 1
+        )
+        self._scanners.add(scanner)
+        return scanner
+
+    async def _open_reader(self, policy: DeliveryPolicy) -> PulsarScanner:
+        if policy.kind == DeliveryPolicy.ALL:
+            return PulsarScanner(await self._reader(pulsar.MessageId.earliest), self._channel)
+        if policy.kind == DeliveryPolicy.LATEST:
+            return PulsarScanner(await self._reader(pulsar.MessageId.latest), self._channel)
+        if policy.kind not in (DeliveryPolicy.START_FROM, DeliveryPolicy.START_AFTER):
+            raise InvalidInputError(f"the Pulsar backend cannot read from {policy}")
+        start = policy.message_id
+        if not isinstance(start, PulsarMessageId):
+            raise InvalidInputError(f"{start!r} is not a Pulsar message id")
+        # Open inclusive and check that the first entry is the one asked for: a
+        # Pulsar reader silently moves to the next valid position otherwise.
+        reader = await self._reader(start.to_pulsar(), inclusive=True)
+        try:
+            if not await reader.has_message_available():
+                raise InvalidInputError(f"message id {start} is not in channel {self._channel!r}")
+            first = to_backend_message(await reader.read_next())
+        except PulsarException as exc:
+            await reader.close()
+            raise translate(exc, channel=self._channel, what="read") from exc
+        except BaseException:
+            await reader.close()
+            raise
+        if first.message_id != start:
+            await reader.close()
+            raise InvalidInputError(f"message id {start} is not in channel {self._channel!r}")
+        keep = first if policy.kind == DeliveryPolicy.START_FROM else None
+        return PulsarScanner(reader, self._channel, first=keep)
+
+    async def _reader(self, start: Any, inclusive: bool = False) -> Any:
+        try:
+            return await self._client.create_reader(
+                self._topic, start, start_message_id_inclusive=inclusive
+            )
+        except PulsarException as exc:
+            raise translate(exc, channel=self._channel, what="create reader") from exc
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for scanner in list(self._scanners):
+            await scanner.close()
+        self._scanners.clear()
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                await asyncio.wait_for(producer.close(), timeout=self._config.operation_timeout_s)
+            except (PulsarException, TimeoutError):
+                pass  # fenced or unreachable: nothing left to flush

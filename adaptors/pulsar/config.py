@@ -1,0 +1,80 @@
+"""Configuration of the Pulsar backend."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from wal.errors import InvalidInputError
+
+__all__ = ["PulsarAccessMode", "PulsarConfig"]
+
+
+class PulsarAccessMode(enum.Enum):
+    """Which exclusive mode a read-write open uses.
+
+    ``EXCLUSIVE_WITH_FENCING`` (default) takes the topic over at once and fences the
+    previous owner. ``EXCLUSIVE`` refuses while an earlier owner's producer is still
+    there, so the open keeps retrying until that owner leaves (or its session ends).
+    """
+
+    EXCLUSIVE_WITH_FENCING = "ExclusiveWithFencing"
+    EXCLUSIVE = "Exclusive"
+
+
+@dataclass(frozen=True)
+class PulsarConfig:
+    """How to reach the broker and how to write; validated at construction."""
+
+    service_url: str = "pulsar://127.0.0.1:16650"
+    tenant: str = "public"
+    namespace: str = "default"
+    access_mode: PulsarAccessMode = PulsarAccessMode.EXCLUSIVE_WITH_FENCING
+    #: bound on connecting, creating producers/readers and lookups
+    operation_timeout_s: float = 10.0
+    #: bound on one send; 0 lets the client retry for ever
+    send_timeout_ms: int = 30_000
+    #: the broker's maxMessageSize; larger payloads are refused before sending
+    max_message_size: int = 5 * 1024 * 1024
+    batching: bool = True
+    batching_max_delay_ms: int = 1
+    max_pending_messages: int = 10_000
+    auth_token: str | None = None
+    tls_trust_certs_file: str | None = None
+    tls_allow_insecure: bool = False
+    tls_validate_hostname: bool = False
+    #: check once per opener that the broker refuses a second exclusive producer
+    verify_exclusivity: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.service_url.startswith(("pulsar://", "pulsar+ssl://")):
+            raise InvalidInputError(
+                f"pulsar.service_url must start with pulsar:// or pulsar+ssl://, "
+                f"got {self.service_url!r}"
+            )
+        for name in ("tenant", "namespace"):
+            value = getattr(self, name)
+            if not value or "/" in value:
+                raise InvalidInputError(f"pulsar.{name} must be a non-empty name, got {value!r}")
+        if self.operation_timeout_s <= 0:
+            raise InvalidInputError("pulsar.operation_timeout_s must be > 0")
+        if self.send_timeout_ms < 0:
+            raise InvalidInputError("pulsar.send_timeout_ms must be >= 0")
+        if self.max_message_size <= 0:
+            raise InvalidInputError("pulsar.max_message_size must be > 0")
+        if self.max_pending_messages <= 0:
+            raise InvalidInputError("pulsar.max_pending_messages must be > 0")
+        if self.batching_max_delay_ms < 0:
+            raise InvalidInputError("pulsar.batching_max_delay_ms must be >= 0")
+
+    def topic(self, channel: str) -> str:
+        return f"persistent://{self.tenant}/{self.namespace}/{channel}"
+
+    def __repr__(self) -> str:
+        # never print the token
+        token = "<redacted>" if self.auth_token else None
+        return (
+            f"PulsarConfig(service_url={self.service_url!r}, tenant={self.tenant!r}, "
+            f"namespace={self.namespace!r}, access_mode={self.access_mode.value}, "
+            f"auth_token={token})"
+        )

@@ -1,0 +1,63 @@
+"""Turning Pulsar client results into streamwal's typed errors."""
+
+from __future__ import annotations
+
+import pulsar
+from pulsar.asyncio import PulsarException
+
+from wal.errors import (
+    ChannelFencedError,
+    ClosedError,
+    InvalidInputError,
+    StreamwalError,
+    UnavailableError,
+)
+
+__all__ = ["FENCING_RESULTS", "result_of", "translate"]
+
+#: what a send or a producer creation returns once another owner took the topic
+FENCING_RESULTS = frozenset(
+    {pulsar.Result.ProducerFenced, pulsar.Result.AlreadyClosed, pulsar.Result.TopicTerminated}
+)
+
+_INVALID_RESULTS = frozenset(
+    {
+        pulsar.Result.MessageTooBig,
+        pulsar.Result.InvalidTopicName,
+        pulsar.Result.InvalidMessage,
+        pulsar.Result.InvalidConfiguration,
+        pulsar.Result.InvalidUrl,
+    }
+)
+
+
+def result_of(exc: BaseException) -> pulsar.Result | None:
+    """The ``pulsar.Result`` an exception of either client API carries, if any."""
+    if isinstance(exc, PulsarException):
+        return exc.error()
+    if isinstance(exc, pulsar.PulsarException):
+        # the sync API raises one subclass per result, named like the result
+        return getattr(pulsar.Result, type(exc).__name__, None)
+    return None
+
+
+def translate(exc: BaseException, *, channel: str, what: str) -> StreamwalError:
+    """Map a client error to the type a caller can act on; never loses the cause."""
+    if isinstance(exc, StreamwalError):
+        return exc
+    result = result_of(exc)
+    if result in FENCING_RESULTS:
+        return ChannelFencedError(channel, f"{what}: broker says {result}")
+    if result in _INVALID_RESULTS:
+        return InvalidInputError(f"{what} on {channel!r}: broker says {result}")
+    if result is None and isinstance(exc, TimeoutError):
+        return UnavailableError(f"{what} on {channel!r}: timed out")
+    if result is None:
+        return UnavailableError(f"{what} on {channel!r}: {type(exc).__name__}: {exc}")
+    if result == pulsar.Result.ProducerBusy:
+        return UnavailableError(f"{what} on {channel!r}: another producer holds the topic")
+    return UnavailableError(f"{what} on {channel!r}: broker says {result}")
+
+
+def closed(channel: str) -> ClosedError:
+    return ClosedError(f"channel {channel!r} is closed")

@@ -1,0 +1,78 @@
+"""The self-check that the broker really enforces exclusive producers.
+
+The whole takeover story rests on the broker refusing a second exclusive producer
+and closing a fenced one. A broker that does not (an old version, a proxy that
+fakes the protocol, a mock) would let two owners write, so before any WAL is opened
+for writing the opener probes a scratch topic and refuses such a broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import pulsar
+from pulsar.asyncio import PulsarException
+
+from adaptors.pulsar.errors import FENCING_RESULTS, translate
+from wal.errors import ExclusivityNotEnforcedError
+
+__all__ = ["verify_exclusive_access"]
+
+_log = logging.getLogger(__name__)
+
+_REFUSALS = FENCING_RESULTS | {pulsar.Result.ProducerBusy}
+
+
+async def verify_exclusive_access(client: Any, topic_prefix: str, broker: str) -> None:
+    """Raise :class:`ExclusivityNotEnforcedError` unless the broker enforces exclusivity.
+
+    ``client`` is a ``pulsar.asyncio.Client``. Three facts are checked on a fresh
+    topic: a second ``Exclusive`` producer is refused; an ``ExclusiveWithFencing``
+    producer is accepted; and the first producer's next send then fails as fenced.
+    """
+    topic = f"{topic_prefix}streamwal-exclusivity-probe-{uuid.uuid4().hex[:12]}"
+    first = await client.create_producer(
+        topic, access_mode=pulsar.ProducerAccessMode.Exclusive, batching_enabled=False
+    )
+    producers = [first]
+    try:
+        await first.send(b"probe")
+        try:
+            producers.append(
+                await client.create_producer(
+                    topic, access_mode=pulsar.ProducerAccessMode.Exclusive
+                )
+            )
+        except PulsarException as exc:
+            if exc.error() not in _REFUSALS:
+                raise translate(exc, channel=topic, what="exclusivity probe") from exc
+        else:
+            raise ExclusivityNotEnforcedError(
+                f"broker {broker} accepted two exclusive producers on {topic}; "
+                "streamwal will not open a WAL on it"
+            )
+        fencer = await client.create_producer(
+            topic,
+            access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+            batching_enabled=False,
+        )
+        producers.append(fencer)
+        try:
+            await first.send(b"after-fence")
+        except PulsarException as exc:
+            if exc.error() not in FENCING_RESULTS:
+                raise translate(exc, channel=topic, what="exclusivity probe") from exc
+        else:
+            raise ExclusivityNotEnforcedError(
+                f"broker {broker} let a fenced producer write on {topic}; "
+                "streamwal will not open a WAL on it"
+            )
+        _log.info("broker %s enforces exclusive producers (probe topic %s)", broker, topic)
+    finally:
+        for producer in producers:
+            try:
+                await producer.close()
+            except Exception:  # closing a fenced producer may fail; nothing to do
+                pass

@@ -1,0 +1,73 @@
+"""Pulsar message ids in the WAL's neutral form.
+
+Identity and order are (ledger, entry, batch index); the partition is not part of
+it because a channel is one non-partitioned topic. The byte form is 20 bytes,
+big-endian ``>qqi`` (ledger, entry, batch index); the readable form is
+``ledger:entry`` or ``ledger:entry:batch`` for a message inside a batch.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pulsar
+
+from wal.errors import DecodeError
+from wal.message_id import MessageId
+
+__all__ = ["PulsarMessageId"]
+
+_FORMAT = struct.Struct(">qqi")
+
+
+class PulsarMessageId(MessageId):
+    """A position in a Pulsar topic."""
+
+    __slots__ = ("batch_index", "entry", "ledger")
+
+    def __init__(self, ledger: int, entry: int, batch_index: int = -1) -> None:
+        self.ledger = ledger
+        self.entry = entry
+        self.batch_index = batch_index
+
+    @classmethod
+    def from_pulsar(cls, message_id: Any) -> PulsarMessageId:
+        """From a ``pulsar.MessageId`` or the C extension's ``_pulsar.MessageId``."""
+        return cls(message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+
+    def to_pulsar(self) -> pulsar.MessageId:
+        return pulsar.MessageId(-1, self.ledger, self.entry, self.batch_index)
+
+    def sort_key(self) -> tuple[int, ...]:
+        return (self.ledger, self.entry, self.batch_index)
+
+    def to_bytes(self) -> bytes:
+        return _FORMAT.pack(self.ledger, self.entry, self.batch_index)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PulsarMessageId:
+        if len(data) != _FORMAT.size:
+            raise DecodeError(
+                f"a Pulsar message id is {_FORMAT.size} bytes, got {len(data)}"
+            )
+        return cls(*_FORMAT.unpack(data))
+
+    @classmethod
+    def parse(cls, text: str) -> PulsarMessageId:
+        """Reverse ``str()``: ``ledger:entry`` or ``ledger:entry:batch``."""
+        parts = text.strip().split(":")
+        try:
+            numbers = [int(p) for p in parts]
+        except ValueError:
+            raise DecodeError(f"not a Pulsar message id: {text!r}") from None
+        if len(numbers) == 2:
+            return cls(numbers[0], numbers[1])
+        if len(numbers) == 3:
+            return cls(numbers[0], numbers[1], numbers[2])
+        raise DecodeError(f"not a Pulsar message id: {text!r}")
+
+    def __str__(self) -> str:
+        if self.batch_index < 0:
+            return f"{self.ledger}:{self.entry}"
+        return f"{self.ledger}:{self.entry}:{self.batch_index}"

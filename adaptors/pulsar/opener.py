@@ -1,0 +1,131 @@
+"""The Pulsar backend's entry point: one client connection shared by a node's channels."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from typing import Any
+
+import pulsar
+from pulsar import asyncio as pulsar_asyncio
+from pulsar.asyncio import PulsarException
+
+from adaptors.pulsar.channel import PulsarBackendWAL
+from adaptors.pulsar.config import PulsarConfig
+from adaptors.pulsar.errors import translate
+from adaptors.pulsar.exclusivity import verify_exclusive_access
+from adaptors.pulsar.message_id import PulsarMessageId
+from wal.backend import AccessMode, validate_channel_name
+from wal.errors import ClosedError, UnavailableError
+
+__all__ = ["PulsarOpener", "client_logger"]
+
+
+def client_logger() -> logging.Logger:
+    """The C++ client logs every reconnect at INFO; keep that out of a node's log."""
+    logger = logging.getLogger("pulsar.client")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+    return logger
+
+
+class PulsarOpener:
+    """Opens channels on one Pulsar cluster.
+
+    ``start()`` creates the client (the first connection happens lazily);
+    :meth:`open` does no I/O; the first write on any channel runs the exclusivity
+    self-check once per opener, so an unreachable broker shows up as a failed
+    write attempt rather than as a failed open.
+    """
+
+    name = "pulsar"
+
+    def __init__(self, config: PulsarConfig | None = None) -> None:
+        self.config = config or PulsarConfig()
+        self._client: Any = None
+        self._verified = False
+        self._verify_lock = asyncio.Lock()
+        self._closed = False
+        self._channels: set[PulsarBackendWAL] = set()
+
+    async def start(self) -> None:
+        if self._client is not None:
+            return
+        cfg = self.config
+        options: dict[str, Any] = {
+            "operation_timeout_seconds": max(1, math.ceil(cfg.operation_timeout_s)),
+            "connection_timeout_ms": int(cfg.operation_timeout_s * 1000),
+            "logger": client_logger(),
+        }
+        if cfg.auth_token:
+            options["authentication"] = pulsar.AuthenticationToken(cfg.auth_token)
+        if cfg.tls_trust_certs_file:
+            options["tls_trust_certs_file_path"] = cfg.tls_trust_certs_file
+        if cfg.service_url.startswith("pulsar+ssl://"):
+            options["tls_allow_insecure_connection"] = cfg.tls_allow_insecure
+            options["tls_validate_hostname"] = cfg.tls_validate_hostname
+        self._client = pulsar_asyncio.Client(cfg.service_url, **options)
+
+    async def __aenter__(self) -> PulsarOpener:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def client(self) -> Any:
+        """The underlying ``pulsar.asyncio.Client`` (tools and tests use it)."""
+        if self._client is None:
+            raise ClosedError("PulsarOpener is not started")
+        return self._client
+
+    async def open(self, channel: str, mode: AccessMode) -> PulsarBackendWAL:
+        if self._closed:
+            raise ClosedError("PulsarOpener is closed")
+        validate_channel_name(channel)
+        if self._client is None:
+            await self.start()
+        wal = PulsarBackendWAL(self._client, self.config, channel, mode, self.verify_exclusivity)
+        self._channels.add(wal)
+        return wal
+
+    async def verify_exclusivity(self) -> None:
+        """Run the exclusivity self-check once (see :mod:`adaptors.pulsar.exclusivity`)."""
+        if self._verified or not self.config.verify_exclusivity:
+            return
+        async with self._verify_lock:
+            if self._verified:
+                return
+            prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
+            try:
+                await asyncio.wait_for(
+                    verify_exclusive_access(self.client, prefix, self.config.service_url),
+                    timeout=self.config.operation_timeout_s * 3,
+                )
+            except TimeoutError as exc:
+                raise UnavailableError(
+                    f"broker {self.config.service_url} did not answer the exclusivity check "
+                    f"within {self.config.operation_timeout_s * 3:g}s"
+                ) from exc
+            except PulsarException as exc:
+                raise translate(exc, channel="(exclusivity probe)", what="probe") from exc
+            self._verified = True
+
+    def message_id_from_bytes(self, data: bytes) -> PulsarMessageId:
+        return PulsarMessageId.from_bytes(data)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for channel in list(self._channels):
+            await channel.close()
+        self._channels.clear()
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                await asyncio.wait_for(client.close(), timeout=self.config.operation_timeout_s)
+            except Exception:
+                pass  # unreachable broker: the client is gone either way

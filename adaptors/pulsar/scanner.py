@@ -1,0 +1,64 @@
+"""Reading a channel's topic with a Pulsar reader (no subscription, no acks)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pulsar
+from pulsar.asyncio import PulsarException
+
+from adaptors.pulsar.errors import translate
+from adaptors.pulsar.message_id import PulsarMessageId
+from wal.backend import BackendMessage
+from wal.errors import ClosedError
+
+__all__ = ["PulsarScanner"]
+
+
+class PulsarScanner:
+    """An async iterator over a topic; ``close()`` may be called at any time.
+
+    ``skip_first`` drops the first entry (used for StartAfter, whose reader is opened
+    inclusive so the start id can be checked against the topic).
+    """
+
+    def __init__(self, reader: Any, channel: str, first: BackendMessage | None = None) -> None:
+        self._reader = reader
+        self._channel = channel
+        self._pending = first
+        self._closed = False
+
+    def __aiter__(self) -> AsyncIterator[BackendMessage]:
+        return self
+
+    async def __anext__(self) -> BackendMessage:
+        if self._closed:
+            raise ClosedError(f"scanner of {self._channel!r} is closed")
+        if self._pending is not None:
+            entry, self._pending = self._pending, None
+            return entry
+        try:
+            message = await self._reader.read_next()
+        except PulsarException as exc:
+            if self._closed or exc.error() == pulsar.Result.AlreadyClosed:
+                raise ClosedError(f"scanner of {self._channel!r} is closed") from exc
+            raise translate(exc, channel=self._channel, what="read") from exc
+        return to_backend_message(message)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._reader.close()
+        except PulsarException:
+            pass  # already closed by the client or the broker
+
+
+def to_backend_message(message: Any) -> BackendMessage:
+    return BackendMessage(
+        PulsarMessageId.from_pulsar(message.message_id()),
+        message.data(),
+        message.properties(),
+    )

@@ -1,0 +1,1 @@
+"""The streaming node: service, CLI, configuration, telemetry and the local stack."""

@@ -1,0 +1,34 @@
+"""Where the stack keeps its downloads (shared, by version) and its data (per stack)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+__all__ = ["StackPaths"]
+
+ENV_CACHE_DIR = "STREAMWAL_CACHE_DIR"
+ENV_STACK_NAME = "STREAMWAL_STACK"
+
+
+@dataclass(frozen=True)
+class StackPaths:
+    """``cache`` holds installed artifacts keyed by version; ``stack`` one stack's data."""
+
+    cache: Path
+    stack: Path
+
+    @classmethod
+    def default(cls, name: str | None = None) -> StackPaths:
+        cache = Path(os.environ.get(ENV_CACHE_DIR) or platformdirs.user_cache_dir("streamwal"))
+        stack_name = name or os.environ.get(ENV_STACK_NAME) or "default"
+        return cls(cache=cache, stack=cache / "stacks" / stack_name)
+
+    def artifact(self, *parts: str) -> Path:
+        return self.cache.joinpath("artifacts", *parts)
+
+    def service_dir(self, service: str) -> Path:
+        return self.stack / service

@@ -1,0 +1,87 @@
+"""Detached server processes: start with a recorded pid, recognise them later, stop them.
+
+A process is only ever stopped when its command line still carries the marker the
+stack gave it, so ``down`` never kills an unrelated process that reused a pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+__all__ = ["is_alive", "pid_matches", "port_in_use", "start_detached", "stop_process"]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child still answers kill(0); look at its state
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def pid_matches(pid: int, marker: str) -> bool:
+    """True when ``pid`` is alive and its environment or argv carries ``marker``."""
+    if not is_alive(pid):
+        return False
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"STREAMWAL_STACK_MARKER={marker}".encode() in environ
+
+
+def start_detached(
+    argv: list[str], *, cwd: Path, log: Path, env: dict[str, str], marker: str
+) -> int:
+    """Start ``argv`` in its own session so it outlives the CLI; returns the pid."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, **env, "STREAMWAL_STACK_MARKER": marker}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def stop_process(pid: int, marker: str, timeout: float = 20.0) -> bool:
+    """SIGTERM, then SIGKILL after ``timeout``; returns whether it was ours and is gone."""
+    if not pid_matches(pid, marker):
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_alive(pid):
+            return True
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True

@@ -1,0 +1,185 @@
+"""The backend contract's conformance suite, run against every backend.
+
+A backend fixture yields a ``BackendHarness``: two openers on the same log store
+(two nodes) plus a way to read the raw log. The same assertions then hold for the
+in-process backend and for real Pulsar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from wal.backend import AccessMode, BackendMessage, BackendOpener, BackendWAL, DeliveryPolicy
+from wal.errors import ChannelFencedError, InvalidInputError
+from wal.message_id import MessageId
+
+
+@dataclass
+class BackendHarness:
+    node_a: BackendOpener
+    node_b: BackendOpener
+    channel: Callable[[], str]
+    max_message_size: int
+    foreign_id: MessageId
+
+
+async def take(scanner: object, count: int, timeout: float = 10.0) -> list[BackendMessage]:
+    out: list[BackendMessage] = []
+
+    async def run() -> None:
+        async for entry in scanner:  # type: ignore[attr-defined]
+            out.append(entry)
+            if len(out) == count:
+                return
+
+    await asyncio.wait_for(run(), timeout)
+    return out
+
+
+async def read_all(opener: BackendOpener, channel: str, count: int) -> list[BackendMessage]:
+    wal = await opener.open(channel, AccessMode.READ_ONLY)
+    try:
+        scanner = await wal.read(DeliveryPolicy.all())
+        try:
+            return await take(scanner, count)
+        finally:
+            await scanner.close()
+    finally:
+        await wal.close()
+
+
+async def writable(opener: BackendOpener, channel: str) -> BackendWAL:
+    wal = await opener.open(channel, AccessMode.READ_WRITE)
+    await wal.ensure_writable()
+    return wal
+
+
+async def append_many(wal: BackendWAL, prefix: str, count: int) -> list[MessageId]:
+    futures: list[Awaitable[MessageId]] = [
+        wal.append(f"{prefix}-{i}".encode(), {"seq": str(i), "who": prefix}) for i in range(count)
+    ]
+    return list(await asyncio.gather(*futures))
+
+
+class ConformanceSuite:
+    """Subclass in a test module and provide the ``harness`` fixture."""
+
+    async def test_append_returns_ordered_ids_and_read_all(self, harness: BackendHarness) -> None:
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        ids = await append_many(wal, "a", 20)
+        assert ids == sorted(ids)
+        assert len(set(ids)) == 20
+        entries = await read_all(harness.node_b, channel, 20)
+        assert [e.message_id for e in entries] == ids
+        assert [e.payload for e in entries] == [f"a-{i}".encode() for i in range(20)]
+        assert entries[3].properties["seq"] == "3"
+        await wal.close()
+
+    async def test_message_ids_round_trip_and_sort_like_the_log(
+        self, harness: BackendHarness
+    ) -> None:
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        ids = await append_many(wal, "a", 10)
+        for message_id in ids:
+            again = harness.node_a.message_id_from_bytes(message_id.to_bytes())
+            assert again == message_id
+            assert hash(again) == hash(message_id)
+            assert str(again) == str(message_id)
+        shuffled = list(reversed(ids))
+        assert sorted(shuffled) == ids
+        assert ids[0] < ids[1] <= ids[1] < ids[-1]
+        await wal.close()
+
+    async def test_delivery_policies(self, harness: BackendHarness) -> None:
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        ids = await append_many(wal, "a", 6)
+
+        async def first(policy: DeliveryPolicy, count: int) -> list[MessageId]:
+            scanner = await wal.read(policy)
+            try:
+                return [e.message_id for e in await take(scanner, count)]
+            finally:
+                await scanner.close()
+
+        assert await first(DeliveryPolicy.all(), 6) == ids
+        assert await first(DeliveryPolicy.start_from(ids[2]), 4) == ids[2:]
+        assert await first(DeliveryPolicy.start_after(ids[2]), 3) == ids[3:]
+        assert await first(DeliveryPolicy.start_after(ids[4]), 1) == ids[5:]
+
+        latest = await wal.read(DeliveryPolicy.latest())
+        later = await append_many(wal, "b", 2)
+        assert [e.message_id for e in await take(latest, 2)] == later
+        await latest.close()
+        await wal.close()
+
+    async def test_takeover_fences_the_old_owner(self, harness: BackendHarness) -> None:
+        channel = harness.channel()
+        a = await writable(harness.node_a, channel)
+        acked_a = await append_many(a, "a", 10)
+        b = await writable(harness.node_b, channel)
+        with pytest.raises(ChannelFencedError):
+            await a.append(b"a-late", {})
+        # fenced for good: every later append and re-open of the writer fails fast
+        for _ in range(3):
+            with pytest.raises(ChannelFencedError):
+                await a.append(b"a-later", {})
+        with pytest.raises(ChannelFencedError):
+            await a.ensure_writable()
+        acked_b = await append_many(b, "b", 5)
+        entries = await read_all(harness.node_b, channel, 15)
+        assert [e.message_id for e in entries] == acked_a + acked_b
+        first_b = next(i for i, e in enumerate(entries) if e.properties.get("who") == "b")
+        assert all(e.properties.get("who") == "b" for e in entries[first_b:])
+        # readers of the old owner keep working
+        scanner = await a.read(DeliveryPolicy.all())
+        assert len(await take(scanner, 15)) == 15
+        await scanner.close()
+        await a.close()
+        await b.close()
+
+    async def test_concurrent_pipelined_appends_keep_call_order(
+        self, harness: BackendHarness
+    ) -> None:
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        ids = await append_many(wal, "p", 500)
+        entries = await read_all(harness.node_b, channel, 500)
+        assert [int(e.properties["seq"]) for e in entries] == list(range(500))
+        assert [e.message_id for e in entries] == ids
+        await wal.close()
+
+    async def test_bad_inputs_are_typed(self, harness: BackendHarness) -> None:
+        for bad in ["", "has space", "a/b", "x" * 300, "-leading"]:
+            with pytest.raises(InvalidInputError):
+                await harness.node_a.open(bad, AccessMode.READ_WRITE)
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        with pytest.raises(InvalidInputError):
+            await wal.append(b"x" * (harness.max_message_size + 1), {})
+        await append_many(wal, "ok", 2)  # the oversized one broke nothing
+        with pytest.raises(InvalidInputError):
+            await wal.read(DeliveryPolicy.start_from(harness.foreign_id))
+        read_only = await harness.node_b.open(channel, AccessMode.READ_ONLY)
+        with pytest.raises(InvalidInputError):
+            await read_only.ensure_writable()
+        await read_only.close()
+        await wal.close()
+
+    async def test_close_is_idempotent_and_final(self, harness: BackendHarness) -> None:
+        from wal.errors import ClosedError
+
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        await wal.close()
+        await wal.close()
+        with pytest.raises(ClosedError):
+            await wal.append(b"x", {})
+        with pytest.raises(ClosedError):
+            await wal.read(DeliveryPolicy.all())

@@ -1,0 +1,117 @@
+"""The conformance suite and Pulsar-specific checks on the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pulsar
+import pytest
+
+from adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarMessageId, PulsarOpener
+from node.stack import StackInfo
+from tests.adaptors.conformance import BackendHarness, ConformanceSuite, append_many, writable
+from wal.backend import AccessMode, DeliveryPolicy
+from wal.errors import DecodeError, UnavailableError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def harness(stack: StackInfo) -> AsyncIterator[BackendHarness]:
+    config = PulsarConfig(service_url=stack.pulsar_url)
+    async with PulsarOpener(config) as node_a, PulsarOpener(config) as node_b:
+        run = uuid.uuid4().hex[:8]
+        counter = iter(range(1_000_000))
+        yield BackendHarness(
+            node_a=node_a,
+            node_b=node_b,
+            channel=lambda: f"conformance-{run}-{next(counter)}",
+            max_message_size=config.max_message_size,
+            foreign_id=PulsarMessageId(987_654_321, 3),
+        )
+
+
+class TestPulsarBackend(ConformanceSuite):
+    pass
+
+
+def test_message_id_bytes_and_text() -> None:
+    mid = PulsarMessageId(12, 34, 5)
+    assert PulsarMessageId.from_bytes(mid.to_bytes()) == mid
+    assert len(mid.to_bytes()) == 20
+    assert str(mid) == "12:34:5"
+    assert PulsarMessageId.parse("12:34:5") == mid
+    assert str(PulsarMessageId(12, 34)) == "12:34"
+    assert PulsarMessageId(1, 9) < PulsarMessageId(2, 0) < PulsarMessageId(2, 0, 1)
+    with pytest.raises(DecodeError):
+        PulsarMessageId.from_bytes(b"short")
+    with pytest.raises(DecodeError):
+        PulsarMessageId.parse("a:b")
+
+
+async def test_exclusivity_self_check_passes_on_the_real_broker(stack: StackInfo) -> None:
+    async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
+        await opener.verify_exclusivity()
+        assert opener._verified
+
+
+async def test_a_second_exclusive_producer_is_refused_by_the_broker(
+    stack: StackInfo, unique: str
+) -> None:
+    """What the fence rests on, observed with the raw client."""
+    client = pulsar.Client(stack.pulsar_url, logger=None)
+    topic = f"persistent://public/default/raw-exclusive-{unique}"
+    first = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    with pytest.raises(pulsar.ProducerFenced):
+        client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    first.close()
+    client.close()
+
+
+async def test_exclusive_mode_waits_for_the_old_owner(stack: StackInfo, unique: str) -> None:
+    url = stack.pulsar_url
+    channel = f"exclusive-mode-{unique}"
+    cfg = PulsarConfig(service_url=url, access_mode=PulsarAccessMode.EXCLUSIVE)
+    async with PulsarOpener(cfg) as node_a, PulsarOpener(cfg) as node_b:
+        a = await writable(node_a, channel)
+        b = await node_b.open(channel, AccessMode.READ_WRITE)
+        with pytest.raises(UnavailableError):
+            await b.ensure_writable()  # retriable: the old owner is still there
+        await append_many(a, "a", 3)
+        await a.close()
+        await b.ensure_writable()
+        await append_many(b, "b", 3)
+        await b.close()
+
+
+async def test_unreachable_broker_is_a_bounded_unavailable_error(unique: str) -> None:
+    cfg = PulsarConfig(service_url="pulsar://127.0.0.1:1", operation_timeout_s=1.0)
+    async with PulsarOpener(cfg) as opener:
+        wal = await opener.open(f"unreachable-{unique}", AccessMode.READ_WRITE)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(UnavailableError):
+            await wal.ensure_writable()
+        assert loop.time() - started < 10
+        await wal.close()
+
+
+async def test_start_after_inside_a_batch(stack: StackInfo, unique: str) -> None:
+    """Batched ids (ledger, entry, batch index) are valid read positions."""
+    async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
+        wal = await writable(opener, f"batched-{unique}")
+        ids = await append_many(wal, "x", 50)
+        batched = [i for i in ids if isinstance(i, PulsarMessageId) and i.batch_index >= 0]
+        pivot = batched[len(batched) // 2] if batched else ids[25]
+        k = ids.index(pivot)
+        scanner = await wal.read(DeliveryPolicy.start_after(pivot))
+        got = []
+        async for entry in scanner:
+            got.append(entry.message_id)
+            if len(got) == len(ids) - k - 1:
+                break
+        await scanner.close()
+        assert got == ids[k + 1 :]
+        await wal.close()

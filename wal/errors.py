@@ -1,0 +1,110 @@
+"""The one error hierarchy of streamwal.
+
+Every error a caller can act on is a distinct type rooted in :class:`StreamwalError`.
+``retriable`` tells a retry loop whether trying again may succeed without the caller
+changing anything; it is read by the first-time-tick loop and the append retry.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendMismatchError",
+    "BufferSealedError",
+    "ChannelFencedError",
+    "ChannelNotFoundError",
+    "ClosedError",
+    "DecodeError",
+    "EvictedError",
+    "ExclusivityNotEnforcedError",
+    "InvalidInputError",
+    "NotLeaderError",
+    "StreamwalError",
+    "TimestampOverflowError",
+    "TimestampRegressionError",
+    "UnavailableError",
+]
+
+
+class StreamwalError(Exception):
+    """Root of every streamwal error."""
+
+    retriable: bool = False
+
+
+class InvalidInputError(StreamwalError, ValueError):
+    """The caller passed something that can never succeed (bad name, oversized payload)."""
+
+
+class UnavailableError(StreamwalError):
+    """A dependency (broker, etcd, TSO) did not answer in time; trying later may work."""
+
+    retriable = True
+
+
+class ChannelFencedError(StreamwalError):
+    """Another owner took the channel over; this writer will never append again.
+
+    Raised by the backend when the broker refuses the producer, and then by every
+    later append on the same WAL, so nothing more is written by a fenced owner.
+    """
+
+    def __init__(self, channel: str, reason: str = "") -> None:
+        self.channel = channel
+        self.reason = reason
+        msg = f"channel {channel!r} is fenced by another owner"
+        super().__init__(f"{msg}: {reason}" if reason else msg)
+
+
+class ChannelNotFoundError(StreamwalError, LookupError):
+    """The channel is not open on this node."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        super().__init__(f"channel {channel!r} is not open on this node")
+
+
+class ClosedError(StreamwalError):
+    """The object was closed (or is closing); no new work is accepted."""
+
+
+class NotLeaderError(StreamwalError):
+    """This TSO node is not the leader; ``leader`` names the one to ask, if known."""
+
+    retriable = True
+
+    def __init__(self, leader: str | None = None) -> None:
+        self.leader = leader
+        super().__init__(f"not the TSO leader (leader: {leader or 'unknown'})")
+
+
+class TimestampOverflowError(StreamwalError):
+    """The logical counter ran out within one physical millisecond too many times."""
+
+    retriable = True
+
+
+class TimestampRegressionError(StreamwalError):
+    """A timestamp batch was not strictly above the last one; it is never handed out."""
+
+
+class EvictedError(StreamwalError):
+    """The write-ahead buffer no longer holds what a reader asked for; read the backend."""
+
+
+class DecodeError(StreamwalError):
+    """A persisted message is not a valid streamwal message (foreign producer, corrupt)."""
+
+
+class ExclusivityNotEnforcedError(StreamwalError):
+    """The broker accepted two exclusive producers on one topic; no WAL is opened on it."""
+
+
+class BackendMismatchError(StreamwalError, TypeError):
+    """A message id from one backend was given to another."""
+
+
+class BufferSealedError(StreamwalError):
+    """The write-ahead buffer takes no more entries (owner fenced or closing); read the backend.
+
+    Raised to a buffer reader that has consumed everything the sealed buffer holds.
+    """
