@@ -52,6 +52,7 @@ class PulsarBackendWAL:
         channel: str,
         mode: AccessMode,
         before_first_write: Callable[[], Awaitable[None]],
+        on_close: Callable[[PulsarBackendWAL], None] = lambda _: None,
     ) -> None:
         self._client = client
         self._config = config
@@ -59,6 +60,7 @@ class PulsarBackendWAL:
         self._topic = config.topic(channel)
         self._mode = mode
         self._before_first_write = before_first_write
+        self._on_close = on_close
         self._producer: Any = None
         self._fenced: ChannelFencedError | None = None
         self._closed = False
@@ -235,6 +237,7 @@ class PulsarBackendWAL:
         if self._closed:
             return
         self._closed = True
+        self._on_close(self)
         for scanner in list(self._scanners):
             await scanner.close()
         self._scanners.clear()

@@ -41,9 +41,7 @@ async def verify_exclusive_access(client: Any, topic_prefix: str, broker: str) -
         await first.send(b"probe")
         try:
             producers.append(
-                await client.create_producer(
-                    topic, access_mode=pulsar.ProducerAccessMode.Exclusive
-                )
+                await client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
             )
         except PulsarException as exc:
             if exc.error() not in _REFUSALS:

@@ -48,9 +48,7 @@ class PulsarMessageId(MessageId):
     @classmethod
     def from_bytes(cls, data: bytes) -> PulsarMessageId:
         if len(data) != _FORMAT.size:
-            raise DecodeError(
-                f"a Pulsar message id is {_FORMAT.size} bytes, got {len(data)}"
-            )
+            raise DecodeError(f"a Pulsar message id is {_FORMAT.size} bytes, got {len(data)}")
         return cls(*_FORMAT.unpack(data))
 
     @classmethod

@@ -87,7 +87,14 @@ class PulsarOpener:
         validate_channel_name(channel)
         if self._client is None:
             await self.start()
-        wal = PulsarBackendWAL(self._client, self.config, channel, mode, self.verify_exclusivity)
+        wal = PulsarBackendWAL(
+            self._client,
+            self.config,
+            channel,
+            mode,
+            self.verify_exclusivity,
+            on_close=self._channels.discard,
+        )
         self._channels.add(wal)
         return wal
 
