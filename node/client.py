@@ -1,0 +1,191 @@
+"""A small asyncio client of the streaming node, used by the demo, tests and benchmarks.
+
+gRPC errors arrive as ``grpc.aio.AioRpcError``; :func:`status_of` gives their code so
+callers can act (NOT_FOUND: ask another node; FAILED_PRECONDITION: the channel moved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+import grpc
+from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+from node.proto import streaming_pb2 as pb
+from node.proto import streaming_pb2_grpc as pb_grpc
+
+__all__ = ["Acked", "Consumed", "NodeClient", "policy", "status_of"]
+
+
+@dataclass(frozen=True)
+class Acked:
+    """An acknowledged append: what a client records to check the log later."""
+
+    message_id: bytes
+    message_id_text: str
+    time_tick: int
+
+
+@dataclass(frozen=True)
+class Consumed:
+    message_id: bytes
+    message_id_text: str
+    time_tick: int
+    type: str
+    payload: bytes
+    vchannel: str
+    properties: dict[str, str]
+    source_node_id: int
+
+
+def status_of(exc: BaseException) -> grpc.StatusCode | None:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.code()
+    return None
+
+
+def policy(
+    kind: str = "all", *, message_id: bytes | None = None, time_tick: int | None = None
+) -> pb.DeliveryPolicy:
+    """One of all, latest, start_from, start_after (message_id), start_from_time_tick."""
+    if kind == "all":
+        return pb.DeliveryPolicy(all=pb.Empty())
+    if kind == "latest":
+        return pb.DeliveryPolicy(latest=pb.Empty())
+    if kind == "start_from":
+        return pb.DeliveryPolicy(start_from=message_id or b"")
+    if kind == "start_after":
+        return pb.DeliveryPolicy(start_after=message_id or b"")
+    if kind == "start_from_time_tick":
+        return pb.DeliveryPolicy(start_from_time_tick=time_tick or 0)
+    raise ValueError(f"unknown delivery policy {kind!r}")
+
+
+class NodeClient:
+    """One channel to one node; ``async with NodeClient(address) as client``."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        root_certificates: bytes | None = None,
+        timeout: float = 30.0,
+        tracing: bool = True,
+    ) -> None:
+        self.address = address
+        self._timeout = timeout
+        interceptors = aio_client_interceptors() if tracing else []  # type: ignore[no-untyped-call]
+        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        if root_certificates is not None:
+            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+            self._channel = grpc.aio.secure_channel(
+                address, creds, options=options, interceptors=interceptors
+            )
+        else:
+            self._channel = grpc.aio.insecure_channel(
+                address, options=options, interceptors=interceptors
+            )
+        self._stub = pb_grpc.StreamingNodeStub(self._channel)
+
+    async def __aenter__(self) -> NodeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        await self._channel.channel_ready()
+
+    async def assign(self, pchannel: str, timeout: float | None = None) -> pb.AssignChannelResponse:
+        return await self._stub.AssignChannel(  # type: ignore[no-any-return]
+            pb.AssignChannelRequest(pchannel=pchannel), timeout=timeout or self._timeout
+        )
+
+    async def remove(self, pchannel: str) -> None:
+        await self._stub.RemoveChannel(
+            pb.RemoveChannelRequest(pchannel=pchannel), timeout=self._timeout
+        )
+
+    async def list_channels(self) -> pb.ListChannelsResponse:
+        return await self._stub.ListChannels(  # type: ignore[no-any-return]
+            pb.ListChannelsRequest(), timeout=self._timeout
+        )
+
+    async def produce(
+        self,
+        pchannel: str,
+        payload: bytes,
+        *,
+        type: str = "insert",
+        vchannel: str = "",
+        properties: Mapping[str, str] | None = None,
+    ) -> Acked:
+        reply = await self._stub.Produce(
+            pb.ProduceRequest(
+                pchannel=pchannel,
+                message=pb.Message(
+                    type=type, payload=payload, vchannel=vchannel, properties=properties or {}
+                ),
+            ),
+            timeout=self._timeout,
+        )
+        return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+
+    async def produce_stream(
+        self, pchannel: str, payloads: Sequence[bytes], *, type: str = "insert"
+    ) -> list[Acked]:
+        async def requests() -> AsyncIterator[pb.ProduceRequest]:
+            for payload in payloads:
+                yield pb.ProduceRequest(
+                    pchannel=pchannel, message=pb.Message(type=type, payload=payload)
+                )
+
+        call = self._stub.ProduceStream(requests(), timeout=self._timeout)
+        return [Acked(r.message_id, r.message_id_text, r.time_tick) async for r in call]
+
+    async def consume(
+        self,
+        pchannel: str,
+        delivery: pb.DeliveryPolicy | None = None,
+        *,
+        vchannel: str = "",
+        limit: int | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[Consumed]:
+        call = self._stub.Consume(
+            pb.ConsumeRequest(pchannel=pchannel, policy=delivery or policy(), vchannel=vchannel),
+            timeout=timeout,
+        )
+        count = 0
+        try:
+            async for m in call:
+                yield Consumed(
+                    m.message_id,
+                    m.message_id_text,
+                    m.time_tick,
+                    m.type,
+                    m.payload,
+                    m.vchannel,
+                    dict(m.properties),
+                    m.source_node_id,
+                )
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+        finally:
+            call.cancel()
+
+    async def mvcc(self, pchannel: str, vchannel: str) -> pb.GetMVCCResponse:
+        return await self._stub.GetMVCC(  # type: ignore[no-any-return]
+            pb.GetMVCCRequest(pchannel=pchannel, vchannel=vchannel), timeout=self._timeout
+        )

@@ -1,0 +1,93 @@
+"""Wiring the OpenTelemetry SDK at node start-up (library code uses the API only).
+
+Traces: a ``TracerProvider`` whose resource carries ``service.name`` (from
+``OTEL_SERVICE_NAME``, else the config) and ``streamwal.node.id``; spans are
+batched to an OTLP/gRPC exporter when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or the config
+names an endpoint. Metrics: a ``MeterProvider`` read by the Prometheus exporter and
+served on ``/metrics``. A telemetry failure is logged, never raised into the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from node.config import NodeConfig
+
+__all__ = ["Telemetry", "setup_telemetry"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class Telemetry:
+    tracer_provider: TracerProvider | None
+    metrics_port: int | None
+
+    def shutdown(self) -> None:
+        if self.tracer_provider is not None:
+            try:
+                self.tracer_provider.force_flush(timeout_millis=5000)
+                self.tracer_provider.shutdown()
+            except Exception:
+                _log.warning("flushing traces failed", exc_info=True)
+
+
+def _resource(config: NodeConfig) -> Resource:
+    name = os.environ.get("OTEL_SERVICE_NAME") or config.telemetry.service_name
+    return Resource.create(
+        {
+            "service.name": name,
+            "service.instance.id": f"node-{config.node.id}",
+            "streamwal.node.id": config.node.id,
+        }
+    )
+
+
+def setup_telemetry(config: NodeConfig) -> Telemetry:
+    """Install the global tracer and meter providers for this process."""
+    resource = _resource(config)
+    tracer_provider: TracerProvider | None = None
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or config.telemetry.otlp_endpoint
+    if config.telemetry.tracing:
+        tracer_provider = TracerProvider(resource=resource)
+        if endpoint:
+            try:
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+                exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True)
+                tracer_provider.add_span_processor(
+                    BatchSpanProcessor(exporter, schedule_delay_millis=500)
+                )
+                _log.info("exporting traces over OTLP to %s", endpoint)
+            except Exception:
+                _log.warning("cannot export traces to %s", endpoint, exc_info=True)
+        trace.set_tracer_provider(tracer_provider)
+    metrics_port = _setup_metrics(config, resource)
+    return Telemetry(tracer_provider=tracer_provider, metrics_port=metrics_port)
+
+
+def _setup_metrics(config: NodeConfig, resource: Resource) -> int | None:
+    if not config.node.metrics_listen:
+        return None
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from opentelemetry.sdk.metrics import MeterProvider
+        from prometheus_client import start_http_server
+
+        host, _, port = config.node.metrics_listen.rpartition(":")
+        reader = PrometheusMetricReader()
+        metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
+        server, _thread = start_http_server(int(port), addr=host)
+        bound = int(server.server_address[1])
+        _log.info("metrics on http://%s:%d/metrics", host, bound)
+        return bound
+    except Exception:
+        _log.warning("cannot serve metrics on %s", config.node.metrics_listen, exc_info=True)
+        return None
