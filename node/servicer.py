@@ -1,0 +1,233 @@
+"""The ``StreamingNode`` gRPC service: requests in, WAL calls, typed status codes out.
+
+Errors map to codes a client can act on: channel not here → NOT_FOUND; fenced by
+another node → FAILED_PRECONDITION (and the channel is dropped from this node);
+bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting down
+→ UNAVAILABLE. Anything unexpected is logged and returned as INTERNAL, and the node
+keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, NoReturn
+
+import grpc
+from opentelemetry import trace
+
+from node.channels import ChannelManager
+from node.proto import streaming_pb2 as pb
+from node.proto import streaming_pb2_grpc as pb_grpc
+from wal.backend import BackendOpener, DeliveryPolicy
+from wal.errors import (
+    ChannelFencedError,
+    ChannelNotFoundError,
+    ClosedError,
+    InvalidInputError,
+    StreamwalError,
+)
+from wal.message import ImmutableMessage, MessageType, MutableMessage
+
+__all__ = ["StreamingNodeServicer", "parse_message_type"]
+
+_log = logging.getLogger(__name__)
+
+_TYPES = {t.wire_name.lower(): t for t in MessageType}
+_TYPES.update({t.name.lower(): t for t in MessageType})
+
+
+def parse_message_type(name: str) -> MessageType:
+    found = _TYPES.get(name.strip().lower())
+    if found is None:
+        known = ", ".join(sorted(t.name.lower() for t in MessageType if not t.is_system))
+        raise InvalidInputError(f"unknown message type {name!r} (known: {known})")
+    return found
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
+    if isinstance(exc, ChannelNotFoundError):
+        await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+    if isinstance(exc, ChannelFencedError):
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+    if isinstance(exc, InvalidInputError):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    if isinstance(exc, ClosedError):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"node shutting down: {exc}")
+    if isinstance(exc, StreamwalError):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+    _log.error("unexpected error in a request", exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+    raise AssertionError("context.abort returned")  # it always raises
+
+
+class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
+    def __init__(self, channels: ChannelManager, opener: BackendOpener) -> None:
+        self._channels = channels
+        self._opener = opener
+
+    # ---- produce --------------------------------------------------------------------
+    def _message(self, request: pb.ProduceRequest) -> MutableMessage:
+        if not request.HasField("message"):
+            raise InvalidInputError("a ProduceRequest needs a message")
+        m = request.message
+        return MutableMessage(
+            type=parse_message_type(m.type or "user"),
+            payload=bytes(m.payload),
+            vchannel=m.vchannel,
+            properties=dict(m.properties),
+        )
+
+    async def _append(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        wal = await self._channels.get(request.pchannel)
+        try:
+            result = await wal.append(self._message(request))
+        except ChannelFencedError:
+            await self._channels.report_fenced(request.pchannel)
+            raise
+        return pb.ProduceResponse(
+            message_id=result.message_id.to_bytes(),
+            message_id_text=str(result.message_id),
+            time_tick=result.time_tick,
+        )
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        try:
+            return await self._append(request)
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+
+    async def ProduceStream(
+        self,
+        requests: AsyncIterator[pb.ProduceRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ProduceResponse]:
+        """Appends are pipelined: each is started in arrival order (which fixes its
+        place in the log) and answered in that order."""
+        pending: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(256)
+
+        async def feed() -> None:
+            try:
+                async for request in requests:
+                    await pending.put(asyncio.ensure_future(self._append(request)))
+            finally:
+                await pending.put(None)
+
+        feeder = asyncio.create_task(feed())
+        try:
+            while (task := await pending.get()) is not None:
+                try:
+                    yield await task
+                except (StreamwalError, Exception) as exc:
+                    await _abort(context, exc)
+        finally:
+            feeder.cancel()
+
+    # ---- consume --------------------------------------------------------------------
+    def _policy(self, request: pb.ConsumeRequest) -> DeliveryPolicy:
+        which = request.policy.WhichOneof("policy") if request.HasField("policy") else "all"
+        if which in (None, "all"):
+            return DeliveryPolicy.all()
+        if which == "latest":
+            return DeliveryPolicy.latest()
+        if which == "start_from_time_tick":
+            return DeliveryPolicy.start_from_time_tick(request.policy.start_from_time_tick)
+        raw = getattr(request.policy, which)
+        try:
+            message_id = self._opener.message_id_from_bytes(bytes(raw))
+        except StreamwalError as exc:
+            raise InvalidInputError(f"invalid message id in {which}: {exc}") from exc
+        if which == "start_from":
+            return DeliveryPolicy.start_from(message_id)
+        return DeliveryPolicy.start_after(message_id)
+
+    async def Consume(
+        self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.ConsumedMessage]:
+        try:
+            wal = await self._channels.get(request.pchannel)
+            scanner = await wal.read(self._policy(request), request.vchannel or None)
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        try:
+            async for msg in scanner:
+                yield _consumed(msg)
+        except ClosedError:
+            return  # the channel or the node closed: end the stream cleanly
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        finally:
+            await scanner.close()
+
+    # ---- channels ----------------------------------------------------------------------
+    async def AssignChannel(
+        self, request: pb.AssignChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AssignChannelResponse:
+        span_context = trace.get_current_span().get_span_context()
+        try:
+            opened = await self._channels.assign(request.pchannel)
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        wal = opened.wal
+        return pb.AssignChannelResponse(
+            pchannel=request.pchannel,
+            first_time_tick=wal.first_time_tick,
+            first_message_id=wal.first_message_id.to_bytes(),
+            first_message_id_text=str(wal.first_message_id),
+            attempts=getattr(wal.params, "attempts", 0),
+            trace_id=(
+                format(span_context.trace_id, "032x") if span_context.is_valid else ""
+            ),
+        )
+
+    async def RemoveChannel(
+        self, request: pb.RemoveChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RemoveChannelResponse:
+        try:
+            await self._channels.remove(request.pchannel)
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        return pb.RemoveChannelResponse()
+
+    async def ListChannels(
+        self, request: pb.ListChannelsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListChannelsResponse:
+        for wal in self._channels.channels():
+            if wal.is_fenced:
+                await self._channels.report_fenced(wal.channel)
+        return pb.ListChannelsResponse(
+            channels=[
+                pb.ChannelInfo(
+                    pchannel=w.channel, first_time_tick=w.first_time_tick, fenced=w.is_fenced
+                )
+                for w in self._channels.channels()
+            ],
+            fenced=self._channels.take_fenced(),
+        )
+
+    async def GetMVCC(
+        self, request: pb.GetMVCCRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.GetMVCCResponse:
+        try:
+            wal = await self._channels.get(request.pchannel)
+            state = wal.mvcc.get(request.vchannel) if request.vchannel else wal.mvcc.pchannel
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        return pb.GetMVCCResponse(time_tick=state.time_tick, confirmed=state.confirmed)
+
+
+def _consumed(msg: ImmutableMessage) -> pb.ConsumedMessage:
+    return pb.ConsumedMessage(
+        message_id=msg.message_id.to_bytes(),
+        message_id_text=str(msg.message_id),
+        time_tick=msg.time_tick,
+        type=msg.type.wire_name,
+        payload=msg.payload,
+        vchannel=msg.vchannel,
+        properties=dict(msg.properties),
+        source_node_id=msg.source,
+        last_confirmed_id=msg.last_confirmed.to_bytes(),
+    )

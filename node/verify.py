@@ -1,0 +1,81 @@
+"""``streamwal verify``: check a channel's whole log with a plain Pulsar reader."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pulsar
+from pulsar import asyncio as pulsar_asyncio
+
+from adaptors.pulsar import PulsarConfig, PulsarMessageId
+from adaptors.pulsar.opener import client_logger
+from adaptors.pulsar.scanner import to_backend_message
+from node.acks import read_acks
+from node.history_check import HistoryReport, check_history
+from wal.backend import BackendMessage, validate_channel_name
+from wal.errors import StreamwalError
+
+__all__ = ["read_topic", "register", "verify_channel"]
+
+
+def register(sub: Any) -> None:
+    verify = sub.add_parser(
+        "verify", help="check a channel's log: time ticks, owners, acknowledgements"
+    )
+    verify.add_argument("--channel", required=True, help="the pchannel to check")
+    verify.add_argument("--acks", type=Path, help="a file of acknowledgements a client recorded")
+    verify.add_argument("--pulsar", default=PulsarConfig().service_url, help="broker URL")
+    verify.add_argument("--tenant", default="public")
+    verify.add_argument("--namespace", default="default")
+    verify.set_defaults(func=_run)
+
+
+async def read_topic(service_url: str, topic: str, timeout: float = 30.0) -> list[BackendMessage]:
+    """Every entry of ``topic`` up to its end when the read started."""
+    client = pulsar_asyncio.Client(
+        service_url, operation_timeout_seconds=int(timeout), logger=client_logger()
+    )
+    try:
+        reader = await client.create_reader(topic, pulsar.MessageId.earliest)
+        entries = []
+        while await asyncio.wait_for(reader.has_message_available(), timeout):
+            entries.append(to_backend_message(await asyncio.wait_for(reader.read_next(), timeout)))
+        await reader.close()
+        return entries
+    finally:
+        await client.close()
+
+
+async def verify_channel(
+    service_url: str,
+    channel: str,
+    acks_file: Path | None = None,
+    *,
+    tenant: str = "public",
+    namespace: str = "default",
+) -> HistoryReport:
+    validate_channel_name(channel)
+    topic = PulsarConfig(service_url=service_url, tenant=tenant, namespace=namespace).topic(channel)
+    entries = await read_topic(service_url, topic)
+    acks = list(read_acks(acks_file)) if acks_file else []
+    return check_history(entries, PulsarMessageId.from_bytes, acks)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        report = asyncio.run(
+            verify_channel(
+                args.pulsar, args.channel, args.acks, tenant=args.tenant, namespace=args.namespace
+            )
+        )
+    except (StreamwalError, OSError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"channel {args.channel}")
+    print(report.summary())
+    print("OK" if report.ok else "VIOLATIONS FOUND")
+    return 0 if report.ok else 1
