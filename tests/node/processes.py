@@ -1,0 +1,86 @@
+"""Node processes for end-to-end tests: ``streamwal serve`` with a generated config."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from node.stack.process import port_in_use
+
+__all__ = ["NodeProcess", "free_port"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class NodeProcess:
+    """One ``streamwal serve`` child; ``address`` is its gRPC endpoint."""
+
+    def __init__(self, workdir: Path, node_id: int, settings: dict[str, Any]) -> None:
+        self.node_id = node_id
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        config = {
+            "node": {"id": node_id, "listen": self.address, "metrics_listen": ""},
+            **settings,
+        }
+        node_section = settings.get("node", {})
+        config["node"] = {**config["node"], **node_section}
+        self.config_path = workdir / f"node-{node_id}.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.log_path = workdir / f"node-{node_id}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def start(self, env: dict[str, str] | None = None, timeout: float = 60.0) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "node.cli", "serve", "--config", str(self.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while b"ready on" not in self.log_path.read_bytes():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"node {self.node_id} exited:\n{self.log_text()[-3000:]}")
+            if loop.time() > deadline:
+                raise TimeoutError(f"node {self.node_id} not ready:\n{self.log_text()[-3000:]}")
+            await asyncio.sleep(0.1)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    async def terminate(self, timeout: float = 30.0) -> int:
+        return await self._signal(signal.SIGTERM, timeout)
+
+    async def kill(self) -> int:
+        return await self._signal(signal.SIGKILL, 10.0)
+
+    async def _signal(self, sig: int, timeout: float) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = await asyncio.wait_for(asyncio.to_thread(self.proc.wait), timeout)
+        return code
+
+    def __del__(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+
+
+def wait_port_closed(port: int) -> bool:
+    return not port_in_use(port)
