@@ -1,0 +1,92 @@
+"""Configuration: every invalid field is named; secrets never show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from node.config import ConfigError, load_config
+
+
+def test_defaults_point_at_the_local_stack() -> None:
+    config = load_config(environ={})
+    assert config.pulsar.service_url == "pulsar://127.0.0.1:16650"
+    assert config.etcd.endpoints == ("127.0.0.1:12379",)
+    assert config.tso.mode == "in-process"
+
+
+def test_file_then_environment_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text("node:\n  id: 3\npulsar:\n  tenant: acme\nwal:\n  time_tick_interval_ms: 50\n")
+    config = load_config(
+        path, environ={"STREAMWAL_NODE__ID": "4", "STREAMWAL_ETCD__ENDPOINTS": "a:1,b:2"}
+    )
+    assert config.node.id == 4
+    assert config.pulsar.tenant == "acme"
+    assert config.wal.time_tick_interval_ms == 50
+    assert config.etcd.endpoints == ("a:1", "b:2")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("node:\n  id: seven\n", "node.id"),
+        ("node:\n  id: -1\n", "node.id"),
+        ("node:\n  listen: nowhere\n", "node.listen"),
+        ("node:\n  metrics_listen: 'x:y'\n", "node.metrics_listen"),
+        ("node:\n  shutdown_grace_s: 0\n", "node.shutdown_grace_s"),
+        (
+            "node:\n  tls:\n    cert_file: /no/such/cert.pem\n    key_file: /no/such/key.pem\n",
+            "node.tls.cert_file",
+        ),
+        ("node:\n  colour: blue\n", "node.colour"),
+        ("pulsar:\n  access_mode: Shared\n", "pulsar.access_mode"),
+        ("pulsar:\n  operation_timeout_s: soon\n", "pulsar.operation_timeout_s"),
+        ("pulsar:\n  tls_allow_insecure: maybe\n", "pulsar.tls_allow_insecure"),
+        ("pulsar:\n  tls_trust_certs_file: /no/such/ca.pem\n", "pulsar.tls_trust_certs_file"),
+        ("etcd:\n  endpoints: []\n", "etcd.endpoints"),
+        ("etcd:\n  endpoints: ['host-without-port']\n", "etcd.endpoints[0]"),
+        ("etcd:\n  user: root\n", "etcd.user"),
+        ("tso:\n  mode: sideways\n", "tso.mode"),
+        ("tso:\n  mode: remote\n", "tso.remote_addresses"),
+        ("tso:\n  lease_ttl_s: 0\n", "tso.lease_ttl_s"),
+        ("tso:\n  batch_size: 0\n", "tso.batch_size"),
+        ("wal:\n  buffer_capacity_bytes: 0\n", "wal.buffer_capacity_bytes"),
+        ("wal:\n  first_time_tick_max_ms: 1\n", "wal.first_time_tick_max_ms"),
+        ("telemetry:\n  log_level: LOUD\n", "telemetry.log_level"),
+        ("surprise:\n  a: 1\n", "surprise"),
+        ("- just\n- a list\n", "config"),
+    ],
+)
+def test_invalid_fields_are_named(tmp_path: Path, yaml_text: str, key: str) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert err.value.key == key
+    assert str(err.value).startswith(f"{key}:")
+
+
+def test_environment_errors_are_named_too() -> None:
+    with pytest.raises(ConfigError, match=r"^wal\.append_retry_attempts:"):
+        load_config(environ={"STREAMWAL_WAL__APPEND_RETRY_ATTEMPTS": "lots"})
+
+
+def test_secrets_never_show(tmp_path: Path) -> None:
+    config = load_config(
+        environ={
+            "STREAMWAL_PULSAR__AUTH_TOKEN": "tok-SECRET-123",
+            "STREAMWAL_ETCD__USER": "root",
+            "STREAMWAL_ETCD__PASSWORD": "pw-SECRET-456",
+        }
+    )
+    assert config.pulsar.auth_token == "tok-SECRET-123"
+    text = repr(config)
+    assert "SECRET" not in text
+    assert "<redacted>" in text
+    path = tmp_path / "node.yaml"
+    path.write_text("pulsar:\n  auth_token: tok-SECRET-789\n  access_mode: Nope\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert "SECRET" not in str(err.value)
