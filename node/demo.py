@@ -1,69 +1,210 @@
-"""``streamwal demo``: the main job on the local stack.
+"""``streamwal demo``: the main job, on the local stack.
 
-Starts the stack, then shows the fence on the real broker: node A owns a channel
-and appends; node B opens the same channel for writing; A's next append fails as
-fenced, for good; a plain reader shows A's acknowledged appends, then B's.
+Two nodes share one TSO (node 1 runs the oracle, node 2 asks it over gRPC). Node 1
+reaches the broker through a fault proxy that starts closed, so its first channel
+open retries a few times before the broker "comes back"; that open's trace in Jaeger
+shows each attempt. Then channels are written, one is moved to node 2 (node 1 is
+fenced and its client gets FAILED_PRECONDITION), everything is read back, and the
+checker verifies the log against the acknowledgements the client recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import time
+import logging
+import os
+import sys
 import uuid
 from typing import Any
 
-from adaptors.pulsar import PulsarConfig, PulsarOpener
-from node.stack import Stack
-from wal.backend import AccessMode, DeliveryPolicy
-from wal.errors import ChannelFencedError
+import grpc
+
+from adaptors.pulsar import PulsarMessageId
+from node.acks import Ack, digest
+from node.client import NodeClient, policy
+from node.config import load_config
+from node.faultproxy import FaultProxy
+from node.history_check import check_history
+from node.runtime import Node
+from node.stack import Stack, StackInfo
+from node.stack.stack import StackError
+from node.telemetry import setup_telemetry
+from node.verify import read_topic
 
 __all__ = ["register"]
 
+_SERVICE = "streamwal-demo"
+_UNREACHABLE_S = 0.6
+
 
 def register(sub: Any) -> None:
-    demo = sub.add_parser("demo", help="start the local stack and show a takeover on a channel")
+    demo = sub.add_parser("demo", help="start the local stack and run the two-node demo")
     demo.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    # the demo's own narration goes to stdout; keep library logs to warnings
+    logging.getLogger().setLevel(logging.WARNING)
     return asyncio.run(_demo())
 
 
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+async def _stack() -> tuple[StackInfo, bool]:
+    """The stack's addresses, and whether the collector and Jaeger run."""
+    stack = Stack()
+    say("== starting the local stack (installs on first use; later runs reuse it)")
+    info = await stack.up(["etcd", "pulsar"])
+    telemetry = [n for n in ("jaeger", "otel-collector") if n in stack.services]
+    if len(telemetry) < 2:
+        say("   (no collector/Jaeger in this build: traces stay local)")
+        return info, False
+    try:
+        return await stack.up(telemetry), True
+    except StackError as exc:
+        say(f"   (telemetry services unavailable, traces stay local: {exc})")
+        return info, False
+
+
 async def _demo() -> int:
-    print("== starting the local stack (installs on first use)")
-    info = await Stack().up(["etcd", "pulsar"])
-    channel = f"demo-{uuid.uuid4().hex[:8]}"
-    config = PulsarConfig(service_url=info.pulsar_url)
-    async with PulsarOpener(config) as node_a, PulsarOpener(config) as node_b:
-        print(f"== node A opens {channel} for writing (exclusive producer = the fence)")
-        a = await node_a.open(channel, AccessMode.READ_WRITE)
-        started = time.perf_counter()
-        await a.ensure_writable()
-        first = await a.append(b"A-0", {"who": "A"})
-        print(
-            f"   first append acknowledged as {first} after "
-            f"{(time.perf_counter() - started) * 1000:.0f} ms"
+    info, traced = await _stack()
+    run = uuid.uuid4().hex[:6]
+    env = {
+        "STREAMWAL_NODE__LISTEN": "127.0.0.1:0",
+        "STREAMWAL_NODE__METRICS_LISTEN": "",
+        "STREAMWAL_ETCD__ENDPOINTS": info.etcd_endpoint,
+        "STREAMWAL_TSO__KEY_PREFIX": f"/streamwal-demo-{run}",
+        "STREAMWAL_PULSAR__OPERATION_TIMEOUT_S": "1",
+        "STREAMWAL_TELEMETRY__SERVICE_NAME": _SERVICE,
+        "STREAMWAL_TELEMETRY__OTLP_ENDPOINT": (info.otlp_endpoint or "") if traced else "",
+    }
+    base = load_config(environ={**os.environ, **env})
+    telemetry = setup_telemetry(base)
+    broker_port = int(info.pulsar_url.rsplit(":", 1)[1])
+    async with FaultProxy(broker_port) as proxy:
+        one_cfg = load_config(
+            environ={
+                **os.environ,
+                **env,
+                "STREAMWAL_NODE__ID": "1",
+                "STREAMWAL_PULSAR__SERVICE_URL": f"pulsar://{proxy.url_host}",
+            }
         )
-        for i in range(1, 5):
-            print(f"   A appended A-{i} -> {await a.append(f'A-{i}'.encode(), {'who': 'A'})}")
-        print("== node B opens the same channel for writing: the broker fences A")
-        b = await node_b.open(channel, AccessMode.READ_WRITE)
-        await b.ensure_writable()
+        async with Node(one_cfg) as one:
+            two_cfg = load_config(
+                environ={
+                    **os.environ,
+                    **env,
+                    "STREAMWAL_NODE__ID": "2",
+                    "STREAMWAL_PULSAR__SERVICE_URL": info.pulsar_url,
+                    "STREAMWAL_TSO__MODE": "remote",
+                    "STREAMWAL_TSO__REMOTE_ADDRESSES": one.address,
+                }
+            )
+            async with Node(two_cfg) as two:
+                say(f"== node 1 on {one.address} (runs the TSO), node 2 on {two.address}")
+                code, trace_id = await _scenario(one, two, proxy, info, run)
+    telemetry.shutdown()
+    if traced and info.jaeger_url and trace_id and code == 0:
+        await _show_trace(info.jaeger_url, trace_id)
+    return code
+
+
+async def _scenario(
+    one: Node, two: Node, proxy: FaultProxy, info: StackInfo, run: str
+) -> tuple[int, str]:
+    a, b = f"demo-a-{run}", f"demo-b-{run}"
+    acks: dict[str, list[Ack]] = {a: [], b: []}
+    async with NodeClient(one.address) as c1, NodeClient(two.address) as c2:
+        say(f"== the broker is unreachable from node 1; assigning {a} to node 1")
+        proxy.set_mode("refuse")
+        assign = asyncio.create_task(c1.assign(a))
+        await asyncio.sleep(_UNREACHABLE_S)
+        say("   ...the broker is back")
+        proxy.set_mode("pass")
+        opened = await assign
+        say(
+            f"   {a} open on node 1: first time tick {opened.first_time_tick} "
+            f"at {opened.first_message_id_text}"
+        )
+        await c1.assign(b)
+        say(f"== node 1 owns {a} and {b}; appending 5 messages to each")
+        for channel in (a, b):
+            for i in range(5):
+                payload = f"{channel}/n1-{i}".encode()
+                ack = await c1.produce(channel, payload, vchannel=f"{channel}-v{i % 2}")
+                acks[channel].append(Ack(ack.message_id, ack.time_tick, digest(payload)))
+                say(
+                    f"   {channel} <- {payload.decode():<22} tt={ack.time_tick} "
+                    f"id={ack.message_id_text}"
+                )
+        say(f"== moving {a} to node 2 (node 2 opens it: the broker fences node 1)")
+        moved = await c2.assign(a)
+        say(
+            f"   node 2 first time tick {moved.first_time_tick} > node 1's last "
+            f"{acks[a][-1].time_tick}: {moved.first_time_tick > acks[a][-1].time_tick}"
+        )
+        try:
+            await c1.produce(a, b"too late")
+            say("   !! node 1 could still write: the fence did not hold")
+            return 1, opened.trace_id
+        except grpc.aio.AioRpcError as exc:
+            say(f"   node 1's client gets {exc.code().name}: {exc.details()}")
+        listing = await c1.list_channels()
+        say(
+            f"   node 1 now owns {[c.pchannel for c in listing.channels]}, "
+            f"reports fenced {list(listing.fenced)}"
+        )
         for i in range(3):
-            print(f"   B appended B-{i} -> {await b.append(f'B-{i}'.encode(), {'who': 'B'})}")
-        for attempt in range(2):
-            try:
-                await a.append(b"A-late", {"who": "A"})
-                print("   !! A could still append: the fence did not hold")
-                return 1
-            except ChannelFencedError as exc:
-                print(f"   A's append #{attempt + 1} after the takeover: fenced ({exc})")
-        print("== reading the whole topic back")
-        reader = await b.read(DeliveryPolicy.all())
-        for _ in range(8):
-            entry = await anext(reader)
-            print(f"   {entry.message_id!s:>8}  {entry.payload.decode()}")
-        await reader.close()
-    print("== done: nothing of A's landed after B's first message")
-    return 0
+            payload = f"{a}/n2-{i}".encode()
+            ack = await c2.produce(a, payload)
+            acks[a].append(Ack(ack.message_id, ack.time_tick, digest(payload)))
+            say(f"   {a} <- {payload.decode():<22} tt={ack.time_tick} id={ack.message_id_text}")
+        say(f"== reading {a} back from node 2")
+        count = 0
+        async for m in c2.consume(a, policy("all")):
+            say(
+                f"   {m.message_id_text:>9}  tt={m.time_tick}  node {m.source_node_id}  "
+                f"{m.type:<8} {m.payload.decode(errors='replace')}"
+            )
+            count += 1
+            if m.message_id == acks[a][-1].message_id:
+                break
+        say("== checking both logs with a plain Pulsar reader")
+        ok = True
+        for channel in (a, b):
+            raw = await read_topic(info.pulsar_url, f"persistent://public/default/{channel}")
+            report = check_history(raw, PulsarMessageId.from_bytes, acks[channel])
+            say(f"   {channel}: " + report.summary().replace("\n", "\n      "))
+            ok = ok and report.ok
+        return (0 if ok else 1), opened.trace_id
+
+
+async def _show_trace(jaeger_url: str, trace_id: str) -> None:
+    from node.stack.telemetry_query import find_traces, span_summaries
+
+    say("== the open of the first channel, as Jaeger shows it")
+    try:
+        traces = await find_traces(jaeger_url, _SERVICE, operation="wal.open", timeout=15)
+    except ConnectionError as exc:
+        say(f"   Jaeger did not answer: {exc}")
+        return
+    for trace in traces:
+        if trace.get("traceID") != trace_id:
+            continue
+        spans = span_summaries(trace)
+        attempts = [s for s in spans if s.operation == "wal.first_time_tick.attempt"]
+        failed = [
+            s
+            for s in attempts
+            if s.tags.get("error") is True or s.tags.get("otel.status_code") == "ERROR"
+        ]
+        say(
+            f"   {len(attempts)} first-time-tick attempts, {len(failed)} failed before the "
+            "broker came back"
+        )
+    say(f"   trace: {jaeger_url}/trace/{trace_id}")
+    sys.stdout.flush()
