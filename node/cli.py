@@ -22,7 +22,7 @@ _COMMAND_MODULES = (
     "node.demo",
     "node.serve",
     "node.verify",
-    "node.bench",
+    "node.bench.cli",
 )
 
 

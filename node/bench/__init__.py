@@ -1,0 +1,1 @@
+"""``streamwal bench``: WAL against the raw Pulsar client, side by side in one run."""
