@@ -52,6 +52,8 @@ async def run_open_bench(
             producer = await client.create_producer(
                 config.topic(f"bench-open-raw-{run}-{i}"),
                 access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+                batching_enabled=config.batching,  # the WAL's producer settings
+                batching_max_publish_delay_ms=config.batching_max_delay_ms,
             )
             await producer.send(b"first")
             raw_samples.append(time.perf_counter() - started)
