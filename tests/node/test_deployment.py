@@ -1,0 +1,76 @@
+"""Three node processes sharing one TSO, as in docs/deploy.md: channels move around."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from node.acks import Ack, digest
+from node.client import NodeClient
+from node.stack import StackInfo
+from node.verify import verify_channel
+from tests.node.processes import NodeProcess
+
+pytestmark = pytest.mark.integration
+
+
+async def test_three_nodes_one_tso_channels_move(
+    stack: StackInfo, tmp_path: Path, unique: str
+) -> None:
+    common = {
+        "pulsar": {"service_url": stack.pulsar_url},
+        "etcd": {"endpoints": [stack.etcd_endpoint]},
+    }
+    oracle = NodeProcess(
+        tmp_path, 1, {**common, "tso": {"mode": "in-process", "key_prefix": f"/dep-{unique}"}}
+    )
+    await oracle.start()
+    nodes = [oracle]
+    for node_id in (2, 3):
+        node = NodeProcess(
+            tmp_path,
+            node_id,
+            {**common, "tso": {"mode": "remote", "remote_addresses": [oracle.address]}},
+        )
+        await node.start()
+        nodes.append(node)
+    channels = [f"dep-{unique}-{i}" for i in range(3)]
+    acks: dict[str, list[Ack]] = {c: [] for c in channels}
+    clients = [NodeClient(n.address) for n in nodes]
+    try:
+        # three rounds: channel i lives on node (i + round) % 3
+        for round_ in range(3):
+            for i, channel in enumerate(channels):
+                owner = clients[(i + round_) % 3]
+                await owner.assign(channel)
+                for seq in range(20):
+                    payload = f"{channel}/r{round_}/{seq}".encode()
+                    a = await owner.produce(channel, payload)
+                    acks[channel].append(Ack(a.message_id, a.time_tick, digest(payload)))
+        # each channel's previous owner was fenced when it moved away
+        for i, channel in enumerate(channels):
+            previous = clients[(i + 1) % 3]
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await previous.produce(channel, b"stale")
+            assert err.value.code() in (
+                grpc.StatusCode.FAILED_PRECONDITION,
+                grpc.StatusCode.NOT_FOUND,
+            )
+        listed = {c.pchannel for c in (await clients[0].list_channels()).channels}
+        listed |= {c.pchannel for c in (await clients[1].list_channels()).channels}
+        listed |= {c.pchannel for c in (await clients[2].list_channels()).channels}
+        assert listed == set(channels)
+    finally:
+        for client in clients:
+            await client.close()
+        for node in reversed(nodes):
+            assert await node.terminate() == 0
+    for i, channel in enumerate(channels):
+        acks_file = tmp_path / f"{channel}.jsonl"
+        acks_file.write_text("".join(a.to_json() + "\n" for a in acks[channel]))
+        report = await verify_channel(stack.pulsar_url, channel, acks_file)
+        assert report.ok, report.summary()
+        assert report.acks_checked == 60
+        assert [n for n, _ in report.owners] == [(i + r) % 3 + 1 for r in range(3)]
