@@ -177,7 +177,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
             first_time_tick=wal.first_time_tick,
             first_message_id=wal.first_message_id.to_bytes(),
             first_message_id_text=str(wal.first_message_id),
-            attempts=getattr(wal.params, "attempts", 0),
+            attempts=wal.open_attempts,
             trace_id=(
                 format(span_context.trace_id, "032x") if span_context.is_valid else ""
             ),
