@@ -35,7 +35,7 @@ from node.verify import read_topic
 __all__ = ["register"]
 
 _SERVICE = "streamwal-demo"
-_UNREACHABLE_S = 0.6
+_UNREACHABLE_S = 3.0
 
 
 def register(sub: Any) -> None:

@@ -12,6 +12,8 @@ compiled packages are reused by the next build and nothing is written into the
 source tree or the user's own Go folders.
 
 Everything here blocks (it runs ``go``); the stack calls ``install`` in a thread.
+Like the rest of the stack package it does not import ``wal``, so a broken library
+module never stops the stack from coming up; a bad spec raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from pathlib import Path
 
 from node.stack.paths import StackPaths
 from node.stack.service import Progress
-from wal.errors import InvalidInputError
 
 __all__ = [
     "GoBuild",
@@ -107,6 +108,7 @@ class GoBuild:
 
     def run(self, phase: str, argv: list[str], *, cwd: Path | None = None) -> None:
         self.progress(f"{self.label}: {phase}")
+        step = " ".join([Path(argv[0]).name, *argv[1:2]])
         started = time.monotonic()
         with open(self.log, "ab") as out:
             out.write(f"$ {' '.join(argv)}\n".encode())
@@ -126,7 +128,7 @@ class GoBuild:
                         break
                     except subprocess.TimeoutExpired:
                         elapsed = time.monotonic() - started
-                        self.progress(f"{self.label}: still running {argv[0]} ({elapsed:.0f}s)")
+                        self.progress(f"{self.label}: {step} still running ({elapsed:.0f}s)")
             finally:
                 if proc.poll() is None:  # interrupted: do not leave the compiler behind
                     proc.kill()
@@ -198,16 +200,16 @@ class GoToolSpec:
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
-            raise InvalidInputError(f"name: not a plain binary name: {self.name!r}")
+            raise ValueError(f"name: not a plain binary name: {self.name!r}")
         if not self.version or "/" in self.version:
-            raise InvalidInputError(f"version: must be a non-empty tag: {self.version!r}")
+            raise ValueError(f"version: must be a non-empty tag: {self.version!r}")
         if self.tool and "@" not in self.tool:
-            raise InvalidInputError(f"tool: expected 'package@version', got {self.tool!r}")
+            raise ValueError(f"tool: expected 'package@version', got {self.tool!r}")
         for pin in self.requires:
             if "@" not in pin:
-                raise InvalidInputError(f"requires: expected 'module@version', got {pin!r}")
+                raise ValueError(f"requires: expected 'module@version', got {pin!r}")
         if not self.build_target:
-            raise InvalidInputError("target: needed when no tool is given")
+            raise ValueError("target: needed when no tool is given")
 
     @property
     def build_target(self) -> str:

@@ -157,8 +157,7 @@ class PulsarService(Service):
         staging.rename(self.lib_dir)
         (self.lib_dir / ".complete").write_text(f"{len(jars)} jars\n")
         progress(
-            f"pulsar {self.version}: {len(jars)} jars ready "
-            f"({time.monotonic() - started:.0f}s)"
+            f"pulsar {self.version}: {len(jars)} jars ready ({time.monotonic() - started:.0f}s)"
         )
 
     def prepare(self) -> None:

@@ -63,12 +63,13 @@ class Stack:
     def __init__(self, paths: StackPaths | None = None, progress: Progress = print_progress):
         self.paths = paths or StackPaths.default()
         self.progress = progress
+        # start order: Jaeger before the collector that exports to it
         self.services: dict[str, Service] = {
             s.name: s
             for s in [
                 EtcdService(self.paths),
-                PulsarService(self.paths),
                 *(cls(self.paths) for cls in _optional_services()),
+                PulsarService(self.paths),
             ]
         }
 
@@ -147,7 +148,8 @@ class Stack:
                         "by another process; stop it or run `streamwal stack status`"
                     )
         await asyncio.gather(*(asyncio.to_thread(s.install, self.progress) for s in todo))
-        await asyncio.gather(*(self._start(s) for s in todo))
+        for service in todo:  # one at a time, in dependency order
+            await self._start(service)
         return self.info()
 
     async def _start(self, service: Service) -> None:
@@ -179,8 +181,7 @@ class Stack:
         while True:
             if not is_alive(pid):
                 raise StackError(
-                    f"{service.name} exited during start-up; last lines of {log}:\n"
-                    + _tail(log)
+                    f"{service.name} exited during start-up; last lines of {log}:\n" + _tail(log)
                 )
             if await service.probe():
                 break

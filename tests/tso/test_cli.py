@@ -1,0 +1,69 @@
+"""``streamwal tso ...`` commands through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from node.cli import main
+from tso.timestamp import compose
+
+
+def test_parse_explains_a_timestamp(capsys: pytest.CaptureFixture[str]) -> None:
+    ts = compose(1_735_689_600_123, 5)  # 2025-01-01T00:00:00.123Z
+    assert main(["tso", "parse", str(ts)]) == 0
+    out = capsys.readouterr().out
+    assert f"timestamp  {ts}" in out
+    assert "2025-01-01T00:00:00.123Z" in out
+    assert "logical    5" in out
+    assert main(["tso", "parse", hex(ts), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "timestamp": ts,
+        "physical_ms": 1_735_689_600_123,
+        "physical": "2025-01-01T00:00:00.123Z",
+        "logical": 5,
+    }
+
+
+def test_parse_rejects_garbage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tso", "parse", "yesterday"]) == 1
+    assert "not a timestamp" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_now_allocates_increasing_timestamps(
+    etcd_endpoint: str, tso_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["tso", "now", "--etcd", etcd_endpoint, "--prefix", tso_prefix, "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["timestamp"] > first["timestamp"]
+    assert abs(first["physical_ms"] - time.time() * 1000) < 60_000
+    assert main(["tso", "now", "--etcd", etcd_endpoint, "--prefix", tso_prefix]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("timestamp  ")
+    assert "physical   " in out and "logical    " in out
+
+
+@pytest.mark.integration
+def test_bench_prints_one_json_object(
+    etcd_endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["tso", "bench", "--etcd", etcd_endpoint, "--duration", "0.05", "--samples", "5"]
+    assert main([*args, "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    for key in (
+        "local_allocator_per_s",
+        "oracle_generate_per_s",
+        "grpc_batched_c1_per_s",
+        "grpc_batched_c4_per_s",
+        "grpc_batched_c16_per_s",
+        "grpc_unbatched_c16_rpc_per_s",
+        "fetch_inprocess_p50_ms",
+        "fetch_grpc_p99_ms",
+    ):
+        assert figures[key] > 0, key

@@ -1,0 +1,186 @@
+"""The oracle on a real etcd: concurrency, restart, deposed leader, clock jumps."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import etcd3
+import pytest
+
+from tso.allocator import LocalAllocator
+from tso.clock import ManualClock
+from tso.config import TsoConfig
+from tso.etcd_store import EtcdStore
+from tso.inprocess import InProcessTSO
+from tso.oracle import TimestampOracle
+from tso.remote import RemoteSource
+from tso.service import TsoServer
+from tso.store import decode_window
+from tso.timestamp import split
+from wal.errors import NotLeaderError, UnavailableError
+
+pytestmark = pytest.mark.integration
+
+
+def _config(endpoint: str, prefix: str, **overrides: Any) -> TsoConfig:
+    values: dict[str, Any] = {
+        "etcd_endpoints": (endpoint,),
+        "key_prefix": prefix,
+        "unavailable_after_s": 5.0,
+    }
+    values.update(overrides)
+    return TsoConfig(**values)
+
+
+async def _four_callers(allocator: LocalAllocator, total: int) -> list[list[int]]:
+    per_caller = total // 4
+
+    async def caller() -> list[int]:
+        out = []
+        for i in range(per_caller):
+            out.append(await allocator.allocate())
+            if i % 97 == 0:
+                await asyncio.sleep(0)  # interleave the callers within ranges too
+        return out
+
+    return list(await asyncio.gather(*(caller() for _ in range(4))))
+
+
+def _assert_monotonic_and_unique(results: list[list[int]]) -> None:
+    for values in results:
+        assert all(a < b for a, b in itertools.pairwise(values))
+    everything = [v for values in results for v in values]
+    assert len(set(everything)) == len(everything)
+
+
+async def test_100k_allocations_from_4_callers_in_process(
+    etcd_endpoint: str, tso_prefix: str
+) -> None:
+    async with InProcessTSO(_config(etcd_endpoint, tso_prefix)) as tso:
+        results = await _four_callers(tso.allocator(), 100_000)
+    _assert_monotonic_and_unique(results)
+    assert sum(len(r) for r in results) == 100_000
+
+
+async def test_100k_allocations_from_4_callers_over_grpc(
+    etcd_endpoint: str, tso_prefix: str
+) -> None:
+    async with (
+        InProcessTSO(_config(etcd_endpoint, tso_prefix)) as tso,
+        TsoServer(tso.oracle, "127.0.0.1:0") as server,
+    ):
+        allocator = LocalAllocator(RemoteSource(server.address), 1000, close_source=True)
+        async with allocator:
+            results = await _four_callers(allocator, 100_000)
+    _assert_monotonic_and_unique(results)
+
+
+async def test_restart_with_a_clock_behind_starts_above_every_earlier_timestamp(
+    etcd_endpoint: str, tso_prefix: str
+) -> None:
+    config = _config(etcd_endpoint, tso_prefix)
+    async with InProcessTSO(config) as first:
+        allocator = first.allocator(batch_size=10)
+        earlier = [await allocator.allocate() for _ in range(500)]
+        saved_window = first.oracle.stats.last_saved_ms
+    behind = ManualClock(offset_ms=-10_000)
+    async with InProcessTSO(config, clock=behind) as second:
+        ts = await second.allocator().allocate()
+    assert ts > max(earlier)
+    physical, _ = split(ts)
+    # The clock said ten seconds ago; the saved window decided where to start.
+    assert physical == saved_window + 1
+    assert physical > behind.wall_ms() + 5_000
+
+
+async def test_clock_jumping_back_10s_never_regresses(etcd_endpoint: str, tso_prefix: str) -> None:
+    clock = ManualClock()
+    config = _config(etcd_endpoint, tso_prefix, save_window_s=0.5)
+    async with InProcessTSO(config, clock=clock) as tso:
+        allocator = tso.allocator(batch_size=5)
+        seen = [await allocator.allocate() for _ in range(200)]
+        clock.shift(-10_000)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 1.5  # many update ticks and several window saves
+        while loop.time() < until:
+            seen.append(await allocator.allocate())
+            await asyncio.sleep(0.002)
+        stats = tso.oracle.stats
+    assert all(a < b for a, b in itertools.pairwise(seen))
+    assert stats.clock_went_back >= 1
+    assert stats.step_downs == 0
+
+
+async def test_a_deposed_leader_cannot_persist_and_stops_serving(
+    etcd_endpoint: str, tso_prefix: str
+) -> None:
+    # A long lease (keepalive every 10 s) and a short window (a save every ~0.2 s):
+    # the rejected save, not the keepalive, is what deposes the leader here.
+    config = _config(etcd_endpoint, tso_prefix, lease_ttl_s=30, save_window_s=0.2)
+    oracle = TimestampOracle(config, address="old-leader:1")
+    await oracle.start()
+    try:
+        await oracle.wait_serving()
+        served = [await oracle.generate() for _ in range(100)]
+        lease = oracle.lease_id
+        assert lease is not None
+        host, port = config.endpoints[0]
+        admin = etcd3.client(host, port, timeout=5)
+        try:
+            await asyncio.to_thread(admin.revoke_lease, lease)
+        finally:
+            admin.close()
+
+        # Its own fenced save now fails ...
+        async with EtcdStore([etcd_endpoint]) as store:
+            with pytest.raises(NotLeaderError):
+                await store.save_window(
+                    config.timestamp_key,
+                    oracle.stats.last_saved_ms + 10_000,
+                    previous_ms=oracle.stats.last_saved_ms,
+                    leader_key=config.leader_key,
+                    leader_value=oracle.identity,
+                )
+
+            # ... and so does the update loop's: it stops serving and forgets its state.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 5.0
+            while oracle.stats.step_downs == 0:
+                assert loop.time() < deadline, "the deposed leader kept serving"
+                served.append(await oracle.generate())
+                await asyncio.sleep(0.01)
+            assert (oracle.stats.last_step_down_reason or "").startswith("window save rejected")
+            raw = await store.get(config.timestamp_key)
+        assert raw is not None
+        # Nothing it served lies above what etcd holds: a successor starts higher.
+        assert max(split(ts)[0] for ts in served) < decode_window(raw)
+    finally:
+        await oracle.close()
+
+
+async def test_a_follower_refuses_and_names_the_leader(etcd_endpoint: str, tso_prefix: str) -> None:
+    config = _config(etcd_endpoint, tso_prefix)
+    async with InProcessTSO(config, address="leader-host:7000") as leader:
+        follower = TimestampOracle(config, address="follower-host:7001")
+        await follower.start()
+        try:
+            with pytest.raises(NotLeaderError) as info:
+                await follower.wait_serving(3.0, fail_if_follower=True)
+            assert info.value.leader == "leader-host:7000"
+            assert leader.oracle.is_serving
+        finally:
+            await follower.close()
+
+
+async def test_no_etcd_gives_unavailable_within_the_bound() -> None:
+    config = TsoConfig(
+        etcd_endpoints=("127.0.0.1:1",), key_prefix="/nowhere", unavailable_after_s=0.5
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(UnavailableError):
+        async with InProcessTSO(config):
+            pass
+    assert loop.time() - started < 3.0

@@ -1,0 +1,202 @@
+"""Message values and the wire format (docs/wire-format.md)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from adaptors.memory import MemoryMessageId
+from wal.backend import BackendMessage
+from wal.errors import DecodeError, InvalidInputError
+from wal.message import ImmutableMessage, MessageType, MutableMessage, decode, encode
+
+
+def _persist(msg: MutableMessage, offset: int = 7) -> tuple[BackendMessage, ImmutableMessage]:
+    payload, properties = encode(msg)
+    message_id = MemoryMessageId(offset)
+    return BackendMessage(message_id, payload, properties), msg.into_immutable(message_id)
+
+
+def _decode(raw: BackendMessage) -> ImmutableMessage:
+    return decode(raw, MemoryMessageId.from_bytes)
+
+
+def test_only_the_time_tick_is_a_system_message() -> None:
+    assert [t for t in MessageType if t.is_system] == [MessageType.TIME_TICK]
+    assert MessageType.from_wire("CreateCollection") is MessageType.CREATE_COLLECTION
+    assert MessageType.from_wire("nope") is None
+
+
+def test_encoding_is_the_documented_one() -> None:
+    msg = MutableMessage(
+        MessageType.INSERT, b"row", vchannel="v1", properties={"k": "v"}, version=3
+    ).stamped(123456789, MemoryMessageId(5), 42)
+    payload, properties = encode(msg)
+    assert payload == b"row"
+    assert properties == {
+        "k": "v",
+        "_t": "Insert",
+        "_v": "3",
+        "_tt": "123456789",
+        "_src": "42",
+        "_vc": "v1",
+        "_lc": "0000000000000005",
+    }
+
+
+def test_round_trip_keeps_every_field() -> None:
+    msg = (
+        MutableMessage(MessageType.DELETE, b"\x00\xff", vchannel="v9", properties={"a": "b"})
+        .with_time_tick(99)
+        .with_last_confirmed(MemoryMessageId(3))
+        .with_source(0)
+    )
+    raw, expected = _persist(msg)
+    decoded = _decode(raw)
+    assert decoded == expected
+    assert decoded.last_confirmed == MemoryMessageId(3)
+    assert decoded.properties == {"a": "b"}
+
+
+def test_a_time_tick_without_last_confirmed_confirms_itself() -> None:
+    msg = MutableMessage(MessageType.TIME_TICK).stamped(10, None, 1)
+    raw, expected = _persist(msg, offset=11)
+    assert "_lc" not in raw.properties
+    assert "_vc" not in raw.properties
+    decoded = _decode(raw)
+    assert decoded.last_confirmed == MemoryMessageId(11) == expected.last_confirmed
+    assert decoded.vchannel == ""
+
+
+@given(
+    msg_type=st.sampled_from([t for t in MessageType if not t.is_system]),
+    payload=st.binary(max_size=64),
+    vchannel=st.text(max_size=8),
+    properties=st.dictionaries(
+        st.text(min_size=1, max_size=6).filter(lambda k: not k.startswith("_")),
+        st.text(max_size=6),
+        max_size=4,
+    ),
+    version=st.integers(min_value=1, max_value=2**32),
+    time_tick=st.integers(min_value=0, max_value=2**64 - 1),
+    source=st.integers(min_value=0, max_value=2**63),
+    last_confirmed=st.integers(min_value=0, max_value=2**64 - 1),
+)
+def test_round_trip_property(
+    msg_type: MessageType,
+    payload: bytes,
+    vchannel: str,
+    properties: dict[str, str],
+    version: int,
+    time_tick: int,
+    source: int,
+    last_confirmed: int,
+) -> None:
+    msg = MutableMessage(
+        msg_type, payload, vchannel=vchannel, properties=properties, version=version
+    ).stamped(time_tick, MemoryMessageId(last_confirmed), source)
+    raw, expected = _persist(msg)
+    assert _decode(raw) == expected
+
+
+@pytest.mark.parametrize("key", ["_x", "_t", "", "_"])
+def test_user_properties_may_not_use_reserved_keys(key: str) -> None:
+    with pytest.raises(InvalidInputError):
+        MutableMessage(MessageType.USER, properties={key: "v"})
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"payload": "text"},
+        {"version": 0},
+        {"vchannel": 3},
+        {"time_tick": -1},
+        {"time_tick": 2**64},
+        {"source": -1},
+        {"properties": {"k": 1}},
+    ],
+)
+def test_invalid_fields_are_rejected(kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidInputError):
+        MutableMessage(MessageType.USER, **kwargs)  # type: ignore[arg-type]
+
+
+def test_encoding_needs_the_stamps() -> None:
+    with pytest.raises(InvalidInputError):
+        encode(MutableMessage(MessageType.USER))
+    with pytest.raises(InvalidInputError):  # only a time tick may omit last confirmed
+        encode(MutableMessage(MessageType.USER).stamped(1, None, 1))
+
+
+def _valid_properties() -> dict[str, str]:
+    return {"_t": "Insert", "_v": "1", "_tt": "5", "_src": "1", "_lc": "0000000000000001"}
+
+
+def _with(**changes: str | None) -> dict[str, str]:
+    props = _valid_properties()
+    for key, value in changes.items():
+        wire_key = "_" + key
+        if value is None:
+            props.pop(wire_key, None)
+        else:
+            props[wire_key] = value
+    return props
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {},  # a foreign producer's plain message
+        {"key": "value"},
+        _with(t=None),
+        _with(t="Upsert"),  # unknown type
+        _with(v=None),
+        _with(v="0"),
+        _with(v="one"),
+        _with(tt=None),
+        _with(tt="-5"),
+        _with(tt="05"),
+        _with(tt=" 5"),
+        _with(tt=str(2**64)),
+        _with(tt="1" * 30),
+        _with(src=None),
+        _with(src="x"),
+        _with(lc=None),  # only a time tick may omit it
+        _with(lc="zz"),
+        _with(lc="ABCDEF0000000001"),  # upper case
+        _with(lc="000"),  # odd length
+        _with(lc="00"),  # wrong id length for the backend
+        _with(lc=""),
+    ],
+)
+def test_foreign_or_corrupt_entries_raise_decode_error(properties: dict[str, str]) -> None:
+    raw = BackendMessage(MemoryMessageId(1), b"payload", properties)
+    with pytest.raises(DecodeError):
+        _decode(raw)
+
+
+def test_a_misbehaving_id_decoder_is_still_a_decode_error() -> None:
+    def broken(data: bytes) -> MemoryMessageId:
+        raise struct_error
+
+    struct_error = ValueError("boom")
+    raw = BackendMessage(MemoryMessageId(1), b"", _valid_properties())
+    with pytest.raises(DecodeError):
+        decode(raw, broken)
+
+
+def test_unknown_reserved_keys_are_ignored() -> None:
+    raw = BackendMessage(MemoryMessageId(1), b"", {**_valid_properties(), "_future": "x"})
+    assert _decode(raw).properties == {}
+
+
+def test_estimated_size_counts_payload_and_properties() -> None:
+    small = MutableMessage(MessageType.USER, b"x").stamped(1, MemoryMessageId(0), 1)
+    big = MutableMessage(MessageType.USER, b"x" * 1000, properties={"k": "v" * 100}).stamped(
+        1, MemoryMessageId(0), 1
+    )
+    a = small.into_immutable(MemoryMessageId(1)).estimated_size
+    b = big.into_immutable(MemoryMessageId(1)).estimated_size
+    assert b - a == 999 + 101

@@ -1,0 +1,58 @@
+"""TSO: an etcd-lease timestamp oracle whose timestamps never go back.
+
+The oracle (:class:`TimestampOracle`) is the leader side, after TiDB PD; callers use
+a :class:`LocalAllocator` over a source: :class:`OracleSource` in-process, or
+:class:`RemoteSource` on the gRPC service (:class:`TsoServer`) of the leader.
+"""
+
+from tso.allocator import LocalAllocator, TimestampAllocator, TimestampSource
+from tso.clock import Clock, ManualClock, SystemClock
+from tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from tso.etcd_store import EtcdStore
+from tso.inprocess import InProcessTSO, OracleSource
+from tso.memory_store import MemoryStore
+from tso.oracle import OracleStats, TimestampOracle
+from tso.remote import RemoteSource
+from tso.service import TsoServer, TsoServicer, add_tso_servicer
+from tso.store import CoordinationStore, LeaderRecord
+from tso.timestamp import (
+    LOGICAL_BITS,
+    MAX_LOGICAL,
+    HybridTimestamp,
+    compose,
+    format_timestamp,
+    parse_timestamp,
+    physical_datetime,
+    split,
+)
+
+__all__ = [
+    "DEFAULT_ETCD_ENDPOINT",
+    "LOGICAL_BITS",
+    "MAX_LOGICAL",
+    "Clock",
+    "CoordinationStore",
+    "EtcdStore",
+    "HybridTimestamp",
+    "InProcessTSO",
+    "LeaderRecord",
+    "LocalAllocator",
+    "ManualClock",
+    "MemoryStore",
+    "OracleSource",
+    "OracleStats",
+    "RemoteSource",
+    "SystemClock",
+    "TimestampAllocator",
+    "TimestampOracle",
+    "TimestampSource",
+    "TsoConfig",
+    "TsoServer",
+    "TsoServicer",
+    "add_tso_servicer",
+    "compose",
+    "format_timestamp",
+    "parse_timestamp",
+    "physical_datetime",
+    "split",
+]

@@ -1,0 +1,190 @@
+"""``streamwal tso ...``: operator commands of the timestamp oracle.
+
+- ``tso now``: allocate one timestamp from the cluster on ``--etcd``/``--prefix``
+  (through the leader's TSO service when one serves, else by briefly leading here);
+- ``tso parse TS``: explain a timestamp (no I/O);
+- ``tso serve``: run an oracle with its gRPC service until interrupted;
+- ``tso bench``: the TSO benchmark (also ``streamwal bench tso`` once wired).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from typing import Any
+
+from tso import bench
+from tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from tso.etcd_store import EtcdStore
+from tso.inprocess import InProcessTSO
+from tso.oracle import TimestampOracle
+from tso.remote import RemoteSource
+from tso.service import TsoServer
+from tso.store import LeaderRecord
+from tso.timestamp import HybridTimestamp, parse_timestamp
+from wal.errors import DecodeError, StreamwalError, UnavailableError
+
+__all__ = ["add_etcd_arguments", "allocate_one", "config_from_args", "register"]
+
+
+def add_etcd_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--etcd`` (repeatable, or comma-separated) and ``--prefix``."""
+    parser.add_argument(
+        "--etcd",
+        action="append",
+        metavar="HOST:PORT",
+        help=f"etcd endpoint(s) (default: {DEFAULT_ETCD_ENDPOINT}, the local stack's)",
+    )
+    parser.add_argument(
+        "--prefix",
+        default="/streamwal",
+        help="key prefix of the TSO cluster (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        help="seconds to wait for etcd or a serving leader (default: %(default)s)",
+    )
+
+
+def config_from_args(args: argparse.Namespace, **overrides: Any) -> TsoConfig:
+    """A :class:`TsoConfig` from the arguments of :func:`add_etcd_arguments`."""
+    given = args.etcd or [DEFAULT_ETCD_ENDPOINT]
+    endpoints = [e.strip() for item in given for e in item.split(",")]
+    return TsoConfig(
+        etcd_endpoints=tuple(e for e in endpoints if e),
+        key_prefix=args.prefix,
+        unavailable_after_s=args.timeout,
+        **overrides,
+    )
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("tso", help="timestamp oracle: allocate, explain, serve, bench")
+    parser.set_defaults(func=lambda _args: _usage(parser))
+    sub = parser.add_subparsers(dest="tso_command", metavar="TSO_COMMAND")
+
+    now = sub.add_parser("now", help="allocate one timestamp and print it")
+    add_etcd_arguments(now)
+    now.add_argument("--json", action="store_true", help="print one JSON object")
+    now.set_defaults(func=_now)
+
+    parse = sub.add_parser("parse", help="explain a timestamp (no I/O)")
+    parse.add_argument("ts", metavar="TS", help="a timestamp, decimal or 0x hex")
+    parse.add_argument("--json", action="store_true", help="print one JSON object")
+    parse.set_defaults(func=_parse)
+
+    serve = sub.add_parser("serve", help="run an oracle and its gRPC service until interrupted")
+    add_etcd_arguments(serve)
+    serve.add_argument("--listen", default="127.0.0.1:0", help="gRPC listen address")
+    serve.add_argument("--advertise", help="address followers redirect to (default: bound)")
+    serve.add_argument("--lease-ttl", type=int, default=3, help="leader lease TTL, seconds")
+    serve.add_argument("--save-window", type=float, default=3.0, help="saved window, seconds")
+    serve.add_argument("--update-interval", type=float, default=0.05, help="seconds")
+    serve.set_defaults(func=_serve)
+
+    bench_parser = sub.add_parser("bench", help="the TSO benchmark (allocations/s, latency)")
+    bench.add_arguments(bench_parser)
+    bench_parser.set_defaults(func=bench.handler)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _print_ts(ts: int, as_json: bool) -> None:
+    info = HybridTimestamp.of(ts)
+    if as_json:
+        print(json.dumps(info.as_dict()))
+        return
+    print(f"timestamp  {info.timestamp}")
+    print(f"physical   {info.physical_iso}  ({info.physical_ms} ms since the Unix epoch, UTC)")
+    print(f"logical    {info.logical}")
+
+
+def _parse(args: argparse.Namespace) -> int:
+    try:
+        ts = parse_timestamp(args.ts)
+        _print_ts(ts, args.json)
+    except StreamwalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def allocate_one(config: TsoConfig) -> int:
+    """One timestamp from the cluster of ``config``.
+
+    Asks the leader's TSO service when the leader key names one; otherwise (or when
+    that leader does not answer) campaigns here, serves one timestamp and resigns.
+    """
+    async with EtcdStore.from_config(config) as store:
+        raw = await store.get(config.leader_key)
+    address = ""
+    if raw is not None:
+        with contextlib.suppress(DecodeError):
+            address = LeaderRecord.decode(raw).address
+    if address:
+        remote = RemoteSource(address, timeout_s=min(config.unavailable_after_s, 2.0))
+        try:
+            return await remote.fetch(1)
+        except UnavailableError:
+            pass  # a leader that died with its key still alive: wait it out below
+        finally:
+            await remote.close()
+    # A dead leader's key lives on for up to one lease: wait that out too.
+    wait_s = config.unavailable_after_s + config.lease_ttl_s
+    async with InProcessTSO(config, leader_wait_s=wait_s) as tso:
+        return await tso.source.fetch(1)
+
+
+def _now(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+        ts = asyncio.run(allocate_one(config))
+    except StreamwalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    _print_ts(ts, args.json)
+    return 0
+
+
+async def _serve_async(args: argparse.Namespace) -> int:
+    config = config_from_args(
+        args,
+        lease_ttl_s=args.lease_ttl,
+        save_window_s=args.save_window,
+        update_interval_s=args.update_interval,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    # The oracle advertises the service's address: bind first, then attach the oracle.
+    server = TsoServer(None, args.listen)
+    await server.start()
+    oracle = TimestampOracle(config, address=args.advertise or server.address)
+    server.attach(oracle)
+    try:
+        await oracle.start()
+        print(f"TSO service on {server.address} (advertised {oracle.address})", flush=True)
+        await stop.wait()
+    finally:
+        await server.close()
+        await oracle.close()
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_serve_async(args))
+    except StreamwalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,111 @@
+"""TSO configuration: one frozen value, validated when built."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from tso.timestamp import MAX_LOGICAL
+from wal.errors import InvalidInputError
+
+__all__ = ["DEFAULT_ETCD_ENDPOINT", "TsoConfig", "parse_endpoint"]
+
+DEFAULT_ETCD_ENDPOINT = "127.0.0.1:12379"
+"""The local stack's etcd."""
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """``(host, port)`` from ``host:port`` or ``http://host:port``.
+
+    Raises :class:`InvalidInputError` naming ``etcd_endpoints`` when malformed.
+    """
+    text = endpoint.strip()
+    for scheme in ("http://", "https://"):
+        if text.startswith(scheme):
+            text = text[len(scheme) :]
+    text = text.rstrip("/")
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InvalidInputError(f"etcd_endpoints: not host:port: {endpoint!r}")
+    return host, int(port_text)
+
+
+@dataclass(frozen=True)
+class TsoConfig:
+    """Settings of one TSO cluster.
+
+    ``key_prefix`` separates clusters sharing one etcd: the leader key and the saved
+    window live under ``<key_prefix>/tso/``. ``save_window_s`` is how far ahead of the
+    serving physical time the persisted bound runs; a new leader starts above it, so
+    a leader change never hands out a lower timestamp. ``unavailable_after_s`` bounds
+    how long a caller waits for a serving oracle (or etcd) before it gets
+    :class:`~wal.errors.UnavailableError`; ``etcd_timeout_s`` bounds one etcd request.
+    """
+
+    etcd_endpoints: tuple[str, ...] = (DEFAULT_ETCD_ENDPOINT,)
+    key_prefix: str = "/streamwal"
+    lease_ttl_s: int = 3
+    save_window_s: float = 3.0
+    update_interval_s: float = 0.05
+    batch_size: int = 1000
+    unavailable_after_s: float = 5.0
+    etcd_timeout_s: float = 1.0
+    _endpoints_parsed: tuple[tuple[str, int], ...] = field(
+        init=False, repr=False, compare=False, default=()
+    )
+
+    def __post_init__(self) -> None:
+        endpoints: Iterable[str] = (
+            (self.etcd_endpoints,) if isinstance(self.etcd_endpoints, str) else self.etcd_endpoints
+        )
+        endpoints = tuple(endpoints)
+        if not endpoints:
+            raise InvalidInputError("etcd_endpoints: at least one endpoint is needed")
+        parsed = tuple(parse_endpoint(e) for e in endpoints)
+        object.__setattr__(self, "etcd_endpoints", endpoints)
+        object.__setattr__(self, "_endpoints_parsed", parsed)
+
+        prefix = self.key_prefix
+        if not isinstance(prefix, str) or not prefix.strip("/") or any(c.isspace() for c in prefix):
+            raise InvalidInputError(f"key_prefix: must be a non-empty path: {prefix!r}")
+        object.__setattr__(self, "key_prefix", "/" + prefix.strip("/"))
+
+        if isinstance(self.lease_ttl_s, bool) or not isinstance(self.lease_ttl_s, int):
+            raise InvalidInputError(f"lease_ttl_s: must be whole seconds: {self.lease_ttl_s!r}")
+        if self.lease_ttl_s < 1:
+            raise InvalidInputError(f"lease_ttl_s: must be >= 1: {self.lease_ttl_s}")
+        for name in ("save_window_s", "update_interval_s", "unavailable_after_s", "etcd_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise InvalidInputError(f"{name}: must be a positive number: {value!r}")
+        if self.save_window_s * 1000 < 2:
+            raise InvalidInputError(f"save_window_s: must be at least 2 ms: {self.save_window_s}")
+        if self.save_window_s <= self.update_interval_s:
+            raise InvalidInputError(
+                f"save_window_s: must exceed update_interval_s "
+                f"({self.save_window_s} <= {self.update_interval_s})"
+            )
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
+            raise InvalidInputError(f"batch_size: must be an integer: {self.batch_size!r}")
+        if not 1 <= self.batch_size < MAX_LOGICAL:
+            raise InvalidInputError(f"batch_size: must be in [1, {MAX_LOGICAL}): {self.batch_size}")
+
+    @property
+    def endpoints(self) -> tuple[tuple[str, int], ...]:
+        """The etcd endpoints as ``(host, port)`` pairs."""
+        return self._endpoints_parsed
+
+    @property
+    def leader_key(self) -> str:
+        return f"{self.key_prefix}/tso/leader"
+
+    @property
+    def timestamp_key(self) -> str:
+        """Where the saved window (a physical millisecond bound) is persisted."""
+        return f"{self.key_prefix}/tso/timestamp"
+
+    @property
+    def save_window_ms(self) -> int:
+        return max(2, round(self.save_window_s * 1000))

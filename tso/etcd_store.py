@@ -1,0 +1,306 @@
+"""The coordination store on a real etcd, through the synchronous ``etcd3`` client.
+
+Every etcd call runs on this store's own small thread pool (never on the event
+loop), so a stalled etcd cannot starve other users of asyncio's default executor.
+Connection failures are retried with backoff until the call's bound passes, then
+surface as :class:`UnavailableError`; a call cancelled by its caller stops waiting
+at once (the thread finishes on its own, bounded by the per-request timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import etcd3
+import grpc
+from etcd3 import exceptions as etcd_exceptions
+
+from tso.config import TsoConfig, parse_endpoint
+from tso.store import LeaderRecord, encode_window
+from wal.errors import (
+    ClosedError,
+    DecodeError,
+    NotLeaderError,
+    TimestampRegressionError,
+    UnavailableError,
+)
+
+__all__ = ["EtcdStore"]
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+# A restarted etcd must be found again within a second, not after gRPC's default
+# reconnect backoff of up to two minutes.
+_GRPC_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 2_000),
+]
+# The etcd3 client marks a failed endpoint unusable for this long (its default is 300 s).
+_ENDPOINT_RETRY_S = 0.25
+
+_TRANSIENT_ETCD = (
+    etcd_exceptions.ConnectionFailedError,
+    etcd_exceptions.ConnectionTimeoutError,
+    etcd_exceptions.NoServerAvailableError,
+    etcd_exceptions.InternalServerError,
+)
+_TRANSIENT_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, _TRANSIENT_ETCD):
+        return True
+    if isinstance(exc, grpc.RpcError):
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        return code in _TRANSIENT_CODES
+    return False
+
+
+def _is_not_found(exc: BaseException) -> bool:
+    return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.NOT_FOUND
+
+
+class EtcdStore:
+    """:class:`~tso.store.CoordinationStore` on etcd.
+
+    ``request_timeout_s`` bounds one etcd request; ``unavailable_after_s`` is the
+    default bound of a whole call with its retries. After :meth:`close` every method
+    raises :class:`ClosedError`.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        request_timeout_s: float = 1.0,
+        unavailable_after_s: float = 5.0,
+    ) -> None:
+        self._endpoints = [parse_endpoint(e) for e in endpoints]
+        self._request_timeout_s = request_timeout_s
+        self._unavailable_after_s = unavailable_after_s
+        self._client: Any = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, config: TsoConfig) -> EtcdStore:
+        return cls(
+            config.etcd_endpoints,
+            request_timeout_s=config.etcd_timeout_s,
+            unavailable_after_s=config.unavailable_after_s,
+        )
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [f"{host}:{port}" for host, port in self._endpoints]
+
+    async def start(self) -> None:
+        """Build the client; connecting happens on the first request. Idempotent."""
+        if self._closed:
+            raise ClosedError("etcd store is closed")
+        if self._client is not None:
+            return
+        endpoints = [
+            etcd3.Endpoint(
+                host, port, secure=False, time_retry=_ENDPOINT_RETRY_S, opts=_GRPC_OPTIONS
+            )
+            for host, port in self._endpoints
+        ]
+        self._client = etcd3.MultiEndpointEtcd3Client(
+            endpoints=endpoints, timeout=self._request_timeout_s, failover=True
+        )
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tso-etcd")
+
+    async def close(self) -> None:
+        """Drop the connection; idempotent. Calls still running in threads end on their own."""
+        if self._closed:
+            return
+        self._closed = True
+        client, self._client = self._client, None
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:
+                _log.debug("closing the etcd client failed", exc_info=True)
+
+    async def __aenter__(self) -> EtcdStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _require(self) -> tuple[Any, ThreadPoolExecutor]:
+        if self._closed:
+            raise ClosedError("etcd store is closed")
+        if self._client is None or self._executor is None:
+            raise ClosedError("etcd store is not started")
+        return self._client, self._executor
+
+    async def _call(self, what: str, fn: Callable[[Any], _T], timeout: float | None) -> _T:
+        client, executor = self._require()
+        loop = asyncio.get_running_loop()
+        bound = self._unavailable_after_s if timeout is None else timeout
+        deadline = loop.time() + bound
+        delay = 0.05
+        last: BaseException | None = None
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                future = loop.run_in_executor(executor, fn, client)
+            except RuntimeError as exc:  # executor shut down under us
+                raise ClosedError("etcd store is closed") from exc
+            try:
+                return await asyncio.wait_for(future, remaining)
+            except TimeoutError as exc:
+                last = exc
+                break
+            except Exception as exc:
+                if not _is_transient(exc):
+                    raise UnavailableError(f"etcd {what} failed: {exc!r}") from exc
+                last = exc
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.5)
+        raise UnavailableError(
+            f"etcd {what}: no answer within {bound:.2f}s from {', '.join(self.endpoints)}"
+            + (f" ({last!r})" if last is not None and str(last) else "")
+        ) from last
+
+    async def get(self, key: str, *, timeout: float | None = None) -> bytes | None:
+        def op(client: Any) -> bytes | None:
+            value, _meta = client.get(key)
+            return bytes(value) if value is not None else None
+
+        return await self._call("get", op, timeout)
+
+    async def grant_lease(self, ttl_s: int, *, timeout: float | None = None) -> tuple[int, int]:
+        def op(client: Any) -> tuple[int, int]:
+            lease = client.lease(ttl_s)
+            return int(lease.id), int(lease.ttl)
+
+        return await self._call("lease grant", op, timeout)
+
+    async def refresh_lease(self, lease_id: int, *, timeout: float | None = None) -> int:
+        def op(client: Any) -> int:
+            for response in list(client.refresh_lease(lease_id)):
+                return max(0, int(response.TTL))
+            return 0
+
+        return await self._call("lease keepalive", op, timeout)
+
+    async def revoke_lease(self, lease_id: int, *, timeout: float | None = None) -> None:
+        def op(client: Any) -> None:
+            try:
+                client.revoke_lease(lease_id)
+            except grpc.RpcError as exc:
+                if not _is_not_found(exc):
+                    raise
+
+        await self._call("lease revoke", op, timeout)
+
+    async def create_if_absent(
+        self, key: str, value: bytes, lease_id: int, *, timeout: float | None = None
+    ) -> tuple[bool, bytes | None]:
+        def op(client: Any) -> tuple[bool, bytes | None]:
+            txn = client.transactions
+            succeeded, responses = client.transaction(
+                compare=[txn.create(key) == 0],
+                success=[txn.put(key, value, lease=lease_id)],
+                failure=[txn.get(key)],
+            )
+            if succeeded:
+                return True, value
+            kvs = responses[0] if responses else []
+            if not kvs:
+                return False, None
+            current, meta = kvs[0]
+            current = bytes(current)
+            return current == value and int(meta.lease_id) == lease_id, current
+
+        return await self._call("leader create", op, timeout)
+
+    async def delete_if_value(
+        self, key: str, value: bytes, *, timeout: float | None = None
+    ) -> bool:
+        def op(client: Any) -> bool:
+            txn = client.transactions
+            succeeded, _ = client.transaction(
+                compare=[txn.value(key) == value], success=[txn.delete(key)], failure=[]
+            )
+            return bool(succeeded)
+
+        return await self._call("guarded delete", op, timeout)
+
+    async def save_window(
+        self,
+        key: str,
+        window_ms: int,
+        *,
+        previous_ms: int | None,
+        leader_key: str,
+        leader_value: bytes,
+        timeout: float | None = None,
+    ) -> None:
+        new = encode_window(window_ms)
+
+        def op(client: Any) -> tuple[bytes | None, bytes | None] | None:
+            txn = client.transactions
+            fence = txn.create(key) == 0 if previous_ms is None else txn.value(key) < new
+            succeeded, responses = client.transaction(
+                compare=[txn.value(leader_key) == leader_value, fence],
+                success=[txn.put(key, new)],
+                failure=[txn.get(leader_key), txn.get(key)],
+            )
+            if succeeded:
+                return None
+            leader_kvs, window_kvs = responses
+            leader_now = bytes(leader_kvs[0][0]) if leader_kvs else None
+            stored = bytes(window_kvs[0][0]) if window_kvs else None
+            return leader_now, stored
+
+        outcome = await self._call("window save", op, timeout)
+        if outcome is None:
+            return
+        leader_now, stored = outcome
+        if leader_now != leader_value:
+            raise NotLeaderError(_address_of(leader_now))
+        if stored == new:  # a retried save whose first attempt had applied
+            return
+        raise TimestampRegressionError(
+            f"saved TSO window {stored!r} is not below the new window {window_ms}"
+        )
+
+
+def _address_of(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        return LeaderRecord.decode(raw).address or None
+    except DecodeError:
+        return None

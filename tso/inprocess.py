@@ -1,0 +1,113 @@
+"""Running the oracle inside the node: the single-node default."""
+
+from __future__ import annotations
+
+import logging
+
+from tso.allocator import LocalAllocator
+from tso.clock import Clock
+from tso.config import TsoConfig
+from tso.oracle import TimestampOracle
+from tso.store import CoordinationStore
+from wal.errors import ClosedError, UnavailableError
+
+__all__ = ["InProcessTSO", "OracleSource"]
+
+_log = logging.getLogger(__name__)
+
+
+class OracleSource:
+    """A :class:`~tso.allocator.TimestampSource` on an oracle in this process.
+
+    When the oracle is between terms (campaigning, etcd briefly away) a fetch waits for
+    it to serve, at most ``wait_s`` (default: the oracle's unavailable bound), then
+    raises :class:`UnavailableError`; if another node leads it raises
+    :class:`NotLeaderError` at once. It does not own the oracle.
+    """
+
+    def __init__(self, oracle: TimestampOracle, *, wait_s: float | None = None) -> None:
+        self._oracle = oracle
+        self._wait_s = wait_s
+
+    async def fetch(self, count: int) -> int:
+        try:
+            return await self._oracle.generate(count)
+        except UnavailableError:
+            await self._oracle.wait_serving(self._wait_s, fail_if_follower=True)
+            return await self._oracle.generate(count)
+
+    async def close(self) -> None:
+        """Nothing to release: the oracle belongs to whoever built it."""
+
+
+class InProcessTSO:
+    """An oracle started in this process plus allocators on it.
+
+    ``async with InProcessTSO(config) as tso:`` campaigns and waits (at most
+    ``config.unavailable_after_s``, or ``leader_wait_s``) until this node serves,
+    raising :class:`UnavailableError` or :class:`NotLeaderError` if it does not; then
+    ``tso.allocator()`` gives a :class:`LocalAllocator`. Closing closes the
+    allocators it gave out, then the oracle (which resigns).
+    """
+
+    def __init__(
+        self,
+        config: TsoConfig,
+        *,
+        address: str = "",
+        store: CoordinationStore | None = None,
+        clock: Clock | None = None,
+        leader_wait_s: float | None = None,
+    ) -> None:
+        self._config = config
+        self._oracle = TimestampOracle(config, address=address, store=store, clock=clock)
+        self._source = OracleSource(self._oracle)
+        self._leader_wait_s = leader_wait_s
+        self._allocators: list[LocalAllocator] = []
+        self._closed = False
+
+    @property
+    def oracle(self) -> TimestampOracle:
+        return self._oracle
+
+    @property
+    def source(self) -> OracleSource:
+        return self._source
+
+    async def start(self) -> None:
+        """Start the oracle and wait until it serves; on failure everything is closed."""
+        if self._closed:
+            raise ClosedError("in-process TSO is closed")
+        try:
+            await self._oracle.start()
+            await self._oracle.wait_serving(self._leader_wait_s)
+        except BaseException:
+            await self.close()
+            raise
+
+    def allocator(self, batch_size: int | None = None) -> LocalAllocator:
+        """A new allocator on this oracle (``batch_size`` defaults to the config's)."""
+        if self._closed:
+            raise ClosedError("in-process TSO is closed")
+        allocator = LocalAllocator(
+            self._source, self._config.batch_size if batch_size is None else batch_size
+        )
+        self._allocators.append(allocator)
+        return allocator
+
+    async def close(self) -> None:
+        """Close the allocators, then the oracle; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        allocators, self._allocators = self._allocators, []
+        for allocator in allocators:
+            await allocator.close()
+        await self._oracle.close()
+
+    async def __aenter__(self) -> InProcessTSO:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,128 @@
+"""What the election and the oracle need from a coordination store (etcd, in production).
+
+Every method either completes or raises a typed error: :class:`UnavailableError` when
+the store did not answer within ``timeout`` seconds (transient failures are retried
+until then), :class:`NotLeaderError` when a guarded write finds another leader,
+:class:`TimestampRegressionError` when a guarded write would not grow the saved value.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Protocol
+
+from wal.errors import DecodeError
+
+__all__ = [
+    "CoordinationStore",
+    "LeaderRecord",
+    "decode_window",
+    "encode_window",
+]
+
+_WINDOW_DIGITS = 20  # uint64 fits; fixed width so etcd's byte-wise compare orders numbers
+
+
+def encode_window(physical_ms: int) -> bytes:
+    """The stored form of a saved window: fixed-width decimal, so bytes order like numbers."""
+    if not 0 <= physical_ms < 10**_WINDOW_DIGITS:
+        raise ValueError(f"window out of range: {physical_ms}")
+    return str(physical_ms).rjust(_WINDOW_DIGITS, "0").encode("ascii")
+
+
+def decode_window(raw: bytes) -> int:
+    """Inverse of :func:`encode_window`; raises :class:`DecodeError` on anything else."""
+    if len(raw) != _WINDOW_DIGITS or not raw.isdigit():
+        raise DecodeError(f"saved TSO window is not a {_WINDOW_DIGITS}-digit number: {raw!r}")
+    return int(raw)
+
+
+@dataclass(frozen=True)
+class LeaderRecord:
+    """The leader key's value: a per-process identity and the address followers redirect to."""
+
+    id: str
+    address: str = ""
+
+    def encode(self) -> bytes:
+        return json.dumps({"id": self.id, "address": self.address}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> LeaderRecord:
+        """Raises :class:`DecodeError` when ``raw`` was not written by :meth:`encode`."""
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+                raise ValueError("no id")
+            address = data.get("address") or ""
+            if not isinstance(address, str):
+                raise ValueError("address is not a string")
+        except ValueError as exc:
+            raise DecodeError(f"TSO leader key holds a foreign value: {raw!r}") from exc
+        return cls(id=data["id"], address=address)
+
+
+class CoordinationStore(Protocol):
+    """A linearizable key-value store with leases (etcd's v3 API, reduced to what TSO uses).
+
+    ``timeout`` (seconds) bounds the whole call including retries; ``None`` means the
+    store's default bound.
+    """
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def get(self, key: str, *, timeout: float | None = None) -> bytes | None: ...
+
+    async def grant_lease(self, ttl_s: int, *, timeout: float | None = None) -> tuple[int, int]:
+        """``(lease id, granted TTL)``; the lease expires that long after its last refresh.
+
+        The store may grant more than ``ttl_s`` (etcd has a minimum).
+        """
+        ...
+
+    async def refresh_lease(self, lease_id: int, *, timeout: float | None = None) -> int:
+        """The lease's renewed TTL in seconds; ``0`` when the lease is gone (expired, revoked)."""
+        ...
+
+    async def revoke_lease(self, lease_id: int, *, timeout: float | None = None) -> None:
+        """Revoke the lease and delete its keys; a lease already gone is not an error."""
+        ...
+
+    async def create_if_absent(
+        self, key: str, value: bytes, lease_id: int, *, timeout: float | None = None
+    ) -> tuple[bool, bytes | None]:
+        """Put ``key`` bound to the lease only if it does not exist.
+
+        Returns ``(created, current value)``; a retried request that had been applied
+        (same value, same lease) counts as created.
+        """
+        ...
+
+    async def delete_if_value(
+        self, key: str, value: bytes, *, timeout: float | None = None
+    ) -> bool:
+        """Delete ``key`` only while it holds ``value``; ``True`` if it was deleted."""
+        ...
+
+    async def save_window(
+        self,
+        key: str,
+        window_ms: int,
+        *,
+        previous_ms: int | None,
+        leader_key: str,
+        leader_value: bytes,
+        timeout: float | None = None,
+    ) -> None:
+        """Persist ``window_ms`` in one transaction fenced by the leader key.
+
+        Applies only if ``leader_key`` still holds ``leader_value`` and the stored
+        window is below ``window_ms`` (or, when ``previous_ms`` is ``None``, absent).
+        Raises :class:`NotLeaderError` (naming the current leader's address when known)
+        if the fence fails, :class:`TimestampRegressionError` if the stored window is
+        not below ``window_ms``.
+        """
+        ...

@@ -1,0 +1,101 @@
+"""The ordered write path: allocate a time tick and hand the message to the backend.
+
+Both happen in one critical section, so the order in which time ticks are allocated
+is the order in which entries reach the backend, which persists them in that order:
+time ticks are strictly increasing in log order. The lock covers only ``allocate()``
+and the synchronous enqueue, not the wait for the backend's answer, so appends are
+pipelined (many in flight, one lock hold each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+
+from wal.errors import TimestampRegressionError
+from wal.interceptors.base import InterceptorParams
+from wal.interceptors.timetick.sequencer import AckSequencer, Slot
+from wal.message import MessageType, MutableMessage
+from wal.message.codec import encode_stamped
+from wal.message_id import MessageId
+
+__all__ = ["OrderedWriter"]
+
+_TIME_TICK = MutableMessage(MessageType.TIME_TICK)
+
+
+class OrderedWriter:
+    """Shared by appends and the periodic time tick of one channel.
+
+    ``dirty`` is true when a non-system message was enqueued after the last persisted
+    time tick was. ``check`` is called after the allocation, inside the critical
+    section; it raises to stop a closing or fenced WAL from enqueueing anything more.
+    """
+
+    def __init__(
+        self, params: InterceptorParams, sequencer: AckSequencer, check: Callable[[], None]
+    ) -> None:
+        self._backend = params.backend
+        self._allocator = params.allocator
+        self._node_id = params.channel.node_id
+        self._sequencer = sequencer
+        self._check = check
+        self._lock = asyncio.Lock()
+        self._last_time_tick = params.first_message.time_tick
+        self.dirty = False
+        self.pending: set[asyncio.Future[MessageId]] = set()
+
+    async def write(self, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]]:
+        """Stamp and enqueue ``msg``; the future resolves once it is persisted and published.
+
+        Cancelling the caller while it waits for the lock or the allocation enqueues
+        nothing; once this returns, the entry is the backend's.
+        """
+        async with self._lock:
+            time_tick = await self._allocate()
+            future = self._enqueue(time_tick, msg)
+            if not msg.type.is_system:
+                self.dirty = True
+            return time_tick, future
+
+    async def tick(self) -> asyncio.Future[MessageId] | None:
+        """A time tick: persisted if the channel is dirty (its future), else in memory."""
+        async with self._lock:
+            time_tick = await self._allocate()
+            if not self.dirty:
+                self._sequencer.reserve_time_tick(time_tick)
+                return None
+            future = self._enqueue(time_tick, _TIME_TICK)
+            self.dirty = False
+            return future
+
+    async def _allocate(self) -> int:
+        time_tick = await self._allocator.allocate()
+        self._check()
+        if time_tick <= self._last_time_tick:
+            raise TimestampRegressionError(
+                f"allocator returned {time_tick}, not above {self._last_time_tick}"
+            )
+        self._last_time_tick = time_tick
+        return time_tick
+
+    def _enqueue(self, time_tick: int, msg: MutableMessage) -> asyncio.Future[MessageId]:
+        sequencer = self._sequencer
+        payload, properties = encode_stamped(
+            msg, time_tick, sequencer.last_confirmed, self._node_id
+        )
+        slot, done = sequencer.reserve(time_tick, msg)
+        try:
+            future = asyncio.ensure_future(self._backend.append(payload, properties))
+        except BaseException as exc:
+            done.cancel()  # the error is raised here, not through the future
+            sequencer.abandon(slot, exc)
+            raise
+        self.pending.add(future)
+        future.add_done_callback(functools.partial(self._on_answer, slot))
+        return done
+
+    def _on_answer(self, slot: Slot, future: asyncio.Future[MessageId]) -> None:
+        self.pending.discard(future)
+        self._sequencer.resolve(slot, future)
