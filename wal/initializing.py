@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 from opentelemetry import trace
@@ -21,6 +22,7 @@ from wal.config import Backoff, WALConfig
 from wal.errors import ChannelFencedError, ClosedError, InvalidInputError
 from wal.interceptors import ChannelInfo, InterceptorParams
 from wal.message import ImmutableMessage, MessageType, MutableMessage, encode
+from wal.metrics import record_first_time_tick_attempt, record_open
 from wal.mvcc import MVCCManager
 from wal.timestamps import TimestampAllocator
 from wal.wal import WAL, ReadOnlyWAL
@@ -74,22 +76,34 @@ async def open_wal(
     if not isinstance(node_id, int) or isinstance(node_id, bool) or node_id < 0:
         raise InvalidInputError(f"node id must be an int >= 0, got {node_id!r}")
     attributes: Attributes = {ATTR_CHANNEL: channel, ATTR_NODE_ID: node_id}
-    with _tracer.start_as_current_span("wal.open", attributes=attributes):
-        backend = await opener.open(channel, AccessMode.READ_WRITE)
-        try:
-            first = await send_first_time_tick(
-                backend, allocator, node_id, config.first_time_tick_backoff
-            )
-            params = build_interceptor_params(
-                first.message, ChannelInfo(channel, node_id), backend, allocator, config
-            )
-            wal = WAL(params, opener.message_id_from_bytes, open_attempts=first.attempts)
-            await wal.start()
-        except BaseException:
-            await _close_quietly(backend)
-            raise
-        params.wal.set_result(wal)
-        return wal
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        with _tracer.start_as_current_span("wal.open", attributes=attributes):
+            backend = await opener.open(channel, AccessMode.READ_WRITE)
+            try:
+                first = await send_first_time_tick(
+                    backend, allocator, node_id, config.first_time_tick_backoff
+                )
+                params = build_interceptor_params(
+                    first.message, ChannelInfo(channel, node_id), backend, allocator, config
+                )
+                wal = WAL(params, opener.message_id_from_bytes, open_attempts=first.attempts)
+                await wal.start()
+            except BaseException:
+                await _close_quietly(backend)
+                raise
+            params.wal.set_result(wal)
+            outcome = "ok"
+            return wal
+    except ChannelFencedError:
+        outcome = "fenced"
+        raise
+    except asyncio.CancelledError:
+        outcome = "cancelled"
+        raise
+    finally:
+        record_open(channel, time.perf_counter() - started, outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +132,9 @@ async def send_first_time_tick(
         while True:
             attempt += 1
             outcome = await _traced_attempt(backend, allocator, node_id, attempt, waited)
+            record_first_time_tick_attempt(
+                channel, "ok" if isinstance(outcome, ImmutableMessage) else "error"
+            )
             if isinstance(outcome, ImmutableMessage):
                 parent.set_attribute(ATTR_ATTEMPTS, attempt)
                 parent.set_attribute(ATTR_FIRST_TIME_TICK, outcome.time_tick)

@@ -38,6 +38,7 @@ from wal.errors import (
     StreamwalError,
 )
 from wal.message import ImmutableMessage, MessageIdDecoder, decode
+from wal.metrics import record_scanner_lag
 
 __all__ = ["Scanner"]
 
@@ -129,6 +130,7 @@ class Scanner:
             if self._cursor is None:
                 await self._maybe_switch_to_buffer()
             if deliver:
+                record_scanner_lag(self.channel, msg.time_tick)
                 return msg
 
     def _check_open(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from types import TracebackType
 
 from wal.backend import BackendWAL, DeliveryPolicy
@@ -20,6 +21,7 @@ from wal.errors import ChannelFencedError, ClosedError, InvalidInputError
 from wal.interceptors import AppendResult, InterceptorChain, InterceptorParams
 from wal.message import MessageIdDecoder, MutableMessage
 from wal.message_id import MessageId
+from wal.metrics import record_append
 from wal.mvcc import MVCCManager
 from wal.scanner import Scanner
 
@@ -197,7 +199,17 @@ class WAL(_Readable):
             raise InvalidInputError(f"append takes a MutableMessage, got {type(msg).__name__}")
         if msg.type.is_system:
             raise InvalidInputError(f"{msg.type} messages are written by the WAL itself")
-        return await self._chain.append(msg)
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = await self._chain.append(msg)
+            outcome = "ok"
+            return result
+        except ChannelFencedError:
+            outcome = "fenced"
+            raise
+        finally:
+            record_append(self._channel, len(msg.payload), time.perf_counter() - started, outcome)
 
     async def _close_writer(self) -> None:
         await self._chain.close()

@@ -32,12 +32,8 @@ class NodeProcess:
         self.node_id = node_id
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        config = {
-            "node": {"id": node_id, "listen": self.address, "metrics_listen": ""},
-            **settings,
-        }
-        node_section = settings.get("node", {})
-        config["node"] = {**config["node"], **node_section}
+        base_node = {"id": node_id, "listen": self.address, "metrics_listen": ""}
+        config = {**settings, "node": {**base_node, **settings.get("node", {})}}
         self.config_path = workdir / f"node-{node_id}.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = workdir / f"node-{node_id}.log"

@@ -27,6 +27,7 @@ from wal.interceptors.buffer import WriteAheadBufferInterceptor
 from wal.interceptors.mvcc import MvccInterceptor
 from wal.interceptors.timetick import TimeTickInterceptor
 from wal.message import ImmutableMessage, MutableMessage
+from wal.metrics import record_fenced
 
 __all__ = ["INTERCEPTOR_ORDER", "InterceptorChain", "InterceptorFactory"]
 
@@ -87,6 +88,7 @@ class InterceptorChain:
         if self._fenced is not None:
             return
         self._fenced = error
+        record_fenced(self._channel)
         _log.warning("channel %s: fenced, appends stop: %s", self._channel, error)
         for interceptor in self._interceptors:
             try:
