@@ -13,7 +13,7 @@ from tso.inprocess import InProcessTSO, OracleSource
 from tso.memory_store import MemoryStore
 from tso.oracle import OracleStats, TimestampOracle
 from tso.remote import RemoteSource
-from tso.service import TsoServer, TsoServicer, add_tso_servicer
+from tso.service import TimestampGenerator, TsoServer, TsoServicer, add_tso_servicer
 from tso.store import CoordinationStore, LeaderRecord
 from tso.timestamp import (
     LOGICAL_BITS,
@@ -44,6 +44,7 @@ __all__ = [
     "RemoteSource",
     "SystemClock",
     "TimestampAllocator",
+    "TimestampGenerator",
     "TimestampOracle",
     "TimestampSource",
     "TsoConfig",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -28,6 +29,7 @@ from typing import Any
 
 from tso.allocator import LocalAllocator
 from tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from tso.etcd_store import EtcdStore
 from tso.inprocess import InProcessTSO
 from tso.remote import RemoteSource
 from tso.service import TsoServer
@@ -95,6 +97,25 @@ async def run(
 ) -> dict[str, Any]:
     """Run every measurement once and return the figures (see the module docstring)."""
     prefix = key_prefix or f"/streamwal-bench/{uuid.uuid4().hex[:12]}"
+    try:
+        return await _run(
+            prefix, etcd_endpoints, duration_s, batch_size, concurrency, latency_samples
+        )
+    finally:
+        if key_prefix is None:  # our own fresh prefix: leave nothing behind
+            async with EtcdStore(etcd_endpoints) as store:
+                with contextlib.suppress(StreamwalError):
+                    await store.delete_prefix(prefix + "/", timeout=2.0)
+
+
+async def _run(
+    prefix: str,
+    etcd_endpoints: Sequence[str],
+    duration_s: float,
+    batch_size: int,
+    concurrency: Sequence[int],
+    latency_samples: int,
+) -> dict[str, Any]:
     config = TsoConfig(
         etcd_endpoints=tuple(etcd_endpoints), key_prefix=prefix, batch_size=batch_size
     )

@@ -123,6 +123,8 @@ async def allocate_one(config: TsoConfig) -> int:
 
     Asks the leader's TSO service when the leader key names one; otherwise (or when
     that leader does not answer) campaigns here, serves one timestamp and resigns.
+    Leading here persists a new save window, so the next leader of the cluster starts
+    up to one window ahead of the wall clock (as after any leader change).
     """
     async with EtcdStore.from_config(config) as store:
         raw = await store.get(config.leader_key)

@@ -24,6 +24,7 @@ from tso.store import LeaderRecord, encode_window
 from wal.errors import (
     ClosedError,
     DecodeError,
+    InvalidInputError,
     NotLeaderError,
     TimestampRegressionError,
     UnavailableError,
@@ -174,7 +175,10 @@ class EtcdStore:
             except RuntimeError as exc:  # executor shut down under us
                 raise ClosedError("etcd store is closed") from exc
             try:
-                return await asyncio.wait_for(future, remaining)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancellation
+                # that races with the result, and the caller would never stop.
+                async with asyncio.timeout(remaining):
+                    return await future
             except TimeoutError as exc:
                 last = exc
                 break
@@ -256,6 +260,16 @@ class EtcdStore:
             return bool(succeeded)
 
         return await self._call("guarded delete", op, timeout)
+
+    async def delete_prefix(self, prefix: str, *, timeout: float | None = None) -> None:
+        """Delete every key under ``prefix`` (tools and benchmarks clean up with it)."""
+        if not prefix.strip("/"):
+            raise InvalidInputError(f"prefix: refusing to delete a root prefix: {prefix!r}")
+
+        def op(client: Any) -> None:
+            client.delete_prefix(prefix)
+
+        await self._call("delete prefix", op, timeout)
 
     async def save_window(
         self,

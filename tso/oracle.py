@@ -18,6 +18,7 @@ very next :meth:`generate` refuses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from dataclasses import dataclass
@@ -264,10 +265,9 @@ class TimestampOracle:
             if remaining <= 0:
                 raise error
             changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), min(remaining, self._campaign_retry_s))
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(remaining, self._campaign_retry_s)):
+                    await changed.wait()
 
     def _not_serving_error(self) -> StreamwalError:
         if self._closed:
@@ -296,7 +296,9 @@ class TimestampOracle:
             self._notify()
 
     async def _run(self) -> None:
-        while True:
+        # Checks _closed as well as relying on cancellation, so a cancellation lost
+        # inside a library call can never keep a closed oracle campaigning.
+        while not self._closed:
             try:
                 won = await self._election.campaign()
                 self._etcd_error = None
@@ -331,7 +333,7 @@ class TimestampOracle:
         window = start + config.save_window_ms
         if not await self._save(window, previous=saved):
             return
-        if lost.is_set() or not self._election.is_leader:
+        if lost.is_set() or self._closed or not self._election.is_leader:
             return
         self._physical, self._logical, self._last_saved = start, 0, window
         self._last_wall = now
@@ -348,7 +350,7 @@ class TimestampOracle:
         self._notify()
         while not lost.is_set():
             await asyncio.sleep(self._interval)
-            if lost.is_set():
+            if lost.is_set() or self._closed:
                 return
             if not self._election.is_leader:
                 self._step_down("lease deadline passed")
