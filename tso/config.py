@@ -52,11 +52,24 @@ class TsoConfig:
     batch_size: int = 1000
     unavailable_after_s: float = 5.0
     etcd_timeout_s: float = 1.0
+    #: etcd authentication (both or neither); the password never shows in repr
+    etcd_user: str | None = None
+    etcd_password: str | None = field(default=None, repr=False)
+    #: etcd TLS: a CA to trust (enables TLS), optionally a client certificate and key
+    etcd_ca_file: str | None = None
+    etcd_cert_file: str | None = None
+    etcd_key_file: str | None = None
     _endpoints_parsed: tuple[tuple[str, int], ...] = field(
         init=False, repr=False, compare=False, default=()
     )
 
     def __post_init__(self) -> None:
+        if (self.etcd_user is None) != (self.etcd_password is None):
+            raise InvalidInputError("etcd_user: user and password go together")
+        if (self.etcd_cert_file is None) != (self.etcd_key_file is None):
+            raise InvalidInputError("etcd_cert_file: certificate and key go together")
+        if self.etcd_cert_file is not None and self.etcd_ca_file is None:
+            raise InvalidInputError("etcd_ca_file: a client certificate needs TLS (a CA file)")
         endpoints: Iterable[str] = (
             (self.etcd_endpoints,) if isinstance(self.etcd_endpoints, str) else self.etcd_endpoints
         )

@@ -93,8 +93,16 @@ class EtcdStore:
         *,
         request_timeout_s: float = 1.0,
         unavailable_after_s: float = 5.0,
+        user: str | None = None,
+        password: str | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         self._endpoints = [parse_endpoint(e) for e in endpoints]
+        self._user = user
+        self._password = password
+        self._tls = (ca_file, cert_file, key_file)
         self._request_timeout_s = request_timeout_s
         self._unavailable_after_s = unavailable_after_s
         self._client: Any = None
@@ -107,6 +115,11 @@ class EtcdStore:
             config.etcd_endpoints,
             request_timeout_s=config.etcd_timeout_s,
             unavailable_after_s=config.unavailable_after_s,
+            user=config.etcd_user,
+            password=config.etcd_password,
+            ca_file=config.etcd_ca_file,
+            cert_file=config.etcd_cert_file,
+            key_file=config.etcd_key_file,
         )
 
     @property
@@ -119,16 +132,47 @@ class EtcdStore:
             raise ClosedError("etcd store is closed")
         if self._client is not None:
             return
+        creds = _credentials(*self._tls)
         endpoints = [
             etcd3.Endpoint(
-                host, port, secure=False, time_retry=_ENDPOINT_RETRY_S, opts=_GRPC_OPTIONS
+                host,
+                port,
+                secure=creds is not None,
+                creds=creds,
+                time_retry=_ENDPOINT_RETRY_S,
+                opts=_GRPC_OPTIONS,
             )
             for host, port in self._endpoints
         ]
-        self._client = etcd3.MultiEndpointEtcd3Client(
-            endpoints=endpoints, timeout=self._request_timeout_s, failover=True
-        )
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tso-etcd")
+
+        def build() -> Any:
+            # with a user the client authenticates in its constructor: that is I/O
+            client = etcd3.MultiEndpointEtcd3Client(
+                endpoints=endpoints,
+                timeout=self._request_timeout_s,
+                user=self._user,
+                password=self._password,
+                failover=True,
+            )
+            if creds is None:
+                # gRPC sends call credentials only over TLS; without TLS the token
+                # goes as plain metadata, which the client also attaches (as etcdctl
+                # does over http). Use TLS wherever the network is not trusted.
+                client.call_credentials = None
+            return client
+
+        if self._user is None:
+            self._client = build()
+            return
+        try:
+            self._client = await asyncio.get_running_loop().run_in_executor(
+                self._executor, build
+            )
+        except Exception as exc:
+            raise UnavailableError(
+                f"etcd authentication as {self._user!r} failed: {type(exc).__name__}"
+            ) from None
 
     async def close(self) -> None:
         """Drop the connection; idempotent. Calls still running in threads end on their own."""
@@ -318,3 +362,23 @@ def _address_of(raw: bytes | None) -> str | None:
         return LeaderRecord.decode(raw).address or None
     except DecodeError:
         return None
+
+
+def _credentials(
+    ca_file: str | None, cert_file: str | None, key_file: str | None
+) -> grpc.ChannelCredentials | None:
+    """TLS credentials for etcd, or ``None`` for plain text (no CA configured)."""
+    if ca_file is None:
+        return None
+
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(ca_file),
+        private_key=read(key_file),
+        certificate_chain=read(cert_file),
+    )

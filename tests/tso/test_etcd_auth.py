@@ -1,0 +1,64 @@
+"""etcd with authentication enabled: the oracle logs in; a wrong password is a typed error."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.tso.etcd_proc import EtcdProcess, _etcd_binary
+from tso import InProcessTSO, TsoConfig
+from wal.errors import UnavailableError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def auth_etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    etcd = EtcdProcess(tmp_path / "auth-etcd")
+    etcd.start()
+    etcdctl = str(Path(_etcd_binary()).with_name("etcdctl"))
+    for args in (
+        ["user", "add", "root:root-pw"],
+        ["user", "add", "tso:tso-pw"],
+        ["user", "grant-role", "tso", "root"],
+        ["auth", "enable"],
+    ):
+        subprocess.run(
+            [etcdctl, f"--endpoints={etcd.endpoint}", *args],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+    yield etcd
+    etcd.kill()
+
+
+async def test_oracle_authenticates_to_etcd(auth_etcd: EtcdProcess) -> None:
+    config = TsoConfig(
+        etcd_endpoints=(auth_etcd.endpoint,),
+        key_prefix="/auth-test",
+        etcd_user="tso",
+        etcd_password="tso-pw",
+    )
+    assert "tso-pw" not in repr(config)
+    async with InProcessTSO(config) as tso:
+        allocator = tso.allocator()
+        first = await allocator.allocate()
+        assert await allocator.allocate() > first
+
+
+async def test_wrong_password_is_unavailable_and_not_printed(auth_etcd: EtcdProcess) -> None:
+    config = TsoConfig(
+        etcd_endpoints=(auth_etcd.endpoint,),
+        key_prefix="/auth-test",
+        etcd_user="tso",
+        etcd_password="not-the-password",
+        unavailable_after_s=2.0,
+    )
+    with pytest.raises(UnavailableError) as err:
+        async with InProcessTSO(config):
+            pass
+    assert "not-the-password" not in str(err.value)
