@@ -3,13 +3,15 @@
 For each (payload size, concurrency) cell the raw producer and the WAL run in turn,
 ``repeats`` times, interleaved (raw, WAL, raw, WAL...) so drift on a noisy machine hits
 both; the figures are the medians. The raw producer uses the WAL's producer settings
-(batching on, 1 ms delay) so the ratio is the cost of the WAL itself: time ticks from
-the TSO, encoding, interceptors, ordering.
+(batching on, 1 ms delay, same pending limit) on a client of its own, so the ratio is
+the cost of the WAL itself: time ticks from the TSO, encoding, interceptors, ordered
+publication, the write-ahead buffer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,22 +23,32 @@ from pulsar import asyncio as pulsar_asyncio
 from adaptors.pulsar import PulsarConfig, PulsarOpener
 from adaptors.pulsar.opener import client_logger
 from node.bench.stats import median_of, ratio, summarize
+from node.bench.target import BenchTarget
 from tso import InProcessTSO, TsoConfig
 from wal.initializing import open_wal
 from wal.message import MessageType, MutableMessage
 from wal.wal import WAL
 
-__all__ = ["run_append_bench"]
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_PAYLOADS", "run_append_bench"]
+
+DEFAULT_PAYLOADS = (128, 4096, 65536)
+DEFAULT_CONCURRENCY = (1, 8, 32, 128)
 
 Append = Callable[[bytes], Awaitable[object]]
 
 
-async def _timed(
+async def timed_appends(
     append: Append, payload: bytes, concurrency: int, seconds: float
 ) -> dict[str, float]:
+    """``concurrency`` tasks appending back to back for ``seconds``; throughput and latency.
+
+    ``gc_pause_ms``: time spent in the garbage collector meanwhile (it stops every
+    appender at once, so it shows in the tail latencies).
+    """
     latencies: list[float] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
+    pauses = _GcPauses()
 
     async def worker() -> None:
         while loop.time() < deadline:
@@ -45,69 +57,125 @@ async def _timed(
             latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return summarize(latencies, time.perf_counter() - started)
+    with pauses:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    figures = summarize(latencies, time.perf_counter() - started)
+    figures["gc_pause_ms"] = round(pauses.total_s * 1000, 1)
+    return figures
+
+
+class _GcPauses:
+    """Adds up garbage-collection time while entered (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self._started = 0.0
+
+    def _callback(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.total_s += time.perf_counter() - self._started
+
+    def __enter__(self) -> _GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 async def run_append_bench(
-    pulsar_url: str,
-    etcd_endpoint: str,
+    target: BenchTarget,
     *,
-    payloads: Sequence[int] = (128, 4096),
-    concurrency: Sequence[int] = (1, 32),
+    payloads: Sequence[int] = DEFAULT_PAYLOADS,
+    concurrency: Sequence[int] = DEFAULT_CONCURRENCY,
     seconds: float = 2.0,
-    repeats: int = 3,
-    progress: Callable[[str], None] = lambda _: None,
+    repeats: int = 5,
+    warmup_s: float = 0.3,
 ) -> dict[str, Any]:
+    """Every cell of ``payloads`` x ``concurrency``; see the module docstring."""
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=pulsar_url)
+    config = PulsarConfig(service_url=target.pulsar_url)
     cells: list[dict[str, Any]] = []
-    client = pulsar_asyncio.Client(pulsar_url, logger=client_logger())
-    tso_config = TsoConfig(etcd_endpoints=(etcd_endpoint,), key_prefix=f"/bench-{run}")
-    async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
-        for size in payloads:
-            for conc in concurrency:
-                payload = b"x" * size
-                raw_topic = config.topic(f"bench-raw-{run}-{size}-{conc}")
-                producer = await client.create_producer(
-                    raw_topic,
-                    access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-                    batching_enabled=config.batching,
-                    batching_max_publish_delay_ms=config.batching_max_delay_ms,
-                    max_pending_messages=config.max_pending_messages,
-                    block_if_queue_full=False,
-                )
-                wal = await open_wal(
-                    opener, f"bench-wal-{run}-{size}-{conc}", tso.allocator(), node_id=1
-                )
+    client = pulsar_asyncio.Client(target.pulsar_url, logger=client_logger())
+    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-{run}")
+    try:
+        async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+            for size in payloads:
+                for conc in concurrency:
+                    cell = await _cell(
+                        client, opener, tso, config, run, size, conc, seconds, repeats, warmup_s
+                    )
+                    cells.append(cell)
+                    target.progress(
+                        f"append {size:>6} B x{conc:<3}: raw {cell['raw']['per_s']:>8.0f}/s "
+                        f"wal {cell['wal']['per_s']:>8.0f}/s ratio {cell['throughput_ratio']}; "
+                        f"p99 raw {cell['raw']['p99_ms']} ms wal {cell['wal']['p99_ms']} ms"
+                    )
+    finally:
+        await client.close()
+    return {
+        "seconds_per_run": seconds,
+        "repeats": repeats,
+        "warmup_s": warmup_s,
+        "producer": {
+            "batching": config.batching,
+            "batching_max_delay_ms": config.batching_max_delay_ms,
+            "max_pending_messages": config.max_pending_messages,
+        },
+        "cells": cells,
+    }
 
-                async def raw_append(data: bytes, producer: Any = producer) -> object:
-                    return await producer.send(data)
 
-                async def wal_append(data: bytes, wal: WAL = wal) -> object:
-                    return await wal.append(MutableMessage(MessageType.INSERT, data))
+async def _cell(
+    client: Any,
+    opener: PulsarOpener,
+    tso: InProcessTSO,
+    config: PulsarConfig,
+    run: str,
+    size: int,
+    conc: int,
+    seconds: float,
+    repeats: int,
+    warmup_s: float,
+) -> dict[str, Any]:
+    payload = b"x" * size
+    producer = await client.create_producer(
+        config.topic(f"bench-raw-{run}-{size}-{conc}"),
+        access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+        batching_enabled=config.batching,
+        batching_max_publish_delay_ms=config.batching_max_delay_ms,
+        max_pending_messages=config.max_pending_messages,
+        block_if_queue_full=False,
+    )
+    wal = await open_wal(opener, f"bench-wal-{run}-{size}-{conc}", tso.allocator(), node_id=1)
+    try:
 
-                await _timed(raw_append, payload, conc, 0.3)  # warm up both
-                await _timed(wal_append, payload, conc, 0.3)
-                raw_runs, wal_runs = [], []
-                for _ in range(repeats):
-                    raw_runs.append(await _timed(raw_append, payload, conc, seconds))
-                    wal_runs.append(await _timed(wal_append, payload, conc, seconds))
-                raw, walf = median_of(raw_runs), median_of(wal_runs)
-                cell = {
-                    "payload_bytes": size,
-                    "concurrency": conc,
-                    "raw": raw,
-                    "wal": walf,
-                    "throughput_ratio": ratio(walf["per_s"], raw["per_s"]),
-                    "p99_ratio": ratio(walf["p99_ms"], raw["p99_ms"]),
-                }
-                cells.append(cell)
-                progress(
-                    f"append {size:>6} B x{conc:<3}: raw {raw['per_s']:>9.0f}/s "
-                    f"wal {walf['per_s']:>9.0f}/s  ratio {cell['throughput_ratio']}"
-                )
-                await wal.close()
-                await producer.close()
-    await client.close()
-    return {"seconds_per_run": seconds, "repeats": repeats, "cells": cells}
+        async def raw_append(data: bytes) -> object:
+            return await producer.send(data)
+
+        async def wal_append(data: bytes, wal: WAL = wal) -> object:
+            return await wal.append(MutableMessage(MessageType.INSERT, data))
+
+        await timed_appends(raw_append, payload, conc, warmup_s)
+        await timed_appends(wal_append, payload, conc, warmup_s)
+        raw_runs, wal_runs = [], []
+        for _ in range(repeats):
+            raw_runs.append(await timed_appends(raw_append, payload, conc, seconds))
+            wal_runs.append(await timed_appends(wal_append, payload, conc, seconds))
+    finally:
+        await wal.close()
+        await producer.close()
+    raw, walf = median_of(raw_runs), median_of(wal_runs)
+    return {
+        "payload_bytes": size,
+        "concurrency": conc,
+        "raw": raw,
+        "wal": walf,
+        "throughput_ratio": ratio(walf["per_s"], raw["per_s"]),
+        "p50_ratio": ratio(walf["p50_ms"], raw["p50_ms"]),
+        "p99_ratio": ratio(walf["p99_ms"], raw["p99_ms"]),
+        "p999_ratio": ratio(walf["p999_ms"], raw["p999_ms"]),
+        "runs": {"raw": raw_runs, "wal": wal_runs},
+    }

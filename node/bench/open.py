@@ -1,12 +1,22 @@
-"""The open suite: open-to-ready of a WAL (fence + first time tick) against a raw
-create-producer-and-send, and the backoff schedule's cost after a broker outage."""
+"""The open suite: open-to-ready of a WAL against a raw create-producer-and-send.
+
+A WAL is ready when its first time tick is persisted: the fence (an exclusive producer
+with fencing), a timestamp from the TSO, one send. The raw baseline creates the same
+kind of producer with the WAL's settings and sends one message. Opens alternate raw,
+WAL, raw, WAL... each on a fresh topic, so topic creation on the broker is in both.
+
+The outage part: the broker is unreachable (a proxy refusing connections in front of
+it) for ``outage_s`` while a WAL opens through the proxy on a fresh client, then comes
+back; the figure is the time from its return to the WAL being ready, which is what the
+first-time-tick backoff schedule and the client's operation timeout cost.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pulsar
@@ -14,7 +24,8 @@ from pulsar import asyncio as pulsar_asyncio
 
 from adaptors.pulsar import PulsarConfig, PulsarOpener
 from adaptors.pulsar.opener import client_logger
-from node.bench.stats import percentile, ratio
+from node.bench.stats import distribution, ratio
+from node.bench.target import BenchTarget
 from node.faultproxy import FaultProxy
 from tso import InProcessTSO, TsoConfig
 from wal.initializing import open_wal
@@ -22,73 +33,103 @@ from wal.initializing import open_wal
 __all__ = ["run_open_bench"]
 
 
-def _figures(samples: list[float]) -> dict[str, float]:
-    return {
-        "n": len(samples),
-        "p50_ms": round(percentile(samples, 50) * 1000, 2),
-        "p99_ms": round(percentile(samples, 99) * 1000, 2),
-        "max_ms": round(max(samples) * 1000, 2),
-    }
-
-
 async def run_open_bench(
-    pulsar_url: str,
-    etcd_endpoint: str,
+    target: BenchTarget,
     *,
     opens: int = 100,
     outage_s: float = 1.0,
-    progress: Callable[[str], None] = lambda _: None,
+    outage_repeats: int = 3,
+    outage_operation_timeout_s: float = 1.0,
 ) -> dict[str, Any]:
+    """``opens`` raw and WAL opens, then ``outage_repeats`` opens across a broker outage."""
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=pulsar_url)
-    tso_config = TsoConfig(etcd_endpoints=(etcd_endpoint,), key_prefix=f"/bench-open-{run}")
+    config = PulsarConfig(service_url=target.pulsar_url)
+    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-open-{run}")
     raw_samples: list[float] = []
     wal_samples: list[float] = []
-    client = pulsar_asyncio.Client(pulsar_url, logger=client_logger())
-    async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
-        await opener.verify_exclusivity()  # once per node, not per open
-        for i in range(opens):
-            started = time.perf_counter()
-            producer = await client.create_producer(
-                config.topic(f"bench-open-raw-{run}-{i}"),
-                access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-                batching_enabled=config.batching,  # the WAL's producer settings
-                batching_max_publish_delay_ms=config.batching_max_delay_ms,
-            )
-            await producer.send(b"first")
-            raw_samples.append(time.perf_counter() - started)
-            await producer.close()
-
-            started = time.perf_counter()
-            wal = await open_wal(opener, f"bench-open-wal-{run}-{i}", tso.allocator(), 1)
-            wal_samples.append(time.perf_counter() - started)
-            await wal.close()
-        progress(f"open: {opens} raw and {opens} WAL opens done")
-
-        # broker unreachable for outage_s, then back: how long until ready
-        broker_port = int(pulsar_url.rsplit(":", 1)[1])
-        async with FaultProxy(broker_port) as proxy:
-            slow = PulsarConfig(service_url=f"pulsar://{proxy.url_host}", operation_timeout_s=1)
-            async with PulsarOpener(slow) as outage_opener:
-                proxy.set_mode("refuse")
-                loop = asyncio.get_running_loop()
-                started = loop.time()
-                task = asyncio.create_task(
-                    open_wal(outage_opener, f"bench-outage-{run}", tso.allocator(), 1)
+    attempts: list[int] = []
+    outages: list[dict[str, Any]] = []
+    client = pulsar_asyncio.Client(target.pulsar_url, logger=client_logger())
+    try:
+        async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+            await opener.verify_exclusivity()  # once per node, not per open
+            allocator = tso.allocator()
+            for i in range(opens):
+                started = time.perf_counter()
+                producer = await client.create_producer(
+                    config.topic(f"bench-open-raw-{run}-{i}"),
+                    access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+                    batching_enabled=config.batching,
+                    batching_max_publish_delay_ms=config.batching_max_delay_ms,
+                    max_pending_messages=config.max_pending_messages,
+                    block_if_queue_full=False,
                 )
-                await asyncio.sleep(outage_s)
-                back = loop.time()
-                proxy.set_mode("pass")
-                wal = await asyncio.wait_for(task, 60)
-                ready = loop.time()
+                await producer.send(b"first")
+                raw_samples.append(time.perf_counter() - started)
+                await producer.close()
+
+                started = time.perf_counter()
+                wal = await open_wal(opener, f"bench-open-wal-{run}-{i}", allocator, 1)
+                wal_samples.append(time.perf_counter() - started)
+                attempts.append(wal.open_attempts)
                 await wal.close()
-    await client.close()
-    raw, walf = _figures(raw_samples), _figures(wal_samples)
+            target.progress(f"open: {opens} raw and {opens} WAL opens done")
+            for i in range(outage_repeats):
+                outages.append(
+                    await _open_across_outage(
+                        target, tso, f"bench-outage-{run}-{i}", outage_s, outage_operation_timeout_s
+                    )
+                )
+                target.progress(
+                    f"open: broker back after {outage_s:g} s -> ready in "
+                    f"{outages[-1]['ready_after_broker_back_ms']} ms"
+                )
+    finally:
+        await client.close()
+    raw, walf = distribution(raw_samples), distribution(wal_samples)
+    back = [o["ready_after_broker_back_ms"] for o in outages]
     return {
+        "opens": opens,
         "raw_create_and_send": raw,
         "wal_open_to_ready": walf,
-        "p50_ratio": ratio(walf["p50_ms"], raw["p50_ms"]),
-        "outage_s": outage_s,
-        "ready_after_broker_back_ms": round((ready - back) * 1000, 1),
-        "total_open_with_outage_ms": round((ready - started) * 1000, 1),
+        "wal_open_attempts_max": max(attempts, default=0),
+        "p50_ratio": ratio(walf.get("p50_ms", 0), raw.get("p50_ms", 0)),
+        "p99_ratio": ratio(walf.get("p99_ms", 0), raw.get("p99_ms", 0)),
+        "outage": {
+            "outage_s": outage_s,
+            "operation_timeout_s": outage_operation_timeout_s,
+            "runs": outages,
+            "ready_after_broker_back_ms_median": round(statistics.median(back), 1)
+            if back
+            else None,
+        },
     }
+
+
+async def _open_across_outage(
+    target: BenchTarget, tso: InProcessTSO, channel: str, outage_s: float, op_timeout_s: float
+) -> dict[str, Any]:
+    broker_port = int(target.pulsar_url.rsplit(":", 1)[1])
+    async with FaultProxy(broker_port) as proxy:
+        slow = PulsarConfig(
+            service_url=f"pulsar://{proxy.url_host}",
+            operation_timeout_s=op_timeout_s,
+            verify_exclusivity=False,  # a node checks once at start, not per open
+        )
+        async with PulsarOpener(slow) as outage_opener:
+            proxy.set_mode("refuse")
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            task = asyncio.create_task(open_wal(outage_opener, channel, tso.allocator(), 1))
+            await asyncio.sleep(outage_s)
+            back = loop.time()
+            proxy.set_mode("pass")
+            wal = await asyncio.wait_for(task, 60)
+            ready = loop.time()
+            result = {
+                "ready_after_broker_back_ms": round((ready - back) * 1000, 1),
+                "total_open_ms": round((ready - started) * 1000, 1),
+                "attempts": wal.open_attempts,
+            }
+            await wal.close()
+    return result

@@ -1,14 +1,20 @@
-"""Figures from latency samples: throughput, percentiles, ratios."""
+"""Figures from samples: throughput, percentiles, medians of repeated runs, ratios.
+
+Every figure a suite reports goes through here, so they are rounded and named alike:
+latencies in milliseconds (``*_ms``), rates per second (``per_s``).
+"""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
-__all__ = ["percentile", "ratio", "summarize"]
+__all__ = ["distribution", "median_of", "percentile", "ratio", "summarize"]
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile (NaN without samples)."""
     if not samples:
         return float("nan")
     ordered = sorted(samples)
@@ -27,10 +33,27 @@ def summarize(latencies_s: Sequence[float], elapsed_s: float) -> dict[str, float
     }
 
 
+def distribution(samples_s: Sequence[float]) -> dict[str, float]:
+    """A latency distribution (ms) of individually timed operations (opens, takeovers)."""
+    if not samples_s:
+        return {"n": 0}
+    return {
+        "n": len(samples_s),
+        "p50_ms": round(percentile(samples_s, 50) * 1000, 2),
+        "p90_ms": round(percentile(samples_s, 90) * 1000, 2),
+        "p99_ms": round(percentile(samples_s, 99) * 1000, 2),
+        "max_ms": round(max(samples_s) * 1000, 2),
+        "mean_ms": round(statistics.fmean(samples_s) * 1000, 2),
+    }
+
+
 def median_of(runs: Sequence[dict[str, float]]) -> dict[str, float]:
     """The median of each figure across repeated runs (noisy machines)."""
     return {key: round(statistics.median(r[key] for r in runs), 3) for key in runs[0]}
 
 
 def ratio(numerator: float, denominator: float) -> float:
-    return round(numerator / denominator, 3) if denominator else float("nan")
+    """``numerator / denominator`` rounded; NaN when either is missing or zero below."""
+    if not denominator or math.isnan(denominator) or math.isnan(numerator):
+        return float("nan")
+    return round(numerator / denominator, 3)

@@ -1,0 +1,259 @@
+"""A run's report: one JSON document (every figure) and its Markdown tables.
+
+NaN (a ratio without a denominator) is written as ``null`` so the JSON stays valid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["clean", "markdown", "write"]
+
+
+def clean(value: Any) -> Any:
+    """``value`` with NaN and infinities replaced by ``None``, recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        if digits == 0 and abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.{max(digits, 2)}f}" if isinstance(value, float) else str(value)
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    rule = "|---|" + "".join("---:|" for _ in header[1:])
+    lines = ["| " + " | ".join(header) + " |", rule]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _append_md(r: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            c["payload_bytes"],
+            c["concurrency"],
+            c["raw"]["per_s"],
+            c["wal"]["per_s"],
+            c["throughput_ratio"],
+            c["raw"]["p50_ms"],
+            c["wal"]["p50_ms"],
+            c["raw"]["p99_ms"],
+            c["wal"]["p99_ms"],
+            c["p99_ratio"],
+            c["raw"]["p999_ms"],
+            c["wal"]["p999_ms"],
+            c["wal"].get("gc_pause_ms"),
+        ]
+        for c in r["cells"]
+    ]
+    head = [
+        f"{r['repeats']} interleaved runs of {r['seconds_per_run']:g} s per cell, medians; "
+        "latencies in ms; WAL GC ms: time in the garbage collector during a WAL run.",
+        "",
+    ]
+    return head + _table(
+        [
+            "payload B",
+            "appenders",
+            "raw/s",
+            "WAL/s",
+            "WAL/raw",
+            "raw p50",
+            "WAL p50",
+            "raw p99",
+            "WAL p99",
+            "p99 WAL/raw",
+            "raw p999",
+            "WAL p999",
+            "WAL GC ms",
+        ],
+        rows,
+    )
+
+
+def _dist_rows(label: str, d: dict[str, Any]) -> list[Any]:
+    return [label, d.get("n"), d.get("p50_ms"), d.get("p90_ms"), d.get("p99_ms"), d.get("max_ms")]
+
+
+def _open_md(r: dict[str, Any]) -> list[str]:
+    outage = r["outage"]
+    lines = _table(
+        ["ms", "n", "p50", "p90", "p99", "max"],
+        [
+            _dist_rows("raw create producer + send", r["raw_create_and_send"]),
+            _dist_rows("WAL open to ready (first time tick)", r["wal_open_to_ready"]),
+        ],
+    )
+    lines += [
+        f"WAL/raw: p50 {_fmt(r['p50_ratio'])}, p99 {_fmt(r['p99_ratio'])}.",
+        "",
+        f"Broker unreachable for {outage['outage_s']:g} s (client operation timeout "
+        f"{outage['operation_timeout_s']:g} s): ready "
+        + ", ".join(f"{o['ready_after_broker_back_ms']:.0f}" for o in outage["runs"])
+        + f" ms after it came back (median {_fmt(outage['ready_after_broker_back_ms_median'])}).",
+        "",
+    ]
+    return lines
+
+
+def _takeover_md(r: dict[str, Any]) -> list[str]:
+    rows = []
+    for mode in ("wal", "raw"):
+        side = r[mode]
+        rows.append(_dist_rows(f"{mode}: new owner ready", side["open"]))
+        rows.append(_dist_rows(f"{mode}: new owner's first append", side["first_append"]))
+        rows.append(_dist_rows(f"{mode}: old owner's append fails", side["old_owner_fails"]))
+    lines = [
+        f"{r['takeovers']} takeovers each, {r['appenders_on_old_owner']} appenders busy on the "
+        "old owner; ms from the new owner's open call.",
+        "",
+    ]
+    lines += _table(["ms", "n", "p50", "p90", "p99", "max"], rows)
+    for mode in ("wal", "raw"):
+        if r[mode]["failed_takeovers"]:
+            lines += [
+                f"**{mode}: {r[mode]['failed_takeovers']} takeover(s) failed**: "
+                + "; ".join(r[mode]["failure_errors"]),
+                "",
+            ]
+    lines += [
+        "Old owner errors: WAL "
+        + ", ".join(r["wal"]["old_owner_errors"])
+        + "; raw "
+        + ", ".join(r["raw"]["old_owner_errors"])
+        + ".",
+        "",
+    ]
+    return lines
+
+
+def _channels_md(r: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            p["channels"],
+            p["appenders"],
+            p["wal"]["throughput"]["per_s"],
+            p["raw"]["throughput"]["per_s"],
+            p["throughput_ratio"],
+            p["wal"]["throughput"]["p99_ms"],
+            p["raw"]["throughput"]["p99_ms"],
+            p["wal"]["rss_per_channel_mib"],
+            p["raw"]["rss_per_channel_mib"],
+            p["wal"]["idle"]["persisted_ticks_in_window_max"],
+            p["wal"]["idle"]["idle_cpu_percent"],
+            p["raw"]["idle"]["idle_cpu_percent"],
+            p["wal"]["open_all_s"],
+        ]
+        for p in r["points"]
+    ]
+    idle = r["points"][0]["wal"]["idle"] if r["points"] else {}
+    lines = [
+        f"{r['seconds']:g} s of {r['payload_bytes']} B appends; idle window "
+        f"{r['idle_s']:g} s = {_fmt(idle.get('intervals'))} time-tick intervals; "
+        "one process per point.",
+        "",
+    ]
+    return lines + _table(
+        [
+            "channels",
+            "appenders",
+            "WAL/s",
+            "raw/s",
+            "WAL/raw",
+            "WAL p99 ms",
+            "raw p99 ms",
+            "WAL MiB/ch",
+            "raw MiB/ch",
+            "idle ticks/ch in window",
+            "idle CPU % WAL",
+            "idle CPU % raw",
+            "open all s",
+        ],
+        rows,
+    )
+
+
+def _scan_md(r: dict[str, Any]) -> list[str]:
+    per_s = r["per_s"]
+    lines = [
+        f"{r['messages']} messages of {r['payload_bytes']} B ({r['entries_read']} with time "
+        f"ticks), median of {r['repeats']}.",
+        "",
+    ]
+    lines += _table(
+        ["path", "messages/s"],
+        [
+            ["raw Pulsar reader (no decoding)", per_s["raw_reader"]],
+            ["WAL catch-up from Pulsar (read-only WAL)", per_s["catch_up"]],
+            ["WAL tail from the write-ahead buffer", per_s["buffer_tail"]],
+        ],
+    )
+    ratios = (
+        f"catch-up/raw {_fmt(r['catch_up_vs_raw_ratio'])}; "
+        f"buffer/catch-up {_fmt(r['buffer_vs_catch_up_ratio'])}."
+    )
+    return [*lines, ratios, ""]
+
+
+def _tso_md(r: dict[str, Any]) -> list[str]:
+    rows = [[k, v] for k, v in r.items() if isinstance(v, int | float) and not isinstance(v, bool)]
+    return _table(["figure", "value"], rows)
+
+
+_SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
+    "append": ("Append: WAL vs raw producer", _append_md),
+    "open": ("Open to ready", _open_md),
+    "takeover": ("Takeover", _takeover_md),
+    "channels": ("Many channels on one node", _channels_md),
+    "scan": ("Scan", _scan_md),
+    "tso": ("TSO", _tso_md),
+}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report's tables; headings one level below the page's."""
+    m, v = report["machine"], report["versions"]
+    lines = [
+        f"Run {report['started_at']} ({report['duration_s']:.0f} s): {m['cpus']} CPUs "
+        f"({m['cpu_model']}), {m['memory_mib']} MiB, Python {m['python']}; "
+        f"pulsar-client {v['pulsar_client']}, Pulsar broker {v['pulsar_broker'] or '?'}, "
+        f"etcd {v['etcd'] or '?'}.",
+        "",
+    ]
+    if report["targets"]:
+        lines += ["### Targets", ""]
+        lines += _table(
+            ["suite", "target", "bound", "this run", "met"],
+            [[t["suite"], t["name"], t["bound"], t["value"], t["met"]] for t in report["targets"]],
+        )
+    for name, result in report["suites"].items():
+        title, render = _SECTIONS[name]
+        lines += [f"### {title}", "", *render(result)]
+    return "\n".join(lines)
+
+
+def write(report: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]:
+    """``<stem>.json`` and ``<stem>.md`` in ``out_dir`` (created); their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / f"{stem}.json"
+    md_path = out_dir / f"{stem}.md"
+    json_path.write_text(json.dumps(clean(report), indent=2, sort_keys=True) + "\n")
+    md_path.write_text(markdown(report) + "\n")
+    return json_path, md_path

@@ -1,0 +1,92 @@
+"""The targets a run is judged by, computed from its own figures (ratios, same run).
+
+A target whose suite did not run is left out; one whose figure is missing (NaN) is
+reported as not met.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Target", "evaluate"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target: what is measured, the bound, the figure of this run, whether it holds."""
+
+    suite: str
+    name: str
+    bound: str
+    value: float | None
+    met: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": lambda value, bound: value >= bound,
+    "<=": lambda value, bound: value <= bound,
+    "<": lambda value, bound: value < bound,
+}
+
+
+def _check(suite: str, name: str, value: float | None, op: str, bound: float) -> Target:
+    met = value is not None and not math.isnan(value) and _OPS[op](value, bound)
+    return Target(suite, name, f"{op} {bound:g}", value, met)
+
+
+def _append(result: dict[str, Any]) -> list[Target]:
+    cells = [c for c in result["cells"] if c["payload_bytes"] == 128 and c["concurrency"] == 32]
+    if not cells:
+        return []
+    cell = cells[0]
+    return [
+        _check("append", "throughput WAL/raw, 128 B x 32", cell["throughput_ratio"], ">=", 0.9),
+        _check("append", "p99 latency WAL/raw, 128 B x 32", cell["p99_ratio"], "<=", 1.2),
+    ]
+
+
+def _open(result: dict[str, Any]) -> list[Target]:
+    return [_check("open", "open-to-ready p50 WAL/raw", result["p50_ratio"], "<=", 1.5)]
+
+
+def _takeover(result: dict[str, Any]) -> list[Target]:
+    p99 = result["wal"]["first_append"].get("p99_ms")
+    failed = result["wal"]["failed_takeovers"]
+    return [
+        _check("takeover", "new owner's first append p99 (ms)", p99, "<=", 1000),
+        _check("takeover", "failed WAL takeovers", failed, "<=", 0),
+    ]
+
+
+def _channels(result: dict[str, Any]) -> list[Target]:
+    points = result["points"]
+    ticks = max(p["wal"]["idle"]["persisted_ticks_per_channel_per_interval"] for p in points)
+    many = [p for p in points if p["channels"] >= 16] or points
+    rss = max(p["wal"]["rss_per_channel_mib"] for p in many)
+    return [
+        _check("channels", "persisted ticks per idle channel per interval", ticks, "<=", 1),
+        _check("channels", "RSS per open channel (MiB), N >= 16", rss, "<", 2),
+    ]
+
+
+_RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
+    "append": _append,
+    "open": _open,
+    "takeover": _takeover,
+    "channels": _channels,
+}
+
+
+def evaluate(suites: dict[str, Any]) -> list[Target]:
+    """Every target whose suite is in ``suites`` (suite name -> its result)."""
+    targets: list[Target] = []
+    for name, rule in _RULES.items():
+        if name in suites:
+            targets.extend(rule(suites[name]))
+    return targets

@@ -1,0 +1,85 @@
+"""The ordered writer's gate: exclusion across a suspension, no suspension when free."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from wal.interceptors.timetick.writer import _Gate
+
+
+def test_a_free_gate_is_entered_without_suspending() -> None:
+    gate = _Gate()
+
+    async def enter_and_leave() -> str:
+        async with gate:
+            return "done"
+
+    coro = enter_and_leave()
+    with pytest.raises(StopIteration) as stopped:
+        coro.send(None)  # runs to the end in one step: no event-loop round trip
+    assert stopped.value.value == "done"
+
+
+async def test_holders_never_overlap_across_suspensions() -> None:
+    gate = _Gate()
+    inside = 0
+    overlaps = 0
+    order: list[int] = []
+
+    async def worker(n: int) -> None:
+        nonlocal inside, overlaps
+        async with gate:
+            inside += 1
+            overlaps += inside > 1
+            await asyncio.sleep(0)  # a suspension inside, like an allocator fetch
+            await asyncio.sleep(0)
+            order.append(n)
+            inside -= 1
+
+    await asyncio.gather(*(worker(n) for n in range(20)))
+    assert overlaps == 0
+    assert sorted(order) == list(range(20))
+
+
+async def test_a_waiter_cancelled_after_its_wake_up_passes_it_on() -> None:
+    gate = _Gate()
+    entered: list[str] = []
+
+    async def waiter(name: str) -> None:
+        async with gate:
+            entered.append(name)
+
+    await gate.__aenter__()  # this task holds the gate
+    woken = asyncio.create_task(waiter("woken"))
+    other = asyncio.create_task(waiter("other"))
+    await asyncio.sleep(0)  # both wait now, "woken" first
+    await gate.__aexit__(None, None, None)  # wakes "woken"...
+    woken.cancel()  # ...which is cancelled before it runs
+    await asyncio.wait_for(other, 1.0)  # would hang if the wake-up were lost
+    assert entered == ["other"]
+    with pytest.raises(asyncio.CancelledError):
+        await woken
+
+
+async def test_a_waiter_cancelled_while_waiting_leaves_no_trace() -> None:
+    gate = _Gate()
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with gate:
+            await release.wait()
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(gate.__aenter__())
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    release.set()
+    await first
+    async with gate:  # free again, nobody left queued
+        pass
+    assert not gate._waiters
