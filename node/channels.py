@@ -1,8 +1,14 @@
 """The channels this node owns: open (take over), look up, drop, close.
 
 Opening is serialized per channel, so two ``AssignChannel`` calls for one channel
-share one open. A WAL found fenced (another node took the channel) is dropped and
-remembered, so ``ListChannels`` can report it once.
+that overlap share one open. A later call takes the channel over again: a WAL that was
+fenced while quiet does not know it (only an append tells), so answering from it would
+leave the caller believing this node owns the channel. The new WAL is opened before
+the old one is closed: its producer fences the old one on the broker, so closing the
+old one sends the broker nothing. (A client closing a producer while another
+producer's creation fences it can deadlock a Pulsar 4.0.7 broker.) A WAL found fenced
+(another node took the channel) is dropped and remembered, so ``ListChannels`` can
+report it once.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class ChannelManager:
         self._wals: dict[str, WAL] = {}
         self._allocators: dict[str, LocalAllocator] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._opens: dict[str, int] = {}  # successful opens per channel
         self._fenced: list[str] = []
         self._closed = False
 
@@ -60,29 +67,44 @@ class ChannelManager:
     async def assign(self, channel: str) -> OpenResult:
         """Open ``channel`` for writing on this node (fencing its previous owner).
 
-        Idempotent while this node still owns it. Raises what ``open_wal`` raises:
+        Calls that overlap share one open; otherwise each call takes the channel over
+        anew (see the module docstring). Raises what ``open_wal`` raises:
         ``ChannelFencedError`` if a newer owner exists, ``CancelledError`` if cancelled.
         """
         self._check_open()
         validate_channel_name(channel)
         lock = self._locks.setdefault(channel, asyncio.Lock())
+        generation = self._opens.get(channel, 0)
         async with lock:
             self._check_open()
             current = self._wals.get(channel)
-            if current is not None and not current.is_fenced:
+            opened_meanwhile = self._opens.get(channel, 0) != generation
+            if current is not None and not current.is_fenced and opened_meanwhile:
                 return OpenResult(current, newly_opened=False)
-            if current is not None:
+            if current is not None and current.is_fenced:
                 await self._drop(channel, fenced=True)
             allocator = self._allocator_factory()
             try:
                 wal = await self._open_wal(
                     self._opener, channel, allocator, self._node_id, self._config
                 )
+            except ChannelFencedError:
+                await allocator.close()
+                if channel in self._wals:  # a newer owner exists: our previous WAL is stale
+                    await self._drop(channel, fenced=True)
+                raise
             except BaseException:
                 await allocator.close()
                 raise
+            previous = self._wals.get(channel)
+            previous_allocator = self._allocators.get(channel)
             self._wals[channel] = wal
             self._allocators[channel] = allocator
+            self._opens[channel] = self._opens.get(channel, 0) + 1
+            if previous is not None:
+                await previous.close()
+            if previous_allocator is not None:
+                await previous_allocator.close()
             return OpenResult(wal, newly_opened=True)
 
     async def get(self, channel: str) -> WAL:
@@ -98,8 +120,13 @@ class ChannelManager:
         return wal
 
     async def report_fenced(self, channel: str) -> None:
-        """Drop a channel whose WAL was fenced (called when an append found out)."""
-        if channel in self._wals:
+        """Drop a channel whose WAL was fenced (called when an append found out).
+
+        Only the WAL this node now has for the channel counts: an append that failed
+        on a WAL this node has since replaced drops nothing.
+        """
+        wal = self._wals.get(channel)
+        if wal is not None and wal.is_fenced:
             await self._drop(channel, fenced=True)
 
     async def remove(self, channel: str) -> None:

@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "node.serve",
     "node.verify",
     "node.bench.cli",
+    "node.chaos.cli",
 )
 
 

@@ -3,7 +3,8 @@
 Modes: ``pass`` (forward), ``refuse`` (accept and close at once: the peer sees a
 reset), ``blackhole`` (accept and never answer: the peer times out), plus an added
 ``latency`` per forwarded chunk. Switching to ``refuse`` or ``blackhole`` also cuts
-the connections already open, as a network partition would. Loopback only.
+the connections already open, as a network partition would; :meth:`FaultProxy.reset`
+cuts them once and keeps forwarding. Loopback only.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class FaultProxy:
         self.latency = 0.0
         self.connections = 0
         self.refused = 0
+        self.resets = 0
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -56,6 +58,12 @@ class FaultProxy:
         if mode != "pass":
             self._cut()
         _log.info("fault proxy %s -> %s: %s", self.port, self.target[1], mode)
+
+    def reset(self) -> None:
+        """Abort every open connection (both sides see a reset); new ones still pass."""
+        self.resets += 1
+        self._cut()
+        _log.info("fault proxy %s -> %s: connections reset", self.port, self.target[1])
 
     def _cut(self) -> None:
         for writer in list(self._writers):

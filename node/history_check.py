@@ -1,31 +1,57 @@
 """The history checker: what must hold of a channel's log, checked from the log alone.
 
 It reads raw backend entries (not through the WAL, so a WAL bug cannot hide itself)
-and checks:
+and checks, in log order:
 
-1. time ticks of decodable messages strictly increase in log order;
-2. every owner starts with a TimeTick that confirms itself (its first time tick);
-   a change of source node without one is a violation;
-3. after an owner's first message, no message of an earlier owner appears;
-4. every acknowledgement a client recorded is in the log at its message id, with the
-   same time tick and payload digest, and its payload is persisted exactly once
-   (clients that record acknowledgements give each append a unique payload, so a
-   second copy means an append was persisted twice).
+1. ``time-tick-order``: time ticks of decodable messages strictly increase;
+2. ``first-time-tick``: an owner's first message (a TimeTick that confirms itself) is
+   above everything before it; ``owner-start``: a node that writes without having
+   started with such a first time tick (the log's first message included);
+3. ``stale-owner``: after an owner's first message, nothing written by an earlier
+   ownership appears: neither a message of another node that owned the channel
+   before, nor one of this same node from an earlier ownership (its last-confirmed
+   id lies before the current owner's first message: every message of an ownership
+   confirms that ownership's first time tick or something after it);
+4. acknowledgements a client recorded (message id, time tick, payload digest):
+   ``ack-missing`` (no streamwal message at that id), ``ack-changed`` (a different
+   time tick or payload there), ``ack-duplicated`` (the payload is persisted more
+   than once: clients that record acknowledgements give each append a unique
+   payload, so a second copy means an append was persisted twice).
 
-Foreign or undecodable entries are counted and listed, never fatal.
+Foreign or undecodable entries are counted and listed, never fatal; an
+acknowledgement pointing at one is ``ack-changed``. ``acked_violations`` counts the
+violations that touch an acknowledged message (every ``ack-*`` one, and a log rule
+broken at an acknowledged id): a log can hold a message no client was told was
+persisted (a failed append may still land), and such a message breaking a rule is
+still a violation, but a different one from an acknowledged message breaking it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from node.acks import Ack, digest
 from wal.backend import BackendMessage
 from wal.errors import DecodeError
 from wal.message import MessageIdDecoder, MessageType, decode
+from wal.message_id import MessageId
 
-__all__ = ["HistoryReport", "Violation", "check_history"]
+__all__ = ["RULES", "HistoryReport", "Violation", "check_history"]
+
+RULES = (
+    "time-tick-order",
+    "first-time-tick",
+    "owner-start",
+    "stale-owner",
+    "ack-missing",
+    "ack-changed",
+    "ack-duplicated",
+)
+"""Every rule name a :class:`Violation` can carry."""
+
+_SHOWN = 20  # violations and foreign ids printed in a summary
 
 
 @dataclass(frozen=True)
@@ -40,16 +66,30 @@ class Violation:
 
 @dataclass
 class HistoryReport:
+    """The outcome of one check; ``ok`` when there is no violation."""
+
     messages: int = 0
     decoded: int = 0
     owners: list[tuple[int, str]] = field(default_factory=list)  # (node id, first id)
     foreign: list[str] = field(default_factory=list)
     acks_checked: int = 0
     violations: list[Violation] = field(default_factory=list)
+    acked_violations: int = 0
 
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    @property
+    def first_offending_ids(self) -> list[str]:
+        """The message ids of the violations, first occurrence first, without repeats."""
+        return list(dict.fromkeys(v.message_id for v in self.violations))
+
+    def by_rule(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for v in self.violations:
+            counts[v.rule] = counts.get(v.rule, 0) + 1
+        return counts
 
     def summary(self) -> str:
         lines = [
@@ -57,14 +97,50 @@ class HistoryReport:
             "owners: "
             + (", ".join(f"node {n} from {m}" for n, m in self.owners) if self.owners else "none"),
             f"acknowledgements checked: {self.acks_checked}",
-            f"violations: {len(self.violations)}",
+            f"violations: {len(self.violations)}"
+            + (
+                " (" + ", ".join(f"{r}: {n}" for r, n in self.by_rule().items()) + "; "
+                f"{self.acked_violations} on acknowledged messages)"
+                if self.violations
+                else ""
+            ),
         ]
-        lines += [f"  {v}" for v in self.violations[:20]]
-        if len(self.violations) > 20:
-            lines.append(f"  ... and {len(self.violations) - 20} more")
+        if self.violations:
+            lines.append("first offending message ids: " + ", ".join(self.first_offending_ids[:10]))
+        lines += [f"  {v}" for v in self.violations[:_SHOWN]]
+        if len(self.violations) > _SHOWN:
+            lines.append(f"  ... and {len(self.violations) - _SHOWN} more")
         if self.foreign:
-            lines.append("foreign or undecodable: " + ", ".join(self.foreign[:20]))
+            more = len(self.foreign) - _SHOWN
+            lines.append(
+                f"foreign or undecodable ({len(self.foreign)}): "
+                + ", ".join(self.foreign[:_SHOWN])
+                + (f" ... and {more} more" if more > 0 else "")
+            )
         return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "messages": self.messages,
+            "decoded": self.decoded,
+            "owners": [{"node": n, "first_message_id": m} for n, m in self.owners],
+            "foreign": list(self.foreign),
+            "acks_checked": self.acks_checked,
+            "acked_violations": self.acked_violations,
+            "violations": [
+                {"rule": v.rule, "message_id": v.message_id, "detail": v.detail}
+                for v in self.violations
+            ],
+            "first_offending_ids": self.first_offending_ids,
+        }
+
+
+@dataclass
+class _Ownership:
+    node: int
+    first_id: MessageId
+    first_text: str
 
 
 def check_history(
@@ -72,12 +148,14 @@ def check_history(
     message_id_from_bytes: MessageIdDecoder,
     acks: Iterable[Ack] = (),
 ) -> HistoryReport:
+    """Check ``entries`` (the whole log, in order) and ``acks`` against it; see the module."""
     report = HistoryReport()
     last_tt: int | None = None
     last_tt_id = ""
-    owner: int | None = None
-    past_owners: set[int] = set()
+    current: _Ownership | None = None
+    past_nodes: set[int] = set()
     seen: dict[bytes, tuple[int, str]] = {}
+    foreign_ids: set[bytes] = set()
     copies: dict[str, int] = {}
     for raw in entries:
         report.messages += 1
@@ -86,51 +164,93 @@ def check_history(
             msg = decode(raw, message_id_from_bytes)
         except DecodeError:
             report.foreign.append(text_id)
+            foreign_ids.add(raw.message_id.to_bytes())
             continue
         report.decoded += 1
         payload_digest = digest(msg.payload)
         seen[raw.message_id.to_bytes()] = (msg.time_tick, payload_digest)
         copies[payload_digest] = copies.get(payload_digest, 0) + 1
+        first_tick = msg.type is MessageType.TIME_TICK and msg.last_confirmed == msg.message_id
         if last_tt is not None and msg.time_tick <= last_tt:
+            rule = "first-time-tick" if first_tick else "time-tick-order"
+            what = f"node {msg.source}'s first time tick" if first_tick else "time tick"
             report.violations.append(
                 Violation(
-                    "time-tick-order",
+                    rule,
                     text_id,
-                    f"time tick {msg.time_tick} is not above {last_tt} (at {last_tt_id})",
+                    f"{what} {msg.time_tick} is not above {last_tt} (at {last_tt_id})",
                 )
             )
-        last_tt, last_tt_id = max(last_tt or 0, msg.time_tick), text_id
-        first_tick = msg.type is MessageType.TIME_TICK and msg.last_confirmed == msg.message_id
+        if last_tt is None or msg.time_tick > last_tt:
+            last_tt, last_tt_id = msg.time_tick, text_id
         if first_tick:
-            if owner is not None:
-                past_owners.add(owner)
-            owner = msg.source
-            past_owners.discard(owner)
+            if current is not None:
+                past_nodes.add(current.node)
+            past_nodes.discard(msg.source)
+            current = _Ownership(msg.source, msg.message_id, text_id)
             report.owners.append((msg.source, text_id))
-        elif owner is None or msg.source != owner:
-            rule = "stale-owner" if msg.source in past_owners else "owner-start"
-            detail = (
-                f"node {msg.source} wrote after node {owner} took over"
-                if rule == "stale-owner"
-                else f"node {msg.source} wrote without a first time tick"
-            )
-            report.violations.append(Violation(rule, text_id, detail))
+            continue
+        violation = _owner_violation(msg.source, msg.last_confirmed, current, past_nodes)
+        if violation is not None:
+            report.violations.append(Violation(violation[0], text_id, violation[1]))
+    log_violations = len(report.violations)
+    acked_ids: set[str] = set()
     for ack in acks:
         report.acks_checked += 1
         found = seen.get(ack.message_id)
-        ack_id = ack.message_id.hex()
-        try:
-            ack_id = str(message_id_from_bytes(ack.message_id))
-        except DecodeError:
-            pass
+        ack_id = _readable(ack.message_id, message_id_from_bytes)
+        acked_ids.add(ack_id)
         if found is None:
-            report.violations.append(Violation("ack", ack_id, "acknowledged message is missing"))
+            if ack.message_id in foreign_ids:
+                report.violations.append(
+                    Violation("ack-changed", ack_id, "acknowledged id holds a foreign entry")
+                )
+            else:
+                report.violations.append(
+                    Violation("ack-missing", ack_id, "acknowledged message is not in the log")
+                )
         elif found != (ack.time_tick, ack.digest):
+            time_tick, payload_digest = found
+            changes: list[str] = []
+            if time_tick != ack.time_tick:
+                changes.append(f"time tick {time_tick}, acknowledged {ack.time_tick}")
+            if payload_digest != ack.digest:
+                changes.append("another payload")
             report.violations.append(
-                Violation("ack", ack_id, "acknowledged message differs (time tick or payload)")
+                Violation("ack-changed", ack_id, "the log holds " + " and ".join(changes))
             )
         elif copies[ack.digest] != 1:
             report.violations.append(
-                Violation("ack", ack_id, f"payload persisted {copies[ack.digest]} times")
+                Violation("ack-duplicated", ack_id, f"payload persisted {copies[ack.digest]} times")
             )
+    report.acked_violations = (
+        len(report.violations)
+        - log_violations
+        + sum(1 for v in report.violations[:log_violations] if v.message_id in acked_ids)
+    )
     return report
+
+
+def _owner_violation(
+    source: int, last_confirmed: MessageId, current: _Ownership | None, past_nodes: set[int]
+) -> tuple[str, str] | None:
+    if current is None:
+        return "owner-start", f"node {source} wrote before any first time tick"
+    if source != current.node:
+        if source in past_nodes:
+            return "stale-owner", f"node {source} wrote after node {current.node} took over"
+        return "owner-start", f"node {source} wrote without a first time tick"
+    if last_confirmed < current.first_id:
+        return (
+            "stale-owner",
+            f"node {source} wrote from an earlier ownership (confirms {last_confirmed}, "
+            f"before its first time tick at {current.first_text})",
+        )
+    return None
+
+
+def _readable(message_id: bytes, message_id_from_bytes: MessageIdDecoder) -> str:
+    try:
+        return str(message_id_from_bytes(message_id))
+    except DecodeError:
+        return message_id.hex()

@@ -4,11 +4,24 @@ Start order: TSO (in-process oracle campaigns, or a remote allocator), the backe
 opener, the gRPC server. Stop order (bounded at each step): health NOT_SERVING and
 stop accepting; let in-flight RPCs finish within the grace period; close every WAL
 (each waits for its in-flight appends); close the opener; close the TSO.
+
+In-process TSO on several nodes: each node campaigns; start-up waits until either
+this node serves or another one is known to lead. A node that does not lead takes
+its timestamps from the leader's TSO service (it asks its own service, whose
+not-leader answer names the leader, then ``tso.remote_addresses``), and takes over
+serving when it wins a later election.
+
+Test only: when the environment variable ``STREAMWAL_TEST_CLOCK_FILE`` names a file,
+the in-process oracle reads its wall clock as the system clock plus the whole number
+of milliseconds in that file (re-read when the file changes), so fault tests can move
+one node's clock back while it runs. Never set it in production.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,10 +33,18 @@ from adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarOpener
 from node.channels import ChannelManager
 from node.config import NodeConfig
 from node.proto import streaming_pb2_grpc as pb_grpc
-from node.servicer import StreamingNodeServicer
-from tso import InProcessTSO, LocalAllocator, RemoteSource, TsoConfig, add_tso_servicer
+from node.servicer import MalformedRequestInterceptor, StreamingNodeServicer
+from tso import (
+    Clock,
+    LocalAllocator,
+    RemoteSource,
+    SystemClock,
+    TimestampOracle,
+    TsoConfig,
+    add_tso_servicer,
+)
 from wal.config import Backoff, WALConfig
-from wal.errors import ClosedError
+from wal.errors import ClosedError, NotLeaderError, UnavailableError
 
 __all__ = ["Node", "pulsar_config", "tso_config", "wal_config"]
 
@@ -31,6 +52,7 @@ _log = logging.getLogger(__name__)
 
 SERVICE_NAME = "streamwal.v1.StreamingNode"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+TEST_CLOCK_ENV = "STREAMWAL_TEST_CLOCK_FILE"
 
 
 def pulsar_config(config: NodeConfig) -> PulsarConfig:
@@ -79,12 +101,60 @@ def wal_config(config: NodeConfig) -> WALConfig:
     )
 
 
+class _OffsetFileClock(SystemClock):
+    """The system clock shifted by the milliseconds written in a file (fault tests only)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._stamp: tuple[int, int] | None = None
+        self._offset_ms = 0
+
+    def wall_ms(self) -> int:
+        try:
+            stat = self._path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if stamp != self._stamp:
+                self._offset_ms = int(self._path.read_text().strip() or 0)
+                self._stamp = stamp
+        except (OSError, ValueError):
+            pass  # keep the last offset: a test clock never takes the node down
+        return time.time_ns() // 1_000_000 + self._offset_ms
+
+
+def _clock() -> Clock | None:
+    path = os.environ.get(TEST_CLOCK_ENV)
+    if not path:
+        return None
+    _log.warning("test clock: the TSO wall clock follows the offset in %s", path)
+    return _OffsetFileClock(Path(path))
+
+
+class _CandidateSource:
+    """Timestamps from this node's oracle while it leads, else from the leader's service."""
+
+    def __init__(self, oracle: TimestampOracle, remote: RemoteSource) -> None:
+        self._oracle = oracle
+        self._remote = remote
+
+    async def fetch(self, count: int) -> int:
+        if self._oracle.is_serving:
+            try:
+                return await self._oracle.generate(count)
+            except (NotLeaderError, UnavailableError):
+                pass  # leadership ended just now: ask whoever leads
+        return await self._remote.fetch(count)
+
+    async def close(self) -> None:
+        """Nothing to release: the node owns the oracle and the remote source."""
+
+
 class Node:
     """``async with Node(config) as node``; ``node.port`` is the bound gRPC port."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self._tso: InProcessTSO | None = None
+        self._oracle: TimestampOracle | None = None
+        self._candidate: _CandidateSource | None = None
         self._remote: RemoteSource | None = None
         self._opener: PulsarOpener | None = None
         self._channels: ChannelManager | None = None
@@ -108,20 +178,25 @@ class Node:
             raise ClosedError("node not started")
         return self._channels
 
+    @property
+    def oracle(self) -> TimestampOracle | None:
+        """The in-process oracle (``None`` in remote mode)."""
+        return self._oracle
+
     def _allocator_factory(self) -> Callable[[], LocalAllocator]:
-        if self._tso is not None:
-            tso = self._tso
-            return tso.allocator
-        remote = self._remote
-        if remote is None:
+        source = self._candidate if self._candidate is not None else self._remote
+        if source is None:
             raise ClosedError("node not started")
         batch = self.config.tso.batch_size
-        return lambda: LocalAllocator(remote, batch)
+        return lambda: LocalAllocator(source, batch)
 
     async def start(self) -> None:
         cfg = self.config
         self._server = grpc.aio.server(
-            interceptors=[aio_server_interceptor()],  # type: ignore[no-untyped-call]
+            interceptors=[
+                aio_server_interceptor(),  # type: ignore[no-untyped-call]
+                MalformedRequestInterceptor(),
+            ],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -130,9 +205,7 @@ class Node:
         self._port = self._bind(self._server)
         try:
             if cfg.tso.mode == "in-process":
-                self._tso = InProcessTSO(tso_config(cfg), address=self.address)
-                await self._tso.start()
-                add_tso_servicer(self._server, self._tso.oracle)
+                await self._start_oracle(self._server)
             else:
                 self._remote = RemoteSource(cfg.tso.remote_addresses)
             self._opener = PulsarOpener(pulsar_config(cfg))
@@ -151,6 +224,21 @@ class Node:
             await self.close()
             raise
         _log.info("node %d serving on %s (tso %s)", cfg.node.id, self.address, cfg.tso.mode)
+
+    async def _start_oracle(self, server: grpc.aio.Server) -> None:
+        """Campaign; wait until this node serves or another node is known to lead."""
+        oracle = self._oracle = TimestampOracle(
+            tso_config(self.config), address=self.address, clock=_clock()
+        )
+        add_tso_servicer(server, oracle)
+        await oracle.start()
+        try:
+            await oracle.wait_serving(fail_if_follower=True)
+        except NotLeaderError as exc:
+            _log.info("TSO: %s leads; this node stands by as a candidate", exc.leader)
+        addresses = [self.address, *self.config.tso.remote_addresses]
+        self._remote = RemoteSource(addresses)
+        self._candidate = _CandidateSource(oracle, self._remote)
 
     def _bind(self, server: grpc.aio.Server) -> int:
         listen = self.config.node.listen
@@ -180,8 +268,8 @@ class Node:
             await self._opener.close()
         if self._remote is not None:
             await self._remote.close()
-        if self._tso is not None:
-            await self._tso.close()
+        if self._oracle is not None:
+            await self._oracle.close()
         _log.info("node %d stopped", self.config.node.id)
 
     async def __aenter__(self) -> Node:

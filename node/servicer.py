@@ -4,14 +4,15 @@ Errors map to codes a client can act on: channel not here → NOT_FOUND; fenced 
 another node → FAILED_PRECONDITION (and the channel is dropped from this node);
 bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting down
 → UNAVAILABLE. Anything unexpected is logged and returned as INTERNAL, and the node
-keeps serving.
+keeps serving. Request bytes that are not the expected protobuf message get
+INVALID_ARGUMENT (:class:`MalformedRequestInterceptor`; gRPC alone answers UNKNOWN).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
 
 import grpc
@@ -30,7 +31,7 @@ from wal.errors import (
 )
 from wal.message import ImmutableMessage, MessageType, MutableMessage
 
-__all__ = ["StreamingNodeServicer", "parse_message_type"]
+__all__ = ["MalformedRequestInterceptor", "StreamingNodeServicer", "parse_message_type"]
 
 _log = logging.getLogger(__name__)
 
@@ -178,9 +179,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
             first_message_id=wal.first_message_id.to_bytes(),
             first_message_id_text=str(wal.first_message_id),
             attempts=wal.open_attempts,
-            trace_id=(
-                format(span_context.trace_id, "032x") if span_context.is_valid else ""
-            ),
+            trace_id=(format(span_context.trace_id, "032x") if span_context.is_valid else ""),
         )
 
     async def RemoveChannel(
@@ -231,3 +230,81 @@ def _consumed(msg: ImmutableMessage) -> pb.ConsumedMessage:
         source_node_id=msg.source,
         last_confirmed_id=msg.last_confirmed.to_bytes(),
     )
+
+
+class _Malformed:
+    """Stands for request bytes that did not parse (the handler aborts on it)."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse_or_mark(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as exc:  # protobuf's DecodeError, or anything a parser raises
+            return _Malformed(f"malformed request: {type(exc).__name__}")
+
+    return parse_or_mark
+
+
+class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Answers INVALID_ARGUMENT to request bytes that are not the method's message.
+
+    gRPC reports a request that fails to deserialize as UNKNOWN, which a client cannot
+    act on; this parses leniently and lets the handler abort with a typed code.
+    """
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        changes: dict[str, Any] = {"request_deserializer": _lenient(handler.request_deserializer)}
+        if handler.unary_unary is not None:
+            changes["unary_unary"] = _checked_unary(handler.unary_unary)
+        if handler.unary_stream is not None:
+            changes["unary_stream"] = _checked_unary_stream(handler.unary_stream)
+        if handler.stream_stream is not None:
+            changes["stream_stream"] = _checked_stream(handler.stream_stream)
+        if handler.stream_unary is not None:
+            changes["stream_unary"] = _checked_stream(handler.stream_unary)
+        return handler._replace(**changes)
+
+
+async def _refuse(context: grpc.aio.ServicerContext[Any, Any], request: Any) -> None:
+    if isinstance(request, _Malformed):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.problem)
+
+
+def _checked_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await _refuse(context, request)
+        return await behavior(request, context)
+
+    return checked
+
+
+def _checked_unary_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await _refuse(context, request)
+        async for response in behavior(request, context):
+            yield response
+
+    return checked
+
+
+def _checked_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async def parsed() -> AsyncIterator[Any]:
+            async for request in requests:
+                await _refuse(context, request)
+                yield request
+
+        return behavior(parsed(), context)
+
+    return checked

@@ -1,10 +1,16 @@
-"""``streamwal verify``: check a channel's whole log with a plain Pulsar reader."""
+"""``streamwal verify``: check a channel's whole log with a plain Pulsar reader.
+
+Exit codes: 0 when the log holds no violation, 1 when it does (the summary names the
+first offending message ids), 2 when the log or the acknowledgements could not be read.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +20,7 @@ from pulsar import asyncio as pulsar_asyncio
 from adaptors.pulsar import PulsarConfig, PulsarMessageId
 from adaptors.pulsar.opener import client_logger
 from adaptors.pulsar.scanner import to_backend_message
-from node.acks import read_acks
+from node.acks import Ack, read_acks
 from node.history_check import HistoryReport, check_history
 from wal.backend import BackendMessage, validate_channel_name
 from wal.errors import StreamwalError
@@ -31,6 +37,7 @@ def register(sub: Any) -> None:
     verify.add_argument("--pulsar", default=PulsarConfig().service_url, help="broker URL")
     verify.add_argument("--tenant", default="public")
     verify.add_argument("--namespace", default="default")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.set_defaults(func=_run)
 
 
@@ -55,14 +62,17 @@ async def verify_channel(
     channel: str,
     acks_file: Path | None = None,
     *,
+    acks: Iterable[Ack] = (),
     tenant: str = "public",
     namespace: str = "default",
 ) -> HistoryReport:
+    """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and ``acks``."""
     validate_channel_name(channel)
     topic = PulsarConfig(service_url=service_url, tenant=tenant, namespace=namespace).topic(channel)
     entries = await read_topic(service_url, topic)
-    acks = list(read_acks(acks_file)) if acks_file else []
-    return check_history(entries, PulsarMessageId.from_bytes, acks)
+    recorded = list(read_acks(acks_file)) if acks_file else []
+    recorded.extend(acks)
+    return check_history(entries, PulsarMessageId.from_bytes, recorded)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -75,6 +85,9 @@ def _run(args: argparse.Namespace) -> int:
     except (StreamwalError, OSError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        print(json.dumps({"channel": args.channel, **report.as_dict()}, indent=2))
+        return 0 if report.ok else 1
     print(f"channel {args.channel}")
     print(report.summary())
     print("OK" if report.ok else "VIOLATIONS FOUND")

@@ -166,9 +166,7 @@ class EtcdStore:
             self._client = build()
             return
         try:
-            self._client = await asyncio.get_running_loop().run_in_executor(
-                self._executor, build
-            )
+            self._client = await asyncio.get_running_loop().run_in_executor(self._executor, build)
         except Exception as exc:
             raise UnavailableError(
                 f"etcd authentication as {self._user!r} failed: {type(exc).__name__}"

@@ -20,7 +20,20 @@ _fetch_latency = _meter.create_histogram(
     unit="s",
     description="Time an allocate() spent fetching a fresh timestamp range from its source",
     explicit_bucket_boundaries_advisory=(
-        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+        0.0001,
+        0.00025,
+        0.0005,
+        0.001,
+        0.0025,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1.0,
+        5.0,
     ),  # seconds
 )
 _clock_went_back = _meter.create_counter(

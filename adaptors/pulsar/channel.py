@@ -4,6 +4,29 @@ Appends go straight to the C++ producer's ``send_async`` from the event loop thr
 so the order of ``append`` calls is the order in the log and appends pipeline
 without a round trip each. A fencing result from the broker marks the channel
 fenced for good: the producer is dropped and every later append fails fast.
+
+Taking a topic over (``ExclusiveWithFencing``, the default) is two steps. A Pulsar
+4.0.7 broker reconnecting a fenced ``ExclusiveWithFencing`` producer first evicts the
+current producers and only then checks the reconnecting one's topic epoch, against
+the epoch before the update of a concurrent takeover has completed: it may accept it,
+and the old owner's pending messages then land after the new owner's first time tick
+(or the legitimate owner, evicted, resends a message already persisted). So a
+short-lived fencer in ``ExclusiveWithFencing`` mode evicts every producer and moves
+the epoch on (its creation returns once that epoch is stored) and is closed at once;
+the producer that writes is created afterwards in ``Exclusive`` mode. A reconnecting
+``Exclusive`` producer evicts nobody and is refused while any exclusive producer
+exists or once the epoch moved: a fenced owner cannot come back.
+
+Do not take one channel over from two nodes at the same time: the same broker can
+deadlock its I/O threads when a producer's creation fences another producer that its
+client is closing at that moment (lock order inversion between the topic and the
+producer), which two overlapping takeovers make likely.
+
+Interleaving guard: within one ledger, the entries of an exclusive producer are
+consecutive. A receipt whose entry is further on than the next one means another
+producer wrote in between: this producer was fenced and let back in (the race above;
+kept as a second line of defence). Such an append is persisted after a newer owner's
+messages, so it is answered as fenced (never acknowledged), and so is every later one.
 """
 
 from __future__ import annotations
@@ -34,12 +57,9 @@ __all__ = ["PulsarBackendWAL"]
 
 _log = logging.getLogger(__name__)
 
-_ACCESS_MODES = {
-    PulsarAccessMode.EXCLUSIVE_WITH_FENCING: pulsar.ProducerAccessMode.ExclusiveWithFencing,
-    PulsarAccessMode.EXCLUSIVE: pulsar.ProducerAccessMode.Exclusive,
-}
-
 _OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.ProducerBusy})
+_WRITER_ATTEMPTS = 10
+_WRITER_RETRY_S = 0.05
 
 
 class PulsarBackendWAL:
@@ -62,6 +82,7 @@ class PulsarBackendWAL:
         self._before_first_write = before_first_write
         self._on_close = on_close
         self._producer: Any = None
+        self._last_landed: PulsarMessageId | None = None
         self._fenced: ChannelFencedError | None = None
         self._closed = False
         self._lock = asyncio.Lock()
@@ -93,24 +114,18 @@ class PulsarBackendWAL:
             if self._producer is not None:
                 return
             await self._before_first_write()
+            fencing = self._config.access_mode is PulsarAccessMode.EXCLUSIVE_WITH_FENCING
+            if fencing:
+                await self._fence_others()
             try:
-                self._producer = await asyncio.wait_for(
-                    self._client.create_producer(
-                        self._topic,
-                        access_mode=_ACCESS_MODES[self._config.access_mode],
-                        batching_enabled=self._config.batching,
-                        batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
-                        max_pending_messages=self._config.max_pending_messages,
-                        block_if_queue_full=False,
-                        send_timeout_millis=self._config.send_timeout_ms,
-                    ),
-                    timeout=self._config.operation_timeout_s + 1,
-                )
+                self._producer = await self._create_writer(retry_owner_present=fencing)
             except PulsarException as exc:
-                if (
-                    self._config.access_mode is PulsarAccessMode.EXCLUSIVE
-                    and exc.error() in _OWNER_PRESENT
-                ):
+                if exc.error() in _OWNER_PRESENT:
+                    if fencing:  # another node took the topic between our fence and now
+                        self._fenced = ChannelFencedError(
+                            self._channel, f"taken over during the open: broker says {exc.error()}"
+                        )
+                        raise self._fenced from exc
                     raise UnavailableError(
                         f"channel {self._channel!r}: an earlier owner still holds the topic "
                         "(access mode Exclusive waits for it to leave)"
@@ -125,6 +140,58 @@ class PulsarBackendWAL:
                     f"answer within {self._config.operation_timeout_s:g}s"
                 ) from exc
             _log.info("channel %s: exclusive producer created on %s", self._channel, self._topic)
+
+    async def _create_writer(self, *, retry_owner_present: bool) -> Any:
+        """The writing producer (``Exclusive``); right after our own fence, the broker
+        may still be removing the fencer: try again briefly."""
+        attempts = _WRITER_ATTEMPTS if retry_owner_present else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return await asyncio.wait_for(
+                    self._client.create_producer(
+                        self._topic,
+                        access_mode=pulsar.ProducerAccessMode.Exclusive,
+                        batching_enabled=self._config.batching,
+                        batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
+                        max_pending_messages=self._config.max_pending_messages,
+                        block_if_queue_full=False,
+                        send_timeout_millis=self._config.send_timeout_ms,
+                    ),
+                    timeout=self._config.operation_timeout_s + 1,
+                )
+            except PulsarException as exc:
+                if exc.error() not in _OWNER_PRESENT or attempt == attempts:
+                    raise
+                await asyncio.sleep(_WRITER_RETRY_S)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _fence_others(self) -> None:
+        """Evict every producer of the topic and move its epoch on (see the module)."""
+        try:
+            fencer = await asyncio.wait_for(
+                self._client.create_producer(
+                    self._topic,
+                    access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+                    batching_enabled=False,
+                ),
+                timeout=self._config.operation_timeout_s + 1,
+            )
+        except PulsarException as exc:
+            raise translate(exc, channel=self._channel, what="fence") from exc
+        except TimeoutError as exc:
+            raise UnavailableError(
+                f"channel {self._channel!r}: broker {self._config.service_url} did not "
+                f"answer the fence within {self._config.operation_timeout_s:g}s"
+            ) from exc
+        try:
+            await asyncio.wait_for(fencer.close(), timeout=self._config.operation_timeout_s)
+        except PulsarException as exc:
+            if exc.error() not in FENCING_RESULTS:  # fenced already: gone from the topic
+                raise translate(exc, channel=self._channel, what="fence") from exc
+        except TimeoutError as exc:
+            raise UnavailableError(
+                f"channel {self._channel!r}: closing the fencer timed out"
+            ) from exc
 
     def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
         loop = asyncio.get_running_loop()
@@ -173,8 +240,26 @@ class PulsarBackendWAL:
     def _complete(self, future: asyncio.Future[MessageId], result: Any, message_id: Any) -> None:
         if future.done():
             return
-        if result == _pulsar.Result.Ok:
-            future.set_result(PulsarMessageId.from_pulsar(message_id))
+        if result == _pulsar.Result.Ok and self._fenced is None:
+            landed = PulsarMessageId.from_pulsar(message_id)
+            last = self._last_landed
+            if last is None or landed.ledger != last.ledger or landed.entry <= last.entry + 1:
+                if last is None or landed.ledger != last.ledger or landed > last:
+                    self._last_landed = landed
+                future.set_result(landed)
+                return
+            _log.error(
+                "channel %s: another producer wrote between our entries %s and %s: "
+                "this owner was fenced and let back in; appends stop",
+                self._channel,
+                last,
+                landed,
+            )
+            self._fenced = ChannelFencedError(
+                self._channel, f"another producer wrote between {last} and {landed}"
+            )
+        if self._fenced is not None:
+            future.set_exception(self._fenced)
             return
         error = translate(PulsarException(result), channel=self._channel, what="append")
         if result in FENCING_RESULTS and not self._closed:

@@ -70,21 +70,31 @@ class PulsarService(Service):
     name = "pulsar"
     start_timeout = 180.0
 
-    def __init__(self, paths, version: str = PULSAR_VERSION) -> None:  # type: ignore[no-untyped-def]
+    def __init__(  # type: ignore[no-untyped-def]
+        self,
+        paths,
+        version: str = PULSAR_VERSION,
+        *,
+        broker_port: int = BROKER_PORT,
+        web_port: int = WEB_PORT,
+    ) -> None:
+        """Ports default to the shared stack's; a private broker (fault tests) picks its own."""
         super().__init__(paths)
         self.version = version
+        self.broker_port = broker_port
+        self.web_port = web_port
 
     @property
     def ports(self) -> dict[str, int]:
-        return {"broker": BROKER_PORT, "web": WEB_PORT}
+        return {"broker": self.broker_port, "web": self.web_port}
 
     @property
     def url(self) -> str:
-        return f"pulsar://127.0.0.1:{BROKER_PORT}"
+        return f"pulsar://127.0.0.1:{self.broker_port}"
 
     @property
     def admin_url(self) -> str:
-        return f"http://127.0.0.1:{WEB_PORT}"
+        return f"http://127.0.0.1:{self.web_port}"
 
     @property
     def lib_dir(self) -> Path:
@@ -168,8 +178,8 @@ class PulsarService(Service):
             "\n".join(
                 [
                     "clusterName=standalone",
-                    f"brokerServicePort={BROKER_PORT}",
-                    f"webServicePort={WEB_PORT}",
+                    f"brokerServicePort={self.broker_port}",
+                    f"webServicePort={self.web_port}",
                     "bindAddress=127.0.0.1",
                     "advertisedAddress=127.0.0.1",
                     # the in-process bookie reads this file too: keep it on loopback
@@ -182,6 +192,10 @@ class PulsarService(Service):
                     "functionsWorkerEnabled=false",
                     "allowAutoTopicCreation=true",
                     "allowAutoTopicCreationType=non-partitioned",
+                    # a producer that reconnects resends what it had in flight; the
+                    # broker drops what it already persisted (by sequence id), so a
+                    # connection reset never writes an entry twice or out of order
+                    "brokerDeduplicationEnabled=true",
                     # a WAL's log must outlive the absence of subscriptions
                     "brokerDeleteInactiveTopicsEnabled=false",
                     "defaultRetentionTimeInMinutes=-1",

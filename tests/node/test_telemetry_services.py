@@ -24,6 +24,7 @@ from node.stack.telemetry_query import find_traces, span_tree_summary, spans_by_
 
 pytestmark = pytest.mark.integration
 
+
 def _paths() -> StackPaths:
     return StackPaths.default()
 

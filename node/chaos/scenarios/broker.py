@@ -1,0 +1,111 @@
+"""Broker restarts during appends and during a channel's first time tick.
+
+A private broker (the shared one is never stopped) serves two node processes, each
+owning a channel under load, and one node running in this process, whose spans are
+captured. Each round stops the broker, asks the in-process node to open a new channel
+while the broker is down, starts the broker again, and expects: the open succeeds
+after several attempts, and its trace holds one span per attempt, the failed ones in
+error and the last one not; appends on the loaded channels resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import grpc
+from opentelemetry.trace import StatusCode
+
+from node.chaos.env import ChaosEnv
+from node.chaos.result import ScenarioResult
+from node.chaos.scenarios.common import assign, tso_group
+from node.chaos.spans import captured_spans, install_span_capture
+from node.config import load_config
+from node.runtime import Node
+
+__all__ = ["run"]
+
+
+async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("broker-restart")
+    started = time.monotonic()
+    install_span_capture()
+    pulsar = await env.private_pulsar()
+    nodes = await tso_group(env, 2, pulsar_url=pulsar.url)
+    addresses = [n.address for n in nodes]
+    config = load_config(
+        environ={
+            "STREAMWAL_NODE__ID": "9",
+            "STREAMWAL_NODE__LISTEN": "127.0.0.1:0",
+            "STREAMWAL_NODE__METRICS_LISTEN": "",
+            "STREAMWAL_PULSAR__SERVICE_URL": pulsar.url,
+            "STREAMWAL_PULSAR__OPERATION_TIMEOUT_S": "2",
+            "STREAMWAL_ETCD__ENDPOINTS": env.etcd_endpoint,
+            "STREAMWAL_TSO__MODE": "remote",
+            "STREAMWAL_TSO__REMOTE_ADDRESSES": nodes[0].address,
+            "STREAMWAL_WAL__FIRST_TIME_TICK_MAX_MS": "500",
+            "OTEL_SERVICE_NAME": os.environ.get("OTEL_SERVICE_NAME", "streamwal-chaos"),
+        }
+    )
+    traffic = []
+    for i, node in enumerate(nodes):
+        channel = env.name(f"broker-{i}")
+        answer = await assign(node.address, channel)
+        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
+        t = env.traffic(channel, addresses, workers=2)
+        t.prefer(node.address)
+        await t.start()
+        traffic.append(t)
+    async with Node(config) as local:
+        for round_ in range(rounds):
+            for t in traffic:
+                result.expect(
+                    await t.wait_for_acks(10, timeout=60),
+                    f"round {round_}: {t.channel}: appends did not flow before the restart",
+                )
+            await asyncio.sleep(env.rng.uniform(0.2, 0.8))
+            await pulsar.stop()
+            result.faults += 1
+            channel = env.name(f"broker-open-{round_}")
+            opening = asyncio.create_task(assign(local.address, channel, timeout=180))
+            await asyncio.sleep(env.rng.uniform(1.0, 3.0))
+            await pulsar.start()
+            answer = await opening
+            if isinstance(answer, grpc.StatusCode):
+                result.problems.append(f"round {round_}: open during the outage: {answer.name}")
+            else:
+                _check_trace(result, round_, answer.trace_id, answer.attempts)
+                t = env.traffic(channel, [local.address], workers=1)
+                await t.start()
+                traffic.append(t)
+            for t in traffic:
+                result.expect(
+                    await t.wait_for_acks(10, timeout=60),
+                    f"round {round_}: {t.channel}: appends did not resume after the restart",
+                )
+            result.rounds += 1
+        await env.check(result, traffic, pulsar_url=pulsar.url)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _check_trace(result: ScenarioResult, round_: int, trace_id: str, attempts: int) -> None:
+    result.figures.setdefault("open attempts", []).append(attempts)
+    result.expect(attempts >= 2, f"round {round_}: the open took {attempts} attempt(s)")
+    spans = captured_spans(trace_id)
+    opens = [s for s in spans if s.name == "wal.open"]
+    tries = sorted(
+        (s for s in spans if s.name == "wal.first_time_tick.attempt"),
+        key=lambda s: int((s.attributes or {}).get("wal.attempt", 0)),  # type: ignore[arg-type]
+    )
+    result.expect(len(opens) == 1, f"round {round_}: {len(opens)} wal.open spans in the trace")
+    result.expect(
+        len(tries) == attempts,
+        f"round {round_}: {len(tries)} attempt spans for {attempts} attempts",
+    )
+    failed = [s for s in tries if s.status.status_code is StatusCode.ERROR]
+    result.expect(
+        len(failed) == attempts - 1 and bool(tries) and tries[-1] not in failed,
+        f"round {round_}: {len(failed)} of {len(tries)} attempt spans failed",
+    )

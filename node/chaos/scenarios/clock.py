@@ -1,0 +1,106 @@
+"""A clock jump back on the TSO leader, and a leader change to a node whose clock is behind.
+
+Nodes 1 and 2 run the oracle in-process, each with a test clock (the wall clock plus
+an offset read from a file, see :mod:`node.runtime`). Each round moves the leader's
+clock back by 10 to 60 seconds while appends go on (its physical time must hold, not
+go back), puts the other candidate's clock behind as well, then kills the leader: the
+candidate takes over with a clock behind the saved window and must start above it.
+Every time tick in every channel must stay above the ones before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import grpc
+
+from node.chaos.env import ChaosEnv
+from node.chaos.result import ScenarioResult
+from node.chaos.scenarios.common import assign, leader_address
+from node.chaos.scenarios.tso_leader import candidates, leader_of
+from node.chaos.traffic import Traffic
+from node.runtime import TEST_CLOCK_ENV
+
+__all__ = ["run"]
+
+
+async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("clock-jump-back")
+    started = time.monotonic()
+    prefix = "/" + env.name("clock")
+    clocks = [env.workdir / "clock-1.ms", env.workdir / "clock-2.ms"]
+    offsets = {path: 0 for path in clocks}
+    for path in clocks:
+        path.write_text("0")
+    nodes = await candidates(
+        env, prefix, ({TEST_CLOCK_ENV: str(clocks[0])}, {TEST_CLOCK_ENV: str(clocks[1])})
+    )
+    clock_of = {nodes[0].address: clocks[0], nodes[1].address: clocks[1]}
+    addresses = [n.address for n in nodes]
+    owners = {}
+    traffic: list[Traffic] = []
+    for node in nodes:
+        channel = env.name(f"clock-{node.node_id}")
+        answer = await assign(node.address, channel)
+        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
+        owners[channel] = node
+        t = env.traffic(channel, addresses, workers=2)
+        t.prefer(node.address)
+        await t.start()
+        traffic.append(t)
+    jumps = []
+    for round_ in range(rounds):
+        for t in traffic:
+            result.expect(
+                await t.wait_for_acks(10, timeout=30),
+                f"round {round_}: {t.channel}: appends did not flow before the jump",
+            )
+        leader = await leader_of(env, prefix, nodes)
+        follower = next(n for n in nodes[:2] if n is not leader)
+        back_ms = env.rng.randint(10_000, 60_000)
+        _shift(offsets, clock_of[leader.address], -back_ms)
+        jumps.append(back_ms)
+        result.faults += 1
+        before = leader.log_text().count("wall clock went back")
+        for t in traffic:
+            result.expect(
+                await t.wait_for_acks(10, timeout=30),
+                f"round {round_}: {t.channel}: appends stopped after the clock jump",
+            )
+        await asyncio.sleep(0.3)
+        result.expect(
+            leader.log_text().count("wall clock went back") > before,
+            f"round {round_}: the leader did not notice its clock going back",
+        )
+        _shift(offsets, clock_of[follower.address], -env.rng.randint(10_000, 60_000))
+        await leader.kill()
+        result.faults += 2
+        for t in traffic:
+            if owners[t.channel] is leader:
+                target = env.rng.choice([n for n in nodes if n is not leader])
+                answer = await assign(target.address, t.channel, timeout=60)
+                if isinstance(answer, grpc.StatusCode):
+                    result.problems.append(f"round {round_}: move {t.channel}: {answer.name}")
+                    continue
+                owners[t.channel] = target
+                t.prefer(target.address)
+        for t in traffic:
+            result.expect(
+                await t.wait_for_acks(10, timeout=60),
+                f"round {round_}: {t.channel}: appends did not resume under a clock behind",
+            )
+        named = await asyncio.to_thread(leader_address, env.etcd_endpoint, prefix)
+        result.expect(named == follower.address, f"round {round_}: the leader key names {named}")
+        await leader.start()
+        result.rounds += 1
+    await env.check(result, traffic)
+    result.figures["clock jumps back (s)"] = [round(ms / 1000, 1) for ms in jumps]
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _shift(offsets: dict[Path, int], path: Path, delta_ms: int) -> None:
+    offsets[path] += delta_ms
+    path.write_text(str(offsets[path]))

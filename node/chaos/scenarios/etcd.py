@@ -1,0 +1,71 @@
+"""etcd stopped and restarted under the TSO while nodes append.
+
+A private etcd (the shared one is never stopped) holds the TSO of node 1, which
+serves node 2. Each round kills etcd for longer than the TSO lease: the leader must
+step down (its lease cannot be kept alive), appends stall once the allocators' cached
+timestamps run out, and after etcd returns the oracle must be elected again and start
+above the window it saved, so appends resume with time ticks above every earlier one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+
+from node.chaos.env import ChaosEnv
+from node.chaos.result import ScenarioResult
+from node.chaos.scenarios.common import assign, tso_group
+
+__all__ = ["run"]
+
+_DOWN_S = 4.5  # longer than the 3 s lease
+
+
+async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("etcd-restart")
+    started = time.monotonic()
+    etcd = await env.private_etcd()
+    nodes = await tso_group(env, 2, etcd_endpoint=etcd.endpoint, batch_size=20)
+    addresses = [n.address for n in nodes]
+    traffic = []
+    for i, node in enumerate(nodes):
+        channel = env.name(f"etcd-{i}")
+        answer = await assign(node.address, channel)
+        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
+        t = env.traffic(channel, addresses, workers=2)
+        t.prefer(node.address)
+        await t.start()
+        traffic.append(t)
+    recoveries = []
+    for round_ in range(rounds):
+        for t in traffic:
+            result.expect(
+                await t.wait_for_acks(10, timeout=30),
+                f"round {round_}: {t.channel}: appends did not flow before the outage",
+            )
+        await etcd.kill()
+        result.faults += 1
+        await asyncio.sleep(_DOWN_S)
+        await etcd.start()
+        t0 = time.monotonic()
+        for t in traffic:
+            result.expect(
+                await t.wait_for_acks(10, timeout=60),
+                f"round {round_}: {t.channel}: appends did not resume after etcd returned",
+            )
+        recoveries.append(time.monotonic() - t0)
+        result.rounds += 1
+    await env.check(result, traffic)
+    log = nodes[0].log_text()
+    result.expect(
+        "TSO stopped serving" in log, "the TSO leader never stepped down while etcd was away"
+    )
+    result.figures["appends resumed after etcd, max (s)"] = round(max(recoveries, default=0), 2)
+    result.figures["TSO step-downs"] = log.count("TSO stopped serving")
+    stall = max(t.longest_stall for t in traffic)
+    result.figures["longest append stall (s)"] = round(stall, 2)
+    result.expect(stall >= 1.0, f"appends never stalled ({stall:.2f}s): etcd's outage did not bite")
+    result.seconds = time.monotonic() - started
+    return result

@@ -1,0 +1,66 @@
+"""Takeover races: four nodes take one channel over in random order while clients write.
+
+Each round assigns the channel to a node picked at random among the three that do
+not own it, while the producers keep appending to the node they believe owns it: the
+old owner has appends in flight when the new owner fences it, and its clients learn
+of the move only from a FAILED_PRECONDITION answer. After each assign the new owner
+must accept an append at once (an assign that answers OK leaves that node the owner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+
+from node.chaos.env import ChaosEnv
+from node.chaos.result import ScenarioResult
+from node.chaos.scenarios.common import assign, tso_group
+from node.client import NodeClient
+
+__all__ = ["run"]
+
+
+async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("takeover-race")
+    started = time.monotonic()
+    nodes = await tso_group(env, 4)
+    addresses = [n.address for n in nodes]
+    channel = env.name("race")
+    owner = env.rng.choice(addresses)
+    first = await assign(owner, channel)
+    result.expect(not isinstance(first, grpc.StatusCode), f"first assign failed: {first}")
+    traffic = env.traffic(channel, addresses, workers=4)
+    traffic.prefer(owner)
+    await traffic.start()
+    slowest = 0.0
+    for round_ in range(rounds):
+        await asyncio.sleep(env.rng.uniform(0.05, 0.3))
+        target = env.rng.choice([a for a in addresses if a != owner])
+        t0 = time.monotonic()
+        answer = await assign(target, channel)
+        slowest = max(slowest, time.monotonic() - t0)
+        result.faults += 1
+        result.rounds += 1
+        if isinstance(answer, grpc.StatusCode):
+            result.problems.append(f"round {round_}: assign to {target} failed: {answer.name}")
+            continue
+        owner = target
+        async with NodeClient(owner, timeout=30, tracing=False) as client:
+            try:
+                await client.produce(channel, f"{channel}/owner-check/{round_}".encode())
+            except grpc.aio.AioRpcError as exc:
+                result.problems.append(
+                    f"round {round_}: {owner} answered the assign but refused an append: "
+                    f"{exc.code().name} {exc.details()}"
+                )
+        traffic.prefer(owner)
+    await env.check(result, [traffic])
+    result.figures["slowest takeover (s)"] = round(slowest, 3)
+    result.expect(
+        result.ownerships >= rounds + 1,
+        f"{result.ownerships} ownerships in the log for {rounds} takeovers",
+    )
+    result.seconds = time.monotonic() - started
+    return result

@@ -1,0 +1,109 @@
+"""TSO leader killed: another node running the oracle in-process takes over.
+
+Nodes 1 and 2 both run the oracle in-process (candidates on one etcd key prefix);
+node 3 takes timestamps from them over gRPC. Each node owns a channel under load.
+Each round SIGKILLs the node whose oracle leads, moves its channel to another node
+at once, and expects: the other candidate leads once the dead leader's lease ends,
+appends resume on every channel, and every time tick stays above the ones before it
+(the new leader starts above the window the old one saved). The killed node comes
+back as a candidate for the next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+
+from node.chaos.env import ChaosEnv, node_settings
+from node.chaos.nodes import NodeProcess
+from node.chaos.result import ScenarioResult
+from node.chaos.scenarios.common import assign, leader_address, start_all
+from node.chaos.traffic import Traffic
+
+__all__ = ["candidates", "run"]
+
+
+async def candidates(
+    env: ChaosEnv, key_prefix: str, envs: tuple[dict[str, str], dict[str, str]] = ({}, {})
+) -> list[NodeProcess]:
+    """Nodes 1 and 2 run the oracle in-process; node 3 asks them (started, in order)."""
+    tso = {"mode": "in-process", "key_prefix": key_prefix, "batch_size": 100}
+    settings = node_settings(env.pulsar_url, env.etcd_endpoint, tso)
+    one = env.node(1, settings, env=envs[0])
+    await one.start()
+    two = env.node(2, settings, env=envs[1])
+    await two.start()
+    remote = {"mode": "remote", "remote_addresses": [one.address, two.address], "batch_size": 100}
+    three = env.node(3, node_settings(env.pulsar_url, env.etcd_endpoint, remote))
+    await start_all([three])
+    return [one, two, three]
+
+
+async def leader_of(env: ChaosEnv, key_prefix: str, nodes: list[NodeProcess]) -> NodeProcess:
+    address = await asyncio.to_thread(leader_address, env.etcd_endpoint, key_prefix)
+    for node in nodes:
+        if node.address == address:
+            return node
+    raise RuntimeError(f"no node leads the TSO (leader key names {address!r})")
+
+
+async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("tso-leader-kill")
+    started = time.monotonic()
+    prefix = "/" + env.name("tso")
+    nodes = await candidates(env, prefix)
+    addresses = [n.address for n in nodes]
+    owners: dict[str, NodeProcess] = {}
+    traffic: list[Traffic] = []
+    for node in nodes:
+        channel = env.name(f"tso-{node.node_id}")
+        answer = await assign(node.address, channel)
+        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
+        owners[channel] = node
+        t = env.traffic(channel, addresses, workers=2)
+        t.prefer(node.address)
+        await t.start()
+        traffic.append(t)
+    failovers = []
+    for round_ in range(rounds):
+        for t in traffic:
+            result.expect(
+                await t.wait_for_acks(10, timeout=30),
+                f"round {round_}: {t.channel}: appends did not flow before the kill",
+            )
+        leader = await leader_of(env, prefix, nodes)
+        await asyncio.sleep(env.rng.uniform(0.1, 0.5))
+        await leader.kill()
+        result.faults += 1
+        t0 = time.monotonic()
+        alive = [n for n in nodes if n is not leader]
+        for t in traffic:
+            if owners[t.channel] is leader:
+                target = env.rng.choice(alive)
+                answer = await assign(target.address, t.channel, timeout=60)
+                if isinstance(answer, grpc.StatusCode):
+                    result.problems.append(f"round {round_}: move {t.channel}: {answer.name}")
+                    continue
+                owners[t.channel] = target
+                t.prefer(target.address)
+        for t in traffic:
+            result.expect(
+                await t.wait_for_acks(10, timeout=60),
+                f"round {round_}: {t.channel}: appends did not resume after the TSO failover",
+            )
+        failovers.append(time.monotonic() - t0)
+        named = await asyncio.to_thread(leader_address, env.etcd_endpoint, prefix)
+        result.expect(
+            named in [n.address for n in alive],
+            f"round {round_}: after the failover the TSO leader key names {named!r}",
+        )
+        await leader.start()
+        result.rounds += 1
+    await env.check(result, traffic)
+    result.figures["appends resumed after the leader died, max (s)"] = round(
+        max(failovers, default=0.0), 2
+    )
+    result.seconds = time.monotonic() - started
+    return result

@@ -1,0 +1,227 @@
+"""Hostile gRPC input to a node process: every answer is a typed status code, and the
+node goes on serving. (The basic bad requests are in ``test_node_e2e.py``.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
+from typing import cast
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from adaptors.pulsar import PulsarMessageId
+from node.acks import Ack, digest
+from node.client import Consumed, NodeClient, policy
+from node.proto import streaming_pb2 as pb
+from node.proto import streaming_pb2_grpc as pb_grpc
+from node.stack import StackInfo
+from node.verify import verify_channel
+from tests.node.processes import NodeProcess
+
+pytestmark = pytest.mark.integration
+
+_SERVICE = "/streamwal.v1.StreamingNode/"
+
+
+@pytest.fixture(scope="module")
+async def node(stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    workdir: Path = tmp_path_factory.mktemp("hostile")
+    process = NodeProcess(
+        workdir,
+        1,
+        {
+            "pulsar": {"service_url": stack.pulsar_url},
+            "etcd": {"endpoints": [stack.etcd_endpoint]},
+            "tso": {"mode": "in-process", "key_prefix": f"/hostile-{workdir.name}"},
+        },
+    )
+    await process.start()
+    yield process.address
+    await process.terminate()
+
+
+@pytest.fixture
+async def client(node: str) -> AsyncIterator[NodeClient]:
+    async with NodeClient(node, timeout=30) as c:
+        yield c
+
+
+async def _code(call: object) -> grpc.StatusCode | None:
+    try:
+        await call  # type: ignore[misc]
+    except grpc.aio.AioRpcError as exc:
+        return exc.code()
+    return None
+
+
+async def _still_serves(address: str, client: NodeClient, channel: str) -> None:
+    async with grpc.aio.insecure_channel(address) as raw:
+        health = health_pb2_grpc.HealthStub(raw)
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    assert (await client.produce(channel, b"still serving")).time_tick > 0
+
+
+async def test_malformed_request_bytes_get_invalid_argument(
+    node: str, client: NodeClient, unique: str
+) -> None:
+    channel = f"hostile-raw-{unique}"
+    await client.assign(channel)
+    async with grpc.aio.insecure_channel(node) as raw:
+        for method in ("Produce", "AssignChannel", "RemoveChannel", "GetMVCC", "ListChannels"):
+            call = raw.unary_unary(_SERVICE + method)
+            for body in (b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x12\xff"):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call(body, timeout=10)
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, body)
+        consume = raw.unary_stream(_SERVICE + "Consume")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in consume(b"\xff\xff", timeout=10):
+                pass
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        unknown = raw.unary_unary(_SERVICE + "NoSuchMethod")
+        assert await _code(unknown(b"", timeout=10)) == grpc.StatusCode.UNIMPLEMENTED
+    await _still_serves(node, client, channel)
+
+
+async def test_a_malformed_request_in_the_middle_of_a_stream_ends_it_with_invalid_argument(
+    node: str, client: NodeClient, unique: str
+) -> None:
+    channel = f"hostile-stream-{unique}"
+    await client.assign(channel)
+    good = pb.ProduceRequest(pchannel=channel, message=pb.Message(type="insert", payload=b"ok"))
+
+    async def requests() -> AsyncIterator[bytes]:
+        for _ in range(3):
+            yield good.SerializeToString()
+        yield b"\xff\xff\xff"
+        yield good.SerializeToString()
+
+    async with grpc.aio.insecure_channel(node) as raw:
+        stream = raw.stream_stream(_SERVICE + "ProduceStream")
+        answered = 0
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in stream(requests(), timeout=30):
+                answered += 1
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert answered <= 3
+    await _still_serves(node, client, channel)
+
+
+async def test_every_rpc_on_an_unknown_channel_is_not_found(
+    node: str, client: NodeClient, unique: str
+) -> None:
+    nowhere = f"hostile-nowhere-{unique}"
+    assert await _code(client.produce(nowhere, b"x")) == grpc.StatusCode.NOT_FOUND
+    assert await _code(client.mvcc(nowhere, "v")) == grpc.StatusCode.NOT_FOUND
+    assert await _code(client.remove(nowhere)) == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for _ in client.consume(nowhere, limit=1):
+            pass
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.produce_stream(nowhere, [b"a", b"b"])
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    for bad in ("", "x" * 201, "a/b", "-leading-dash", "ünïcode", "with space"):
+        assert await _code(client.assign(bad)) == grpc.StatusCode.INVALID_ARGUMENT, bad
+    await client.assign(nowhere)
+    await _still_serves(node, client, nowhere)
+
+
+async def test_oversized_input_is_refused_with_a_typed_code(
+    node: str, client: NodeClient, unique: str
+) -> None:
+    channel = f"hostile-big-{unique}"
+    await client.assign(channel)
+    # properties the broker cannot take in one message
+    many = {f"k{i}": "x" * 600 for i in range(10_000)}
+    assert await _code(client.produce(channel, b"x", properties=many)) == (
+        grpc.StatusCode.INVALID_ARGUMENT
+    )
+    # over the gRPC message limit, inside a stream
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.produce_stream(channel, [b"small", b"y" * (20 * 1024 * 1024)])
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await _still_serves(node, client, channel)
+
+
+async def test_invalid_delivery_policies_get_invalid_argument(
+    node: str, client: NodeClient, unique: str
+) -> None:
+    channel = f"hostile-policy-{unique}"
+    opened = await client.assign(channel)
+    other = f"hostile-policy-other-{unique}"
+    await client.assign(other)
+    elsewhere = await client.produce(other, b"in another channel")
+    next_entry = PulsarMessageId.from_bytes(opened.first_message_id)
+    beyond = PulsarMessageId(next_entry.ledger, next_entry.entry + 1000).to_bytes()
+
+    async def consume_with(delivery: pb.DeliveryPolicy) -> grpc.StatusCode | None:
+        try:
+            async for _ in client.consume(channel, delivery, limit=1, timeout=20):
+                pass
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+        return None
+
+    for kind, message_id in (
+        ("start_after", b""),
+        ("start_from", b"\x00" * 19),
+        ("start_after", b"\xff" * 21),
+        ("start_from", beyond),
+        ("start_after", elsewhere.message_id),  # an id of another channel
+    ):
+        got = await consume_with(policy(kind, message_id=message_id))
+        assert got == grpc.StatusCode.INVALID_ARGUMENT, (kind, message_id.hex())
+    # no policy at all reads everything: the first message is the first time tick
+    first = [m async for m in client.consume(channel, pb.DeliveryPolicy(), limit=1)]
+    assert first[0].message_id == opened.first_message_id and first[0].type == "TimeTick"
+    await _still_serves(node, client, channel)
+
+
+async def test_clients_that_go_away_mid_stream_leave_the_node_serving_and_the_log_whole(
+    node: str, client: NodeClient, stack: StackInfo, unique: str
+) -> None:
+    channel = f"hostile-gone-{unique}"
+    await client.assign(channel)
+    acks: list[Ack] = []
+    for round_ in range(5):
+        async with grpc.aio.insecure_channel(node) as raw:
+            stub = pb_grpc.StreamingNodeStub(raw)
+            payloads = [f"{channel}/{round_}/{i}".encode() for i in range(10_000)]
+
+            async def requests(
+                payloads: list[bytes] = payloads,
+            ) -> AsyncIterator[pb.ProduceRequest]:
+                for payload in payloads:
+                    yield pb.ProduceRequest(
+                        pchannel=channel, message=pb.Message(type="insert", payload=payload)
+                    )
+                    await asyncio.sleep(0)
+
+            call = stub.ProduceStream(requests(), timeout=60)
+            answered = 0
+            async for reply in call:
+                acks.append(Ack(reply.message_id, reply.time_tick, digest(payloads[answered])))
+                answered += 1
+                if answered == 50:
+                    break  # the client goes away with appends in flight
+            call.cancel()
+        # and readers that vanish after one message
+        readers = [
+            cast(AsyncGenerator[Consumed, None], client.consume(channel, policy("all")))
+            for _ in range(10)
+        ]
+        for reader in readers:
+            await anext(reader)
+        for reader in readers:
+            with contextlib.suppress(Exception):
+                await reader.aclose()
+    await _still_serves(node, client, channel)
+    report = await verify_channel(stack.pulsar_url, channel, acks=acks)
+    assert report.ok, report.summary()
+    assert report.acks_checked == 250
