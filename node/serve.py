@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +36,20 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     logging.getLogger().setLevel(config.telemetry.log_level.upper())
     telemetry = setup_telemetry(config)
+    code = 1
     try:
-        return asyncio.run(_serve(config))
+        code = asyncio.run(_serve(config))
+    except BaseException:  # reported here: os._exit below would swallow it
+        traceback.print_exc()
     finally:
         telemetry.shutdown()
+        # Everything is closed and flushed by now. The Pulsar C++ client can abort
+        # (SIGABRT) while the interpreter tears its threads down, turning a clean
+        # stop into a crash code; leave without running those destructors.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 async def _serve(config: Any) -> int:
