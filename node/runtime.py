@@ -79,6 +79,11 @@ def tso_config(config: NodeConfig) -> TsoConfig:
         save_window_s=t.save_window_s,
         update_interval_s=t.update_interval_ms / 1000,
         batch_size=t.batch_size,
+        etcd_user=config.etcd.user,
+        etcd_password=config.etcd.password,
+        etcd_ca_file=config.etcd.tls.ca_file,
+        etcd_cert_file=config.etcd.tls.cert_file,
+        etcd_key_file=config.etcd.tls.key_file,
     )
 
 

@@ -90,3 +90,20 @@ def test_secrets_never_show(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(path, environ={})
     assert "SECRET" not in str(err.value)
+
+
+def test_etcd_credentials_and_tls_reach_the_tso(tmp_path: Path) -> None:
+    from node.runtime import tso_config
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not checked here")
+    config = load_config(
+        environ={
+            "STREAMWAL_ETCD__USER": "tso",
+            "STREAMWAL_ETCD__PASSWORD": "pw-SECRET",
+            "STREAMWAL_ETCD__TLS__CA_FILE": str(ca),
+        }
+    )
+    tso = tso_config(config)
+    assert (tso.etcd_user, tso.etcd_password, tso.etcd_ca_file) == ("tso", "pw-SECRET", str(ca))
+    assert "SECRET" not in repr(tso)
