@@ -148,13 +148,22 @@ class EtcdStore:
 
         def build() -> Any:
             # with a user the client authenticates in its constructor: that is I/O
-            client = etcd3.MultiEndpointEtcd3Client(
-                endpoints=endpoints,
-                timeout=self._request_timeout_s,
-                user=self._user,
-                password=self._password,
-                failover=True,
-            )
+            try:
+                client = etcd3.MultiEndpointEtcd3Client(
+                    endpoints=endpoints,
+                    timeout=self._request_timeout_s,
+                    user=self._user,
+                    password=self._password,
+                    failover=True,
+                )
+            except grpc.RpcError as exc:
+                # like etcd's Go client: credentials for a cluster without auth are
+                # not an error, the calls simply go without a token
+                if "authentication is not enabled" not in str(exc.details()):
+                    raise
+                client = etcd3.MultiEndpointEtcd3Client(
+                    endpoints=endpoints, timeout=self._request_timeout_s, failover=True
+                )
             if creds is None:
                 # gRPC sends call credentials only over TLS; without TLS the token
                 # goes as plain metadata, which the client also attaches (as etcdctl
