@@ -22,6 +22,7 @@ __all__ = [
     "TimestampOverflowError",
     "TimestampRegressionError",
     "UnavailableError",
+    "UnknownPositionError",
 ]
 
 
@@ -108,3 +109,13 @@ class BufferSealedError(StreamwalError):
 
     Raised to a buffer reader that has consumed everything the sealed buffer holds.
     """
+
+
+class UnknownPositionError(UnavailableError):
+    """The backend reported an append done without saying where it is in the log.
+
+    The entry may or may not be in the log, so it is neither acknowledged nor retried
+    (a retry could persist it twice); the caller may append it again.
+    """
+
+    retriable = False

@@ -27,6 +27,8 @@ consecutive. A receipt whose entry is further on than the next one means another
 producer wrote in between: this producer was fenced and let back in (the race above;
 kept as a second line of defence). Such an append is persisted after a newer owner's
 messages, so it is answered as fenced (never acknowledged), and so is every later one.
+A receipt without a position (``-1:-1``, seen under connection resets) is answered
+with :class:`~wal.errors.UnknownPositionError`: neither acknowledged nor retried.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from wal.errors import (
     ClosedError,
     InvalidInputError,
     UnavailableError,
+    UnknownPositionError,
 )
 from wal.message_id import MessageId
 
@@ -242,6 +245,16 @@ class PulsarBackendWAL:
             return
         if result == _pulsar.Result.Ok and self._fenced is None:
             landed = PulsarMessageId.from_pulsar(message_id)
+            if landed.ledger < 0 or landed.entry < 0:
+                # seen under connection resets: a receipt with no position (-1:-1); the
+                # entry it stands for may be in the log, so the guard starts over
+                self._last_landed = None
+                future.set_exception(
+                    UnknownPositionError(
+                        f"append on {self._channel!r}: the broker gave no position ({landed})"
+                    )
+                )
+                return
             last = self._last_landed
             if last is None or landed.ledger != last.ledger or landed.entry <= last.entry + 1:
                 if last is None or landed.ledger != last.ledger or landed > last:

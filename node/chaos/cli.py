@@ -26,6 +26,7 @@ from typing import Any
 from node.chaos.result import ScenarioResult, markdown_table, text_table
 from node.chaos.runner import run_scenarios
 from node.chaos.scenarios import SCENARIOS
+from node.chaos.services import PrivateEtcd, PrivatePulsar
 from node.stack import Stack
 from node.stack.stack import StackError
 
@@ -54,6 +55,11 @@ def register(sub: Any) -> None:
     chaos.add_argument("--workdir", type=Path, help="where node logs and results go")
     chaos.add_argument("--keep", action="store_true", help="keep the logs of passed scenarios")
     chaos.add_argument("--doc", type=Path, help="update the results table in this document")
+    chaos.add_argument(
+        "--private-stack",
+        action="store_true",
+        help="run on a broker and an etcd of this run (not the shared local stack)",
+    )
     chaos.set_defaults(func=_run)
 
 
@@ -83,6 +89,7 @@ def _run(args: argparse.Namespace) -> int:
         f"`streamwal chaos --seed {seed}"
         + (f" --rounds {args.rounds}" if args.rounds else "")
         + (" --quick" if args.quick else "")
+        + (" --private-stack" if args.private_stack else "")
         + "`."
     )
     (workdir / "chaos-results.json").write_text(
@@ -104,18 +111,32 @@ def _run(args: argparse.Namespace) -> int:
 async def _main(
     args: argparse.Namespace, names: list[str], seed: int, workdir: Path, say: Any
 ) -> list[ScenarioResult]:
-    info = await Stack().up(["etcd", "pulsar"])
-    return await run_scenarios(
-        names,
-        rounds=args.rounds,
-        quick=args.quick,
-        pulsar_url=info.pulsar_url,
-        etcd_endpoint=info.etcd_endpoint,
-        workdir=workdir,
-        seed=seed,
-        say=say,
-        keep=args.keep,
-    )
+    info = await Stack().up(["etcd", "pulsar"])  # installs what a private stack needs too
+    pulsar: PrivatePulsar | None = None
+    etcd: PrivateEtcd | None = None
+    try:
+        pulsar_url, etcd_endpoint = info.pulsar_url, info.etcd_endpoint
+        if args.private_stack:
+            pulsar, etcd = PrivatePulsar(progress=say), PrivateEtcd(workdir / "etcd-data")
+            await pulsar.start()
+            await etcd.start()
+            pulsar_url, etcd_endpoint = pulsar.url, etcd.endpoint
+        return await run_scenarios(
+            names,
+            rounds=args.rounds,
+            quick=args.quick,
+            pulsar_url=pulsar_url,
+            etcd_endpoint=etcd_endpoint,
+            workdir=workdir,
+            seed=seed,
+            say=say,
+            keep=args.keep,
+        )
+    finally:
+        if etcd is not None:
+            await etcd.close()
+        if pulsar is not None:
+            await pulsar.close()
 
 
 def update_doc(path: Path, results: list[ScenarioResult], footer: str) -> None:

@@ -21,7 +21,7 @@ from node.chaos.scenarios import SCENARIOS, Scenario
 from node.history_check import HistoryReport, Violation
 from node.runtime import _OffsetFileClock
 from wal.backend import AccessMode
-from wal.errors import ChannelFencedError
+from wal.errors import ChannelFencedError, UnknownPositionError
 
 
 def test_a_result_absorbs_checker_reports_and_fails_on_violations_or_problems() -> None:
@@ -151,9 +151,12 @@ async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner()
     assert str(answer(5, 11, 0).result()) == "5:11:0"
     assert str(answer(5, 11, 1).result()) == "5:11:1"  # same batch entry
     assert str(answer(6, 0).result()) == "6:0"  # a new ledger (broker restart)
+    with pytest.raises(UnknownPositionError):  # a receipt without a position
+        answer(-1, -1, 0).result()
+    assert str(answer(6, 1).result()) == "6:1"
     assert not backend.is_fenced
-    gap = answer(6, 3)  # entries 6:1 and 6:2 are someone else's
-    with pytest.raises(ChannelFencedError, match="another producer wrote between 6:0 and 6:3"):
+    gap = answer(6, 3)  # entry 6:2 is someone else's
+    with pytest.raises(ChannelFencedError, match="another producer wrote between 6:1 and 6:3"):
         gap.result()
     assert backend.is_fenced
     after = answer(6, 4)  # persisted, but after the interleaving: never acknowledged

@@ -17,8 +17,9 @@ from pathlib import Path
 import grpc
 
 from node.chaos.env import ChaosEnv
+from node.chaos.nodes import NodeProcess
 from node.chaos.result import ScenarioResult
-from node.chaos.scenarios.common import assign, leader_address
+from node.chaos.scenarios.common import assign, keep_flowing, move, wait_for_leader
 from node.chaos.scenarios.tso_leader import candidates, leader_of
 from node.chaos.traffic import Traffic
 from node.runtime import TEST_CLOCK_ENV
@@ -39,7 +40,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     )
     clock_of = {nodes[0].address: clocks[0], nodes[1].address: clocks[1]}
     addresses = [n.address for n in nodes]
-    owners = {}
+    owners: dict[str, NodeProcess] = {}
     traffic: list[Traffic] = []
     for node in nodes:
         channel = env.name(f"clock-{node.node_id}")
@@ -53,10 +54,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     jumps = []
     for round_ in range(rounds):
         for t in traffic:
-            result.expect(
-                await t.wait_for_acks(10, timeout=30),
-                f"round {round_}: {t.channel}: appends did not flow before the jump",
-            )
+            await keep_flowing(result, t, owners[t.channel].address, f"round {round_}, before")
         leader = await leader_of(env, prefix, nodes)
         follower = next(n for n in nodes[:2] if n is not leader)
         back_ms = env.rng.randint(10_000, 60_000)
@@ -65,10 +63,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         result.faults += 1
         before = leader.log_text().count("wall clock went back")
         for t in traffic:
-            result.expect(
-                await t.wait_for_acks(10, timeout=30),
-                f"round {round_}: {t.channel}: appends stopped after the clock jump",
-            )
+            await keep_flowing(result, t, owners[t.channel].address, f"round {round_}, jumped")
         await asyncio.sleep(0.3)
         result.expect(
             leader.log_text().count("wall clock went back") > before,
@@ -80,19 +75,14 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         for t in traffic:
             if owners[t.channel] is leader:
                 target = env.rng.choice([n for n in nodes if n is not leader])
-                answer = await assign(target.address, t.channel, timeout=60)
-                if isinstance(answer, grpc.StatusCode):
-                    result.problems.append(f"round {round_}: move {t.channel}: {answer.name}")
-                    continue
-                owners[t.channel] = target
-                t.prefer(target.address)
+                if await move(result, t, target.address, f"round {round_}"):
+                    owners[t.channel] = target
         for t in traffic:
-            result.expect(
-                await t.wait_for_acks(10, timeout=60),
-                f"round {round_}: {t.channel}: appends did not resume under a clock behind",
-            )
-        named = await asyncio.to_thread(leader_address, env.etcd_endpoint, prefix)
-        result.expect(named == follower.address, f"round {round_}: the leader key names {named}")
+            await keep_flowing(result, t, owners[t.channel].address, f"round {round_}, after", 60)
+        named = await wait_for_leader(env.etcd_endpoint, prefix, [follower.address])
+        result.expect(named is not None, f"round {round_}: the candidate did not take over")
+        for t in traffic:  # appends go on with timestamps of a leader whose clock is behind
+            await keep_flowing(result, t, owners[t.channel].address, f"round {round_}, led")
         await leader.start()
         result.rounds += 1
     await env.check(result, traffic)

@@ -11,6 +11,8 @@ import grpc
 
 from node.chaos.env import ChaosEnv, node_settings
 from node.chaos.nodes import NodeProcess
+from node.chaos.result import ScenarioResult
+from node.chaos.traffic import Traffic
 from node.proto import streaming_pb2 as pb
 from node.proto import streaming_pb2_grpc as pb_grpc
 from tso.store import LeaderRecord
@@ -18,9 +20,12 @@ from wal.errors import DecodeError
 
 __all__ = [
     "assign",
+    "keep_flowing",
     "leader_address",
+    "move",
     "start_all",
     "tso_group",
+    "wait_for_leader",
 ]
 
 
@@ -92,3 +97,54 @@ def leader_address(etcd_endpoint: str, key_prefix: str) -> str | None:
     with contextlib.suppress(DecodeError):
         return LeaderRecord.decode(raw).address or None
     return None
+
+
+async def keep_flowing(
+    result: ScenarioResult, traffic: Traffic, home: str, label: str, wait: float = 20.0
+) -> None:
+    """Expect appends on ``traffic``'s channel; if none come within ``wait`` seconds,
+    assign the channel to ``home`` again and expect them then.
+
+    That is what a coordinator does with a channel a node reports fenced in
+    ``ListChannels``: a writer that lost its producer registration on the broker (a
+    broker restart, a timed-out reconnect) is refused as fenced, safely, and stops.
+    """
+    if await traffic.wait_for_acks(5, timeout=wait):
+        return
+    key = "channels assigned again"
+    result.figures[key] = result.figures.get(key, 0) + 1
+    channel = traffic.channel
+    answer = await assign(home, channel, timeout=90)
+    ok = not isinstance(answer, grpc.StatusCode)
+    result.expect(ok, f"{label}: assigning {channel} again: {answer}")
+    if ok:
+        traffic.prefer(home)
+    resumed = await traffic.wait_for_acks(5, timeout=60)
+    result.expect(resumed, f"{label}: {channel}: appends did not resume")
+
+
+async def move(result: ScenarioResult, traffic: Traffic, target: str, label: str) -> bool:
+    """Assign ``traffic``'s channel to ``target`` (trying twice, as a coordinator would)."""
+    for attempt in (1, 2):
+        answer = await assign(target, traffic.channel, timeout=60)
+        if not isinstance(answer, grpc.StatusCode):
+            traffic.prefer(target)
+            return True
+        if attempt == 2:
+            result.problems.append(f"{label}: moving {traffic.channel}: {answer.name}")
+    return False
+
+
+async def wait_for_leader(
+    etcd_endpoint: str, key_prefix: str, candidates: list[str], timeout: float = 20.0
+) -> str | None:
+    """Poll the TSO leader key until it names one of ``candidates``; ``None`` if not in time."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        named = await asyncio.to_thread(leader_address, etcd_endpoint, key_prefix)
+        if named in candidates:
+            return named
+        if loop.time() > deadline:
+            return None
+        await asyncio.sleep(0.2)

@@ -16,7 +16,7 @@ import grpc
 
 from node.chaos.env import ChaosEnv
 from node.chaos.result import ScenarioResult
-from node.chaos.scenarios.common import assign, tso_group
+from node.chaos.scenarios.common import assign, keep_flowing, tso_group
 
 __all__ = ["run"]
 
@@ -30,31 +30,27 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     nodes = await tso_group(env, 2, etcd_endpoint=etcd.endpoint, batch_size=20)
     addresses = [n.address for n in nodes]
     traffic = []
+    home: dict[str, str] = {}
     for i, node in enumerate(nodes):
         channel = env.name(f"etcd-{i}")
         answer = await assign(node.address, channel)
         result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
         t = env.traffic(channel, addresses, workers=2)
         t.prefer(node.address)
+        home[channel] = node.address
         await t.start()
         traffic.append(t)
     recoveries = []
     for round_ in range(rounds):
         for t in traffic:
-            result.expect(
-                await t.wait_for_acks(10, timeout=30),
-                f"round {round_}: {t.channel}: appends did not flow before the outage",
-            )
+            await keep_flowing(result, t, home[t.channel], f"round {round_}, before")
         await etcd.kill()
         result.faults += 1
         await asyncio.sleep(_DOWN_S)
         await etcd.start()
         t0 = time.monotonic()
         for t in traffic:
-            result.expect(
-                await t.wait_for_acks(10, timeout=60),
-                f"round {round_}: {t.channel}: appends did not resume after etcd returned",
-            )
+            await keep_flowing(result, t, home[t.channel], f"round {round_}, after", 60)
         recoveries.append(time.monotonic() - t0)
         result.rounds += 1
     await env.check(result, traffic)

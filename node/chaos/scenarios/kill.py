@@ -16,7 +16,7 @@ import grpc
 
 from node.chaos.env import ChaosEnv
 from node.chaos.result import ScenarioResult
-from node.chaos.scenarios.common import assign, tso_group
+from node.chaos.scenarios.common import assign, keep_flowing, tso_group
 
 __all__ = ["run"]
 
@@ -35,10 +35,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     await traffic.start()
     takeovers: list[float] = []
     for round_ in range(rounds):
-        result.expect(
-            await traffic.wait_for_acks(20, timeout=30),
-            f"round {round_}: appends did not flow before the kill",
-        )
+        await keep_flowing(result, traffic, movers[owner].address, f"round {round_}, before")
         await asyncio.sleep(env.rng.uniform(0.1, 0.5))
         victim, survivor = movers[owner], movers[1 - owner]
         await victim.kill()
@@ -49,10 +46,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         if isinstance(answer, grpc.StatusCode):
             result.problems.append(f"round {round_}: takeover by {survivor.address}: {answer}")
         traffic.prefer(survivor.address)
-        result.expect(
-            await traffic.wait_for_acks(20, timeout=30),
-            f"round {round_}: appends did not resume on the new owner",
-        )
+        await keep_flowing(result, traffic, survivor.address, f"round {round_}, after")
         await victim.start()
         owner = 1 - owner
         result.rounds += 1
