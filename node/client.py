@@ -150,8 +150,19 @@ class NodeClient:
                     pchannel=pchannel, message=pb.Message(type=type, payload=payload)
                 )
 
+        """Pipelined appends on one stream. The first failed append raises an
+        :class:`grpc.aio.AioRpcError` with the code a unary ``produce`` would have
+        got; appends before it are in the log."""
         call = self._stub.ProduceStream(requests(), timeout=self._timeout)
-        return [Acked(r.message_id, r.message_id_text, r.time_tick) async for r in call]
+        acked: list[Acked] = []
+        try:
+            async for r in call:
+                if r.HasField("error"):
+                    raise _append_error(r.error, len(acked), len(payloads))
+                acked.append(Acked(r.message_id, r.message_id_text, r.time_tick))
+        finally:
+            call.cancel()
+        return acked
 
     async def consume(
         self,
@@ -189,3 +200,14 @@ class NodeClient:
         return await self._stub.GetMVCC(  # type: ignore[no-any-return]
             pb.GetMVCCRequest(pchannel=pchannel, vchannel=vchannel), timeout=self._timeout
         )
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _append_error(error: pb.AppendError, index: int, total: int) -> grpc.aio.AioRpcError:
+    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
+    empty = grpc.aio.Metadata()
+    return grpc.aio.AioRpcError(
+        code, empty, empty, f"append {index + 1} of {total}: {error.message}"
+    )

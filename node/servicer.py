@@ -31,7 +31,12 @@ from wal.errors import (
 )
 from wal.message import ImmutableMessage, MessageType, MutableMessage
 
-__all__ = ["MalformedRequestInterceptor", "StreamingNodeServicer", "parse_message_type"]
+__all__ = [
+    "MalformedRequestInterceptor",
+    "StreamingNodeServicer",
+    "parse_message_type",
+    "status_of",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -47,20 +52,31 @@ def parse_message_type(name: str) -> MessageType:
     return found
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status a client gets for ``exc``; unexpected errors are logged here."""
     if isinstance(exc, ChannelNotFoundError):
-        await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        return grpc.StatusCode.NOT_FOUND, str(exc)
     if isinstance(exc, ChannelFencedError):
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
     if isinstance(exc, InvalidInputError):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     if isinstance(exc, ClosedError):
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"node shutting down: {exc}")
+        return grpc.StatusCode.UNAVAILABLE, f"node shutting down: {exc}"
     if isinstance(exc, StreamwalError):
-        await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
     _log.error("unexpected error in a request", exc_info=exc)
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
+    code, details = status_of(exc)
+    await context.abort(code, details)
     raise AssertionError("context.abort returned")  # it always raises
+
+
+def _append_error(exc: BaseException) -> pb.ProduceResponse:
+    code, details = status_of(exc)
+    return pb.ProduceResponse(error=pb.AppendError(code=code.value[0], message=details))
 
 
 class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
@@ -107,7 +123,10 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.ProduceResponse]:
         """Appends are pipelined: each is started in arrival order (which fixes its
-        place in the log) and answered in that order."""
+        place in the log) and answered in that order. A failed append is answered in
+        band (``ProduceResponse.error``) and the stream goes on: ending the call
+        while the client still writes can surface in grpcio's asyncio client as
+        INTERNAL instead of the real code (grpc/grpc#36066)."""
         pending: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(256)
 
         async def feed() -> None:
@@ -123,7 +142,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
                 try:
                     yield await task
                 except (StreamwalError, Exception) as exc:
-                    await _abort(context, exc)
+                    yield _append_error(exc)
         finally:
             feeder.cancel()
 
