@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import platformdirs
 import yaml
 
 from wal.errors import InvalidInputError
@@ -110,6 +111,10 @@ class NodeSettings:
         self.tls.check("node.tls", server=True)
 
 
+def _default_client_log() -> str:
+    return str(platformdirs.user_log_path("streamwal") / "pulsar-client.log")
+
+
 @_redact
 @dataclass(frozen=True, repr=False)
 class PulsarSettings:
@@ -122,6 +127,9 @@ class PulsarSettings:
     tls_trust_certs_file: str | None = None
     tls_allow_insecure: bool = False
     tls_validate_hostname: bool = False
+    #: the C++ client's own log (its warnings and errors, written natively); "": through
+    #: Python logging instead, at a cost (see ``PulsarConfig.client_log_file``)
+    client_log_file: str = field(default_factory=_default_client_log)
 
     def check(self) -> None:
         if self.access_mode not in ("ExclusiveWithFencing", "Exclusive"):

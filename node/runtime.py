@@ -67,6 +67,7 @@ def pulsar_config(config: NodeConfig) -> PulsarConfig:
         tls_trust_certs_file=p.tls_trust_certs_file,
         tls_allow_insecure=p.tls_allow_insecure,
         tls_validate_hostname=p.tls_validate_hostname,
+        client_log_file=p.client_log_file or None,
     )
 
 

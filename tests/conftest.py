@@ -2,17 +2,20 @@
 
 Integration tests ask for ``stack`` (Pulsar + etcd) or ``telemetry_stack`` (also the
 collector and Jaeger). Each test names its topics and keys uniquely, so tests never
-see each other's data and the stack never needs wiping.
+see each other's data and the stack never needs wiping; the topics a session created
+are deleted when it ends (:mod:`node.stack.topics` says why).
 """
 
 from __future__ import annotations
 
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from node.stack import Stack, StackInfo
+from node.stack.topics import delete_topics, list_topics
 
 
 @pytest.fixture(scope="session")
@@ -21,8 +24,16 @@ def local_stack() -> Stack:
 
 
 @pytest.fixture(scope="session")
-async def stack(local_stack: Stack) -> StackInfo:
-    return await local_stack.up(["etcd", "pulsar"])
+async def stack(local_stack: Stack) -> AsyncIterator[StackInfo]:
+    info = await local_stack.up(["etcd", "pulsar"])
+    before = await list_topics(info.pulsar_admin_url)
+    yield info
+    created = await list_topics(info.pulsar_admin_url) - before
+    deleted = await delete_topics(info.pulsar_admin_url, created)
+    print(
+        f"\nstack: deleted {deleted} of the {len(created)} topics this session created",
+        file=sys.stderr,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,9 @@
 
 Appends go straight to the C++ producer's ``send_async`` from the event loop thread,
 so the order of ``append`` calls is the order in the log and appends pipeline
-without a round trip each. A fencing result from the broker marks the channel
-fenced for good: the producer is dropped and every later append fails fast.
+without a round trip each; receipts come back in bursts (:mod:`.receipts`). A
+fencing result from the broker marks the channel fenced for good: the producer is
+dropped and every later append fails fast.
 
 Taking a topic over (``ExclusiveWithFencing``, the default) is two steps. A Pulsar
 4.0.7 broker reconnecting a fenced ``ExclusiveWithFencing`` producer first evicts the
@@ -34,6 +35,7 @@ with :class:`~wal.errors.UnknownPositionError`: neither acknowledged nor retried
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -45,6 +47,7 @@ from pulsar.asyncio import PulsarException
 from adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
 from adaptors.pulsar.errors import FENCING_RESULTS, translate
 from adaptors.pulsar.message_id import PulsarMessageId
+from adaptors.pulsar.receipts import ReceiptQueue
 from adaptors.pulsar.scanner import PulsarScanner, to_backend_message
 from wal.backend import AccessMode, DeliveryPolicy
 from wal.errors import (
@@ -90,6 +93,8 @@ class PulsarBackendWAL:
         self._closed = False
         self._lock = asyncio.Lock()
         self._scanners: set[PulsarScanner] = set()
+        self._outbox: list[tuple[asyncio.Future[MessageId], bytes, Mapping[str, str]]] = []
+        self._receipts: ReceiptQueue[asyncio.Future[MessageId]] = ReceiptQueue(self._complete)
 
     @property
     def channel(self) -> str:
@@ -197,17 +202,15 @@ class PulsarBackendWAL:
             ) from exc
 
     def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[MessageId] = loop.create_future()
+        future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
         try:
-            self._enqueue(loop, future, payload, properties)
+            self._enqueue(future, payload, properties)
         except Exception as exc:
             future.set_exception(exc)
         return future
 
     def _enqueue(
         self,
-        loop: asyncio.AbstractEventLoop,
         future: asyncio.Future[MessageId],
         payload: bytes,
         properties: Mapping[str, str],
@@ -224,21 +227,43 @@ class PulsarBackendWAL:
                 f"payload of {len(payload)} bytes exceeds the broker's maximum message size "
                 f"of {self._config.max_message_size} bytes"
             )
-        builder = _pulsar.MessageBuilder()
-        builder.content(payload)
-        for key, value in properties.items():
-            builder.property(key, value)
+        self._outbox.append((future, payload, properties))
+        if len(self._outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._send_outbox)
 
-        def on_sent(result: Any, message_id: Any) -> None:
-            # Runs on a client thread: an exception here would kill the process.
+    def _send_outbox(self) -> None:
+        """Hand the entries of this burst to the client, back to back, in append order.
+
+        Appends that arrive in one event-loop iteration are sent together at its end:
+        the client batches what arrives within ``batching_max_delay_ms`` of a batch's
+        first entry, and sends spread over the appenders' own work between them were
+        cut into more, smaller batches (more broker work per message).
+        """
+        outbox, self._outbox = self._outbox, []
+        producer = self._producer
+        put = self._receipts.put
+        for future, payload, properties in outbox:
+            if future.done():  # failed while it waited (closed, fenced): not sent
+                continue
+            if producer is None or self._fenced is not None:
+                future.set_exception(
+                    self._fenced or ClosedError(f"channel {self._channel!r} is closed")
+                )
+                continue
+            builder = _pulsar.MessageBuilder()
+            builder.content(payload)
+            for key, value in properties.items():
+                builder.property(key, value)
+            # The producer of pulsar.asyncio exposes the C extension's producer; its
+            # send_async enqueues synchronously, which is what orders the log.
             try:
-                loop.call_soon_threadsafe(self._complete, future, result, message_id)
-            except RuntimeError:
-                pass  # the loop is closed; nobody waits any more
-
-        # The producer of pulsar.asyncio exposes the C extension's producer; its
-        # send_async enqueues synchronously, which is what orders the log.
-        self._producer._producer.send_async(builder.build(), on_sent)
+                producer._producer.send_async(builder.build(), functools.partial(put, future))
+            except Exception as exc:  # the client refused it synchronously
+                future.set_exception(
+                    translate(exc, channel=self._channel, what="append")
+                    if isinstance(exc, PulsarException)
+                    else UnavailableError(f"append on {self._channel!r}: {exc!r}")
+                )
 
     def _complete(self, future: asyncio.Future[MessageId], result: Any, message_id: Any) -> None:
         if future.done():
@@ -339,6 +364,8 @@ class PulsarBackendWAL:
         for scanner in list(self._scanners):
             await scanner.close()
         self._scanners.clear()
+        if self._outbox:
+            self._send_outbox()  # accepted appends reach the client, which flushes them
         producer, self._producer = self._producer, None
         if producer is not None:
             try:

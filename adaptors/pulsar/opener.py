@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -22,8 +23,15 @@ from wal.errors import ClosedError, UnavailableError
 __all__ = ["PulsarOpener", "client_logger"]
 
 
-def client_logger() -> logging.Logger:
-    """The C++ client logs every reconnect at INFO; keep that out of a node's log."""
+def client_logger(log_file: str | None = None) -> logging.Logger | pulsar.FileLogger:
+    """The C++ client's logger: native into ``log_file`` (warnings and errors), else
+    Python's "pulsar.client" at WARNING (it logs every reconnect at INFO).
+
+    See :attr:`PulsarConfig.client_log_file` for what the Python logger costs.
+    """
+    if log_file:
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        return pulsar.FileLogger(pulsar.LoggerLevel.Warn, log_file)
     logger = logging.getLogger("pulsar.client")
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.WARNING)
@@ -56,7 +64,7 @@ class PulsarOpener:
         options: dict[str, Any] = {
             "operation_timeout_seconds": max(1, math.ceil(cfg.operation_timeout_s)),
             "connection_timeout_ms": int(cfg.operation_timeout_s * 1000),
-            "logger": client_logger(),
+            "logger": client_logger(cfg.client_log_file),
         }
         if cfg.auth_token:
             options["authentication"] = pulsar.AuthenticationToken(cfg.auth_token)

@@ -23,7 +23,7 @@ from pulsar import asyncio as pulsar_asyncio
 from adaptors.pulsar import PulsarConfig, PulsarOpener
 from adaptors.pulsar.opener import client_logger
 from node.bench.stats import median_of, ratio, summarize
-from node.bench.target import BenchTarget
+from node.bench.target import CLIENT_LOG, BenchTarget
 from tso import InProcessTSO, TsoConfig
 from wal.initializing import open_wal
 from wal.message import MessageType, MutableMessage
@@ -96,9 +96,9 @@ async def run_append_bench(
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``; see the module docstring."""
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url)
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     cells: list[dict[str, Any]] = []
-    client = pulsar_asyncio.Client(target.pulsar_url, logger=client_logger())
+    client = pulsar_asyncio.Client(target.pulsar_url, logger=client_logger(CLIENT_LOG))
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-{run}")
     try:
         async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:

@@ -32,6 +32,7 @@ from adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from adaptors.pulsar.opener import client_logger
 from adaptors.pulsar.scanner import to_backend_message
 from node.bench.append import timed_appends
+from node.bench.target import CLIENT_LOG
 from tso import InProcessTSO, TsoConfig
 from tso.timestamp import split
 from wal.config import WALConfig
@@ -94,7 +95,7 @@ async def _throughput(
 async def _wal_worker(spec: dict[str, Any]) -> dict[str, Any]:
     count = int(spec["channels"])
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=spec["pulsar_url"])
+    config = PulsarConfig(service_url=spec["pulsar_url"], client_log_file=CLIENT_LOG)
     wal_config = WALConfig()
     tso_config = TsoConfig(etcd_endpoints=(spec["etcd_endpoint"],), key_prefix=f"/bench-ch-{run}")
     async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
@@ -190,8 +191,8 @@ async def _count_ticks(client: Any, topic: str, start_ms: float, end_ms: float) 
 async def _raw_worker(spec: dict[str, Any]) -> dict[str, Any]:
     count = int(spec["channels"])
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=spec["pulsar_url"])
-    client = pulsar_asyncio.Client(spec["pulsar_url"], logger=client_logger())
+    config = PulsarConfig(service_url=spec["pulsar_url"], client_log_file=CLIENT_LOG)
+    client = pulsar_asyncio.Client(spec["pulsar_url"], logger=client_logger(CLIENT_LOG))
 
     async def create(topic: str) -> Any:
         producer = await client.create_producer(

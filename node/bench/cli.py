@@ -103,6 +103,30 @@ def _target(args: argparse.Namespace) -> BenchTarget:
     return BenchTarget(info.pulsar_url, info.etcd_endpoint, info.pulsar_admin_url, _progress)
 
 
+def _topics(target: BenchTarget) -> set[str] | None:
+    if target.pulsar_admin_url is None:
+        return None
+    from node.stack.topics import list_topics
+
+    try:
+        return asyncio.run(list_topics(target.pulsar_admin_url))
+    except OSError as exc:
+        target.progress(f"cannot list topics ({exc}); the bench's topics will stay")
+        return None
+
+
+def _delete_new_topics(target: BenchTarget, before: set[str] | None) -> None:
+    """The bench's throw-away topics go (see :mod:`node.stack.topics` for why)."""
+    after = _topics(target)
+    if before is None or after is None or target.pulsar_admin_url is None:
+        return
+    from node.stack.topics import delete_topics
+
+    ours = {t for t in after - before if "/bench-" in t}
+    deleted = asyncio.run(delete_topics(target.pulsar_admin_url, ours))
+    target.progress(f"deleted {deleted} of the {len(ours)} topics the bench created")
+
+
 def _run_suite(target: BenchTarget, suite: Suite, options: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     target.progress(f"== {suite.name}")
@@ -137,9 +161,13 @@ def _run(args: argparse.Namespace) -> int:
     machine = environment.machine()  # the load average before the run, not after
     started = time.perf_counter()
     results: dict[str, Any] = {}
-    for suite in chosen:
-        options = args if args.suite else default_arguments(suite)
-        results[suite.name] = _run_suite(target, suite, options)
+    before = _topics(target)
+    try:
+        for suite in chosen:
+            options = args if args.suite else default_arguments(suite)
+            results[suite.name] = _run_suite(target, suite, options)
+    finally:
+        _delete_new_topics(target, before)
     failed = {name: r for name, r in results.items() if "error" in r}
     ok = {name: r for name, r in results.items() if "error" not in r}
     doc: dict[str, Any] = {

@@ -25,7 +25,7 @@ from pulsar import asyncio as pulsar_asyncio
 from adaptors.pulsar import PulsarConfig, PulsarOpener
 from adaptors.pulsar.opener import client_logger
 from node.bench.stats import distribution, ratio
-from node.bench.target import BenchTarget
+from node.bench.target import CLIENT_LOG, BenchTarget
 from node.faultproxy import FaultProxy
 from tso import InProcessTSO, TsoConfig
 from wal.initializing import open_wal
@@ -43,13 +43,13 @@ async def run_open_bench(
 ) -> dict[str, Any]:
     """``opens`` raw and WAL opens, then ``outage_repeats`` opens across a broker outage."""
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url)
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-open-{run}")
     raw_samples: list[float] = []
     wal_samples: list[float] = []
     attempts: list[int] = []
     outages: list[dict[str, Any]] = []
-    client = pulsar_asyncio.Client(target.pulsar_url, logger=client_logger())
+    client = pulsar_asyncio.Client(target.pulsar_url, logger=client_logger(CLIENT_LOG))
     try:
         async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
             await opener.verify_exclusivity()  # once per node, not per open
@@ -115,6 +115,7 @@ async def _open_across_outage(
             service_url=f"pulsar://{proxy.url_host}",
             operation_timeout_s=op_timeout_s,
             verify_exclusivity=False,  # a node checks once at start, not per open
+            client_log_file=CLIENT_LOG,
         )
         async with PulsarOpener(slow) as outage_opener:
             proxy.set_mode("refuse")

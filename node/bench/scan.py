@@ -23,7 +23,7 @@ import pulsar
 
 from adaptors.pulsar import PulsarConfig, PulsarOpener
 from node.bench.stats import ratio
-from node.bench.target import BenchTarget
+from node.bench.target import CLIENT_LOG, BenchTarget
 from tso import InProcessTSO, TsoConfig
 from wal.backend import DeliveryPolicy
 from wal.initializing import open_read_only, open_wal
@@ -86,7 +86,7 @@ async def run_scan_bench(
     """Fill one channel, then read it back three ways; see the module docstring."""
     run = uuid.uuid4().hex[:8]
     channel = f"bench-scan-{run}"
-    config = PulsarConfig(service_url=target.pulsar_url)
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-scan-{run}")
     rates: dict[str, list[float]] = {"raw_reader": [], "catch_up": [], "buffer_tail": []}
     async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:

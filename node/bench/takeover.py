@@ -28,7 +28,7 @@ import pulsar
 
 from adaptors.pulsar import PulsarConfig, PulsarOpener
 from node.bench.stats import distribution, ratio
-from node.bench.target import BenchTarget
+from node.bench.target import CLIENT_LOG, BenchTarget
 from tso import InProcessTSO, LocalAllocator, TsoConfig
 from wal.initializing import open_wal
 from wal.message import MessageType, MutableMessage
@@ -137,7 +137,7 @@ async def run_takeover_bench(
 ) -> dict[str, Any]:
     """``takeovers`` WAL takeovers and as many raw ones, alternating."""
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url)
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-to-{run}")
     wal_rounds: list[_Round | str] = []
     raw_rounds: list[_Round | str] = []

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["BenchTarget"]
+__all__ = ["CLIENT_LOG", "BenchTarget"]
+
+#: Every Pulsar client of a bench run (raw and WAL alike) logs natively here: through
+#: Python ``logging`` the client's per-message debug lines cost each side GIL time
+#: (see ``PulsarConfig.client_log_file``), which is not what the bench compares.
+CLIENT_LOG = str(Path(tempfile.gettempdir()) / "streamwal-bench" / "pulsar-client.log")
 
 
 def _silent(_: str) -> None:

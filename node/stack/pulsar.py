@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 from node.stack.service import Progress, Service
@@ -233,7 +232,7 @@ class PulsarService(Service):
         )
         try:
             producer = await client.create_producer(
-                f"persistent://public/default/streamwal-stack-probe-{uuid.uuid4().hex[:8]}"
+                "persistent://public/default/streamwal-stack-probe"
             )
             await producer.send(b"probe")
             await producer.close()
