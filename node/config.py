@@ -132,6 +132,20 @@ class PulsarSettings:
     client_log_file: str = field(default_factory=_default_client_log)
 
     def check(self) -> None:
+        scheme, sep, address = self.service_url.partition("://")
+        if scheme not in ("pulsar", "pulsar+ssl") or not sep:
+            raise ConfigError(
+                "pulsar.service_url",
+                f"must start with pulsar:// or pulsar+ssl://, got {self.service_url!r}",
+            )
+        for i, host_port in enumerate(address.rstrip("/").split(",")):
+            _host_port(f"pulsar.service_url (host {i + 1})", host_port)
+        for name in ("tenant", "namespace"):
+            value = getattr(self, name)
+            if not value or "/" in value:
+                raise ConfigError(f"pulsar.{name}", f"must be a non-empty name, got {value!r}")
+        if self.operation_timeout_s <= 0:
+            raise ConfigError("pulsar.operation_timeout_s", "must be > 0")
         if self.access_mode not in ("ExclusiveWithFencing", "Exclusive"):
             raise ConfigError(
                 "pulsar.access_mode",

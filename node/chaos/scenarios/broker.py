@@ -19,7 +19,7 @@ from opentelemetry.trace import StatusCode
 
 from node.chaos.env import ChaosEnv
 from node.chaos.result import ScenarioResult
-from node.chaos.scenarios.common import assign, keep_flowing, tso_group
+from node.chaos.scenarios.common import assign, channel_per_node, keep_flowing, tso_group
 from node.chaos.spans import captured_spans, install_span_capture
 from node.config import load_config
 from node.runtime import Node
@@ -33,7 +33,6 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     install_span_capture()
     pulsar = await env.private_pulsar()
     nodes = await tso_group(env, 2, pulsar_url=pulsar.url)
-    addresses = [n.address for n in nodes]
     config = load_config(
         environ={
             "STREAMWAL_NODE__ID": "9",
@@ -48,17 +47,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
             "OTEL_SERVICE_NAME": os.environ.get("OTEL_SERVICE_NAME", "streamwal-chaos"),
         }
     )
-    traffic = []
-    home: dict[str, str] = {}
-    for i, node in enumerate(nodes):
-        channel = env.name(f"broker-{i}")
-        answer = await assign(node.address, channel)
-        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
-        t = env.traffic(channel, addresses, workers=2)
-        t.prefer(node.address)
-        home[channel] = node.address
-        await t.start()
-        traffic.append(t)
+    home, traffic = await channel_per_node(env, result, nodes, "broker")
     async with Node(config) as local:
         for round_ in range(rounds):
             for t in traffic:

@@ -14,14 +14,10 @@ import asyncio
 import time
 from pathlib import Path
 
-import grpc
-
 from node.chaos.env import ChaosEnv
-from node.chaos.nodes import NodeProcess
 from node.chaos.result import ScenarioResult
-from node.chaos.scenarios.common import assign, keep_flowing, move, wait_for_leader
+from node.chaos.scenarios.common import channel_per_node, keep_flowing, move, wait_for_leader
 from node.chaos.scenarios.tso_leader import candidates, leader_of
-from node.chaos.traffic import Traffic
 from node.runtime import TEST_CLOCK_ENV
 
 __all__ = ["run"]
@@ -39,18 +35,9 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         env, prefix, ({TEST_CLOCK_ENV: str(clocks[0])}, {TEST_CLOCK_ENV: str(clocks[1])})
     )
     clock_of = {nodes[0].address: clocks[0], nodes[1].address: clocks[1]}
-    addresses = [n.address for n in nodes]
-    owners: dict[str, NodeProcess] = {}
-    traffic: list[Traffic] = []
-    for node in nodes:
-        channel = env.name(f"clock-{node.node_id}")
-        answer = await assign(node.address, channel)
-        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
-        owners[channel] = node
-        t = env.traffic(channel, addresses, workers=2)
-        t.prefer(node.address)
-        await t.start()
-        traffic.append(t)
+    home, traffic = await channel_per_node(env, result, nodes, "clock")
+    by_address = {n.address: n for n in nodes}
+    owners = {channel: by_address[address] for channel, address in home.items()}
     jumps = []
     for round_ in range(rounds):
         for t in traffic:

@@ -20,6 +20,7 @@ from wal.errors import DecodeError
 
 __all__ = [
     "assign",
+    "channel_per_node",
     "keep_flowing",
     "leader_address",
     "move",
@@ -82,6 +83,34 @@ async def assign(
             return response
         except grpc.aio.AioRpcError as exc:
             return exc.code()
+
+
+async def channel_per_node(
+    env: ChaosEnv,
+    result: ScenarioResult,
+    nodes: Sequence[NodeProcess],
+    tag: str,
+    *,
+    workers: int = 2,
+) -> tuple[dict[str, str], list[Traffic]]:
+    """One channel per node, assigned to it, with traffic that writes through it first.
+
+    Returns each channel's home (the address it was assigned to) and the started
+    traffic. Channels are named ``<tag>-<node id>``.
+    """
+    addresses = [n.address for n in nodes]
+    home: dict[str, str] = {}
+    traffic: list[Traffic] = []
+    for node in nodes:
+        channel = env.name(f"{tag}-{node.node_id}")
+        answer = await assign(node.address, channel)
+        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
+        t = env.traffic(channel, addresses, workers=workers)
+        t.prefer(node.address)
+        home[channel] = node.address
+        await t.start()
+        traffic.append(t)
+    return home, traffic
 
 
 def leader_address(etcd_endpoint: str, key_prefix: str) -> str | None:

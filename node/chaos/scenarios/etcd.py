@@ -12,11 +12,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-import grpc
-
 from node.chaos.env import ChaosEnv
 from node.chaos.result import ScenarioResult
-from node.chaos.scenarios.common import assign, keep_flowing, tso_group
+from node.chaos.scenarios.common import channel_per_node, keep_flowing, tso_group
 
 __all__ = ["run"]
 
@@ -28,18 +26,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     started = time.monotonic()
     etcd = await env.private_etcd()
     nodes = await tso_group(env, 2, etcd_endpoint=etcd.endpoint, batch_size=20)
-    addresses = [n.address for n in nodes]
-    traffic = []
-    home: dict[str, str] = {}
-    for i, node in enumerate(nodes):
-        channel = env.name(f"etcd-{i}")
-        answer = await assign(node.address, channel)
-        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
-        t = env.traffic(channel, addresses, workers=2)
-        t.prefer(node.address)
-        home[channel] = node.address
-        await t.start()
-        traffic.append(t)
+    home, traffic = await channel_per_node(env, result, nodes, "etcd")
     recoveries = []
     for round_ in range(rounds):
         for t in traffic:

@@ -14,20 +14,17 @@ from __future__ import annotations
 import asyncio
 import time
 
-import grpc
-
 from node.chaos.env import ChaosEnv, node_settings
 from node.chaos.nodes import NodeProcess
 from node.chaos.result import ScenarioResult
 from node.chaos.scenarios.common import (
-    assign,
+    channel_per_node,
     keep_flowing,
     leader_address,
     move,
     start_all,
     wait_for_leader,
 )
-from node.chaos.traffic import Traffic
 
 __all__ = ["candidates", "run"]
 
@@ -61,18 +58,9 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     started = time.monotonic()
     prefix = "/" + env.name("tso")
     nodes = await candidates(env, prefix)
-    addresses = [n.address for n in nodes]
-    owners: dict[str, NodeProcess] = {}
-    traffic: list[Traffic] = []
-    for node in nodes:
-        channel = env.name(f"tso-{node.node_id}")
-        answer = await assign(node.address, channel)
-        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
-        owners[channel] = node
-        t = env.traffic(channel, addresses, workers=2)
-        t.prefer(node.address)
-        await t.start()
-        traffic.append(t)
+    home, traffic = await channel_per_node(env, result, nodes, "tso")
+    by_address = {n.address: n for n in nodes}
+    owners = {channel: by_address[address] for channel, address in home.items()}
     failovers = []
     for round_ in range(rounds):
         for t in traffic:
