@@ -91,6 +91,19 @@ class LocalAllocator:
         """How many timestamps the cached range still holds."""
         return max(0, self._end - self._next + 1)
 
+    def allocate_cached(self) -> int | None:
+        """The next timestamp if the cached range holds one (without suspending), else None.
+
+        The append path's fast lane: most appends are served from the cache, and not
+        creating a coroutine for them is measurable at tens of thousands per second.
+        """
+        nxt = self._next
+        if nxt <= self._end:
+            self._next = nxt + 1
+            self._last = nxt
+            return nxt
+        return None
+
     async def allocate(self) -> int:
         """The next timestamp; fetches a new range only when the cached one is used up."""
         nxt = self._next
