@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from wal.backend import (
     AccessMode,
+    AppendCallback,
     BackendMessage,
     DeliveryPolicy,
     validate_channel_name,
@@ -171,6 +172,22 @@ class MemoryBackendWAL:
         if delay <= 0:
             return result
         return _delayed(result, delay)
+
+    def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
+        # persisted now, in call order; answered on a later loop iteration, as a broker
+        # would (an appender that never suspends would starve the loop)
+        message_id: MessageId | None = None
+        error: BaseException | None = None
+        try:
+            message_id = self._append_now(payload, properties)
+        except Exception as exc:
+            error = exc
+        loop = asyncio.get_running_loop()
+        delay = self._store.faults.append_delay
+        if delay <= 0:
+            loop.call_soon(done, message_id, error)
+        else:
+            loop.call_later(delay, done, message_id, error)
 
     def _append_now(self, payload: bytes, properties: Mapping[str, str]) -> MessageId:
         self._check_open()

@@ -49,7 +49,7 @@ from adaptors.pulsar.errors import FENCING_RESULTS, translate
 from adaptors.pulsar.message_id import PulsarMessageId
 from adaptors.pulsar.receipts import ReceiptQueue
 from adaptors.pulsar.scanner import PulsarScanner, to_backend_message
-from wal.backend import AccessMode, DeliveryPolicy
+from wal.backend import AccessMode, AppendCallback, DeliveryPolicy, settle_future
 from wal.errors import (
     ChannelFencedError,
     ClosedError,
@@ -93,8 +93,8 @@ class PulsarBackendWAL:
         self._closed = False
         self._lock = asyncio.Lock()
         self._scanners: set[PulsarScanner] = set()
-        self._outbox: list[tuple[asyncio.Future[MessageId], bytes, Mapping[str, str]]] = []
-        self._receipts: ReceiptQueue[asyncio.Future[MessageId]] = ReceiptQueue(self._complete)
+        self._outbox: list[tuple[AppendCallback, bytes, Mapping[str, str]]] = []
+        self._receipts: ReceiptQueue[AppendCallback] = ReceiptQueue(self._complete)
 
     @property
     def channel(self) -> str:
@@ -203,18 +203,16 @@ class PulsarBackendWAL:
 
     def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
         future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
-        try:
-            self._enqueue(future, payload, properties)
-        except Exception as exc:
-            future.set_exception(exc)
+        self.submit(payload, properties, functools.partial(settle_future, future))
         return future
 
-    def _enqueue(
-        self,
-        future: asyncio.Future[MessageId],
-        payload: bytes,
-        properties: Mapping[str, str],
-    ) -> None:
+    def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
+        try:
+            self._enqueue(done, payload, properties)
+        except Exception as exc:
+            done(None, exc)
+
+    def _enqueue(self, done: AppendCallback, payload: bytes, properties: Mapping[str, str]) -> None:
         self._check_open()
         if self._fenced is not None:
             raise self._fenced
@@ -227,7 +225,7 @@ class PulsarBackendWAL:
                 f"payload of {len(payload)} bytes exceeds the broker's maximum message size "
                 f"of {self._config.max_message_size} bytes"
             )
-        self._outbox.append((future, payload, properties))
+        self._outbox.append((done, payload, properties))
         if len(self._outbox) == 1:
             asyncio.get_running_loop().call_soon(self._send_outbox)
 
@@ -242,13 +240,9 @@ class PulsarBackendWAL:
         outbox, self._outbox = self._outbox, []
         producer = self._producer
         put = self._receipts.put
-        for future, payload, properties in outbox:
-            if future.done():  # failed while it waited (closed, fenced): not sent
-                continue
+        for done, payload, properties in outbox:
             if producer is None or self._fenced is not None:
-                future.set_exception(
-                    self._fenced or ClosedError(f"channel {self._channel!r} is closed")
-                )
+                done(None, self._fenced or ClosedError(f"channel {self._channel!r} is closed"))
                 continue
             builder = _pulsar.MessageBuilder()
             builder.content(payload)
@@ -257,34 +251,34 @@ class PulsarBackendWAL:
             # The producer of pulsar.asyncio exposes the C extension's producer; its
             # send_async enqueues synchronously, which is what orders the log.
             try:
-                producer._producer.send_async(builder.build(), functools.partial(put, future))
+                producer._producer.send_async(builder.build(), functools.partial(put, done))
             except Exception as exc:  # the client refused it synchronously
-                future.set_exception(
+                done(
+                    None,
                     translate(exc, channel=self._channel, what="append")
                     if isinstance(exc, PulsarException)
-                    else UnavailableError(f"append on {self._channel!r}: {exc!r}")
+                    else UnavailableError(f"append on {self._channel!r}: {exc!r}"),
                 )
 
-    def _complete(self, future: asyncio.Future[MessageId], result: Any, message_id: Any) -> None:
-        if future.done():
-            return
+    def _complete(self, done: AppendCallback, result: Any, message_id: Any) -> None:
         if result == _pulsar.Result.Ok and self._fenced is None:
             landed = PulsarMessageId.from_pulsar(message_id)
             if landed.ledger < 0 or landed.entry < 0:
                 # seen under connection resets: a receipt with no position (-1:-1); the
                 # entry it stands for may be in the log, so the guard starts over
                 self._last_landed = None
-                future.set_exception(
+                done(
+                    None,
                     UnknownPositionError(
                         f"append on {self._channel!r}: the broker gave no position ({landed})"
-                    )
+                    ),
                 )
                 return
             last = self._last_landed
             if last is None or landed.ledger != last.ledger or landed.entry <= last.entry + 1:
                 if last is None or landed.ledger != last.ledger or landed > last:
                     self._last_landed = landed
-                future.set_result(landed)
+                done(landed, None)
                 return
             _log.error(
                 "channel %s: another producer wrote between our entries %s and %s: "
@@ -297,7 +291,7 @@ class PulsarBackendWAL:
                 self._channel, f"another producer wrote between {last} and {landed}"
             )
         if self._fenced is not None:
-            future.set_exception(self._fenced)
+            done(None, self._fenced)
             return
         error = translate(PulsarException(result), channel=self._channel, what="append")
         if result in FENCING_RESULTS and not self._closed:
@@ -305,7 +299,7 @@ class PulsarBackendWAL:
                 _log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
                 self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
             error = self._fenced
-        future.set_exception(error)
+        done(None, error)
 
     @property
     def is_fenced(self) -> bool:

@@ -80,6 +80,44 @@ class ConformanceSuite:
         assert entries[3].properties["seq"] == "3"
         await wal.close()
 
+    async def test_submit_answers_each_entry_once_in_log_order(
+        self, harness: BackendHarness
+    ) -> None:
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        answers: list[tuple[int, MessageId | None, BaseException | None]] = []
+        finished = asyncio.Event()
+
+        def done_for(i: int) -> Callable[[MessageId | None, BaseException | None], None]:
+            def done(message_id: MessageId | None, error: BaseException | None) -> None:
+                answers.append((i, message_id, error))
+                if len(answers) == 30:
+                    finished.set()
+
+            return done
+
+        for i in range(30):
+            wal.submit(f"s-{i}".encode(), {"seq": str(i)}, done_for(i))
+        await asyncio.wait_for(finished.wait(), 10)
+        await asyncio.sleep(0.05)  # a second answer for any entry would land by now
+        assert len(answers) == 30
+        assert all(error is None for _, _, error in answers)
+        by_entry = {i: message_id for i, message_id, _ in answers}
+        ids = [by_entry[i] for i in range(30)]
+        assert ids == sorted(ids) and len(set(ids)) == 30
+        entries = await read_all(harness.node_b, channel, 30)
+        assert [e.payload for e in entries] == [f"s-{i}".encode() for i in range(30)]
+        await writable(harness.node_b, channel)  # takes the channel over
+        refused: list[BaseException | None] = []
+        wal.submit(b"late", {}, lambda _id, error: refused.append(error))
+        await asyncio.sleep(0)
+        for _ in range(200):
+            if refused:
+                break
+            await asyncio.sleep(0.05)
+        assert len(refused) == 1 and isinstance(refused[0], ChannelFencedError)
+        await wal.close()
+
     async def test_message_ids_round_trip_and_sort_like_the_log(
         self, harness: BackendHarness
     ) -> None:

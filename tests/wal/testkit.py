@@ -8,7 +8,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from adaptors.memory import MemoryBackendWAL, MemoryLogStore, MemoryMessageId, MemoryOpener
-from wal.backend import AccessMode, BackendMessage, BackendScanner, DeliveryPolicy
+from wal.backend import (
+    AccessMode,
+    AppendCallback,
+    BackendMessage,
+    BackendScanner,
+    DeliveryPolicy,
+)
 from wal.config import Backoff, WALConfig
 from wal.errors import UnavailableError
 from wal.message import ImmutableMessage, decode
@@ -112,6 +118,17 @@ class ProxyBackend:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         return self._track(self.inner.append(payload, properties))
+
+    def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
+        self.appends += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+        def answered(message_id: MessageId | None, error: BaseException | None) -> None:
+            self.in_flight -= 1
+            done(message_id, error)
+
+        self.inner.submit(payload, properties, answered)
 
     async def _track(self, result: Awaitable[MessageId]) -> MessageId:
         try:

@@ -123,12 +123,11 @@ class TimeTickInterceptor(InterceptorBase):
         try:
             async with asyncio.timeout(self.params.config.close_timeout):
                 await self._idle.wait()
-                if self._writer.pending:
-                    await asyncio.wait(set(self._writer.pending))
+                await self._writer.drained()
         except TimeoutError:
             _log.warning(
                 "channel %s: %d appends still in flight after %.1f s; closing anyway",
                 self._channel,
-                self._active + len(self._writer.pending),
+                self._active + self._writer.in_flight,
                 self.params.config.close_timeout,
             )

@@ -25,12 +25,12 @@ from wal.interceptors.base import Sink
 from wal.message import ImmutableMessage, MutableMessage
 from wal.message_id import MessageId
 
-__all__ = ["AckSequencer", "Slot"]
+__all__ = ["AckSequencer", "Slot", "SlotState"]
 
 _log = logging.getLogger(__name__)
 
 
-class _State(enum.Enum):
+class SlotState(enum.Enum):
     PENDING = "pending"
     PERSISTED = "persisted"
     FAILED = "failed"
@@ -51,7 +51,7 @@ class Slot:
         time_tick: int,
         message: MutableMessage | None,
         last_confirmed: MessageId | None,
-        state: _State,
+        state: SlotState,
         done: asyncio.Future[MessageId] | None,
     ) -> None:
         self.time_tick = time_tick
@@ -89,37 +89,38 @@ class AckSequencer:
         at the slot's release.
         """
         done: asyncio.Future[MessageId] = self._loop.create_future()
-        slot = Slot(time_tick, message, self.last_confirmed, _State.PENDING, done)
+        slot = Slot(time_tick, message, self.last_confirmed, SlotState.PENDING, done)
         self._slots.append(slot)
         return slot, done
 
     def reserve_time_tick(self, time_tick: int) -> None:
         """An in-memory time tick, published once everything before it is released."""
-        self._slots.append(Slot(time_tick, None, None, _State.IN_MEMORY, None))
+        self._slots.append(Slot(time_tick, None, None, SlotState.IN_MEMORY, None))
         self._release()
 
-    def resolve(self, slot: Slot, result: asyncio.Future[MessageId]) -> None:
-        """Done-callback of the backend's answer for ``slot``."""
-        if result.cancelled():
-            slot.error = UnavailableError("the backend cancelled the append")
-            slot.state = _State.FAILED
-        elif (error := result.exception()) is not None:
-            slot.error = error
-            slot.state = _State.FAILED
+    def resolve(
+        self, slot: Slot, message_id: MessageId | None, error: BaseException | None
+    ) -> None:
+        """The backend's answer for ``slot`` (an :data:`~wal.backend.AppendCallback`)."""
+        if slot.state is not SlotState.PENDING:
+            return  # answered twice: the first answer stands
+        if error is not None or message_id is None:
+            slot.error = error or UnavailableError("the backend answered without an id")
+            slot.state = SlotState.FAILED
         else:
-            slot.message_id = result.result()
-            slot.state = _State.PERSISTED
+            slot.message_id = message_id
+            slot.state = SlotState.PERSISTED
         self._release()
 
     def abandon(self, slot: Slot, error: BaseException) -> None:
         """The entry never reached the backend."""
         slot.error = error
-        slot.state = _State.FAILED
+        slot.state = SlotState.FAILED
         self._release()
 
     def _release(self) -> None:
         slots = self._slots
-        while slots and slots[0].state is not _State.PENDING:
+        while slots and slots[0].state is not SlotState.PENDING:
             slot = slots.popleft()
             try:
                 if slot.message is not None and slot.message_id is not None:
@@ -129,7 +130,7 @@ class AckSequencer:
                             slot.message_id, slot.time_tick, slot.last_confirmed, self._node_id
                         )
                     )
-                elif slot.state is _State.IN_MEMORY:
+                elif slot.state is SlotState.IN_MEMORY:
                     self._sink.publish_time_tick(slot.time_tick)
             except Exception:  # a hook bug must not stop the log order for everyone else
                 _log.exception(

@@ -26,7 +26,7 @@ from types import TracebackType
 
 from wal.errors import TimestampRegressionError
 from wal.interceptors.base import InterceptorParams
-from wal.interceptors.timetick.sequencer import AckSequencer, Slot
+from wal.interceptors.timetick.sequencer import AckSequencer, Slot, SlotState
 from wal.message import MessageType, MutableMessage
 from wal.message.codec import encode_stamped
 from wal.message_id import MessageId
@@ -110,7 +110,9 @@ class OrderedWriter:
         )
         self._last_time_tick = params.first_message.time_tick
         self.dirty = False
-        self.pending: set[asyncio.Future[MessageId]] = set()
+        self._in_flight = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
 
     async def write(self, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]]:
         """Stamp and enqueue ``msg``; the future resolves once it is persisted and published.
@@ -164,16 +166,34 @@ class OrderedWriter:
             msg, time_tick, sequencer.last_confirmed, self._node_id
         )
         slot, done = sequencer.reserve(time_tick, msg)
+        self._in_flight += 1
+        self._drained.clear()
         try:
-            future = asyncio.ensure_future(self._backend.append(payload, properties))
-        except BaseException as exc:
-            done.cancel()  # the error is raised here, not through the future
-            sequencer.abandon(slot, exc)
+            self._backend.submit(payload, properties, functools.partial(self._on_answer, slot))
+        except BaseException as exc:  # a broken backend: the contract says done() is used
+            if slot.state is SlotState.PENDING:
+                self._answered()
+                done.cancel()  # the error is raised here, not through the future
+                sequencer.abandon(slot, exc)
             raise
-        self.pending.add(future)
-        future.add_done_callback(functools.partial(self._on_answer, slot))
         return done
 
-    def _on_answer(self, slot: Slot, future: asyncio.Future[MessageId]) -> None:
-        self.pending.discard(future)
-        self._sequencer.resolve(slot, future)
+    def _on_answer(
+        self, slot: Slot, message_id: MessageId | None, error: BaseException | None
+    ) -> None:
+        self._answered()
+        self._sequencer.resolve(slot, message_id, error)
+
+    def _answered(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._drained.set()
+
+    @property
+    def in_flight(self) -> int:
+        """Entries handed to the backend and not answered yet."""
+        return self._in_flight
+
+    async def drained(self) -> None:
+        """Until every entry handed to the backend has been answered."""
+        await self._drained.wait()
