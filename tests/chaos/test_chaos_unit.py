@@ -4,6 +4,7 @@ bounds, the test clock, and the Pulsar channel's interleaving guard."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from node.chaos.runner import run_scenario
 from node.chaos.scenarios import SCENARIOS, Scenario
 from node.history_check import HistoryReport, Violation
 from node.runtime import _OffsetFileClock
-from wal.backend import AccessMode
+from wal.backend import AccessMode, settle_future
 from wal.errors import ChannelFencedError, UnknownPositionError
 
 
@@ -144,7 +145,9 @@ async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner()
 
     def answer(ledger: int, entry: int, batch: int = -1) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = loop.create_future()
-        backend._complete(future, _pulsar.Result.Ok, _Id(ledger, entry, batch))
+        backend._complete(
+            functools.partial(settle_future, future), _pulsar.Result.Ok, _Id(ledger, entry, batch)
+        )
         return future
 
     assert str(answer(5, 10).result()) == "5:10"
@@ -163,6 +166,6 @@ async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner()
     with pytest.raises(ChannelFencedError):
         after.result()
     failed: asyncio.Future[Any] = loop.create_future()
-    backend._complete(failed, _pulsar.Result.Timeout, None)
+    backend._complete(functools.partial(settle_future, failed), _pulsar.Result.Timeout, None)
     with pytest.raises(ChannelFencedError):
         failed.result()
