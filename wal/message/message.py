@@ -27,6 +27,8 @@ _ENTRY_OVERHEAD = 64  # bytes counted per message beyond payload and properties
 
 
 def _frozen_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
+    if properties is _EMPTY:  # the usual case; skips an ABC isinstance check per message
+        return _EMPTY
     if not isinstance(properties, Mapping):
         raise InvalidInputError(f"properties must be a mapping, got {type(properties).__name__}")
     for key, value in properties.items():
