@@ -110,21 +110,25 @@ def _topics(target: BenchTarget) -> set[str] | None:
 
     try:
         return asyncio.run(list_topics(target.pulsar_admin_url))
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:
         target.progress(f"cannot list topics ({exc}); the bench's topics will stay")
         return None
 
 
 def _delete_new_topics(target: BenchTarget, before: set[str] | None) -> None:
     """The bench's throw-away topics go (see :mod:`node.stack.topics` for why)."""
-    after = _topics(target)
-    if before is None or after is None or target.pulsar_admin_url is None:
+    if before is None or target.pulsar_admin_url is None:
         return
-    from node.stack.topics import delete_topics
+    from node.stack.topics import delete_created
 
-    ours = {t for t in after - before if "/bench-" in t}
-    deleted = asyncio.run(delete_topics(target.pulsar_admin_url, ours))
-    target.progress(f"deleted {deleted} of the {len(ours)} topics the bench created")
+    try:
+        deleted, created = asyncio.run(
+            delete_created(target.pulsar_admin_url, before, lambda t: "/bench-" in t)
+        )
+    except (OSError, RuntimeError) as exc:
+        target.progress(f"cannot delete the bench's topics ({exc})")
+        return
+    target.progress(f"deleted {deleted} of the {created} topics the bench created")
 
 
 def _run_suite(target: BenchTarget, suite: Suite, options: argparse.Namespace) -> dict[str, Any]:

@@ -14,9 +14,9 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-__all__ = ["delete_topics", "list_topics"]
+__all__ = ["delete_created", "delete_topics", "list_topics"]
 
 _NAMESPACE = "public/default"
 
@@ -65,3 +65,12 @@ async def delete_topics(
 
     results = await asyncio.gather(*(one(t) for t in topics))
     return sum(results)
+
+
+async def delete_created(
+    admin_url: str, before: set[str], which: Callable[[str], bool] = lambda _: True
+) -> tuple[int, int]:
+    """Delete the topics that appeared since ``before`` was listed and that ``which``
+    accepts; returns (deleted, created)."""
+    created = {t for t in await list_topics(admin_url) - before if which(t)}
+    return await delete_topics(admin_url, created), len(created)

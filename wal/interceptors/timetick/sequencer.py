@@ -101,9 +101,7 @@ class AckSequencer:
     def resolve(
         self, slot: Slot, message_id: MessageId | None, error: BaseException | None
     ) -> None:
-        """The backend's answer for ``slot`` (an :data:`~wal.backend.AppendCallback`)."""
-        if slot.state is not SlotState.PENDING:
-            return  # answered twice: the first answer stands
+        """The backend's answer for ``slot``, once (the writer keeps out a second one)."""
         if error is not None or message_id is None:
             slot.error = error or UnavailableError("the backend answered without an id")
             slot.state = SlotState.FAILED

@@ -125,17 +125,15 @@ class OrderedWriter:
             # gate would change nothing but cost two coroutine steps.
             cached = self._allocate_cached()
             if cached is not None:
-                time_tick = self._accept(cached)
-                future = self._enqueue(time_tick, msg)
-                if not msg.type.is_system:
-                    self.dirty = True
-                return time_tick, future
+                return self._stamp(self._accept(cached), msg)
         async with self._lock:
-            time_tick = await self._allocate()
-            future = self._enqueue(time_tick, msg)
-            if not msg.type.is_system:
-                self.dirty = True
-            return time_tick, future
+            return self._stamp(await self._allocate(), msg)
+
+    def _stamp(self, time_tick: int, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]]:
+        future = self._enqueue(time_tick, msg)
+        if not msg.type.is_system:
+            self.dirty = True
+        return time_tick, future
 
     async def tick(self) -> asyncio.Future[MessageId] | None:
         """A time tick: persisted if the channel is dirty (its future), else in memory."""
@@ -170,7 +168,7 @@ class OrderedWriter:
         self._drained.clear()
         try:
             self._backend.submit(payload, properties, functools.partial(self._on_answer, slot))
-        except BaseException as exc:  # a broken backend: the contract says done() is used
+        except BaseException as exc:  # refusals go through done(); this is a broken backend
             if slot.state is SlotState.PENDING:
                 self._answered()
                 done.cancel()  # the error is raised here, not through the future
@@ -181,6 +179,8 @@ class OrderedWriter:
     def _on_answer(
         self, slot: Slot, message_id: MessageId | None, error: BaseException | None
     ) -> None:
+        if slot.state is not SlotState.PENDING:
+            return  # answered twice: the first answer stands
         self._answered()
         self._sequencer.resolve(slot, message_id, error)
 
