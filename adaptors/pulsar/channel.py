@@ -1,10 +1,11 @@
 """One channel (= one Pulsar topic) opened by a node.
 
-Appends go straight to the C++ producer's ``send_async`` from the event loop thread,
-so the order of ``append`` calls is the order in the log and appends pipeline
-without a round trip each; receipts come back in bursts (:mod:`.receipts`). A
-fencing result from the broker marks the channel fenced for good: the producer is
-dropped and every later append fails fast.
+Appends are queued in call order and handed to the C++ producer's ``send_async``
+back to back at the end of the event-loop iteration, from the loop thread, so the
+order of ``submit``/``append`` calls is the order in the log and appends pipeline
+without a round trip each; receipts come back in bursts (:mod:`.receipts`) and answer
+each entry's callback directly. A fencing result from the broker marks the channel
+fenced for good: the producer is dropped and every later append fails fast.
 
 Taking a topic over (``ExclusiveWithFencing``, the default) is two steps. A Pulsar
 4.0.7 broker reconnecting a fenced ``ExclusiveWithFencing`` producer first evicts the
