@@ -17,11 +17,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import pulsar
-from pulsar import asyncio as pulsar_asyncio
-
 from adaptors.pulsar import PulsarConfig, PulsarOpener
-from adaptors.pulsar.opener import client_logger
+from node.bench.raw import raw_client, raw_producer
 from node.bench.stats import median_of, ratio, summarize
 from node.bench.target import CLIENT_LOG, BenchTarget
 from tso import InProcessTSO, TsoConfig
@@ -98,7 +95,7 @@ async def run_append_bench(
     run = uuid.uuid4().hex[:8]
     config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     cells: list[dict[str, Any]] = []
-    client = pulsar_asyncio.Client(target.pulsar_url, logger=client_logger(CLIENT_LOG))
+    client = raw_client(target.pulsar_url)
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-{run}")
     try:
         async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
@@ -141,14 +138,7 @@ async def _cell(
     warmup_s: float,
 ) -> dict[str, Any]:
     payload = b"x" * size
-    producer = await client.create_producer(
-        config.topic(f"bench-raw-{run}-{size}-{conc}"),
-        access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-        batching_enabled=config.batching,
-        batching_max_publish_delay_ms=config.batching_max_delay_ms,
-        max_pending_messages=config.max_pending_messages,
-        block_if_queue_full=False,
-    )
+    producer = await raw_producer(client, config.topic(f"bench-raw-{run}-{size}-{conc}"), config)
     wal = await open_wal(opener, f"bench-wal-{run}-{size}-{conc}", tso.allocator(), node_id=1)
     try:
 

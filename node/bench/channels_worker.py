@@ -26,12 +26,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pulsar
-from pulsar import asyncio as pulsar_asyncio
 
 from adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
-from adaptors.pulsar.opener import client_logger
 from adaptors.pulsar.scanner import to_backend_message
 from node.bench.append import timed_appends
+from node.bench.raw import raw_client, raw_producer
 from node.bench.target import CLIENT_LOG
 from tso import InProcessTSO, TsoConfig
 from tso.timestamp import split
@@ -192,17 +191,10 @@ async def _raw_worker(spec: dict[str, Any]) -> dict[str, Any]:
     count = int(spec["channels"])
     run = uuid.uuid4().hex[:8]
     config = PulsarConfig(service_url=spec["pulsar_url"], client_log_file=CLIENT_LOG)
-    client = pulsar_asyncio.Client(spec["pulsar_url"], logger=client_logger(CLIENT_LOG))
+    client = raw_client(spec["pulsar_url"])
 
     async def create(topic: str) -> Any:
-        producer = await client.create_producer(
-            topic,
-            access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-            batching_enabled=config.batching,
-            batching_max_publish_delay_ms=config.batching_max_delay_ms,
-            max_pending_messages=config.max_pending_messages,
-            block_if_queue_full=False,
-        )
+        producer = await raw_producer(client, topic, config)
         await producer.send(b"first")
         return producer
 

@@ -19,11 +19,8 @@ import time
 import uuid
 from typing import Any
 
-import pulsar
-from pulsar import asyncio as pulsar_asyncio
-
 from adaptors.pulsar import PulsarConfig, PulsarOpener
-from adaptors.pulsar.opener import client_logger
+from node.bench.raw import raw_client, raw_producer
 from node.bench.stats import distribution, ratio
 from node.bench.target import CLIENT_LOG, BenchTarget
 from node.faultproxy import FaultProxy
@@ -49,20 +46,15 @@ async def run_open_bench(
     wal_samples: list[float] = []
     attempts: list[int] = []
     outages: list[dict[str, Any]] = []
-    client = pulsar_asyncio.Client(target.pulsar_url, logger=client_logger(CLIENT_LOG))
+    client = raw_client(target.pulsar_url)
     try:
         async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
             await opener.verify_exclusivity()  # once per node, not per open
             allocator = tso.allocator()
             for i in range(opens):
                 started = time.perf_counter()
-                producer = await client.create_producer(
-                    config.topic(f"bench-open-raw-{run}-{i}"),
-                    access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-                    batching_enabled=config.batching,
-                    batching_max_publish_delay_ms=config.batching_max_delay_ms,
-                    max_pending_messages=config.max_pending_messages,
-                    block_if_queue_full=False,
+                producer = await raw_producer(
+                    client, config.topic(f"bench-open-raw-{run}-{i}"), config
                 )
                 await producer.send(b"first")
                 raw_samples.append(time.perf_counter() - started)

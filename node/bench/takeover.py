@@ -24,9 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pulsar
-
 from adaptors.pulsar import PulsarConfig, PulsarOpener
+from node.bench.raw import raw_producer
 from node.bench.stats import distribution, ratio
 from node.bench.target import CLIENT_LOG, BenchTarget
 from tso import InProcessTSO, LocalAllocator, TsoConfig
@@ -190,14 +189,7 @@ async def _wal_owner(
 
 
 async def _raw_owner(client: Any, topic: str, config: PulsarConfig) -> _Owner:
-    producer = await client.create_producer(
-        topic,
-        access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-        batching_enabled=config.batching,
-        batching_max_publish_delay_ms=config.batching_max_delay_ms,
-        max_pending_messages=config.max_pending_messages,
-        block_if_queue_full=False,
-    )
+    producer = await raw_producer(client, topic, config)
 
     async def append() -> object:
         return await producer.send(_PAYLOAD)

@@ -59,12 +59,10 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     prefix = "/" + env.name("tso")
     nodes = await candidates(env, prefix)
     home, traffic = await channel_per_node(env, result, nodes, "tso")
-    by_address = {n.address: n for n in nodes}
-    owners = {channel: by_address[address] for channel, address in home.items()}
     failovers = []
     for round_ in range(rounds):
         for t in traffic:
-            await keep_flowing(result, t, owners[t.channel].address, f"round {round_}, before")
+            await keep_flowing(result, t, home[t.channel], f"round {round_}, before")
         leader = await leader_of(env, prefix, nodes)
         await asyncio.sleep(env.rng.uniform(0.1, 0.5))
         await leader.kill()
@@ -72,16 +70,16 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         t0 = time.monotonic()
         alive = [n for n in nodes if n is not leader]
         for t in traffic:
-            if owners[t.channel] is leader:
+            if home[t.channel] == leader.address:
                 target = env.rng.choice(alive)
                 if await move(result, t, target.address, f"round {round_}"):
-                    owners[t.channel] = target
+                    home[t.channel] = target.address
         alive_addresses = [n.address for n in alive if n.node_id in (1, 2)]
         named = await wait_for_leader(env.etcd_endpoint, prefix, alive_addresses)
         result.expect(named is not None, f"round {round_}: no candidate took the TSO over")
         failovers.append(time.monotonic() - t0)
         for t in traffic:  # appends go on with timestamps of the new leader
-            await keep_flowing(result, t, owners[t.channel].address, f"round {round_}, after", 60)
+            await keep_flowing(result, t, home[t.channel], f"round {round_}, after", 60)
         await leader.start()
         result.rounds += 1
     await env.check(result, traffic)
