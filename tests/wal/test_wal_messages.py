@@ -200,3 +200,30 @@ def test_estimated_size_counts_payload_and_properties() -> None:
     a = small.into_immutable(MemoryMessageId(1)).estimated_size
     b = big.into_immutable(MemoryMessageId(1)).estimated_size
     assert b - a == 999 + 101
+
+
+@pytest.mark.parametrize("vchannel", ["", "v1"])
+@pytest.mark.parametrize("properties", [{}, {"k": "v"}])
+def test_persisted_as_sets_every_field_like_the_constructor(
+    vchannel: str, properties: dict[str, str]
+) -> None:
+    """``persisted_as`` fills the slots directly; it must agree with ``__init__``."""
+    msg = MutableMessage(
+        MessageType.INSERT, b"p", vchannel=vchannel, properties=properties, version=3
+    )
+    confirmed, here = MemoryMessageId(4), MemoryMessageId(5)
+    built = msg.persisted_as(here, 99, confirmed, 7)
+    expected = ImmutableMessage(
+        message_id=here,
+        type=MessageType.INSERT,
+        payload=b"p",
+        time_tick=99,
+        last_confirmed=confirmed,
+        source=7,
+        vchannel=vchannel,
+        properties=properties,
+        version=3,
+    )
+    assert built == expected
+    assert msg.persisted_as(here, 99, None, 7).last_confirmed == here
+    assert built.estimated_size == expected.estimated_size

@@ -57,6 +57,13 @@ class InterceptorChain:
                 append = functools.partial(interceptor.do_append, append=append)
         self.append: AppendFunc = append
         """Append through the chain (a plain attribute: no extra frame per append)."""
+        # Only the interceptors that listen are called, once per persisted message.
+        self._persisted_hooks = [
+            (i, i.on_persisted)
+            for i in self._interceptors
+            if not isinstance(i, InterceptorBase)
+            or type(i).on_persisted is not InterceptorBase.on_persisted
+        ]
 
     @property
     def fenced(self) -> ChannelFencedError | None:
@@ -68,9 +75,9 @@ class InterceptorChain:
             await interceptor.start()
 
     def publish(self, msg: ImmutableMessage) -> None:
-        for interceptor in self._interceptors:
+        for interceptor, on_persisted in self._persisted_hooks:
             try:
-                interceptor.on_persisted(msg)
+                on_persisted(msg)
             except Exception:
                 _log.exception("channel %s: %r failed on %s", self._channel, interceptor, msg)
 

@@ -61,11 +61,14 @@ def encode_stamped(
     msg: MutableMessage, time_tick: int, last_confirmed: MessageId | None, source: int
 ) -> tuple[bytes, dict[str, str]]:
     """:func:`encode` with the stamps given apart (the append path: no copy of ``msg``)."""
-    properties = dict(msg.properties)
-    properties[KEY_TYPE] = msg.type.wire_name
-    properties[KEY_VERSION] = str(msg.version)
-    properties[KEY_TIME_TICK] = str(time_tick)
-    properties[KEY_SOURCE] = str(source)
+    properties = {
+        KEY_TYPE: msg.type.wire_name,
+        KEY_VERSION: str(msg.version),
+        KEY_TIME_TICK: str(time_tick),
+        KEY_SOURCE: str(source),
+    }
+    if msg.properties:  # user keys never start with "_": no clash with the ones above
+        properties.update(msg.properties)
     if msg.vchannel:
         properties[KEY_VCHANNEL] = msg.vchannel
     if last_confirmed is not None:

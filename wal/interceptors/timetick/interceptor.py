@@ -79,7 +79,10 @@ class TimeTickInterceptor(InterceptorBase):
                 try:
                     if attempt > 1:
                         await self._backend.ensure_writable()
-                    time_tick, future = await self._writer.write(msg)
+                    stamped = self._writer.write_now(msg)
+                    if stamped is None:
+                        stamped = await self._writer.write(msg)
+                    time_tick, future = stamped
                     return AppendResult(await future, time_tick)
                 except ChannelFencedError as exc:
                     self.sink.fence(exc)

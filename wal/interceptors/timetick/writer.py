@@ -120,14 +120,25 @@ class OrderedWriter:
         Cancelling the caller while it waits for the lock or the allocation enqueues
         nothing; once this returns, the entry is the backend's.
         """
-        if not self._lock.held and self._allocate_cached is not None:
-            # Fast lane, same critical section: nothing below suspends, so holding the
-            # gate would change nothing but cost two coroutine steps.
-            cached = self._allocate_cached()
-            if cached is not None:
-                return self._stamp(self._accept(cached), msg)
+        stamped = self.write_now(msg)
+        if stamped is not None:
+            return stamped
         async with self._lock:
             return self._stamp(await self._allocate(), msg)
+
+    def write_now(self, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]] | None:
+        """:meth:`write` if it can be done without suspending, else ``None`` (nothing done).
+
+        The fast lane, same critical section: with the gate free and a time tick in the
+        allocator's cache, nothing suspends, so holding the gate would change nothing;
+        a plain call also saves the append path a coroutine.
+        """
+        if self._lock.held or self._allocate_cached is None:
+            return None
+        cached = self._allocate_cached()
+        if cached is None:
+            return None
+        return self._stamp(self._accept(cached), msg)
 
     def _stamp(self, time_tick: int, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]]:
         future = self._enqueue(time_tick, msg)
