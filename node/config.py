@@ -4,13 +4,15 @@ Every key has a default that points at the local stack, so ``streamwal serve`` w
 no file runs against ``streamwal stack up``. An environment variable
 ``STREAMWAL_<SECTION>__<KEY>`` (for example ``STREAMWAL_PULSAR__AUTH_TOKEN``)
 overrides the file. Any invalid or unknown key raises :class:`ConfigError` naming it
-(``pulsar.service_url: ...``). Secrets (Pulsar token, etcd password) never appear in
+(``pulsar.service_url: ...``), and so does a ``STREAMWAL_*__*`` variable that names no
+key (``STREAMWAL_PULSAR__SERVICE_ULR: ...``). Secrets (Pulsar token, etcd password) never appear in
 ``repr`` or in error messages.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -22,6 +24,7 @@ from typing import Any
 import platformdirs
 import yaml
 
+from tso.timestamp import MAX_LOGICAL
 from wal.errors import InvalidInputError
 
 __all__ = [
@@ -65,6 +68,27 @@ def _host_port(key: str, value: str) -> None:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(key, f"expected host:port, got {value!r}")
+
+
+def _otlp_url(key: str, value: str) -> None:
+    """``http(s)://host:port`` or ``host:port``: what the OTLP gRPC exporter can dial.
+
+    The exporter keeps only the network location (the scheme picks TLS), so a path,
+    another scheme or a missing port would only show up as an export failing later.
+    """
+    scheme, sep, address = value.partition("://")
+    if not sep:
+        address = value
+    elif scheme not in ("http", "https"):
+        raise ConfigError(key, f"expected http(s)://host:port, got {value!r}")
+    if "/" in address.rstrip("/"):
+        raise ConfigError(key, f"expected http(s)://host:port without a path, got {value!r}")
+    _host_port(key, address.rstrip("/"))
+
+
+def _non_empty(key: str, value: str) -> None:
+    if not value.strip():
+        raise ConfigError(key, "must not be empty")
 
 
 @dataclass(frozen=True)
@@ -151,9 +175,16 @@ class PulsarSettings:
                 "pulsar.access_mode",
                 f"must be ExclusiveWithFencing or Exclusive, got {self.access_mode!r}",
             )
+        # pulsar+ssl:// without a trust file is fine: the client then verifies the broker
+        # against the system CAs. A private CA needs the file, and the client would only
+        # log a missing one once it connects; a trust file on plain pulsar:// does nothing.
         if self.tls_trust_certs_file and not Path(self.tls_trust_certs_file).is_file():
             raise ConfigError(
                 "pulsar.tls_trust_certs_file", f"no such file: {self.tls_trust_certs_file}"
+            )
+        if self.tls_trust_certs_file and scheme != "pulsar+ssl":
+            raise ConfigError(
+                "pulsar.tls_trust_certs_file", "set, but service_url is not pulsar+ssl://"
             )
 
 
@@ -174,6 +205,8 @@ class EtcdSettings:
         if (self.user is None) != (self.password is None):
             raise ConfigError("etcd.user", "user and password go together")
         self.tls.check("etcd.tls", server=False)
+        if self.tls.cert_file is not None and self.tls.ca_file is None:
+            raise ConfigError("etcd.tls.ca_file", "a client certificate needs a CA file")
 
 
 @dataclass(frozen=True)
@@ -199,14 +232,20 @@ class TSOSettings:
             _host_port(f"tso.remote_addresses[{i}]", address)
         if self.listen:
             _host_port("tso.listen", self.listen)
+        # The literal etcd prefix: the oracle's keys are <key_prefix>/tso/...
+        prefix = self.key_prefix
+        if not prefix.startswith("/") or prefix.endswith("/") or any(c.isspace() for c in prefix):
+            raise ConfigError(
+                "tso.key_prefix", f"expected a path like /streamwal (no trailing /), got {prefix!r}"
+            )
         if self.lease_ttl_s < 1:
             raise ConfigError("tso.lease_ttl_s", "must be >= 1")
-        if self.save_window_s <= 0:
-            raise ConfigError("tso.save_window_s", "must be > 0")
         if self.update_interval_ms <= 0:
             raise ConfigError("tso.update_interval_ms", "must be > 0")
-        if self.batch_size < 1:
-            raise ConfigError("tso.batch_size", "must be >= 1")
+        if self.save_window_s * 1000 <= max(self.update_interval_ms, 1):
+            raise ConfigError("tso.save_window_s", "must exceed tso.update_interval_ms (and 1 ms)")
+        if not 1 <= self.batch_size < MAX_LOGICAL:
+            raise ConfigError("tso.batch_size", f"must be in [1, {MAX_LOGICAL})")
 
 
 @dataclass(frozen=True)
@@ -244,6 +283,9 @@ class TelemetrySettings:
     log_level: str = "INFO"
 
     def check(self) -> None:
+        _non_empty("telemetry.service_name", self.service_name)
+        if self.otlp_endpoint:
+            _otlp_url("telemetry.otlp_endpoint", self.otlp_endpoint)
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError("telemetry.log_level", f"unknown level {self.log_level!r}")
 
@@ -303,9 +345,12 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
         if isinstance(value, bool):
             raise ConfigError(key, f"expected a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(key, f"expected a number, got {value!r}") from None
+        if not math.isfinite(number):  # NaN passes every `<= 0` check after this
+            raise ConfigError(key, f"expected a finite number, got {value!r}")
+        return number
     if hint is str:
         if isinstance(value, dict | list):
             raise ConfigError(key, f"expected text, got {type(value).__name__}")
@@ -332,18 +377,36 @@ def _build(prefix: str, cls: type, data: Mapping[str, Any]) -> Any:
         raise ConfigError(prefix or "config", str(exc)) from None
 
 
+def _check_env_path(variable: str, parts: list[str]) -> None:
+    """Every part names a field, and the last one a value, not a section.
+
+    A typo in a variable name would otherwise leave the default in place without a
+    word; the error names the variable, as the YAML loader names an unknown key.
+    """
+    cls: Any = NodeConfig
+    for depth, part in enumerate(parts):
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in fields:
+            what = f"key {part!r} in {'.'.join(parts[:depth])}" if depth else f"section {part!r}"
+            raise ConfigError(variable, f"unknown {what} (known: {', '.join(sorted(fields))})")
+        cls = typing.get_type_hints(cls)[part]
+        last = depth == len(parts) - 1
+        if last and dataclasses.is_dataclass(cls):
+            raise ConfigError(variable, f"{'.'.join(parts)} is a section; name one of its keys")
+        if not last and not dataclasses.is_dataclass(cls):
+            raise ConfigError(variable, f"{'.'.join(parts[: depth + 1])} has no sub-keys")
+
+
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``STREAMWAL_<SECTION>__<KEY>`` variables; other ``STREAMWAL_*`` ones have no ``__``."""
     out: dict[str, dict[str, Any]] = {}
-    sections = {f.name for f in dataclasses.fields(NodeConfig)}
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
-        section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
-        if section not in sections:
-            continue
-        target = out.setdefault(section, {})
-        parts = key.split("__")
-        for part in parts[:-1]:
+        parts = name[len(ENV_PREFIX) :].lower().split("__")
+        _check_env_path(name, parts)
+        target = out.setdefault(parts[0], {})
+        for part in parts[1:-1]:
             target = target.setdefault(part, {})
         target[parts[-1]] = value
     return out

@@ -75,11 +75,25 @@ def _channels(result: dict[str, Any]) -> list[Target]:
     ]
 
 
+def _tso(result: dict[str, Any]) -> list[Target]:
+    # gRPC: the best concurrency of the batched runs (one allocator shared by N callers).
+    batched = [
+        v for k, v in result.items() if k.startswith("grpc_batched_c") and k.endswith("_per_s")
+    ]
+    return [
+        _check(
+            "tso", "local allocator timestamps/s", result.get("local_allocator_per_s"), ">=", 1e6
+        ),
+        _check("tso", "gRPC timestamps/s, batched", max(batched, default=None), ">=", 200_000),
+    ]
+
+
 _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "append": _append,
     "open": _open,
     "takeover": _takeover,
     "channels": _channels,
+    "tso": _tso,
 }
 
 

@@ -123,6 +123,46 @@ def test_the_command_writes_json_and_markdown(stack: StackInfo, tmp_path: Path) 
     assert "### Open to ready" in md and "| WAL open to ready" in md
 
 
+@pytest.mark.integration
+def test_tso_command_prints_json_with_its_targets(
+    stack: StackInfo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "bench", "tso", "--json", "--duration", "0.05", "--samples", "5",
+        "--out", str(tmp_path), "--pulsar-url", stack.pulsar_url, "--etcd", stack.etcd_endpoint,
+    ]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["failed"] == {}
+    tso = doc["suites"]["tso"]
+    assert tso["duration_s"] == 0.05
+    batched = [k for k in tso if k.startswith("grpc_batched_c")]
+    assert set(batched) == {f"grpc_batched_c{n}_per_s" for n in (1, 4, 16)}
+    assert all(_positive(tso[k]) for k in ["local_allocator_per_s", *batched])
+    assert tso["oracle_stats"]["step_downs"] == 0
+    targets = {t["name"]: t for t in doc["targets"]}
+    assert set(targets) == {"local allocator timestamps/s", "gRPC timestamps/s, batched"}
+    assert targets["local allocator timestamps/s"]["value"] == tso["local_allocator_per_s"]
+    assert targets["gRPC timestamps/s, batched"]["value"] == max(tso[k] for k in batched)
+
+
+def test_tso_targets_take_the_best_batched_concurrency() -> None:
+    result = {
+        "local_allocator_per_s": 1_200_000,
+        "grpc_batched_c1_per_s": 150_000,
+        "grpc_batched_c4_per_s": 210_000,
+        "grpc_unbatched_c4_rpc_per_s": 900_000,  # one RPC per timestamp: not this target
+    }
+    met = {t.name: (t.value, t.met) for t in evaluate({"tso": result})}
+    assert met == {
+        "local allocator timestamps/s": (1_200_000, True),
+        "gRPC timestamps/s, batched": (210_000, True),
+    }
+    slow = {"local_allocator_per_s": 999_999, "grpc_batched_c1_per_s": 199_999}
+    assert [t.met for t in evaluate({"tso": slow})] == [False, False]
+    assert [t.met for t in evaluate({"tso": {}})] == [False, False]  # figures missing
+
+
 def _synthetic_report() -> dict[str, Any]:
     side = {"ops": 10, "per_s": 100.0, "p50_ms": 1.0, "p99_ms": 2.0, "p999_ms": 3.0}
     cells = [

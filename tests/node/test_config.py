@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import typing
 from pathlib import Path
 
 import pytest
 
-from node.config import ConfigError, load_config
+from node.config import ConfigError, NodeConfig, load_config
 
 
 def test_defaults_point_at_the_local_stack() -> None:
@@ -28,41 +34,97 @@ def test_file_then_environment_overrides(tmp_path: Path) -> None:
     assert config.etcd.endpoints == ("a:1", "b:2")
 
 
-@pytest.mark.parametrize(
-    ("yaml_text", "key"),
-    [
-        ("node:\n  id: seven\n", "node.id"),
-        ("node:\n  id: -1\n", "node.id"),
-        ("node:\n  listen: nowhere\n", "node.listen"),
-        ("node:\n  metrics_listen: 'x:y'\n", "node.metrics_listen"),
-        ("node:\n  shutdown_grace_s: 0\n", "node.shutdown_grace_s"),
-        (
-            "node:\n  tls:\n    cert_file: /no/such/cert.pem\n    key_file: /no/such/key.pem\n",
-            "node.tls.cert_file",
-        ),
-        ("node:\n  colour: blue\n", "node.colour"),
-        ("pulsar:\n  access_mode: Shared\n", "pulsar.access_mode"),
-        ("pulsar:\n  service_url: http://127.0.0.1:8080\n", "pulsar.service_url"),
-        ("pulsar:\n  service_url: pulsar://no-port\n", "pulsar.service_url (host 1)"),
-        ("pulsar:\n  namespace: a/b\n", "pulsar.namespace"),
-        ("pulsar:\n  operation_timeout_s: 0\n", "pulsar.operation_timeout_s"),
-        ("pulsar:\n  operation_timeout_s: soon\n", "pulsar.operation_timeout_s"),
-        ("pulsar:\n  tls_allow_insecure: maybe\n", "pulsar.tls_allow_insecure"),
-        ("pulsar:\n  tls_trust_certs_file: /no/such/ca.pem\n", "pulsar.tls_trust_certs_file"),
-        ("etcd:\n  endpoints: []\n", "etcd.endpoints"),
-        ("etcd:\n  endpoints: ['host-without-port']\n", "etcd.endpoints[0]"),
-        ("etcd:\n  user: root\n", "etcd.user"),
-        ("tso:\n  mode: sideways\n", "tso.mode"),
-        ("tso:\n  mode: remote\n", "tso.remote_addresses"),
-        ("tso:\n  lease_ttl_s: 0\n", "tso.lease_ttl_s"),
-        ("tso:\n  batch_size: 0\n", "tso.batch_size"),
-        ("wal:\n  buffer_capacity_bytes: 0\n", "wal.buffer_capacity_bytes"),
-        ("wal:\n  first_time_tick_max_ms: 1\n", "wal.first_time_tick_max_ms"),
-        ("telemetry:\n  log_level: LOUD\n", "telemetry.log_level"),
-        ("surprise:\n  a: 1\n", "surprise"),
-        ("- just\n- a list\n", "config"),
-    ],
-)
+_INVALID = [
+    ("node:\n  id: seven\n", "node.id"),
+    ("node:\n  id: -1\n", "node.id"),
+    ("node:\n  listen: nowhere\n", "node.listen"),
+    ("node:\n  metrics_listen: 'x:y'\n", "node.metrics_listen"),
+    ("node:\n  shutdown_grace_s: 0\n", "node.shutdown_grace_s"),
+    ("node:\n  shutdown_grace_s: .nan\n", "node.shutdown_grace_s"),
+    (
+        "node:\n  tls:\n    cert_file: /no/such/cert.pem\n    key_file: /no/such/key.pem\n",
+        "node.tls.cert_file",
+    ),
+    ("node:\n  tls:\n    ca_file: /no/such/ca.pem\n", "node.tls.ca_file"),
+    ("node:\n  tls:\n    key_file: /no/such/key.pem\n", "node.tls.key_file"),
+    ("node:\n  tls: on\n", "node.tls"),
+    ("node:\n  colour: blue\n", "node.colour"),
+    ("pulsar:\n  access_mode: Shared\n", "pulsar.access_mode"),
+    ("pulsar:\n  service_url: http://127.0.0.1:8080\n", "pulsar.service_url"),
+    ("pulsar:\n  service_url: pulsar://no-port\n", "pulsar.service_url (host 1)"),
+    ("pulsar:\n  tenant: ''\n", "pulsar.tenant"),
+    ("pulsar:\n  namespace: a/b\n", "pulsar.namespace"),
+    ("pulsar:\n  operation_timeout_s: 0\n", "pulsar.operation_timeout_s"),
+    ("pulsar:\n  operation_timeout_s: soon\n", "pulsar.operation_timeout_s"),
+    ("pulsar:\n  operation_timeout_s: .inf\n", "pulsar.operation_timeout_s"),
+    ("pulsar:\n  operation_timeout_s: nan\n", "pulsar.operation_timeout_s"),
+    ("pulsar:\n  auth_token: [a, b]\n", "pulsar.auth_token"),
+    ("pulsar:\n  tls_allow_insecure: maybe\n", "pulsar.tls_allow_insecure"),
+    ("pulsar:\n  tls_validate_hostname: 2\n", "pulsar.tls_validate_hostname"),
+    ("pulsar:\n  tls_trust_certs_file: /no/such/ca.pem\n", "pulsar.tls_trust_certs_file"),
+    (
+        "pulsar:\n  service_url: pulsar+ssl://broker:6651\n"
+        "  tls_trust_certs_file: /no/such/ca.pem\n",
+        "pulsar.tls_trust_certs_file",
+    ),
+    ("pulsar:\n  client_log_file: {path: x}\n", "pulsar.client_log_file"),
+    ("etcd:\n  endpoints: []\n", "etcd.endpoints"),
+    ("etcd:\n  endpoints: ['host-without-port']\n", "etcd.endpoints[0]"),
+    ("etcd:\n  user: root\n", "etcd.user"),
+    ("etcd:\n  password: pw\n", "etcd.user"),
+    ("etcd:\n  password: {a: 1}\n", "etcd.password"),
+    ("etcd:\n  tls:\n    ca_file: /no/such/ca.pem\n", "etcd.tls.ca_file"),
+    (
+        "etcd:\n  tls:\n    cert_file: /no/such/cert.pem\n    key_file: /no/such/key.pem\n",
+        "etcd.tls.cert_file",
+    ),
+    ("etcd:\n  tls:\n    key_file: /no/such/key.pem\n", "etcd.tls.key_file"),
+    ("etcd:\n  tls:\n    colour: blue\n", "etcd.tls.colour"),
+    ("tso:\n  mode: sideways\n", "tso.mode"),
+    ("tso:\n  mode: remote\n", "tso.remote_addresses"),
+    ("tso:\n  remote_addresses: [tso-without-port]\n", "tso.remote_addresses[0]"),
+    ("tso:\n  listen: ':x'\n", "tso.listen"),
+    ("tso:\n  key_prefix: ''\n", "tso.key_prefix"),
+    ("tso:\n  key_prefix: /\n", "tso.key_prefix"),
+    ("tso:\n  key_prefix: streamwal\n", "tso.key_prefix"),
+    ("tso:\n  key_prefix: /a b\n", "tso.key_prefix"),
+    ("tso:\n  key_prefix: /prod/\n", "tso.key_prefix"),
+    ("tso:\n  lease_ttl_s: 0\n", "tso.lease_ttl_s"),
+    ("tso:\n  lease_ttl_s: 1.5\n", "tso.lease_ttl_s"),
+    ("tso:\n  save_window_s: 0\n", "tso.save_window_s"),
+    ("tso:\n  save_window_s: .nan\n", "tso.save_window_s"),
+    ("tso:\n  save_window_s: 0.04\n  update_interval_ms: 50\n", "tso.save_window_s"),
+    ("tso:\n  update_interval_ms: 0\n", "tso.update_interval_ms"),
+    ("tso:\n  batch_size: 0\n", "tso.batch_size"),
+    ("tso:\n  batch_size: 262144\n", "tso.batch_size"),
+    ("wal:\n  buffer_capacity_bytes: 0\n", "wal.buffer_capacity_bytes"),
+    ("wal:\n  buffer_keepalive_s: .nan\n", "wal.buffer_keepalive_s"),
+    ("wal:\n  buffer_keepalive_s: -.inf\n", "wal.buffer_keepalive_s"),
+    ("wal:\n  time_tick_interval_ms: 0\n", "wal.time_tick_interval_ms"),
+    ("wal:\n  first_time_tick_initial_ms: -5\n", "wal.first_time_tick_initial_ms"),
+    ("wal:\n  first_time_tick_max_ms: 1\n", "wal.first_time_tick_max_ms"),
+    ("wal:\n  first_time_tick_multiplier: 0.5\n", "wal.first_time_tick_multiplier"),
+    ("wal:\n  first_time_tick_multiplier: .inf\n", "wal.first_time_tick_multiplier"),
+    ("wal:\n  append_retry_initial_ms: 0\n", "wal.append_retry_initial_ms"),
+    ("wal:\n  append_retry_max_ms: 1\n", "wal.append_retry_max_ms"),
+    ("wal:\n  append_retry_attempts: 0\n", "wal.append_retry_attempts"),
+    ("telemetry:\n  service_name: ''\n", "telemetry.service_name"),
+    ("telemetry:\n  service_name: '  '\n", "telemetry.service_name"),
+    ("telemetry:\n  otlp_endpoint: collector\n", "telemetry.otlp_endpoint"),
+    ("telemetry:\n  otlp_endpoint: grpc://collector:4317\n", "telemetry.otlp_endpoint"),
+    ("telemetry:\n  otlp_endpoint: http://collector\n", "telemetry.otlp_endpoint"),
+    (
+        "telemetry:\n  otlp_endpoint: http://collector:4318/v1/traces\n",
+        "telemetry.otlp_endpoint",
+    ),
+    ("telemetry:\n  tracing: sometimes\n", "telemetry.tracing"),
+    ("telemetry:\n  log_level: LOUD\n", "telemetry.log_level"),
+    ("surprise:\n  a: 1\n", "surprise"),
+    ("- just\n- a list\n", "config"),
+]
+
+
+@pytest.mark.parametrize(("yaml_text", "key"), _INVALID)
 def test_invalid_fields_are_named(tmp_path: Path, yaml_text: str, key: str) -> None:
     path = tmp_path / "node.yaml"
     path.write_text(yaml_text)
@@ -70,6 +132,102 @@ def test_invalid_fields_are_named(tmp_path: Path, yaml_text: str, key: str) -> N
         load_config(path, environ={})
     assert err.value.key == key
     assert str(err.value).startswith(f"{key}:")
+
+
+def _leaf_keys(cls: type, prefix: str) -> set[str]:
+    keys: set[str] = set()
+    for f in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[f.name]
+        name = f"{prefix}.{f.name}" if prefix else f.name
+        keys |= _leaf_keys(hint, name) if dataclasses.is_dataclass(hint) else {name}
+    return keys
+
+
+def test_every_key_has_an_invalid_case() -> None:
+    # "pulsar.service_url (host 1)" and "etcd.endpoints[0]" count for their key.
+    covered = {re.sub(r" \(.*\)$|\[\d+\]$", "", key) for _, key in _INVALID}
+    assert _leaf_keys(NodeConfig, "") - covered == set()
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    [
+        "telemetry:\n  otlp_endpoint: ''\n",  # empty: no export
+        "telemetry:\n  otlp_endpoint: collector.example:4317\n",
+        "telemetry:\n  otlp_endpoint: http://127.0.0.1:4317\n",
+        "telemetry:\n  otlp_endpoint: https://collector.example:4317/\n",
+        "pulsar:\n  service_url: pulsar+ssl://broker:6651\n",  # system CAs
+        "tso:\n  key_prefix: /prod-a/cluster-1\n",
+    ],
+)
+def test_valid_edge_values_load(tmp_path: Path, yaml_text: str) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text(yaml_text)
+    load_config(path, environ={})
+
+
+def test_a_pulsar_trust_file_needs_pulsar_ssl(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not parsed here")
+    env = {"STREAMWAL_PULSAR__TLS_TRUST_CERTS_FILE": str(ca)}
+    with pytest.raises(ConfigError) as err:
+        load_config(environ=env)
+    assert err.value.key == "pulsar.tls_trust_certs_file"
+    assert "pulsar+ssl://" in str(err.value)
+    env["STREAMWAL_PULSAR__SERVICE_URL"] = "pulsar+ssl://broker:6651"
+    assert load_config(environ=env).pulsar.tls_trust_certs_file == str(ca)
+
+
+def test_an_etcd_client_certificate_needs_a_ca(tmp_path: Path) -> None:
+    for name in ("cert.pem", "key.pem"):
+        (tmp_path / name).write_text("not parsed here")
+    env = {
+        "STREAMWAL_ETCD__TLS__CERT_FILE": str(tmp_path / "cert.pem"),
+        "STREAMWAL_ETCD__TLS__KEY_FILE": str(tmp_path / "key.pem"),
+    }
+    with pytest.raises(ConfigError) as err:
+        load_config(environ=env)
+    assert err.value.key == "etcd.tls.ca_file"
+
+
+@pytest.mark.parametrize(
+    ("variable", "problem"),
+    [
+        ("STREAMWAL_BOGUS__X", "unknown section 'bogus'"),
+        ("STREAMWAL_NODE__COLOUR", "unknown key 'colour' in node"),
+        ("STREAMWAL_ETCD__TLS__CA", "unknown key 'ca' in etcd.tls"),
+        ("STREAMWAL_NODE__TLS", "node.tls is a section"),
+        ("STREAMWAL_NODE__ID__X", "node.id has no sub-keys"),
+    ],
+)
+def test_unknown_environment_variables_are_named(variable: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(environ={variable: "1"})
+    assert err.value.key == variable
+    assert str(err.value).startswith(f"{variable}: {problem}")
+
+
+def test_other_streamwal_variables_are_not_configuration() -> None:
+    config = load_config(environ={"STREAMWAL_CACHE_DIR": "x", "STREAMWAL_SLOW": "1"})
+    assert config == load_config(environ={})
+
+
+def test_serve_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("wal:\n  buffer_keepalive_s: .nan\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMWAL_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "node.cli", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "invalid configuration: wal.buffer_keepalive_s:" in done.stderr
+    assert "ready" not in done.stdout
 
 
 def test_environment_errors_are_named_too() -> None:

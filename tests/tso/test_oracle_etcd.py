@@ -17,7 +17,7 @@ from tso.inprocess import InProcessTSO
 from tso.oracle import TimestampOracle
 from tso.remote import RemoteSource
 from tso.service import TsoServer
-from tso.store import decode_window
+from tso.store import LeaderRecord, decode_window
 from tso.timestamp import split
 from wal.errors import NotLeaderError, UnavailableError
 
@@ -119,19 +119,22 @@ async def test_a_deposed_leader_cannot_persist_and_stops_serving(
     # A long lease (keepalive every 10 s) and a short window (a save every ~0.2 s):
     # the rejected save, not the keepalive, is what deposes the leader here.
     config = _config(etcd_endpoint, tso_prefix, lease_ttl_s=30, save_window_s=0.2)
+    successor = LeaderRecord(id="successor", address="successor-host:7002")
     oracle = TimestampOracle(config, address="old-leader:1")
     await oracle.start()
+    host, port = config.endpoints[0]
+    admin = etcd3.client(host, port, timeout=5)
+    successor_lease = None
     try:
         await oracle.wait_serving()
         served = [await oracle.generate() for _ in range(100)]
         lease = oracle.lease_id
         assert lease is not None
-        host, port = config.endpoints[0]
-        admin = etcd3.client(host, port, timeout=5)
-        try:
-            await asyncio.to_thread(admin.revoke_lease, lease)
-        finally:
-            admin.close()
+        # Another node takes the key on its own lease, then the old lease goes (as if it
+        # had expired). The key is never free, so the old leader cannot win it back.
+        successor_lease = await asyncio.to_thread(admin.lease, 60)
+        await asyncio.to_thread(admin.put, config.leader_key, successor.encode(), successor_lease)
+        await asyncio.to_thread(admin.revoke_lease, lease)
 
         # Its own fenced save now fails ...
         async with EtcdStore([etcd_endpoint]) as store:
@@ -144,20 +147,74 @@ async def test_a_deposed_leader_cannot_persist_and_stops_serving(
                     leader_value=oracle.identity,
                 )
 
-            # ... and so does the update loop's: it stops serving and forgets its state.
+            # ... and so does the update loop's: it stops serving and forgets its state;
+            # the first call after the step-down is already refused.
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 5.0
-            while oracle.stats.step_downs == 0:
+            refusal: Exception | None = None
+            while refusal is None:
                 assert loop.time() < deadline, "the deposed leader kept serving"
-                served.append(await oracle.generate())
-                await asyncio.sleep(0.01)
+                try:
+                    served.append(await oracle.generate())
+                except (NotLeaderError, UnavailableError) as exc:
+                    refusal = exc
+                await asyncio.sleep(0.005)
+            assert oracle.stats.step_downs == 1
             assert (oracle.stats.last_step_down_reason or "").startswith("window save rejected")
+            # Until its next campaign reads the key it knows no leader (UnavailableError);
+            # from then on it redirects to the one holding the key.
+            if isinstance(refusal, NotLeaderError):
+                assert refusal.leader == successor.address
+            with pytest.raises(NotLeaderError) as follower:
+                await oracle.wait_serving(3.0, fail_if_follower=True)
+            assert follower.value.leader == successor.address
+            with pytest.raises(NotLeaderError) as info:
+                await oracle.generate()
+            assert info.value.leader == successor.address
+            assert not oracle.is_serving and oracle.stats.terms == 1
             raw = await store.get(config.timestamp_key)
         assert raw is not None
         # Nothing it served lies above what etcd holds: a successor starts higher.
         assert max(split(ts)[0] for ts in served) < decode_window(raw)
     finally:
         await oracle.close()
+        if successor_lease is not None:
+            await asyncio.to_thread(admin.revoke_lease, successor_lease.id)
+        await asyncio.to_thread(admin.delete_prefix, tso_prefix + "/")
+        admin.close()
+
+
+async def test_a_leader_keeps_its_lease_across_several_ttls(
+    etcd_endpoint: str, tso_prefix: str
+) -> None:
+    # A 1 s lease held for 3.5 s: only working keepalives (every ttl/3) keep this term.
+    config = _config(etcd_endpoint, tso_prefix, lease_ttl_s=1, save_window_s=0.5)
+    async with InProcessTSO(config, address="steady:1") as tso:
+        oracle = tso.oracle
+        lease = oracle.lease_id
+        assert lease is not None
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 3.5 * config.lease_ttl_s
+        seen = []
+        while loop.time() < until:
+            seen.append(await oracle.generate())
+            assert oracle.is_serving
+            await asyncio.sleep(0.02)
+        stats = oracle.stats
+        assert (stats.step_downs, stats.terms) == (0, 1), stats.last_step_down_reason
+        assert oracle.lease_id == lease
+        # etcd agrees: the key is still this term's, on a lease with time left.
+        host, port = config.endpoints[0]
+        admin = etcd3.client(host, port, timeout=5)
+        try:
+            value, meta = await asyncio.to_thread(admin.get, config.leader_key)
+            info = await asyncio.to_thread(admin.get_lease_info, lease)
+        finally:
+            admin.close()
+        assert value == oracle.identity
+        assert meta.lease_id == lease and info.TTL > 0
+    assert all(a < b for a, b in itertools.pairwise(seen))
+    assert stats.saves >= 3  # the window moved on, fenced by the same key, all along
 
 
 async def test_a_follower_refuses_and_names_the_leader(etcd_endpoint: str, tso_prefix: str) -> None:
