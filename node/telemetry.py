@@ -3,8 +3,13 @@
 Traces: a ``TracerProvider`` whose resource carries ``service.name`` (from
 ``OTEL_SERVICE_NAME``, else the config) and ``streamwal.node.id``; spans are
 batched to an OTLP/gRPC exporter when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or the config
-names an endpoint. Metrics: a ``MeterProvider`` read by the Prometheus exporter and
-served on ``/metrics``. A telemetry failure is logged, never raised into the node.
+names an endpoint. TLS follows the OpenTelemetry rules, read by the exporter
+itself: an ``https://`` endpoint is TLS; otherwise ``OTEL_EXPORTER_OTLP_INSECURE``
+decides when set, and when unset an ``http://`` endpoint (the local stack's
+collector) is plain text and any other is TLS. ``OTEL_EXPORTER_OTLP_CERTIFICATE``
+and the client certificate and key variables configure that TLS. Metrics: a
+``MeterProvider`` read by the Prometheus exporter and served on ``/metrics``. A
+telemetry failure is logged, never raised into the node.
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ def setup_telemetry(config: NodeConfig) -> Telemetry:
             try:
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-                exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True)
+                # no ``insecure``: the exporter reads the scheme and OTEL_EXPORTER_OTLP_*
+                exporter = OTLPSpanExporter(endpoint=endpoint)
                 tracer_provider.add_span_processor(
                     BatchSpanProcessor(exporter, schedule_delay_millis=500)
                 )
