@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from node.config import NodeConfig
 
-__all__ = ["Telemetry", "setup_telemetry"]
+__all__ = ["Telemetry", "setup_telemetry", "span_exporter"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +55,14 @@ def _resource(config: NodeConfig) -> Resource:
     )
 
 
+def span_exporter(endpoint: str) -> SpanExporter:
+    """OTLP/gRPC to ``endpoint``; TLS as the module docstring says."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    # no ``insecure`` argument: the exporter then reads the scheme and OTEL_EXPORTER_OTLP_*
+    return OTLPSpanExporter(endpoint=endpoint)
+
+
 def setup_telemetry(config: NodeConfig) -> Telemetry:
     """Install the global tracer and meter providers for this process."""
     resource = _resource(config)
@@ -64,10 +72,7 @@ def setup_telemetry(config: NodeConfig) -> Telemetry:
         tracer_provider = TracerProvider(resource=resource)
         if endpoint:
             try:
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-                # no ``insecure``: the exporter reads the scheme and OTEL_EXPORTER_OTLP_*
-                exporter = OTLPSpanExporter(endpoint=endpoint)
+                exporter = span_exporter(endpoint)
                 tracer_provider.add_span_processor(
                     BatchSpanProcessor(exporter, schedule_delay_millis=500)
                 )
