@@ -2,6 +2,8 @@
 
 gRPC errors arrive as ``grpc.aio.AioRpcError``; :func:`status_of` gives their code so
 callers can act (NOT_FOUND: ask another node; FAILED_PRECONDITION: the channel moved).
+A node with ``node.tls`` needs ``tls`` here, with a client certificate when the node
+requires one (``node.tls.ca_file``); a refused handshake shows up as UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from node.proto import streaming_pb2 as pb
 from node.proto import streaming_pb2_grpc as pb_grpc
+from tso.tls import ClientTLS, open_channel
 
 __all__ = ["Acked", "Consumed", "NodeClient", "policy", "status_of"]
 
@@ -70,7 +73,7 @@ class NodeClient:
         self,
         address: str,
         *,
-        root_certificates: bytes | None = None,
+        tls: ClientTLS | None = None,
         timeout: float = 30.0,
         tracing: bool = True,
     ) -> None:
@@ -78,15 +81,7 @@ class NodeClient:
         self._timeout = timeout
         interceptors = aio_client_interceptors() if tracing else []  # type: ignore[no-untyped-call]
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-        if root_certificates is not None:
-            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
-            self._channel = grpc.aio.secure_channel(
-                address, creds, options=options, interceptors=interceptors
-            )
-        else:
-            self._channel = grpc.aio.insecure_channel(
-                address, options=options, interceptors=interceptors
-            )
+        self._channel = open_channel(address, tls, options=options, interceptors=interceptors)
         self._stub = pb_grpc.StreamingNodeStub(self._channel)
 
     async def __aenter__(self) -> NodeClient:

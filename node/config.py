@@ -28,6 +28,7 @@ from tso.timestamp import MAX_LOGICAL
 from wal.errors import InvalidInputError
 
 __all__ = [
+    "ClientTLSFiles",
     "ConfigError",
     "EtcdSettings",
     "NodeConfig",
@@ -112,6 +113,20 @@ class TLSFiles:
     @property
     def enabled(self) -> bool:
         return any((self.ca_file, self.cert_file, self.key_file))
+
+
+@dataclass(frozen=True)
+class ClientTLSFiles(TLSFiles):
+    """How this node dials other nodes' gRPC services (the TSO): the CA it trusts,
+    its client certificate when they require one, and optionally the name their
+    certificates carry when it differs from the dialled host."""
+
+    server_name: str | None = None
+
+    def check(self, key: str, *, server: bool = False) -> None:
+        super().check(key, server=False)
+        if self.server_name is not None and not self.enabled:
+            raise ConfigError(f"{key}.server_name", "needs TLS: set ca_file (or cert_file)")
 
 
 @dataclass(frozen=True)
@@ -214,9 +229,11 @@ class TSOSettings:
     #: ``in-process``: this node campaigns for the oracle on etcd and serves it;
     #: ``remote``: it asks the oracle's gRPC service at ``remote_addresses``.
     mode: str = "in-process"
-    #: where the in-process oracle serves other nodes; empty: not served
-    listen: str = ""
     remote_addresses: tuple[str, ...] = ()
+    #: TLS for dialling TSO services: the oracle nodes in remote mode, and this
+    #: node's own and its peers' services in in-process mode (a non-leader follows
+    #: the leader through them); unset: plain text
+    tls: ClientTLSFiles = field(default_factory=ClientTLSFiles)
     key_prefix: str = "/streamwal"
     lease_ttl_s: int = 3
     save_window_s: float = 3.0
@@ -230,14 +247,13 @@ class TSOSettings:
             raise ConfigError("tso.remote_addresses", "remote mode needs at least one address")
         for i, address in enumerate(self.remote_addresses):
             _host_port(f"tso.remote_addresses[{i}]", address)
-        if self.listen:
-            _host_port("tso.listen", self.listen)
         # The literal etcd prefix: the oracle's keys are <key_prefix>/tso/...
         prefix = self.key_prefix
         if not prefix.startswith("/") or prefix.endswith("/") or any(c.isspace() for c in prefix):
             raise ConfigError(
                 "tso.key_prefix", f"expected a path like /streamwal (no trailing /), got {prefix!r}"
             )
+        self.tls.check("tso.tls")
         if self.lease_ttl_s < 1:
             raise ConfigError("tso.lease_ttl_s", "must be >= 1")
         if self.update_interval_ms <= 0:
@@ -277,7 +293,9 @@ class WALSettings:
 class TelemetrySettings:
     #: ``OTEL_SERVICE_NAME`` wins when set
     service_name: str = "streamwal"
-    #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` wins when set; empty and unset: no export
+    #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` wins when set; empty and unset: no export.
+    #: ``http://host:4317`` is plain text; ``https://`` or no scheme is TLS (see
+    #: node/telemetry.py for the standard variables that configure it)
     otlp_endpoint: str = ""
     tracing: bool = True
     log_level: str = "INFO"
@@ -302,6 +320,12 @@ class NodeConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             getattr(self, f.name).check()
+        if self.tso.mode == "in-process" and self.node.tls.enabled and not self.tso.tls.enabled:
+            # the oracle is served on node.listen, and a candidate that does not lead
+            # asks it (and its peers) for timestamps: plain text would never connect
+            raise ConfigError(
+                "tso.tls", "node.tls serves the in-process oracle over TLS: set tso.tls.ca_file"
+            )
 
 
 # ---- loading --------------------------------------------------------------------------

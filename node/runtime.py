@@ -9,7 +9,8 @@ In-process TSO on several nodes: each node campaigns; start-up waits until eithe
 this node serves or another one is known to lead. A node that does not lead takes
 its timestamps from the leader's TSO service (it asks its own service, whose
 not-leader answer names the leader, then ``tso.remote_addresses``), and takes over
-serving when it wins a later election.
+serving when it wins a later election. The oracle is served on ``node.listen``
+with the node's TLS settings; ``tso.tls`` says how this node dials it and its peers.
 
 Test only: when the environment variable ``STREAMWAL_TEST_CLOCK_FILE`` names a file,
 the in-process oracle reads its wall clock as the system clock plus the whole number
@@ -31,10 +32,11 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarOpener
 from node.channels import ChannelManager
-from node.config import NodeConfig
+from node.config import ClientTLSFiles, NodeConfig
 from node.proto import streaming_pb2_grpc as pb_grpc
 from node.servicer import MalformedRequestInterceptor, StreamingNodeServicer
 from tso import (
+    ClientTLS,
     Clock,
     LocalAllocator,
     RemoteSource,
@@ -43,10 +45,11 @@ from tso import (
     TsoConfig,
     add_tso_servicer,
 )
+from tso.tls import server_credentials
 from wal.config import Backoff, WALConfig
 from wal.errors import ClosedError, NotLeaderError, UnavailableError
 
-__all__ = ["Node", "pulsar_config", "tso_config", "wal_config"]
+__all__ = ["Node", "client_tls", "pulsar_config", "tso_config", "wal_config"]
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +88,18 @@ def tso_config(config: NodeConfig) -> TsoConfig:
         etcd_ca_file=config.etcd.tls.ca_file,
         etcd_cert_file=config.etcd.tls.cert_file,
         etcd_key_file=config.etcd.tls.key_file,
+    )
+
+
+def client_tls(files: ClientTLSFiles) -> ClientTLS | None:
+    """``None`` (plain text) unless a file is configured."""
+    if not files.enabled:
+        return None
+    return ClientTLS(
+        ca_file=files.ca_file,
+        cert_file=files.cert_file,
+        key_file=files.key_file,
+        server_name=files.server_name,
     )
 
 
@@ -213,7 +228,7 @@ class Node:
             if cfg.tso.mode == "in-process":
                 await self._start_oracle(self._server)
             else:
-                self._remote = RemoteSource(cfg.tso.remote_addresses)
+                self._remote = RemoteSource(cfg.tso.remote_addresses, tls=client_tls(cfg.tso.tls))
             self._opener = PulsarOpener(pulsar_config(cfg))
             await self._opener.start()
             self._channels = ChannelManager(
@@ -243,19 +258,14 @@ class Node:
         except NotLeaderError as exc:
             _log.info("TSO: %s leads; this node stands by as a candidate", exc.leader)
         addresses = [self.address, *self.config.tso.remote_addresses]
-        self._remote = RemoteSource(addresses)
+        self._remote = RemoteSource(addresses, tls=client_tls(self.config.tso.tls))
         self._candidate = _CandidateSource(oracle, self._remote)
 
     def _bind(self, server: grpc.aio.Server) -> int:
         listen = self.config.node.listen
         tls = self.config.node.tls
         if tls.cert_file and tls.key_file:
-            key = Path(tls.key_file).read_bytes()
-            cert = Path(tls.cert_file).read_bytes()
-            ca = Path(tls.ca_file).read_bytes() if tls.ca_file else None
-            creds = grpc.ssl_server_credentials(
-                [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
-            )
+            creds = server_credentials(tls.cert_file, tls.key_file, tls.ca_file)
             return int(server.add_secure_port(listen, creds))
         return int(server.add_insecure_port(listen))
 

@@ -3,8 +3,13 @@
 Traces: a ``TracerProvider`` whose resource carries ``service.name`` (from
 ``OTEL_SERVICE_NAME``, else the config) and ``streamwal.node.id``; spans are
 batched to an OTLP/gRPC exporter when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or the config
-names an endpoint. Metrics: a ``MeterProvider`` read by the Prometheus exporter and
-served on ``/metrics``. A telemetry failure is logged, never raised into the node.
+names an endpoint. TLS follows the OpenTelemetry rules, read by the exporter
+itself: an ``https://`` endpoint is TLS; otherwise ``OTEL_EXPORTER_OTLP_INSECURE``
+decides when set, and when unset an ``http://`` endpoint (the local stack's
+collector) is plain text and any other is TLS. ``OTEL_EXPORTER_OTLP_CERTIFICATE``
+and the client certificate and key variables configure that TLS. Metrics: a
+``MeterProvider`` read by the Prometheus exporter and served on ``/metrics``. A
+telemetry failure is logged, never raised into the node.
 """
 
 from __future__ import annotations
@@ -16,11 +21,11 @@ from dataclasses import dataclass
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from node.config import NodeConfig
 
-__all__ = ["Telemetry", "setup_telemetry"]
+__all__ = ["Telemetry", "setup_telemetry", "span_exporter"]
 
 _log = logging.getLogger(__name__)
 
@@ -50,6 +55,14 @@ def _resource(config: NodeConfig) -> Resource:
     )
 
 
+def span_exporter(endpoint: str) -> SpanExporter:
+    """OTLP/gRPC to ``endpoint``; TLS as the module docstring says."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    # no ``insecure`` argument: the exporter then reads the scheme and OTEL_EXPORTER_OTLP_*
+    return OTLPSpanExporter(endpoint=endpoint)
+
+
 def setup_telemetry(config: NodeConfig) -> Telemetry:
     """Install the global tracer and meter providers for this process."""
     resource = _resource(config)
@@ -59,9 +72,7 @@ def setup_telemetry(config: NodeConfig) -> Telemetry:
         tracer_provider = TracerProvider(resource=resource)
         if endpoint:
             try:
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-                exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True)
+                exporter = span_exporter(endpoint)
                 tracer_provider.add_span_processor(
                     BatchSpanProcessor(exporter, schedule_delay_millis=500)
                 )

@@ -25,11 +25,13 @@ from tso.timestamp import (
     physical_datetime,
     split,
 )
+from tso.tls import ClientTLS
 
 __all__ = [
     "DEFAULT_ETCD_ENDPOINT",
     "LOGICAL_BITS",
     "MAX_LOGICAL",
+    "ClientTLS",
     "Clock",
     "CoordinationStore",
     "EtcdStore",

@@ -21,6 +21,7 @@ from etcd3 import exceptions as etcd_exceptions
 
 from tso.config import TsoConfig, parse_endpoint
 from tso.store import LeaderRecord, encode_window
+from tso.tls import ClientTLS
 from wal.errors import (
     ClosedError,
     DecodeError,
@@ -102,7 +103,12 @@ class EtcdStore:
         self._endpoints = [parse_endpoint(e) for e in endpoints]
         self._user = user
         self._password = password
-        self._tls = (ca_file, cert_file, key_file)
+        # plain text unless a CA is configured (TsoConfig refuses a client cert without one)
+        self._tls = (
+            ClientTLS(ca_file=ca_file, cert_file=cert_file, key_file=key_file)
+            if ca_file is not None
+            else None
+        )
         self._request_timeout_s = request_timeout_s
         self._unavailable_after_s = unavailable_after_s
         self._client: Any = None
@@ -132,7 +138,7 @@ class EtcdStore:
             raise ClosedError("etcd store is closed")
         if self._client is not None:
             return
-        creds = _credentials(*self._tls)
+        creds = self._tls.credentials() if self._tls is not None else None
         endpoints = [
             etcd3.Endpoint(
                 host,
@@ -369,23 +375,3 @@ def _address_of(raw: bytes | None) -> str | None:
         return LeaderRecord.decode(raw).address or None
     except DecodeError:
         return None
-
-
-def _credentials(
-    ca_file: str | None, cert_file: str | None, key_file: str | None
-) -> grpc.ChannelCredentials | None:
-    """TLS credentials for etcd, or ``None`` for plain text (no CA configured)."""
-    if ca_file is None:
-        return None
-
-    def read(path: str | None) -> bytes | None:
-        if path is None:
-            return None
-        with open(path, "rb") as f:
-            return f.read()
-
-    return grpc.ssl_channel_credentials(
-        root_certificates=read(ca_file),
-        private_key=read(key_file),
-        certificate_chain=read(cert_file),
-    )

@@ -5,6 +5,10 @@ goes to the node believed to lead; a follower's not-leader answer names the lead
 and the next attempt goes there. Unreachable nodes are skipped in turn. A fetch gives
 up after ``timeout_s`` with :class:`UnavailableError` (or :class:`NotLeaderError`
 when the last answer was a not-leader without a leader to follow).
+
+With ``tls`` every address is dialled over TLS with the same credentials: the TSO
+nodes of one cluster share a CA, and a node whose server requires client
+certificates gets this source's certificate.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from grpc import aio
 from tso.proto import tso_pb2, tso_pb2_grpc
 from tso.service import LEADER_METADATA_KEY
 from tso.timestamp import MAX_LOGICAL
+from tso.tls import ClientTLS, open_channel
 from wal.errors import (
     ClosedError,
     InvalidInputError,
@@ -50,6 +55,7 @@ class RemoteSource:
         *,
         timeout_s: float = 5.0,
         rpc_timeout_s: float = 1.0,
+        tls: ClientTLS | None = None,
     ) -> None:
         addrs = [addresses] if isinstance(addresses, str) else list(addresses)
         addrs = [a.strip() for a in addrs if a and a.strip()]
@@ -61,6 +67,8 @@ class RemoteSource:
         self._leader = self._addresses[0]
         self._timeout_s = timeout_s
         self._rpc_timeout_s = rpc_timeout_s
+        self._tls = tls
+        self._credentials: grpc.ChannelCredentials | None = None
         self._channels: dict[str, aio.Channel] = {}
         self._stubs: dict[str, tso_pb2_grpc.TSOStub] = {}
         self._closed = False
@@ -77,8 +85,12 @@ class RemoteSource:
     def _stub(self, address: str) -> tso_pb2_grpc.TSOStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = aio.insecure_channel(
+            if self._tls is not None and self._credentials is None:
+                self._credentials = self._tls.credentials()  # read the files once
+            channel = open_channel(
                 address,
+                self._tls,
+                credentials=self._credentials,
                 options=[
                     ("grpc.initial_reconnect_backoff_ms", 100),
                     ("grpc.min_reconnect_backoff_ms", 100),

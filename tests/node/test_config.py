@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 
 from node.config import ConfigError, NodeConfig, load_config
 
@@ -83,7 +84,14 @@ _INVALID = [
     ("tso:\n  mode: sideways\n", "tso.mode"),
     ("tso:\n  mode: remote\n", "tso.remote_addresses"),
     ("tso:\n  remote_addresses: [tso-without-port]\n", "tso.remote_addresses[0]"),
-    ("tso:\n  listen: ':x'\n", "tso.listen"),
+    ("tso:\n  listen: 127.0.0.1:17002\n", "tso.listen"),  # served on node.listen
+    ("tso:\n  tls:\n    server_name: node-1\n", "tso.tls.server_name"),
+    ("tso:\n  tls:\n    ca_file: /no/such/ca.pem\n", "tso.tls.ca_file"),
+    (
+        "tso:\n  tls:\n    cert_file: /no/such/cert.pem\n    key_file: /no/such/key.pem\n",
+        "tso.tls.cert_file",
+    ),
+    ("tso:\n  tls:\n    key_file: /no/such/key.pem\n", "tso.tls.key_file"),
     ("tso:\n  key_prefix: ''\n", "tso.key_prefix"),
     ("tso:\n  key_prefix: /\n", "tso.key_prefix"),
     ("tso:\n  key_prefix: streamwal\n", "tso.key_prefix"),
@@ -269,3 +277,35 @@ def test_etcd_credentials_and_tls_reach_the_tso(tmp_path: Path) -> None:
     tso = tso_config(config)
     assert (tso.etcd_user, tso.etcd_password, tso.etcd_ca_file) == ("tso", "pw-SECRET", str(ca))
     assert "SECRET" not in repr(tso)
+
+
+def test_tso_client_tls_from_file_and_environment(tmp_path: Path) -> None:
+    from node.runtime import client_tls
+
+    pem = {name: tmp_path / f"{name}.pem" for name in ("cert", "key", "ca")}
+    for path in pem.values():
+        path.write_text("not checked here")
+    node_yaml = tmp_path / "node.yaml"
+    tls = {"cert_file": str(pem["cert"]), "key_file": str(pem["key"]), "ca_file": str(pem["ca"])}
+    node_yaml.write_text(yaml.safe_dump({"node": {"tls": tls}}))
+    # serving the in-process oracle over TLS but dialling it in plain text cannot work
+    with pytest.raises(ConfigError) as err:
+        load_config(node_yaml, environ={})
+    assert err.value.key == "tso.tls"
+
+    config = load_config(
+        node_yaml,
+        environ={
+            "STREAMWAL_TSO__TLS__CA_FILE": str(pem["ca"]),
+            "STREAMWAL_TSO__TLS__CERT_FILE": str(pem["cert"]),
+            "STREAMWAL_TSO__TLS__KEY_FILE": str(pem["key"]),
+            "STREAMWAL_TSO__TLS__SERVER_NAME": "tso.internal",
+        },
+    )
+    client = client_tls(config.tso.tls)
+    assert client is not None
+    assert (client.ca_file, client.cert_file, client.key_file) == tuple(
+        str(pem[n]) for n in ("ca", "cert", "key")
+    )
+    assert client.channel_options() == [("grpc.ssl_target_name_override", "tso.internal")]
+    assert client_tls(load_config(environ={}).tso.tls) is None

@@ -1,0 +1,109 @@
+"""gRPC TLS credentials from PEM files, for both ends of a connection.
+
+Every gRPC client in the project (the remote TSO source, node clients, the etcd
+store) and the node's server build their credentials here, so a certificate that
+works for one works for all, and mutual TLS means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from wal.errors import InvalidInputError
+
+__all__ = ["ClientTLS", "TLSFileError", "open_channel", "server_credentials"]
+
+#: gRPC channel options, as ``grpc.aio`` takes them
+ChannelOptions = Sequence[tuple[str, Any]]
+
+
+class TLSFileError(InvalidInputError):
+    """A certificate or key file cannot be read; ``path`` names it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        super().__init__(f"cannot read TLS file {path}: {problem}")
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise TLSFileError(path, exc.strerror or str(exc)) from None
+
+
+def _read_optional(path: str | None) -> bytes | None:
+    return None if path is None else _read(path)
+
+
+@dataclass(frozen=True)
+class ClientTLS:
+    """A client's side of TLS: whom it trusts and, for mutual TLS, who it is.
+
+    ``ca_file`` unset trusts gRPC's default roots. ``server_name`` is the name the
+    server's certificate must carry when it differs from the dialled host (dialling
+    an IP address, or every node of a cluster sharing one certificate).
+    """
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise InvalidInputError("cert_file: and key_file go together (mutual TLS)")
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """Read the files now; a missing one raises :class:`TLSFileError`."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read_optional(self.ca_file),
+            private_key=_read_optional(self.key_file),
+            certificate_chain=_read_optional(self.cert_file),
+        )
+
+    def channel_options(self) -> list[tuple[str, Any]]:
+        if self.server_name:
+            return [("grpc.ssl_target_name_override", self.server_name)]
+        return []
+
+
+def open_channel(
+    address: str,
+    tls: ClientTLS | None,
+    *,
+    credentials: grpc.ChannelCredentials | None = None,
+    options: ChannelOptions = (),
+    interceptors: Sequence[Any] | None = None,
+) -> aio.Channel:
+    """A TLS channel when ``tls`` is given, else plain text.
+
+    ``credentials`` lets a caller that opens many channels read the files once.
+    """
+    if tls is None:
+        return aio.insecure_channel(address, options=list(options), interceptors=interceptors)
+    return aio.secure_channel(
+        address,
+        credentials if credentials is not None else tls.credentials(),
+        options=[*options, *tls.channel_options()],
+        interceptors=interceptors,
+    )
+
+
+def server_credentials(
+    cert_file: str, key_file: str, client_ca_file: str | None = None
+) -> grpc.ServerCredentials:
+    """A server's certificate; with ``client_ca_file`` it requires client certificates
+    signed by that CA (mutual TLS)."""
+    client_ca = _read_optional(client_ca_file)
+    return grpc.ssl_server_credentials(
+        [(_read(key_file), _read(cert_file))],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
