@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from adaptors.pulsar import verify_exclusive_access
+from adaptors.pulsar import PulsarConfig, PulsarOpener, verify_exclusive_access
+from tests.wal.testkit import BatchAllocator, CounterTSO
 from wal.errors import ExclusivityNotEnforcedError
+from wal.initializing import open_wal
+
+_LAX_URL = "pulsar://lax:6650"
 
 
 class _Producer:
@@ -23,14 +28,60 @@ class _LaxBroker:
 
     def __init__(self) -> None:
         self.created = 0
+        self.topics: list[str] = []
 
     async def create_producer(self, topic: str, **_: Any) -> _Producer:
         self.created += 1
+        self.topics.append(topic)
         return _Producer()
+
+    async def close(self) -> None:
+        return None
+
+
+class _CountingOpener(PulsarOpener):
+    """A Pulsar opener on the lax broker that counts the write attempts' checks."""
+
+    def __init__(self, broker: _LaxBroker) -> None:
+        super().__init__(PulsarConfig(service_url=_LAX_URL))
+        self._client = broker  # what start() would create, minus the connection
+        self.checks = 0
+
+    async def verify_exclusivity(self) -> None:
+        self.checks += 1
+        await super().verify_exclusivity()
 
 
 async def test_a_broker_accepting_two_exclusive_producers_is_refused() -> None:
     broker = _LaxBroker()
     with pytest.raises(ExclusivityNotEnforcedError, match="pulsar://lax:6650"):
-        await verify_exclusive_access(broker, "persistent://public/default/", "pulsar://lax:6650")
+        await verify_exclusive_access(broker, "persistent://public/default/", _LAX_URL)
     assert broker.created == 2
+
+
+async def test_the_opener_remembers_a_refusal_and_does_not_probe_again() -> None:
+    broker = _LaxBroker()
+    opener = _CountingOpener(broker)
+    for _ in range(3):
+        with pytest.raises(ExclusivityNotEnforcedError, match="pulsar://lax:6650"):
+            await opener.verify_exclusivity()
+    assert broker.created == 2  # one probe topic, two producers on it
+    assert len(set(broker.topics)) == 1
+    await opener.close()
+
+
+async def test_open_wal_on_a_lax_broker_fails_at_the_first_attempt() -> None:
+    """The default first-time-tick backoff is unbounded: a retriable refusal would
+    keep the open going for ever; it must end at once, before any writer exists."""
+    broker = _LaxBroker()
+    opener = _CountingOpener(broker)
+    allocator = BatchAllocator(CounterTSO())
+    with pytest.raises(ExclusivityNotEnforcedError, match="pulsar://lax:6650"):
+        await asyncio.wait_for(open_wal(opener, "lax-channel", allocator, 1), 5)
+    assert opener.checks == 1  # exactly one attempt
+    assert allocator.syncs == 0 and allocator.allocated == []  # no time tick was taken
+    channel_topic = opener.config.topic("lax-channel")
+    assert channel_topic not in broker.topics  # neither a fencer nor a writing producer
+    assert all("streamwal-exclusivity-probe-" in topic for topic in broker.topics)
+    assert not opener._channels  # the failed open closed its backend: no WAL is left
+    await opener.close()
