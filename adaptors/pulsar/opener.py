@@ -22,6 +22,8 @@ from wal.errors import ClosedError, ExclusivityNotEnforcedError, UnavailableErro
 
 __all__ = ["PulsarOpener", "client_logger"]
 
+_log = logging.getLogger(__name__)
+
 
 def client_logger(log_file: str | None = None) -> logging.Logger | pulsar.FileLogger:
     """The C++ client's logger: native into ``log_file`` (warnings and errors), else
@@ -113,7 +115,11 @@ class PulsarOpener:
         """Run the exclusivity self-check once (see :mod:`adaptors.pulsar.exclusivity`).
 
         A pass and a refusal are both remembered; an unavailable broker is not (the
-        next write attempt checks again).
+        next write attempt checks again). Since a refusal is final for the opener, it
+        is confirmed on a second, fresh probe topic first: one probe can be misled by
+        its topic changing under it (deleted by an admin and auto-created again while
+        its fenced producer reconnects, which then writes to the new topic); a broker
+        that really ignores access modes fails both.
         """
         if self._verified or not self.config.verify_exclusivity:
             return
@@ -124,23 +130,31 @@ class PulsarOpener:
                 return
             if self._refusal is not None:
                 raise self._refused()
-            prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
             try:
-                await asyncio.wait_for(
-                    verify_exclusive_access(self.client, prefix, self.config.service_url),
-                    timeout=self.config.operation_timeout_s * 3,
-                )
-            except TimeoutError as exc:
-                raise UnavailableError(
-                    f"broker {self.config.service_url} did not answer the exclusivity check "
-                    f"within {self.config.operation_timeout_s * 3:g}s"
-                ) from exc
-            except PulsarException as exc:
-                raise translate(exc, channel="(exclusivity probe)", what="probe") from exc
-            except ExclusivityNotEnforcedError as exc:
-                self._refusal = exc
-                raise
+                await self._probe()
+            except ExclusivityNotEnforcedError as first:
+                _log.warning("exclusivity check failed (%s); checking again on a new topic", first)
+                try:
+                    await self._probe()
+                except ExclusivityNotEnforcedError as exc:
+                    self._refusal = exc
+                    raise
             self._verified = True
+
+    async def _probe(self) -> None:
+        prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
+        try:
+            await asyncio.wait_for(
+                verify_exclusive_access(self.client, prefix, self.config.service_url),
+                timeout=self.config.operation_timeout_s * 3,
+            )
+        except TimeoutError as exc:
+            raise UnavailableError(
+                f"broker {self.config.service_url} did not answer the exclusivity check "
+                f"within {self.config.operation_timeout_s * 3:g}s"
+            ) from exc
+        except PulsarException as exc:
+            raise translate(exc, channel="(exclusivity probe)", what="probe") from exc
 
     def _refused(self) -> ExclusivityNotEnforcedError:
         # a fresh error each time: re-raising one instance would grow its traceback

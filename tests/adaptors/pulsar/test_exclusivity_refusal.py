@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pulsar
 import pytest
+from pulsar.asyncio import PulsarException
 
 from adaptors.pulsar import PulsarConfig, PulsarOpener, verify_exclusive_access
 from tests.wal.testkit import BatchAllocator, CounterTSO
@@ -59,14 +61,60 @@ async def test_a_broker_accepting_two_exclusive_producers_is_refused() -> None:
     assert broker.created == 2
 
 
+class _FencedProducer(_Producer):
+    def __init__(self) -> None:
+        self.fenced = False
+
+    async def send(self, payload: bytes, **_: Any) -> None:
+        if self.fenced:
+            raise PulsarException(pulsar.Result.ProducerFenced)
+
+
+class _MisledOnce(_LaxBroker):
+    """Lax on its first probe topic only, strict after: a real broker whose probe
+    topic was deleted and auto-created again in the middle of the probe looks so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._producers: dict[str, list[_FencedProducer]] = {}
+
+    async def create_producer(self, topic: str, **options: Any) -> _Producer:
+        if not self.topics or topic == self.topics[0]:
+            return await super().create_producer(topic, **options)
+        self.created += 1
+        self.topics.append(topic)
+        present = self._producers.setdefault(topic, [])
+        if options["access_mode"] == pulsar.ProducerAccessMode.ExclusiveWithFencing:
+            for producer in present:
+                producer.fenced = True
+            present.clear()
+        elif present:
+            raise PulsarException(pulsar.Result.ProducerFenced)
+        producer = _FencedProducer()
+        present.append(producer)
+        return producer
+
+
+async def test_one_misleading_probe_is_not_a_refusal() -> None:
+    broker = _MisledOnce()
+    opener = _CountingOpener(broker)
+    await opener.verify_exclusivity()  # the second probe finds exclusivity enforced
+    assert opener._verified
+    assert len(set(broker.topics)) == 2
+    await opener.verify_exclusivity()
+    assert len(set(broker.topics)) == 2  # a pass is remembered too
+    await opener.close()
+
+
 async def test_the_opener_remembers_a_refusal_and_does_not_probe_again() -> None:
     broker = _LaxBroker()
     opener = _CountingOpener(broker)
     for _ in range(3):
         with pytest.raises(ExclusivityNotEnforcedError, match="pulsar://lax:6650"):
             await opener.verify_exclusivity()
-    assert broker.created == 2  # one probe topic, two producers on it
-    assert len(set(broker.topics)) == 1
+    # confirmed once on a second probe topic (two producers each), then not again
+    assert broker.created == 4
+    assert len(set(broker.topics)) == 2
     await opener.close()
 
 
