@@ -40,6 +40,10 @@ async def test_a_terminated_topic_fences_its_owner_for_good(stack: StackInfo, un
     async with PulsarOpener(config) as node_a, PulsarOpener(config) as node_b:
         wal = await writable(node_a, channel)
         acked = await append_many(wal, "a", 3)
+        # A reader keeps the topic in use: terminated, it has no producer while the
+        # owner reconnects, and a clean-up deleting unused topics at that moment would
+        # let the producer write to a topic auto-created afresh.
+        in_use = await wal.read(DeliveryPolicy.latest())
         last = await terminate(stack, config.topic(channel))
         assert isinstance(last, dict) and last["entryId"] >= 0  # the broker's last entry
 
@@ -60,6 +64,7 @@ async def test_a_terminated_topic_fences_its_owner_for_good(stack: StackInfo, un
         # what was acknowledged before the termination stays readable
         entries = await read_all(node_b, channel, 3)
         assert [e.message_id for e in entries] == acked
+        await in_use.close()
         await wal.close()
 
 
