@@ -62,7 +62,8 @@ class WALConfig:
     """Everything a WAL can be tuned with; every field is validated here.
 
     - ``first_time_tick_backoff``: retries of the first time tick on open (unbounded by
-      default: the open ends on success, a fenced error or cancellation).
+      default: the open ends on success, a fenced error, a broker that does not
+      enforce exclusivity, or cancellation).
     - ``append_backoff``: retries of an append after a retriable error; bounded.
     - ``scanner_backoff``: a scanner reopening the backend after a retriable error.
     - ``time_tick_interval``: seconds between periodic time ticks.

@@ -19,7 +19,12 @@ from opentelemetry.util.types import Attributes
 from wal.backend import AccessMode, BackendOpener, BackendWAL, validate_channel_name
 from wal.buffer import WriteAheadBuffer
 from wal.config import Backoff, WALConfig
-from wal.errors import ChannelFencedError, ClosedError, InvalidInputError
+from wal.errors import (
+    ChannelFencedError,
+    ClosedError,
+    ExclusivityNotEnforcedError,
+    InvalidInputError,
+)
 from wal.interceptors import ChannelInfo, InterceptorParams
 from wal.message import ImmutableMessage, MessageType, MutableMessage, encode
 from wal.metrics import record_first_time_tick_attempt, record_open
@@ -55,7 +60,10 @@ ATTR_BACKOFF_MS = "wal.backoff_ms"
 ATTR_TIME_TICK = "wal.time_tick"
 ATTR_MESSAGE_ID = "wal.message_id"
 
-_FINAL_ERRORS = (ChannelFencedError, ClosedError)  # trying again cannot help
+# Trying again cannot help: a newer owner exists, the backend is closed, or the
+# broker does not enforce the single-writer fence (it will not start to by waiting,
+# and retrying would only hide that behind an open that never returns).
+_FINAL_ERRORS = (ChannelFencedError, ClosedError, ExclusivityNotEnforcedError)
 
 
 async def open_wal(
@@ -68,8 +76,10 @@ async def open_wal(
     """Take ``channel`` over for ``node_id`` and return its started WAL.
 
     Retries until the first time tick is persisted; ends early with
-    :class:`~wal.errors.ChannelFencedError` if a newer owner exists, and with
-    ``CancelledError`` within one backoff step when cancelled.
+    :class:`~wal.errors.ChannelFencedError` if a newer owner exists, with
+    :class:`~wal.errors.ExclusivityNotEnforcedError` at the first attempt if the
+    backend cannot fence an old owner, and with ``CancelledError`` within one
+    backoff step when cancelled.
     """
     config = config if config is not None else WALConfig()
     validate_channel_name(channel)
@@ -119,7 +129,8 @@ async def send_first_time_tick(
 ) -> FirstTimeTick:
     """Fence, then persist this owner's first time tick directly on ``backend``.
 
-    Retries every error except a fenced or closed backend, following ``backoff``
+    Retries every error except a fenced or closed backend and a backend that does not
+    enforce exclusivity (those end it at once), following ``backoff``
     (``max_attempts`` honoured if set). Outcome attributes go on the current span.
     """
     channel = backend.channel

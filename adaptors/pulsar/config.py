@@ -34,7 +34,9 @@ class PulsarConfig:
     operation_timeout_s: float = 10.0
     #: bound on one send; 0 lets the client retry for ever
     send_timeout_ms: int = 30_000
-    #: the broker's maxMessageSize; larger payloads are refused before sending
+    #: the broker's maxMessageSize; larger payloads are refused before sending (the
+    #: client refuses what is over the broker's own limit, metadata included, alike:
+    #: InvalidInputError either way)
     max_message_size: int = 5 * 1024 * 1024
     batching: bool = True
     batching_max_delay_ms: int = 1

@@ -20,6 +20,9 @@ FENCING_RESULTS = frozenset(
     {pulsar.Result.ProducerFenced, pulsar.Result.AlreadyClosed, pulsar.Result.TopicTerminated}
 )
 
+# MessageTooBig comes from the client, which checks every payload with its metadata
+# against the maxMessageSize the broker announced on connecting: it also catches what
+# the adaptor's own pre-check (PulsarConfig.max_message_size) lets through.
 _INVALID_RESULTS = frozenset(
     {
         pulsar.Result.MessageTooBig,

@@ -18,9 +18,11 @@ from adaptors.pulsar.errors import translate
 from adaptors.pulsar.exclusivity import verify_exclusive_access
 from adaptors.pulsar.message_id import PulsarMessageId
 from wal.backend import AccessMode, validate_channel_name
-from wal.errors import ClosedError, UnavailableError
+from wal.errors import ClosedError, ExclusivityNotEnforcedError, UnavailableError
 
 __all__ = ["PulsarOpener", "client_logger"]
+
+_log = logging.getLogger(__name__)
 
 
 def client_logger(log_file: str | None = None) -> logging.Logger | pulsar.FileLogger:
@@ -44,7 +46,9 @@ class PulsarOpener:
     ``start()`` creates the client (the first connection happens lazily);
     :meth:`open` does no I/O; the first write on any channel runs the exclusivity
     self-check once per opener, so an unreachable broker shows up as a failed
-    write attempt rather than as a failed open.
+    write attempt rather than as a failed open. A broker found not to enforce
+    exclusivity is refused for the opener's lifetime: the check is not run again
+    (each run would leave another probe topic behind), the refusal is raised again.
     """
 
     name = "pulsar"
@@ -53,6 +57,7 @@ class PulsarOpener:
         self.config = config or PulsarConfig()
         self._client: Any = None
         self._verified = False
+        self._refusal: ExclusivityNotEnforcedError | None = None
         self._verify_lock = asyncio.Lock()
         self._closed = False
         self._channels: set[PulsarBackendWAL] = set()
@@ -107,26 +112,54 @@ class PulsarOpener:
         return wal
 
     async def verify_exclusivity(self) -> None:
-        """Run the exclusivity self-check once (see :mod:`adaptors.pulsar.exclusivity`)."""
+        """Run the exclusivity self-check once (see :mod:`adaptors.pulsar.exclusivity`).
+
+        A pass and a refusal are both remembered; an unavailable broker is not (the
+        next write attempt checks again). Since a refusal is final for the opener, it
+        is confirmed on a second, fresh probe topic first: one probe can be misled by
+        its topic changing under it (deleted by an admin and auto-created again while
+        its fenced producer reconnects, which then writes to the new topic); a broker
+        that really ignores access modes fails both.
+        """
         if self._verified or not self.config.verify_exclusivity:
             return
+        if self._refusal is not None:
+            raise self._refused()
         async with self._verify_lock:
             if self._verified:
                 return
-            prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
+            if self._refusal is not None:
+                raise self._refused()
             try:
-                await asyncio.wait_for(
-                    verify_exclusive_access(self.client, prefix, self.config.service_url),
-                    timeout=self.config.operation_timeout_s * 3,
-                )
-            except TimeoutError as exc:
-                raise UnavailableError(
-                    f"broker {self.config.service_url} did not answer the exclusivity check "
-                    f"within {self.config.operation_timeout_s * 3:g}s"
-                ) from exc
-            except PulsarException as exc:
-                raise translate(exc, channel="(exclusivity probe)", what="probe") from exc
+                await self._probe()
+            except ExclusivityNotEnforcedError as first:
+                _log.warning("exclusivity check failed (%s); checking again on a new topic", first)
+                try:
+                    await self._probe()
+                except ExclusivityNotEnforcedError as exc:
+                    self._refusal = exc
+                    raise
             self._verified = True
+
+    async def _probe(self) -> None:
+        prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
+        try:
+            await asyncio.wait_for(
+                verify_exclusive_access(self.client, prefix, self.config.service_url),
+                timeout=self.config.operation_timeout_s * 3,
+            )
+        except TimeoutError as exc:
+            raise UnavailableError(
+                f"broker {self.config.service_url} did not answer the exclusivity check "
+                f"within {self.config.operation_timeout_s * 3:g}s"
+            ) from exc
+        except PulsarException as exc:
+            raise translate(exc, channel="(exclusivity probe)", what="probe") from exc
+
+    def _refused(self) -> ExclusivityNotEnforcedError:
+        # a fresh error each time: re-raising one instance would grow its traceback
+        assert self._refusal is not None
+        return ExclusivityNotEnforcedError(*self._refusal.args)
 
     def message_id_from_bytes(self, data: bytes) -> PulsarMessageId:
         return PulsarMessageId.from_bytes(data)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from wal.backend import AccessMode, BackendMessage, BackendOpener, BackendWAL, DeliveryPolicy
-from wal.errors import ChannelFencedError, InvalidInputError
+from wal.errors import ChannelFencedError, ClosedError, InvalidInputError
 from wal.message_id import MessageId
 
 
@@ -211,8 +211,6 @@ class ConformanceSuite:
         await wal.close()
 
     async def test_close_is_idempotent_and_final(self, harness: BackendHarness) -> None:
-        from wal.errors import ClosedError
-
         channel = harness.channel()
         wal = await writable(harness.node_a, channel)
         await wal.close()
@@ -221,3 +219,32 @@ class ConformanceSuite:
             await wal.append(b"x", {})
         with pytest.raises(ClosedError):
             await wal.read(DeliveryPolicy.all())
+
+    async def test_closing_ends_a_pending_read_with_closed_error(
+        self, harness: BackendHarness
+    ) -> None:
+        """A log has no end, so a read waits until closed: closing the scanner, or the
+        channel it reads, must end the wait at once with ClosedError (never a hang,
+        never a silent end of iteration), and so must every later read."""
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        await append_many(wal, "a", 2)
+        own = await wal.read(DeliveryPolicy.latest())
+        by_channel = await wal.read(DeliveryPolicy.latest())
+        pending_own = asyncio.ensure_future(own.__anext__())
+        pending_by_channel = asyncio.ensure_future(by_channel.__anext__())
+        await asyncio.sleep(0.2)
+        assert not pending_own.done() and not pending_by_channel.done()  # really waiting
+
+        await own.close()
+        with pytest.raises(ClosedError):
+            await asyncio.wait_for(pending_own, 2)
+        with pytest.raises(ClosedError):
+            await own.__anext__()
+        assert not pending_by_channel.done()  # the other scanner is not affected
+
+        await wal.close()
+        with pytest.raises(ClosedError):
+            await asyncio.wait_for(pending_by_channel, 2)
+        with pytest.raises(ClosedError):
+            await by_channel.__anext__()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pulsar
 import pytest
 
 from adaptors.pulsar import PulsarConfig, PulsarOpener
+from adaptors.pulsar.scanner import to_backend_message
 from node.stack import StackInfo
-from tests.adaptors.conformance import take, writable
-from wal.backend import AccessMode, DeliveryPolicy
+from tests.adaptors.conformance import writable
+from wal.backend import BackendMessage
 from wal.errors import ChannelFencedError
 from wal.message_id import MessageId
 
@@ -52,25 +54,37 @@ async def test_takeover_during_appends_loses_nothing_acknowledged(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        with pytest.raises(ChannelFencedError):
+            await a.append(b"a-after-takeover", {"who": "a"})
         acked_b = [await b.append(f"b-{i}".encode(), {"who": "b"}) for i in range(20)]
+        # B's last word: an entry of A landing late would be after it, or between B's
+        acked_b.append(await b.append(b"b-sentinel", {"who": "b"}))
+        await a.close()  # A's producer is gone: nothing of A can land after this read
 
-        reader_wal = await node_b.open(channel, AccessMode.READ_ONLY)
-        scanner = await reader_wal.read(DeliveryPolicy.all())
-        log = []
-        # read until B's last acknowledged entry
-        while not log or log[-1].message_id != acked_b[-1]:
-            log.extend(await take(scanner, 1))
-        await scanner.close()
-
+        log = await read_to_the_end(node_b, config.topic(channel))
         ids = [e.message_id for e in log]
         assert ids == sorted(ids)
         by_id = {e.message_id: e for e in log}
         for message_id, payload in acked_a:
             assert by_id[message_id].payload == payload  # every acknowledged append is there
         first_b = next(i for i, e in enumerate(log) if e.properties["who"] == "b")
-        assert all(e.properties["who"] == "b" for e in log[first_b:])
+        after_a = [e for e in log[first_b:] if e.properties["who"] != "b"]
+        assert not after_a, f"entries of the old owner after the takeover: {after_a[:5]}"
         assert [e.message_id for e in log[first_b:]] == acked_b
+        assert log[-1].payload == b"b-sentinel"
         # each writer appended one at a time: its acknowledgements are in log order
         for acks in per_writer:
             assert acks == sorted(acks)
-        await reader_wal.close()
+        await b.close()
+
+
+async def read_to_the_end(opener: PulsarOpener, topic: str) -> list[BackendMessage]:
+    """Every entry of ``topic`` up to the broker's last one, not just up to a known id."""
+    reader = await opener.client.create_reader(topic, pulsar.MessageId.earliest)
+    log: list[BackendMessage] = []
+    try:
+        while await reader.has_message_available():
+            log.append(to_backend_message(await asyncio.wait_for(reader.read_next(), 10)))
+    finally:
+        await reader.close()
+    return log
