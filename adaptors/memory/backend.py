@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from wal.backend import (
@@ -97,10 +97,16 @@ class MemoryLogStore:
 class MemoryScanner:
     """Reads one in-memory log from a position onwards, waiting for new entries."""
 
-    def __init__(self, log: _Log, position: int) -> None:
+    def __init__(
+        self,
+        log: _Log,
+        position: int,
+        on_close: Callable[[MemoryScanner], None] = lambda _: None,
+    ) -> None:
         self._log = log
         self._position = position
         self._closed = False
+        self._on_close = on_close
 
     def __aiter__(self) -> AsyncIterator[BackendMessage]:
         return self
@@ -116,7 +122,9 @@ class MemoryScanner:
             await self._log.changed.wait()
 
     async def close(self) -> None:
-        self._closed = True
+        if not self._closed:
+            self._closed = True
+            self._on_close(self)
         self._log.notify()
 
 
@@ -131,7 +139,7 @@ class MemoryBackendWAL:
         self._epoch: int | None = None
         self._fenced: ChannelFencedError | None = None
         self._closed = False
-        self._scanners: list[MemoryScanner] = []
+        self._scanners: set[MemoryScanner] = set()
 
     @property
     def channel(self) -> str:
@@ -205,6 +213,8 @@ class MemoryBackendWAL:
                 f"payload of {len(payload)} bytes exceeds the maximum message size "
                 f"of {self._store.max_message_size} bytes"
             )
+        if not all(type(k) is str and type(v) is str for k, v in properties.items()):
+            raise InvalidInputError(f"append on {self._channel!r}: properties must be str: str")
         if self._store.faults.fail_appends > 0:
             self._store.faults.fail_appends -= 1
             raise UnavailableError("injected: append failed")
@@ -216,8 +226,8 @@ class MemoryBackendWAL:
     async def read(self, policy: DeliveryPolicy) -> MemoryScanner:
         self._check_open()
         position = self._position_for(policy)
-        scanner = MemoryScanner(self._log, position)
-        self._scanners.append(scanner)
+        scanner = MemoryScanner(self._log, position, on_close=self._scanners.discard)
+        self._scanners.add(scanner)
         return scanner
 
     def _position_for(self, policy: DeliveryPolicy) -> int:
@@ -239,7 +249,7 @@ class MemoryBackendWAL:
         if self._closed:
             return
         self._closed = True
-        for scanner in self._scanners:
+        for scanner in list(self._scanners):
             await scanner.close()
 
 

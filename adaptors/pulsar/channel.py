@@ -319,6 +319,7 @@ class PulsarBackendWAL:
         scanner = await asyncio.wait_for(
             self._open_reader(policy), timeout=self._config.operation_timeout_s + 1
         )
+        scanner.on_close = self._scanners.discard
         self._scanners.add(scanner)
         return scanner
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pulsar
@@ -23,11 +23,19 @@ class PulsarScanner:
     inclusive so the start id can be checked against the topic).
     """
 
-    def __init__(self, reader: Any, channel: str, first: BackendMessage | None = None) -> None:
+    def __init__(
+        self,
+        reader: Any,
+        channel: str,
+        first: BackendMessage | None = None,
+        on_close: Callable[[PulsarScanner], None] = lambda _: None,
+    ) -> None:
         self._reader = reader
         self._channel = channel
         self._pending = first
         self._closed = False
+        self.on_close = on_close
+        """Told once, at close (the channel forgets the scanner: no leak per read)."""
 
     def __aiter__(self) -> AsyncIterator[BackendMessage]:
         return self
@@ -50,6 +58,7 @@ class PulsarScanner:
         if self._closed:
             return
         self._closed = True
+        self.on_close(self)
         try:
             await self._reader.close()
         except PulsarException:

@@ -8,6 +8,8 @@ in-process backend and for real Pulsar.
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -208,6 +210,35 @@ class ConformanceSuite:
         with pytest.raises(InvalidInputError):
             await read_only.ensure_writable()
         await read_only.close()
+        await wal.close()
+
+    async def test_a_property_that_is_not_a_string_is_typed(self, harness: BackendHarness) -> None:
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        bad = wal.append(b"bad", {"k": 1})  # type: ignore[dict-item]
+        good = wal.append(b"good", {"k": "v"})  # same burst: must not be stranded
+        with pytest.raises(InvalidInputError):
+            await bad
+        await good
+        entries = await take(await wal.read(DeliveryPolicy.all()), 1)
+        assert [e.payload for e in entries] == [b"good"]
+        await wal.close()
+
+    async def test_closed_scanners_are_released(self, harness: BackendHarness) -> None:
+        """A node opens a scanner per read request: a closed one must not stay
+        referenced by its channel for the channel's lifetime."""
+        channel = harness.channel()
+        wal = await writable(harness.node_a, channel)
+        await append_many(wal, "a", 1)
+        refs = []
+        for _ in range(3):
+            scanner = await wal.read(DeliveryPolicy.all())
+            await take(scanner, 1)
+            await scanner.close()
+            refs.append(weakref.ref(scanner))
+        del scanner
+        gc.collect()
+        assert [ref() for ref in refs] == [None, None, None]
         await wal.close()
 
     async def test_close_is_idempotent_and_final(self, harness: BackendHarness) -> None:
