@@ -71,6 +71,14 @@ def _host_port(key: str, value: str) -> None:
         raise ConfigError(key, f"expected host:port, got {value!r}")
 
 
+#: hosts that bind every interface: nobody can dial them to reach this node
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+def _is_wildcard(address: str) -> bool:
+    return address.rpartition(":")[0] in _WILDCARD_HOSTS
+
+
 def _otlp_url(key: str, value: str) -> None:
     """``http(s)://host:port`` or ``host:port``: what the OTLP gRPC exporter can dial.
 
@@ -133,6 +141,10 @@ class ClientTLSFiles(TLSFiles):
 class NodeSettings:
     id: int = 1
     listen: str = "127.0.0.1:17001"
+    #: host:port other nodes dial to reach this one; a leading in-process oracle
+    #: publishes it in etcd for the other candidates. Empty: ``listen`` with the
+    #: bound port, so ``listen`` must then name a concrete host, not 0.0.0.0
+    advertise_address: str = ""
     #: Prometheus /metrics; empty disables it
     metrics_listen: str = "127.0.0.1:9464"
     tls: TLSFiles = field(default_factory=TLSFiles)
@@ -143,6 +155,14 @@ class NodeSettings:
         if self.id < 0:
             raise ConfigError("node.id", f"must be >= 0, got {self.id}")
         _host_port("node.listen", self.listen)
+        if self.advertise_address:
+            _host_port("node.advertise_address", self.advertise_address)
+            host, _, port = self.advertise_address.rpartition(":")
+            if host in _WILDCARD_HOSTS or int(port) == 0:
+                raise ConfigError(
+                    "node.advertise_address",
+                    f"must be a host and port other nodes can dial, got {self.advertise_address!r}",
+                )
         if self.metrics_listen:
             _host_port("node.metrics_listen", self.metrics_listen)
         if self.shutdown_grace_s <= 0:
@@ -325,6 +345,18 @@ class NodeConfig:
             # asks it (and its peers) for timestamps: plain text would never connect
             raise ConfigError(
                 "tso.tls", "node.tls serves the in-process oracle over TLS: set tso.tls.ca_file"
+            )
+        if (
+            self.tso.mode == "in-process"
+            and not self.node.advertise_address
+            and _is_wildcard(self.node.listen)
+        ):
+            # every in-process candidate may lead, and the leader publishes its address
+            # for the others to dial: a wildcard would send them to themselves
+            raise ConfigError(
+                "node.advertise_address",
+                f"node.listen {self.node.listen!r} binds every interface, so the in-process "
+                "oracle cannot advertise it: set the host:port other nodes reach this node at",
             )
 
 

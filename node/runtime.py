@@ -11,6 +11,8 @@ its timestamps from the leader's TSO service (it asks its own service, whose
 not-leader answer names the leader, then ``tso.remote_addresses``), and takes over
 serving when it wins a later election. The oracle is served on ``node.listen``
 with the node's TLS settings; ``tso.tls`` says how this node dials it and its peers.
+The leader publishes :attr:`Node.address` (``node.advertise_address``, else the
+listen host with the bound port) in etcd: that is what the other candidates dial.
 
 Test only: when the environment variable ``STREAMWAL_TEST_CLOCK_FILE`` names a file,
 the in-process oracle reads its wall clock as the system clock plus the whole number
@@ -190,6 +192,9 @@ class Node:
 
     @property
     def address(self) -> str:
+        """Where other nodes and clients reach this node, as it advertises itself."""
+        if self.config.node.advertise_address:
+            return self.config.node.advertise_address
         host = self.config.node.listen.rpartition(":")[0]
         return f"{host}:{self._port}"
 
@@ -244,7 +249,13 @@ class Node:
         except BaseException:
             await self.close()
             raise
-        _log.info("node %d serving on %s (tso %s)", cfg.node.id, self.address, cfg.tso.mode)
+        _log.info(
+            "node %d serving on %s, advertised as %s (tso %s)",
+            cfg.node.id,
+            f"{cfg.node.listen.rpartition(':')[0]}:{self._port}",
+            self.address,
+            cfg.tso.mode,
+        )
 
     async def _start_oracle(self, server: grpc.aio.Server) -> None:
         """Campaign; wait until this node serves or another node is known to lead."""

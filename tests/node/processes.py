@@ -26,11 +26,17 @@ def free_port() -> int:
 
 
 class NodeProcess:
-    """One ``streamwal serve`` child; ``address`` is its gRPC endpoint."""
+    """One ``streamwal serve`` child; ``address`` is its gRPC endpoint.
 
-    def __init__(self, workdir: Path, node_id: int, settings: dict[str, Any]) -> None:
+    ``port`` lets a test that writes its own ``node.listen`` (a wildcard, say) know
+    the port before the settings are built; by default a free one is picked.
+    """
+
+    def __init__(
+        self, workdir: Path, node_id: int, settings: dict[str, Any], *, port: int | None = None
+    ) -> None:
         self.node_id = node_id
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.address = f"127.0.0.1:{self.port}"
         base_node = {"id": node_id, "listen": self.address, "metrics_listen": ""}
         config = {**settings, "node": {**base_node, **settings.get("node", {})}}

@@ -40,6 +40,13 @@ _INVALID = [
     ("node:\n  id: -1\n", "node.id"),
     ("node:\n  listen: nowhere\n", "node.listen"),
     ("node:\n  metrics_listen: 'x:y'\n", "node.metrics_listen"),
+    ("node:\n  advertise_address: node-1\n", "node.advertise_address"),
+    ("node:\n  advertise_address: 0.0.0.0:17001\n", "node.advertise_address"),
+    ("node:\n  advertise_address: node-1:0\n", "node.advertise_address"),
+    # in-process candidates advertise themselves: a wildcard needs an address to advertise
+    ("node:\n  listen: 0.0.0.0:17001\n", "node.advertise_address"),
+    ("node:\n  listen: '[::]:17001'\n", "node.advertise_address"),
+    ("node:\n  listen: ':::17001'\n", "node.advertise_address"),
     ("node:\n  shutdown_grace_s: 0\n", "node.shutdown_grace_s"),
     ("node:\n  shutdown_grace_s: .nan\n", "node.shutdown_grace_s"),
     (
@@ -166,6 +173,10 @@ def test_every_key_has_an_invalid_case() -> None:
         "telemetry:\n  otlp_endpoint: https://collector.example:4317/\n",
         "pulsar:\n  service_url: pulsar+ssl://broker:6651\n",  # system CAs
         "tso:\n  key_prefix: /prod-a/cluster-1\n",
+        "node:\n  listen: 0.0.0.0:17001\n  advertise_address: node-1.example:17001\n",
+        "node:\n  listen: '[::1]:17001'\n",  # a concrete IPv6 host advertises itself
+        # a remote-TSO node advertises nothing: it may listen on every interface
+        "node:\n  listen: 0.0.0.0:17001\ntso:\n  mode: remote\n  remote_addresses: [tso:17001]\n",
     ],
 )
 def test_valid_edge_values_load(tmp_path: Path, yaml_text: str) -> None:
@@ -309,3 +320,14 @@ def test_tso_client_tls_from_file_and_environment(tmp_path: Path) -> None:
     )
     assert client.channel_options() == [("grpc.ssl_target_name_override", "tso.internal")]
     assert client_tls(load_config(environ={}).tso.tls) is None
+
+
+def test_a_wildcard_listen_needs_an_advertise_address() -> None:
+    env = {"STREAMWAL_NODE__LISTEN": "10.0.0.7:17001"}
+    assert load_config(environ=env).node.advertise_address == ""
+    env["STREAMWAL_NODE__LISTEN"] = "0.0.0.0:17001"
+    with pytest.raises(ConfigError) as err:
+        load_config(environ=env)
+    assert "0.0.0.0:17001" in str(err.value)
+    env["STREAMWAL_NODE__ADVERTISE_ADDRESS"] = "10.0.0.7:17001"
+    assert load_config(environ=env).node.advertise_address == "10.0.0.7:17001"

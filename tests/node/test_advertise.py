@@ -1,0 +1,75 @@
+"""In-process TSO nodes listening on every interface advertise ``node.advertise_address``.
+
+The leader's etcd record is what the other candidates dial after a not-leader
+answer; a wildcard there would send each of them to itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import etcd3
+import pytest
+
+from node.acks import Ack, digest
+from node.client import NodeClient
+from node.stack import StackInfo
+from node.verify import verify_channel
+from tests.node.processes import NodeProcess, free_port
+from tso.store import LeaderRecord
+
+pytestmark = pytest.mark.integration
+
+
+def _wildcard_node(tmp_path: Path, node_id: int, settings: dict[str, object]) -> NodeProcess:
+    port = free_port()
+    node = {"listen": f"0.0.0.0:{port}", "advertise_address": f"127.0.0.1:{port}"}
+    return NodeProcess(tmp_path, node_id, {**settings, "node": node}, port=port)
+
+
+async def test_leader_record_holds_the_advertised_address(
+    stack: StackInfo, tmp_path: Path, unique: str
+) -> None:
+    prefix = f"/adv-{unique}"
+    common = {
+        "pulsar": {"service_url": stack.pulsar_url},
+        "etcd": {"endpoints": [stack.etcd_endpoint]},
+        "tso": {"mode": "in-process", "key_prefix": prefix},
+    }
+    host, _, port = stack.etcd_endpoint.rpartition(":")
+    etcd = etcd3.client(host, int(port), timeout=5)
+    leader = _wildcard_node(tmp_path, 1, common)
+    follower = _wildcard_node(tmp_path, 2, common)
+    channel = f"adv-{unique}"
+    try:
+        await leader.start()
+        raw, _ = await asyncio.to_thread(etcd.get, f"{prefix}/tso/leader")
+        assert raw is not None
+        assert LeaderRecord.decode(raw).address == leader.address
+        assert leader.address == f"127.0.0.1:{leader.port}"
+
+        # a second candidate stands by and takes its timestamps from the leader,
+        # whose address it learns from its own service's not-leader answer
+        await follower.start()
+        assert f"TSO: {leader.address} leads" in follower.log_text()
+        acks: list[Ack] = []
+        async with NodeClient(follower.address) as client:
+            await client.assign(channel)
+            for seq in range(5):
+                payload = f"{channel}/{seq}".encode()
+                a = await client.produce(channel, payload)
+                acks.append(Ack(a.message_id, a.time_tick, digest(payload)))
+        raw, _ = await asyncio.to_thread(etcd.get, f"{prefix}/tso/leader")
+        assert raw is not None
+        assert LeaderRecord.decode(raw).address == leader.address  # no leader change
+    finally:
+        for node in (follower, leader):
+            assert await node.terminate() == 0
+        await asyncio.to_thread(etcd.delete_prefix, prefix + "/")
+        etcd.close()
+    acks_file = tmp_path / "acks.jsonl"
+    acks_file.write_text("".join(a.to_json() + "\n" for a in acks))
+    report = await verify_channel(stack.pulsar_url, channel, acks_file)
+    assert report.ok, report.summary()
+    assert report.acks_checked == 5
