@@ -292,6 +292,9 @@ class WALSettings:
     first_time_tick_initial_ms: int = 20
     first_time_tick_max_ms: int = 5000
     first_time_tick_multiplier: float = 2.0
+    #: attempts at the first time tick before an open gives up (AssignChannel then
+    #: answers UNAVAILABLE); 0: no limit, the open ends only when the caller gives up
+    first_time_tick_attempts: int = 0
     append_retry_initial_ms: int = 10
     append_retry_max_ms: int = 5000
     append_retry_attempts: int = 10
@@ -299,8 +302,13 @@ class WALSettings:
     def check(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value <= 0:
+            if value <= 0 and f.name != "first_time_tick_attempts":
                 raise ConfigError(f"wal.{f.name}", f"must be > 0, got {value}")
+        if self.first_time_tick_attempts < 0:
+            raise ConfigError(
+                "wal.first_time_tick_attempts",
+                f"must be >= 0 (0: no limit), got {self.first_time_tick_attempts}",
+            )
         if self.first_time_tick_max_ms < self.first_time_tick_initial_ms:
             raise ConfigError("wal.first_time_tick_max_ms", "must be >= first_time_tick_initial_ms")
         if self.first_time_tick_multiplier < 1:

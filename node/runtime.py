@@ -112,6 +112,7 @@ def wal_config(config: NodeConfig) -> WALConfig:
             initial=w.first_time_tick_initial_ms / 1000,
             maximum=w.first_time_tick_max_ms / 1000,
             multiplier=w.first_time_tick_multiplier,
+            max_attempts=w.first_time_tick_attempts or None,
         ),
         append_backoff=Backoff(
             initial=w.append_retry_initial_ms / 1000,

@@ -28,6 +28,7 @@ from wal.errors import (
     ClosedError,
     InvalidInputError,
     StreamwalError,
+    UnavailableError,
 )
 from wal.message import ImmutableMessage, MessageType, MutableMessage
 
@@ -189,6 +190,13 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         span_context = trace.get_current_span().get_span_context()
         try:
             opened = await self._channels.assign(request.pchannel)
+        except UnavailableError as exc:
+            # the open gave up (``wal.first_time_tick_attempts``): say which channel
+            # and that trying later may work, not only what the broker last said
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"opening channel {request.pchannel!r} gave up, retry later: {exc}",
+            )
         except (StreamwalError, Exception) as exc:
             await _abort(context, exc)
         wal = opened.wal

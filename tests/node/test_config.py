@@ -118,6 +118,7 @@ _INVALID = [
     ("wal:\n  time_tick_interval_ms: 0\n", "wal.time_tick_interval_ms"),
     ("wal:\n  first_time_tick_initial_ms: -5\n", "wal.first_time_tick_initial_ms"),
     ("wal:\n  first_time_tick_max_ms: 1\n", "wal.first_time_tick_max_ms"),
+    ("wal:\n  first_time_tick_attempts: -1\n", "wal.first_time_tick_attempts"),
     ("wal:\n  first_time_tick_multiplier: 0.5\n", "wal.first_time_tick_multiplier"),
     ("wal:\n  first_time_tick_multiplier: .inf\n", "wal.first_time_tick_multiplier"),
     ("wal:\n  append_retry_initial_ms: 0\n", "wal.append_retry_initial_ms"),
@@ -252,6 +253,15 @@ def test_serve_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
 def test_environment_errors_are_named_too() -> None:
     with pytest.raises(ConfigError, match=r"^wal\.append_retry_attempts:"):
         load_config(environ={"STREAMWAL_WAL__APPEND_RETRY_ATTEMPTS": "lots"})
+
+
+def test_first_time_tick_attempts_bound_the_open() -> None:
+    from node.runtime import wal_config
+
+    unbounded = wal_config(load_config(environ={}))
+    assert unbounded.first_time_tick_backoff.max_attempts is None
+    bounded = wal_config(load_config(environ={"STREAMWAL_WAL__FIRST_TIME_TICK_ATTEMPTS": "4"}))
+    assert bounded.first_time_tick_backoff.max_attempts == 4
 
 
 def test_secrets_never_show(tmp_path: Path) -> None:
