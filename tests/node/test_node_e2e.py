@@ -98,6 +98,7 @@ async def test_move_a_channel_while_producing_loses_nothing(
         await c1.assign(channel)
         moved = asyncio.Event()
         codes: list[grpc.StatusCode | None] = []
+        refusals: list[str] = []
 
         async def producer() -> None:
             target, seq = c1, 0
@@ -107,6 +108,7 @@ async def test_move_a_channel_while_producing_loses_nothing(
                     a = await target.produce(channel, payload)
                 except grpc.aio.AioRpcError as exc:
                     codes.append(status_of(exc))
+                    refusals.append(exc.details() or "")
                     await moved.wait()
                     target = c2
                     continue
@@ -119,13 +121,18 @@ async def test_move_a_channel_while_producing_loses_nothing(
         await c2.assign(channel)
         moved.set()
         await asyncio.wait_for(task, 60)
-        assert grpc.StatusCode.FAILED_PRECONDITION in codes
-        assert set(codes) <= {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND}
+        # the producer's first refusal is the fence itself, and says so; it switched
+        # to node 2 at once, so node 1 never had to answer NOT_FOUND
+        assert codes == [grpc.StatusCode.FAILED_PRECONDITION], refusals
+        assert f"channel {channel!r} is fenced by another owner: " in refusals[0], refusals
+        # node 1 dropped the channel: its next listing reports it fenced, once
         listing = await c1.list_channels()
+        assert channel in listing.fenced
         assert channel not in [c.pchannel for c in listing.channels]
+        assert channel not in (await c1.list_channels()).fenced
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await c1.produce(channel, b"late")
-        assert err.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND, err.value.details()
     acks_file = tmp_path / "acks.jsonl"
     acks_file.write_text("".join(a.to_json() + "\n" for a in acks))
     report = await verify_channel(stack.pulsar_url, channel, acks_file)
