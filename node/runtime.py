@@ -29,12 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from opentelemetry.instrumentation.grpc import aio_server_interceptor
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
 from adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarOpener
 from node.channels import ChannelManager
 from node.config import ClientTLSFiles, NodeConfig
+from node.health import HealthService
 from node.proto import streaming_pb2_grpc as pb_grpc
 from node.servicer import MalformedRequestInterceptor, StreamingNodeServicer
 from tso import (
@@ -183,7 +184,7 @@ class Node:
         self._opener: PulsarOpener | None = None
         self._channels: ChannelManager | None = None
         self._server: grpc.aio.Server | None = None
-        self._health = health.aio.HealthServicer()
+        self._health = HealthService()
         self._port = 0
         self._closed = False
 
@@ -221,7 +222,12 @@ class Node:
         cfg = self.config
         self._server = grpc.aio.server(
             interceptors=[
-                aio_server_interceptor(),  # type: ignore[no-untyped-call]
+                # health probes are not traced: they would flood the traces, and the
+                # interceptor iterates every streaming handler, which breaks the
+                # health service's Watch (it writes with context.write)
+                aio_server_interceptor(  # type: ignore[no-untyped-call]
+                    filter_=filters.negate(filters.health_check())
+                ),
                 MalformedRequestInterceptor(),
             ],
             options=[

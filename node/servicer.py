@@ -11,6 +11,7 @@ INVALID_ARGUMENT (:class:`MalformedRequestInterceptor`; gRPC alone answers UNKNO
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
@@ -317,6 +318,11 @@ def _checked_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _checked_unary_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """Keeps the handler's style: a generator yields its responses, a coroutine
+    (the health service's ``Watch``) writes them with ``context.write``."""
+    if not inspect.isasyncgenfunction(behavior):
+        return _checked_unary(behavior)
+
     async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await _refuse(context, request)
         async for response in behavior(request, context):

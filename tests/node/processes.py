@@ -68,6 +68,10 @@ class NodeProcess:
     async def terminate(self, timeout: float = 30.0) -> int:
         return await self._signal(signal.SIGTERM, timeout)
 
+    async def stop(self, sig: int, timeout: float = 30.0) -> int:
+        """Send ``sig`` (SIGTERM or SIGINT: both stop gracefully) and wait for the exit."""
+        return await self._signal(sig, timeout)
+
     async def kill(self) -> int:
         return await self._signal(signal.SIGKILL, 10.0)
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from adaptors.pulsar import PulsarMessageId
 from node.acks import Ack, digest
-from node.client import NodeClient, policy, status_of
+from node.client import Consumed, NodeClient, policy, status_of
+from node.runtime import SERVICE_NAME
 from node.stack import StackInfo
 from node.verify import verify_channel
 from tests.node.processes import NodeProcess
@@ -88,6 +92,83 @@ async def test_produce_consume_round_trip(
         assert state.time_tick >= acked[19].time_tick
 
 
+async def _data(client: NodeClient, channel: str, delivery: object, count: int) -> list[Consumed]:
+    """The first ``count`` non-time-tick messages a read with ``delivery`` yields."""
+    got: list[Consumed] = []
+    async for m in client.consume(channel, delivery, timeout=30):  # type: ignore[arg-type]
+        if m.type != "TimeTick":
+            got.append(m)
+        if len(got) == count:
+            break
+    return got
+
+
+async def test_consume_from_a_message_or_a_time_tick(
+    two_nodes: tuple[NodeProcess, NodeProcess], unique: str
+) -> None:
+    one, _ = two_nodes
+    channel = f"e2e-from-{unique}"
+    async with NodeClient(one.address) as client:
+        await client.assign(channel)
+        acked = [await client.produce(channel, f"m-{i}".encode()) for i in range(10)]
+        # start_from is inclusive: the named message comes first
+        got = await _data(client, channel, policy("start_from", message_id=acked[5].message_id), 3)
+        assert [m.message_id for m in got] == [a.message_id for a in acked[5:8]]
+        assert [m.payload for m in got] == [b"m-5", b"m-6", b"m-7"]
+        # start_from_time_tick: everything with a time tick >= the one given
+        exact = acked[5].time_tick
+        got = await _data(client, channel, policy("start_from_time_tick", time_tick=exact), 3)
+        assert [m.payload for m in got] == [b"m-5", b"m-6", b"m-7"]
+        assert all(m.time_tick >= exact for m in got)
+        later = policy("start_from_time_tick", time_tick=exact + 1)
+        assert [m.payload for m in await _data(client, channel, later, 2)] == [b"m-6", b"m-7"]
+        past_all = policy("start_from_time_tick", time_tick=acked[-1].time_tick + 1)
+        tail = asyncio.create_task(_data(client, channel, past_all, 1))
+        await asyncio.sleep(0.5)
+        assert not tail.done()  # nothing old qualifies; it waits for new messages
+        await client.produce(channel, b"next")
+        assert [m.payload for m in await asyncio.wait_for(tail, 30)] == [b"next"]
+
+
+async def test_consume_latest_sees_only_new_messages(
+    two_nodes: tuple[NodeProcess, NodeProcess], unique: str
+) -> None:
+    one, _ = two_nodes
+    channel = f"e2e-latest-{unique}"
+    async with NodeClient(one.address) as client:
+        await client.assign(channel)
+        for i in range(5):
+            await client.produce(channel, f"old-{i}".encode())
+        got: list[bytes] = []
+        first = asyncio.Event()
+
+        async def read() -> None:
+            async for m in client.consume(channel, policy("latest"), timeout=30):
+                if m.type == "TimeTick":
+                    continue
+                got.append(m.payload)
+                first.set()
+                if m.payload == b"tail-2":
+                    return
+
+        reader = asyncio.create_task(read())
+        # when the node starts the read is not visible to the client: write until the
+        # reader sees something, then a known tail
+        sent: list[bytes] = []
+        while not first.is_set():
+            assert len(sent) < 100, "the latest reader saw nothing"
+            sent.append(f"new-{len(sent)}".encode())
+            await client.produce(channel, sent[-1])
+            await asyncio.sleep(0.05)
+        for i in range(3):
+            sent.append(f"tail-{i}".encode())
+            await client.produce(channel, sent[-1])
+        await asyncio.wait_for(reader, 30)
+    assert not any(p.startswith(b"old-") for p in got), got
+    # a gap-free run of what was written after the read began, through the tail
+    assert got == sent[len(sent) - len(got) :], got
+
+
 async def test_move_a_channel_while_producing_loses_nothing(
     two_nodes: tuple[NodeProcess, NodeProcess], unique: str, stack: StackInfo, tmp_path: Path
 ) -> None:
@@ -141,11 +222,16 @@ async def test_move_a_channel_while_producing_loses_nothing(
     assert [node for node, _ in report.owners] == [1, 2]
 
 
-async def test_sigterm_during_traffic_loses_no_acknowledged_message(
-    two_nodes: tuple[NodeProcess, NodeProcess], unique: str, stack: StackInfo, tmp_path: Path
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_stop_signal_during_traffic_loses_no_acknowledged_message(
+    two_nodes: tuple[NodeProcess, NodeProcess],
+    unique: str,
+    stack: StackInfo,
+    tmp_path: Path,
+    sig: signal.Signals,
 ) -> None:
     _, two = two_nodes
-    channel = f"e2e-term-{unique}"
+    channel = f"e2e-{sig.name.lower()}-{unique}"
     acks: list[Ack] = []
     async with NodeClient(two.address) as client:
         await client.assign(channel)
@@ -164,7 +250,7 @@ async def test_sigterm_during_traffic_loses_no_acknowledged_message(
         workers = [asyncio.create_task(produce(w)) for w in range(8)]
         while len(acks) < 200:
             await asyncio.sleep(0.01)
-        assert await two.terminate() == 0
+        assert await two.stop(sig) == 0
         for w in workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(w, 30)
@@ -225,3 +311,25 @@ async def test_bad_requests_get_typed_codes_and_the_node_keeps_serving(
         # the node still serves
         ack = await client.produce(channel, b"still-serving")
         assert ack.time_tick > 0
+
+
+async def test_health_turns_not_serving_before_the_node_stops(
+    two_nodes: tuple[NodeProcess, NodeProcess],
+) -> None:
+    """A watcher hears NOT_SERVING from the node itself (so before its server stops),
+    then its stream ends, and the watcher does not hold the stop for the grace period."""
+    _, two = two_nodes
+    request = health_pb2.HealthCheckRequest(service=SERVICE_NAME)
+    async with grpc.aio.insecure_channel(two.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        assert (await stub.Check(request)).status == health_pb2.HealthCheckResponse.SERVING
+        watch = stub.Watch(request)
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+        started = time.monotonic()
+        stopping = asyncio.create_task(two.terminate())
+        update = await asyncio.wait_for(watch.read(), 10)
+        assert update.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert await asyncio.wait_for(watch.read(), 10) is grpc.aio.EOF
+        assert await watch.code() == grpc.StatusCode.OK
+        assert await stopping == 0
+    assert time.monotonic() - started < 5  # the default grace is 10 s
