@@ -65,4 +65,4 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
                 return
 
     def _current(self, service: str) -> _Status:
-        return self._status.get(service, hpb.HealthCheckResponse.SERVICE_UNKNOWN)
+        return self._status.get(service, int(hpb.HealthCheckResponse.SERVICE_UNKNOWN))
