@@ -24,6 +24,7 @@ __all__ = [
     "SpanLog",
     "SpanSummary",
     "find_traces",
+    "get_trace",
     "span_summaries",
     "span_tree_summary",
     "spans_by_operation",
@@ -82,6 +83,32 @@ async def find_traces(
     if not answered:
         raise ConnectionError(f"Jaeger at {jaeger_url} did not answer: {last_error}")
     return traces
+
+
+async def get_trace(
+    jaeger_url: str, trace_id: str, *, timeout: float = 30.0, interval: float = 0.5
+) -> dict[str, Any] | None:
+    """The trace ``GET /api/traces/<trace_id>`` returns, polled until Jaeger has it.
+
+    ``None`` if it is not there within ``timeout`` seconds (Jaeger answers 404 for a
+    trace it does not hold, or did not answer at all).
+    """
+    if not trace_id:
+        raise ValueError("trace_id: must not be empty")
+    url = f"{jaeger_url.rstrip('/')}/api/traces/{trace_id}"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            data = await asyncio.to_thread(_get_data, url)
+            if data and data[0].get("spans"):
+                return data[0]
+        except (OSError, ValueError):  # 404 until the spans arrive; URLError too
+            pass
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return None
+        await asyncio.sleep(min(interval, remaining))
 
 
 def _get_data(url: str) -> list[dict[str, Any]]:
