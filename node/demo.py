@@ -219,7 +219,8 @@ async def _show_trace(jaeger_url: str, trace_id: str) -> None:
     from node.stack.telemetry_query import get_trace, span_summaries
 
     say("== the open of the first channel, as Jaeger shows it")
-    trace = await get_trace(jaeger_url, trace_id, timeout=_TRACE_WAIT_S)
+    # the open's own span ends last, after every attempt span it holds
+    trace = await get_trace(jaeger_url, trace_id, operation="wal.open", timeout=_TRACE_WAIT_S)
     if trace is None:
         warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no trace URL to give")
         return

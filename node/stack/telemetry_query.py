@@ -86,9 +86,16 @@ async def find_traces(
 
 
 async def get_trace(
-    jaeger_url: str, trace_id: str, *, timeout: float = 30.0, interval: float = 0.5
+    jaeger_url: str,
+    trace_id: str,
+    *,
+    operation: str | None = None,
+    timeout: float = 30.0,
+    interval: float = 0.5,
 ) -> dict[str, Any] | None:
-    """The trace ``GET /api/traces/<trace_id>`` returns, polled until Jaeger has it.
+    """The trace ``GET /api/traces/<trace_id>`` returns, polled until Jaeger has it
+    (and, when ``operation`` is given, a span of that name: a trace's spans can
+    reach Jaeger in several batches).
 
     ``None`` if it is not there within ``timeout`` seconds (Jaeger answers 404 for a
     trace it does not hold, or did not answer at all).
@@ -101,7 +108,10 @@ async def get_trace(
     while True:
         try:
             data = await asyncio.to_thread(_get_data, url)
-            if data and data[0].get("spans"):
+            spans = data[0].get("spans") if data else None
+            if spans and (
+                operation is None or any(x.get("operationName") == operation for x in spans)
+            ):
                 return data[0]
         except (OSError, ValueError):  # 404 until the spans arrive; URLError too
             pass
