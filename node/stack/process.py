@@ -1,6 +1,6 @@
 """Detached server processes: start with a recorded pid, recognise them later, stop them.
 
-A process is only ever stopped when its command line still carries the marker the
+A process is only ever stopped when its environment still carries the marker the
 stack gave it, so ``down`` never kills an unrelated process that reused a pid.
 """
 
@@ -38,14 +38,18 @@ def is_alive(pid: int) -> bool:
 
 
 def pid_matches(pid: int, marker: str) -> bool:
-    """True when ``pid`` is alive and its environment or argv carries ``marker``."""
-    if not is_alive(pid):
+    """True when ``pid`` is alive and its environment carries exactly ``marker``.
+
+    The whole ``NAME=value`` entry is compared: a marker that is only a prefix of the
+    process's one, or an empty marker (a state entry written without one), is not a match.
+    """
+    if not marker or not is_alive(pid):
         return False
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return False
-    return f"STREAMWAL_STACK_MARKER={marker}".encode() in environ
+    return f"STREAMWAL_STACK_MARKER={marker}".encode() in environ.split(b"\0")
 
 
 def start_detached(
