@@ -14,6 +14,7 @@ from types import TracebackType
 
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
+from opentelemetry.trace import TracerProvider
 
 from node.proto import streaming_pb2 as pb
 from node.proto import streaming_pb2_grpc as pb_grpc
@@ -67,7 +68,12 @@ def policy(
 
 
 class NodeClient:
-    """One channel to one node; ``async with NodeClient(address) as client``."""
+    """One channel to one node; ``async with NodeClient(address) as client``.
+
+    With ``tracing`` each call is a client span whose context travels to the node;
+    ``tracer_provider`` (default: the global one) records those spans, so a caller
+    with its own provider sees the whole path from its span to the node's.
+    """
 
     def __init__(
         self,
@@ -76,10 +82,15 @@ class NodeClient:
         tls: ClientTLS | None = None,
         timeout: float = 30.0,
         tracing: bool = True,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.address = address
         self._timeout = timeout
-        interceptors = aio_client_interceptors() if tracing else []  # type: ignore[no-untyped-call]
+        interceptors = (
+            aio_client_interceptors(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
+            if tracing
+            else []
+        )
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         self._channel = open_channel(address, tls, options=options, interceptors=interceptors)
         self._stub = pb_grpc.StreamingNodeStub(self._channel)

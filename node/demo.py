@@ -7,6 +7,11 @@ shows each attempt. Then channels are written, one is moved to node 2 (node 1 is
 fenced and its client gets FAILED_PRECONDITION), everything is read back, and the
 checker verifies the log against the acknowledgements the client recorded.
 
+Both nodes run in this one process and so share one tracer provider; its resource
+names no node (``setup_telemetry(one_node=False)``), and each node's gRPC server
+spans carry its id as the ``streamwal.node.id`` span attribute. The demo shows, from
+Jaeger, which node served the first open and which served the move.
+
 Exit status 1 (and a line marked ``!!``) when what the demo shows did not happen:
 node 1 could still write, or its client got anything but FAILED_PRECONDITION, or
 the read-back or the checker missed an acknowledged message. A missing collector or
@@ -35,7 +40,8 @@ from node.history_check import check_history
 from node.runtime import Node
 from node.stack import Stack, StackInfo
 from node.stack.stack import StackError
-from node.telemetry import setup_telemetry
+from node.stack.telemetry_query import SpanSummary, get_trace, span_summaries
+from node.telemetry import NODE_ID_ATTRIBUTE, setup_telemetry
 from node.verify import read_topic
 
 __all__ = ["register"]
@@ -96,7 +102,7 @@ async def _demo() -> int:
         "STREAMWAL_TELEMETRY__OTLP_ENDPOINT": (info.otlp_endpoint or "") if traced else "",
     }
     base = load_config(environ={**os.environ, **env})
-    telemetry = setup_telemetry(base)
+    telemetry = setup_telemetry(base, one_node=False)  # two nodes in this process
     broker_port = int(info.pulsar_url.rsplit(":", 1)[1])
     async with FaultProxy(broker_port) as proxy:
         one_cfg = load_config(
@@ -120,7 +126,7 @@ async def _demo() -> int:
             )
             async with Node(two_cfg) as two:
                 say(f"== node 1 on {one.address} (runs the TSO), node 2 on {two.address}")
-                code, trace_id = await _scenario(one, two, proxy, info, run)
+                code, trace_id, move_trace_id = await _scenario(one, two, proxy, info, run)
     telemetry.shutdown()
     if code != 0:
         say("== the demo FAILED (see the lines marked !! above)")
@@ -131,12 +137,15 @@ async def _demo() -> int:
         warn("the open carried no trace id (tracing off?): no trace URL to give")
     else:
         await _show_trace(info.jaeger_url, trace_id)
+        if move_trace_id:
+            await _show_move(info.jaeger_url, move_trace_id)
     return code
 
 
 async def _scenario(
     one: Node, two: Node, proxy: FaultProxy, info: StackInfo, run: str
-) -> tuple[int, str]:
+) -> tuple[int, str, str]:
+    """The exit code, and the trace ids of the first open and of the move."""
     a, b = f"demo-a-{run}", f"demo-b-{run}"
     acks: dict[str, list[Ack]] = {a: [], b: []}
     async with NodeClient(one.address) as c1, NodeClient(two.address) as c2:
@@ -171,12 +180,12 @@ async def _scenario(
         try:
             await c1.produce(a, b"too late")
             say("   !! node 1 could still write: the fence did not hold")
-            return 1, opened.trace_id
+            return 1, opened.trace_id, moved.trace_id
         except grpc.aio.AioRpcError as exc:
             say(f"   node 1's client gets {exc.code().name}: {exc.details()}")
             if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
                 say("   !! expected FAILED_PRECONDITION: the move was not reported as a fence")
-                return 1, opened.trace_id
+                return 1, opened.trace_id, moved.trace_id
         listing = await c1.list_channels()
         say(
             f"   node 1 now owns {[c.pchannel for c in listing.channels]}, "
@@ -203,7 +212,7 @@ async def _scenario(
         missed = [ack for ack in acks[a] if ack.message_id not in seen]
         if missed:
             say(f"   !! the read-back missed {len(missed)} acknowledged message(s)")
-            return 1, opened.trace_id
+            return 1, opened.trace_id, moved.trace_id
         say(f"   all {len(acks[a])} acknowledged messages read back")
         say("== checking both logs with a plain Pulsar reader")
         ok = True
@@ -212,19 +221,49 @@ async def _scenario(
             report = check_history(raw, PulsarMessageId.from_bytes, acks[channel])
             say(f"   {channel}: " + report.summary().replace("\n", "\n      "))
             ok = ok and report.ok
-        return (0 if ok else 1), opened.trace_id
+        return (0 if ok else 1), opened.trace_id, moved.trace_id
+
+
+async def _served_trace(jaeger_url: str, trace_id: str) -> list[SpanSummary] | None:
+    """The spans of an AssignChannel trace once Jaeger holds its ``wal.open`` and the
+    node's server span (a trace's spans arrive in batches); ``None`` if it never
+    does within the wait."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _TRACE_WAIT_S
+    while True:
+        remaining = max(deadline - loop.time(), 0.1)
+        trace = await get_trace(jaeger_url, trace_id, operation="wal.open", timeout=remaining)
+        if trace is None:
+            return None
+        spans = span_summaries(trace)
+        if _server_node(spans) is not None or loop.time() > deadline:
+            return spans
+        await asyncio.sleep(0.5)
+
+
+def _server_node(spans: list[SpanSummary]) -> Any:
+    """The node id on the trace's server span: which node did the work."""
+    return next(
+        (
+            s.tags[NODE_ID_ATTRIBUTE]
+            for s in spans
+            if s.tags.get("span.kind") == "server" and NODE_ID_ATTRIBUTE in s.tags
+        ),
+        None,
+    )
+
+
+def _open_node(spans: list[SpanSummary]) -> Any:
+    return next((s.tags.get("wal.node_id") for s in spans if s.operation == "wal.open"), None)
 
 
 async def _show_trace(jaeger_url: str, trace_id: str) -> None:
-    from node.stack.telemetry_query import get_trace, span_summaries
-
     say("== the open of the first channel, as Jaeger shows it")
     # the open's own span ends last, after every attempt span it holds
-    trace = await get_trace(jaeger_url, trace_id, operation="wal.open", timeout=_TRACE_WAIT_S)
-    if trace is None:
+    spans = await _served_trace(jaeger_url, trace_id)
+    if spans is None:
         warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no trace URL to give")
         return
-    spans = span_summaries(trace)
     attempts = [s for s in spans if s.operation == "wal.first_time_tick.attempt"]
     failed = [
         s
@@ -232,8 +271,20 @@ async def _show_trace(jaeger_url: str, trace_id: str) -> None:
         if s.tags.get("error") is True or s.tags.get("otel.status_code") == "ERROR"
     ]
     say(
-        f"   {len(attempts)} first-time-tick attempts, {len(failed)} failed before the "
+        f"   served by node {_server_node(spans)}, opened as node {_open_node(spans)}: "
+        f"{len(attempts)} first-time-tick attempts, {len(failed)} failed before the "
         "broker came back"
     )
     say(f"   trace: {jaeger_url}/trace/{trace_id}")
+    sys.stdout.flush()
+
+
+async def _show_move(jaeger_url: str, trace_id: str) -> None:
+    say("== the move to node 2, as Jaeger shows it")
+    spans = await _served_trace(jaeger_url, trace_id)
+    if spans is None:
+        warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no move trace to give")
+        return
+    say(f"   served by node {_server_node(spans)}, opened as node {_open_node(spans)}")
+    say(f"   move trace: {jaeger_url}/trace/{trace_id}")
     sys.stdout.flush()

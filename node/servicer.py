@@ -6,6 +6,9 @@ bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting 
 → UNAVAILABLE. Anything unexpected is logged and returned as INTERNAL, and the node
 keeps serving. Request bytes that are not the expected protobuf message get
 INVALID_ARGUMENT (:class:`MalformedRequestInterceptor`; gRPC alone answers UNKNOWN).
+
+Every handler tags its server span with the node id (``streamwal.node.id``): the
+span's resource cannot say which node served when one process hosts several.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from opentelemetry import trace
 from node.channels import ChannelManager
 from node.proto import streaming_pb2 as pb
 from node.proto import streaming_pb2_grpc as pb_grpc
+from node.telemetry import NODE_ID_ATTRIBUTE
 from wal.backend import BackendOpener, DeliveryPolicy
 from wal.errors import (
     ChannelFencedError,
@@ -86,6 +90,10 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         self._channels = channels
         self._opener = opener
 
+    def _tag_span(self) -> None:
+        """Name this node on the current (server) span; see the module docstring."""
+        trace.get_current_span().set_attribute(NODE_ID_ATTRIBUTE, self._channels.node_id)
+
     # ---- produce --------------------------------------------------------------------
     def _message(self, request: pb.ProduceRequest) -> MutableMessage:
         if not request.HasField("message"):
@@ -114,6 +122,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
+        self._tag_span()
         try:
             return await self._append(request)
         except (StreamwalError, Exception) as exc:
@@ -129,6 +138,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         band (``ProduceResponse.error``) and the stream goes on: ending the call
         while the client still writes can surface in grpcio's asyncio client as
         INTERNAL instead of the real code (grpc/grpc#36066)."""
+        self._tag_span()
         pending: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(256)
 
         async def feed() -> None:
@@ -169,6 +179,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
     async def Consume(
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.ConsumedMessage]:
+        self._tag_span()
         try:
             wal = await self._channels.get(request.pchannel)
             scanner = await wal.read(self._policy(request), request.vchannel or None)
@@ -188,6 +199,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
     async def AssignChannel(
         self, request: pb.AssignChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AssignChannelResponse:
+        self._tag_span()
         span_context = trace.get_current_span().get_span_context()
         try:
             opened = await self._channels.assign(request.pchannel)
@@ -213,6 +225,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
     async def RemoveChannel(
         self, request: pb.RemoveChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RemoveChannelResponse:
+        self._tag_span()
         try:
             await self._channels.remove(request.pchannel)
         except (StreamwalError, Exception) as exc:
@@ -222,6 +235,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
     async def ListChannels(
         self, request: pb.ListChannelsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListChannelsResponse:
+        self._tag_span()
         for wal in self._channels.channels():
             if wal.is_fenced:
                 await self._channels.report_fenced(wal.channel)
@@ -238,6 +252,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
     async def GetMVCC(
         self, request: pb.GetMVCCRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetMVCCResponse:
+        self._tag_span()
         try:
             wal = await self._channels.get(request.pchannel)
             state = wal.mvcc.get(request.vchannel) if request.vchannel else wal.mvcc.pchannel

@@ -10,6 +10,12 @@ collector) is plain text and any other is TLS. ``OTEL_EXPORTER_OTLP_CERTIFICATE`
 and the client certificate and key variables configure that TLS. Metrics: a
 ``MeterProvider`` read by the Prometheus exporter and served on ``/metrics``. A
 telemetry failure is logged, never raised into the node.
+
+The node id is also a span attribute (:data:`NODE_ID_ATTRIBUTE`) on the spans of the
+node's gRPC service. A resource belongs to a process, and one process may host
+several nodes (the demo runs two): such a process sets telemetry up with
+``one_node=False``, its resource names no node, and only the span attribute says
+which node did the work. In a ``streamwal serve`` process both agree.
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from node.config import NodeConfig
 
-__all__ = ["Telemetry", "setup_telemetry", "span_exporter"]
+__all__ = ["NODE_ID_ATTRIBUTE", "Telemetry", "setup_telemetry", "span_exporter"]
 
 _log = logging.getLogger(__name__)
+
+#: The node id, as a resource attribute and as an attribute of the service's spans.
+NODE_ID_ATTRIBUTE = "streamwal.node.id"
 
 
 @dataclass
@@ -44,13 +53,15 @@ class Telemetry:
                 _log.warning("flushing traces failed", exc_info=True)
 
 
-def _resource(config: NodeConfig) -> Resource:
+def _resource(config: NodeConfig, one_node: bool) -> Resource:
     name = os.environ.get("OTEL_SERVICE_NAME") or config.telemetry.service_name
+    if not one_node:
+        return Resource.create({"service.name": name})
     return Resource.create(
         {
             "service.name": name,
             "service.instance.id": f"node-{config.node.id}",
-            "streamwal.node.id": config.node.id,
+            NODE_ID_ATTRIBUTE: config.node.id,
         }
     )
 
@@ -63,9 +74,13 @@ def span_exporter(endpoint: str) -> SpanExporter:
     return OTLPSpanExporter(endpoint=endpoint)
 
 
-def setup_telemetry(config: NodeConfig) -> Telemetry:
-    """Install the global tracer and meter providers for this process."""
-    resource = _resource(config)
+def setup_telemetry(config: NodeConfig, *, one_node: bool = True) -> Telemetry:
+    """Install the global tracer and meter providers for this process.
+
+    ``one_node=False``: the process hosts several nodes, so the resource names none
+    of them (``config.node.id`` would be wrong for all but one).
+    """
+    resource = _resource(config, one_node)
     tracer_provider: TracerProvider | None = None
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or config.telemetry.otlp_endpoint
     if config.telemetry.tracing:

@@ -16,7 +16,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -159,7 +159,11 @@ class SpanLog:
 
 @dataclass(frozen=True)
 class SpanSummary:
-    """The parts of a Jaeger span a test asserts on; tags are typed JSON values."""
+    """The parts of a Jaeger span a test asserts on; tags are typed JSON values.
+
+    ``process_tags`` are the tags of the span's process: the OpenTelemetry resource
+    attributes other than ``service.name``.
+    """
 
     operation: str
     service: str
@@ -169,6 +173,7 @@ class SpanSummary:
     duration_us: int
     tags: Mapping[str, Any]
     logs: tuple[SpanLog, ...]
+    process_tags: Mapping[str, Any] = field(default_factory=dict)
 
 
 def span_summaries(trace: Trace) -> list[SpanSummary]:
@@ -198,6 +203,7 @@ def span_summaries(trace: Trace) -> list[SpanSummary]:
                     SpanLog(int(log.get("timestamp", 0)), _key_values(log.get("fields")))
                     for log in span.get("logs") or []
                 ),
+                process_tags=_key_values(process.get("tags")),
             )
         )
     out.sort(key=lambda s: (s.start_us, s.span_id))

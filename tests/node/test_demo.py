@@ -65,6 +65,24 @@ async def test_demo_passes_and_links_a_real_trace(telemetry_stack: StackInfo) ->
             break
         await asyncio.sleep(0.5)
     assert wanted <= operations, operations
+    # both nodes run in the demo's process: each server span names its own node, and
+    # the shared resource names none (it would be wrong for one of them)
+    assert "served by node 1, opened as node 1:" in text, shown
+    assert "served by node 2, opened as node 2" in text, shown
+    move = re.search(r"move trace: \S+/trace/([0-9a-f]{32})\b", text)
+    assert move, shown
+    body = await asyncio.to_thread(_get_json, f"{found.group(1)}/api/traces/{move.group(1)}")
+    data = body.get("data")
+    assert isinstance(data, list) and data, body
+    servers = [
+        tags
+        for span in data[0]["spans"]
+        if (tags := {t["key"]: t["value"] for t in span["tags"]}).get("span.kind") == "server"
+        and span["operationName"].endswith("/AssignChannel")
+    ]
+    assert [int(t["streamwal.node.id"]) for t in servers] == [2], servers
+    for process in data[0]["processes"].values():
+        assert "streamwal.node.id" not in {t["key"] for t in process.get("tags", [])}, process
     # the shared stack is still up
     for endpoint in (info.pulsar_url, info.etcd_endpoint):
         assert port_in_use(int(endpoint.rsplit(":", 1)[1])), endpoint

@@ -55,7 +55,12 @@ TRACE: dict[str, Any] = {
         _span("a", "node.handle", 10, tags=[{"key": "ok", "type": "bool", "value": True}]),
         _span("b2", "wal.append", 40, parent="a"),
     ],
-    "processes": {"p1": {"serviceName": "svc", "tags": []}},
+    "processes": {
+        "p1": {
+            "serviceName": "svc",
+            "tags": [{"key": "streamwal.node.id", "type": "int64", "value": 3}],
+        }
+    },
 }
 
 
@@ -64,6 +69,7 @@ def test_span_summaries_are_typed_and_ordered_by_start() -> None:
     assert [s.span_id for s in spans] == ["a", "b1", "c2", "b2"]
     root, append = spans[0], spans[1]
     assert root.parent_id is None and root.tags == {"ok": True} and root.service == "svc"
+    assert root.process_tags == {"streamwal.node.id": 3}
     assert append.parent_id == "a"
     assert append.tags == {"channel": "ch-1"}
     assert [(log.timestamp_us, log.event, log.fields["offset"]) for log in append.logs] == [
