@@ -8,6 +8,8 @@ requires one (``node.tls.ca_file``); a refused handshake shows up as UNAVAILABLE
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -20,7 +22,7 @@ from node.proto import streaming_pb2 as pb
 from node.proto import streaming_pb2_grpc as pb_grpc
 from tso.tls import ClientTLS, open_channel
 
-__all__ = ["Acked", "Consumed", "NodeClient", "policy", "status_of"]
+__all__ = ["Acked", "AppendStream", "Consumed", "NodeClient", "policy", "status_of"]
 
 
 @dataclass(frozen=True)
@@ -164,11 +166,16 @@ class NodeClient:
         try:
             async for r in call:
                 if r.HasField("error"):
-                    raise _append_error(r.error, len(acked), len(payloads))
+                    raise _append_error(r.error, f"append {len(acked) + 1} of {len(payloads)}")
                 acked.append(Acked(r.message_id, r.message_id_text, r.time_tick))
         finally:
             call.cancel()
         return acked
+
+    def open_stream(self, pchannel: str, *, type: str = "insert") -> AppendStream:
+        """A long-lived ``ProduceStream`` call taking one append at a time; see
+        :class:`AppendStream`. Needs a running event loop."""
+        return AppendStream(self._stub, pchannel, type=type, close_timeout=self._timeout)
 
     async def consume(
         self,
@@ -208,12 +215,120 @@ class NodeClient:
         )
 
 
+class AppendStream:
+    """Appends over one ``ProduceStream`` call, each awaited on its own.
+
+    ``produce_stream`` needs every payload up front; a caller that produces as it goes
+    (or times each append) keeps one stream open instead of paying a call per append.
+    Concurrent ``append`` calls pipeline: the node starts them in the order they were
+    made, which is their order in the log, and answers in that order. A failed append
+    raises the :class:`grpc.aio.AioRpcError` a unary ``produce`` would have and the
+    stream goes on; if the call itself ends, every unanswered append raises its error
+    (UNKNOWN when it ended without one: those appends may or may not be in the log).
+    ``async with client.open_stream(channel) as stream``, or :meth:`close` when done.
+    """
+
+    def __init__(
+        self,
+        stub: pb_grpc.StreamingNodeStub,
+        pchannel: str,
+        *,
+        type: str = "insert",
+        close_timeout: float = 30.0,
+    ) -> None:
+        self.pchannel = pchannel
+        self._type = type
+        self._close_timeout = close_timeout
+        self._requests: asyncio.Queue[pb.ProduceRequest | None] = asyncio.Queue()
+        self._waiting: deque[asyncio.Future[Acked]] = deque()
+        self._answered = 0
+        self._ended: grpc.aio.AioRpcError | None = None
+        self._closing = False
+        # no deadline: the stream lives as long as its owner wants it
+        self._call = stub.ProduceStream(self._send())
+        self._reader = asyncio.create_task(self._read())
+
+    async def __aenter__(self) -> AppendStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def append(self, payload: bytes) -> Acked:
+        if self._closing:
+            raise _rpc_error(grpc.StatusCode.CANCELLED, "the stream is closed")
+        if self._ended is not None:
+            raise self._ended
+        waiter: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
+        # queued and awaited together, so the answers (in request order) match up
+        self._waiting.append(waiter)
+        self._requests.put_nowait(
+            pb.ProduceRequest(
+                pchannel=self.pchannel, message=pb.Message(type=self._type, payload=payload)
+            )
+        )
+        return await waiter
+
+    async def close(self) -> None:
+        """Ends the stream once the appends made so far are answered (or the timeout
+        passes, when they fail with CANCELLED)."""
+        if not self._closing:
+            self._closing = True
+            self._requests.put_nowait(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._reader), self._close_timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._call.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+
+    async def _send(self) -> AsyncIterator[pb.ProduceRequest]:
+        while (request := await self._requests.get()) is not None:
+            yield request
+
+    async def _read(self) -> None:
+        ended = _rpc_error(grpc.StatusCode.UNKNOWN, "the stream ended before this append's answer")
+        try:
+            async for r in self._call:
+                waiter = self._waiting.popleft()
+                self._answered += 1
+                if waiter.done():  # its caller was cancelled; the append still counts
+                    continue
+                if r.HasField("error"):
+                    waiter.set_exception(
+                        _append_error(r.error, f"append {self._answered} on the stream")
+                    )
+                else:
+                    waiter.set_result(Acked(r.message_id, r.message_id_text, r.time_tick))
+        except grpc.aio.AioRpcError as exc:
+            ended = exc
+        except asyncio.CancelledError:
+            ended = _rpc_error(grpc.StatusCode.CANCELLED, "the stream was closed")
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this task was cancelled, not only the call
+        finally:
+            self._ended = ended
+            while self._waiting:
+                waiter = self._waiting.popleft()
+                if not waiter.done():
+                    waiter.set_exception(ended)
+
+
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def _append_error(error: pb.AppendError, index: int, total: int) -> grpc.aio.AioRpcError:
-    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
+def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     empty = grpc.aio.Metadata()
-    return grpc.aio.AioRpcError(
-        code, empty, empty, f"append {index + 1} of {total}: {error.message}"
-    )
+    return grpc.aio.AioRpcError(code, empty, empty, details)
+
+
+def _append_error(error: pb.AppendError, which: str) -> grpc.aio.AioRpcError:
+    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
+    return _rpc_error(code, f"{which}: {error.message}")

@@ -212,6 +212,42 @@ def _scan_md(r: dict[str, Any]) -> list[str]:
     return [*lines, ratios, ""]
 
 
+def _node_md(r: dict[str, Any]) -> list[str]:
+    rows = []
+    for c in r["cells"]:
+        wal = c["wal"]
+        rows.append(
+            [c["payload_bytes"], c["concurrency"], "WAL direct", wal["per_s"], "-",
+             wal["p50_ms"], wal["p99_ms"], "-"]
+        )  # fmt: skip
+        for side, label in (("unary", "Produce"), ("stream", "ProduceStream")):
+            f = c[side]
+            rows.append(
+                [c["payload_bytes"], c["concurrency"], label, f["per_s"],
+                 c[f"{side}_throughput_ratio"], f["p50_ms"], f["p99_ms"], c[f"{side}_p99_ratio"]]
+            )  # fmt: skip
+    lines = [
+        f"One node in a child process, driven through NodeClient; {r['repeats']} interleaved "
+        f"runs of {r['seconds_per_run']:g} s per cell (WAL direct, Produce, ProduceStream with "
+        "one stream per caller), medians; latencies in ms; ratios node/WAL.",
+        "",
+    ]
+    lines += _table(
+        ["payload B", "callers", "path", "appends/s", "node/WAL", "p50", "p99", "p99 node/WAL"],
+        rows,
+    )
+    c = r["consume"]
+    lines += _table(
+        ["read back", "messages/s"],
+        [
+            [f"Consume through the node ({c['messages']} inserts of {c['payload_bytes']} B)",
+             c["node_per_s"]],
+            ["WAL scanner, same size, directly", c["wal_per_s"]],
+        ],
+    )  # fmt: skip
+    return [*lines, f"Consume node/WAL {_fmt(c['node_vs_wal_ratio'])}.", ""]
+
+
 def _tso_md(r: dict[str, Any]) -> list[str]:
     rows = [[k, v] for k, v in r.items() if isinstance(v, int | float) and not isinstance(v, bool)]
     return _table(["figure", "value"], rows)
@@ -224,6 +260,7 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "channels": ("Many channels on one node", _channels_md),
     "scan": ("Scan", _scan_md),
     "tso": ("TSO", _tso_md),
+    "node": ("Through the node (gRPC)", _node_md),
 }
 
 

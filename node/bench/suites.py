@@ -13,6 +13,7 @@ from typing import Any
 
 from node.bench.append import DEFAULT_CONCURRENCY, DEFAULT_PAYLOADS, run_append_bench
 from node.bench.channels import DEFAULT_CHANNELS, run_channels_bench
+from node.bench.node import DEFAULT_NODE_CONCURRENCY, DEFAULT_NODE_PAYLOADS, run_node_bench
 from node.bench.open import run_open_bench
 from node.bench.scan import run_scan_bench
 from node.bench.takeover import run_takeover_bench
@@ -129,6 +130,37 @@ async def _scan(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
     return await run_scan_bench(target, messages=a.messages, repeats=a.repeats)
 
 
+def _node_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--payloads",
+        type=_ints,
+        default=list(DEFAULT_NODE_PAYLOADS),
+        help=f"payload sizes in bytes (default {_joined(DEFAULT_NODE_PAYLOADS)})",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=_ints,
+        default=list(DEFAULT_NODE_CONCURRENCY),
+        help=f"concurrent callers (default {_joined(DEFAULT_NODE_CONCURRENCY)})",
+    )
+    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved runs per cell")
+    p.add_argument("--messages", type=int, default=10_000, help="messages to read back")
+    p.add_argument("--consume-repeats", type=int, default=3, help="reads of each kind")
+
+
+async def _node(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_node_bench(
+        target,
+        payloads=a.payloads,
+        concurrency=a.concurrency,
+        seconds=a.seconds,
+        repeats=a.repeats,
+        consume_messages=a.messages,
+        consume_repeats=a.consume_repeats,
+    )
+
+
 def _tso_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=1.0, help="seconds per figure")
     p.add_argument("--batch", type=int, default=1000, help="allocator batch size")
@@ -164,6 +196,12 @@ SUITES: dict[str, Suite] = {
             "scan", "catch-up from Pulsar vs tail from the write-ahead buffer", _scan_args, _scan
         ),
         Suite("tso", "TSO allocations/s and fetch latency", _tso_args, _tso),
+        Suite(
+            "node",
+            "Produce, ProduceStream and Consume through one node's gRPC vs the WAL",
+            _node_args,
+            _node,
+        ),
     )
 }
 

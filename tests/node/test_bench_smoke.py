@@ -14,6 +14,7 @@ import pytest
 
 from node.bench.append import run_append_bench
 from node.bench.channels import run_channels_bench
+from node.bench.node import SIDES
 from node.bench.open import run_open_bench
 from node.bench.report import markdown, write
 from node.bench.scan import run_scan_bench
@@ -144,6 +145,39 @@ def test_tso_command_prints_json_with_its_targets(
     assert set(targets) == {"local allocator timestamps/s", "gRPC timestamps/s, batched"}
     assert targets["local allocator timestamps/s"]["value"] == tso["local_allocator_per_s"]
     assert targets["gRPC timestamps/s, batched"]["value"] == max(tso[k] for k in batched)
+
+
+@pytest.mark.integration
+def test_node_command_reports_grpc_and_wal_figures(
+    stack: StackInfo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "bench", "node", "--json", "--concurrency", "1,2", "--seconds", "0.2",
+        "--repeats", "1", "--messages", "50", "--consume-repeats", "1",
+        "--out", str(tmp_path), "--pulsar-url", stack.pulsar_url, "--etcd", stack.etcd_endpoint,
+    ]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["failed"] == {} and doc["targets"] == []
+    result = doc["suites"]["node"]
+    assert result["node"]["exit_code"] == 0  # the node stopped gracefully
+    cells = result["cells"]
+    assert [(c["payload_bytes"], c["concurrency"]) for c in cells] == [(128, 1), (128, 2)]
+    for cell in cells:
+        for side in SIDES:
+            figures = cell[side]
+            assert figures["ops"] > 0
+            assert all(_positive(figures[k]) for k in ("per_s", "p50_ms", "p99_ms"))
+            assert figures["p50_ms"] <= figures["p99_ms"]
+        for side in ("unary", "stream"):
+            assert _positive(cell[f"{side}_throughput_ratio"])
+            assert _positive(cell[f"{side}_p99_ratio"])
+    consume = result["consume"]
+    assert consume["messages"] == 50
+    assert all(_positive(consume[k]) for k in ("node_per_s", "wal_per_s", "node_vs_wal_ratio"))
+    (md_file,) = tmp_path.glob("bench-*-node.md")
+    md = md_file.read_text()
+    assert "### Through the node (gRPC)" in md and "| 128 | 2 | ProduceStream |" in md
 
 
 def test_tso_targets_take_the_best_batched_concurrency() -> None:

@@ -103,6 +103,34 @@ async def _data(client: NodeClient, channel: str, delivery: object, count: int) 
     return got
 
 
+async def test_an_append_stream_answers_each_append_in_order_and_outlives_a_failure(
+    two_nodes: tuple[NodeProcess, NodeProcess], unique: str
+) -> None:
+    one, _ = two_nodes
+    channel = f"e2e-as-{unique}"
+    async with NodeClient(one.address) as client:
+        async with client.open_stream(channel) as stream:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stream.append(b"before the assign")
+            assert err.value.code() == grpc.StatusCode.NOT_FOUND, err.value.details()
+            await client.assign(channel)
+            payloads = [f"p-{i}".encode() for i in range(50)]
+            acked = await asyncio.gather(*(stream.append(p) for p in payloads))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stream.append(b"after close")
+        assert err.value.code() == grpc.StatusCode.CANCELLED
+        ticks = [a.time_tick for a in acked]
+        assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks)
+        logged: dict[bytes, bytes] = {}
+        async for m in client.consume(channel, policy("all"), timeout=30):
+            logged[m.message_id] = m.payload
+            if m.message_id == acked[-1].message_id:
+                break
+        # every append got the acknowledgement of its own message, not a neighbour's
+        assert [logged[a.message_id] for a in acked] == payloads
+        assert [p for p in logged.values() if p.startswith(b"p-")] == payloads
+
+
 async def test_consume_from_a_message_or_a_time_tick(
     two_nodes: tuple[NodeProcess, NodeProcess], unique: str
 ) -> None:
