@@ -221,7 +221,9 @@ class AppendStream:
     ``produce_stream`` needs every payload up front; a caller that produces as it goes
     (or times each append) keeps one stream open instead of paying a call per append.
     Concurrent ``append`` calls pipeline: the node starts them in the order they were
-    made, which is their order in the log, and answers in that order. A failed append
+    made, which is their order in the log (except an append the node retries after a
+    transient backend error, which lands after the ones behind it), and answers in
+    that order. A failed append
     raises the :class:`grpc.aio.AioRpcError` a unary ``produce`` would have and the
     stream goes on; if the call itself ends, every unanswered append raises its error
     (UNKNOWN when it ended without one: those appends may or may not be in the log).

@@ -80,16 +80,19 @@ def _is_wildcard(address: str) -> bool:
 
 
 def _otlp_url(key: str, value: str) -> None:
-    """``http(s)://host:port`` or ``host:port``: what the OTLP gRPC exporter can dial.
+    """``http(s)://host:port``: what the OTLP gRPC exporter can dial.
 
-    The exporter keeps only the network location (the scheme picks TLS), so a path,
-    another scheme or a missing port would only show up as an export failing later.
+    The exporter keeps only the network location and the scheme picks TLS: without a
+    scheme it would use TLS (the OpenTelemetry default), which a plain-text collector
+    refuses, and a path, another scheme or a missing port would only show up as an
+    export failing later. So the scheme is required.
     """
     scheme, sep, address = value.partition("://")
-    if not sep:
-        address = value
-    elif scheme not in ("http", "https"):
-        raise ConfigError(key, f"expected http(s)://host:port, got {value!r}")
+    if not sep or scheme not in ("http", "https"):
+        raise ConfigError(
+            key,
+            f"expected http://host:port (plain text) or https://host:port (TLS), got {value!r}",
+        )
     if "/" in address.rstrip("/"):
         raise ConfigError(key, f"expected http(s)://host:port without a path, got {value!r}")
     _host_port(key, address.rstrip("/"))
@@ -348,12 +351,8 @@ class NodeConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             getattr(self, f.name).check()
-        if self.tso.mode == "in-process" and self.node.tls.enabled and not self.tso.tls.enabled:
-            # the oracle is served on node.listen, and a candidate that does not lead
-            # asks it (and its peers) for timestamps: plain text would never connect
-            raise ConfigError(
-                "tso.tls", "node.tls serves the in-process oracle over TLS: set tso.tls.ca_file"
-            )
+        if self.tso.mode == "in-process":
+            self._check_in_process_tls()
         if (
             self.tso.mode == "in-process"
             and not self.node.advertise_address
@@ -365,6 +364,28 @@ class NodeConfig:
                 "node.advertise_address",
                 f"node.listen {self.node.listen!r} binds every interface, so the in-process "
                 "oracle cannot advertise it: set the host:port other nodes reach this node at",
+            )
+
+    def _check_in_process_tls(self) -> None:
+        """The oracle is served on ``node.listen`` with ``node.tls``, and a candidate that
+        does not lead asks it (and its peers, configured alike) for timestamps with
+        ``tso.tls``: the two must fit, or only the leader ever gets a timestamp."""
+        served, dialled = self.node.tls, self.tso.tls
+        if served.enabled and not dialled.enabled:
+            raise ConfigError(
+                "tso.tls", "node.tls serves the in-process oracle over TLS: set tso.tls.ca_file"
+            )
+        if dialled.enabled and not served.enabled:
+            raise ConfigError(
+                "tso.tls",
+                "the in-process oracle is served in plain text (node.tls is not set): "
+                "leave tso.tls unset or set node.tls",
+            )
+        if served.ca_file is not None and dialled.cert_file is None:
+            raise ConfigError(
+                "tso.tls.cert_file",
+                "node.tls.ca_file makes the oracle require client certificates: "
+                "set tso.tls.cert_file and tso.tls.key_file",
             )
 
 

@@ -32,6 +32,7 @@ from wal.errors import (
     ChannelNotFoundError,
     ClosedError,
     InvalidInputError,
+    MisconfiguredError,
     StreamwalError,
     UnavailableError,
 )
@@ -66,6 +67,8 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
     if isinstance(exc, InvalidInputError):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, MisconfiguredError):  # the node's set-up, not the request: no retry
+        return grpc.StatusCode.FAILED_PRECONDITION, f"node misconfigured: {exc}"
     if isinstance(exc, ClosedError):
         return grpc.StatusCode.UNAVAILABLE, f"node shutting down: {exc}"
     if isinstance(exc, StreamwalError):
@@ -133,8 +136,10 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         requests: AsyncIterator[pb.ProduceRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.ProduceResponse]:
-        """Appends are pipelined: each is started in arrival order (which fixes its
-        place in the log) and answered in that order. A failed append is answered in
+        """Appends are pipelined: each is started in arrival order, which is its place
+        in the log (the WAL's writer lets waiting appends through first come, first
+        served; only an append the WAL retries after a transient backend error lands
+        after the ones behind it), and answered in that order. A failed append is answered in
         band (``ProduceResponse.error``) and the stream goes on: ending the call
         while the client still writes can surface in grpcio's asyncio client as
         INTERNAL instead of the real code (grpc/grpc#36066)."""

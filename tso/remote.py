@@ -68,7 +68,11 @@ class RemoteSource:
         self._timeout_s = timeout_s
         self._rpc_timeout_s = rpc_timeout_s
         self._tls = tls
-        self._credentials: grpc.ChannelCredentials | None = None
+        # read the files now: a node whose certificate cannot be read must not start
+        # (TLSFileError), rather than fail its first timestamp fetch
+        self._credentials: grpc.ChannelCredentials | None = (
+            tls.credentials() if tls is not None else None
+        )
         self._channels: dict[str, aio.Channel] = {}
         self._stubs: dict[str, tso_pb2_grpc.TSOStub] = {}
         self._closed = False
@@ -85,8 +89,6 @@ class RemoteSource:
     def _stub(self, address: str) -> tso_pb2_grpc.TSOStub:
         stub = self._stubs.get(address)
         if stub is None:
-            if self._tls is not None and self._credentials is None:
-                self._credentials = self._tls.credentials()  # read the files once
             channel = open_channel(
                 address,
                 self._tls,

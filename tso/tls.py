@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from wal.errors import InvalidInputError
+from wal.errors import InvalidInputError, MisconfiguredError
 
 __all__ = ["ClientTLS", "TLSFileError", "open_channel", "server_credentials"]
 
@@ -23,7 +23,7 @@ __all__ = ["ClientTLS", "TLSFileError", "open_channel", "server_credentials"]
 ChannelOptions = Sequence[tuple[str, Any]]
 
 
-class TLSFileError(InvalidInputError):
+class TLSFileError(MisconfiguredError):
     """A certificate or key file cannot be read; ``path`` names it."""
 
     def __init__(self, path: str, problem: str) -> None:

@@ -17,6 +17,7 @@ __all__ = [
     "EvictedError",
     "ExclusivityNotEnforcedError",
     "InvalidInputError",
+    "MisconfiguredError",
     "NotLeaderError",
     "StreamwalError",
     "TimestampOverflowError",
@@ -96,7 +97,15 @@ class DecodeError(StreamwalError):
     """A persisted message is not a valid streamwal message (foreign producer, corrupt)."""
 
 
-class ExclusivityNotEnforcedError(StreamwalError):
+class MisconfiguredError(StreamwalError):
+    """The node's own set-up is wrong (a file it cannot read, a backend it must not use).
+
+    Neither the caller's input nor a passing outage: retrying cannot help until an
+    operator fixes the configuration, so a node answers FAILED_PRECONDITION.
+    """
+
+
+class ExclusivityNotEnforcedError(MisconfiguredError):
     """The broker accepted two exclusive producers on one topic; no WAL is opened on it."""
 
 

@@ -213,7 +213,7 @@ class MemoryBackendWAL:
                 f"payload of {len(payload)} bytes exceeds the maximum message size "
                 f"of {self._store.max_message_size} bytes"
             )
-        if not all(type(k) is str and type(v) is str for k, v in properties.items()):
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
             raise InvalidInputError(f"append on {self._channel!r}: properties must be str: str")
         if self._store.faults.fail_appends > 0:
             self._store.faults.fail_appends -= 1

@@ -319,6 +319,9 @@ class PulsarBackendWAL:
         scanner = await asyncio.wait_for(
             self._open_reader(policy), timeout=self._config.operation_timeout_s + 1
         )
+        if self._closed:  # closed while the reader was being created: nobody else would
+            await scanner.close()
+            raise ClosedError(f"channel {self._channel!r} is closed")
         scanner.on_close = self._scanners.discard
         self._scanners.add(scanner)
         return scanner

@@ -127,6 +127,7 @@ _INVALID = [
     ("telemetry:\n  service_name: ''\n", "telemetry.service_name"),
     ("telemetry:\n  service_name: '  '\n", "telemetry.service_name"),
     ("telemetry:\n  otlp_endpoint: collector\n", "telemetry.otlp_endpoint"),
+    ("telemetry:\n  otlp_endpoint: collector:4317\n", "telemetry.otlp_endpoint"),  # TLS or not?
     ("telemetry:\n  otlp_endpoint: grpc://collector:4317\n", "telemetry.otlp_endpoint"),
     ("telemetry:\n  otlp_endpoint: http://collector\n", "telemetry.otlp_endpoint"),
     (
@@ -169,7 +170,6 @@ def test_every_key_has_an_invalid_case() -> None:
     "yaml_text",
     [
         "telemetry:\n  otlp_endpoint: ''\n",  # empty: no export
-        "telemetry:\n  otlp_endpoint: collector.example:4317\n",
         "telemetry:\n  otlp_endpoint: http://127.0.0.1:4317\n",
         "telemetry:\n  otlp_endpoint: https://collector.example:4317/\n",
         "pulsar:\n  service_url: pulsar+ssl://broker:6651\n",  # system CAs
@@ -330,6 +330,34 @@ def test_tso_client_tls_from_file_and_environment(tmp_path: Path) -> None:
     )
     assert client.channel_options() == [("grpc.ssl_target_name_override", "tso.internal")]
     assert client_tls(load_config(environ={}).tso.tls) is None
+
+
+def test_in_process_tls_must_fit_both_ends(tmp_path: Path) -> None:
+    """A candidate that does not lead dials the oracle with tso.tls; the oracle is
+    served with node.tls. Settings that only work on the leader are refused."""
+    pem = {name: tmp_path / f"{name}.pem" for name in ("cert", "key", "ca")}
+    for path in pem.values():
+        path.write_text("not checked here")
+    dial_ca = {"STREAMWAL_TSO__TLS__CA_FILE": str(pem["ca"])}
+    with pytest.raises(ConfigError) as err:  # TLS dial, plain-text oracle
+        load_config(environ=dial_ca)
+    assert err.value.key == "tso.tls"
+    serve_mtls = {
+        "STREAMWAL_NODE__TLS__CERT_FILE": str(pem["cert"]),
+        "STREAMWAL_NODE__TLS__KEY_FILE": str(pem["key"]),
+        "STREAMWAL_NODE__TLS__CA_FILE": str(pem["ca"]),
+    }
+    with pytest.raises(ConfigError) as err:  # client certificates required, none given
+        load_config(environ={**serve_mtls, **dial_ca})
+    assert err.value.key == "tso.tls.cert_file"
+    dial_cert = {
+        "STREAMWAL_TSO__TLS__CERT_FILE": str(pem["cert"]),
+        "STREAMWAL_TSO__TLS__KEY_FILE": str(pem["key"]),
+    }
+    assert load_config(environ={**serve_mtls, **dial_ca, **dial_cert}).tso.tls.enabled
+    # a remote node serves no oracle: its tso.tls only has to dial the remote one
+    remote = {"STREAMWAL_TSO__MODE": "remote", "STREAMWAL_TSO__REMOTE_ADDRESSES": "tso:1"}
+    assert load_config(environ={**remote, **dial_ca}).tso.tls.ca_file == str(pem["ca"])
 
 
 def test_a_wildcard_listen_needs_an_advertise_address() -> None:

@@ -46,7 +46,7 @@ async def test_holders_never_overlap_across_suspensions() -> None:
 
     await asyncio.gather(*(worker(n) for n in range(20)))
     assert overlaps == 0
-    assert sorted(order) == list(range(20))
+    assert order == list(range(20))  # and in the order they arrived
 
 
 async def test_a_waiter_cancelled_after_its_wake_up_passes_it_on() -> None:
@@ -131,3 +131,42 @@ async def test_cached_and_fetched_time_ticks_interleave_in_log_order() -> None:
     assert_strictly_increasing(logged)
     inserted = [m for m in logged if m.type is MessageType.INSERT]
     assert len(inserted) == 16 * 40
+
+
+async def test_appends_started_in_order_land_in_that_order() -> None:
+    """A node's ProduceStream starts a stream's appends one after the other without
+    waiting for each: they must land in the order they were started, also when the
+    allocator runs dry and an append waits for a fetch while later ones arrive."""
+
+    class SlowSource:
+        def __init__(self) -> None:
+            self.top = 1 << 30
+            self.fetches = 0
+
+        async def fetch(self, count: int) -> int:
+            self.fetches += 1
+            for _ in range(3):  # a few event-loop iterations, as a fetch over gRPC takes
+                await asyncio.sleep(0)
+            self.top += count
+            return self.top
+
+        async def close(self) -> None:
+            return None
+
+    source = SlowSource()
+    store = MemoryLogStore()
+    wal = await open_wal(MemoryOpener(store), "started", LocalAllocator(source, batch_size=5), 1)
+    try:
+        tasks = []
+        for i in range(200):  # one new append per loop iteration, like requests arriving
+            message = MutableMessage(MessageType.INSERT, b"%03d" % i)
+            tasks.append(asyncio.ensure_future(wal.append(message)))
+            await asyncio.sleep(0)
+        results = await asyncio.gather(*tasks)
+    finally:
+        await wal.close()
+    assert source.fetches >= 200 // 5
+    logged = [m.payload for m in log_messages(store, "started") if m.type is MessageType.INSERT]
+    assert logged == [b"%03d" % i for i in range(200)]
+    ticks = [r.time_tick for r in results]
+    assert ticks == sorted(ticks)

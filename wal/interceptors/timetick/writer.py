@@ -11,9 +11,11 @@ suspends only when the allocator fetches a new batch, but once that happened und
 load, ``asyncio.Lock`` (fair: a free lock with waiters is handed to the first waiter)
 kept every later append queueing and suspending once, one hand-over per event-loop
 iteration, for as long as appends kept arriving (profiled: a third of the WAL's CPU per
-append). The gate lets a caller that finds it free in without suspending. When the
-gate is free and the allocator has a cached time tick (``allocate_cached``), an append
-does the whole section without entering it: nothing in it suspends then.
+append). The gate lets a caller that finds it free in without suspending, keeps
+arrival order among those that wait, and lets every waiter through in one iteration
+after a release. When the gate is free and the allocator has a cached time tick
+(``allocate_cached``), an append does the whole section without entering it: nothing
+in it suspends then.
 """
 
 from __future__ import annotations
@@ -36,40 +38,57 @@ __all__ = ["OrderedWriter"]
 _TIME_TICK = MutableMessage(MessageType.TIME_TICK)
 
 
-class _Gate:
-    """Mutual exclusion on one event loop, without suspending when free.
+class _Waiter:
+    __slots__ = ("future",)
 
-    Unlike ``asyncio.Lock`` it is not fair: a caller that finds the gate free enters at
-    once even if others wait (they were woken and re-check). Ordering between
-    concurrent appends is not promised anyway; what the gate guarantees is that no
-    two holders overlap. A waiter cancelled after being woken passes the wake-up on.
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self.future = future
+
+
+class _Gate:
+    """Mutual exclusion on one event loop, first come first served, without suspending
+    when free.
+
+    A caller that finds the gate free and nobody queued enters at once. Others queue in
+    arrival order and enter in that order, so appends started one after the other land
+    in that order even when one of them waits for an allocator fetch (a node's
+    ``ProduceStream`` relies on it). A release wakes every waiter, not only the first:
+    they resume in queue order in the next event-loop iteration and, since a holder
+    with a cached time tick never suspends, all pass in that one iteration.
+    ``asyncio.Lock`` hands itself to one waiter per iteration, and under load every
+    later append queued behind that hand-over for as long as appends kept arriving
+    (profiled: a third of the WAL's CPU per append).
     """
 
     __slots__ = ("_held", "_waiters")
 
     def __init__(self) -> None:
         self._held = False
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[_Waiter] = deque()
 
     @property
-    def held(self) -> bool:
-        return self._held
+    def free(self) -> bool:
+        """Enterable without waiting: nobody holds it and nobody is queued."""
+        return not self._held and not self._waiters
 
     async def __aenter__(self) -> None:
-        while self._held:
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake_next()
-                raise
-            finally:
-                try:
-                    self._waiters.remove(waiter)
-                except ValueError:
-                    pass
+        if not self._held and not self._waiters:
+            self._held = True
+            return
+        loop = asyncio.get_running_loop()
+        me = _Waiter(loop.create_future())
+        self._waiters.append(me)
+        try:
+            while self._held or self._waiters[0] is not me:
+                if me.future.done():  # woken, but not this one's turn: wait again
+                    me.future = loop.create_future()
+                await me.future
+        except BaseException:  # cancelled while queued: the ones behind move up
+            self._waiters.remove(me)
+            if not self._held:
+                self._wake_all()
+            raise
+        self._waiters.popleft()
         self._held = True
 
     async def __aexit__(
@@ -79,13 +98,12 @@ class _Gate:
         tb: TracebackType | None,
     ) -> None:
         self._held = False
-        self._wake_next()
+        self._wake_all()
 
-    def _wake_next(self) -> None:
+    def _wake_all(self) -> None:
         for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+            if not waiter.future.done():
+                waiter.future.set_result(None)
 
 
 class OrderedWriter:
@@ -129,11 +147,12 @@ class OrderedWriter:
     def write_now(self, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]] | None:
         """:meth:`write` if it can be done without suspending, else ``None`` (nothing done).
 
-        The fast lane, same critical section: with the gate free and a time tick in the
-        allocator's cache, nothing suspends, so holding the gate would change nothing;
-        a plain call also saves the append path a coroutine.
+        The fast lane, same critical section: with the gate free (nobody holding it,
+        nobody queued ahead) and a time tick in the allocator's cache, nothing suspends,
+        so holding the gate would change nothing; a plain call also saves the append
+        path a coroutine.
         """
-        if self._lock.held or self._allocate_cached is None:
+        if not self._lock.free or self._allocate_cached is None:
             return None
         cached = self._allocate_cached()
         if cached is None:
