@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
 from node.stack import Stack, StackInfo
 from node.stack.topics import delete_created, list_topics
+from tests.etcd_keys import EtcdPrefixes
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +51,15 @@ async def telemetry_stack(local_stack: Stack, stack: StackInfo) -> StackInfo:
 def unique() -> Iterator[str]:
     """A short unique suffix for channel names and key prefixes."""
     yield uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+async def etcd_prefix(stack: StackInfo) -> AsyncIterator[Callable[[str], str]]:
+    """``etcd_prefix("name")``: a fresh key prefix in the shared etcd, deleted after the test.
+
+    For ``tso.key_prefix``; see :mod:`tests.etcd_keys`. A fixture that starts nodes on
+    these prefixes depends on this one, so pytest stops its nodes before the keys go.
+    """
+    prefixes = EtcdPrefixes(stack.etcd_endpoint)
+    yield prefixes.new
+    await prefixes.delete_all()

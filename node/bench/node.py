@@ -26,10 +26,11 @@ as both deliver them), medians of ``consume_repeats``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,9 @@ from node.bench.stats import median_of, ratio
 from node.bench.target import CLIENT_LOG, BenchTarget
 from node.client import AppendStream, NodeClient, policy
 from tso import InProcessTSO, TsoConfig
+from tso.etcd_store import EtcdStore
 from wal.backend import DeliveryPolicy
+from wal.errors import StreamwalError
 from wal.initializing import open_wal
 from wal.message import MessageType, MutableMessage
 from wal.wal import WAL
@@ -93,13 +96,13 @@ async def run_node_bench(
     """Every cell of ``payloads`` x ``concurrency``, then the read-back; see the module."""
     run = uuid.uuid4().hex[:8]
     config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
-    tso_config = TsoConfig(
-        etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-node-{run}-wal"
-    )
+    wal_prefix, node_prefix = f"/bench-node-{run}-wal", f"/bench-node-{run}-node"
+    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=wal_prefix)
     log_path = Path(CLIENT_LOG).parent / f"node-{run}.log"
     cells: list[dict[str, Any]] = []
-    node = BenchNode(target, key_prefix=f"/bench-node-{run}-node", log_path=log_path)
+    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
     async with (
+        _deleted_afterwards(target.etcd_endpoint, (wal_prefix, node_prefix)),
         node,
         NodeClient(node.address) as client,
         InProcessTSO(tso_config) as tso,
@@ -139,6 +142,18 @@ async def run_node_bench(
     }
 
 
+@contextlib.asynccontextmanager
+async def _deleted_afterwards(etcd_endpoint: str, prefixes: Sequence[str]) -> AsyncIterator[None]:
+    """Drop this run's TSO keys once its node and oracle are gone: no run reuses them."""
+    try:
+        yield
+    finally:
+        async with EtcdStore([etcd_endpoint]) as store:
+            for prefix in prefixes:
+                with contextlib.suppress(StreamwalError):  # tidying must not hide the figures
+                    await store.delete_prefix(prefix + "/", timeout=2.0)
+
+
 async def _cell(
     client: NodeClient,
     opener: PulsarOpener,
@@ -152,10 +167,14 @@ async def _cell(
 ) -> dict[str, Any]:
     payload = b"n" * size
     node_channel = f"bench-node-grpc-{name}"
-    wal = await open_wal(opener, f"bench-node-wal-{name}", tso.allocator(), node_id=1)
-    await client.assign(node_channel)
-    pool = _StreamPool([client.open_stream(node_channel) for _ in range(conc)])
-    try:
+    # each acquisition is released on the way out, whichever later one failed
+    async with contextlib.AsyncExitStack() as held:
+        wal = await open_wal(opener, f"bench-node-wal-{name}", tso.allocator(), node_id=1)
+        held.push_async_callback(wal.close)
+        await client.assign(node_channel)
+        held.push_async_callback(client.remove, node_channel)
+        pool = _StreamPool([client.open_stream(node_channel) for _ in range(conc)])
+        held.push_async_callback(pool.close)
 
         async def wal_append(data: bytes, wal: WAL = wal) -> object:
             return await wal.append(MutableMessage(MessageType.INSERT, data))
@@ -170,10 +189,6 @@ async def _cell(
         for _ in range(repeats):
             for side in SIDES:
                 runs[side].append(await timed_appends(appends[side], payload, conc, seconds))
-    finally:
-        await pool.close()
-        await client.remove(node_channel)
-        await wal.close()
     medians = {side: median_of(runs[side]) for side in SIDES}
     cell: dict[str, Any] = {"payload_bytes": size, "concurrency": conc, **medians}
     for side in ("unary", "stream"):
@@ -247,18 +262,17 @@ async def _consume(
 ) -> dict[str, Any]:
     payload = b"c" * size
     node_channel = f"bench-node-consume-{run}"
-    await client.assign(node_channel)
-    wal = await open_wal(opener, f"bench-node-wal-consume-{run}", tso.allocator(), node_id=1)
-    try:
+    async with contextlib.AsyncExitStack() as held:
+        await client.assign(node_channel)
+        held.push_async_callback(client.remove, node_channel)
+        wal = await open_wal(opener, f"bench-node-wal-consume-{run}", tso.allocator(), node_id=1)
+        held.push_async_callback(wal.close)
         await _fill_node(client, node_channel, messages, payload)
         await _fill_wal(wal, messages, payload)
         node_rates, wal_rates = [], []
         for _ in range(repeats):
             wal_rates.append(await _read_wal(wal, messages))
             node_rates.append(await _read_node(client, node_channel, messages))
-    finally:
-        await client.remove(node_channel)
-        await wal.close()
     node_per_s = round(statistics.median(node_rates), 1)
     wal_per_s = round(statistics.median(wal_rates), 1)
     return {

@@ -136,4 +136,7 @@ class BenchNode:
             self.exit_code = await proc.wait()
         except BaseException:  # cancelled while waiting: no node may outlive the bench
             proc.kill()
+            # reap it even though this task is being cancelled: an unawaited child
+            # stays a zombie and its transport warns when it is collected
+            await asyncio.shield(proc.wait())
             raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
@@ -57,7 +58,7 @@ def _skipped_metric(port: int, channel: str) -> float:
 
 
 async def test_foreign_messages_are_skipped_counted_and_listed(
-    stack: StackInfo, tmp_path: Path, unique: str
+    stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
     channel = f"foreign-{unique}"
     topic = PulsarConfig(service_url=stack.pulsar_url).topic(channel)
@@ -69,7 +70,7 @@ async def test_foreign_messages_are_skipped_counted_and_listed(
             "node": {"metrics_listen": f"127.0.0.1:{metrics_port}"},
             "pulsar": {"service_url": stack.pulsar_url},
             "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "tso": {"mode": "in-process", "key_prefix": f"/foreign-{unique}"},
+            "tso": {"mode": "in-process", "key_prefix": etcd_prefix("foreign")},
         },
     )
     await node.start()

@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -29,7 +30,7 @@ def _secrets() -> tuple[str, str]:
 
 
 async def test_a_node_process_never_logs_its_secrets(
-    stack: StackInfo, tmp_path: Path, unique: str
+    stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
     token, password = _secrets()
     node = NodeProcess(
@@ -38,7 +39,7 @@ async def test_a_node_process_never_logs_its_secrets(
         {
             "pulsar": {"service_url": stack.pulsar_url, "auth_token": token},
             "etcd": {"endpoints": [stack.etcd_endpoint], "user": "root", "password": password},
-            "tso": {"mode": "in-process", "key_prefix": f"/secrets-{unique}"},
+            "tso": {"mode": "in-process", "key_prefix": etcd_prefix("secrets")},
             "telemetry": {"log_level": "DEBUG"},
         },
     )
@@ -98,7 +99,10 @@ def test_configuration_errors_never_print_secrets(
 
 
 async def test_spans_and_records_of_an_in_process_node_never_hold_secrets(
-    stack: StackInfo, unique: str, caplog: pytest.LogCaptureFixture
+    stack: StackInfo,
+    unique: str,
+    caplog: pytest.LogCaptureFixture,
+    etcd_prefix: Callable[[str], str],
 ) -> None:
     token, password = _secrets()
     exporter = install_span_capture()
@@ -113,7 +117,7 @@ async def test_spans_and_records_of_an_in_process_node_never_hold_secrets(
             "STREAMWAL_ETCD__ENDPOINTS": stack.etcd_endpoint,
             "STREAMWAL_ETCD__USER": "root",
             "STREAMWAL_ETCD__PASSWORD": password,
-            "STREAMWAL_TSO__KEY_PREFIX": f"/secrets-{unique}",
+            "STREAMWAL_TSO__KEY_PREFIX": etcd_prefix("secrets"),
         }
     )
     channel = f"secrets-spans-{unique}"

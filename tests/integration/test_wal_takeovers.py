@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import pytest
 
@@ -59,10 +60,12 @@ async def run_owner(wal: WAL, owner: int, acks: list[Ack], enough: asyncio.Event
     await asyncio.gather(*(appender(w) for w in range(4)))
 
 
-async def test_three_owners_in_turn(stack: StackInfo, unique: str) -> None:
+async def test_three_owners_in_turn(
+    stack: StackInfo, unique: str, etcd_prefix: Callable[[str], str]
+) -> None:
     channel = f"wal-owners-{unique}"
     pulsar = PulsarConfig(service_url=stack.pulsar_url)
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=f"/it-{unique}")
+    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("it"))
     acks: list[Ack] = []
     seen_before: list[ImmutableMessage] = []
     seen_during: list[ImmutableMessage] = []

@@ -7,6 +7,7 @@ answer; a wildcard there would send each of them to itself.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import etcd3
@@ -29,9 +30,9 @@ def _wildcard_node(tmp_path: Path, node_id: int, settings: dict[str, object]) ->
 
 
 async def test_leader_record_holds_the_advertised_address(
-    stack: StackInfo, tmp_path: Path, unique: str
+    stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
-    prefix = f"/adv-{unique}"
+    prefix = etcd_prefix("adv")
     common = {
         "pulsar": {"service_url": stack.pulsar_url},
         "etcd": {"endpoints": [stack.etcd_endpoint]},
@@ -64,10 +65,9 @@ async def test_leader_record_holds_the_advertised_address(
         assert raw is not None
         assert LeaderRecord.decode(raw).address == leader.address  # no leader change
     finally:
-        for node in (follower, leader):
-            assert await node.terminate() == 0
-        await asyncio.to_thread(etcd.delete_prefix, prefix + "/")
+        codes = [await node.terminate() for node in (follower, leader)]
         etcd.close()
+    assert codes == [0, 0], "a node did not stop cleanly"
     acks_file = tmp_path / "acks.jsonl"
     acks_file.write_text("".join(a.to_json() + "\n" for a in acks))
     report = await verify_channel(stack.pulsar_url, channel, acks_file)

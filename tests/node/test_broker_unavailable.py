@@ -9,6 +9,7 @@ not answer, so it can retry later or elsewhere.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -25,7 +26,7 @@ _OPERATION_TIMEOUT_S = 1
 
 
 async def test_assign_with_the_broker_unreachable_is_unavailable(
-    stack: StackInfo, tmp_path: Path, unique: str
+    stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
     nowhere = free_port()  # bound and released: nothing listens there
     node = NodeProcess(
@@ -37,7 +38,7 @@ async def test_assign_with_the_broker_unreachable_is_unavailable(
                 "operation_timeout_s": _OPERATION_TIMEOUT_S,
             },
             "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "tso": {"key_prefix": f"/unavailable-{unique}"},
+            "tso": {"key_prefix": etcd_prefix("unavailable")},
             "wal": {
                 "first_time_tick_attempts": _ATTEMPTS,
                 "first_time_tick_initial_ms": 20,

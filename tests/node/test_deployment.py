@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -17,14 +18,14 @@ pytestmark = pytest.mark.integration
 
 
 async def test_three_nodes_one_tso_channels_move(
-    stack: StackInfo, tmp_path: Path, unique: str
+    stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
     common = {
         "pulsar": {"service_url": stack.pulsar_url},
         "etcd": {"endpoints": [stack.etcd_endpoint]},
     }
     oracle = NodeProcess(
-        tmp_path, 1, {**common, "tso": {"mode": "in-process", "key_prefix": f"/dep-{unique}"}}
+        tmp_path, 1, {**common, "tso": {"mode": "in-process", "key_prefix": etcd_prefix("dep")}}
     )
     await oracle.start()
     nodes = [oracle]

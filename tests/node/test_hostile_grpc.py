@@ -20,6 +20,7 @@ from node.proto import streaming_pb2 as pb
 from node.proto import streaming_pb2_grpc as pb_grpc
 from node.stack import StackInfo
 from node.verify import verify_channel
+from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration
@@ -30,18 +31,22 @@ _SERVICE = "/streamwal.v1.StreamingNode/"
 @pytest.fixture(scope="module")
 async def node(stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     workdir: Path = tmp_path_factory.mktemp("hostile")
+    prefixes = EtcdPrefixes(stack.etcd_endpoint)
     process = NodeProcess(
         workdir,
         1,
         {
             "pulsar": {"service_url": stack.pulsar_url},
             "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "tso": {"mode": "in-process", "key_prefix": f"/hostile-{workdir.name}"},
+            "tso": {"mode": "in-process", "key_prefix": prefixes.new("hostile")},
         },
     )
-    await process.start()
-    yield process.address
-    await process.terminate()
+    try:
+        await process.start()
+        yield process.address
+    finally:
+        await process.terminate()
+        await prefixes.delete_all()
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -43,7 +44,9 @@ def value(samples: dict[str, float], name: str, **labels: str) -> float:
     return total
 
 
-async def test_metrics_after_traffic(stack: StackInfo, tmp_path: Path, unique: str) -> None:
+async def test_metrics_after_traffic(
+    stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
+) -> None:
     ports = [free_port(), free_port()]
     common = {
         "pulsar": {"service_url": stack.pulsar_url},
@@ -56,7 +59,7 @@ async def test_metrics_after_traffic(stack: StackInfo, tmp_path: Path, unique: s
         {
             **common,
             "node": {"metrics_listen": f"127.0.0.1:{ports[0]}"},
-            "tso": {"key_prefix": f"/metrics-{unique}"},
+            "tso": {"key_prefix": etcd_prefix("metrics")},
         },
     )
     await one.start()

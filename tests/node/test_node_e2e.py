@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
@@ -26,23 +26,25 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def two_nodes(
-    stack: StackInfo, tmp_path: Path, unique: str
+    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
 ) -> AsyncIterator[tuple[NodeProcess, NodeProcess]]:
     common = {
         "pulsar": {"service_url": stack.pulsar_url},
         "etcd": {"endpoints": [stack.etcd_endpoint]},
     }
     one = NodeProcess(
-        tmp_path, 1, {**common, "tso": {"mode": "in-process", "key_prefix": f"/e2e-{unique}"}}
+        tmp_path, 1, {**common, "tso": {"mode": "in-process", "key_prefix": etcd_prefix("e2e")}}
     )
-    await one.start()
     two = NodeProcess(
         tmp_path, 2, {**common, "tso": {"mode": "remote", "remote_addresses": [one.address]}}
     )
-    await two.start()
-    yield one, two
-    await two.terminate()
-    await one.terminate()
+    try:
+        await one.start()
+        await two.start()
+        yield one, two
+    finally:  # a node that never started is no reason to leave the other running
+        await two.terminate()
+        await one.terminate()
 
 
 async def test_produce_consume_round_trip(

@@ -95,8 +95,11 @@ async def test_up_waits_until_the_server_answers_then_status_and_down_follow(
         await stack.up(["slow-server"])  # a second up reuses what runs
         assert messages == [f"slow-server: already running (pid {pid})"]
         assert is_alive(pid)
-    finally:
-        stopped = await stack.down(["slow-server"])
+    except BaseException:
+        # stop what may run, then let the failure above be the one reported
+        await stack.down(["slow-server"])
+        raise
+    stopped = await stack.down(["slow-server"])
     assert stopped == ["slow-server"]
     assert not is_alive(pid)
     assert not port_in_use(port)

@@ -7,7 +7,7 @@ strictly increasing time ticks only if both nodes use that one oracle.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ class Certs:
 
 @pytest.fixture
 async def tls_nodes(
-    stack: StackInfo, tmp_path: Path, unique: str
+    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
 ) -> AsyncIterator[tuple[Certs, NodeProcess, NodeProcess]]:
     certs = Certs(tmp_path)
     common = {
@@ -75,10 +75,13 @@ async def tls_nodes(
         1,
         {
             **common,
-            "tso": {"mode": "in-process", "key_prefix": f"/tls-{unique}", "tls": certs.tso_tls()},
+            "tso": {
+                "mode": "in-process",
+                "key_prefix": etcd_prefix("tls"),
+                "tls": certs.tso_tls(),
+            },
         },
     )
-    await one.start()
     two = NodeProcess(
         tmp_path,
         2,
@@ -88,11 +91,15 @@ async def tls_nodes(
         },
     )
     try:
+        await one.start()
         await two.start()
         yield certs, one, two
     finally:
-        assert await two.terminate() == 0
-        assert await one.terminate() == 0
+        # stop both whatever happened; judge the exit codes only afterwards, so a
+        # failed start is what gets reported, not the stop that followed it
+        two_code = await two.terminate()
+        one_code = await one.terminate()
+    assert (one_code, two_code) == (0, 0), "a node did not stop cleanly"
 
 
 async def test_channel_moves_between_mtls_nodes_on_one_tso(

@@ -8,7 +8,7 @@ the whole path from the client's span to the node's server span.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ _SERVICE_PATH = "/streamwal.v1.StreamingNode"
 
 
 async def test_client_trace_context_reaches_the_node(
-    stack: StackInfo, tmp_path: Path, unique: str
+    stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
     node = NodeProcess(
         tmp_path,
@@ -38,7 +38,7 @@ async def test_client_trace_context_reaches_the_node(
         {
             "pulsar": {"service_url": stack.pulsar_url},
             "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "tso": {"key_prefix": f"/prop-{unique}"},
+            "tso": {"key_prefix": etcd_prefix("prop")},
         },
     )
     await node.start()
@@ -94,7 +94,7 @@ async def _server_span_under(
 
 
 async def test_produce_runs_in_the_client_trace_in_jaeger(
-    telemetry_stack: StackInfo, tmp_path: Path, unique: str
+    telemetry_stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
     """Produce and ProduceStream: the node's server span (an append makes no span of
     its own below it) is in the client's trace, below the client's span, and the
@@ -109,7 +109,7 @@ async def test_produce_runs_in_the_client_trace_in_jaeger(
         {
             "pulsar": {"service_url": info.pulsar_url},
             "etcd": {"endpoints": [info.etcd_endpoint]},
-            "tso": {"key_prefix": f"/prop-produce-{unique}"},
+            "tso": {"key_prefix": etcd_prefix("prop-produce")},
             "telemetry": {"service_name": node_service, "otlp_endpoint": info.otlp_endpoint},
         },
     )

@@ -9,6 +9,7 @@ the trace back from Jaeger's HTTP API.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 async def test_open_trace_shows_every_attempt(
-    telemetry_stack: StackInfo, tmp_path: Path, unique: str
+    telemetry_stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
     info = telemetry_stack
     assert info.otlp_endpoint and info.jaeger_url
@@ -39,7 +40,7 @@ async def test_open_trace_shows_every_attempt(
                     "operation_timeout_s": 1,
                 },
                 "etcd": {"endpoints": [info.etcd_endpoint]},
-                "tso": {"key_prefix": f"/trace-{unique}"},
+                "tso": {"key_prefix": etcd_prefix("trace")},
                 "telemetry": {"service_name": service, "otlp_endpoint": info.otlp_endpoint},
             },
         )

@@ -1,14 +1,17 @@
-"""Fixtures of the TSO tests: the etcd to use and a unique key prefix per test."""
+"""Fixtures of the TSO tests: the etcd to use and a unique key prefix per test.
+
+The prefix lives in the shared etcd and is deleted after the test.
+"""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.etcd_keys import EtcdPrefixes
 from tests.tso.etcd_proc import EtcdProcess
 
 
@@ -19,9 +22,11 @@ def etcd_endpoint(stack: Any) -> str:
 
 
 @pytest.fixture
-def tso_prefix() -> str:
-    """A key prefix no other test uses."""
-    return f"/streamwal-test/tso-{uuid.uuid4().hex[:12]}"
+async def tso_prefix(etcd_endpoint: str) -> AsyncIterator[str]:
+    """A key prefix no other test uses, in the shared etcd; deleted afterwards."""
+    prefixes = EtcdPrefixes(etcd_endpoint)
+    yield prefixes.new("streamwal-test/tso")
+    await prefixes.delete_all()
 
 
 @pytest.fixture

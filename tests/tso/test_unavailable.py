@@ -20,11 +20,11 @@ _BOUND_S = 1.5
 
 
 async def test_etcd_outage_fails_typed_within_the_bound_then_recovers(
-    private_etcd: EtcdProcess, tso_prefix: str
+    private_etcd: EtcdProcess,
 ) -> None:
     config = TsoConfig(
         etcd_endpoints=(private_etcd.endpoint,),
-        key_prefix=tso_prefix,
+        key_prefix="/unavailable",  # its own etcd, gone with the test's folder
         lease_ttl_s=2,
         unavailable_after_s=_BOUND_S,
         etcd_timeout_s=0.5,
