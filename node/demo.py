@@ -41,6 +41,7 @@ from node.runtime import Node
 from node.stack import Stack, StackInfo
 from node.stack.stack import StackError
 from node.stack.telemetry_query import SpanSummary, get_trace, span_summaries
+from node.stack.tso_keys import deleted_afterwards
 from node.telemetry import NODE_ID_ATTRIBUTE, setup_telemetry
 from node.verify import read_topic
 
@@ -104,7 +105,10 @@ async def _demo() -> int:
     base = load_config(environ={**os.environ, **env})
     telemetry = setup_telemetry(base, one_node=False)  # two nodes in this process
     broker_port = int(info.pulsar_url.rsplit(":", 1)[1])
-    async with FaultProxy(broker_port) as proxy:
+    async with (
+        deleted_afterwards(info.etcd_endpoint, [base.tso.key_prefix]),
+        FaultProxy(broker_port) as proxy,
+    ):
         one_cfg = load_config(
             environ={
                 **os.environ,

@@ -21,6 +21,7 @@ from adaptors.pulsar import PulsarConfig, PulsarOpener
 from node.bench.raw import raw_client, raw_producer
 from node.bench.stats import median_of, ratio, summarize
 from node.bench.target import CLIENT_LOG, BenchTarget
+from node.stack.tso_keys import deleted_afterwards
 from tso import InProcessTSO, TsoConfig
 from wal.initializing import open_wal
 from wal.message import MessageType, MutableMessage
@@ -98,7 +99,11 @@ async def run_append_bench(
     client = raw_client(target.pulsar_url)
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-{run}")
     try:
-        async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+        async with (
+            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
+            InProcessTSO(tso_config) as tso,
+            PulsarOpener(config) as opener,
+        ):
             for size in payloads:
                 for conc in concurrency:
                     cell = await _cell(

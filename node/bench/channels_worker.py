@@ -32,6 +32,7 @@ from adaptors.pulsar.scanner import to_backend_message
 from node.bench.append import timed_appends
 from node.bench.raw import raw_client, raw_producer
 from node.bench.target import CLIENT_LOG
+from node.stack.tso_keys import deleted_afterwards
 from tso import InProcessTSO, TsoConfig
 from tso.timestamp import split
 from wal.config import WALConfig
@@ -97,7 +98,11 @@ async def _wal_worker(spec: dict[str, Any]) -> dict[str, Any]:
     config = PulsarConfig(service_url=spec["pulsar_url"], client_log_file=CLIENT_LOG)
     wal_config = WALConfig()
     tso_config = TsoConfig(etcd_endpoints=(spec["etcd_endpoint"],), key_prefix=f"/bench-ch-{run}")
-    async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+    async with (
+        deleted_afterwards(spec["etcd_endpoint"], [tso_config.key_prefix]),
+        InProcessTSO(tso_config) as tso,
+        PulsarOpener(config) as opener,
+    ):
         allocator = tso.allocator()
         warm = await open_wal(opener, f"bench-ch-{run}-warm", allocator, 1)
         await warm.append(MutableMessage(MessageType.INSERT, b"warm"))

@@ -30,7 +30,7 @@ import contextlib
 import statistics
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,9 @@ from node.bench.node_process import BenchNode
 from node.bench.stats import median_of, ratio
 from node.bench.target import CLIENT_LOG, BenchTarget
 from node.client import AppendStream, NodeClient, policy
+from node.stack.tso_keys import deleted_afterwards
 from tso import InProcessTSO, TsoConfig
-from tso.etcd_store import EtcdStore
 from wal.backend import DeliveryPolicy
-from wal.errors import StreamwalError
 from wal.initializing import open_wal
 from wal.message import MessageType, MutableMessage
 from wal.wal import WAL
@@ -102,7 +101,7 @@ async def run_node_bench(
     cells: list[dict[str, Any]] = []
     node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
     async with (
-        _deleted_afterwards(target.etcd_endpoint, (wal_prefix, node_prefix)),
+        deleted_afterwards(target.etcd_endpoint, (wal_prefix, node_prefix)),
         node,
         NodeClient(node.address) as client,
         InProcessTSO(tso_config) as tso,
@@ -140,18 +139,6 @@ async def run_node_bench(
         "cells": cells,
         "consume": consume,
     }
-
-
-@contextlib.asynccontextmanager
-async def _deleted_afterwards(etcd_endpoint: str, prefixes: Sequence[str]) -> AsyncIterator[None]:
-    """Drop this run's TSO keys once its node and oracle are gone: no run reuses them."""
-    try:
-        yield
-    finally:
-        async with EtcdStore([etcd_endpoint]) as store:
-            for prefix in prefixes:
-                with contextlib.suppress(StreamwalError):  # tidying must not hide the figures
-                    await store.delete_prefix(prefix + "/", timeout=2.0)
 
 
 async def _cell(

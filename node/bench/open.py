@@ -24,6 +24,7 @@ from node.bench.raw import raw_client, raw_producer
 from node.bench.stats import distribution, ratio
 from node.bench.target import CLIENT_LOG, BenchTarget
 from node.faultproxy import FaultProxy
+from node.stack.tso_keys import deleted_afterwards
 from tso import InProcessTSO, TsoConfig
 from wal.initializing import open_wal
 
@@ -48,7 +49,11 @@ async def run_open_bench(
     outages: list[dict[str, Any]] = []
     client = raw_client(target.pulsar_url)
     try:
-        async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+        async with (
+            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
+            InProcessTSO(tso_config) as tso,
+            PulsarOpener(config) as opener,
+        ):
             await opener.verify_exclusivity()  # once per node, not per open
             allocator = tso.allocator()
             for i in range(opens):

@@ -24,6 +24,7 @@ import pulsar
 from adaptors.pulsar import PulsarConfig, PulsarOpener
 from node.bench.stats import ratio
 from node.bench.target import CLIENT_LOG, BenchTarget
+from node.stack.tso_keys import deleted_afterwards
 from tso import InProcessTSO, TsoConfig
 from wal.backend import DeliveryPolicy
 from wal.initializing import open_read_only, open_wal
@@ -89,7 +90,11 @@ async def run_scan_bench(
     config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-scan-{run}")
     rates: dict[str, list[float]] = {"raw_reader": [], "catch_up": [], "buffer_tail": []}
-    async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+    async with (
+        deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
+        InProcessTSO(tso_config) as tso,
+        PulsarOpener(config) as opener,
+    ):
         wal = await open_wal(opener, channel, tso.allocator(), 1)
         try:
             started = time.perf_counter()

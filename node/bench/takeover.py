@@ -28,6 +28,7 @@ from adaptors.pulsar import PulsarConfig, PulsarOpener
 from node.bench.raw import raw_producer
 from node.bench.stats import distribution, ratio
 from node.bench.target import CLIENT_LOG, BenchTarget
+from node.stack.tso_keys import deleted_afterwards
 from tso import InProcessTSO, LocalAllocator, TsoConfig
 from wal.initializing import open_wal
 from wal.message import MessageType, MutableMessage
@@ -141,6 +142,7 @@ async def run_takeover_bench(
     wal_rounds: list[_Round | str] = []
     raw_rounds: list[_Round | str] = []
     async with (
+        deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
         InProcessTSO(tso_config) as tso,
         PulsarOpener(config) as opener_a,
         PulsarOpener(config) as opener_b,

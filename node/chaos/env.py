@@ -18,6 +18,7 @@ from node.chaos.nodes import NodeProcess
 from node.chaos.result import ScenarioResult
 from node.chaos.services import PrivateEtcd, PrivatePulsar
 from node.chaos.traffic import Traffic
+from node.stack.tso_keys import delete_tso_keys
 from node.verify import verify_channel
 
 __all__ = ["ChaosEnv", "node_settings"]
@@ -59,13 +60,16 @@ class ChaosEnv:
     _pulsars: list[PrivatePulsar] = field(default_factory=list)
     _etcds: list[PrivateEtcd] = field(default_factory=list)
     _traffic: list[Traffic] = field(default_factory=list)
+    _names: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
 
     def name(self, what: str) -> str:
         """A channel name or key prefix no other run uses."""
-        return f"chaos-{what}-{self.run_id}"
+        name = f"chaos-{what}-{self.run_id}"
+        self._names.append(name)
+        return name
 
     def node(
         self, node_id: int, settings: Mapping[str, Any], env: Mapping[str, str] | None = None
@@ -117,3 +121,6 @@ class ChaosEnv:
             await pulsar.close()
         for etcd in self._etcds:
             await etcd.close()
+        # TSO keys under the run's prefixes in the shared etcd (a name may also have
+        # been a channel: deleting a prefix nobody wrote under costs nothing)
+        await delete_tso_keys(self.etcd_endpoint, ["/" + n for n in self._names])
