@@ -15,6 +15,29 @@ from wal.initializing import open_wal
 from wal.interceptors.timetick.writer import _Gate
 
 
+class _SlowSource:
+    """A timestamp source whose fetch suspends: ``delay_s`` of sleep, or ``iterations``
+    event-loop iterations; appends queue at the writer's gate meanwhile."""
+
+    def __init__(self, *, delay_s: float = 0.0, iterations: int = 0) -> None:
+        self.top = 1 << 30
+        self.fetches = 0
+        self._delay_s = delay_s
+        self._iterations = iterations
+
+    async def fetch(self, count: int) -> int:
+        self.fetches += 1
+        if self._delay_s:
+            await asyncio.sleep(self._delay_s)
+        for _ in range(self._iterations):
+            await asyncio.sleep(0)
+        self.top += count
+        return self.top
+
+    async def close(self) -> None:
+        return None
+
+
 def test_a_free_gate_is_entered_without_suspending() -> None:
     gate = _Gate()
 
@@ -95,21 +118,7 @@ async def test_cached_and_fetched_time_ticks_interleave_in_log_order() -> None:
     """The writer's fast lane (a time tick from the allocator's cache, no gate) and its
     slow lane (a fetch that suspends inside the gate) never reorder the log."""
 
-    class SlowSource:
-        def __init__(self) -> None:
-            self.top = 1 << 30
-            self.fetches = 0
-
-        async def fetch(self, count: int) -> int:
-            self.fetches += 1
-            await asyncio.sleep(0.001)  # appenders pile up behind the gate meanwhile
-            self.top += count
-            return self.top
-
-        async def close(self) -> None:
-            return None
-
-    source = SlowSource()
+    source = _SlowSource(delay_s=0.001)  # appenders pile up behind the gate meanwhile
     store = MemoryLogStore()
     wal = await open_wal(MemoryOpener(store), "lanes", LocalAllocator(source, batch_size=7), 1)
     try:
@@ -138,22 +147,7 @@ async def test_appends_started_in_order_land_in_that_order() -> None:
     waiting for each: they must land in the order they were started, also when the
     allocator runs dry and an append waits for a fetch while later ones arrive."""
 
-    class SlowSource:
-        def __init__(self) -> None:
-            self.top = 1 << 30
-            self.fetches = 0
-
-        async def fetch(self, count: int) -> int:
-            self.fetches += 1
-            for _ in range(3):  # a few event-loop iterations, as a fetch over gRPC takes
-                await asyncio.sleep(0)
-            self.top += count
-            return self.top
-
-        async def close(self) -> None:
-            return None
-
-    source = SlowSource()
+    source = _SlowSource(iterations=3)  # a few loop iterations, as a fetch over gRPC
     store = MemoryLogStore()
     wal = await open_wal(MemoryOpener(store), "started", LocalAllocator(source, batch_size=5), 1)
     try:
