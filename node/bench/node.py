@@ -37,6 +37,7 @@ from typing import Any
 from adaptors.pulsar import PulsarConfig, PulsarOpener
 from node.bench.append import timed_appends
 from node.bench.node_process import BenchNode
+from node.bench.scan import fill_wal, timed_scan
 from node.bench.stats import median_of, ratio
 from node.bench.target import CLIENT_LOG, BenchTarget
 from node.client import AppendStream, NodeClient, policy
@@ -199,16 +200,6 @@ async def _fill_node(client: NodeClient, channel: str, messages: int, payload: b
     await asyncio.gather(*(caller() for _ in range(_FILL_CALLERS)))
 
 
-async def _fill_wal(wal: WAL, messages: int, payload: bytes) -> None:
-    remaining = iter(range(messages))
-
-    async def appender() -> None:
-        for _ in remaining:
-            await wal.append(MutableMessage(MessageType.INSERT, payload))
-
-    await asyncio.gather(*(appender() for _ in range(_FILL_CALLERS * 8)))
-
-
 async def _read_node(client: NodeClient, channel: str, inserts: int) -> float:
     """Messages/s reading from the start until ``inserts`` data messages came."""
     started = time.perf_counter()
@@ -219,22 +210,6 @@ async def _read_node(client: NodeClient, channel: str, inserts: int) -> float:
             seen += 1
             if seen == inserts:
                 break
-    return read / (time.perf_counter() - started)
-
-
-async def _read_wal(wal: WAL, inserts: int) -> float:
-    started = time.perf_counter()
-    scanner = await wal.read(DeliveryPolicy.all())
-    seen = read = 0
-    try:
-        async for msg in scanner:
-            read += 1
-            if msg.type is MessageType.INSERT:
-                seen += 1
-                if seen == inserts:
-                    break
-    finally:
-        await scanner.close()
     return read / (time.perf_counter() - started)
 
 
@@ -255,10 +230,11 @@ async def _consume(
         wal = await open_wal(opener, f"bench-node-wal-consume-{run}", tso.allocator(), node_id=1)
         held.push_async_callback(wal.close)
         await _fill_node(client, node_channel, messages, payload)
-        await _fill_wal(wal, messages, payload)
+        await fill_wal(wal, messages, payload)
         node_rates, wal_rates = [], []
         for _ in range(repeats):
-            wal_rates.append(await _read_wal(wal, messages))
+            seconds, read, _ = await timed_scan(wal, DeliveryPolicy.all(), messages)
+            wal_rates.append(read / seconds)
             node_rates.append(await _read_node(client, node_channel, messages))
     node_per_s = round(statistics.median(node_rates), 1)
     wal_per_s = round(statistics.median(wal_rates), 1)

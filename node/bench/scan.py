@@ -32,12 +32,13 @@ from wal.message import MessageType, MutableMessage
 from wal.scanner import SOURCE_BUFFER
 from wal.wal import WAL, ReadOnlyWAL
 
-__all__ = ["run_scan_bench"]
+__all__ = ["fill_wal", "run_scan_bench", "timed_scan"]
 
 _FILL_APPENDERS = 64
 
 
-async def _fill(wal: WAL, messages: int, payload: bytes) -> None:
+async def fill_wal(wal: WAL, messages: int, payload: bytes) -> None:
+    """``messages`` inserts of ``payload``, from many appenders at once (a quick fill)."""
     remaining = iter(range(messages))
 
     async def appender() -> None:
@@ -47,7 +48,7 @@ async def _fill(wal: WAL, messages: int, payload: bytes) -> None:
     await asyncio.gather(*(appender() for _ in range(_FILL_APPENDERS)))
 
 
-async def _scan(
+async def timed_scan(
     wal: WAL | ReadOnlyWAL, policy: DeliveryPolicy, inserts: int
 ) -> tuple[float, int, str]:
     """Seconds to read ``inserts`` data messages; messages read in all; the last source."""
@@ -98,7 +99,7 @@ async def run_scan_bench(
         wal = await open_wal(opener, channel, tso.allocator(), 1)
         try:
             started = time.perf_counter()
-            await _fill(wal, messages, b"s" * payload_bytes)
+            await fill_wal(wal, messages, b"s" * payload_bytes)
             fill_s = time.perf_counter() - started
             target.progress(f"scan: {messages} messages appended in {fill_s:.1f} s")
             read_only = await open_read_only(opener, channel)
@@ -106,12 +107,12 @@ async def run_scan_bench(
                 entries = 0
                 sources: set[str] = set()
                 for _ in range(repeats):
-                    secs, entries, _ = await _scan(read_only, DeliveryPolicy.all(), messages)
+                    secs, entries, _ = await timed_scan(read_only, DeliveryPolicy.all(), messages)
                     rates["catch_up"].append(entries / secs)
                     secs = await _raw_scan(opener.client, config.topic(channel), entries)
                     rates["raw_reader"].append(entries / secs)
                     policy = DeliveryPolicy.start_from_time_tick(wal.first_time_tick)
-                    secs, read, source = await _scan(wal, policy, messages)
+                    secs, read, source = await timed_scan(wal, policy, messages)
                     rates["buffer_tail"].append(read / secs)
                     sources.add(source)
             finally:
