@@ -4,8 +4,6 @@ log, in its error output, or in the spans it exports."""
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +17,7 @@ from node.client import NodeClient, policy
 from node.config import load_config
 from node.runtime import Node
 from node.stack import StackInfo
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, serve_once
 
 pytestmark = pytest.mark.integration
 
@@ -83,15 +81,7 @@ def test_configuration_errors_never_print_secrets(
     env = {"PATH": "/usr/bin:/bin"}
     if env_key is not None:
         env[env_key] = token if "TOKEN" in env_key else password
-    done = subprocess.run(
-        [sys.executable, "-m", "node.cli", "serve", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=Path(__file__).resolve().parents[2],
-        check=False,
-    )
+    done = serve_once(path, env)
     assert done.returncode == 2, done.stderr
     assert "invalid configuration" in done.stderr
     output = done.stdout + done.stderr

@@ -14,7 +14,7 @@ import yaml
 
 from node.stack.process import port_in_use
 
-__all__ = ["NodeProcess", "free_port"]
+__all__ = ["NodeProcess", "free_port", "serve_once"]
 
 
 def free_port() -> int:
@@ -23,6 +23,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def serve_once(config_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``streamwal serve --config config_path`` run to its end (a config it refuses)."""
+    return subprocess.run(
+        [sys.executable, "-m", "node.cli", "serve", "--config", str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        check=False,
+    )
 
 
 class NodeProcess:

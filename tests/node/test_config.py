@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import subprocess
-import sys
 import typing
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 import yaml
 
 from node.config import ConfigError, NodeConfig, load_config
+from tests.node.processes import serve_once
 
 
 def test_defaults_point_at_the_local_stack() -> None:
@@ -236,15 +235,7 @@ def test_serve_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("wal:\n  buffer_keepalive_s: .nan\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMWAL_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "node.cli", "serve", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=Path(__file__).resolve().parents[2],
-        check=False,
-    )
+    done = serve_once(path, env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "invalid configuration: wal.buffer_keepalive_s:" in done.stderr
     assert "ready" not in done.stdout
