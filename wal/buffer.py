@@ -27,6 +27,7 @@ from wal.backend import DeliveryPolicy
 from wal.errors import BufferSealedError, ClosedError, EvictedError, InvalidInputError
 from wal.message import ImmutableMessage
 from wal.message_id import MessageId
+from wal.metrics import record_evictions
 
 __all__ = ["BufferCursor", "BufferEntry", "WriteAheadBuffer"]
 
@@ -34,23 +35,6 @@ _TICK_SIZE = 32  # bytes accounted for an in-memory time tick
 
 _meter = metrics.get_meter(__name__)
 _live_buffers: weakref.WeakSet[WriteAheadBuffer] = weakref.WeakSet()
-
-# Counted in a plain int per channel and reported at collection: a full buffer evicts
-# about one entry per append, and a Counter.add through the SDK costs about 8 us.
-_eviction_counts: dict[str, int] = {}
-
-
-def _observe_evictions(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-    counts = list(_eviction_counts.items())  # one C-level copy: safe beside the loop thread
-    return [metrics.Observation(n, {"channel": c}) for c, n in counts]
-
-
-_meter.create_observable_counter(
-    "streamwal.wal.buffer.evictions",
-    callbacks=[_observe_evictions],
-    unit="{entry}",
-    description="Entries evicted",
-)
 
 
 def _observe_sizes(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
@@ -162,7 +146,7 @@ class WriteAheadBuffer:
                 self._last_evicted_id = head.message.message_id
             evicted += 1
         if evicted:
-            _eviction_counts[self.channel] = _eviction_counts.get(self.channel, 0) + evicted
+            record_evictions(self.channel, evicted)
         return evicted
 
     def seal(self) -> None:
