@@ -38,13 +38,22 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import _pulsar
 import pulsar
 from pulsar.asyncio import PulsarException
 
+from adaptors.pulsar.bursts import (
+    CHUNK_BYTES,
+    CHUNK_MESSAGES,
+    Burst,
+    Edge,
+    Prepared,
+    chunks,
+    size_of,
+)
 from adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
 from adaptors.pulsar.errors import FENCING_RESULTS, translate
 from adaptors.pulsar.message_id import PulsarMessageId
@@ -55,6 +64,7 @@ from wal.errors import (
     ChannelFencedError,
     ClosedError,
     InvalidInputError,
+    StreamwalError,
     UnavailableError,
     UnknownPositionError,
 )
@@ -67,6 +77,7 @@ _log = logging.getLogger(__name__)
 _OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.ProducerBusy})
 _WRITER_ATTEMPTS = 10
 _WRITER_RETRY_S = 0.05
+_BATCH_TIMER_MS = 100
 
 
 class PulsarBackendWAL:
@@ -95,7 +106,11 @@ class PulsarBackendWAL:
         self._lock = asyncio.Lock()
         self._scanners: set[PulsarScanner] = set()
         self._outbox: list[tuple[AppendCallback, bytes, Mapping[str, str]]] = []
-        self._receipts: ReceiptQueue[AppendCallback] = ReceiptQueue(self._complete)
+        self._receipts: ReceiptQueue[AppendCallback | Edge] = ReceiptQueue(self._on_receipt)
+        #: appends handed to the client and not answered yet (pulsar.max_pending_messages)
+        self._in_flight = 0
+        #: the client's open batch may hold messages sent while it could not flush
+        self._dirty = False
 
     @property
     def channel(self) -> str:
@@ -161,7 +176,12 @@ class PulsarBackendWAL:
                         self._topic,
                         access_mode=pulsar.ProducerAccessMode.Exclusive,
                         batching_enabled=self._config.batching,
-                        batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
+                        # the channel flushes each chunk itself (.bursts): the timer
+                        # only sends what waits while the producer reconnects, and the
+                        # size bounds only guard against a chunk larger than planned
+                        batching_max_publish_delay_ms=_BATCH_TIMER_MS,
+                        batching_max_messages=4 * CHUNK_MESSAGES,
+                        batching_max_allowed_size_in_bytes=4 * CHUNK_BYTES,
                         max_pending_messages=self._config.max_pending_messages,
                         block_if_queue_full=False,
                         send_timeout_millis=self._config.send_timeout_ms,
@@ -233,17 +253,30 @@ class PulsarBackendWAL:
     def _send_outbox(self) -> None:
         """Hand the entries of this burst to the client, back to back, in append order.
 
-        Appends that arrive in one event-loop iteration are sent together at its end:
-        the client batches what arrives within ``batching_max_delay_ms`` of a batch's
-        first entry, and sends spread over the appenders' own work between them were
-        cut into more, smaller batches (more broker work per message).
+        Appends that arrive in one event-loop iteration are sent together at its end,
+        cut into chunks (:mod:`.bursts`), each flushed as one batch with a receipt on
+        its first and last message only. While the producer reconnects the client
+        refuses to flush: what is in its batch then is not ours to delimit (``dirty``),
+        and messages get a receipt each until a flush goes through again.
         """
         outbox, self._outbox = self._outbox, []
         producer = self._producer
-        put = self._receipts.put
+        if producer is None or self._fenced is not None:
+            error = self._fenced or ClosedError(f"channel {self._channel!r} is closed")
+            for done, _, _ in outbox:
+                done(None, error)
+            return
+        prepared: list[Prepared] = []
+        limit = self._config.max_pending_messages
         for done, payload, properties in outbox:
-            if producer is None or self._fenced is not None:
-                done(None, self._fenced or ClosedError(f"channel {self._channel!r} is closed"))
+            if self._in_flight >= limit:
+                done(
+                    None,
+                    UnavailableError(
+                        f"append on {self._channel!r}: {limit} appends are already in flight "
+                        "(pulsar.max_pending_messages)"
+                    ),
+                )
                 continue
             try:
                 builder = _pulsar.MessageBuilder()
@@ -253,62 +286,187 @@ class PulsarBackendWAL:
             except TypeError as exc:  # not bytes / str properties: this entry only
                 done(None, InvalidInputError(f"append on {self._channel!r}: {exc}"))
                 continue
-            # The producer of pulsar.asyncio exposes the C extension's producer; its
-            # send_async enqueues synchronously, which is what orders the log.
+            self._in_flight += 1
+            prepared.append((done, message, size_of(payload, properties)))
+        # The producer of pulsar.asyncio exposes the C extension's producer; its
+        # send_async enqueues synchronously, which is what orders the log.
+        native = producer._producer
+        if not self._config.batching:
+            for done, message, _ in prepared:
+                self._send_one(native, done, message)
+            return
+        for chunk in chunks(prepared):
+            if self._dirty:
+                if not self._flush(native):
+                    for done, message, _ in chunk:
+                        self._send_one(native, done, message)
+                    continue
+                self._dirty = False
+            if len(chunk) == 1:
+                self._send_one(native, chunk[0][0], chunk[0][1])
+            else:
+                self._send_burst(native, chunk)
+            if not self._flush(native):
+                self._dirty = True
+
+    @staticmethod
+    def _flush(native: Any) -> bool:
+        """Send the client's open batch now; false if the producer refused (it does
+        while reconnecting, and its batch then waits for the batch timer)."""
+        answers: list[Any] = []
+        native.flush_async(answers.append)  # a refusal answers at once, on this thread
+        return not answers or answers[0] == _pulsar.Result.Ok
+
+    def _send_one(self, native: Any, done: AppendCallback, message: Any) -> None:
+        try:
+            native.send_async(message, functools.partial(self._receipts.put, done))
+        except Exception as exc:  # the client refused it synchronously
+            self._in_flight -= 1
+            done(None, self._refusal(exc))
+
+    def _send_burst(self, native: Any, chunk: Sequence[Prepared]) -> None:
+        burst = Burst([done for done, _, _ in chunk])
+        put = self._receipts.put
+        first = functools.partial(put, Edge(burst, is_last=False))
+        last = functools.partial(put, Edge(burst, is_last=True))
+        end = len(chunk) - 1
+        send = native.send_async
+        for i, (done, message, _) in enumerate(chunk):
             try:
-                producer._producer.send_async(message, functools.partial(put, done))
+                send(message, first if i == 0 else last if i == end else None)
             except Exception as exc:  # the client refused it synchronously
-                done(
-                    None,
-                    translate(exc, channel=self._channel, what="append")
-                    if isinstance(exc, PulsarException)
-                    else UnavailableError(f"append on {self._channel!r}: {exc!r}"),
-                )
+                error = self._refusal(exc)
+                if i == 0 or i == end:
+                    if burst.record(i == end, error):
+                        self._resolve(burst)
+                else:
+                    burst.broken = True
+                    burst.dones[i] = None
+                    self._in_flight -= 1
+                    done(None, error)
+
+    def _refusal(self, exc: Exception) -> StreamwalError:
+        if isinstance(exc, PulsarException):
+            return translate(exc, channel=self._channel, what="append")
+        return UnavailableError(f"append on {self._channel!r}: {exc!r}")
+
+    def _on_receipt(self, token: AppendCallback | Edge, result: Any, message_id: Any) -> None:
+        if type(token) is Edge:
+            if token.burst.record(token.is_last, (result, message_id)):
+                self._resolve(token.burst)
+            return
+        self._in_flight -= 1
+        self._complete(token, result, message_id)  # type: ignore[arg-type]
+
+    def _resolve(self, burst: Burst) -> None:
+        """Answer every entry of a chunk once both its edges reported (module doc)."""
+        dones, first, last = burst.dones, burst.first, burst.last
+        n = len(dones)
+        if not burst.broken and type(first) is tuple and type(last) is tuple:
+            (first_result, first_id), (last_result, last_id) = first, last
+            ok = _pulsar.Result.Ok
+            if first_result == ok and last_result == ok:
+                ledger, entry = first_id.ledger_id(), first_id.entry_id()
+                if (
+                    last_id.ledger_id() == ledger
+                    and last_id.entry_id() == entry
+                    and first_id.batch_index() == 0
+                    and last_id.batch_index() == n - 1
+                ):
+                    self._in_flight -= n
+                    error = self._check_landed(PulsarMessageId(ledger, entry, 0))
+                    if error is not None:
+                        for done in dones:
+                            done(None, error)  # type: ignore[misc]
+                        return
+                    self._last_landed = PulsarMessageId(ledger, entry, n - 1)
+                    for i, done in enumerate(dones):
+                        done(PulsarMessageId(ledger, entry, i), None)  # type: ignore[misc]
+                    return
+            elif first_result == last_result:  # the batch failed as one
+                self._in_flight -= n
+                error = self._failure(first_result)
+                for done in dones:
+                    done(None, error)  # type: ignore[misc]
+                return
+        _log.warning(
+            "channel %s: a chunk of %d appends did not land as one batch (first: %s, "
+            "last: %s); its middle entries are answered with an unknown position",
+            self._channel,
+            n,
+            first,
+            last,
+        )
+        unknown = UnknownPositionError(
+            f"append on {self._channel!r}: its batch was cut or partly refused by the "
+            "client; whether it landed is unknown"
+        )
+        for i, done in enumerate(dones):
+            if done is None:
+                continue
+            self._in_flight -= 1
+            edge = first if i == 0 else last if i == n - 1 else None
+            if i == n - 1:
+                self._last_landed = None  # the entries in between are unknown
+            if isinstance(edge, tuple):
+                self._complete(done, *edge)
+            elif isinstance(edge, BaseException):
+                done(None, edge)
+            else:
+                done(None, unknown)
 
     def _complete(self, done: AppendCallback, result: Any, message_id: Any) -> None:
-        if result == _pulsar.Result.Ok and self._fenced is None:
+        if result == _pulsar.Result.Ok:
             landed = PulsarMessageId.from_pulsar(message_id)
-            if landed.ledger < 0 or landed.entry < 0:
-                # seen under connection resets: a receipt with no position (-1:-1); the
-                # entry it stands for may be in the log, so the guard starts over
-                self._last_landed = None
-                done(
-                    None,
-                    UnknownPositionError(
-                        f"append on {self._channel!r}: the broker gave no position ({landed})"
-                    ),
-                )
-                return
-            last = self._last_landed
-            if last is None or landed.ledger != last.ledger or landed.entry <= last.entry + 1:
-                if (
-                    last is None
-                    or landed.ledger != last.ledger
-                    or (landed.entry, landed.batch_index) > (last.entry, last.batch_index)
-                ):  # fields, not MessageId ordering: two ABC checks less per receipt
-                    self._last_landed = landed
+            error = self._check_landed(landed)
+            if error is None:
                 done(landed, None)
-                return
-            _log.error(
-                "channel %s: another producer wrote between our entries %s and %s: "
-                "this owner was fenced and let back in; appends stop",
-                self._channel,
-                last,
-                landed,
-            )
-            self._fenced = ChannelFencedError(
-                self._channel, f"another producer wrote between {last} and {landed}"
-            )
-        if self._fenced is not None:
-            done(None, self._fenced)
+            else:
+                done(None, error)
             return
+        done(None, self._failure(result))
+
+    def _check_landed(self, landed: PulsarMessageId) -> StreamwalError | None:
+        """The interleaving guard (module doc); ``None`` if ``landed`` may be acknowledged."""
+        if self._fenced is not None:
+            return self._fenced
+        if landed.ledger < 0 or landed.entry < 0:
+            # seen under connection resets: a receipt with no position (-1:-1); the
+            # entry it stands for may be in the log, so the guard starts over
+            self._last_landed = None
+            return UnknownPositionError(
+                f"append on {self._channel!r}: the broker gave no position ({landed})"
+            )
+        last = self._last_landed
+        if last is None or landed.ledger != last.ledger or landed.entry <= last.entry + 1:
+            if (
+                last is None
+                or landed.ledger != last.ledger
+                or (landed.entry, landed.batch_index) > (last.entry, last.batch_index)
+            ):  # fields, not MessageId ordering: two ABC checks less per receipt
+                self._last_landed = landed
+            return None
+        _log.error(
+            "channel %s: another producer wrote between our entries %s and %s: "
+            "this owner was fenced and let back in; appends stop",
+            self._channel,
+            last,
+            landed,
+        )
+        self._fenced = ChannelFencedError(
+            self._channel, f"another producer wrote between {last} and {landed}"
+        )
+        return self._fenced
+
+    def _failure(self, result: Any) -> StreamwalError:
+        if self._fenced is not None:
+            return self._fenced
         error = translate(PulsarException(result), channel=self._channel, what="append")
         if result in FENCING_RESULTS and not self._closed:
-            if self._fenced is None:
-                _log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
-                self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
-            error = self._fenced
-        done(None, error)
+            _log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
+            self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
+            return self._fenced
+        return error
 
     @property
     def is_fenced(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import uuid
 from collections.abc import AsyncIterator
 
@@ -10,8 +11,15 @@ import pulsar
 import pytest
 
 from adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarMessageId, PulsarOpener
+from adaptors.pulsar.bursts import CHUNK_BYTES, CHUNK_MESSAGES
 from node.stack import StackInfo
-from tests.adaptors.conformance import BackendHarness, ConformanceSuite, append_many, writable
+from tests.adaptors.conformance import (
+    BackendHarness,
+    ConformanceSuite,
+    append_many,
+    read_all,
+    writable,
+)
 from wal.backend import AccessMode, DeliveryPolicy
 from wal.errors import DecodeError, UnavailableError
 
@@ -114,4 +122,29 @@ async def test_start_after_inside_a_batch(stack: StackInfo, unique: str) -> None
                 break
         await scanner.close()
         assert got == ids[k + 1 :]
+        await wal.close()
+
+
+async def test_a_burst_lands_as_batches_whose_ids_match_what_a_reader_sees(
+    stack: StackInfo, unique: str
+) -> None:
+    """One burst longer than a chunk, with a payload over the chunk byte bound in
+    the middle: every acknowledged id is the id a reader of the topic gets for that
+    payload, and the chunks went out as batches of many messages (two receipts each)."""
+    async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
+        wal = await writable(opener, f"bursts-{unique}")
+        count = 2 * CHUNK_MESSAGES + 40
+        payloads = [f"small-{i}".encode() for i in range(count)]
+        payloads[CHUNK_MESSAGES + 7] = b"B" * (CHUNK_BYTES + 1)
+        acked = await asyncio.gather(
+            *(wal.append(p, {"i": str(i)}) for i, p in enumerate(payloads))
+        )
+        entries = await read_all(opener, f"bursts-{unique}", count)
+        assert [e.message_id for e in entries] == list(acked)
+        assert [e.payload for e in entries] == payloads
+        assert [e.properties["i"] for e in entries] == [str(i) for i in range(count)]
+        per_entry = collections.Counter(
+            (m.ledger, m.entry) for m in acked if isinstance(m, PulsarMessageId)
+        )
+        assert len(per_entry) <= 6 and max(per_entry.values()) >= CHUNK_MESSAGES // 2
         await wal.close()
