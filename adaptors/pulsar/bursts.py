@@ -1,38 +1,63 @@
-"""A burst of appends handed to the client as one batch, with two receipts for it.
+"""Appends sent with a receipt on each segment's edges, not on every message.
 
 Why: the client's binding calls a Python callback for every message, on its I/O
 thread, and each call takes the GIL from the event loop's thread in the middle of its
 work (two context switches, and the loop's own sends slowed down meanwhile). Measured
 on 128 B appends by 32 appenders, a receipt per message cost the loop and the client
-together 75-110 us of CPU per append; two receipts per batch, about 30 us.
+together 75-110 us of CPU per append.
 
-How every message still gets its own id: the WAL's producer batches, and the channel
-flushes the batch right after the last message of each chunk, so a chunk is one
-batch, i.e. one broker entry, and its i-th message has the id (ledger, entry, i). Only
-the chunk's first and last messages carry a callback, and what they report proves
-that: the same entry, the first at batch index 0 and the last at n - 1. Anything else
-(a batch the client cut, a message refused on its way in) is not guessed at: the
-chunk's middle entries get :class:`~wal.errors.UnknownPositionError`, neither
-acknowledged nor retried, and the two edges get their own outcome.
+How every message still gets its own id: a channel's appends go to its producer in
+order, cut into segments (at most :data:`SEGMENT_MESSAGES` messages or about
+:data:`SEGMENT_BYTES`, and never past the end of an event-loop iteration), and only
+a segment's first and last messages carry a callback. A segment's messages sit in the
+producer's batches in order and contiguous. The producer closes a batch on its own
+(its batching delay, or a size bound), so a segment lands in one entry, or in two
+when a batch was closed while it was being sent. :func:`positions` accepts exactly
+these two shapes, checked against the edges' ids: one entry whose batch indexes span
+the segment, or two consecutive entries, the segment's first messages at the end of
+the first and the rest from index 0 of the next. Anything else (more entries, a
+message refused on its way in, an edge without a position) is not guessed at: the
+middle entries get :class:`~wal.errors.UnknownPositionError`, neither acknowledged nor
+retried, and the two edges get their own outcome. A segment is sent in well under the
+1 ms batching delay, so a second cut needs the loop thread stalled for about that long
+in the middle of one.
+
+The client could also refuse a message silently on its way in (its callback is the
+only way it says so): when the producer is closed, which fails the segment's last
+message too, or over its pending-message limit, which the channel keeps below by
+counting its own appends in flight. (The client's memory limit, the other such case,
+is not set by this backend.) Flushing the batch after each segment would spare the
+timer but cannot be done safely: the binding's ``flush_async`` holds the GIL while it
+waits for the producer's lock, which the client's I/O thread may hold while it waits
+for the GIL (a deadlock, seen in a benchmark run).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from adaptors.pulsar.message_id import PulsarMessageId
 from wal.backend import AppendCallback
 
-__all__ = ["CHUNK_BYTES", "CHUNK_MESSAGES", "Burst", "Edge", "Prepared", "chunks", "size_of"]
+__all__ = [
+    "SEGMENT_BYTES",
+    "SEGMENT_MESSAGES",
+    "Burst",
+    "Edge",
+    "Prepared",
+    "positions",
+    "size_of",
+]
 
-#: Bounds of one chunk, well inside the producer's own batch limits (set to four times
-#: these), so the client never cuts a chunk for size. 128 messages are handed over in
-#: 1-2 ms; the client's batch timer, the other way a batch is cut, is 100 ms.
-CHUNK_MESSAGES = 128
-CHUNK_BYTES = 128 * 1024
+#: Bounds of one segment: sent in a few hundred microseconds (appenders' own work
+#: included), and an eighth of the producer's batch size bound, so a segment is cut at
+#: most once in practice. 32 appenders: 4 receipts a round instead of 32.
+SEGMENT_MESSAGES = 16
+SEGMENT_BYTES = 64 * 1024
 
-#: (callback, built client message, size in bytes)
-Prepared = tuple[AppendCallback, Any, int]
+#: (callback, built client message, payload, size in bytes)
+Prepared = tuple[AppendCallback, Any, bytes, int]
 
 
 def size_of(payload: bytes, properties: Mapping[str, str]) -> int:
@@ -43,35 +68,47 @@ def size_of(payload: bytes, properties: Mapping[str, str]) -> int:
     return size
 
 
-def chunks(
-    prepared: Sequence[Prepared],
-    max_messages: int = CHUNK_MESSAGES,
-    max_bytes: int = CHUNK_BYTES,
-) -> Iterator[Sequence[Prepared]]:
-    """Cut a burst, in order, into runs within both bounds; a message larger than
-    ``max_bytes`` on its own travels alone."""
-    start, size = 0, 0
-    for i, (_, _, item) in enumerate(prepared):
-        if i > start and (i - start >= max_messages or size + item > max_bytes):
-            yield prepared[start:i]
-            start, size = i, 0
-        size += item
-    if start < len(prepared):
-        yield prepared[start:]
+def positions(first: Any, last: Any, count: int) -> list[PulsarMessageId] | None:
+    """Every id of a segment of ``count`` >= 2 messages from its edges' ids, or ``None``
+    when the edges do not prove one of the two shapes in the module doc."""
+    ledger, first_entry, first_index = first.ledger_id(), first.entry_id(), first.batch_index()
+    last_entry, last_index = last.entry_id(), last.batch_index()
+    if ledger < 0 or first_entry < 0 or last.ledger_id() != ledger:
+        return None
+    if last_entry == first_entry:
+        if first_index >= 0 and last_index - first_index == count - 1:
+            return [PulsarMessageId(ledger, first_entry, first_index + i) for i in range(count)]
+        return None
+    if last_entry != first_entry + 1:
+        return None
+    # one cut: the segment's first `head` messages end one entry, the rest open the next
+    # (a batch of one may come back without a batch index)
+    tail = last_index + 1 if last_index >= 0 else 1
+    head = count - tail
+    if head < 1 or (head > 1 and first_index < 0):
+        return None
+    ids = [PulsarMessageId(ledger, first_entry, first_index + i) for i in range(head)]
+    if tail == 1:
+        ids.append(PulsarMessageId(ledger, last_entry, last_index))
+    else:
+        ids.extend(PulsarMessageId(ledger, last_entry, i) for i in range(tail))
+    return ids
 
 
 class Burst:
-    """One chunk in flight: its entries' callbacks and what its two edges reported.
+    """One segment in flight: its entries' callbacks and what its two edges reported.
 
     An edge's outcome is ``(result, message_id)`` from a receipt, or the exception
-    its ``send_async`` raised. ``broken`` marks a chunk a message of which was refused
+    its ``send_async`` raised. ``broken`` marks a segment a message of which was refused
     while being handed over: its batch indexes no longer match the entries.
     """
 
-    __slots__ = ("broken", "dones", "first", "last")
+    __slots__ = ("broken", "dones", "first", "last", "payloads")
 
-    def __init__(self, dones: list[AppendCallback | None]) -> None:
+    def __init__(self, dones: list[AppendCallback | None], payloads: list[bytes]) -> None:
         self.dones = dones
+        #: kept to recognise the segment's messages if it must be read back
+        self.payloads = payloads
         self.first: tuple[Any, Any] | BaseException | None = None
         self.last: tuple[Any, Any] | BaseException | None = None
         self.broken = False
@@ -86,7 +123,7 @@ class Burst:
 
 
 class Edge:
-    """The token a chunk's first or last message carries to its receipt."""
+    """The token a segment's first or last message carries to its receipt."""
 
     __slots__ = ("burst", "is_last")
 

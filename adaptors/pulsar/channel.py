@@ -1,11 +1,12 @@
 """One channel (= one Pulsar topic) opened by a node.
 
-Appends are queued in call order and handed to the C++ producer's ``send_async``
-back to back at the end of the event-loop iteration, from the loop thread, so the
-order of ``submit``/``append`` calls is the order in the log and appends pipeline
-without a round trip each; receipts come back in bursts (:mod:`.receipts`) and answer
-each entry's callback directly. A fencing result from the broker marks the channel
-fenced for good: the producer is dropped and every later append fails fast.
+Appends are handed to the C++ producer's ``send_async`` in call order, from the loop
+thread, so the order of ``submit``/``append`` calls is the order in the log and
+appends pipeline without a round trip each. Only the edges of each segment of appends
+carry a send callback (:mod:`.bursts`); receipts come back in bursts
+(:mod:`.receipts`) and answer each entry's callback directly. A fencing result from
+the broker marks the channel fenced for good: the producer is dropped and every later
+append fails fast.
 
 Taking a topic over (``ExclusiveWithFencing``, the default) is two steps. A Pulsar
 4.0.7 broker reconnecting a fenced ``ExclusiveWithFencing`` producer first evicts the
@@ -38,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import _pulsar
@@ -46,12 +47,12 @@ import pulsar
 from pulsar.asyncio import PulsarException
 
 from adaptors.pulsar.bursts import (
-    CHUNK_BYTES,
-    CHUNK_MESSAGES,
+    SEGMENT_BYTES,
+    SEGMENT_MESSAGES,
     Burst,
     Edge,
     Prepared,
-    chunks,
+    positions,
     size_of,
 )
 from adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
@@ -72,12 +73,20 @@ from wal.message_id import MessageId
 
 __all__ = ["PulsarBackendWAL"]
 
+
+def _same_position(landed: PulsarMessageId, receipt: PulsarMessageId) -> bool:
+    """A read message is the one a receipt named (a receipt for the only message of a
+    batch may carry no batch index)."""
+    return (landed.ledger, landed.entry) == (receipt.ledger, receipt.entry) and (
+        receipt.batch_index < 0 or landed.batch_index == receipt.batch_index
+    )
+
+
 _log = logging.getLogger(__name__)
 
 _OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.ProducerBusy})
 _WRITER_ATTEMPTS = 10
 _WRITER_RETRY_S = 0.05
-_BATCH_TIMER_MS = 100
 
 
 class PulsarBackendWAL:
@@ -105,12 +114,16 @@ class PulsarBackendWAL:
         self._closed = False
         self._lock = asyncio.Lock()
         self._scanners: set[PulsarScanner] = set()
-        self._outbox: list[tuple[AppendCallback, bytes, Mapping[str, str]]] = []
+        #: the latest append, sent when the next one comes or the iteration ends
+        self._held: Prepared | None = None
+        #: the segment being sent (its first edge is out, its last is not yet)
+        self._segment: Burst | None = None
+        self._segment_bytes = 0
+        #: reads placing the middle of a segment that was cut more than once
+        self._readbacks: set[asyncio.Task[None]] = set()
         self._receipts: ReceiptQueue[AppendCallback | Edge] = ReceiptQueue(self._on_receipt)
         #: appends handed to the client and not answered yet (pulsar.max_pending_messages)
         self._in_flight = 0
-        #: the client's open batch may hold messages sent while it could not flush
-        self._dirty = False
 
     @property
     def channel(self) -> str:
@@ -176,12 +189,10 @@ class PulsarBackendWAL:
                         self._topic,
                         access_mode=pulsar.ProducerAccessMode.Exclusive,
                         batching_enabled=self._config.batching,
-                        # the channel flushes each chunk itself (.bursts): the timer
-                        # only sends what waits while the producer reconnects, and the
-                        # size bounds only guard against a chunk larger than planned
-                        batching_max_publish_delay_ms=_BATCH_TIMER_MS,
-                        batching_max_messages=4 * CHUNK_MESSAGES,
-                        batching_max_allowed_size_in_bytes=4 * CHUNK_BYTES,
+                        batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
+                        # room for many segments: one is cut at most once (.bursts)
+                        batching_max_messages=64 * SEGMENT_MESSAGES,
+                        batching_max_allowed_size_in_bytes=8 * SEGMENT_BYTES,
                         max_pending_messages=self._config.max_pending_messages,
                         block_if_queue_full=False,
                         send_timeout_millis=self._config.send_timeout_ms,
@@ -246,76 +257,92 @@ class PulsarBackendWAL:
                 f"payload of {len(payload)} bytes exceeds the broker's maximum message size "
                 f"of {self._config.max_message_size} bytes"
             )
-        self._outbox.append((done, payload, properties))
-        if len(self._outbox) == 1:
-            asyncio.get_running_loop().call_soon(self._send_outbox)
-
-    def _send_outbox(self) -> None:
-        """Hand the entries of this burst to the client, back to back, in append order.
-
-        Appends that arrive in one event-loop iteration are sent together at its end,
-        cut into chunks (:mod:`.bursts`), each flushed as one batch with a receipt on
-        its first and last message only. While the producer reconnects the client
-        refuses to flush: what is in its batch then is not ours to delimit (``dirty``),
-        and messages get a receipt each until a flush goes through again.
-        """
-        outbox, self._outbox = self._outbox, []
-        producer = self._producer
-        if producer is None or self._fenced is not None:
-            error = self._fenced or ClosedError(f"channel {self._channel!r} is closed")
-            for done, _, _ in outbox:
-                done(None, error)
-            return
-        prepared: list[Prepared] = []
         limit = self._config.max_pending_messages
-        for done, payload, properties in outbox:
-            if self._in_flight >= limit:
-                done(
-                    None,
-                    UnavailableError(
-                        f"append on {self._channel!r}: {limit} appends are already in flight "
-                        "(pulsar.max_pending_messages)"
-                    ),
-                )
-                continue
-            try:
-                builder = _pulsar.MessageBuilder()
-                builder.content(payload)
-                builder.properties(properties)  # one call: one per property cost 1 us each
-                message = builder.build()
-            except TypeError as exc:  # not bytes / str properties: this entry only
-                done(None, InvalidInputError(f"append on {self._channel!r}: {exc}"))
-                continue
-            self._in_flight += 1
-            prepared.append((done, message, size_of(payload, properties)))
+        if self._in_flight >= limit:
+            raise UnavailableError(
+                f"append on {self._channel!r}: {limit} appends are already in flight "
+                "(pulsar.max_pending_messages)"
+            )
+        try:
+            builder = _pulsar.MessageBuilder()
+            builder.content(payload)
+            builder.properties(properties)  # one call: one per property cost 1 us each
+            message = builder.build()
+        except TypeError as exc:  # not bytes / str properties: this entry only
+            raise InvalidInputError(f"append on {self._channel!r}: {exc}") from None
+        self._in_flight += 1
+        held, self._held = self._held, (done, message, payload, size_of(payload, properties))
+        if held is None:
+            asyncio.get_running_loop().call_soon(self._end_iteration)
+        else:
+            self._send(held, last=False)
+
+    def _end_iteration(self) -> None:
+        """Send the append held back: the last of this event-loop iteration."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._send(held, last=True)
+
+    def _send(self, entry: Prepared, *, last: bool) -> None:
+        """Hand one append to the client, with a callback only if it is a segment edge.
+
+        Appends go to the client as they come, so the producer's batching delay runs
+        while later appenders still do their own work, but each is held back until the
+        next one arrives or the loop iteration ends: only then is it known whether it
+        is the last of its segment (:mod:`.bursts`), which needs a callback.
+        """
+        done, message, payload, size = entry
+        producer = self._producer
+        segment = self._segment
+        if producer is None:  # closed with this append accepted: close sends it first
+            self._in_flight -= 1
+            closed = ClosedError(f"channel {self._channel!r} is closed")
+            done(None, closed)
+            if segment is not None:  # its last edge will never be sent
+                segment.broken = True
+                segment.dones.append(None)
+                segment.payloads.append(payload)
+                self._segment = None
+                if segment.record(True, closed):
+                    self._resolve(segment)
+            return
         # The producer of pulsar.asyncio exposes the C extension's producer; its
         # send_async enqueues synchronously, which is what orders the log.
         native = producer._producer
-        if not self._config.batching:
-            for done, message, _ in prepared:
+        if segment is None:
+            if last or not self._config.batching:
                 self._send_one(native, done, message)
-            return
-        for chunk in chunks(prepared):
-            if self._dirty:
-                if not self._flush(native):
-                    for done, message, _ in chunk:
-                        self._send_one(native, done, message)
-                    continue
-                self._dirty = False
-            if len(chunk) == 1:
-                self._send_one(native, chunk[0][0], chunk[0][1])
+                return
+            segment = self._segment = Burst([done], [payload])
+            self._segment_bytes = size
+            edge: Edge | None = Edge(segment, is_last=False)
+        else:
+            segment.dones.append(done)
+            segment.payloads.append(payload)
+            self._segment_bytes += size
+            if (
+                last
+                or len(segment.dones) >= SEGMENT_MESSAGES
+                or self._segment_bytes >= SEGMENT_BYTES
+            ):
+                edge = Edge(segment, is_last=True)
+                self._segment = None
             else:
-                self._send_burst(native, chunk)
-            if not self._flush(native):
-                self._dirty = True
-
-    @staticmethod
-    def _flush(native: Any) -> bool:
-        """Send the client's open batch now; false if the producer refused (it does
-        while reconnecting, and its batch then waits for the batch timer)."""
-        answers: list[Any] = []
-        native.flush_async(answers.append)  # a refusal answers at once, on this thread
-        return not answers or answers[0] == _pulsar.Result.Ok
+                edge = None
+        try:
+            native.send_async(
+                message, None if edge is None else functools.partial(self._receipts.put, edge)
+            )
+        except Exception as exc:  # the client refused it synchronously
+            error = self._refusal(exc)
+            if edge is not None:
+                if segment.record(edge.is_last, error):
+                    self._resolve(segment)
+            else:
+                segment.broken = True
+                segment.dones[-1] = None
+                self._in_flight -= 1
+                done(None, error)
 
     def _send_one(self, native: Any, done: AppendCallback, message: Any) -> None:
         try:
@@ -323,27 +350,6 @@ class PulsarBackendWAL:
         except Exception as exc:  # the client refused it synchronously
             self._in_flight -= 1
             done(None, self._refusal(exc))
-
-    def _send_burst(self, native: Any, chunk: Sequence[Prepared]) -> None:
-        burst = Burst([done for done, _, _ in chunk])
-        put = self._receipts.put
-        first = functools.partial(put, Edge(burst, is_last=False))
-        last = functools.partial(put, Edge(burst, is_last=True))
-        end = len(chunk) - 1
-        send = native.send_async
-        for i, (done, message, _) in enumerate(chunk):
-            try:
-                send(message, first if i == 0 else last if i == end else None)
-            except Exception as exc:  # the client refused it synchronously
-                error = self._refusal(exc)
-                if i == 0 or i == end:
-                    if burst.record(i == end, error):
-                        self._resolve(burst)
-                else:
-                    burst.broken = True
-                    burst.dones[i] = None
-                    self._in_flight -= 1
-                    done(None, error)
 
     def _refusal(self, exc: Exception) -> StreamwalError:
         if isinstance(exc, PulsarException):
@@ -359,29 +365,26 @@ class PulsarBackendWAL:
         self._complete(token, result, message_id)  # type: ignore[arg-type]
 
     def _resolve(self, burst: Burst) -> None:
-        """Answer every entry of a chunk once both its edges reported (module doc)."""
+        """Answer every entry of a segment once both its edges reported (.bursts)."""
         dones, first, last = burst.dones, burst.first, burst.last
         n = len(dones)
         if not burst.broken and type(first) is tuple and type(last) is tuple:
             (first_result, first_id), (last_result, last_id) = first, last
             ok = _pulsar.Result.Ok
             if first_result == ok and last_result == ok:
-                ledger, entry = first_id.ledger_id(), first_id.entry_id()
-                if (
-                    last_id.ledger_id() == ledger
-                    and last_id.entry_id() == entry
-                    and first_id.batch_index() == 0
-                    and last_id.batch_index() == n - 1
-                ):
+                landed = positions(first_id, last_id, n)
+                if landed is not None:
                     self._in_flight -= n
-                    error = self._check_landed(PulsarMessageId(ledger, entry, 0))
+                    error = self._check_landed(landed[0])
                     if error is not None:
                         for done in dones:
                             done(None, error)  # type: ignore[misc]
                         return
-                    self._last_landed = PulsarMessageId(ledger, entry, n - 1)
-                    for i, done in enumerate(dones):
-                        done(PulsarMessageId(ledger, entry, i), None)  # type: ignore[misc]
+                    self._last_landed = landed[-1]
+                    for done, message_id in zip(dones, landed, strict=True):
+                        done(message_id, None)  # type: ignore[misc]
+                    return
+                if self._read_back(burst, first_id, last_id):
                     return
             elif first_result == last_result:  # the batch failed as one
                 self._in_flight -= n
@@ -390,16 +393,16 @@ class PulsarBackendWAL:
                     done(None, error)  # type: ignore[misc]
                 return
         _log.warning(
-            "channel %s: a chunk of %d appends did not land as one batch (first: %s, "
-            "last: %s); its middle entries are answered with an unknown position",
+            "channel %s: a segment of %d appends did not land in one or two batches (first: "
+            "%s, last: %s); its middle entries are answered with an unknown position",
             self._channel,
             n,
             first,
             last,
         )
         unknown = UnknownPositionError(
-            f"append on {self._channel!r}: its batch was cut or partly refused by the "
-            "client; whether it landed is unknown"
+            f"append on {self._channel!r}: its segment was cut more than once or partly "
+            "refused by the client; whether it landed is unknown"
         )
         for i, done in enumerate(dones):
             if done is None:
@@ -414,6 +417,116 @@ class PulsarBackendWAL:
                 done(None, edge)
             else:
                 done(None, unknown)
+
+    def _read_back(self, burst: Burst, first_id: Any, last_id: Any) -> bool:
+        """Both edges landed, but not in a shape that places the middle (cut twice:
+        the loop thread stalled for about the batching delay while sending it). Answer
+        the edges now and place the middle by reading the log between them; false if
+        the edges cannot bound a read (no position, or not in log order)."""
+        first = PulsarMessageId.from_pulsar(first_id)
+        last = PulsarMessageId.from_pulsar(last_id)
+        if first.ledger < 0 or first.entry < 0 or last.sort_key() <= first.sort_key():
+            return False
+        dones = burst.dones
+        error = self._check_landed(first)
+        if error is None and last.ledger == first.ledger:
+            self._last_landed = last  # the read checks that what lies between is ours
+        elif error is None:
+            self._last_landed = None
+        self._in_flight -= 2
+        for done, edge in ((dones[0], first), (dones[-1], last)):
+            if done is None:
+                continue
+            if error is None:
+                done(edge, None)
+            else:
+                done(None, error)
+        middle = dones[1:-1]
+        if error is not None:
+            self._in_flight -= len(middle)
+            for done in middle:
+                if done is not None:
+                    done(None, error)
+            return True
+        _log.info(
+            "channel %s: a segment of %d appends was cut more than once (%s .. %s); "
+            "reading its middle back",
+            self._channel,
+            len(dones),
+            first,
+            last,
+        )
+        task = asyncio.get_running_loop().create_task(
+            self._place_middle(middle, burst.payloads, first, last)
+        )
+        self._readbacks.add(task)
+        task.add_done_callback(self._readbacks.discard)
+        return True
+
+    async def _place_middle(
+        self,
+        middle: list[AppendCallback | None],
+        payloads: list[bytes],
+        first: PulsarMessageId,
+        last: PulsarMessageId,
+    ) -> None:
+        """Answer ``middle`` with the ids the log has between ``first`` and ``last``,
+        if it holds exactly the segment's payloads there in order; else unknown."""
+        found: list[PulsarMessageId] = []
+        try:
+            found = await self._messages_between(first, last, payloads)
+        except asyncio.CancelledError:
+            found = []
+            raise
+        except Exception as exc:  # whatever the read met, the answer is "unknown"
+            _log.warning("channel %s: reading a cut segment back failed: %r", self._channel, exc)
+            found = []
+        finally:
+            placed = len(found) == len(middle)
+            unknown = UnknownPositionError(
+                f"append on {self._channel!r}: its segment was cut more than once and could "
+                "not be read back; whether it landed is unknown"
+            )
+            for i, done in enumerate(middle):
+                if done is None:
+                    continue
+                self._in_flight -= 1
+                if placed:
+                    done(found[i], None)
+                else:
+                    done(None, unknown)
+
+    async def _messages_between(
+        self, first: PulsarMessageId, last: PulsarMessageId, payloads: list[bytes]
+    ) -> list[PulsarMessageId]:
+        """The ids of the segment's middle messages as the log has them, reading from
+        ``first`` to ``last`` (``payloads``: the whole segment's, edges included); empty
+        if the log holds anything else there (a missing or foreign message)."""
+        timeout = self._config.operation_timeout_s
+        reader = await asyncio.wait_for(
+            self._client.create_reader(
+                self._topic, first.to_pulsar(), start_message_id_inclusive=True
+            ),
+            timeout,
+        )
+        found: list[PulsarMessageId] = []
+        try:
+            for i, payload in enumerate(payloads):
+                message = await asyncio.wait_for(reader.read_next(), timeout)
+                landed = PulsarMessageId.from_pulsar(message.message_id())
+                edge = first if i == 0 else last if i == len(payloads) - 1 else None
+                if message.data() != payload:
+                    return []
+                if edge is not None:
+                    if not _same_position(landed, edge):
+                        return []
+                elif _same_position(landed, last) or landed.sort_key() > last.sort_key():
+                    return []  # the last edge came early: a middle message is missing
+                else:
+                    found.append(landed)
+        finally:
+            await reader.close()
+        return found
 
     def _complete(self, done: AppendCallback, result: Any, message_id: Any) -> None:
         if result == _pulsar.Result.Ok:
@@ -529,8 +642,9 @@ class PulsarBackendWAL:
         for scanner in list(self._scanners):
             await scanner.close()
         self._scanners.clear()
-        if self._outbox:
-            self._send_outbox()  # accepted appends reach the client, which flushes them
+        self._end_iteration()  # accepted appends reach the client, which flushes them
+        for task in list(self._readbacks):
+            task.cancel()
         producer, self._producer = self._producer, None
         if producer is not None:
             try:

@@ -38,9 +38,10 @@ class PulsarConfig:
     #: client refuses what is over the broker's own limit, metadata included, alike:
     #: InvalidInputError either way)
     max_message_size: int = 5 * 1024 * 1024
-    #: each burst of appends goes out as one batch (one broker entry) with two send
-    #: receipts (adaptors.pulsar.bursts); False: one entry and one receipt per message
+    #: batch in the client, with send receipts on segment edges instead of one per
+    #: message (adaptors.pulsar.bursts); False: one entry and receipt per message
     batching: bool = True
+    batching_max_delay_ms: int = 1
     max_pending_messages: int = 10_000
     auth_token: str | None = None
     tls_trust_certs_file: str | None = None
@@ -72,6 +73,8 @@ class PulsarConfig:
             raise InvalidInputError("pulsar.max_message_size must be > 0")
         if self.max_pending_messages <= 0:
             raise InvalidInputError("pulsar.max_pending_messages must be > 0")
+        if self.batching_max_delay_ms < 0:
+            raise InvalidInputError("pulsar.batching_max_delay_ms must be >= 0")
 
     def topic(self, channel: str) -> str:
         return f"persistent://{self.tenant}/{self.namespace}/{channel}"

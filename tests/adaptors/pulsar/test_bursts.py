@@ -1,10 +1,11 @@
-"""Bursts as one batch with two receipts: chunking, and how a channel answers each
-entry from its chunk's edges (unit: a fake of the client's producer, no broker).
+"""Receipts on segment edges only: how a channel sends appends and answers each one
+from its segment's edges (unit: a fake of the client's producer, no broker).
 
 The fake keeps what the real client does that the channel relies on: messages go into
-one open batch in send order, ``flush_async`` closes it (and is refused, answering at
-once, while not connected), a batch lands as one entry and only messages sent with a
-callback hear of it, in batch order, with batch indexes.
+one open batch in send order; the batch is closed by the client on its own (its
+batching delay: ``cut_before`` here), a batch lands as one entry, and only messages
+sent with a callback hear of it, in batch order, with batch indexes (none for a batch
+of one, as some clients send it unbatched).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 import _pulsar
+import pytest
 
-from adaptors.pulsar.bursts import CHUNK_BYTES, CHUNK_MESSAGES, Prepared, chunks, size_of
+from adaptors.pulsar.bursts import SEGMENT_BYTES, SEGMENT_MESSAGES, size_of
 from adaptors.pulsar.channel import PulsarBackendWAL
 from adaptors.pulsar.config import PulsarConfig
 from adaptors.pulsar.message_id import PulsarMessageId
@@ -33,40 +35,10 @@ OK = _pulsar.Result.Ok
 Callback = Callable[[Any, Any], None] | None
 
 
-def _prepared(*sizes: int) -> list[Prepared]:
-    return [(lambda _id, _error: None, i, size) for i, size in enumerate(sizes)]
-
-
-def test_chunks_keep_order_and_both_bounds() -> None:
-    burst = _prepared(*([10] * 10))
-    assert [[p[1] for p in c] for c in chunks(burst, max_messages=4, max_bytes=1000)] == [
-        [0, 1, 2, 3],
-        [4, 5, 6, 7],
-        [8, 9],
-    ]
-    assert [[p[1] for p in c] for c in chunks(burst, max_messages=100, max_bytes=25)] == [
-        [0, 1],
-        [2, 3],
-        [4, 5],
-        [6, 7],
-        [8, 9],
-    ]
-    assert list(chunks([], max_messages=4, max_bytes=10)) == []
-
-
-def test_a_message_over_the_byte_bound_travels_alone() -> None:
-    burst = _prepared(5, 5, 500, 5)
-    assert [[p[1] for p in c] for c in chunks(burst, max_messages=10, max_bytes=100)] == [
-        [0, 1],
-        [2],
-        [3],
-    ]
-
-
 def test_size_counts_payload_and_properties_high() -> None:
     assert size_of(b"x" * 100, {}) > 100
     assert size_of(b"", {"key": "v" * 50}) > 53
-    assert CHUNK_MESSAGES * size_of(b"", {}) <= CHUNK_BYTES
+    assert SEGMENT_MESSAGES * size_of(b"x" * 128, {}) < SEGMENT_BYTES
 
 
 class FakeId:
@@ -87,55 +59,105 @@ class FakeProducer:
     """The C extension's producer as the channel drives it."""
 
     def __init__(self) -> None:
-        self.connected = True
         self.open: list[tuple[Any, Callback]] = []
         self.batches: list[list[tuple[Any, Callback]]] = []
         self.sent = 0
         self.cut_before: set[int] = set()  # the client closes its batch on its own here
         self.refuse: set[int] = set()  # send_async raises for these
-        self.flushes = 0
+        self.drop: set[int] = set()  # refused through the (absent) callback only
         self.next_entry = 0
+        self.log: list[tuple[FakeId, bytes]] = []  # what landed, for readers
 
     def send_async(self, message: Any, callback: Callback) -> None:
         number, self.sent = self.sent, self.sent + 1
         if number in self.refuse:
             raise RuntimeError("refused")
+        if number in self.drop:
+            if callback is not None:
+                callback(_pulsar.Result.ProducerQueueIsFull, FakeId(-1, -1, -1))
+            return
         if number in self.cut_before and self.open:
-            self.batches.append(self.open)
-            self.open = []
+            self.close_batch()
         self.open.append((message, callback))
 
-    def flush_async(self, callback: Callable[[Any], None]) -> None:
-        self.flushes += 1
-        if not self.connected:
-            callback(_pulsar.Result.AlreadyClosed)
-            return
-        if self.open:
-            self.batches.append(self.open)
-            self.open = []
+    def close_batch(self) -> None:
+        self.batches.append(self.open)
+        self.open = []
 
     def land(self, result: Any = OK, ledger: int = 7) -> int:
         """The broker answers the oldest batch; returns the number of callbacks called."""
+        if not self.batches:
+            self.close_batch()
         batch = self.batches.pop(0)
         entry, self.next_entry = self.next_entry, self.next_entry + 1
         called = 0
-        for i, (_, callback) in enumerate(batch):
+        for i, (message, callback) in enumerate(batch):
+            index = i if len(batch) > 1 else -1  # a batch of one may come without an index
+            if result == OK:
+                self.log.append((FakeId(ledger, entry, index), message.data()))
             if callback is not None:
                 called += 1
-                callback(result, FakeId(ledger, entry, i) if result == OK else FakeId(-1, -1, -1))
+                landed = FakeId(ledger, entry, index) if result == OK else FakeId(-1, -1, -1)
+                callback(result, landed)
         return called
 
     def land_all(self, result: Any = OK) -> None:
+        if self.open:
+            self.close_batch()
         while self.batches:
             self.land(result)
+
+
+class FakeMessage:
+    def __init__(self, message_id: FakeId, data: bytes) -> None:
+        self._message_id, self._data = message_id, data
+
+    def message_id(self) -> FakeId:
+        return self._message_id
+
+    def data(self) -> bytes:
+        return self._data
+
+
+class FakeReader:
+    def __init__(self, messages: list[tuple[FakeId, bytes]]) -> None:
+        self._messages = iter(messages)
+        self.closed = False
+
+    async def read_next(self) -> FakeMessage:
+        return FakeMessage(*next(self._messages))
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class FakeClient:
+    """Readers over what the fake producer landed (inclusive starts only)."""
+
+    def __init__(self, producer: FakeProducer) -> None:
+        self.producer = producer
+        self.readers: list[FakeReader] = []
+
+    async def create_reader(
+        self, topic: str, start: Any, start_message_id_inclusive: bool = False
+    ) -> FakeReader:
+        assert start_message_id_inclusive
+        key = (start.ledger_id(), start.entry_id(), start.batch_index())
+        log = self.producer.log
+        at = next(i for i, (m, _) in enumerate(log) if m._parts >= key)
+        reader = FakeReader(log[at:])
+        self.readers.append(reader)
+        return reader
 
 
 async def _channel(**config: Any) -> tuple[PulsarBackendWAL, FakeProducer]:
     async def nothing() -> None:
         return None
 
-    wal = PulsarBackendWAL(None, PulsarConfig(**config), "c", AccessMode.READ_WRITE, nothing)
     fake = FakeProducer()
+    wal = PulsarBackendWAL(
+        FakeClient(fake), PulsarConfig(**config), "c", AccessMode.READ_WRITE, nothing
+    )
     wal._producer = types.SimpleNamespace(_producer=fake)
     return wal, fake
 
@@ -153,48 +175,98 @@ async def _outcomes(futures: list[asyncio.Future[MessageId]]) -> list[Any]:
     return list(await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 5))
 
 
-async def test_a_burst_is_one_batch_with_receipts_on_its_edges_only() -> None:
+def _ids(entry: int, *indexes: int) -> list[PulsarMessageId]:
+    return [PulsarMessageId(7, entry, i) for i in indexes]
+
+
+async def test_a_burst_has_receipts_on_its_edges_only() -> None:
     wal, fake = await _channel()
     futures = await _append(wal, 5)
-    assert len(fake.batches) == 1 and fake.flushes == 1
-    assert [cb is not None for _, cb in fake.batches[0]] == [True, False, False, False, True]
+    assert [cb is not None for _, cb in fake.open] == [True, False, False, False, True]
     assert fake.land() == 2
-    assert await _outcomes(futures) == [PulsarMessageId(7, 0, i) for i in range(5)]
+    assert await _outcomes(futures) == _ids(0, 0, 1, 2, 3, 4)
     assert wal._in_flight == 0
 
 
-async def test_a_long_burst_is_cut_into_chunks_each_its_own_entry() -> None:
+async def test_appends_go_out_as_they_come_but_one_is_held_back() -> None:
     wal, fake = await _channel()
-    futures = await _append(wal, 2 * CHUNK_MESSAGES + 3)
-    assert [len(b) for b in fake.batches] == [CHUNK_MESSAGES, CHUNK_MESSAGES, 3]
+    futures = [wal.append(b"x", {}) for _ in range(3)]
+    assert len(fake.open) == 2  # the third waits: is it the last of the iteration?
+    await asyncio.sleep(0)
+    assert [cb is not None for _, cb in fake.open] == [True, False, True]
+    fake.land()
+    assert await asyncio.gather(*futures) == _ids(0, 0, 1, 2)
+
+
+async def test_one_append_per_iteration_has_its_own_receipt() -> None:
+    wal, fake = await _channel()
+    for i in range(3):
+        future = wal.append(b"x", {})
+        await asyncio.sleep(0)
+        assert [cb is not None for _, cb in fake.open] == [True] * (i + 1)
+    fake.close_batch()
+    fake.land()
+    assert await future == PulsarMessageId(7, 0, 2)
+
+
+async def test_a_long_burst_is_cut_into_segments_that_share_a_batch() -> None:
+    wal, fake = await _channel()
+    futures = await _append(wal, 2 * SEGMENT_MESSAGES + 3)
+    with_callback = [i for i, (_, cb) in enumerate(fake.open) if cb is not None]
+    per = SEGMENT_MESSAGES
+    assert with_callback == [0, per - 1, per, 2 * per - 1, 2 * per, 2 * per + 2]
     fake.land_all()
-    ids = await _outcomes(futures)
-    per = CHUNK_MESSAGES
-    assert ids == [PulsarMessageId(7, i // per, i % per) for i in range(len(ids))]
+    assert await _outcomes(futures) == _ids(0, *range(2 * per + 3))
+
+
+async def test_a_segment_may_start_inside_a_batch() -> None:
+    wal, fake = await _channel()
+    first = await _append(wal, 3)
+    second = await _append(wal, 3)  # the client's batch is still open
+    fake.land_all()
+    assert await _outcomes(first) == _ids(0, 0, 1, 2)
+    assert await _outcomes(second) == _ids(0, 3, 4, 5)
 
 
 async def test_a_lone_append_has_its_own_receipt() -> None:
     wal, fake = await _channel()
     futures = await _append(wal, 1)
-    assert [cb is not None for _, cb in fake.batches[0]] == [True]
+    assert [cb is not None for _, cb in fake.open] == [True]
     fake.land()
-    assert await _outcomes(futures) == [PulsarMessageId(7, 0, 0)]
+    assert await _outcomes(futures) == [PulsarMessageId(7, 0, -1)]
 
 
-async def test_a_batch_cut_by_the_client_leaves_only_its_middle_unknown() -> None:
+async def test_a_segment_cut_once_by_the_client_is_placed_exactly() -> None:
     wal, fake = await _channel()
-    fake.cut_before = {2}  # the batch timer fired while the chunk was handed over
+    fake.cut_before = {2}  # the batching delay ran out while the segment was sent
     futures = await _append(wal, 4)
-    assert [len(b) for b in fake.batches] == [2, 2]
     fake.land_all()
-    first, second, third, last = await _outcomes(futures)
-    assert first == PulsarMessageId(7, 0, 0)
-    assert isinstance(second, UnknownPositionError) and isinstance(third, UnknownPositionError)
-    assert last == PulsarMessageId(7, 1, 1)
-    assert not wal.is_fenced  # the guard did not take the cut for another producer
+    assert await _outcomes(futures) == _ids(0, 0, 1) + _ids(1, 0, 1)
+    assert not wal.is_fenced
+
+
+async def test_a_cut_leaving_an_edge_alone_in_its_batch() -> None:
+    wal, fake = await _channel()
+    fake.cut_before = {3, 4, 5}  # [0 1 2] [3] then [4] [5 6 7]
+    last_alone = await _append(wal, 4)
+    first_alone = await _append(wal, 4)
+    fake.land_all()
+    assert await _outcomes(last_alone) == _ids(0, 0, 1, 2) + _ids(1, -1)
+    assert await _outcomes(first_alone) == _ids(2, -1) + _ids(3, 0, 1, 2)
+
+
+async def test_a_segment_cut_twice_has_its_middle_read_back_from_the_log() -> None:
+    wal, fake = await _channel()
+    fake.cut_before = {1, 3}  # [0] [1 2] [3]: a stall of about the batching delay, twice
+    futures = await _append(wal, 4)
+    fake.land_all()
+    assert await _outcomes(futures) == _ids(0, -1) + _ids(1, 0, 1) + _ids(2, -1)
+    assert not wal.is_fenced  # the gap between the edges was not taken for another producer
+    assert all(reader.closed for reader in wal._client.readers)
+    assert wal._in_flight == 0
     more = await _append(wal, 3)
     fake.land_all()
-    assert await _outcomes(more) == [PulsarMessageId(7, 2, i) for i in range(3)]
+    assert await _outcomes(more) == _ids(3, 0, 1, 2)
 
 
 async def test_a_batch_that_fails_fails_every_entry_alike() -> None:
@@ -217,25 +289,29 @@ async def test_a_refused_middle_message_fails_alone_and_makes_the_rest_unknown()
     first, refused, third, last = await _outcomes(futures)
     assert isinstance(refused, UnavailableError)
     assert isinstance(third, UnknownPositionError)
-    assert first == PulsarMessageId(7, 0, 0)
-    assert last == PulsarMessageId(7, 0, 2)
+    assert first == PulsarMessageId(7, 0, 0) and last == PulsarMessageId(7, 0, 2)
     assert wal._in_flight == 0
 
 
-async def test_while_reconnecting_every_message_has_a_receipt_until_a_flush_goes_through() -> None:
+@pytest.mark.parametrize("same_payloads", [False, True], ids=["distinct", "identical"])
+async def test_a_message_dropped_without_a_word_is_not_taken_for_landed(
+    same_payloads: bool,
+) -> None:
+    """The client can refuse a message through its callback only; a middle message has
+    none. The edges' batch indexes then do not span the segment, and reading the log
+    back does not find the segment there either: nothing is guessed."""
     wal, fake = await _channel()
-    fake.connected = False
-    during = await _append(wal, 3)  # flush refused: the chunk stays in the open batch
-    assert wal._dirty
-    later = await _append(wal, 3)  # still refused: a receipt for each message
-    assert [cb is not None for _, cb in fake.open] == [True, False, True, True, True, True]
-    fake.connected = True
-    after = await _append(wal, 3)  # the leftover batch is flushed first, then this chunk
-    assert not wal._dirty
-    assert [len(b) for b in fake.batches] == [6, 3]
+    fake.drop = {2}
+    payloads = [b"same" if same_payloads else f"p{i}".encode() for i in range(5)]
+    futures: list[asyncio.Future[MessageId]] = [
+        asyncio.ensure_future(wal.append(payload, {})) for payload in payloads
+    ]
+    await asyncio.sleep(0)
     fake.land_all()
-    assert await _outcomes(during + later) == [PulsarMessageId(7, 0, i) for i in range(6)]
-    assert await _outcomes(after) == [PulsarMessageId(7, 1, i) for i in range(3)]
+    outcomes = await _outcomes(futures)
+    assert outcomes[0] == PulsarMessageId(7, 0, 0) and outcomes[4] == PulsarMessageId(7, 0, 3)
+    assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:4])
+    assert wal._in_flight == 0
 
 
 async def test_appends_beyond_the_pending_limit_are_refused_not_queued() -> None:
@@ -243,12 +319,12 @@ async def test_appends_beyond_the_pending_limit_are_refused_not_queued() -> None
     futures = await _append(wal, 8)
     fake.land_all()
     outcomes = await _outcomes(futures)
-    assert outcomes[:5] == [PulsarMessageId(7, 0, i) for i in range(5)]
+    assert outcomes[:5] == _ids(0, 0, 1, 2, 3, 4)
     assert all(isinstance(o, UnavailableError) for o in outcomes[5:])
     assert "max_pending_messages" in str(outcomes[5])
     more = await _append(wal, 2)
     fake.land_all()
-    assert await _outcomes(more) == [PulsarMessageId(7, 1, i) for i in range(2)]
+    assert await _outcomes(more) == _ids(1, 0, 1)
 
 
 async def test_a_bad_property_fails_its_own_entry_only() -> None:

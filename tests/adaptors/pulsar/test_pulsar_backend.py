@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -11,7 +13,7 @@ import pulsar
 import pytest
 
 from adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarMessageId, PulsarOpener
-from adaptors.pulsar.bursts import CHUNK_BYTES, CHUNK_MESSAGES
+from adaptors.pulsar.bursts import SEGMENT_BYTES, SEGMENT_MESSAGES
 from node.stack import StackInfo
 from tests.adaptors.conformance import (
     BackendHarness,
@@ -128,14 +130,14 @@ async def test_start_after_inside_a_batch(stack: StackInfo, unique: str) -> None
 async def test_a_burst_lands_as_batches_whose_ids_match_what_a_reader_sees(
     stack: StackInfo, unique: str
 ) -> None:
-    """One burst longer than a chunk, with a payload over the chunk byte bound in
+    """One burst longer than a segment, with a payload over the segment byte bound in
     the middle: every acknowledged id is the id a reader of the topic gets for that
-    payload, and the chunks went out as batches of many messages (two receipts each)."""
+    payload, and the messages went out in batches of many (a receipt per segment edge)."""
     async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
         wal = await writable(opener, f"bursts-{unique}")
-        count = 2 * CHUNK_MESSAGES + 40
+        count = 2 * SEGMENT_MESSAGES + 40
         payloads = [f"small-{i}".encode() for i in range(count)]
-        payloads[CHUNK_MESSAGES + 7] = b"B" * (CHUNK_BYTES + 1)
+        payloads[SEGMENT_MESSAGES + 7] = b"B" * (SEGMENT_BYTES + 1)
         acked = await asyncio.gather(
             *(wal.append(p, {"i": str(i)}) for i, p in enumerate(payloads))
         )
@@ -146,5 +148,29 @@ async def test_a_burst_lands_as_batches_whose_ids_match_what_a_reader_sees(
         per_entry = collections.Counter(
             (m.ledger, m.entry) for m in acked if isinstance(m, PulsarMessageId)
         )
-        assert len(per_entry) <= 6 and max(per_entry.values()) >= CHUNK_MESSAGES // 2
+        assert len(per_entry) < count // 4 and max(per_entry.values()) >= SEGMENT_MESSAGES // 2
+        await wal.close()
+
+
+async def test_a_segment_cut_by_stalls_is_placed_by_reading_it_back(
+    stack: StackInfo, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Blocking the event loop between appends lets the producer's batching delay run
+    out in the middle of one segment, more than once: the edges' receipts cannot place
+    the middle, which is read back from the log; every id is still the one a reader
+    of the topic sees."""
+    channel = f"stalls-{unique}"
+    caplog.set_level(logging.INFO, logger="adaptors.pulsar.channel")
+    async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
+        wal = await writable(opener, channel)
+        appends = []
+        for i in range(5):
+            appends.append(wal.append(f"stalled-{i}".encode(), {}))
+            time.sleep(0.01)
+        acked = await asyncio.wait_for(asyncio.gather(*appends), 30)
+        assert "reading its middle back" in caplog.text
+        assert len({(m.ledger, m.entry) for m in acked if isinstance(m, PulsarMessageId)}) >= 3
+        entries = await read_all(opener, channel, 5)
+        assert [e.message_id for e in entries] == list(acked)
+        assert [e.payload for e in entries] == [f"stalled-{i}".encode() for i in range(5)]
         await wal.close()
