@@ -20,7 +20,7 @@ def _stale(proto: Path) -> bool:
 
 
 def main() -> int:
-    from grpc_tools import protoc  # dev dependency, imported only when generating
+    from grpc_tools import protoc  # type: ignore[import-untyped]  # dev dependency, generating only
 
     protos = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).glob("**/proto/*.proto"))]
     for proto in protos:

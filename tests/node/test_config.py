@@ -155,7 +155,8 @@ def _leaf_keys(cls: type, prefix: str) -> set[str]:
     for f in dataclasses.fields(cls):
         hint = typing.get_type_hints(cls)[f.name]
         name = f"{prefix}.{f.name}" if prefix else f.name
-        keys |= _leaf_keys(hint, name) if dataclasses.is_dataclass(hint) else {name}
+        nested = isinstance(hint, type) and dataclasses.is_dataclass(hint)
+        keys |= _leaf_keys(hint, name) if nested else {name}
     return keys
 
 

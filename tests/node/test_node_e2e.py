@@ -337,7 +337,7 @@ async def test_bad_requests_get_typed_codes_and_the_node_keeps_serving(
         # a client that goes away in the middle of a stream
         stream = client.consume(channel, policy("all"))
         await anext(stream)
-        await stream.aclose()
+        await stream.aclose()  # type: ignore[attr-defined]  # an async generator
         # the node still serves
         ack = await client.produce(channel, b"still-serving")
         assert ack.time_tick > 0

@@ -45,7 +45,7 @@ def receiver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_Receiv
     """TLS with a certificate for localhost when parametrized True."""
     servicer = _Receiver()
     server = grpc.server(ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     if request.param:
         ca = TestCA(tmp_path)
         pair = ca.issue("collector", server=True, client=False)
