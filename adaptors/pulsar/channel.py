@@ -58,6 +58,7 @@ from adaptors.pulsar.bursts import (
 from adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
 from adaptors.pulsar.errors import FENCING_RESULTS, translate
 from adaptors.pulsar.message_id import PulsarMessageId
+from adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
 from adaptors.pulsar.receipts import ReceiptQueue
 from adaptors.pulsar.scanner import PulsarScanner, to_backend_message
 from wal.backend import AccessMode, AppendCallback, DeliveryPolicy, settle_future
@@ -400,6 +401,7 @@ class PulsarBackendWAL:
             first,
             last,
         )
+        record_segment(self._channel, UNPLACED)
         unknown = UnknownPositionError(
             f"append on {self._channel!r}: its segment was cut more than once or partly "
             "refused by the client; whether it landed is unknown"
@@ -456,6 +458,7 @@ class PulsarBackendWAL:
             first,
             last,
         )
+        record_segment(self._channel, READ_BACK)
         task = asyncio.get_running_loop().create_task(
             self._place_middle(middle, burst.payloads, first, last)
         )
@@ -483,6 +486,8 @@ class PulsarBackendWAL:
             found = []
         finally:
             placed = len(found) == len(middle)
+            if not placed:
+                record_segment(self._channel, UNPLACED)
             unknown = UnknownPositionError(
                 f"append on {self._channel!r}: its segment was cut more than once and could "
                 "not be read back; whether it landed is unknown"

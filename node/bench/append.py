@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from adaptors.pulsar import PulsarConfig, PulsarOpener
+from adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
 from node.bench.raw import RAW_BATCHING_DELAY_MS, raw_client, raw_producer
 from node.bench.stats import median_of, ratio, summarize
 from node.bench.target import CLIENT_LOG, BenchTarget
@@ -146,7 +147,8 @@ async def _cell(
 ) -> dict[str, Any]:
     payload = b"x" * size
     producer = await raw_producer(client, config.topic(f"bench-raw-{run}-{size}-{conc}"), config)
-    wal = await open_wal(opener, f"bench-wal-{run}-{size}-{conc}", tso.allocator(), node_id=1)
+    channel = f"bench-wal-{run}-{size}-{conc}"
+    wal = await open_wal(opener, channel, tso.allocator(), node_id=1)
     try:
 
         async def raw_append(data: bytes) -> object:
@@ -175,4 +177,7 @@ async def _cell(
         "p99_ratio": ratio(walf["p99_ms"], raw["p99_ms"]),
         "p999_ratio": ratio(walf["p999_ms"], raw["p999_ms"]),
         "runs": {"raw": raw_runs, "wal": wal_runs},
+        # segments whose edge receipts did not place them (adaptors/pulsar/bursts.py)
+        "wal_segments_read_back": segment_count(channel, READ_BACK),
+        "wal_segments_unplaced": segment_count(channel, UNPLACED),
     }

@@ -22,6 +22,7 @@ from adaptors.pulsar.bursts import SEGMENT_BYTES, SEGMENT_MESSAGES, size_of
 from adaptors.pulsar.channel import PulsarBackendWAL
 from adaptors.pulsar.config import PulsarConfig
 from adaptors.pulsar.message_id import PulsarMessageId
+from adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
 from wal.backend import AccessMode
 from wal.errors import (
     ChannelFencedError,
@@ -257,10 +258,12 @@ async def test_a_cut_leaving_an_edge_alone_in_its_batch() -> None:
 
 async def test_a_segment_cut_twice_has_its_middle_read_back_from_the_log() -> None:
     wal, fake = await _channel()
+    read_back = segment_count("c", READ_BACK)
     fake.cut_before = {1, 3}  # [0] [1 2] [3]: a stall of about the batching delay, twice
     futures = await _append(wal, 4)
     fake.land_all()
     assert await _outcomes(futures) == _ids(0, -1) + _ids(1, 0, 1) + _ids(2, -1)
+    assert segment_count("c", READ_BACK) == read_back + 1
     assert not wal.is_fenced  # the gap between the edges was not taken for another producer
     assert all(reader.closed for reader in wal._client.readers)
     assert wal._in_flight == 0
@@ -301,6 +304,7 @@ async def test_a_message_dropped_without_a_word_is_not_taken_for_landed(
     none. The edges' batch indexes then do not span the segment, and reading the log
     back does not find the segment there either: nothing is guessed."""
     wal, fake = await _channel()
+    unplaced = segment_count("c", UNPLACED)
     fake.drop = {2}
     payloads = [b"same" if same_payloads else f"p{i}".encode() for i in range(5)]
     futures: list[asyncio.Future[MessageId]] = [
@@ -312,6 +316,7 @@ async def test_a_message_dropped_without_a_word_is_not_taken_for_landed(
     assert outcomes[0] == PulsarMessageId(7, 0, 0) and outcomes[4] == PulsarMessageId(7, 0, 3)
     assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:4])
     assert wal._in_flight == 0
+    assert segment_count("c", UNPLACED) == unplaced + 1
 
 
 async def test_appends_beyond_the_pending_limit_are_refused_not_queued() -> None:

@@ -1,0 +1,44 @@
+"""What the Pulsar backend's segment receipts could not place from their edges alone.
+
+Rare by design (:mod:`.bursts`): a segment is read back when the producer closed more
+than one batch while it was being sent, and left unplaced (its middle answered with an
+unknown position) when the log did not hold it as sent. Kept as plain ints and reported
+at collection, like the WAL's own counters; the benchmark reads them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+__all__ = ["READ_BACK", "UNPLACED", "record_segment", "segment_count"]
+
+READ_BACK = "read_back"
+UNPLACED = "unplaced"
+
+_meter = metrics.get_meter(__name__)
+_segment_counts: dict[tuple[str, str], int] = {}
+
+
+def _observe(_options: CallbackOptions) -> Iterable[Observation]:
+    counts = list(_segment_counts.items())  # one C-level copy: safe beside the loop thread
+    return [Observation(n, {"channel": c, "outcome": o}) for (c, o), n in counts]
+
+
+_meter.create_observable_counter(
+    "streamwal.pulsar.segments.unplaced_by_receipts",
+    callbacks=[_observe],
+    unit="{segment}",
+    description="Segments whose edge receipts did not place every message, by outcome",
+)
+
+
+def record_segment(channel: str, outcome: str) -> None:
+    key = (channel, outcome)
+    _segment_counts[key] = _segment_counts.get(key, 0) + 1
+
+
+def segment_count(channel: str, outcome: str) -> int:
+    return _segment_counts.get((channel, outcome), 0)
