@@ -51,7 +51,7 @@ async def test_append_cells_have_both_sides_and_ratios(target: BenchTarget) -> N
             assert figures["p50_ms"] <= figures["p99_ms"] <= figures["p999_ms"]
         assert _positive(cell["throughput_ratio"]) and _positive(cell["p99_ratio"])
         assert cell["wal_segments_unplaced"] == 0  # nothing left unknown in a quiet run
-        assert cell["wal_segments_read_back"] >= 0
+        assert isinstance(cell["wal_segments_read_back"], int)
     names = {t.name for t in evaluate({"append": result})}
     assert names == set()  # no 128 B x 32 cell: the append targets are not judged
 
