@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import _pulsar
@@ -461,6 +461,9 @@ class PulsarBackendWAL:
         )
         self._readbacks.add(task)
         task.add_done_callback(self._readbacks.discard)
+        # a task cancelled before its first step never runs its body (close() may do
+        # that in the very iteration the read-back was started): answer it here then
+        task.add_done_callback(lambda _: self._answer_middle(middle, []))
         return True
 
     async def _place_middle(
@@ -482,19 +485,28 @@ class PulsarBackendWAL:
             _log.warning("channel %s: reading a cut segment back failed: %r", self._channel, exc)
             found = []
         finally:
-            placed = len(found) == len(middle)
-            unknown = UnknownPositionError(
-                f"append on {self._channel!r}: its segment was cut more than once and could "
-                "not be read back; whether it landed is unknown"
-            )
-            for i, done in enumerate(middle):
-                if done is None:
-                    continue
-                self._in_flight -= 1
-                if placed:
-                    done(found[i], None)
-                else:
-                    done(None, unknown)
+            self._answer_middle(middle, found)
+
+    def _answer_middle(
+        self, middle: list[AppendCallback | None], found: Sequence[MessageId]
+    ) -> None:
+        """Answer a read-back's ``middle`` with ``found``, or unknown; once (it is
+        emptied)."""
+        placed = len(found) == len(middle)
+        unknown = UnknownPositionError(
+            f"append on {self._channel!r}: its segment was cut more than once and could "
+            "not be read back; whether it landed is unknown"
+        )
+        answering = list(middle)
+        middle.clear()
+        for i, done in enumerate(answering):
+            if done is None:
+                continue
+            self._in_flight -= 1
+            if placed:
+                done(found[i], None)
+            else:
+                done(None, unknown)
 
     async def _messages_between(
         self, first: PulsarMessageId, last: PulsarMessageId, payloads: list[bytes]

@@ -11,7 +11,6 @@ of one, as some clients send it unbatched).
 from __future__ import annotations
 
 import asyncio
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -67,9 +66,14 @@ class FakeProducer:
         self.drop: set[int] = set()  # refused through the (absent) callback only
         self.next_entry = 0
         self.log: list[tuple[FakeId, bytes]] = []  # what landed, for readers
+        self.closed = False
 
     def send_async(self, message: Any, callback: Callback) -> None:
         number, self.sent = self.sent, self.sent + 1
+        if self.closed:  # refused through the callback only, as the client does
+            if callback is not None:
+                callback(_pulsar.Result.AlreadyClosed, FakeId(-1, -1, -1))
+            return
         if number in self.refuse:
             raise RuntimeError("refused")
         if number in self.drop:
@@ -106,6 +110,18 @@ class FakeProducer:
             self.close_batch()
         while self.batches:
             self.land(result)
+
+
+class FakeAsyncProducer:
+    """The pulsar.asyncio producer around the fake: closing fails what is pending."""
+
+    def __init__(self, producer: FakeProducer) -> None:
+        self._producer = producer
+
+    async def close(self) -> None:
+        fake = self._producer
+        fake.closed = True
+        fake.land_all(_pulsar.Result.AlreadyClosed)
 
 
 class FakeMessage:
@@ -158,7 +174,7 @@ async def _channel(**config: Any) -> tuple[PulsarBackendWAL, FakeProducer]:
     wal = PulsarBackendWAL(
         FakeClient(fake), PulsarConfig(**config), "c", AccessMode.READ_WRITE, nothing
     )
-    wal._producer = types.SimpleNamespace(_producer=fake)
+    wal._producer = FakeAsyncProducer(fake)
     return wal, fake
 
 
@@ -350,3 +366,18 @@ async def test_another_producers_entry_between_ours_still_fences() -> None:
     fake.land()
     assert all(isinstance(o, ChannelFencedError) for o in await _outcomes(futures))
     assert wal.is_fenced
+
+
+async def test_closing_as_a_read_back_starts_still_answers_its_middle() -> None:
+    """close() may cancel a read-back before its first step (same loop iteration as
+    the receipts that started it): a coroutine cancelled then never runs its body."""
+    wal, fake = await _channel()
+    fake.cut_before = {1, 3}
+    futures = await _append(wal, 4)
+    fake.land_all()  # the receipts are drained in the next iteration
+    closing = asyncio.ensure_future(wal.close())  # runs right after that drain
+    await closing
+    outcomes = await _outcomes(futures)
+    assert outcomes[0] == PulsarMessageId(7, 0, -1) and outcomes[3] == PulsarMessageId(7, 2, -1)
+    assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:3])
+    assert wal._in_flight == 0
