@@ -14,13 +14,19 @@ producer's batches in order and contiguous. The producer closes a batch on its o
 (its batching delay, or a size bound), so a segment lands in one entry, or in two
 when a batch was closed while it was being sent. :func:`positions` accepts exactly
 these two shapes, checked against the edges' ids: one entry whose batch indexes span
-the segment, or two consecutive entries, the segment's first messages at the end of
-the first and the rest from index 0 of the next. Anything else (more entries, a
-message refused on its way in, an edge without a position) is not guessed at: the
-middle entries get :class:`~wal.errors.UnknownPositionError`, neither acknowledged nor
-retried, and the two edges get their own outcome. A segment is sent in well under the
-1 ms batching delay, so a second cut needs the loop thread stalled for about that long
-in the middle of one.
+the segment, or two consecutive entries, the segment's first messages ending the
+first (its batch size, kept in the id's serialized form, must say so: a middle batch
+that failed alone takes no entry) and the rest from index 0 of the next. A segment is
+sent in well under the 1 ms batching delay, so a second cut needs the loop thread
+stalled for about that long in the middle of one. Then the channel reads the log
+between the edges and takes the ids from there if it holds the segment's payloads in
+order; later receipts wait for that read, because it also answers the interleaving
+guard's question. If the log holds anything else there (a missing message, another
+producer's), nothing after the first edge is acknowledged: those appends get
+:class:`~wal.errors.UnknownPositionError` (neither acknowledged nor retried) and the
+owner stops writing, as when the guard sees another producer's entry. Edges with
+different outcomes (say, fenced in the middle) answer for themselves, and the middle
+gets the unknown position.
 
 The client could also refuse a message silently on its way in (its callback is the
 only way it says so): when the producer is closed, which fails the segment's last
@@ -46,6 +52,7 @@ __all__ = [
     "Burst",
     "Edge",
     "Prepared",
+    "batch_size",
     "positions",
     "size_of",
 ]
@@ -68,6 +75,45 @@ def size_of(payload: bytes, properties: Mapping[str, str]) -> int:
     return size
 
 
+def batch_size(message_id: Any) -> int | None:
+    """How many messages the batch of a receipt's id holds, if the id says so.
+
+    The client keeps it in the id's serialized form (``MessageIdData.batch_size``,
+    protobuf field 6) but has no accessor for it.
+    """
+    try:
+        data = message_id.serialize()
+    except Exception:
+        return None
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at)
+            if field == 6:
+                return value
+        elif wire == 2:
+            length, at = _varint(data, at)
+            at += length
+        elif wire in (1, 5):
+            at += 8 if wire == 1 else 4
+        else:
+            return None
+    return None
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
 def positions(first: Any, last: Any, count: int) -> list[PulsarMessageId] | None:
     """Every id of a segment of ``count`` >= 2 messages from its edges' ids, or ``None``
     when the edges do not prove one of the two shapes in the module doc."""
@@ -86,6 +132,10 @@ def positions(first: Any, last: Any, count: int) -> list[PulsarMessageId] | None
     tail = last_index + 1 if last_index >= 0 else 1
     head = count - tail
     if head < 1 or (head > 1 and first_index < 0):
+        return None
+    # the first entry must end with the head: a batch of the middle that failed on its
+    # own (and so took no entry) would otherwise shift every id after it
+    if first_index >= 0 and batch_size(first) != first_index + head:
         return None
     ids = [PulsarMessageId(ledger, first_entry, first_index + i) for i in range(head)]
     if tail == 1:

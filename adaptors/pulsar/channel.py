@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -121,7 +122,9 @@ class PulsarBackendWAL:
         self._segment: Burst | None = None
         self._segment_bytes = 0
         #: reads placing the middle of a segment that was cut more than once
-        self._readbacks: set[asyncio.Task[None]] = set()
+        self._readbacks: set[asyncio.Task[list[PulsarMessageId] | None]] = set()
+        #: receipts waiting for a read-back to finish (None: none is running)
+        self._deferred: deque[Callable[[], None]] | None = None
         self._receipts: ReceiptQueue[AppendCallback | Edge] = ReceiptQueue(self._on_receipt)
         #: appends handed to the client and not answered yet (pulsar.max_pending_messages)
         self._in_flight = 0
@@ -337,8 +340,7 @@ class PulsarBackendWAL:
         except Exception as exc:  # the client refused it synchronously
             error = self._refusal(exc)
             if edge is not None:
-                if segment.record(edge.is_last, error):
-                    self._resolve(segment)
+                self._on_refused_edge(edge, error)
             else:
                 segment.broken = True
                 segment.dones[-1] = None
@@ -358,12 +360,23 @@ class PulsarBackendWAL:
         return UnavailableError(f"append on {self._channel!r}: {exc!r}")
 
     def _on_receipt(self, token: AppendCallback | Edge, result: Any, message_id: Any) -> None:
+        if self._deferred is not None:  # a read-back decides what the log holds first
+            self._deferred.append(functools.partial(self._on_receipt, token, result, message_id))
+            return
         if type(token) is Edge:
             if token.burst.record(token.is_last, (result, message_id)):
                 self._resolve(token.burst)
             return
         self._in_flight -= 1
         self._complete(token, result, message_id)  # type: ignore[arg-type]
+
+    def _on_refused_edge(self, edge: Edge, error: StreamwalError) -> None:
+        """An edge ``send_async`` refused: its outcome, taken in turn like a receipt."""
+        if self._deferred is not None:
+            self._deferred.append(functools.partial(self._on_refused_edge, edge, error))
+            return
+        if edge.burst.record(edge.is_last, error):
+            self._resolve(edge.burst)
 
     def _resolve(self, burst: Burst) -> None:
         """Answer every entry of a segment once both its edges reported (.bursts)."""
@@ -411,7 +424,7 @@ class PulsarBackendWAL:
                 continue
             self._in_flight -= 1
             edge = first if i == 0 else last if i == n - 1 else None
-            if i == n - 1:
+            if i == n - 1 and isinstance(edge, tuple):
                 self._last_landed = None  # the entries in between are unknown
             if isinstance(edge, tuple):
                 self._complete(done, *edge)
@@ -423,33 +436,29 @@ class PulsarBackendWAL:
     def _read_back(self, burst: Burst, first_id: Any, last_id: Any) -> bool:
         """Both edges landed, but not in a shape that places the middle (cut twice:
         the loop thread stalled for about the batching delay while sending it). Answer
-        the edges now and place the middle by reading the log between them; false if
-        the edges cannot bound a read (no position, or not in log order)."""
+        the first edge, and place the rest by reading the log between the edges;
+        false if the edges cannot bound a read (no position, or not in log order).
+
+        Until the read is done, later receipts wait (``_deferred``): what lies between
+        the edges is the interleaving guard's question too, and a foreign entry there
+        fences this owner before anything after it is acknowledged.
+        """
         first = PulsarMessageId.from_pulsar(first_id)
         last = PulsarMessageId.from_pulsar(last_id)
         if first.ledger < 0 or first.entry < 0 or last.sort_key() <= first.sort_key():
             return False
         dones = burst.dones
         error = self._check_landed(first)
-        if error is None and last.ledger == first.ledger:
-            self._last_landed = last  # the read checks that what lies between is ours
-        elif error is None:
-            self._last_landed = None
-        self._in_flight -= 2
-        for done, edge in ((dones[0], first), (dones[-1], last)):
-            if done is None:
-                continue
-            if error is None:
-                done(edge, None)
-            else:
-                done(None, error)
-        middle = dones[1:-1]
         if error is not None:
-            self._in_flight -= len(middle)
-            for done in middle:
+            for done in dones:
                 if done is not None:
+                    self._in_flight -= 1
                     done(None, error)
             return True
+        if dones[0] is not None:
+            self._in_flight -= 1
+            dones[0](first, None)
+        rest = dones[1:]
         _log.info(
             "channel %s: a segment of %d appends was cut more than once (%s .. %s); "
             "reading its middle back",
@@ -459,54 +468,73 @@ class PulsarBackendWAL:
             last,
         )
         record_segment(self._channel, READ_BACK)
+        self._deferred = deque()
         task = asyncio.get_running_loop().create_task(
-            self._place_middle(middle, burst.payloads, first, last)
+            self._messages_between(first, last, burst.payloads)
         )
         self._readbacks.add(task)
         task.add_done_callback(self._readbacks.discard)
+        # also when cancelled before its first step (close() in the same iteration)
+        task.add_done_callback(functools.partial(self._place_rest, rest, last))
         return True
 
-    async def _place_middle(
+    def _place_rest(
         self,
-        middle: list[AppendCallback | None],
-        payloads: list[bytes],
-        first: PulsarMessageId,
+        rest: list[AppendCallback | None],
         last: PulsarMessageId,
+        task: asyncio.Task[list[PulsarMessageId] | None],
     ) -> None:
-        """Answer ``middle`` with the ids the log has between ``first`` and ``last``,
-        if it holds exactly the segment's payloads there in order; else unknown."""
-        found: list[PulsarMessageId] = []
-        try:
-            found = await self._messages_between(first, last, payloads)
-        except asyncio.CancelledError:
-            found = []
-            raise
-        except Exception as exc:  # whatever the read met, the answer is "unknown"
-            _log.warning("channel %s: reading a cut segment back failed: %r", self._channel, exc)
-            found = []
-        finally:
-            placed = len(found) == len(middle)
-            if not placed:
-                record_segment(self._channel, UNPLACED)
-            unknown = UnknownPositionError(
-                f"append on {self._channel!r}: its segment was cut more than once and could "
-                "not be read back; whether it landed is unknown"
+        """Answer a read-back segment's middle and last edge, then the receipts that
+        waited for it, in order."""
+        found: list[PulsarMessageId] | None = None
+        if task.cancelled():
+            outcome = "cancelled (the channel closed)"
+        elif task.exception() is not None:
+            outcome = f"failed: {task.exception()!r}"
+        else:
+            found = task.result()
+            outcome = "placed" if found is not None else "not as sent"
+        if found is not None:
+            self._last_landed = last  # everything between the edges is ours
+            answers: list[tuple[MessageId | None, BaseException | None]] = [
+                (message_id, None) for message_id in [*found, last]
+            ]
+        else:
+            _log.warning(
+                "channel %s: reading a cut segment back: %s; its appends are answered "
+                "with an unknown position%s",
+                self._channel,
+                outcome,
+                "" if self._closed else ", and this owner stops writing",
             )
-            for i, done in enumerate(middle):
-                if done is None:
-                    continue
+            record_segment(self._channel, UNPLACED)
+            if not self._closed and self._fenced is None:
+                # cannot show that no other producer wrote between our entries
+                self._fenced = ChannelFencedError(
+                    self._channel, f"the log between our entries up to {last} is {outcome}"
+                )
+            unknown = UnknownPositionError(
+                f"append on {self._channel!r}: its segment was cut more than once and "
+                f"reading it back {outcome}; whether it landed is unknown"
+            )
+            answers = [(None, unknown)] * len(rest)
+        for done, (message_id, error) in zip(rest, answers, strict=True):
+            if done is not None:
                 self._in_flight -= 1
-                if placed:
-                    done(found[i], None)
-                else:
-                    done(None, unknown)
+                done(message_id, error)
+        deferred, self._deferred = self._deferred, None
+        while deferred:
+            if self._deferred is not None:  # another read-back began: keep the order
+                self._deferred.extend(deferred)
+                return
+            deferred.popleft()()
 
     async def _messages_between(
         self, first: PulsarMessageId, last: PulsarMessageId, payloads: list[bytes]
-    ) -> list[PulsarMessageId]:
+    ) -> list[PulsarMessageId] | None:
         """The ids of the segment's middle messages as the log has them, reading from
-        ``first`` to ``last`` (``payloads``: the whole segment's, edges included); empty
-        if the log holds anything else there (a missing or foreign message)."""
+        ``first`` to ``last`` (``payloads``: the whole segment's, edges included);
+        ``None`` if the log holds anything else there (a missing or foreign message)."""
         timeout = self._config.operation_timeout_s
         reader = await asyncio.wait_for(
             self._client.create_reader(
@@ -521,12 +549,12 @@ class PulsarBackendWAL:
                 landed = PulsarMessageId.from_pulsar(message.message_id())
                 edge = first if i == 0 else last if i == len(payloads) - 1 else None
                 if message.data() != payload:
-                    return []
+                    return None
                 if edge is not None:
                     if not _same_position(landed, edge):
-                        return []
+                        return None
                 elif _same_position(landed, last) or landed.sort_key() > last.sort_key():
-                    return []  # the last edge came early: a middle message is missing
+                    return None  # the last edge came early: a middle message is missing
                 else:
                     found.append(landed)
         finally:
