@@ -113,6 +113,8 @@ class PulsarBackendWAL:
         self._producer: Any = None
         self._last_landed: PulsarMessageId | None = None
         self._fenced: ChannelFencedError | None = None
+        #: closed while a read-back ran: the log after its first edge is unverified
+        self._unverified: UnknownPositionError | None = None
         self._closed = False
         self._lock = asyncio.Lock()
         self._scanners: set[PulsarScanner] = set()
@@ -508,15 +510,19 @@ class PulsarBackendWAL:
                 "" if self._closed else ", and this owner stops writing",
             )
             record_segment(self._channel, UNPLACED)
-            if not self._closed and self._fenced is None:
-                # cannot show that no other producer wrote between our entries
-                self._fenced = ChannelFencedError(
-                    self._channel, f"the log between our entries up to {last} is {outcome}"
-                )
             unknown = UnknownPositionError(
                 f"append on {self._channel!r}: its segment was cut more than once and "
                 f"reading it back {outcome}; whether it landed is unknown"
             )
+            if self._closed:
+                # the guard cannot judge what lands after the gap, but nobody wrote
+                # there for all we know: unknown, not fenced
+                self._unverified = unknown
+            elif self._fenced is None:
+                # cannot show that no other producer wrote between our entries
+                self._fenced = ChannelFencedError(
+                    self._channel, f"the log between our entries up to {last} is {outcome}"
+                )
             answers = [(None, unknown)] * len(rest)
         for done, (message_id, error) in zip(rest, answers, strict=True):
             if done is not None:
@@ -576,6 +582,8 @@ class PulsarBackendWAL:
         """The interleaving guard (module doc); ``None`` if ``landed`` may be acknowledged."""
         if self._fenced is not None:
             return self._fenced
+        if self._unverified is not None:
+            return self._unverified
         if landed.ledger < 0 or landed.entry < 0:
             # seen under connection resets: a receipt with no position (-1:-1); the
             # entry it stands for may be in the log, so the guard starts over
