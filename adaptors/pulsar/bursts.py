@@ -83,8 +83,12 @@ def batch_size(message_id: Any) -> int | None:
     """
     try:
         data = message_id.serialize()
-    except Exception:
+        return _batch_size_field(data)
+    except Exception:  # no serialized form, or not one this parser knows
         return None
+
+
+def _batch_size_field(data: bytes) -> int | None:
     at = 0
     while at < len(data):
         key, at = _varint(data, at)

@@ -76,6 +76,16 @@ from wal.message_id import MessageId
 __all__ = ["PulsarBackendWAL"]
 
 
+def _answer_guarded(
+    done: AppendCallback, message_id: MessageId | None, error: BaseException | None
+) -> None:
+    """Call an append's callback where nothing else would catch what it raises."""
+    try:
+        done(message_id, error)
+    except Exception:
+        _log.exception("an append's callback raised")
+
+
 def _same_position(landed: PulsarMessageId, receipt: PulsarMessageId) -> bool:
     """A read message is the one a receipt named (a receipt for the only message of a
     batch may carry no batch index)."""
@@ -527,13 +537,16 @@ class PulsarBackendWAL:
         for done, (message_id, error) in zip(rest, answers, strict=True):
             if done is not None:
                 self._in_flight -= 1
-                done(message_id, error)
+                _answer_guarded(done, message_id, error)
         deferred, self._deferred = self._deferred, None
         while deferred:
             if self._deferred is not None:  # another read-back began: keep the order
                 self._deferred.extend(deferred)
                 return
-            deferred.popleft()()
+            try:
+                deferred.popleft()()
+            except Exception:  # one bad answer must not strand the receipts behind it
+                _log.exception("channel %s: handling a deferred receipt failed", self._channel)
 
     async def _messages_between(
         self, first: PulsarMessageId, last: PulsarMessageId, payloads: list[bytes]
@@ -564,7 +577,10 @@ class PulsarBackendWAL:
                 else:
                     found.append(landed)
         finally:
-            await reader.close()
+            try:
+                await asyncio.wait_for(reader.close(), timeout)
+            except (PulsarException, TimeoutError):
+                pass  # a reader the broker forgot: nothing to release here
         return found
 
     def _complete(self, done: AppendCallback, result: Any, message_id: Any) -> None:
@@ -684,8 +700,11 @@ class PulsarBackendWAL:
             await scanner.close()
         self._scanners.clear()
         self._end_iteration()  # accepted appends reach the client, which flushes them
-        for task in list(self._readbacks):
+        readbacks = list(self._readbacks)
+        for task in readbacks:
             task.cancel()
+        # their callbacks answer what the reads held back; they run before gather returns
+        await asyncio.gather(*readbacks, return_exceptions=True)
         producer, self._producer = self._producer, None
         if producer is not None:
             try:

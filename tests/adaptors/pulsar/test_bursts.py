@@ -413,6 +413,7 @@ async def test_closing_during_a_read_back_does_not_fence_a_healthy_channel() -> 
     second = await _append(wal, 3)
     fake.land_all()  # the receipts are drained in the next iteration
     await asyncio.ensure_future(wal.close())  # runs right after that drain
+    assert all(f.done() for f in first + second)  # close() waited for the answers
     outcomes = await _outcomes(first)
     assert outcomes[0] == PulsarMessageId(7, 0, -1)
     assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:])
@@ -628,3 +629,29 @@ async def test_read_backs_foreign_entries_and_closes_against_a_model(seed: int) 
     assert not (healthy and wal.is_fenced), wal._fenced
     if healthy and close_at is None:
         assert all(error is None for got in answers.values() for _, error in got)
+
+
+def test_a_serialized_id_this_parser_cannot_read_has_no_batch_size() -> None:
+    truncated = types.SimpleNamespace(serialize=lambda: bytes.fromhex("08b9"))
+    assert batch_size(truncated) is None
+    unknown_wire_type = types.SimpleNamespace(serialize=lambda: bytes([0x0B]))
+    assert batch_size(unknown_wire_type) is None
+
+
+async def test_a_callback_that_raises_does_not_strand_receipts_behind_a_read_back() -> None:
+    wal, fake = await _channel()
+    fake.cut_before = {1, 3}  # segment A read back; B's receipts wait for it
+    answers: list[tuple[Any, Any]] = []
+
+    def bad(_message_id: Any, _error: Any) -> None:
+        raise RuntimeError("a caller's bug")
+
+    wal.submit(b"a0", {}, functools.partial(_record, answers))
+    wal.submit(b"a1", {}, bad)  # a middle message: answered after the read-back
+    wal.submit(b"a2", {}, functools.partial(_record, answers))
+    wal.submit(b"a3", {}, functools.partial(_record, answers))
+    await asyncio.sleep(0)
+    later = await _append(wal, 3)
+    fake.land_all()
+    assert await _outcomes(later) == _ids(2, 1, 2, 3)
+    assert len(answers) == 3 and wal._deferred is None and wal._in_flight == 0
