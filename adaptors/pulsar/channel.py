@@ -99,6 +99,7 @@ _log = logging.getLogger(__name__)
 _OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.ProducerBusy})
 _WRITER_ATTEMPTS = 10
 _WRITER_RETRY_S = 0.05
+_WRITER_RETRY_WINDOW_S = 3.0
 
 
 class PulsarBackendWAL:
@@ -196,9 +197,17 @@ class PulsarBackendWAL:
 
     async def _create_writer(self, *, retry_owner_present: bool) -> Any:
         """The writing producer (``Exclusive``); right after our own fence, the broker
-        may still be removing the fencer: try again briefly."""
+        may still be removing the fencer: try again for a while (at least
+        ``_WRITER_ATTEMPTS`` times, for up to ``_WRITER_RETRY_WINDOW_S`` or the
+        operation timeout). A broker that has just restarted can take a second or more
+        to let go of a fencer whose close it did not see; a real takeover by another
+        node in the meantime is still reported as fenced, only later."""
         attempts = _WRITER_ATTEMPTS if retry_owner_present else 1
-        for attempt in range(1, attempts + 1):
+        window = min(self._config.operation_timeout_s, _WRITER_RETRY_WINDOW_S)
+        deadline = asyncio.get_running_loop().time() + window
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return await asyncio.wait_for(
                     self._client.create_producer(
@@ -216,10 +225,14 @@ class PulsarBackendWAL:
                     timeout=self._config.operation_timeout_s + 1,
                 )
             except PulsarException as exc:
-                if exc.error() not in _OWNER_PRESENT or attempt == attempts:
+                out_of_time = asyncio.get_running_loop().time() >= deadline
+                if (
+                    exc.error() not in _OWNER_PRESENT
+                    or not retry_owner_present
+                    or (attempt >= attempts and out_of_time)
+                ):
                     raise
                 await asyncio.sleep(_WRITER_RETRY_S)
-        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _fence_others(self) -> None:
         """Evict every producer of the topic and move its epoch on (see the module)."""
