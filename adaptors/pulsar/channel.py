@@ -363,7 +363,7 @@ class PulsarBackendWAL:
                 message, None if edge is None else functools.partial(self._receipts.put, edge)
             )
         except Exception as exc:  # the client refused it synchronously
-            error = self._refusal(exc)
+            error = translate(exc, channel=self._channel, what="append")
             if edge is not None:
                 self._on_refused_edge(edge, error)
             else:
@@ -377,12 +377,7 @@ class PulsarBackendWAL:
             native.send_async(message, functools.partial(self._receipts.put, done))
         except Exception as exc:  # the client refused it synchronously
             self._in_flight -= 1
-            done(None, self._refusal(exc))
-
-    def _refusal(self, exc: Exception) -> StreamwalError:
-        if isinstance(exc, PulsarException):
-            return translate(exc, channel=self._channel, what="append")
-        return UnavailableError(f"append on {self._channel!r}: {exc!r}")
+            done(None, translate(exc, channel=self._channel, what="append"))
 
     def _on_receipt(self, token: AppendCallback | Edge, result: Any, message_id: Any) -> None:
         if self._deferred is not None:  # a read-back decides what the log holds first
