@@ -408,12 +408,11 @@ class PulsarBackendWAL:
             if first_result == ok and last_result == ok:
                 landed = positions(first_id, last_id, n)
                 if landed is not None:
-                    self._in_flight -= n
                     error = self._check_landed(landed[0])
                     if error is not None:
-                        for done in dones:
-                            done(None, error)  # type: ignore[misc]
+                        self._fail_all(dones, error)
                         return
+                    self._in_flight -= n
                     self._last_landed = landed[-1]
                     for done, message_id in zip(dones, landed, strict=True):
                         done(message_id, None)  # type: ignore[misc]
@@ -421,10 +420,7 @@ class PulsarBackendWAL:
                 if self._read_back(burst, first_id, last_id):
                     return
             elif first_result == last_result:  # the batch failed as one
-                self._in_flight -= n
-                error = self._failure(first_result)
-                for done in dones:
-                    done(None, error)  # type: ignore[misc]
+                self._fail_all(dones, self._failure(first_result))
                 return
         _log.warning(
             "channel %s: a segment of %d appends did not land in one or two batches (first: "
@@ -453,6 +449,13 @@ class PulsarBackendWAL:
             else:
                 done(None, unknown)
 
+    def _fail_all(self, dones: list[AppendCallback | None], error: StreamwalError) -> None:
+        """Answer every entry of a segment (those not answered already) with ``error``."""
+        for done in dones:
+            if done is not None:
+                self._in_flight -= 1
+                done(None, error)
+
     def _read_back(self, burst: Burst, first_id: Any, last_id: Any) -> bool:
         """Both edges landed, but not in a shape that places the middle (cut twice:
         the loop thread stalled for about the batching delay while sending it). Answer
@@ -470,10 +473,7 @@ class PulsarBackendWAL:
         dones = burst.dones
         error = self._check_landed(first)
         if error is not None:
-            for done in dones:
-                if done is not None:
-                    self._in_flight -= 1
-                    done(None, error)
+            self._fail_all(dones, error)
             return True
         if dones[0] is not None:
             self._in_flight -= 1
