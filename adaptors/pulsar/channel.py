@@ -202,7 +202,6 @@ class PulsarBackendWAL:
         operation timeout). A broker that has just restarted can take a second or more
         to let go of a fencer whose close it did not see; a real takeover by another
         node in the meantime is still reported as fenced, only later."""
-        attempts = _WRITER_ATTEMPTS if retry_owner_present else 1
         window = min(self._config.operation_timeout_s, _WRITER_RETRY_WINDOW_S)
         deadline = asyncio.get_running_loop().time() + window
         attempt = 0
@@ -229,7 +228,7 @@ class PulsarBackendWAL:
                 if (
                     exc.error() not in _OWNER_PRESENT
                     or not retry_owner_present
-                    or (attempt >= attempts and out_of_time)
+                    or (attempt >= _WRITER_ATTEMPTS and out_of_time)
                 ):
                     raise
                 await asyncio.sleep(_WRITER_RETRY_S)
@@ -639,12 +638,11 @@ class PulsarBackendWAL:
     def _failure(self, result: Any) -> StreamwalError:
         if self._fenced is not None:
             return self._fenced
-        error = translate(PulsarException(result), channel=self._channel, what="append")
         if result in FENCING_RESULTS and not self._closed:
             _log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
             self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
             return self._fenced
-        return error
+        return translate(PulsarException(result), channel=self._channel, what="append")
 
     @property
     def is_fenced(self) -> bool:
