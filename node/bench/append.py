@@ -6,8 +6,8 @@ both; the figures are the medians. The raw producer (:mod:`node.bench.raw`: batc
 with a 1 ms delay, a callback per message, the WAL's pending limit) runs on a client of
 its own. The ratio is what the WAL costs or saves over that: time ticks from the TSO,
 encoding, interceptors, ordered publication and the write-ahead buffer on one side;
-on the other, sending each burst as one batch with two receipts instead of a receipt
-per message (:mod:`adaptors.pulsar.bursts`).
+on the other, send receipts on the edges of segments of appends instead of one per
+message (:mod:`adaptors.pulsar.bursts`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ client that logs like the WAL's (natively, :data:`~node.bench.target.CLIENT_LOG`
 a producer used the way ``pulsar-client`` is usually used for throughput: the WAL's
 access mode (``ExclusiveWithFencing``) and pending-message limit, batching on with a
 1 ms delay (the client's default is 10 ms; 1 ms makes the stronger baseline here) and
-one send callback per message. The WAL batches differently (it flushes each burst as
-one batch with two receipts, :mod:`adaptors.pulsar.bursts`): that difference is part
-of what the suites measure.
+one send callback per message. The WAL's producer batches alike but asks for send
+receipts on the edges of its segments of appends only (:mod:`adaptors.pulsar.bursts`):
+that difference is part of what the suites measure.
 """
 
 from __future__ import annotations
