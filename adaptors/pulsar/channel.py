@@ -3,7 +3,7 @@
 Appends are handed to the C++ producer's ``send_async`` in call order, from the loop
 thread, so the order of ``submit``/``append`` calls is the order in the log and
 appends pipeline without a round trip each. Only the edges of each segment of appends
-carry a send callback (:mod:`.bursts`); receipts come back in bursts
+carry a send callback (:mod:`.segments`); receipts come back in bursts
 (:mod:`.receipts`) and answer each entry's callback directly. A fencing result from
 the broker marks the channel fenced for good: the producer is dropped and every later
 append fails fast.
@@ -47,21 +47,21 @@ import _pulsar
 import pulsar
 from pulsar.asyncio import PulsarException
 
-from adaptors.pulsar.bursts import (
-    SEGMENT_BYTES,
-    SEGMENT_MESSAGES,
-    Burst,
-    Edge,
-    Prepared,
-    positions,
-    size_of,
-)
 from adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
 from adaptors.pulsar.errors import FENCING_RESULTS, translate
 from adaptors.pulsar.message_id import PulsarMessageId
 from adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
 from adaptors.pulsar.receipts import ReceiptQueue
 from adaptors.pulsar.scanner import PulsarScanner, to_backend_message
+from adaptors.pulsar.segments import (
+    SEGMENT_BYTES,
+    SEGMENT_MESSAGES,
+    Edge,
+    Prepared,
+    Segment,
+    positions,
+    size_of,
+)
 from wal.backend import AccessMode, AppendCallback, DeliveryPolicy, settle_future
 from wal.errors import (
     ChannelFencedError,
@@ -132,7 +132,7 @@ class PulsarBackendWAL:
         #: the latest append, sent when the next one comes or the iteration ends
         self._held: Prepared | None = None
         #: the segment being sent (its first edge is out, its last is not yet)
-        self._segment: Burst | None = None
+        self._segment: Segment | None = None
         self._segment_bytes = 0
         #: reads placing the middle of a segment that was cut more than once
         self._readbacks: set[asyncio.Task[list[PulsarMessageId] | None]] = set()
@@ -214,7 +214,7 @@ class PulsarBackendWAL:
                         access_mode=pulsar.ProducerAccessMode.Exclusive,
                         batching_enabled=self._config.batching,
                         batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
-                        # room for many segments: one is cut at most once (.bursts)
+                        # room for many segments: one is cut at most once (.segments)
                         batching_max_messages=64 * SEGMENT_MESSAGES,
                         batching_max_allowed_size_in_bytes=8 * SEGMENT_BYTES,
                         max_pending_messages=self._config.max_pending_messages,
@@ -317,7 +317,7 @@ class PulsarBackendWAL:
         Appends go to the client as they come, so the producer's batching delay runs
         while later appenders still do their own work, but each is held back until the
         next one arrives or the loop iteration ends: only then is it known whether it
-        is the last of its segment (:mod:`.bursts`), which needs a callback.
+        is the last of its segment (:mod:`.segments`), which needs a callback.
         """
         done, message, payload, size = entry
         producer = self._producer
@@ -341,7 +341,7 @@ class PulsarBackendWAL:
             if last or not self._config.batching:
                 self._send_one(native, done, message)
                 return
-            segment = self._segment = Burst([done], [payload])
+            segment = self._segment = Segment([done], [payload])
             self._segment_bytes = size
             edge: Edge | None = Edge(segment, is_last=False)
         else:
@@ -383,8 +383,8 @@ class PulsarBackendWAL:
             self._deferred.append(functools.partial(self._on_receipt, token, result, message_id))
             return
         if type(token) is Edge:
-            if token.burst.record(token.is_last, (result, message_id)):
-                self._resolve(token.burst)
+            if token.segment.record(token.is_last, (result, message_id)):
+                self._resolve(token.segment)
             return
         self._in_flight -= 1
         self._complete(token, result, message_id)  # type: ignore[arg-type]
@@ -394,14 +394,14 @@ class PulsarBackendWAL:
         if self._deferred is not None:
             self._deferred.append(functools.partial(self._on_refused_edge, edge, error))
             return
-        if edge.burst.record(edge.is_last, error):
-            self._resolve(edge.burst)
+        if edge.segment.record(edge.is_last, error):
+            self._resolve(edge.segment)
 
-    def _resolve(self, burst: Burst) -> None:
-        """Answer every entry of a segment once both its edges reported (.bursts)."""
-        dones, first, last = burst.dones, burst.first, burst.last
+    def _resolve(self, segment: Segment) -> None:
+        """Answer every entry of a segment once both its edges reported (.segments)."""
+        dones, first, last = segment.dones, segment.first, segment.last
         n = len(dones)
-        if not burst.broken and type(first) is tuple and type(last) is tuple:
+        if not segment.broken and type(first) is tuple and type(last) is tuple:
             (first_result, first_id), (last_result, last_id) = first, last
             ok = _pulsar.Result.Ok
             if first_result == ok and last_result == ok:
@@ -416,7 +416,7 @@ class PulsarBackendWAL:
                     for done, message_id in zip(dones, landed, strict=True):
                         done(message_id, None)  # type: ignore[misc]
                     return
-                if self._read_back(burst, first_id, last_id):
+                if self._read_back(segment, first_id, last_id):
                     return
             elif first_result == last_result:  # the batch failed as one
                 self._fail_all(dones, self._failure(first_result))
@@ -455,7 +455,7 @@ class PulsarBackendWAL:
                 self._in_flight -= 1
                 done(None, error)
 
-    def _read_back(self, burst: Burst, first_id: Any, last_id: Any) -> bool:
+    def _read_back(self, segment: Segment, first_id: Any, last_id: Any) -> bool:
         """Both edges landed, but not in a shape that places the middle (cut twice:
         the loop thread stalled for about the batching delay while sending it). Answer
         the first edge, and place the rest by reading the log between the edges;
@@ -469,7 +469,7 @@ class PulsarBackendWAL:
         last = PulsarMessageId.from_pulsar(last_id)
         if first.ledger < 0 or first.entry < 0 or last.sort_key() <= first.sort_key():
             return False
-        dones = burst.dones
+        dones = segment.dones
         error = self._check_landed(first)
         if error is not None:
             self._fail_all(dones, error)
@@ -489,7 +489,7 @@ class PulsarBackendWAL:
         record_segment(self._channel, READ_BACK)
         self._deferred = deque()
         task = asyncio.get_running_loop().create_task(
-            self._messages_between(first, last, burst.payloads)
+            self._messages_between(first, last, segment.payloads)
         )
         self._readbacks.add(task)
         task.add_done_callback(self._readbacks.discard)

@@ -39,7 +39,7 @@ class PulsarConfig:
     #: InvalidInputError either way)
     max_message_size: int = 5 * 1024 * 1024
     #: batch in the client, with send receipts on segment edges instead of one per
-    #: message (adaptors.pulsar.bursts); False: one entry and receipt per message
+    #: message (adaptors.pulsar.segments); False: one entry and receipt per message
     batching: bool = True
     batching_max_delay_ms: int = 1
     max_pending_messages: int = 10_000

@@ -1,6 +1,6 @@
 """What the Pulsar backend's segment receipts could not place from their edges alone.
 
-Rare by design (:mod:`.bursts`): a segment is read back when the producer closed more
+Rare by design (:mod:`.segments`): a segment is read back when the producer closed more
 than one batch while it was being sent, and left unplaced (its middle answered with an
 unknown position) when the log did not hold it as sent. Kept as plain ints and reported
 at collection, like the WAL's own counters; the benchmark reads them directly.

@@ -7,7 +7,7 @@ with a 1 ms delay, a callback per message, the WAL's pending limit) runs on a cl
 its own. The ratio is what the WAL costs or saves over that: time ticks from the TSO,
 encoding, interceptors, ordered publication and the write-ahead buffer on one side;
 on the other, send receipts on the edges of segments of appends instead of one per
-message (:mod:`adaptors.pulsar.bursts`).
+message (:mod:`adaptors.pulsar.segments`).
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ async def _cell(
         "p99_ratio": ratio(walf["p99_ms"], raw["p99_ms"]),
         "p999_ratio": ratio(walf["p999_ms"], raw["p999_ms"]),
         "runs": {"raw": raw_runs, "wal": wal_runs},
-        # segments whose edge receipts did not place them (adaptors/pulsar/bursts.py)
+        # segments whose edge receipts did not place them (adaptors/pulsar/segments.py)
         "wal_segments_read_back": segment_count(channel, READ_BACK),
         "wal_segments_unplaced": segment_count(channel, UNPLACED),
     }

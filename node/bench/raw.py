@@ -6,7 +6,7 @@ a producer used the way ``pulsar-client`` is usually used for throughput: the WA
 access mode (``ExclusiveWithFencing``) and pending-message limit, batching on with a
 1 ms delay (the client's default is 10 ms; 1 ms makes the stronger baseline here) and
 one send callback per message. The WAL's producer batches alike but asks for send
-receipts on the edges of its segments of appends only (:mod:`adaptors.pulsar.bursts`):
+receipts on the edges of its segments of appends only (:mod:`adaptors.pulsar.segments`):
 that difference is part of what the suites measure.
 """
 

@@ -13,7 +13,7 @@ import pulsar
 import pytest
 
 from adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarMessageId, PulsarOpener
-from adaptors.pulsar.bursts import SEGMENT_BYTES, SEGMENT_MESSAGES
+from adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES
 from node.stack import StackInfo
 from tests.adaptors.conformance import (
     BackendHarness,

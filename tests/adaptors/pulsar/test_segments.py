@@ -20,11 +20,11 @@ from typing import Any
 import _pulsar
 import pytest
 
-from adaptors.pulsar.bursts import SEGMENT_BYTES, SEGMENT_MESSAGES, batch_size, size_of
 from adaptors.pulsar.channel import PulsarBackendWAL
 from adaptors.pulsar.config import PulsarConfig
 from adaptors.pulsar.message_id import PulsarMessageId
 from adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
+from adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES, batch_size, size_of
 from wal.backend import AccessMode
 from wal.errors import (
     ChannelFencedError,

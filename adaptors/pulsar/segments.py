@@ -49,9 +49,9 @@ from wal.backend import AppendCallback
 __all__ = [
     "SEGMENT_BYTES",
     "SEGMENT_MESSAGES",
-    "Burst",
     "Edge",
     "Prepared",
+    "Segment",
     "batch_size",
     "positions",
     "size_of",
@@ -149,7 +149,7 @@ def positions(first: Any, last: Any, count: int) -> list[PulsarMessageId] | None
     return ids
 
 
-class Burst:
+class Segment:
     """One segment in flight: its entries' callbacks and what its two edges reported.
 
     An edge's outcome is ``(result, message_id)`` from a receipt, or the exception
@@ -179,8 +179,8 @@ class Burst:
 class Edge:
     """The token a segment's first or last message carries to its receipt."""
 
-    __slots__ = ("burst", "is_last")
+    __slots__ = ("is_last", "segment")
 
-    def __init__(self, burst: Burst, is_last: bool) -> None:
-        self.burst = burst
+    def __init__(self, segment: Segment, is_last: bool) -> None:
+        self.segment = segment
         self.is_last = is_last
