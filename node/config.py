@@ -185,6 +185,13 @@ class PulsarSettings:
     namespace: str = "default"
     access_mode: str = "ExclusiveWithFencing"
     operation_timeout_s: float = 10.0
+    #: the broker's admin API (policy checks at open); "": derived from service_url
+    #: for Pulsar's standard ports and the local stack's, else not checked
+    admin_url: str = ""
+    #: refuse | warn | ignore: a TTL, an evicting backlog quota, or a deleted cursor
+    on_unsafe_policy: str = "refuse"
+    #: refuse | warn | ignore: broker deduplication off for the namespace or topic
+    on_no_deduplication: str = "refuse"
     auth_token: str | None = None
     tls_trust_certs_file: str | None = None
     tls_allow_insecure: bool = False
@@ -213,6 +220,15 @@ class PulsarSettings:
                 "pulsar.access_mode",
                 f"must be ExclusiveWithFencing or Exclusive, got {self.access_mode!r}",
             )
+        if self.admin_url and not self.admin_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                "pulsar.admin_url", f"must start with http:// or https://, got {self.admin_url!r}"
+            )
+        for name in ("on_unsafe_policy", "on_no_deduplication"):
+            if getattr(self, name) not in ("refuse", "warn", "ignore"):
+                raise ConfigError(
+                    f"pulsar.{name}", f"must be refuse, warn or ignore, got {getattr(self, name)!r}"
+                )
         # pulsar+ssl:// without a trust file is fine: the client then verifies the broker
         # against the system CAs. A private CA needs the file, and the client would only
         # log a missing one once it connects; a trust file on plain pulsar:// does nothing.

@@ -32,7 +32,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
-from adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarOpener
+from adaptors.pulsar import PolicyAction, PulsarAccessMode, PulsarConfig, PulsarOpener
 from node.channels import ChannelManager
 from node.config import ClientTLSFiles, NodeConfig
 from node.health import HealthService
@@ -69,6 +69,9 @@ def pulsar_config(config: NodeConfig) -> PulsarConfig:
         namespace=p.namespace,
         access_mode=PulsarAccessMode(p.access_mode),
         operation_timeout_s=p.operation_timeout_s,
+        admin_url=p.admin_url or None,
+        on_unsafe_policy=PolicyAction(p.on_unsafe_policy),
+        on_no_deduplication=PolicyAction(p.on_no_deduplication),
         auth_token=p.auth_token,
         tls_trust_certs_file=p.tls_trust_certs_file,
         tls_allow_insecure=p.tls_allow_insecure,

@@ -24,6 +24,7 @@ __all__ = [
     "TimestampRegressionError",
     "UnavailableError",
     "UnknownPositionError",
+    "UnsafeBrokerPolicyError",
 ]
 
 
@@ -107,6 +108,20 @@ class MisconfiguredError(StreamwalError):
 
 class ExclusivityNotEnforcedError(MisconfiguredError):
     """The broker accepted two exclusive producers on one topic; no WAL is opened on it."""
+
+
+class UnsafeBrokerPolicyError(MisconfiguredError):
+    """A broker policy would delete or duplicate a channel's acknowledged entries.
+
+    ``policies`` names each one found (``message-ttl``, ``backlog-eviction``,
+    ``cursor-missing``, ``deduplication``); the message says how to fix it. Raised at
+    open, before the channel's first time tick, so nothing is acknowledged on it.
+    """
+
+    def __init__(self, channel: str, policies: tuple[str, ...], message: str) -> None:
+        self.channel = channel
+        self.policies = policies
+        super().__init__(message)
 
 
 class BackendMismatchError(StreamwalError, TypeError):

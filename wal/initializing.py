@@ -22,8 +22,8 @@ from wal.config import Backoff, WALConfig
 from wal.errors import (
     ChannelFencedError,
     ClosedError,
-    ExclusivityNotEnforcedError,
     InvalidInputError,
+    MisconfiguredError,
 )
 from wal.interceptors import ChannelInfo, InterceptorParams
 from wal.message import ImmutableMessage, MessageType, MutableMessage, encode
@@ -63,7 +63,7 @@ ATTR_MESSAGE_ID = "wal.message_id"
 # Trying again cannot help: a newer owner exists, the backend is closed, or the
 # broker does not enforce the single-writer fence (it will not start to by waiting,
 # and retrying would only hide that behind an open that never returns).
-_FINAL_ERRORS = (ChannelFencedError, ClosedError, ExclusivityNotEnforcedError)
+_FINAL_ERRORS = (ChannelFencedError, ClosedError, MisconfiguredError)
 
 
 async def open_wal(
@@ -77,8 +77,10 @@ async def open_wal(
 
     Retries until the first time tick is persisted; ends early with
     :class:`~wal.errors.ChannelFencedError` if a newer owner exists, with
-    :class:`~wal.errors.ExclusivityNotEnforcedError` at the first attempt if the
-    backend cannot fence an old owner, and with ``CancelledError`` within one
+    :class:`~wal.errors.MisconfiguredError` at the first attempt if the backend cannot
+    fence an old owner or the broker's policies would lose data
+    (:class:`~wal.errors.ExclusivityNotEnforcedError`,
+    :class:`~wal.errors.UnsafeBrokerPolicyError`), and with ``CancelledError`` within one
     backoff step when cancelled.
     """
     config = config if config is not None else WALConfig()
@@ -129,8 +131,9 @@ async def send_first_time_tick(
 ) -> FirstTimeTick:
     """Fence, then persist this owner's first time tick directly on ``backend``.
 
-    Retries every error except a fenced or closed backend and a backend that does not
-    enforce exclusivity (those end it at once), following ``backoff``
+    Retries every error except a fenced or closed backend and a misconfigured one (a
+    broker that does not enforce exclusivity, or policies that would lose data: an
+    operator must act first), which end it at once, following ``backoff``
     (``max_attempts`` honoured if set). Outcome attributes go on the current span.
     """
     channel = backend.channel

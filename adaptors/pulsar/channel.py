@@ -112,6 +112,8 @@ class PulsarBackendWAL:
         channel: str,
         mode: AccessMode,
         before_first_write: Callable[[], Awaitable[None]],
+        *,
+        prepare_topic: Callable[[str, str, Awaitable[None] | None], Awaitable[None]],
         on_close: Callable[[PulsarBackendWAL], None] = lambda _: None,
     ) -> None:
         self._client = client
@@ -120,6 +122,7 @@ class PulsarBackendWAL:
         self._topic = config.topic(channel)
         self._mode = mode
         self._before_first_write = before_first_write
+        self._prepare_topic = prepare_topic
         self._on_close = on_close
         self._producer: Any = None
         self._last_landed: PulsarMessageId | None = None
@@ -169,8 +172,7 @@ class PulsarBackendWAL:
                 return
             await self._before_first_write()
             fencing = self._config.access_mode is PulsarAccessMode.EXCLUSIVE_WITH_FENCING
-            if fencing:
-                await self._fence_others()
+            await self._fence_and_prepare(fencing)
             try:
                 self._producer = await self._create_writer(retry_owner_present=fencing)
             except PulsarException as exc:
@@ -194,6 +196,14 @@ class PulsarBackendWAL:
                     f"answer within {self._config.operation_timeout_s:g}s"
                 ) from exc
             _log.info("channel %s: exclusive producer created on %s", self._channel, self._topic)
+
+    async def _fence_and_prepare(self, fencing: bool) -> None:
+        """Fence (if ``fencing``) and prepare the topic (its durable cursor, its
+        policies): the opener runs both side by side, and both are done before the
+        writer exists, so the cursor is there before the first time tick."""
+        await self._prepare_topic(
+            self._channel, self._topic, self._fence_others() if fencing else None
+        )
 
     async def _create_writer(self, *, retry_owner_present: bool) -> Any:
         """The writing producer (``Exclusive``); right after our own fence, the broker

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from wal.errors import InvalidInputError
 
-__all__ = ["PulsarAccessMode", "PulsarConfig"]
+__all__ = ["PolicyAction", "PulsarAccessMode", "PulsarConfig"]
 
 
 class PulsarAccessMode(enum.Enum):
@@ -20,6 +20,20 @@ class PulsarAccessMode(enum.Enum):
 
     EXCLUSIVE_WITH_FENCING = "ExclusiveWithFencing"
     EXCLUSIVE = "Exclusive"
+
+
+class PolicyAction(enum.Enum):
+    """What an open does about a broker policy that would lose or duplicate entries.
+
+    ``REFUSE`` (the default) fails the open with
+    :class:`~wal.errors.UnsafeBrokerPolicyError` before anything is written: such a
+    policy loses acknowledged data silently, later, where nobody looks. ``WARN`` logs
+    it and opens; ``IGNORE`` does not look.
+    """
+
+    REFUSE = "refuse"
+    WARN = "warn"
+    IGNORE = "ignore"
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,18 @@ class PulsarConfig:
     tls_validate_hostname: bool = False
     #: check once per opener that the broker refuses a second exclusive producer
     verify_exclusivity: bool = True
+    #: the broker's admin API, for the policy checks at open and to delete probe
+    #: topics; None: derived from service_url for Pulsar's standard ports (6650→8080,
+    #: 6651→8443) and the local stack's (16650→18080), else the policies are not read
+    admin_url: str | None = None
+    #: the WAL's durable subscription on every channel (adaptors.pulsar.cursor): it
+    #: keeps the log on a broker without retention; never delete it
+    cursor_subscription: str = "streamwal-wal"
+    #: a message TTL, an evicting backlog quota, or a deleted cursor in a namespace
+    #: without retention (adaptors.pulsar.policies)
+    on_unsafe_policy: PolicyAction = PolicyAction.REFUSE
+    #: broker deduplication off for the namespace (probed) or the topic
+    on_no_deduplication: PolicyAction = PolicyAction.REFUSE
     #: where the C++ client writes its warnings and errors, natively; None: through
     #: Python ``logging`` ("pulsar.client"), which takes the GIL for every line the
     #: client emits (debug lines included, a few per message): measured, it doubled
@@ -75,6 +101,17 @@ class PulsarConfig:
             raise InvalidInputError("pulsar.max_pending_messages must be > 0")
         if self.batching_max_delay_ms < 0:
             raise InvalidInputError("pulsar.batching_max_delay_ms must be >= 0")
+        if self.admin_url is not None and not self.admin_url.startswith(("http://", "https://")):
+            raise InvalidInputError(
+                f"pulsar.admin_url must start with http:// or https://, got {self.admin_url!r}"
+            )
+        if not self.cursor_subscription or "/" in self.cursor_subscription:
+            raise InvalidInputError(
+                f"pulsar.cursor_subscription must be a name, got {self.cursor_subscription!r}"
+            )
+        for name in ("on_unsafe_policy", "on_no_deduplication"):
+            if not isinstance(getattr(self, name), PolicyAction):
+                raise InvalidInputError(f"pulsar.{name} must be a PolicyAction")
 
     def topic(self, channel: str) -> str:
         return f"persistent://{self.tenant}/{self.namespace}/{channel}"

@@ -18,21 +18,31 @@ from pulsar.asyncio import PulsarException
 from adaptors.pulsar.errors import FENCING_RESULTS, translate
 from wal.errors import ExclusivityNotEnforcedError
 
-__all__ = ["verify_exclusive_access"]
+__all__ = ["probe_topic", "verify_exclusive_access"]
 
 _log = logging.getLogger(__name__)
 
 _REFUSALS = FENCING_RESULTS | {pulsar.Result.ProducerBusy}
 
 
-async def verify_exclusive_access(client: Any, topic_prefix: str, broker: str) -> None:
+def probe_topic(topic_prefix: str, what: str) -> str:
+    """A fresh topic name for one probe of the broker (``what``: exclusivity, deduplication)."""
+    return f"{topic_prefix}streamwal-{what}-probe-{uuid.uuid4().hex[:12]}"
+
+
+async def verify_exclusive_access(
+    client: Any, topic_prefix: str, broker: str, *, topic: str | None = None
+) -> None:
     """Raise :class:`ExclusivityNotEnforcedError` unless the broker enforces exclusivity.
+
+    ``topic``: the fresh topic to probe (default: a new name under ``topic_prefix``),
+    given by a caller that deletes it afterwards.
 
     ``client`` is a ``pulsar.asyncio.Client``. Three facts are checked on a fresh
     topic: a second ``Exclusive`` producer is refused; an ``ExclusiveWithFencing``
     producer is accepted; and the first producer's next send then fails as fenced.
     """
-    topic = f"{topic_prefix}streamwal-exclusivity-probe-{uuid.uuid4().hex[:12]}"
+    topic = topic or probe_topic(topic_prefix, "exclusivity")
     first = await client.create_producer(
         topic, access_mode=pulsar.ProducerAccessMode.Exclusive, batching_enabled=False
     )

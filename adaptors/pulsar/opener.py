@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +14,42 @@ import pulsar
 from pulsar import asyncio as pulsar_asyncio
 from pulsar.asyncio import PulsarException
 
+from adaptors.pulsar.admin import PulsarAdmin, admin_url_for
 from adaptors.pulsar.channel import PulsarBackendWAL
-from adaptors.pulsar.config import PulsarConfig
+from adaptors.pulsar.config import PolicyAction, PulsarConfig
+from adaptors.pulsar.cursor import hold_log
+from adaptors.pulsar.deduplication import deduplication_enforced
 from adaptors.pulsar.errors import translate
-from adaptors.pulsar.exclusivity import verify_exclusive_access
+from adaptors.pulsar.exclusivity import probe_topic, verify_exclusive_access
 from adaptors.pulsar.message_id import PulsarMessageId
+from adaptors.pulsar.policies import (
+    DEDUPLICATION,
+    PolicyFinding,
+    enforce,
+    inspect_topic,
+    refusal,
+    topic_state,
+)
 from wal.backend import AccessMode, validate_channel_name
-from wal.errors import ClosedError, ExclusivityNotEnforcedError, UnavailableError
+from wal.errors import (
+    ClosedError,
+    ExclusivityNotEnforcedError,
+    StreamwalError,
+    UnavailableError,
+)
 
 __all__ = ["PulsarOpener", "client_logger"]
 
 _log = logging.getLogger(__name__)
+
+
+async def _all(*steps: Awaitable[Any]) -> list[Any]:
+    """Await every step to its end; then raise the first one's error, in order."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
 
 
 def client_logger(log_file: str | None = None) -> logging.Logger | pulsar.FileLogger:
@@ -44,11 +71,16 @@ class PulsarOpener:
     """Opens channels on one Pulsar cluster.
 
     ``start()`` creates the client (the first connection happens lazily);
-    :meth:`open` does no I/O; the first write on any channel runs the exclusivity
-    self-check once per opener, so an unreachable broker shows up as a failed
-    write attempt rather than as a failed open. A broker found not to enforce
-    exclusivity is refused for the opener's lifetime: the check is not run again
-    (each run would leave another probe topic behind), the refusal is raised again.
+    :meth:`open` does no I/O; the first write on any channel runs the broker
+    self-checks once per opener (exclusivity, then deduplication), so an unreachable
+    broker shows up as a failed write attempt rather than as a failed open. A broker
+    found not to enforce exclusivity is refused for the opener's lifetime: the check
+    is not run again, the refusal is raised again. Probe topics are deleted through
+    the admin API when there is one (else the broker's inactive-topic deletion takes
+    them: they have no subscription).
+
+    Before a channel's first time tick, :meth:`prepare_topic` gives it its durable cursor
+    and checks the broker policies applied to its topic (:mod:`.policies`).
     """
 
     name = "pulsar"
@@ -61,6 +93,17 @@ class PulsarOpener:
         self._verify_lock = asyncio.Lock()
         self._closed = False
         self._channels: set[PulsarBackendWAL] = set()
+        self._deduplication_checked = False
+        admin_url = self.config.admin_url or admin_url_for(self.config.service_url)
+        self.admin: PulsarAdmin | None = None
+        if admin_url:
+            self.admin = PulsarAdmin(
+                admin_url,
+                token=self.config.auth_token,
+                trust_certs_file=self.config.tls_trust_certs_file,
+                allow_insecure=self.config.tls_allow_insecure,
+                timeout=self.config.operation_timeout_s,
+            )
 
     async def start(self) -> None:
         if self._client is not None:
@@ -105,11 +148,104 @@ class PulsarOpener:
             self.config,
             channel,
             mode,
-            self.verify_exclusivity,
+            self.verify_broker,
+            prepare_topic=self.prepare_topic,
             on_close=self._channels.discard,
         )
         self._channels.add(wal)
         return wal
+
+    async def verify_broker(self) -> None:
+        """The self-checks a first write runs: exclusivity, then deduplication."""
+        await self.verify_exclusivity()
+        await self.verify_deduplication()
+
+    async def verify_deduplication(self) -> None:
+        """Probe once per opener that the namespace drops a resent sequence id.
+
+        A pass is remembered, and so is a ``warn`` (warned once); a refusal is not:
+        an operator who enables deduplication is not asked to restart the node.
+        """
+        action = self.config.on_no_deduplication
+        if self._deduplication_checked or action is PolicyAction.IGNORE:
+            return
+        async with self._verify_lock:
+            if self._deduplication_checked:
+                return
+            prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
+            topic = probe_topic(prefix, "deduplication")
+            timeout = self.config.operation_timeout_s
+            try:
+                enforced = await deduplication_enforced(self.client, topic, timeout)
+            except TimeoutError as exc:
+                raise UnavailableError(
+                    f"broker {self.config.service_url} did not answer the deduplication "
+                    f"probe within {timeout:g}s"
+                ) from exc
+            except PulsarException as exc:
+                raise translate(exc, channel="(deduplication probe)", what="probe") from exc
+            finally:
+                await self._delete_probe(topic)
+            if not enforced:
+                namespace = f"{self.config.tenant}/{self.config.namespace}"
+                finding = PolicyFinding(
+                    DEDUPLICATION,
+                    f"broker deduplication is off in namespace {namespace}: the broker "
+                    "wrote a resent sequence id twice, so a producer that reconnects would "
+                    "write an entry again behind later ones",
+                    f"pulsar-admin namespaces set-deduplication {namespace} --enable "
+                    "(or brokerDeduplicationEnabled=true)",
+                )
+                if action is PolicyAction.REFUSE:
+                    raise refusal(f"(namespace {namespace})", [finding])
+                _log.warning("%s (fix: %s)", finding.detail, finding.fix)
+            self._deduplication_checked = True
+
+    async def prepare_topic(
+        self, channel: str, topic: str, fence: Awaitable[None] | None = None
+    ) -> None:
+        """Give ``topic`` the WAL's durable cursor and check its policies (module doc),
+        running ``fence`` (the takeover, if any) beside it.
+
+        Runs before the channel's first time tick: no acknowledged entry exists
+        without the cursor. The topic's state is read first, beside the fence, so a
+        cursor someone deleted is seen before it is created again; once the topic
+        exists, the cursor and the policy reads go side by side.
+        """
+        cfg = self.config
+        admin = self.admin if cfg.on_unsafe_policy is not PolicyAction.IGNORE else None
+        hold = functools.partial(
+            hold_log, self.client, topic, cfg.cursor_subscription, cfg.operation_timeout_s
+        )
+        if admin is None:
+            await _all(*([] if fence is None else [fence]))
+            await hold()
+            return
+        before_state = topic_state(admin, topic, cfg.cursor_subscription)
+        if fence is None:
+            before = await before_state
+        else:
+            _, before = await _all(fence, before_state)
+        inspect = inspect_topic(admin, topic, cfg.cursor_subscription, before)
+        if fence is not None or before.exists:
+            _, findings = await _all(hold(), inspect)
+        else:  # the cursor creates the topic, whose policies can be read only then
+            await hold()
+            findings = await inspect
+        enforce(
+            channel,
+            findings,
+            unsafe=cfg.on_unsafe_policy,
+            no_deduplication=cfg.on_no_deduplication,
+        )
+
+    async def _delete_probe(self, topic: str) -> None:
+        if self.admin is None:
+            return
+        try:
+            await self.admin.delete(PulsarAdmin.topic_path(topic))
+        except (StreamwalError, FileExistsError) as exc:
+            _log.info("could not delete the probe topic %s: %s", topic, exc)
 
     async def verify_exclusivity(self) -> None:
         """Run the exclusivity self-check once (see :mod:`adaptors.pulsar.exclusivity`).
@@ -143,9 +279,10 @@ class PulsarOpener:
 
     async def _probe(self) -> None:
         prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
+        topic = probe_topic(prefix, "exclusivity")
         try:
             await asyncio.wait_for(
-                verify_exclusive_access(self.client, prefix, self.config.service_url),
+                verify_exclusive_access(self.client, prefix, self.config.service_url, topic=topic),
                 timeout=self.config.operation_timeout_s * 3,
             )
         except TimeoutError as exc:
@@ -155,6 +292,8 @@ class PulsarOpener:
             ) from exc
         except PulsarException as exc:
             raise translate(exc, channel="(exclusivity probe)", what="probe") from exc
+        finally:
+            await self._delete_probe(topic)
 
     def _refused(self) -> ExclusivityNotEnforcedError:
         # a fresh error each time: re-raising one instance would grow its traceback

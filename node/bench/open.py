@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any
 
-from adaptors.pulsar import PulsarConfig, PulsarOpener
+from adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
 from node.bench.raw import raw_client, raw_producer
 from node.bench.stats import distribution, ratio
 from node.bench.target import CLIENT_LOG, BenchTarget
@@ -54,7 +54,7 @@ async def run_open_bench(
             InProcessTSO(tso_config) as tso,
             PulsarOpener(config) as opener,
         ):
-            await opener.verify_exclusivity()  # once per node, not per open
+            await opener.verify_broker()  # once per node, not per open
             allocator = tso.allocator()
             for i in range(opens):
                 started = time.perf_counter()
@@ -112,6 +112,7 @@ async def _open_across_outage(
             service_url=f"pulsar://{proxy.url_host}",
             operation_timeout_s=op_timeout_s,
             verify_exclusivity=False,  # a node checks once at start, not per open
+            on_no_deduplication=PolicyAction.IGNORE,  # likewise
             client_log_file=CLIENT_LOG,
         )
         async with PulsarOpener(slow) as outage_opener:

@@ -148,7 +148,7 @@ async def run_takeover_bench(
         PulsarOpener(config) as opener_b,
     ):
         for opener in (opener_a, opener_b):
-            await opener.verify_exclusivity()  # once per node at start, not in a takeover
+            await opener.verify_broker()  # once per node at start, not in a takeover
         nodes = [(opener_a, tso.allocator(), 1), (opener_b, tso.allocator(), 2)]
         channel = f"bench-takeover-{run}"
         raw_topic = config.topic(f"bench-takeover-raw-{run}")

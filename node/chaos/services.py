@@ -35,9 +35,12 @@ class PrivatePulsar:
     process that started it dies; :meth:`close` stops it and removes its data.
     """
 
-    def __init__(self, progress: Progress = _quiet) -> None:
+    def __init__(self, progress: Progress = _quiet, *, stock: bool = False) -> None:
+        """``stock``: Pulsar's default policies (see :class:`PulsarService`)."""
         self._paths = StackPaths.default(f"chaos-{uuid.uuid4().hex[:8]}")
-        self._service = PulsarService(self._paths, broker_port=free_port(), web_port=free_port())
+        self._service = PulsarService(
+            self._paths, broker_port=free_port(), web_port=free_port(), stock=stock
+        )
         self._progress = progress
         self._proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
@@ -49,6 +52,10 @@ class PrivatePulsar:
     @property
     def port(self) -> int:
         return self._service.broker_port
+
+    @property
+    def admin_url(self) -> str:
+        return self._service.admin_url
 
     async def start(self) -> None:
         """Start the broker and wait until a producer can be created on it."""

@@ -3,8 +3,10 @@
 No tarball is needed: Maven resolves ``pulsar-broker`` and its dependencies into a
 cached ``lib/`` folder, and the broker runs as ``PulsarStandaloneStarter`` with an
 in-process BookKeeper on RocksDB metadata, bound to loopback, without the functions
-worker or stream storage. Retention is infinite and inactive topics are kept: a WAL
-must never lose its log because nobody subscribed.
+worker or stream storage. The shared stack's broker is generous for the demo and the
+tools: deduplication on, retention infinite, inactive topics kept. A private broker can
+run with Pulsar's own defaults instead (``stock=True``), to show that the WAL holds its
+log without any of that.
 """
 
 from __future__ import annotations
@@ -19,13 +21,32 @@ from pathlib import Path
 
 from node.stack.service import Progress, Service
 
-__all__ = ["PULSAR_VERSION", "PulsarService"]
+__all__ = ["PULSAR_VERSION", "STOCK_INACTIVE_CHECK", "PulsarService"]
 
 PULSAR_VERSION = "4.0.7"
 BROKER_PORT = 16650
 WEB_PORT = 18080
 
 _POM = Path(__file__).with_name("pulsar-standalone-pom.xml")
+
+#: the shared stack's generous settings, left out of a stock broker
+_GENEROUS = [
+    # a producer that reconnects resends what it had in flight; the broker drops what
+    # it already persisted (by sequence id), so a connection reset never writes an
+    # entry twice or out of order
+    "brokerDeduplicationEnabled=true",
+    # the tools' raw topics (benchmarks, probes) outlive the absence of subscriptions
+    "brokerDeleteInactiveTopicsEnabled=false",
+    "defaultRetentionTimeInMinutes=-1",
+    "defaultRetentionSizeInMB=-1",
+]
+
+#: a stock broker's inactive-topic check, only made faster (Pulsar: every 60 s): a
+#: topic with no subscription goes after 10 s without producers or readers
+STOCK_INACTIVE_CHECK = {
+    "brokerDeleteInactiveTopicsFrequencySeconds": 5,
+    "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds": 10,
+}
 
 _JVM_FLAGS = [
     "--add-opens", "java.base/java.io=ALL-UNNAMED",
@@ -76,12 +97,18 @@ class PulsarService(Service):
         *,
         broker_port: int = BROKER_PORT,
         web_port: int = WEB_PORT,
+        stock: bool = False,
     ) -> None:
-        """Ports default to the shared stack's; a private broker (fault tests) picks its own."""
+        """Ports default to the shared stack's; a private broker (fault tests) picks its own.
+
+        ``stock``: Pulsar's default retention, deduplication and inactive-topic policy,
+        with the inactive-topic check made faster (:data:`STOCK_INACTIVE_CHECK`).
+        """
         super().__init__(paths)
         self.version = version
         self.broker_port = broker_port
         self.web_port = web_port
+        self.stock = stock
 
     @property
     def ports(self) -> dict[str, int]:
@@ -191,14 +218,11 @@ class PulsarService(Service):
                     "functionsWorkerEnabled=false",
                     "allowAutoTopicCreation=true",
                     "allowAutoTopicCreationType=non-partitioned",
-                    # a producer that reconnects resends what it had in flight; the
-                    # broker drops what it already persisted (by sequence id), so a
-                    # connection reset never writes an entry twice or out of order
-                    "brokerDeduplicationEnabled=true",
-                    # a WAL's log must outlive the absence of subscriptions
-                    "brokerDeleteInactiveTopicsEnabled=false",
-                    "defaultRetentionTimeInMinutes=-1",
-                    "defaultRetentionSizeInMB=-1",
+                    *(
+                        [f"{key}={value}" for key, value in STOCK_INACTIVE_CHECK.items()]
+                        if self.stock
+                        else _GENEROUS
+                    ),
                     "",
                 ]
             )

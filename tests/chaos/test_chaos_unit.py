@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +141,18 @@ async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner()
     async def nothing() -> None:
         return None
 
-    backend = PulsarBackendWAL(None, PulsarConfig(), "guard", AccessMode.READ_WRITE, nothing)
+    async def no_preparation(channel: str, topic: str, fence: Awaitable[None] | None) -> None:
+        if fence is not None:
+            await fence
+
+    backend = PulsarBackendWAL(
+        None,
+        PulsarConfig(),
+        "guard",
+        AccessMode.READ_WRITE,
+        nothing,
+        prepare_topic=no_preparation,
+    )
     loop = asyncio.get_running_loop()
 
     def answer(ledger: int, entry: int, batch: int = -1) -> asyncio.Future[Any]:

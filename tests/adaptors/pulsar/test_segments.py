@@ -14,7 +14,7 @@ import asyncio
 import functools
 import random
 import types
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import _pulsar
@@ -183,9 +183,18 @@ async def _channel(**config: Any) -> tuple[PulsarBackendWAL, FakeProducer]:
     async def nothing() -> None:
         return None
 
+    async def no_preparation(channel: str, topic: str, fence: Awaitable[None] | None) -> None:
+        if fence is not None:
+            await fence
+
     fake = FakeProducer()
     wal = PulsarBackendWAL(
-        FakeClient(fake), PulsarConfig(**config), "c", AccessMode.READ_WRITE, nothing
+        FakeClient(fake),
+        PulsarConfig(**config),
+        "c",
+        AccessMode.READ_WRITE,
+        nothing,
+        prepare_topic=no_preparation,
     )
     wal._producer = FakeAsyncProducer(fake)
     return wal, fake

@@ -1,0 +1,125 @@
+"""A small asyncio wrapper over the broker's admin REST API.
+
+The Python client speaks only the binary protocol, and what the WAL must know about a
+topic's policies (TTL, backlog quota, retention, deduplication) and its subscriptions
+is only on the admin API. The calls are few and off the hot path (once per open), so
+they run on worker threads with the standard library rather than a new dependency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from wal.errors import MisconfiguredError, UnavailableError
+
+__all__ = ["PulsarAdmin", "admin_url_for"]
+
+#: Pulsar's standard binary ports and the admin port beside each; the local stack's too
+_ADMIN_PORTS = {6650: ("http", 8080), 6651: ("https", 8443), 16650: ("http", 18080)}
+
+
+def admin_url_for(service_url: str) -> str | None:
+    """The admin URL beside ``service_url`` when it uses a port whose pair is known
+    (6650→8080, 6651→8443, and the local stack's 16650→18080); else ``None``."""
+    _, _, rest = service_url.partition("://")
+    hosts = rest.rstrip("/").split(",")
+    host, _, port = hosts[0].rpartition(":")
+    if not host or not port.isdigit() or int(port) not in _ADMIN_PORTS:
+        return None
+    web_scheme, web_port = _ADMIN_PORTS[int(port)]
+    return f"{web_scheme}://{host}:{web_port}"
+
+
+class PulsarAdmin:
+    """GET/PUT/DELETE on one broker's admin API; errors are streamwal's types.
+
+    A 404 reads as ``None`` (a topic or policy that is not there); 401/403 is a
+    :class:`MisconfiguredError` (the token lacks admin rights); anything else that
+    fails is :class:`UnavailableError`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        trust_certs_file: str | None = None,
+        allow_insecure: bool = False,
+        timeout: float = 10.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._headers = {"Accept": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._timeout = timeout
+        self._context: ssl.SSLContext | None = None
+        if self.url.startswith("https://"):
+            self._context = ssl.create_default_context(cafile=trust_certs_file)
+            if allow_insecure:
+                self._context.check_hostname = False
+                self._context.verify_mode = ssl.CERT_NONE
+
+    @staticmethod
+    def topic_path(topic: str) -> str:
+        """``persistent://t/ns/name`` → ``persistent/t/ns/name`` (quoted)."""
+        domain, _, rest = topic.partition("://")
+        return f"{domain}/{urllib.parse.quote(rest)}"
+
+    async def get(self, path: str) -> Any:
+        return await asyncio.to_thread(self._call, "GET", path, None)
+
+    async def put(self, path: str, body: Any = None) -> Any:
+        return await asyncio.to_thread(self._call, "PUT", path, body)
+
+    async def post(self, path: str, body: Any = None) -> Any:
+        return await asyncio.to_thread(self._call, "POST", path, body)
+
+    async def delete(self, path: str) -> Any:
+        return await asyncio.to_thread(self._call, "DELETE", path, None)
+
+    def _call(self, method: str, path: str, body: Any) -> Any:
+        url = f"{self.url}/admin/v2/{path.lstrip('/')}"
+        data = None if body is None else json.dumps(body).encode()
+        headers = dict(self._headers)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout, context=self._context) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            detail = _reason(exc)
+            if exc.code in (401, 403):
+                raise MisconfiguredError(
+                    f"the broker's admin API refused {method} {path}: {exc.code} {detail} "
+                    "(pulsar.auth_token needs admin rights on the namespace)"
+                ) from None
+            if exc.code == 409:
+                raise FileExistsError(f"{method} {path}: {detail}") from None
+            raise UnavailableError(f"admin {method} {path}: {exc.code} {detail}") from None
+        except (OSError, TimeoutError) as exc:
+            raise UnavailableError(
+                f"the broker's admin API at {self.url} did not answer: {exc}"
+            ) from None
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace")
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = exc.read().decode(errors="replace")
+        return str(json.loads(body).get("reason", body))[:300]
+    except (ValueError, AttributeError, OSError):
+        return str(exc.reason)[:300]

@@ -1,0 +1,254 @@
+"""The WAL on a broker with Pulsar's own defaults: it holds its log by itself.
+
+A private broker runs with Pulsar's default retention (none), deduplication (off) and
+inactive-topic policy (``delete_when_no_subscriptions``), only checked faster (every
+5 s, after 10 s without producers or readers). Each test gets a namespace of its own,
+so the policies one sets are not seen by another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pulsar
+import pytest
+
+from adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
+from adaptors.pulsar.admin import PulsarAdmin
+from node.acks import Ack, digest
+from node.chaos.services import PrivatePulsar
+from node.stack import StackInfo
+from node.stack.pulsar import STOCK_INACTIVE_CHECK
+from node.verify import read_topic, verify_channel
+from tso import InProcessTSO, TsoConfig
+from wal.errors import UnsafeBrokerPolicyError
+from wal.initializing import open_read_only, open_wal
+from wal.message import MessageType, MutableMessage
+
+pytestmark = pytest.mark.integration
+
+#: long enough for the broker's inactive-topic check to have run twice past the window
+_PAST_INACTIVITY_S = (
+    STOCK_INACTIVE_CHECK["brokerDeleteInactiveTopicsMaxInactiveDurationSeconds"]
+    + 3 * STOCK_INACTIVE_CHECK["brokerDeleteInactiveTopicsFrequencySeconds"]
+)
+
+
+@pytest.fixture(scope="module")
+async def stock(stack: StackInfo) -> AsyncIterator[PrivatePulsar]:
+    """A private broker with Pulsar's defaults (the stack installed its jars)."""
+    broker = PrivatePulsar(stock=True)
+    try:
+        await broker.start()
+        yield broker
+    finally:
+        await broker.close()
+
+
+@pytest.fixture
+async def namespace(stock: PrivatePulsar) -> Callable[..., object]:
+    """A fresh namespace on the stock broker; ``deduplication=True`` enables it there."""
+    admin = PulsarAdmin(stock.admin_url)
+
+    async def make(*, deduplication: bool = True) -> str:
+        name = f"stock-{uuid.uuid4().hex[:8]}"
+        await admin.put(f"namespaces/public/{name}")
+        if deduplication:
+            await admin.post(f"namespaces/public/{name}/deduplication", True)
+        return name
+
+    return make
+
+
+def _config(stock: PrivatePulsar, namespace: str, **overrides: object) -> PulsarConfig:
+    return PulsarConfig(
+        service_url=stock.url,
+        admin_url=stock.admin_url,
+        namespace=namespace,
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
+async def _append(
+    opener: PulsarOpener, tso: InProcessTSO, channel: str, n: int, node: int = 1
+) -> list[Ack]:
+    wal = await open_wal(opener, channel, tso.allocator(), node)
+    acks = []
+    try:
+        for i in range(n):
+            payload = f"{channel}-{node}-{i}".encode()
+            result = await wal.append(MutableMessage(MessageType.INSERT, payload))
+            acks.append(Ack(result.message_id.to_bytes(), result.time_tick, digest(payload)))
+    finally:
+        await wal.close()
+    return acks
+
+
+async def _topics(admin: PulsarAdmin, namespace: str) -> set[str]:
+    return set(await admin.get(f"persistent/public/{namespace}") or [])
+
+
+async def test_an_ownerless_channel_keeps_its_log_and_its_topic(
+    stack: StackInfo,
+    stock: PrivatePulsar,
+    namespace: Callable[..., object],
+    etcd_prefix: Callable[[str], str],
+) -> None:
+    ns = await namespace()  # type: ignore[misc]
+    config = _config(stock, ns)
+    admin = PulsarAdmin(stock.admin_url)
+    channel = "ownerless"
+    control = config.topic("control-without-wal")
+    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("s"))
+    async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+        acks = await _append(opener, tso, channel, 50)
+        # the control: a plain producer's topic, written and left the same way
+        producer = await opener.client.create_producer(control)
+        await producer.send(b"control")
+        await producer.close()
+    topic = config.topic(channel)
+    assert {topic, control} <= await _topics(admin, ns)
+
+    await asyncio.sleep(_PAST_INACTIVITY_S)
+
+    topics = await _topics(admin, ns)
+    assert control not in topics, "the broker did not delete an inactive topic: test is moot"
+    assert topic in topics
+    subscriptions = await admin.get(f"{PulsarAdmin.topic_path(topic)}/subscriptions")
+    assert subscriptions == [config.cursor_subscription]
+    entries = await read_topic(stock.url, topic)
+    inserts = [e.payload for e in entries if e.properties.get("_t") == "Insert"]
+    assert len(inserts) == 50
+    report = await verify_channel(stock.url, channel, acks=acks, namespace=ns)
+    assert report.ok, report.summary()
+    assert (report.decoded, report.acks_checked, report.foreign) == (len(entries), 50, [])
+
+    # a read-only open reads it whole; a second owner opens on top of it
+    async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+        reader = await open_read_only(opener, channel)
+        scanner = await reader.read()
+        inserts = []
+        async for message in scanner:
+            if message.type is MessageType.INSERT:
+                inserts.append(message.payload)
+            if len(inserts) == 50:
+                break
+        await scanner.close()
+        await reader.close()
+        assert inserts == [f"{channel}-1-{i}".encode() for i in range(50)]
+        more = await _append(opener, tso, channel, 5, node=2)
+    report = await verify_channel(stock.url, channel, acks=[*acks, *more], namespace=ns)
+    assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize(
+    ("policy", "path", "body"),
+    [
+        ("message-ttl", "messageTTL", 3600),
+        (
+            "backlog-eviction",
+            "backlogQuota?backlogQuotaType=destination_storage",
+            {"limitSize": 10 * 1024 * 1024, "limitTime": -1, "policy": "consumer_backlog_eviction"},
+        ),
+    ],
+)
+async def test_a_policy_that_would_drop_the_backlog_is_refused_or_warned(
+    stack: StackInfo,
+    stock: PrivatePulsar,
+    namespace: Callable[..., object],
+    etcd_prefix: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+    policy: str,
+    path: str,
+    body: object,
+) -> None:
+    ns = await namespace()  # type: ignore[misc]
+    admin = PulsarAdmin(stock.admin_url)
+    await admin.post(f"namespaces/public/{ns}/{path}", body)
+    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("p"))
+    async with InProcessTSO(tso_config) as tso:
+        async with PulsarOpener(_config(stock, ns)) as opener:
+            with pytest.raises(UnsafeBrokerPolicyError) as refused:
+                await open_wal(opener, "refused", tso.allocator(), 1)
+        assert refused.value.policies == (policy,)
+        assert f"public/{ns}" in str(refused.value)
+        assert "on_unsafe_policy: warn" in str(refused.value)
+        # nothing was written: no time tick without an owner that may write
+        entries = await read_topic(stock.url, _config(stock, ns).topic("refused"))
+        assert entries == []
+
+        caplog.set_level(logging.WARNING, logger="adaptors.pulsar.policies")
+        warn = _config(stock, ns, on_unsafe_policy=PolicyAction.WARN)
+        async with PulsarOpener(warn) as opener:
+            acks = await _append(opener, tso, "warned", 3)
+        assert len(acks) == 3
+        assert any(policy in r.getMessage() for r in caplog.records), caplog.text
+
+
+async def test_a_deleted_cursor_without_retention_is_refused(
+    stack: StackInfo,
+    stock: PrivatePulsar,
+    namespace: Callable[..., object],
+    etcd_prefix: Callable[[str], str],
+) -> None:
+    ns = await namespace()  # type: ignore[misc]
+    config = _config(stock, ns)
+    admin = PulsarAdmin(stock.admin_url)
+    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("c"))
+    async with InProcessTSO(tso_config) as tso:
+        async with PulsarOpener(config) as opener:
+            await _append(opener, tso, "orphan", 3)
+        topic = PulsarAdmin.topic_path(config.topic("orphan"))
+        await admin.delete(f"{topic}/subscription/{config.cursor_subscription}")
+        async with PulsarOpener(config) as opener:
+            with pytest.raises(UnsafeBrokerPolicyError) as refused:
+                await open_wal(opener, "orphan", tso.allocator(), 2)
+        assert refused.value.policies == ("cursor-missing",)
+        # with unbounded retention a deleted cursor loses nothing: the open goes on
+        await admin.post(
+            f"namespaces/public/{ns}/retention",
+            {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1},
+        )
+        async with PulsarOpener(config) as opener:
+            assert len(await _append(opener, tso, "orphan", 1)) == 1
+
+
+async def test_the_deduplication_probe(
+    stack: StackInfo,
+    stock: PrivatePulsar,
+    namespace: Callable[..., object],
+    etcd_prefix: Callable[[str], str],
+) -> None:
+    """Off on a stock broker: the probe reports it; enabled on the namespace: it passes."""
+    plain = await namespace(deduplication=False)  # type: ignore[misc]
+    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("d"))
+    admin = PulsarAdmin(stock.admin_url)
+    async with InProcessTSO(tso_config) as tso:
+        async with PulsarOpener(_config(stock, plain)) as opener:
+            with pytest.raises(UnsafeBrokerPolicyError) as refused:
+                await open_wal(opener, "no-dedup", tso.allocator(), 1)
+        assert refused.value.policies == ("deduplication",)
+        assert f"set-deduplication public/{plain} --enable" in str(refused.value)
+        # the probe's topics are gone again
+        assert not any("probe" in t for t in await _topics(admin, plain))
+
+        await admin.post(f"namespaces/public/{plain}/deduplication", True)
+        async with PulsarOpener(_config(stock, plain)) as opener:
+            await opener.verify_deduplication()
+            assert len(await _append(opener, tso, "dedup", 2)) == 2
+        assert not any("probe" in t for t in await _topics(admin, plain))
+
+
+async def test_the_probe_reads_a_resent_sequence_id(stock: PrivatePulsar) -> None:
+    """The probe's own facts: without deduplication the broker writes both copies."""
+    from adaptors.pulsar.deduplication import deduplication_enforced
+
+    client = pulsar.asyncio.Client(stock.url)
+    try:
+        topic = f"persistent://public/default/dedup-raw-{uuid.uuid4().hex[:8]}"
+        assert not await deduplication_enforced(client, topic, 10)
+    finally:
+        await client.close()
