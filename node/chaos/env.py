@@ -78,8 +78,9 @@ class ChaosEnv:
         self._nodes.append(node)
         return node
 
-    async def private_pulsar(self) -> PrivatePulsar:
-        pulsar = PrivatePulsar(progress=self.say)
+    async def private_pulsar(self, *, stock: bool = False) -> PrivatePulsar:
+        """A broker of this run; ``stock``: with Pulsar's default policies."""
+        pulsar = PrivatePulsar(progress=self.say, stock=stock)
         self._pulsars.append(pulsar)
         await pulsar.start()
         return pulsar

@@ -87,6 +87,11 @@ async def test_network_faults(stack: StackInfo, tmp_path: Path) -> None:
     assert result.figures["acks through a blackholed broker link"] == [0]
 
 
+async def test_an_ownerless_channel_on_a_stock_broker(stack: StackInfo, tmp_path: Path) -> None:
+    result = await _quick("stock-broker", stack, tmp_path)
+    assert result.ownerships == result.rounds + 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 async def test_full_rounds(name: str, stack: StackInfo, tmp_path: Path) -> None:

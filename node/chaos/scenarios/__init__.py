@@ -12,7 +12,16 @@ from dataclasses import dataclass
 
 from node.chaos.env import ChaosEnv
 from node.chaos.result import ScenarioResult
-from node.chaos.scenarios import broker, clock, etcd, kill, network, takeover, tso_leader
+from node.chaos.scenarios import (
+    broker,
+    clock,
+    etcd,
+    kill,
+    network,
+    stock,
+    takeover,
+    tso_leader,
+)
 
 __all__ = ["SCENARIOS", "Scenario"]
 
@@ -90,6 +99,15 @@ SCENARIOS: dict[str, Scenario] = {
             7,
             40.0,
             "latency, resets, refusals, blackholes on node-broker and node-etcd links",
+        ),
+        Scenario(
+            "stock-broker",
+            stock.run,
+            3,
+            1,
+            60.0,
+            "broker with Pulsar's default policies; the owner killed, the channel left "
+            "ownerless past the inactive-topic window, then reopened",
         ),
     )
 }

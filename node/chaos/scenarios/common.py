@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import etcd3
 import grpc
@@ -42,20 +43,22 @@ async def tso_group(
     etcd_endpoint: str | None = None,
     prefix: str | None = None,
     batch_size: int = 1000,
+    sections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[NodeProcess]:
     """Node 1 runs the oracle in-process; nodes 2..count take timestamps from it.
 
     ``batch_size``: timestamps an allocator fetches at once (small: a TSO outage
-    stops appends sooner).
+    stops appends sooner). ``sections``: more settings for every node.
     """
     pulsar = pulsar_url or env.pulsar_url
     etcd = etcd_endpoint or env.etcd_endpoint
     key_prefix = prefix or "/" + env.name("tso")
     tso = {"mode": "in-process", "key_prefix": key_prefix, "batch_size": batch_size}
-    oracle = env.node(1, node_settings(pulsar, etcd, tso))
+    more = sections or {}
+    oracle = env.node(1, node_settings(pulsar, etcd, tso, **more))
     await oracle.start()
     remote = {"mode": "remote", "remote_addresses": [oracle.address], "batch_size": batch_size}
-    others = [env.node(i, node_settings(pulsar, etcd, remote)) for i in range(2, count + 1)]
+    others = [env.node(i, node_settings(pulsar, etcd, remote, **more)) for i in range(2, count + 1)]
     await start_all(others)
     return [oracle, *others]
 
