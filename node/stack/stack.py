@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -123,9 +124,35 @@ class Stack:
             chosen.append(self.services[name])
         return chosen
 
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, what: str) -> AsyncIterator[None]:
+        """Hold the stack's lock: one ``up`` or ``down`` at a time across processes.
+
+        Without it, two ``up`` calls started together (two terminals, a test run beside
+        the demo) both find a service stopped, both start it, and the loser's dead
+        process overwrites the winner's entry in the state file.
+        """
+        self.paths.stack.mkdir(parents=True, exist_ok=True)
+        with (self.paths.stack / ".lock").open("a+") as lock:  # local, instant
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.progress(f"waiting for another `stack {what}` on this stack to finish")
+                await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     # ---- up ----------------------------------------------------------------------
     async def up(self, names: Iterable[str] | None = None) -> StackInfo:
-        """Install what is missing and start what is not running; reuse what is."""
+        """Install what is missing and start what is not running; reuse what is.
+
+        Waits for an ``up`` or ``down`` of the same stack in another process."""
+        async with self._exclusive("up"):
+            return await self._up(names)
+
+    async def _up(self, names: Iterable[str] | None) -> StackInfo:
         services = self._select(names)
         todo: list[Service] = []
         for service in services:
@@ -201,6 +228,10 @@ class Stack:
     # ---- down / restart ------------------------------------------------------------
     async def down(self, names: Iterable[str] | None = None) -> list[str]:
         """Stop the selected services this stack started; returns the names stopped."""
+        async with self._exclusive("down"):
+            return await self._down(names)
+
+    async def _down(self, names: Iterable[str] | None) -> list[str]:
         stopped = []
         state = self._load_state()
         for service in reversed(self._select(names)):
@@ -215,8 +246,9 @@ class Stack:
 
     async def restart(self, name: str) -> None:
         """Stop and start one service (fault tests use this for broker restarts)."""
-        await self.down([name])
-        await self.up([name])
+        async with self._exclusive("restart"):
+            await self._down([name])
+            await self._up([name])
 
     def status(self) -> list[dict[str, object]]:
         rows: list[dict[str, object]] = []

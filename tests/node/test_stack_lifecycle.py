@@ -111,3 +111,22 @@ async def test_up_reports_a_server_that_exits_during_start_up(tmp_path: Path) ->
         await stack.up(["slow-server"])
     assert "no port to listen on" in str(caught.value)  # the tail of its log
     assert (tmp_path / "stack" / "slow-server" / "slow-server.log").is_file()
+
+
+async def test_two_ups_at_once_start_the_server_once(tmp_path: Path) -> None:
+    """A second ``up`` waits for the first, then reuses what it started: without the
+    lock both start the server, the loser dies on the taken port, and its entry
+    replaces the winner's in the state file."""
+    port = free_port()
+    first, first_says = _stack(tmp_path, port)
+    second, second_says = _stack(tmp_path, port)
+    try:
+        await asyncio.gather(first.up(["slow-server"]), second.up(["slow-server"]))
+        said = first_says + second_says
+        assert sum("started (pid" in m for m in said) == 1, said
+        assert any("waiting for another `stack up`" in m for m in said), said
+        assert any("already running" in m for m in said), said
+        entry = first.running("slow-server")
+        assert entry is not None and is_alive(entry.pid)
+    finally:
+        await first.down()
