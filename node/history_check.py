@@ -18,6 +18,12 @@ and checks, in log order:
    than once: clients that record acknowledgements give each append a unique
    payload, so a second copy means an append was persisted twice).
 
+A truncated log (``truncated_before``) is checked from its truncation point: entries
+before it are not read (the broker may not have deleted them yet), acknowledgements
+before it are counted as truncated, not missing, and the first kept message continues
+an ownership that began before the point. A gap inside the kept range is still
+``ack-missing``.
+
 Foreign or undecodable entries are counted and listed, never fatal; an
 acknowledgement pointing at one is ``ack-changed``. ``acked_violations`` counts the
 violations that touch an acknowledged message (every ``ack-*`` one, and a log rule
@@ -73,6 +79,9 @@ class HistoryReport:
     owners: list[tuple[int, str]] = field(default_factory=list)  # (node id, first id)
     foreign: list[str] = field(default_factory=list)
     acks_checked: int = 0
+    #: acknowledgements before the truncation point (not checked: truncated)
+    acks_truncated: int = 0
+    truncated_before: str | None = None
     violations: list[Violation] = field(default_factory=list)
     acked_violations: int = 0
 
@@ -96,7 +105,12 @@ class HistoryReport:
             f"messages: {self.messages} ({self.decoded} streamwal, {len(self.foreign)} foreign)",
             "owners: "
             + (", ".join(f"node {n} from {m}" for n, m in self.owners) if self.owners else "none"),
-            f"acknowledgements checked: {self.acks_checked}",
+            f"acknowledgements checked: {self.acks_checked}"
+            + (
+                f" ({self.acks_truncated} before the truncation point {self.truncated_before})"
+                if self.truncated_before
+                else ""
+            ),
             f"violations: {len(self.violations)}"
             + (
                 " (" + ", ".join(f"{r}: {n}" for r, n in self.by_rule().items()) + "; "
@@ -127,6 +141,8 @@ class HistoryReport:
             "owners": [{"node": n, "first_message_id": m} for n, m in self.owners],
             "foreign": list(self.foreign),
             "acks_checked": self.acks_checked,
+            "acks_truncated": self.acks_truncated,
+            "truncated_before": self.truncated_before,
             "acked_violations": self.acked_violations,
             "violations": [
                 {"rule": v.rule, "message_id": v.message_id, "detail": v.detail}
@@ -147,9 +163,15 @@ def check_history(
     entries: Iterable[BackendMessage],
     message_id_from_bytes: MessageIdDecoder,
     acks: Iterable[Ack] = (),
+    truncated_before: MessageId | None = None,
 ) -> HistoryReport:
-    """Check ``entries`` (the whole log, in order) and ``acks`` against it; see the module."""
+    """Check ``entries`` (the whole log, in order) and ``acks`` against it; see the module.
+
+    ``truncated_before``: the channel's truncation point, if it was truncated.
+    """
     report = HistoryReport()
+    if truncated_before is not None:
+        report.truncated_before = str(truncated_before)
     last_tt: int | None = None
     last_tt_id = ""
     current: _Ownership | None = None
@@ -158,6 +180,8 @@ def check_history(
     foreign_ids: set[bytes] = set()
     copies: dict[str, int] = {}
     for raw in entries:
+        if truncated_before is not None and raw.message_id < truncated_before:
+            continue  # gone, or about to be: not part of the log any more
         report.messages += 1
         text_id = str(raw.message_id)
         try:
@@ -190,12 +214,19 @@ def check_history(
             current = _Ownership(msg.source, msg.message_id, text_id)
             report.owners.append((msg.source, text_id))
             continue
+        if current is None and truncated_before is not None:
+            # the log starts at the truncation point, inside an ownership that began
+            # before it: that ownership confirms this message's last-confirmed id
+            current = _Ownership(msg.source, msg.last_confirmed, f"before {truncated_before}")
         violation = _owner_violation(msg.source, msg.last_confirmed, current, past_nodes)
         if violation is not None:
             report.violations.append(Violation(violation[0], text_id, violation[1]))
     log_violations = len(report.violations)
     acked_ids: set[str] = set()
     for ack in acks:
+        if truncated_before is not None and _before(ack, truncated_before, message_id_from_bytes):
+            report.acks_truncated += 1
+            continue
         report.acks_checked += 1
         found = seen.get(ack.message_id)
         ack_id = _readable(ack.message_id, message_id_from_bytes)
@@ -247,6 +278,13 @@ def _owner_violation(
             f"before its first time tick at {current.first_text})",
         )
     return None
+
+
+def _before(ack: Ack, point: MessageId, message_id_from_bytes: MessageIdDecoder) -> bool:
+    try:
+        return message_id_from_bytes(ack.message_id) < point
+    except DecodeError:
+        return False
 
 
 def _readable(message_id: bytes, message_id_from_bytes: MessageIdDecoder) -> str:

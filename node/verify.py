@@ -18,7 +18,9 @@ import pulsar
 from pulsar import asyncio as pulsar_asyncio
 
 from adaptors.pulsar import PulsarConfig, PulsarMessageId
+from adaptors.pulsar.admin import PulsarAdmin, admin_url_for
 from adaptors.pulsar.opener import client_logger
+from adaptors.pulsar.retention import TopicRetention
 from adaptors.pulsar.scanner import to_backend_message
 from node.acks import Ack, read_acks
 from node.history_check import HistoryReport, check_history
@@ -35,6 +37,11 @@ def register(sub: Any) -> None:
     verify.add_argument("--channel", required=True, help="the pchannel to check")
     verify.add_argument("--acks", type=Path, help="a file of acknowledgements a client recorded")
     verify.add_argument("--pulsar", default=PulsarConfig().service_url, help="broker URL")
+    verify.add_argument(
+        "--admin",
+        help="the broker's admin URL, to read the truncation point (default: derived "
+        "from --pulsar for standard ports)",
+    )
     verify.add_argument("--tenant", default="public")
     verify.add_argument("--namespace", default="default")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -65,21 +72,37 @@ async def verify_channel(
     acks: Iterable[Ack] = (),
     tenant: str = "public",
     namespace: str = "default",
+    admin_url: str | None = None,
 ) -> HistoryReport:
-    """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and ``acks``."""
+    """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and ``acks``.
+
+    With an admin API (``admin_url``, or derived from ``service_url``), a truncated
+    channel is checked from its truncation point.
+    """
     validate_channel_name(channel)
-    topic = PulsarConfig(service_url=service_url, tenant=tenant, namespace=namespace).topic(channel)
+    config = PulsarConfig(service_url=service_url, tenant=tenant, namespace=namespace)
+    topic = config.topic(channel)
+    admin = admin_url or admin_url_for(service_url)
+    truncated = None
+    if admin is not None:
+        retention = TopicRetention(PulsarAdmin(admin), topic, channel, config.cursor_subscription)
+        truncated = await retention.truncation_point()
     entries = await read_topic(service_url, topic)
     recorded = list(read_acks(acks_file)) if acks_file else []
     recorded.extend(acks)
-    return check_history(entries, PulsarMessageId.from_bytes, recorded)
+    return check_history(entries, PulsarMessageId.from_bytes, recorded, truncated_before=truncated)
 
 
 def _run(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(
             verify_channel(
-                args.pulsar, args.channel, args.acks, tenant=args.tenant, namespace=args.namespace
+                args.pulsar,
+                args.channel,
+                args.acks,
+                tenant=args.tenant,
+                namespace=args.namespace,
+                admin_url=args.admin,
             )
         )
     except (StreamwalError, OSError, TimeoutError) as exc:

@@ -79,12 +79,14 @@ class DeliveryPolicy:
     kind: str
     message_id: MessageId | None = None
     time_tick: int | None = None
+    consumer: str | None = None
 
     ALL = "all"
     LATEST = "latest"
     START_FROM = "start-from"
     START_AFTER = "start-after"
     START_FROM_TIME_TICK = "start-from-time-tick"
+    AFTER_CHECKPOINT = "after-checkpoint"
 
     @classmethod
     def all(cls) -> DeliveryPolicy:
@@ -112,7 +114,17 @@ class DeliveryPolicy:
             raise InvalidInputError(f"time tick must be >= 0, got {time_tick}")
         return cls(cls.START_FROM_TIME_TICK, time_tick=time_tick)
 
+    @classmethod
+    def after_checkpoint(cls, consumer: str) -> DeliveryPolicy:
+        """After ``consumer``'s checkpoint; from the earliest kept entry if it has none
+        (WAL level only: resolved against the channel's checkpoints)."""
+        if not isinstance(consumer, str) or not CHANNEL_NAME_PATTERN.match(consumer):
+            raise InvalidInputError(f"invalid consumer name {consumer!r}")
+        return cls(cls.AFTER_CHECKPOINT, consumer=consumer)
+
     def __str__(self) -> str:
+        if self.consumer is not None:
+            return f"{self.kind}({self.consumer})"
         if self.message_id is not None:
             return f"{self.kind}({self.message_id})"
         if self.time_tick is not None:

@@ -70,6 +70,11 @@ class WALConfig:
     - ``buffer_capacity_bytes`` / ``buffer_keepalive``: bounds of the write-ahead buffer.
     - ``close_timeout``: how long ``close()`` waits for each step (in-flight appends,
       the backend) before going on.
+    - ``retention``: seconds of log kept in any case; the owner truncates what is older
+      and also behind every registered consumer's checkpoint (:mod:`wal.retention`).
+      ``None`` (default): never truncate.
+    - ``truncate_interval``: seconds between the owner's truncation rounds (which also
+      record each consumer's lag), when ``retention`` is set.
     """
 
     first_time_tick_backoff: Backoff = field(
@@ -83,6 +88,8 @@ class WALConfig:
     buffer_capacity_bytes: int = 64 * 1024 * 1024
     buffer_keepalive: float = 30.0
     close_timeout: float = 5.0
+    retention: float | None = None
+    truncate_interval: float = 60.0
 
     def __post_init__(self) -> None:
         for name in ("first_time_tick_backoff", "append_backoff", "scanner_backoff"):
@@ -91,6 +98,16 @@ class WALConfig:
         _positive("time_tick_interval", self.time_tick_interval)
         _positive("buffer_keepalive", self.buffer_keepalive)
         _positive("close_timeout", self.close_timeout)
+        _positive("truncate_interval", self.truncate_interval)
+        if self.retention is not None and (
+            not isinstance(self.retention, int | float)
+            or isinstance(self.retention, bool)
+            or not math.isfinite(self.retention)
+            or self.retention < 0
+        ):
+            raise InvalidInputError(
+                f"retention must be None or a number of seconds >= 0, got {self.retention!r}"
+            )
         if not isinstance(self.buffer_capacity_bytes, int) or self.buffer_capacity_bytes < 1:
             raise InvalidInputError(
                 f"buffer_capacity_bytes must be a positive int, got {self.buffer_capacity_bytes!r}"

@@ -19,9 +19,11 @@ __all__ = [
     "InvalidInputError",
     "MisconfiguredError",
     "NotLeaderError",
+    "QuotaExceededError",
     "StreamwalError",
     "TimestampOverflowError",
     "TimestampRegressionError",
+    "TruncatedError",
     "UnavailableError",
     "UnknownPositionError",
     "UnsafeBrokerPolicyError",
@@ -122,6 +124,31 @@ class UnsafeBrokerPolicyError(MisconfiguredError):
         self.channel = channel
         self.policies = policies
         super().__init__(message)
+
+
+class TruncatedError(StreamwalError):
+    """A read or a checkpoint before the channel's truncation point: that part of the
+    log is deleted (or may be at any moment). ``earliest`` is the first position still
+    kept; never an empty or partial result instead. gRPC: ``OUT_OF_RANGE``.
+    """
+
+    def __init__(self, channel: str, asked: object, earliest: object) -> None:
+        self.channel = channel
+        self.asked = asked
+        self.earliest = earliest
+        super().__init__(
+            f"channel {channel!r} is truncated before {earliest}; {asked} is no longer kept "
+            f"(read from {earliest} or later)"
+        )
+
+
+class QuotaExceededError(StreamwalError):
+    """The broker's backlog quota stops this channel's producer.
+
+    Not retriable as such: a consumer that holds the backlog back must move on (or the
+    channel be truncated) first. The message names the quota and the subscription with
+    the largest backlog.
+    """
 
 
 class BackendMismatchError(StreamwalError, TypeError):

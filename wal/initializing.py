@@ -24,12 +24,15 @@ from wal.errors import (
     ClosedError,
     InvalidInputError,
     MisconfiguredError,
+    QuotaExceededError,
 )
 from wal.interceptors import ChannelInfo, InterceptorParams
 from wal.message import ImmutableMessage, MessageType, MutableMessage, encode
 from wal.metrics import record_first_time_tick_attempt, record_open
 from wal.mvcc import MVCCManager
+from wal.retention import BackendRetention
 from wal.timestamps import TimestampAllocator
+from wal.truncation import Truncator
 from wal.wal import WAL, ReadOnlyWAL
 
 __all__ = [
@@ -63,7 +66,8 @@ ATTR_MESSAGE_ID = "wal.message_id"
 # Trying again cannot help: a newer owner exists, the backend is closed, or the
 # broker does not enforce the single-writer fence (it will not start to by waiting,
 # and retrying would only hide that behind an open that never returns).
-_FINAL_ERRORS = (ChannelFencedError, ClosedError, MisconfiguredError)
+#: an operator (or a consumer, for a quota) must act before another attempt can succeed
+_FINAL_ERRORS = (ChannelFencedError, ClosedError, MisconfiguredError, QuotaExceededError)
 
 
 async def open_wal(
@@ -94,9 +98,7 @@ async def open_wal(
         with _tracer.start_as_current_span("wal.open", attributes=attributes):
             backend = await opener.open(channel, AccessMode.READ_WRITE)
             try:
-                first = await send_first_time_tick(
-                    backend, allocator, node_id, config.first_time_tick_backoff
-                )
+                first = await _first_time_tick_within_quota(backend, allocator, node_id, config)
                 params = build_interceptor_params(
                     first.message, ChannelInfo(channel, node_id), backend, allocator, config
                 )
@@ -116,6 +118,50 @@ async def open_wal(
         raise
     finally:
         record_open(channel, time.perf_counter() - started, outcome)
+
+
+#: how long an open that truncated keeps trying under a backlog quota: the broker counts
+#: the backlog until deduplication's own cursor moves, at its next snapshot (120 s by
+#: default, brokerDeduplicationSnapshotIntervalSeconds)
+QUOTA_RETRY_S = 150.0
+
+
+async def _first_time_tick_within_quota(
+    backend: BackendWAL, allocator: TimestampAllocator, node_id: int, config: WALConfig
+) -> FirstTimeTick:
+    """The first time tick; if a backlog quota blocks it, truncate and try again.
+
+    A channel whose backlog quota is reached cannot create its producer, and only an
+    open channel truncates: it would never open again (Milvus #42649). With a retention
+    window, the open runs a truncation round (it needs no producer) and keeps trying
+    for up to :data:`QUOTA_RETRY_S`; without one, or if nothing could be truncated, the
+    quota error says what holds the backlog.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + QUOTA_RETRY_S
+    delays = config.first_time_tick_backoff.delays()
+    truncated = False
+    while True:
+        try:
+            return await send_first_time_tick(
+                backend, allocator, node_id, config.first_time_tick_backoff
+            )
+        except QuotaExceededError:
+            if config.retention is None or not isinstance(backend, BackendRetention):
+                raise
+            truncator = Truncator(
+                backend.channel, backend, config.retention, config.truncate_interval, lambda: None
+            )
+            moved = await truncator.round()
+            truncated = truncated or moved is not None
+            if not truncated or loop.time() >= deadline:
+                raise
+            _log.warning(
+                "channel %s: the backlog quota blocks the open; truncated%s, trying again",
+                backend.channel,
+                f" before {moved}" if moved is not None else "",
+            )
+            await asyncio.sleep(next(delays))
 
 
 @dataclass(frozen=True, slots=True)

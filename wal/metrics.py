@@ -94,6 +94,24 @@ _scanner_lag = _meter.create_histogram(
     explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
 )
 
+_backlog_messages = _meter.create_gauge(
+    "streamwal.wal.consumer.backlog.messages",
+    description="Messages the log holds after a registered consumer's checkpoint",
+)
+_backlog_bytes = _meter.create_gauge(
+    "streamwal.wal.consumer.backlog.bytes",
+    unit="By",
+    description="Bytes the log holds after a registered consumer's checkpoint",
+)
+_time_tick_lag = _meter.create_gauge(
+    "streamwal.wal.consumer.time_tick_lag",
+    unit="s",
+    description="The channel's latest time tick minus a consumer's checkpoint time tick",
+)
+_truncations = _meter.create_counter(
+    "streamwal.wal.truncations", description="Truncation points moved forward"
+)
+
 _LOGICAL_BITS = 18  # hybrid timestamps: physical milliseconds << 18 | logical
 
 
@@ -128,3 +146,23 @@ def record_scanner_lag(channel: str, time_tick: int) -> None:
     physical_ms = time_tick >> _LOGICAL_BITS
     lag = max(0.0, time.time() - physical_ms / 1000)
     _scanner_lag.record(lag, {"channel": channel})
+
+
+def record_consumer_lag(
+    channel: str,
+    consumer: str,
+    messages: int | None,
+    size: int | None,
+    time_tick_lag: int,
+) -> None:
+    """One registered consumer's backlog; ``time_tick_lag`` in hybrid-timestamp units."""
+    attrs = {"channel": channel, "consumer": consumer}
+    if messages is not None:
+        _backlog_messages.set(messages, attrs)
+    if size is not None:
+        _backlog_bytes.set(size, attrs)
+    _time_tick_lag.set(max(0, time_tick_lag >> _LOGICAL_BITS) / 1000, attrs)
+
+
+def record_truncation(channel: str) -> None:
+    _truncations.add(1, {"channel": channel})

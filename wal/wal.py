@@ -17,13 +17,15 @@ from types import TracebackType
 from wal.backend import BackendWAL, DeliveryPolicy
 from wal.buffer import WriteAheadBuffer
 from wal.config import WALConfig
-from wal.errors import ChannelFencedError, ClosedError, InvalidInputError
+from wal.errors import ChannelFencedError, ClosedError, InvalidInputError, QuotaExceededError
 from wal.interceptors import AppendResult, InterceptorChain, InterceptorParams
 from wal.message import MessageIdDecoder, MutableMessage
 from wal.message_id import MessageId
 from wal.metrics import record_append
 from wal.mvcc import MVCCManager
+from wal.retention import Checkpoint, QuotaExplainer, RetentionState
 from wal.scanner import Scanner
+from wal.truncation import Truncator, retention_of
 
 __all__ = ["WAL", "ReadOnlyWAL"]
 
@@ -64,14 +66,26 @@ class _Readable:
         """A started scanner from ``policy`` (default: all), filtered to ``vchannel``.
 
         Raises :class:`~wal.errors.InvalidInputError` for a policy the backend rejects
-        (an unknown message id), ``ClosedError`` after close.
+        (an unknown message id), :class:`~wal.errors.TruncatedError` for a position
+        before the truncation point, ``ClosedError`` after close.
+        ``DeliveryPolicy.after_checkpoint(consumer)`` resumes after that consumer's
+        checkpoint (from the earliest kept entry if it has none).
         """
         self._check_open()
+        policy = policy if policy is not None else DeliveryPolicy.all()
+        if policy.kind == DeliveryPolicy.AFTER_CHECKPOINT:
+            assert policy.consumer is not None
+            checkpoint = (await self.retention()).checkpoint_of(policy.consumer)
+            policy = (
+                DeliveryPolicy.all()
+                if checkpoint is None
+                else DeliveryPolicy.start_after(checkpoint.message_id)
+            )
         scanner = Scanner(
             channel=self._channel,
             backend=self._backend,
             message_id_from_bytes=self._decode_id,
-            policy=policy if policy is not None else DeliveryPolicy.all(),
+            policy=policy,
             vchannel=vchannel,
             buffer=self._buffer,
             backoff=self._config.scanner_backoff,
@@ -87,6 +101,29 @@ class _Readable:
             await scanner.close()
             self._check_open()
         return scanner
+
+    async def checkpoint(self, consumer: str, message_id: MessageId, time_tick: int) -> None:
+        """Record that ``consumer`` has persisted everything up to ``message_id``
+        (inclusive, at ``time_tick``). Durable, kept across changes of owner; from now
+        on the channel is not truncated past it. Any node may record it, owner or not.
+
+        Raises :class:`~wal.errors.TruncatedError` for a position already truncated,
+        :class:`~wal.errors.InvalidInputError` for a bad name or a backend that keeps
+        no checkpoints.
+        """
+        self._check_open()
+        checkpoint = Checkpoint(consumer, message_id, time_tick)
+        await retention_of(self._backend, self._channel).save_checkpoint(checkpoint)
+
+    async def remove_checkpoint(self, consumer: str) -> None:
+        """Unregister ``consumer``: it no longer holds truncation back."""
+        self._check_open()
+        await retention_of(self._backend, self._channel).remove_checkpoint(consumer)
+
+    async def retention(self) -> RetentionState:
+        """The truncation point, storage used, and each consumer's checkpoint and backlog."""
+        self._check_open()
+        return await retention_of(self._backend, self._channel).retention_state()
 
     async def close(self) -> None:
         if self._closing:
@@ -143,6 +180,13 @@ class WAL(_Readable):
         self._chain = InterceptorChain(params)
         self._started = False
         self._open_attempts = open_attempts
+        self._truncator = Truncator(
+            params.channel.name,
+            params.backend,
+            params.config.retention,
+            params.config.truncate_interval,
+            lambda: self.params.mvcc.pchannel.time_tick,
+        )
 
     @property
     def node_id(self) -> int:
@@ -181,6 +225,17 @@ class WAL(_Readable):
         if not self._started:
             self._started = True
             await self._chain.start()
+            self._truncator.start()
+
+    async def truncate(self, retention: float | None = None) -> MessageId | None:
+        """Truncate now: before the slowest registered consumer's checkpoint and the
+        retention window (``retention`` seconds, default ``WALConfig.retention``),
+        whichever is older. Returns the new truncation point, ``None`` if it did not
+        move. Also records each consumer's lag. Owner only; the periodic rounds do the
+        same while ``WALConfig.retention`` is set.
+        """
+        self._check_open()
+        return await self._truncator.round(retention)
 
     async def append(self, msg: MutableMessage) -> AppendResult:
         """Persist ``msg`` with a fresh time tick; concurrent calls are pipelined.
@@ -208,10 +263,15 @@ class WAL(_Readable):
         except ChannelFencedError:
             outcome = "fenced"
             raise
+        except QuotaExceededError as exc:
+            if isinstance(self._backend, QuotaExplainer):
+                raise await self._backend.explain_quota(exc) from exc
+            raise
         finally:
             record_append(self._channel, len(msg.payload), time.perf_counter() - started, outcome)
 
     async def _close_writer(self) -> None:
+        await self._truncator.close()
         await self._chain.close()
 
     async def __aenter__(self) -> WAL:

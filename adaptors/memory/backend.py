@@ -9,7 +9,9 @@ Pulsar producer. :class:`MemoryFaults` injects failures for retry tests.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import struct
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -25,9 +27,11 @@ from wal.errors import (
     ClosedError,
     DecodeError,
     InvalidInputError,
+    TruncatedError,
     UnavailableError,
 )
 from wal.message_id import MessageId
+from wal.retention import Checkpoint, ConsumerState, RetentionState
 
 __all__ = ["MemoryBackendWAL", "MemoryFaults", "MemoryLogStore", "MemoryMessageId", "MemoryOpener"]
 
@@ -72,6 +76,11 @@ class _Log:
     entries: list[BackendMessage] = field(default_factory=list)
     epoch: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: entries before this offset are truncated (kept in the list, never read again)
+    truncated_before: int = 0
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+    #: when each entry was appended (milliseconds since the epoch), for position_at
+    appended_ms: list[int] = field(default_factory=list)
 
     def notify(self) -> None:
         self.changed.set()
@@ -220,6 +229,7 @@ class MemoryBackendWAL:
             raise UnavailableError("injected: append failed")
         message_id = MemoryMessageId(len(self._log.entries))
         self._log.entries.append(BackendMessage(message_id, bytes(payload), dict(properties)))
+        self._log.appended_ms.append(int(time.time() * 1000))
         self._log.notify()
         return message_id
 
@@ -232,7 +242,7 @@ class MemoryBackendWAL:
 
     def _position_for(self, policy: DeliveryPolicy) -> int:
         if policy.kind == DeliveryPolicy.ALL:
-            return 0
+            return self._log.truncated_before
         if policy.kind == DeliveryPolicy.LATEST:
             return len(self._log.entries)
         message_id = policy.message_id
@@ -241,9 +251,55 @@ class MemoryBackendWAL:
                 raise InvalidInputError(f"{message_id!r} is not a memory message id")
             if message_id.offset >= len(self._log.entries):
                 raise InvalidInputError(f"message id {message_id} is not in {self._channel!r}")
+            if message_id.offset < self._log.truncated_before:
+                raise TruncatedError(
+                    self._channel, message_id, MemoryMessageId(self._log.truncated_before)
+                )
             offset = message_id.offset
             return offset if policy.kind == DeliveryPolicy.START_FROM else offset + 1
         raise InvalidInputError(f"the memory backend cannot read from {policy}")
+
+    # ---- BackendRetention: the log keeps its own checkpoints --------------------------
+    def _truncation_point(self) -> MemoryMessageId | None:
+        before = self._log.truncated_before
+        return MemoryMessageId(before) if before else None
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self._check_open()
+        point = self._truncation_point()
+        if point is not None and checkpoint.message_id < point:
+            raise TruncatedError(self._channel, checkpoint.message_id, point)
+        self._log.checkpoints[checkpoint.consumer] = checkpoint
+
+    async def remove_checkpoint(self, consumer: str) -> None:
+        self._check_open()
+        self._log.checkpoints.pop(consumer, None)
+
+    async def retention_state(self) -> RetentionState:
+        self._check_open()
+        log = self._log
+        consumers = [
+            ConsumerState(c, len(log.entries) - 1 - c.message_id.offset)  # type: ignore[attr-defined]
+            for c in sorted(log.checkpoints.values(), key=lambda c: c.consumer)
+        ]
+        kept = sum(len(e.payload) for e in log.entries[log.truncated_before :])
+        return RetentionState(self._truncation_point(), kept, consumers)
+
+    async def position_at(self, publish_time_ms: int) -> MessageId | None:
+        self._check_open()
+        stamps = self._log.appended_ms
+        if not stamps:
+            return None
+        offset = bisect.bisect_left(stamps, publish_time_ms)
+        if offset <= self._log.truncated_before:
+            return None  # nothing kept is older than the time
+        return MemoryMessageId(min(offset, len(stamps) - 1))
+
+    async def truncate(self, before: MessageId) -> None:
+        self._check_open()
+        if not isinstance(before, MemoryMessageId):
+            raise InvalidInputError(f"{before!r} is not a memory message id")
+        self._log.truncated_before = max(self._log.truncated_before, before.offset)
 
     async def close(self) -> None:
         if self._closed:

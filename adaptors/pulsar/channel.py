@@ -52,6 +52,7 @@ from adaptors.pulsar.errors import FENCING_RESULTS, translate
 from adaptors.pulsar.message_id import PulsarMessageId
 from adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
 from adaptors.pulsar.receipts import ReceiptQueue
+from adaptors.pulsar.retention import RetentionDelegate, TopicRetention
 from adaptors.pulsar.scanner import PulsarScanner, to_backend_message
 from adaptors.pulsar.segments import (
     SEGMENT_BYTES,
@@ -67,7 +68,9 @@ from wal.errors import (
     ChannelFencedError,
     ClosedError,
     InvalidInputError,
+    QuotaExceededError,
     StreamwalError,
+    TruncatedError,
     UnavailableError,
     UnknownPositionError,
 )
@@ -102,8 +105,9 @@ _WRITER_RETRY_S = 0.05
 _WRITER_RETRY_WINDOW_S = 3.0
 
 
-class PulsarBackendWAL:
-    """A topic opened read-write (exclusive producer on demand) or read-only."""
+class PulsarBackendWAL(RetentionDelegate):
+    """A topic opened read-write (exclusive producer on demand) or read-only; its
+    checkpoints and truncation are :mod:`.retention`'s."""
 
     def __init__(
         self,
@@ -114,6 +118,7 @@ class PulsarBackendWAL:
         before_first_write: Callable[[], Awaitable[None]],
         *,
         prepare_topic: Callable[[str, str, Awaitable[None] | None], Awaitable[None]],
+        retention: TopicRetention | None = None,
         on_close: Callable[[PulsarBackendWAL], None] = lambda _: None,
     ) -> None:
         self._client = client
@@ -123,6 +128,9 @@ class PulsarBackendWAL:
         self._mode = mode
         self._before_first_write = before_first_write
         self._prepare_topic = prepare_topic
+        self._retention = retention or TopicRetention(
+            None, self._topic, channel, config.cursor_subscription
+        )
         self._on_close = on_close
         self._producer: Any = None
         self._last_landed: PulsarMessageId | None = None
@@ -172,7 +180,10 @@ class PulsarBackendWAL:
                 return
             await self._before_first_write()
             fencing = self._config.access_mode is PulsarAccessMode.EXCLUSIVE_WITH_FENCING
-            await self._fence_and_prepare(fencing)
+            try:
+                await self._fence_and_prepare(fencing)
+            except QuotaExceededError as exc:  # the fencer is a producer too
+                raise await self.explain_quota(exc) from exc
             try:
                 self._producer = await self._create_writer(retry_owner_present=fencing)
             except PulsarException as exc:
@@ -189,6 +200,8 @@ class PulsarBackendWAL:
                 error = translate(exc, channel=self._channel, what="create producer")
                 if isinstance(error, ChannelFencedError):
                     self._fenced = error
+                if isinstance(error, QuotaExceededError):
+                    error = await self.explain_quota(error)
                 raise error from exc
             except TimeoutError as exc:
                 raise UnavailableError(
@@ -680,6 +693,9 @@ class PulsarBackendWAL:
         start = policy.message_id
         if not isinstance(start, PulsarMessageId):
             raise InvalidInputError(f"{start!r} is not a Pulsar message id")
+        truncated = await self._retention.truncation_point()
+        if truncated is not None and start < truncated:
+            raise TruncatedError(self._channel, start, truncated)
         # Open inclusive and check that the first entry is the one asked for: a
         # Pulsar reader silently moves to the next valid position otherwise.
         reader = await self._reader(start.to_pulsar(), inclusive=True)

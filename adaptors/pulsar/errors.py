@@ -9,6 +9,7 @@ from wal.errors import (
     ChannelFencedError,
     ClosedError,
     InvalidInputError,
+    QuotaExceededError,
     StreamwalError,
     UnavailableError,
 )
@@ -34,6 +35,14 @@ _INVALID_RESULTS = frozenset(
 )
 
 
+_QUOTA_RESULTS = frozenset(
+    {
+        pulsar.Result.ProducerBlockedQuotaExceededError,
+        pulsar.Result.ProducerBlockedQuotaExceededException,
+    }
+)
+
+
 def result_of(exc: BaseException) -> pulsar.Result | None:
     """The ``pulsar.Result`` an exception of either client API carries, if any."""
     if isinstance(exc, PulsarException):
@@ -51,6 +60,10 @@ def translate(exc: BaseException, *, channel: str, what: str) -> StreamwalError:
     result = result_of(exc)
     if result in FENCING_RESULTS:
         return ChannelFencedError(channel, f"{what}: broker says {result}")
+    if result in _QUOTA_RESULTS:
+        return QuotaExceededError(
+            f"{what} on {channel!r}: the broker's backlog quota blocks the producer ({result})"
+        )
     if result in _INVALID_RESULTS:
         return InvalidInputError(f"{what} on {channel!r}: broker says {result}")
     if result is None and isinstance(exc, TimeoutError):

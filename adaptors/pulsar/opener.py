@@ -30,6 +30,7 @@ from adaptors.pulsar.policies import (
     refusal,
     topic_state,
 )
+from adaptors.pulsar.retention import TopicRetention
 from wal.backend import AccessMode, validate_channel_name
 from wal.errors import (
     ClosedError,
@@ -150,6 +151,9 @@ class PulsarOpener:
             mode,
             self.verify_broker,
             prepare_topic=self.prepare_topic,
+            retention=TopicRetention(
+                self.admin, self.config.topic(channel), channel, self.config.cursor_subscription
+            ),
             on_close=self._channels.discard,
         )
         self._channels.add(wal)

@@ -41,11 +41,16 @@ _GENEROUS = [
     "defaultRetentionSizeInMB=-1",
 ]
 
-#: a stock broker's inactive-topic check, only made faster (Pulsar: every 60 s): a
-#: topic with no subscription goes after 10 s without producers or readers
+#: a stock broker's periodic work, only made faster: a topic with no subscription goes
+#: after 10 s without producers or readers (Pulsar: checked every 60 s), a backlog quota
+#: is enforced on connected producers within 5 s (60 s), and deduplication's own cursor,
+#: which holds the log until its next snapshot, moves every 5 s (120 s)
 STOCK_INACTIVE_CHECK = {
     "brokerDeleteInactiveTopicsFrequencySeconds": 5,
     "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds": 10,
+    "backlogQuotaCheckIntervalInSeconds": 5,
+    "brokerDeduplicationSnapshotIntervalSeconds": 5,
+    "brokerDeduplicationSnapshotFrequencyInSeconds": 5,
 }
 
 _JVM_FLAGS = [

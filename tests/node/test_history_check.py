@@ -254,3 +254,31 @@ def test_violations_on_acknowledged_messages_are_counted_apart() -> None:
     lost = check(log, [Ack(mid(50).to_bytes(), 1, digest(b"x"))])
     assert lost.acked_violations == 1
     assert "1 on acknowledged messages" in lost.summary()
+
+
+def test_a_log_that_starts_at_its_truncation_point_is_not_missing_anything() -> None:
+    log = two_owners()
+    acks = [ack_of(e, tt) for e, tt in zip(log, (100, 101, 102, 200, 201, 202), strict=True)]
+    # the broker has deleted entries 0-1; entry 2 is the first kept, inside node 1's
+    # ownership, whose first time tick is gone
+    kept = log[2:]
+    plain = check(kept, acks[1:])
+    assert ("owner-start", "7:2") in rules(plain)
+    assert ("ack-missing", "7:1") in rules(plain)
+
+    report = check_history(kept, PulsarMessageId.from_bytes, acks, truncated_before=mid(2))
+    assert report.ok, report.summary()
+    assert (report.acks_checked, report.acks_truncated) == (4, 2)
+    assert report.owners == [(2, "7:3")]
+    assert "2 before the truncation point 7:2" in report.summary()
+
+
+def test_entries_before_the_truncation_point_are_not_read_but_a_gap_after_it_still_is() -> None:
+    log = two_owners()
+    acks = [ack_of(log[4], 201), Ack(mid(5).to_bytes(), 202, digest(log[5].payload))]
+    # still on disk before the point (not deleted yet): ignored, even a duplicate there
+    dup = data(0, 90, 1, 0, payload=log[5].payload)
+    gapped = [dup, *log[1:5]]  # entry 5, acknowledged, is missing after the point
+    report = check_history(gapped, PulsarMessageId.from_bytes, acks, truncated_before=mid(1))
+    assert rules(report) == [("ack-missing", "7:5")]
+    assert report.messages == 4

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pulsar
 import pytest
@@ -35,32 +35,6 @@ _PAST_INACTIVITY_S = (
     STOCK_INACTIVE_CHECK["brokerDeleteInactiveTopicsMaxInactiveDurationSeconds"]
     + 3 * STOCK_INACTIVE_CHECK["brokerDeleteInactiveTopicsFrequencySeconds"]
 )
-
-
-@pytest.fixture(scope="module")
-async def stock(stack: StackInfo) -> AsyncIterator[PrivatePulsar]:
-    """A private broker with Pulsar's defaults (the stack installed its jars)."""
-    broker = PrivatePulsar(stock=True)
-    try:
-        await broker.start()
-        yield broker
-    finally:
-        await broker.close()
-
-
-@pytest.fixture
-async def namespace(stock: PrivatePulsar) -> Callable[..., object]:
-    """A fresh namespace on the stock broker; ``deduplication=True`` enables it there."""
-    admin = PulsarAdmin(stock.admin_url)
-
-    async def make(*, deduplication: bool = True) -> str:
-        name = f"stock-{uuid.uuid4().hex[:8]}"
-        await admin.put(f"namespaces/public/{name}")
-        if deduplication:
-            await admin.post(f"namespaces/public/{name}/deduplication", True)
-        return name
-
-    return make
 
 
 def _config(stock: PrivatePulsar, namespace: str, **overrides: object) -> PulsarConfig:

@@ -1,0 +1,233 @@
+"""Checkpoints and truncation on a Pulsar topic, through durable subscriptions.
+
+The store: each registered consumer has a durable subscription of its own,
+``streamwal-consumer-<name>``. Its cursor sits at the checkpoint's entry, so the broker
+itself keeps everything the consumer still needs, whatever the WAL decides; its
+properties hold the exact checkpoint (the message id, batch index included, and the
+time tick), which the cursor alone cannot (it is entry-granular). Both live in the
+broker's managed ledger, so a change of channel owner, or of node, loses nothing, and
+the broker's subscription stats give each consumer's backlog for free.
+
+Truncation moves the WAL's own cursor (:mod:`.cursor`): its properties record the
+truncation point first, then the cursor is reset to it and the topic trimmed, so the
+broker deletes every ledger that no cursor holds any more and that the namespace's
+retention does not keep. Nothing else deletes.
+
+Everything here goes through the admin API (the binary protocol cannot set
+subscription properties, nor reset a cursor without connecting a consumer to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+from typing import Any
+
+from adaptors.pulsar.admin import PulsarAdmin
+from adaptors.pulsar.message_id import PulsarMessageId
+from wal.errors import (
+    DecodeError,
+    MisconfiguredError,
+    QuotaExceededError,
+    StreamwalError,
+    TruncatedError,
+    UnavailableError,
+)
+from wal.message_id import MessageId
+from wal.retention import (
+    Checkpoint,
+    ConsumerState,
+    RetentionState,
+    validate_consumer_name,
+)
+
+__all__ = ["CONSUMER_PREFIX", "TopicRetention"]
+
+CONSUMER_PREFIX = "streamwal-consumer-"
+_ID = "streamwal.checkpoint.id"
+_TIME_TICK = "streamwal.checkpoint.time_tick"
+_TRUNCATED = "streamwal.truncated_before"
+
+
+def _position(message_id: MessageId) -> dict[str, int]:
+    """The cursor position that keeps ``message_id``'s entry (its whole batch)."""
+    pid = _pulsar_id(message_id)
+    return {"ledgerId": pid.ledger, "entryId": pid.entry}
+
+
+def _pulsar_id(message_id: MessageId) -> PulsarMessageId:
+    if not isinstance(message_id, PulsarMessageId):
+        raise DecodeError(f"{message_id!r} is not a Pulsar message id")
+    return message_id
+
+
+def _from_admin(answer: Any) -> PulsarMessageId | None:
+    if not isinstance(answer, dict) or "ledgerId" not in answer:
+        return None
+    return PulsarMessageId(
+        int(answer["ledgerId"]), int(answer["entryId"]), int(answer.get("batchIndex", -1))
+    )
+
+
+class TopicRetention:
+    """:class:`~wal.retention.BackendRetention` for one topic."""
+
+    def __init__(
+        self, admin: PulsarAdmin | None, topic: str, channel: str, wal_cursor: str
+    ) -> None:
+        self._admin = admin
+        self._path = PulsarAdmin.topic_path(topic)
+        self._channel = channel
+        self._wal_cursor = urllib.parse.quote(wal_cursor, safe="")
+
+    @property
+    def admin(self) -> PulsarAdmin:
+        if self._admin is None:
+            raise MisconfiguredError(
+                f"channel {self._channel!r}: checkpoints and truncation need the broker's "
+                "admin API; set pulsar.admin_url"
+            )
+        return self._admin
+
+    def _subscription(self, consumer: str) -> str:
+        name = CONSUMER_PREFIX + validate_consumer_name(consumer)
+        return f"{self._path}/subscription/{urllib.parse.quote(name, safe='')}"
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        state = await self.retention_state()
+        if state.truncated_before is not None and checkpoint.message_id < state.truncated_before:
+            raise TruncatedError(self._channel, checkpoint.message_id, state.truncated_before)
+        subscription = self._subscription(checkpoint.consumer)
+        position = _position(checkpoint.message_id)
+        try:  # created at the checkpoint: it holds from there from the start
+            await self.admin.put(subscription, position)
+        except FileExistsError:
+            pass
+        # the exact checkpoint first, the cursor after it: a crash in between leaves the
+        # cursor behind the checkpoint (holding more), never ahead of it
+        await self.admin.put(
+            f"{subscription}/properties",
+            {_ID: checkpoint.message_id.to_bytes().hex(), _TIME_TICK: str(checkpoint.time_tick)},
+        )
+        await self.admin.post(f"{subscription}/resetcursor", position)
+
+    async def remove_checkpoint(self, consumer: str) -> None:
+        await self.admin.delete(self._subscription(consumer))
+
+    async def retention_state(self) -> RetentionState:
+        stats = await self.admin.get(f"{self._path}/stats")
+        if not isinstance(stats, dict):
+            return RetentionState()
+        consumers = []
+        truncated = None
+        for name, sub in (stats.get("subscriptions") or {}).items():
+            props = sub.get("subscriptionProperties") or {}
+            if name == urllib.parse.unquote(self._wal_cursor) and _TRUNCATED in props:
+                truncated = PulsarMessageId.from_bytes(bytes.fromhex(props[_TRUNCATED]))
+            if not name.startswith(CONSUMER_PREFIX) or _ID not in props:
+                continue  # not ours, or created and not yet given its checkpoint
+            checkpoint = Checkpoint(
+                name.removeprefix(CONSUMER_PREFIX),
+                PulsarMessageId.from_bytes(bytes.fromhex(props[_ID])),
+                int(props[_TIME_TICK]),
+            )
+            consumers.append(
+                ConsumerState(checkpoint, sub.get("msgBacklog"), sub.get("backlogSize"))
+            )
+        consumers.sort(key=lambda c: c.checkpoint.consumer)
+        return RetentionState(truncated, stats.get("storageSize"), consumers)
+
+    async def truncation_point(self) -> PulsarMessageId | None:
+        """The recorded truncation point; ``None`` without one, or without an admin API
+        (then nothing can have been truncated through it either)."""
+        if self._admin is None:
+            return None
+        cursor = f"{self._path}/subscription/{self._wal_cursor}/properties"
+        props = await self._admin.get(cursor)
+        if not isinstance(props, dict) or _TRUNCATED not in props:
+            return None
+        return PulsarMessageId.from_bytes(bytes.fromhex(props[_TRUNCATED]))
+
+    async def position_at(self, publish_time_ms: int) -> MessageId | None:
+        found, first, last = await asyncio.gather(
+            self.admin.get(f"{self._path}/messageid/{int(publish_time_ms)}"),
+            self.admin.get(f"{self._path}/messageid/0"),
+            self.admin.get(f"{self._path}/lastMessageId"),
+        )
+        position, start, end = _from_admin(found), _from_admin(first), _from_admin(last)
+        if position is None or start is None or end is None or end.entry < 0:
+            return None  # no topic, or nothing in it
+        if position <= start:
+            return None  # nothing older than the time
+        entry_of_last = PulsarMessageId(end.ledger, end.entry)
+        return entry_of_last if position > entry_of_last else position
+
+    async def explain_quota(self, error: QuotaExceededError) -> QuotaExceededError:
+        """Name the quota that blocks the producer and the subscription holding the
+        largest backlog (the WAL's own cursor means: nothing truncates the channel)."""
+        if self._admin is None:
+            return error
+        try:
+            quotas, stats = await asyncio.gather(
+                self._admin.get(f"{self._path}/backlogQuotaMap?applied=true"),
+                self._admin.get(f"{self._path}/stats"),
+            )
+        except (StreamwalError, FileExistsError):
+            return error
+        limits = [
+            f"{kind} ({q.get('limitSize', -1)} bytes, {q.get('limitTime', -1)} s: "
+            f"{q.get('policy')})"
+            for kind, q in (quotas or {}).items()
+            if isinstance(q, dict)
+            and (int(q.get("limitSize", -1)) >= 0 or int(q.get("limitTime", -1)) >= 0)
+        ]
+        subscriptions = (stats or {}).get("subscriptions") or {}
+        holders = sorted(
+            subscriptions.items(), key=lambda kv: int(kv[1].get("backlogSize") or 0), reverse=True
+        )
+        held = ""
+        if holders:
+            name, sub = holders[0]
+            held = f"; the largest backlog is {name!r}'s: {sub.get('msgBacklog')} messages, "
+            held += f"{sub.get('backlogSize')} bytes"
+            if name == urllib.parse.unquote(self._wal_cursor):
+                held += " (the WAL's own cursor: set wal.retention so the channel is truncated)"
+            elif name.startswith(CONSUMER_PREFIX):
+                consumer = name.removeprefix(CONSUMER_PREFIX)
+                held += f" (consumer {consumer!r} must checkpoint further)"
+        quota = ", ".join(limits) or "a backlog quota"
+        return QuotaExceededError(f"{error}: quota {quota}{held}")
+
+    async def truncate(self, before: MessageId) -> None:
+        cursor = f"{self._path}/subscription/{self._wal_cursor}"
+        await self.admin.put(f"{cursor}/properties", {_TRUNCATED: before.to_bytes().hex()})
+        await self.admin.post(f"{cursor}/resetcursor", _position(before))
+        try:
+            await self.admin.post(f"{self._path}/trim")
+        except UnavailableError:
+            pass  # the broker's own retention check deletes the ledgers later
+
+
+class RetentionDelegate:
+    """Gives a backend WAL the :class:`~wal.retention.BackendRetention` ability of its
+    topic's :class:`TopicRetention` (kept in ``_retention``)."""
+
+    _retention: TopicRetention
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        await self._retention.save_checkpoint(checkpoint)
+
+    async def remove_checkpoint(self, consumer: str) -> None:
+        await self._retention.remove_checkpoint(consumer)
+
+    async def retention_state(self) -> RetentionState:
+        return await self._retention.retention_state()
+
+    async def position_at(self, publish_time_ms: int) -> MessageId | None:
+        return await self._retention.position_at(publish_time_ms)
+
+    async def truncate(self, before: MessageId) -> None:
+        await self._retention.truncate(before)
+
+    async def explain_quota(self, error: QuotaExceededError) -> QuotaExceededError:
+        return await self._retention.explain_quota(error)

@@ -1,0 +1,38 @@
+"""Fixtures of the Pulsar backend's tests: a private broker with Pulsar's defaults."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from adaptors.pulsar.admin import PulsarAdmin
+from node.chaos.services import PrivatePulsar
+from node.stack import StackInfo
+
+
+@pytest.fixture(scope="session")
+async def stock(stack: StackInfo) -> AsyncIterator[PrivatePulsar]:
+    """A private broker with Pulsar's defaults (the stack installed its jars)."""
+    broker = PrivatePulsar(stock=True)
+    try:
+        await broker.start()
+        yield broker
+    finally:
+        await broker.close()
+
+
+@pytest.fixture
+async def namespace(stock: PrivatePulsar) -> Callable[..., object]:
+    """A fresh namespace on the stock broker; ``deduplication=True`` enables it there."""
+    admin = PulsarAdmin(stock.admin_url)
+
+    async def make(*, deduplication: bool = True) -> str:
+        name = f"stock-{uuid.uuid4().hex[:8]}"
+        await admin.put(f"namespaces/public/{name}")
+        if deduplication:
+            await admin.post(f"namespaces/public/{name}/deduplication", True)
+        return name
+
+    return make
