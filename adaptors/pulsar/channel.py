@@ -48,7 +48,7 @@ import pulsar
 from pulsar.asyncio import PulsarException
 
 from adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
-from adaptors.pulsar.errors import FENCING_RESULTS, translate
+from adaptors.pulsar.errors import FENCING_RESULTS, after_send, translate
 from adaptors.pulsar.message_id import PulsarMessageId
 from adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
 from adaptors.pulsar.receipts import ReceiptQueue
@@ -113,8 +113,10 @@ class PulsarBackendWAL:
         mode: AccessMode,
         before_first_write: Callable[[], Awaitable[None]],
         on_close: Callable[[PulsarBackendWAL], None] = lambda _: None,
+        owns_client: bool = False,
     ) -> None:
         self._client = client
+        self._owns_client = owns_client  # closed last, by close()
         self._config = config
         self._channel = channel
         self._topic = config.topic(channel)
@@ -604,7 +606,7 @@ class PulsarBackendWAL:
     def _check_landed(self, landed: PulsarMessageId) -> StreamwalError | None:
         """The interleaving guard (module doc); ``None`` if ``landed`` may be acknowledged."""
         if self._fenced is not None:
-            return self._fenced
+            return self._fenced.in_flight()  # it landed, but is not acknowledged
         if self._unverified is not None:
             return self._unverified
         if landed.ledger < 0 or landed.entry < 0:
@@ -633,16 +635,18 @@ class PulsarBackendWAL:
         self._fenced = ChannelFencedError(
             self._channel, f"another producer wrote between {last} and {landed}"
         )
-        return self._fenced
+        return self._fenced.in_flight()
 
     def _failure(self, result: Any) -> StreamwalError:
+        """The error of an append the client had accepted and then failed."""
         if self._fenced is not None:
-            return self._fenced
+            return self._fenced.in_flight()
         if result in FENCING_RESULTS and not self._closed:
             _log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
             self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
-            return self._fenced
-        return translate(PulsarException(result), channel=self._channel, what="append")
+            return self._fenced.in_flight()
+        error = translate(PulsarException(result), channel=self._channel, what="append")
+        return after_send(error, result)
 
     @property
     def is_fenced(self) -> bool:
@@ -717,3 +721,10 @@ class PulsarBackendWAL:
                 await asyncio.wait_for(producer.close(), timeout=self._config.operation_timeout_s)
             except (PulsarException, TimeoutError):
                 pass  # fenced or unreachable: nothing left to flush
+        if self._owns_client:
+            try:
+                await asyncio.wait_for(
+                    self._client.close(), timeout=self._config.operation_timeout_s
+                )
+            except (PulsarException, TimeoutError):
+                pass  # unreachable broker: the client is gone either way
