@@ -20,7 +20,7 @@ from pulsar import asyncio as pulsar_asyncio
 from adaptors.pulsar import PulsarConfig, PulsarMessageId
 from adaptors.pulsar.opener import client_logger
 from adaptors.pulsar.scanner import to_backend_message
-from node.acks import Ack, read_acks
+from node.acks import Ack, Failure, read_acks
 from node.history_check import HistoryReport, check_history
 from wal.backend import BackendMessage, validate_channel_name
 from wal.errors import StreamwalError
@@ -63,16 +63,18 @@ async def verify_channel(
     acks_file: Path | None = None,
     *,
     acks: Iterable[Ack] = (),
+    failures: Iterable[Failure] = (),
     tenant: str = "public",
     namespace: str = "default",
 ) -> HistoryReport:
-    """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and ``acks``."""
+    """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and
+    ``acks``, and the failed appends ``failures``."""
     validate_channel_name(channel)
     topic = PulsarConfig(service_url=service_url, tenant=tenant, namespace=namespace).topic(channel)
     entries = await read_topic(service_url, topic)
     recorded = list(read_acks(acks_file)) if acks_file else []
     recorded.extend(acks)
-    return check_history(entries, PulsarMessageId.from_bytes, recorded)
+    return check_history(entries, PulsarMessageId.from_bytes, recorded, failures)
 
 
 def _run(args: argparse.Namespace) -> int:

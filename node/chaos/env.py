@@ -105,7 +105,9 @@ class ChaosEnv:
         for t in traffic:
             result.expect(not t.unexpected, f"{t.channel}: unexpected codes {t.unexpected[:3]}")
             result.expect(bool(t.acks), f"{t.channel}: no append was acknowledged")
-            report = await verify_channel(pulsar_url or self.pulsar_url, t.channel, acks=t.acks)
+            report = await verify_channel(
+                pulsar_url or self.pulsar_url, t.channel, acks=t.acks, failures=t.failures
+            )
             result.absorb(t.channel, report)
             codes = result.figures.setdefault("codes", {})
             for code, count in t.codes.items():

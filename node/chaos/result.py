@@ -32,6 +32,10 @@ class ScenarioResult:
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
     acked_violations: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    """Failed appends by outcome ("not-written", "unknown")."""
+    failures_in_log: dict[str, int] = field(default_factory=dict)
+    """Of those, the ones in the log anyway, by outcome."""
     problems: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
 
@@ -48,6 +52,22 @@ class ScenarioResult:
         self.foreign += len(report.foreign)
         self.violations.extend(f"{channel}: {v}" for v in report.violations)
         self.acked_violations += report.acked_violations
+        for kind, count in report.failures.items():
+            self.failures[kind] = self.failures.get(kind, 0) + count
+        for kind, count in report.failures_in_log.items():
+            self.failures_in_log[kind] = self.failures_in_log.get(kind, 0) + count
+
+    def failed(self, kind: str) -> str:
+        """``"N (M)"``: appends failed with outcome ``kind``, M of them in the log."""
+        return f"{self.failures.get(kind, 0)} ({self.failures_in_log.get(kind, 0)})"
+
+    @property
+    def failed_not_written(self) -> str:
+        return self.failed("not-written")
+
+    @property
+    def failed_unknown(self) -> str:
+        return self.failed("unknown")
 
     def expect(self, condition: bool, problem: str) -> None:
         """Record ``problem`` unless ``condition`` holds."""
@@ -68,6 +88,8 @@ _COLUMNS = (
     ("acks checked", "acks_checked"),
     ("messages read", "messages"),
     ("ownerships", "ownerships"),
+    ("failed: not written (in log)", "failed_not_written"),
+    ("failed: unknown (in log)", "failed_unknown"),
     ("violations", "violations"),
     ("problems", "problems"),
     ("seconds", "seconds"),
