@@ -5,6 +5,8 @@ not own it, while the producers keep appending to the node they believe owns it:
 old owner has appends in flight when the new owner fences it, and its clients learn
 of the move only from a FAILED_PRECONDITION answer. After each assign the new owner
 must accept an append at once (an assign that answers OK leaves that node the owner).
+A second channel stays on one node the whole time, written too: a takeover touches
+only the channel taken over, so not one of its appends may fail.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     traffic = env.traffic(channel, addresses, workers=4)
     traffic.prefer(owner)
     await traffic.start()
+    stayer = env.name("stayer")
+    home = env.rng.choice(addresses)
+    placed = await assign(home, stayer)
+    result.expect(not isinstance(placed, grpc.StatusCode), f"assigning {stayer}: {placed}")
+    staying = env.traffic(stayer, [home], workers=2)
+    await staying.start()
     slowest = 0.0
     for round_ in range(rounds):
         await asyncio.sleep(env.rng.uniform(0.05, 0.3))
@@ -56,7 +64,10 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
                     f"{exc.code().name} {exc.details()}"
                 )
         traffic.prefer(owner)
-    await env.check(result, [traffic])
+    await env.check(result, [traffic, staying])
+    result.expect(
+        not staying.codes, f"{stayer} never moved, yet appends failed: {dict(staying.codes)}"
+    )
     result.figures["slowest takeover (s)"] = round(slowest, 3)
     result.expect(
         result.ownerships >= rounds + 1,
