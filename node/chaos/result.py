@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from node.history_check import HistoryReport
+from wal.errors import WriteOutcome
 
 __all__ = ["ScenarioResult", "failures_table", "markdown_table", "text_table"]
 
@@ -32,10 +33,14 @@ class ScenarioResult:
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
     acked_violations: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
-    """Failed appends by outcome ("not-written", "unknown")."""
-    failures_in_log: dict[str, int] = field(default_factory=dict)
-    """Of those, the ones in the log anyway, by outcome."""
+    not_written: int = 0
+    """Failed appends answered "not written"..."""
+    not_written_in_log: int = 0
+    """... and how many of them are in the log anyway (must be none)."""
+    unknown: int = 0
+    """Failed appends answered "outcome unknown"..."""
+    unknown_in_log: int = 0
+    """... and how many of them are in the log."""
     problems: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
 
@@ -52,30 +57,15 @@ class ScenarioResult:
         self.foreign += len(report.foreign)
         self.violations.extend(f"{channel}: {v}" for v in report.violations)
         self.acked_violations += report.acked_violations
-        for kind, count in report.failures.items():
-            self.failures[kind] = self.failures.get(kind, 0) + count
-        for kind, count in report.failures_in_log.items():
-            self.failures_in_log[kind] = self.failures_in_log.get(kind, 0) + count
+        not_written, unknown = WriteOutcome.NOT_WRITTEN.value, WriteOutcome.UNKNOWN.value
+        self.not_written += report.failures.get(not_written, 0)
+        self.not_written_in_log += report.failures_in_log.get(not_written, 0)
+        self.unknown += report.failures.get(unknown, 0)
+        self.unknown_in_log += report.failures_in_log.get(unknown, 0)
 
     @property
-    def attempted_failures(self) -> int:
-        return sum(self.failures.values())
-
-    @property
-    def not_written(self) -> int:
-        return self.failures.get("not-written", 0)
-
-    @property
-    def not_written_in_log(self) -> int:
-        return self.failures_in_log.get("not-written", 0)
-
-    @property
-    def unknown(self) -> int:
-        return self.failures.get("unknown", 0)
-
-    @property
-    def unknown_in_log(self) -> int:
-        return self.failures_in_log.get("unknown", 0)
+    def failed(self) -> int:
+        return self.not_written + self.unknown
 
     def expect(self, condition: bool, problem: str) -> None:
         """Record ``problem`` unless ``condition`` holds."""
@@ -104,7 +94,7 @@ _COLUMNS = (
 
 _FAILURE_COLUMNS = (
     ("scenario", "name"),
-    ("failed appends", "attempted_failures"),
+    ("failed appends", "failed"),
     ("answered not written", "not_written"),
     ("of them in the log", "not_written_in_log"),
     ("answered unknown", "unknown"),

@@ -172,8 +172,7 @@ async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner()
 
 
 def test_the_failures_table_shows_each_kind_and_how_many_are_in_the_log() -> None:
-    row = ScenarioResult("alpha", failures={"not-written": 7, "unknown": 3})
-    row.failures_in_log = {"unknown": 2}
+    row = ScenarioResult("alpha", not_written=7, unknown=3, unknown_in_log=2)
     table = failures_table([row]).splitlines()
     assert table[0].startswith("| scenario | failed appends | answered not written |")
     assert table[2] == "| alpha | 10 | 7 | 0 | 3 | 2 |"

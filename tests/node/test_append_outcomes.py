@@ -181,13 +181,19 @@ async def test_a_malformed_frame_after_an_in_band_error_ends_the_call(
         assert answers[0].error.outcome == pb.NOT_WRITTEN
 
 
-async def test_appends_before_a_malformed_frame_are_answered_first(
-    stack: StackInfo, nodes: tuple[NodeProcess, NodeProcess], unique: str
-) -> None:
-    x, _ = nodes
-    channel = f"outcome-frames-{unique}"
-    async with NodeClient(x.address) as client:
+@pytest.fixture
+async def assigned(nodes: tuple[NodeProcess, NodeProcess], unique: str) -> tuple[str, str]:
+    """A channel assigned to node 1: its address and the channel's name."""
+    address, channel = nodes[0].address, f"outcome-{unique}"
+    async with NodeClient(address) as client:
         await client.assign(channel)
+    return address, channel
+
+
+async def test_appends_before_a_malformed_frame_are_answered_first(
+    stack: StackInfo, assigned: tuple[str, str]
+) -> None:
+    address, channel = assigned
     payloads = [f"{channel}/{i}".encode() for i in range(5)]
     frames = [
         pb.ProduceRequest(
@@ -195,7 +201,7 @@ async def test_appends_before_a_malformed_frame_are_answered_first(
         ).SerializeToString()
         for p in payloads
     ]
-    answers, ended = await _raw_stream(x.address, [*frames, b"\xff\xff\xff"])
+    answers, ended = await _raw_stream(address, [*frames, b"\xff\xff\xff"])
     assert ended is not None and ended.code() == grpc.StatusCode.INVALID_ARGUMENT, ended
     assert [a.HasField("error") for a in answers] == [False] * len(payloads)
     acks = [
@@ -230,12 +236,10 @@ async def test_a_long_channel_name_is_invalid_argument_with_a_short_text(
 
 
 async def test_message_types_are_parsed_as_the_proto_documents_them(
-    stack: StackInfo, nodes: tuple[NodeProcess, NodeProcess], unique: str
+    assigned: tuple[str, str],
 ) -> None:
-    x, _ = nodes
-    channel = f"outcome-types-{unique}"
-    async with NodeClient(x.address) as client:
-        await client.assign(channel)
+    address, channel = assigned
+    async with NodeClient(address) as client:
         for bad in ("INSERT", "Insert", "insert\n", " insert", "", "time_tick", "TimeTick"):
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await client.produce(channel, b"x", type=bad)
