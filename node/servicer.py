@@ -3,9 +3,12 @@
 Errors map to codes a client can act on: channel not here → NOT_FOUND; fenced by
 another node → FAILED_PRECONDITION (and the channel is dropped from this node);
 bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting down
-→ UNAVAILABLE. Anything unexpected is logged and returned as INTERNAL, and the node
-keeps serving. Request bytes that are not the expected protobuf message get
-INVALID_ARGUMENT (:class:`MalformedRequestInterceptor`; gRPC alone answers UNKNOWN).
+→ UNAVAILABLE; an append that may be in the log → UNKNOWN. A failed append also
+carries its write outcome (not written, or unknown: ``streaming.proto``), in band on
+a stream and as trailing metadata of ``Produce``. Anything unexpected is logged and
+returned as INTERNAL, and the node keeps serving. Request bytes that are not the
+expected protobuf message get INVALID_ARGUMENT (:class:`MalformedRequestInterceptor`;
+gRPC alone answers UNKNOWN).
 
 Every handler tags its server span with the node id (``streamwal.node.id``): the
 span's resource cannot say which node served when one process hosts several.
