@@ -135,6 +135,7 @@ async def _main(
             seed=seed,
             say=say,
             keep=args.keep,
+            pulsar_admin_url=None if args.private_stack else info.pulsar_admin_url,
         )
     finally:
         if etcd is not None:
