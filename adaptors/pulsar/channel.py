@@ -113,10 +113,11 @@ class PulsarBackendWAL:
         mode: AccessMode,
         before_first_write: Callable[[], Awaitable[None]],
         on_close: Callable[[PulsarBackendWAL], None] = lambda _: None,
-        owns_client: bool = False,
+        writer_client: Any = None,
     ) -> None:
         self._client = client
-        self._owns_client = owns_client  # closed last, by close()
+        #: the producers' own client (adaptors.pulsar.opener says why), closed last
+        self._writer_client = writer_client
         self._config = config
         self._channel = channel
         self._topic = config.topic(channel)
@@ -211,7 +212,7 @@ class PulsarBackendWAL:
             attempt += 1
             try:
                 return await asyncio.wait_for(
-                    self._client.create_producer(
+                    (self._writer_client or self._client).create_producer(
                         self._topic,
                         access_mode=pulsar.ProducerAccessMode.Exclusive,
                         batching_enabled=self._config.batching,
@@ -239,7 +240,7 @@ class PulsarBackendWAL:
         """Evict every producer of the topic and move its epoch on (see the module)."""
         try:
             fencer = await asyncio.wait_for(
-                self._client.create_producer(
+                (self._writer_client or self._client).create_producer(
                     self._topic,
                     access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
                     batching_enabled=False,
@@ -721,10 +722,10 @@ class PulsarBackendWAL:
                 await asyncio.wait_for(producer.close(), timeout=self._config.operation_timeout_s)
             except (PulsarException, TimeoutError):
                 pass  # fenced or unreachable: nothing left to flush
-        if self._owns_client:
+        if self._writer_client is not None:
             try:
                 await asyncio.wait_for(
-                    self._client.close(), timeout=self._config.operation_timeout_s
+                    self._writer_client.close(), timeout=self._config.operation_timeout_s
                 )
             except (PulsarException, TimeoutError):
                 pass  # unreachable broker: the client is gone either way

@@ -7,7 +7,8 @@ closes a whole connection when a message comes on it for a producer it no longer
 sends a fenced producer had in flight. On a shared client every other channel's
 producer then reconnected and resent what it had in flight, which deduplication
 answered with no position, at each move of a written channel. The opener's own
-client serves the exclusivity check, read-only channels and tools.
+client serves readers (they send nothing a broker could refuse that way), the
+exclusivity check and tools.
 """
 
 from __future__ import annotations
@@ -114,15 +115,14 @@ class PulsarOpener:
         validate_channel_name(channel)
         if self._client is None:
             await self.start()
-        writer = mode is AccessMode.READ_WRITE
         wal = PulsarBackendWAL(
-            self._new_client() if writer else self._client,
+            self._client,
             self.config,
             channel,
             mode,
             self.verify_exclusivity,
             on_close=self._channels.discard,
-            owns_client=writer,
+            writer_client=self._new_client() if mode is AccessMode.READ_WRITE else None,
         )
         self._channels.add(wal)
         return wal
