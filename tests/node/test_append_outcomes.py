@@ -6,6 +6,7 @@ every accepted frame answered, and bad input is INVALID_ARGUMENT with a short te
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -268,3 +269,56 @@ async def test_a_failed_produce_carries_its_outcome(
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert (OUTCOME_KEY, "not-written") in tuple(err.value.trailing_metadata() or ())
     assert write_outcome(err.value) is WriteOutcome.NOT_WRITTEN
+
+
+_REPO = Path(__file__).resolve().parents[2]
+_STREAMING_CLIENT = """
+import asyncio, sys
+import grpc
+from node.proto import streaming_pb2 as pb
+from node.proto import streaming_pb2_grpc as pb_grpc
+
+async def main(address: str, channel: str) -> None:
+    async with grpc.aio.insecure_channel(address) as raw:
+        async def frames():
+            n = 0
+            while True:
+                n += 1
+                yield pb.ProduceRequest(
+                    pchannel=channel, message=pb.Message(type="insert", payload=b"k%d" % n)
+                )
+                await asyncio.sleep(0.005)
+        answered = 0
+        async for _ in pb_grpc.StreamingNodeStub(raw).ProduceStream(frames()):
+            answered += 1
+            if answered == 20:
+                print("streaming", flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_clients_killed_mid_stream_leave_no_traceback_in_the_node_log(
+    assigned: tuple[str, str], nodes: tuple[NodeProcess, NodeProcess]
+) -> None:
+    address, channel = assigned
+    for _ in range(5):
+        client = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _STREAMING_CLIENT,
+            address,
+            channel,
+            stdout=asyncio.subprocess.PIPE,
+            cwd=_REPO,
+        )
+        try:
+            assert client.stdout is not None
+            line = await asyncio.wait_for(client.stdout.readline(), 30)
+            assert line.strip() == b"streaming"
+        finally:
+            client.kill()
+            await client.wait()
+    await asyncio.sleep(2)  # the node notices the streams went
+    log = nodes[0].log_text()
+    assert "Failed to detach context" not in log
