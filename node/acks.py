@@ -15,7 +15,7 @@ from pathlib import Path
 
 from wal.errors import InvalidInputError
 
-__all__ = ["Ack", "digest", "read_acks", "write_acks"]
+__all__ = ["Ack", "Failure", "digest", "read_acks", "write_acks"]
 
 
 def digest(payload: bytes) -> str:
@@ -36,6 +36,15 @@ class Ack:
                 "digest": self.digest,
             }
         )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed append: its payload's digest and what the answer said of the log
+    (``"not-written"`` or ``"unknown"``, :class:`wal.errors.WriteOutcome` values)."""
+
+    digest: str
+    outcome: str
 
 
 def write_acks(path: Path, acks: Iterable[Ack]) -> None:

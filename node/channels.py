@@ -113,6 +113,7 @@ class ChannelManager:
         self._check_open()
         wal = self._wals.get(channel)
         if wal is None:
+            validate_channel_name(channel)  # a name no channel can have is bad input
             raise ChannelNotFoundError(channel)
         if wal.is_fenced:
             await self.report_fenced(channel)
@@ -132,6 +133,7 @@ class ChannelManager:
     async def remove(self, channel: str) -> None:
         self._check_open()
         if channel not in self._wals:
+            validate_channel_name(channel)
             raise ChannelNotFoundError(channel)
         async with self._locks.setdefault(channel, asyncio.Lock()):
             await self._drop(channel, fenced=False)

@@ -1,7 +1,10 @@
 """A small asyncio client of the streaming node, used by the demo, tests and benchmarks.
 
 gRPC errors arrive as ``grpc.aio.AioRpcError``; :func:`status_of` gives their code so
-callers can act (NOT_FOUND: ask another node; FAILED_PRECONDITION: the channel moved).
+callers can act (NOT_FOUND: ask another node; FAILED_PRECONDITION: the channel moved),
+and :func:`~node.outcome.write_outcome` says whether a failed append may be in the log.
+Only appends the node answered "not written" are retried (``retries``): an unknown
+outcome is the caller's to handle, since a retry could write the append twice.
 A node with ``node.tls`` needs ``tls`` here, with a client certificate when the node
 requires one (``node.tls.ca_file``); a refused handshake shows up as UNAVAILABLE.
 """
@@ -18,11 +21,21 @@ import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 from opentelemetry.trace import TracerProvider
 
+from node.outcome import OUTCOME_KEY, write_outcome
 from node.proto import streaming_pb2 as pb
 from node.proto import streaming_pb2_grpc as pb_grpc
 from tso.tls import ClientTLS, open_channel
+from wal.errors import WriteOutcome
 
-__all__ = ["Acked", "AppendStream", "Consumed", "NodeClient", "policy", "status_of"]
+__all__ = [
+    "Acked",
+    "AppendStream",
+    "Consumed",
+    "NodeClient",
+    "policy",
+    "status_of",
+    "write_outcome",
+]
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,8 @@ class NodeClient:
     With ``tracing`` each call is a client span whose context travels to the node;
     ``tracer_provider`` (default: the global one) records those spans, so a caller
     with its own provider sees the whole path from its span to the node's.
+    ``retries``: how many times :meth:`produce` tries again an append the node
+    answered UNAVAILABLE and not written (backing off from 50 ms to 1 s).
     """
 
     def __init__(
@@ -85,9 +100,11 @@ class NodeClient:
         timeout: float = 30.0,
         tracing: bool = True,
         tracer_provider: TracerProvider | None = None,
+        retries: int = 0,
     ) -> None:
         self.address = address
         self._timeout = timeout
+        self._retries = retries
         interceptors = (
             aio_client_interceptors(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
             if tracing
@@ -138,16 +155,27 @@ class NodeClient:
         vchannel: str = "",
         properties: Mapping[str, str] | None = None,
     ) -> Acked:
-        reply = await self._stub.Produce(
-            pb.ProduceRequest(
-                pchannel=pchannel,
-                message=pb.Message(
-                    type=type, payload=payload, vchannel=vchannel, properties=properties or {}
-                ),
+        request = pb.ProduceRequest(
+            pchannel=pchannel,
+            message=pb.Message(
+                type=type, payload=payload, vchannel=vchannel, properties=properties or {}
             ),
-            timeout=self._timeout,
         )
-        return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+        attempt = 0
+        while True:
+            try:
+                reply = await self._stub.Produce(request, timeout=self._timeout)
+            except grpc.aio.AioRpcError as exc:
+                if (
+                    attempt >= self._retries
+                    or exc.code() != grpc.StatusCode.UNAVAILABLE
+                    or write_outcome(exc) is not WriteOutcome.NOT_WRITTEN
+                ):
+                    raise
+                attempt += 1
+                await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
+                continue
+            return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
 
     async def produce_stream(
         self, pchannel: str, payloads: Sequence[bytes], *, type: str = "insert"
@@ -263,7 +291,9 @@ class AppendStream:
 
     async def append(self, payload: bytes) -> Acked:
         if self._closing:
-            raise _rpc_error(grpc.StatusCode.CANCELLED, "the stream is closed")
+            raise _rpc_error(
+                grpc.StatusCode.CANCELLED, "the stream is closed", WriteOutcome.NOT_WRITTEN
+            )
         if self._ended is not None:
             raise self._ended
         waiter: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
@@ -326,11 +356,21 @@ class AppendStream:
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+_OUTCOMES = {pb.NOT_WRITTEN: WriteOutcome.NOT_WRITTEN, pb.OUTCOME_UNKNOWN: WriteOutcome.UNKNOWN}
+
+
+def _rpc_error(
+    code: grpc.StatusCode, details: str, outcome: WriteOutcome | None = None
+) -> grpc.aio.AioRpcError:
     empty = grpc.aio.Metadata()
-    return grpc.aio.AioRpcError(code, empty, empty, details)
+    trailing = (
+        grpc.aio.Metadata() if outcome is None else grpc.aio.Metadata((OUTCOME_KEY, outcome.value))
+    )
+    return grpc.aio.AioRpcError(code, empty, trailing, details)
 
 
 def _append_error(error: pb.AppendError, which: str) -> grpc.aio.AioRpcError:
+    """An in-band error as the status a unary ``produce`` would have raised, with the
+    outcome where :func:`write_outcome` finds it (none from an older node: unknown)."""
     code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
-    return _rpc_error(code, f"{which}: {error.message}")
+    return _rpc_error(code, f"{which}: {error.message}", _OUTCOMES.get(error.outcome))

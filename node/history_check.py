@@ -17,6 +17,10 @@ and checks, in log order:
    time tick or payload there), ``ack-duplicated`` (the payload is persisted more
    than once: clients that record acknowledgements give each append a unique
    payload, so a second copy means an append was persisted twice).
+5. failed appends a client recorded (payload digest, outcome): ``not-written-persisted``
+   when an append answered "not written" is in the log (a client that retried it
+   would have written it twice); appends answered "unknown" are counted, with how many
+   of them are in the log.
 
 A truncated log (``truncated_before``) is checked from its truncation point: entries
 before it are not read (the broker may not have deleted them yet), acknowledgements
@@ -38,9 +42,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from node.acks import Ack, digest
+from node.acks import Ack, Failure, digest
 from wal.backend import BackendMessage
-from wal.errors import DecodeError
+from wal.errors import DecodeError, WriteOutcome
 from wal.message import MessageIdDecoder, MessageType, decode
 from wal.message_id import MessageId
 
@@ -54,6 +58,7 @@ RULES = (
     "ack-missing",
     "ack-changed",
     "ack-duplicated",
+    "not-written-persisted",
 )
 """Every rule name a :class:`Violation` can carry."""
 
@@ -84,6 +89,10 @@ class HistoryReport:
     truncated_before: str | None = None
     violations: list[Violation] = field(default_factory=list)
     acked_violations: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    """Failed appends checked, by outcome."""
+    failures_in_log: dict[str, int] = field(default_factory=dict)
+    """Of those, the ones whose payload is in the log, by outcome."""
 
     @property
     def ok(self) -> bool:
@@ -110,6 +119,14 @@ class HistoryReport:
                 f" ({self.acks_truncated} before the truncation point {self.truncated_before})"
                 if self.truncated_before
                 else ""
+            ),
+            "failed appends: "
+            + (
+                ", ".join(
+                    f"{n} {kind} ({self.failures_in_log.get(kind, 0)} in the log)"
+                    for kind, n in sorted(self.failures.items())
+                )
+                or "none recorded"
             ),
             f"violations: {len(self.violations)}"
             + (
@@ -144,6 +161,8 @@ class HistoryReport:
             "acks_truncated": self.acks_truncated,
             "truncated_before": self.truncated_before,
             "acked_violations": self.acked_violations,
+            "failures": dict(self.failures),
+            "failures_in_log": dict(self.failures_in_log),
             "violations": [
                 {"rule": v.rule, "message_id": v.message_id, "detail": v.detail}
                 for v in self.violations
@@ -163,11 +182,12 @@ def check_history(
     entries: Iterable[BackendMessage],
     message_id_from_bytes: MessageIdDecoder,
     acks: Iterable[Ack] = (),
+    failures: Iterable[Failure] = (),
     truncated_before: MessageId | None = None,
 ) -> HistoryReport:
-    """Check ``entries`` (the whole log, in order) and ``acks`` against it; see the module.
-
-    ``truncated_before``: the channel's truncation point, if it was truncated.
+    """Check ``entries`` (the whole log, in order), ``acks`` and ``failures`` against
+    it; see the module. ``truncated_before``: the channel's truncation point, if it was
+    truncated.
     """
     report = HistoryReport()
     if truncated_before is not None:
@@ -259,6 +279,19 @@ def check_history(
         - log_violations
         + sum(1 for v in report.violations[:log_violations] if v.message_id in acked_ids)
     )
+    for failure in failures:
+        report.failures[failure.outcome] = report.failures.get(failure.outcome, 0) + 1
+        if failure.digest not in copies:
+            continue
+        report.failures_in_log[failure.outcome] = report.failures_in_log.get(failure.outcome, 0) + 1
+        if failure.outcome == WriteOutcome.NOT_WRITTEN.value:
+            report.violations.append(
+                Violation(
+                    "not-written-persisted",
+                    failure.digest[:16],
+                    "an append answered 'not written' is in the log",
+                )
+            )
     return report
 
 

@@ -236,6 +236,10 @@ class Node:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                # a client that vanished without closing its connection (host gone,
+                # link cut) is found out by an unanswered ping, and its streams end
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
             ],
         )
         self._port = self._bind(self._server)

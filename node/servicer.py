@@ -3,9 +3,12 @@
 Errors map to codes a client can act on: channel not here → NOT_FOUND; fenced by
 another node → FAILED_PRECONDITION (and the channel is dropped from this node);
 bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting down
-→ UNAVAILABLE. Anything unexpected is logged and returned as INTERNAL, and the node
-keeps serving. Request bytes that are not the expected protobuf message get
-INVALID_ARGUMENT (:class:`MalformedRequestInterceptor`; gRPC alone answers UNKNOWN).
+→ UNAVAILABLE; an append that may be in the log → UNKNOWN. A failed append also
+carries its write outcome (not written, or unknown: ``streaming.proto``), in band on
+a stream and as trailing metadata of ``Produce``. Anything unexpected is logged and
+returned as INTERNAL, and the node keeps serving. Request bytes that are not the
+expected protobuf message get INVALID_ARGUMENT (:class:`MalformedRequestInterceptor`;
+gRPC alone answers UNKNOWN).
 
 Every handler tags its server span with the node id (``streamwal.node.id``): the
 span's resource cannot say which node served when one process hosts several.
@@ -14,6 +17,7 @@ span's resource cannot say which node served when one process hosts several.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +27,7 @@ import grpc
 from opentelemetry import trace
 
 from node.channels import ChannelManager
+from node.outcome import OUTCOME_KEY
 from node.proto import streaming_pb2 as pb
 from node.proto import streaming_pb2_grpc as pb_grpc
 from node.telemetry import NODE_ID_ATTRIBUTE
@@ -33,8 +38,12 @@ from wal.errors import (
     ClosedError,
     InvalidInputError,
     MisconfiguredError,
+    OutcomeUnknownError,
     StreamwalError,
     UnavailableError,
+    WriteOutcome,
+    outcome_of,
+    short_repr,
 )
 from wal.message import ImmutableMessage, MessageType, MutableMessage
 
@@ -47,20 +56,36 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_TYPES = {t.wire_name.lower(): t for t in MessageType}
-_TYPES.update({t.name.lower(): t for t in MessageType})
+# the names streaming.proto documents, and only those: a client that sends anything
+# else learns it now, not from a reader that finds another type than it meant
+_TYPES = {t.name.lower(): t for t in MessageType if not t.is_system}
 
 
 def parse_message_type(name: str) -> MessageType:
-    found = _TYPES.get(name.strip().lower())
+    found = _TYPES.get(name)
     if found is None:
-        known = ", ".join(sorted(t.name.lower() for t in MessageType if not t.is_system))
-        raise InvalidInputError(f"unknown message type {name!r} (known: {known})")
+        known = ", ".join(sorted(_TYPES))
+        raise InvalidInputError(f"unknown message type {short_repr(name)} (one of: {known})")
     return found
+
+
+_OUTCOMES = {
+    WriteOutcome.NOT_WRITTEN: pb.NOT_WRITTEN,
+    WriteOutcome.UNKNOWN: pb.OUTCOME_UNKNOWN,
+}
+# status details travel as metadata, which gRPC limits (8 KiB by default)
+_MAX_DETAILS = 1000
 
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status a client gets for ``exc``; unexpected errors are logged here."""
+    code, details = _status_of(exc)
+    if len(details) > _MAX_DETAILS:
+        details = details[:_MAX_DETAILS] + "..."
+    return code, details
+
+
+def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, ChannelNotFoundError):
         return grpc.StatusCode.NOT_FOUND, str(exc)
     if isinstance(exc, ChannelFencedError):
@@ -71,6 +96,8 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.FAILED_PRECONDITION, f"node misconfigured: {exc}"
     if isinstance(exc, ClosedError):
         return grpc.StatusCode.UNAVAILABLE, f"node shutting down: {exc}"
+    if isinstance(exc, OutcomeUnknownError):  # not UNAVAILABLE: that one says "retry"
+        return grpc.StatusCode.UNKNOWN, f"outcome unknown, it may be in the log: {exc}"
     if isinstance(exc, StreamwalError):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
     _log.error("unexpected error in a request", exc_info=exc)
@@ -85,13 +112,35 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException
 
 def _append_error(exc: BaseException) -> pb.ProduceResponse:
     code, details = status_of(exc)
-    return pb.ProduceResponse(error=pb.AppendError(code=code.value[0], message=details))
+    return pb.ProduceResponse(
+        error=pb.AppendError(
+            code=code.value[0], message=details, outcome=_OUTCOMES[outcome_of(exc)]
+        )
+    )
+
+
+# appends one produce stream holds at most (started, not yet answered)
+_STREAM_WINDOW = 256
+# the longest a streamed append waits for the WAL; longer than any bounded WAL path
+# (send timeout, append retries), so it only ends a wait that would not end
+_ANSWER_TIMEOUT_S = 120.0
+
+
+class _NoAnswer(OutcomeUnknownError):
+    """A streamed append the WAL did not answer in time; it is no longer waited for."""
 
 
 class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
-    def __init__(self, channels: ChannelManager, opener: BackendOpener) -> None:
+    def __init__(
+        self,
+        channels: ChannelManager,
+        opener: BackendOpener,
+        *,
+        answer_timeout: float = _ANSWER_TIMEOUT_S,
+    ) -> None:
         self._channels = channels
         self._opener = opener
+        self._answer_timeout = answer_timeout
 
     def _tag_span(self) -> None:
         """Name this node on the current (server) span; see the module docstring."""
@@ -103,7 +152,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
             raise InvalidInputError("a ProduceRequest needs a message")
         m = request.message
         return MutableMessage(
-            type=parse_message_type(m.type or "user"),
+            type=parse_message_type(m.type),
             payload=bytes(m.payload),
             vchannel=m.vchannel,
             properties=dict(m.properties),
@@ -129,7 +178,10 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         try:
             return await self._append(request)
         except (StreamwalError, Exception) as exc:
-            await _abort(context, exc)
+            code, details = status_of(exc)
+            outcome = outcome_of(exc).value
+            await context.abort(code, details, trailing_metadata=((OUTCOME_KEY, outcome),))
+            raise AssertionError("context.abort returned") from None
 
     async def ProduceStream(
         self,
@@ -138,30 +190,72 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
     ) -> AsyncIterator[pb.ProduceResponse]:
         """Appends are pipelined: each is started in arrival order, which is its place
         in the log (the WAL's writer lets waiting appends through first come, first
-        served; only an append the WAL retries after a transient backend error lands
-        after the ones behind it), and answered in that order. A failed append is answered in
-        band (``ProduceResponse.error``) and the stream goes on: ending the call
-        while the client still writes can surface in grpcio's asyncio client as
-        INTERNAL instead of the real code (grpc/grpc#36066)."""
+        served), and answered in that order. A failed append is answered in band
+        (``ProduceResponse.error``) and the stream goes on: ending the call while the
+        client still writes can surface in grpcio's asyncio client as INTERNAL instead
+        of the real code (grpc/grpc#36066).
+
+        Every frame read is answered before the call ends, and the call ends once the
+        input does: at most ``_STREAM_WINDOW`` appends are held per stream (no frame is
+        read while they are), and an append the WAL has not answered within
+        ``answer_timeout`` is answered UNKNOWN (it may still land). A malformed frame
+        ends the input (:func:`_checked_stream`): the frames before it are answered,
+        then the call ends with INVALID_ARGUMENT.
+        """
         self._tag_span()
-        pending: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(256)
+        pending: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(
+            _STREAM_WINDOW
+        )
 
         async def feed() -> None:
             try:
                 async for request in requests:
                     await pending.put(asyncio.ensure_future(self._append(request)))
             finally:
-                await pending.put(None)
+                # the queue may be full and nobody left to empty it (the call ended)
+                with contextlib.suppress(asyncio.QueueFull):
+                    pending.put_nowait(None)
 
         feeder = asyncio.create_task(feed())
+        started: list[asyncio.Task[pb.ProduceResponse]] = []
         try:
-            while (task := await pending.get()) is not None:
-                try:
-                    yield await task
-                except (StreamwalError, Exception) as exc:
-                    yield _append_error(exc)
+            while True:
+                if not pending.empty():
+                    task = pending.get_nowait()
+                elif feeder.done():
+                    break  # it ended without its sentinel (the queue was full)
+                else:
+                    got = asyncio.ensure_future(pending.get())
+                    await asyncio.wait({got, feeder}, return_when=asyncio.FIRST_COMPLETED)
+                    if not got.done():
+                        got.cancel()
+                        continue
+                    task = got.result()
+                if task is None:
+                    break
+                started.append(task)
+                yield await self._answer(task)
+                started.pop()
+            await feeder  # the input failed: let gRPC end the call with that
         finally:
             feeder.cancel()
+            while not pending.empty():
+                queued = pending.get_nowait()
+                if queued is not None:
+                    started.append(queued)
+            for task in started:  # the client went away: its appends are not waited for
+                task.cancel()
+
+    async def _answer(self, task: asyncio.Task[pb.ProduceResponse]) -> pb.ProduceResponse:
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self._answer_timeout)
+        except TimeoutError:
+            task.cancel()
+            return _append_error(
+                _NoAnswer(f"the WAL did not answer within {self._answer_timeout:g}s")
+            )
+        except (StreamwalError, Exception) as exc:
+            return _append_error(exc)
 
     # ---- consume --------------------------------------------------------------------
     def _policy(self, request: pb.ConsumeRequest) -> DeliveryPolicy:
@@ -352,12 +446,37 @@ def _checked_unary_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _checked_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """A malformed frame ends the input the handler sees; once the handler has
+    answered everything before it, the call ends with INVALID_ARGUMENT. Aborting from
+    inside the input iterator instead would race the handler's answers (and could leave
+    a streaming handler waiting on a call that had ended)."""
+
     def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        malformed: list[_Malformed] = []
+
         async def parsed() -> AsyncIterator[Any]:
             async for request in requests:
-                await _refuse(context, request)
+                if isinstance(request, _Malformed):
+                    malformed.append(request)
+                    return
                 yield request
 
-        return behavior(parsed(), context)
+        if inspect.isasyncgenfunction(behavior):
+
+            async def answers() -> AsyncIterator[Any]:
+                async for response in behavior(parsed(), context):
+                    yield response
+                if malformed:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
+
+            return answers()
+
+        async def answer() -> Any:
+            response = await behavior(parsed(), context)
+            if malformed:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
+            return response
+
+        return answer()
 
     return checked

@@ -80,6 +80,7 @@ def setup_telemetry(config: NodeConfig, *, one_node: bool = True) -> Telemetry:
     ``one_node=False``: the process hosts several nodes, so the resource names none
     of them (``config.node.id`` would be wrong for all but one).
     """
+    _quiet_foreign_detach()
     resource = _resource(config, one_node)
     tracer_provider: TracerProvider | None = None
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or config.telemetry.otlp_endpoint
@@ -97,6 +98,38 @@ def setup_telemetry(config: NodeConfig, *, one_node: bool = True) -> Telemetry:
         trace.set_tracer_provider(tracer_provider)
     metrics_port = _setup_metrics(config, resource)
     return Telemetry(tracer_provider=tracer_provider, metrics_port=metrics_port)
+
+
+class _ForeignDetachFilter(logging.Filter):
+    """Turns OpenTelemetry's "Failed to detach context" traceback into one DEBUG line
+    when the token was made in another context, and only then.
+
+    The gRPC server instrumentation keeps a span current across the yields of a
+    streaming handler. When a client goes away mid-stream, grpcio drops the handler's
+    generator unfinished, and asyncio closes it later in a task of its own: the span
+    still ends, but resetting the context var from that task raises ``ValueError`` and
+    the API logs a traceback per killed stream, which says nothing about the node.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if (
+            record.getMessage() == "Failed to detach context"
+            and isinstance(error, ValueError)
+            and "different Context" in str(error)
+        ):
+            _log.debug("a span's context was reset from another task (a stream went away)")
+            return False
+        return True
+
+
+_DETACH_FILTER = _ForeignDetachFilter()
+
+
+def _quiet_foreign_detach() -> None:
+    logger = logging.getLogger("opentelemetry.context")
+    if _DETACH_FILTER not in logger.filters:
+        logger.addFilter(_DETACH_FILTER)
 
 
 def _setup_metrics(config: NodeConfig, resource: Resource) -> int | None:

@@ -22,7 +22,7 @@ from adaptors.pulsar.admin import PulsarAdmin, admin_url_for
 from adaptors.pulsar.opener import client_logger
 from adaptors.pulsar.retention import TopicRetention
 from adaptors.pulsar.scanner import to_backend_message
-from node.acks import Ack, read_acks
+from node.acks import Ack, Failure, read_acks
 from node.history_check import HistoryReport, check_history
 from wal.backend import BackendMessage, validate_channel_name
 from wal.errors import StreamwalError
@@ -70,11 +70,13 @@ async def verify_channel(
     acks_file: Path | None = None,
     *,
     acks: Iterable[Ack] = (),
+    failures: Iterable[Failure] = (),
     tenant: str = "public",
     namespace: str = "default",
     admin_url: str | None = None,
 ) -> HistoryReport:
-    """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and ``acks``.
+    """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and
+    ``acks``, and the failed appends ``failures``.
 
     With an admin API (``admin_url``, or derived from ``service_url``), a truncated
     channel is checked from its truncation point.
@@ -90,7 +92,9 @@ async def verify_channel(
     entries = await read_topic(service_url, topic)
     recorded = list(read_acks(acks_file)) if acks_file else []
     recorded.extend(acks)
-    return check_history(entries, PulsarMessageId.from_bytes, recorded, truncated_before=truncated)
+    return check_history(
+        entries, PulsarMessageId.from_bytes, recorded, failures, truncated_before=truncated
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from wal.errors import InvalidInputError
+from wal.errors import InvalidInputError, short_repr
 from wal.message_id import MessageId
 
 __all__ = [
@@ -59,7 +59,8 @@ def validate_channel_name(name: str) -> str:
     """Reject a name that no backend could map to a log, before any I/O."""
     if not isinstance(name, str) or not CHANNEL_NAME_PATTERN.match(name):
         raise InvalidInputError(
-            f"invalid channel name {name!r}: use 1-200 of [A-Za-z0-9_.-], "
+            f"invalid channel name {short_repr(name) if isinstance(name, str) else name!r}: "
+            "use 1-200 of [A-Za-z0-9_.-], "
             "starting with a letter or digit"
         )
     return name

@@ -3,9 +3,17 @@
 Every error a caller can act on is a distinct type rooted in :class:`StreamwalError`.
 ``retriable`` tells a retry loop whether trying again may succeed without the caller
 changing anything; it is read by the first-time-tick loop and the append retry.
+
+``outcome`` tells whoever made a failed append what the log may hold:
+:attr:`WriteOutcome.NOT_WRITTEN` when the entry never reached the log and never will
+(the error was raised before the backend had it, or the backend knows it was refused),
+:attr:`WriteOutcome.UNKNOWN` when it may be in the log. Only a not-written append may be
+retried without risking a second copy, so an unknown outcome is never ``retriable``.
 """
 
 from __future__ import annotations
+
+import enum
 
 __all__ = [
     "BackendMismatchError",
@@ -19,6 +27,7 @@ __all__ = [
     "InvalidInputError",
     "MisconfiguredError",
     "NotLeaderError",
+    "OutcomeUnknownError",
     "QuotaExceededError",
     "StreamwalError",
     "TimestampOverflowError",
@@ -27,13 +36,42 @@ __all__ = [
     "UnavailableError",
     "UnknownPositionError",
     "UnsafeBrokerPolicyError",
+    "WriteOutcome",
+    "outcome_of",
+    "short_repr",
 ]
+
+_SHOWN_CHARS = 64
+
+
+def short_repr(text: str, limit: int = _SHOWN_CHARS) -> str:
+    """``repr(text)``, cut to about ``limit`` characters: an error echoing a caller's
+    string must stay small (gRPC refuses a status whose details pass its metadata limit)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+class WriteOutcome(enum.Enum):
+    """What a failed append left behind (see the module docstring)."""
+
+    NOT_WRITTEN = "not-written"
+    UNKNOWN = "unknown"
 
 
 class StreamwalError(Exception):
     """Root of every streamwal error."""
 
     retriable: bool = False
+    outcome: WriteOutcome = WriteOutcome.NOT_WRITTEN
+
+
+def outcome_of(exc: BaseException) -> WriteOutcome:
+    """The outcome of an append that raised ``exc``: anything that is not a streamwal
+    error (a bug, a cancellation mid-write) may have happened after the backend had it."""
+    if isinstance(exc, StreamwalError):
+        return exc.outcome
+    return WriteOutcome.UNKNOWN
 
 
 class InvalidInputError(StreamwalError, ValueError):
@@ -50,14 +88,23 @@ class ChannelFencedError(StreamwalError):
     """Another owner took the channel over; this writer will never append again.
 
     Raised by the backend when the broker refuses the producer, and then by every
-    later append on the same WAL, so nothing more is written by a fenced owner.
+    later append on the same WAL, so nothing more is written by a fenced owner. An
+    append the backend had already sent when the fence came may have landed before it:
+    that one gets the copy :meth:`in_flight` makes, whose outcome is unknown.
     """
 
-    def __init__(self, channel: str, reason: str = "") -> None:
+    def __init__(
+        self, channel: str, reason: str = "", outcome: WriteOutcome = WriteOutcome.NOT_WRITTEN
+    ) -> None:
         self.channel = channel
         self.reason = reason
-        msg = f"channel {channel!r} is fenced by another owner"
+        self.outcome = outcome
+        msg = f"channel {short_repr(channel)} is fenced by another owner"
         super().__init__(f"{msg}: {reason}" if reason else msg)
+
+    def in_flight(self) -> ChannelFencedError:
+        """The same fence, for an append that was sent before it: it may be in the log."""
+        return ChannelFencedError(self.channel, self.reason, WriteOutcome.UNKNOWN)
 
 
 class ChannelNotFoundError(StreamwalError, LookupError):
@@ -65,7 +112,7 @@ class ChannelNotFoundError(StreamwalError, LookupError):
 
     def __init__(self, channel: str) -> None:
         self.channel = channel
-        super().__init__(f"channel {channel!r} is not open on this node")
+        super().__init__(f"channel {short_repr(channel)} is not open on this node")
 
 
 class ClosedError(StreamwalError):
@@ -147,8 +194,13 @@ class QuotaExceededError(StreamwalError):
 
     Not retriable as such: a consumer that holds the backlog back must move on (or the
     channel be truncated) first. The message names the quota and the subscription with
-    the largest backlog.
+    the largest backlog. An append the client had already sent gets ``outcome``
+    unknown: the broker may have persisted it before it stopped the producer.
     """
+
+    def __init__(self, message: str, outcome: WriteOutcome = WriteOutcome.NOT_WRITTEN) -> None:
+        self.outcome = outcome
+        super().__init__(message)
 
 
 class BackendMismatchError(StreamwalError, TypeError):
@@ -162,11 +214,17 @@ class BufferSealedError(StreamwalError):
     """
 
 
-class UnknownPositionError(UnavailableError):
-    """The backend reported an append done without saying where it is in the log.
-
-    The entry may or may not be in the log, so it is neither acknowledged nor retried
-    (a retry could persist it twice); the caller may append it again.
-    """
+class OutcomeUnknownError(UnavailableError):
+    """The append was handed to the backend and then failed (a timeout, a lost
+    connection): it may be in the log, so it is neither acknowledged nor retried
+    (a retry could persist it twice)."""
 
     retriable = False
+    outcome = WriteOutcome.UNKNOWN
+
+
+class UnknownPositionError(OutcomeUnknownError):
+    """The backend reported an append done without saying where it is in the log.
+
+    The entry may or may not be in the log, so it is neither acknowledged nor retried.
+    """

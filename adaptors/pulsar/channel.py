@@ -48,7 +48,7 @@ import pulsar
 from pulsar.asyncio import PulsarException
 
 from adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
-from adaptors.pulsar.errors import FENCING_RESULTS, translate
+from adaptors.pulsar.errors import FENCING_RESULTS, after_send, translate
 from adaptors.pulsar.message_id import PulsarMessageId
 from adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
 from adaptors.pulsar.receipts import ReceiptQueue
@@ -120,8 +120,11 @@ class PulsarBackendWAL(RetentionDelegate):
         prepare_topic: Callable[[str, str, Awaitable[None] | None], Awaitable[None]],
         retention: TopicRetention | None = None,
         on_close: Callable[[PulsarBackendWAL], None] = lambda _: None,
+        writer_client: Any = None,
     ) -> None:
         self._client = client
+        #: the producers' own client (adaptors.pulsar.opener says why), closed last
+        self._writer_client = writer_client
         self._config = config
         self._channel = channel
         self._topic = config.topic(channel)
@@ -232,7 +235,7 @@ class PulsarBackendWAL(RetentionDelegate):
             attempt += 1
             try:
                 return await asyncio.wait_for(
-                    self._client.create_producer(
+                    (self._writer_client or self._client).create_producer(
                         self._topic,
                         access_mode=pulsar.ProducerAccessMode.Exclusive,
                         batching_enabled=self._config.batching,
@@ -260,7 +263,7 @@ class PulsarBackendWAL(RetentionDelegate):
         """Evict every producer of the topic and move its epoch on (see the module)."""
         try:
             fencer = await asyncio.wait_for(
-                self._client.create_producer(
+                (self._writer_client or self._client).create_producer(
                     self._topic,
                     access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
                     batching_enabled=False,
@@ -627,7 +630,7 @@ class PulsarBackendWAL(RetentionDelegate):
     def _check_landed(self, landed: PulsarMessageId) -> StreamwalError | None:
         """The interleaving guard (module doc); ``None`` if ``landed`` may be acknowledged."""
         if self._fenced is not None:
-            return self._fenced
+            return self._fenced.in_flight()  # it landed, but is not acknowledged
         if self._unverified is not None:
             return self._unverified
         if landed.ledger < 0 or landed.entry < 0:
@@ -656,16 +659,18 @@ class PulsarBackendWAL(RetentionDelegate):
         self._fenced = ChannelFencedError(
             self._channel, f"another producer wrote between {last} and {landed}"
         )
-        return self._fenced
+        return self._fenced.in_flight()
 
     def _failure(self, result: Any) -> StreamwalError:
+        """The error of an append the client had accepted and then failed."""
         if self._fenced is not None:
-            return self._fenced
+            return self._fenced.in_flight()
         if result in FENCING_RESULTS and not self._closed:
             _log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
             self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
-            return self._fenced
-        return translate(PulsarException(result), channel=self._channel, what="append")
+            return self._fenced.in_flight()
+        error = translate(PulsarException(result), channel=self._channel, what="append")
+        return after_send(error, result)
 
     @property
     def is_fenced(self) -> bool:
@@ -743,3 +748,10 @@ class PulsarBackendWAL(RetentionDelegate):
                 await asyncio.wait_for(producer.close(), timeout=self._config.operation_timeout_s)
             except (PulsarException, TimeoutError):
                 pass  # fenced or unreachable: nothing left to flush
+        if self._writer_client is not None:
+            try:
+                await asyncio.wait_for(
+                    self._writer_client.close(), timeout=self._config.operation_timeout_s
+                )
+            except (PulsarException, TimeoutError):
+                pass  # unreachable broker: the client is gone either way

@@ -9,12 +9,14 @@ from wal.errors import (
     ChannelFencedError,
     ClosedError,
     InvalidInputError,
+    OutcomeUnknownError,
     QuotaExceededError,
     StreamwalError,
     UnavailableError,
+    WriteOutcome,
 )
 
-__all__ = ["FENCING_RESULTS", "result_of", "translate"]
+__all__ = ["FENCING_RESULTS", "after_send", "result_of", "translate"]
 
 #: what a send or a producer creation returns once another owner took the topic
 FENCING_RESULTS = frozenset(
@@ -33,6 +35,26 @@ _INVALID_RESULTS = frozenset(
         pulsar.Result.InvalidUrl,
     }
 )
+
+# Results the client gives without the message having left it: such an append is not
+# in the log. Any other failure of an accepted send (a timeout, a fence, a lost
+# connection) may come after the broker persisted it.
+_NEVER_SENT = _INVALID_RESULTS | {pulsar.Result.ProducerQueueIsFull}
+
+
+def after_send(error: StreamwalError, result: pulsar.Result | None) -> StreamwalError:
+    """``error`` as the answer to an append the client had accepted (``result``: what
+    the client reported): unless the message never left the client, it may be in the
+    log, so the outcome is unknown and the append is not retried."""
+    if result in _NEVER_SENT or error.outcome is WriteOutcome.UNKNOWN:
+        return error
+    if isinstance(error, ChannelFencedError):
+        return error.in_flight()
+    if isinstance(error, QuotaExceededError):  # keep its type: the caller acts on it
+        return QuotaExceededError(str(error), WriteOutcome.UNKNOWN)
+    unknown = OutcomeUnknownError(f"{error}; the append may be in the log")
+    unknown.__cause__ = error
+    return unknown
 
 
 _QUOTA_RESULTS = frozenset(

@@ -1,4 +1,15 @@
-"""The Pulsar backend's entry point: one client connection shared by a node's channels."""
+"""The Pulsar backend's entry point.
+
+Each channel opened for writing gets a Pulsar client of its own (as newest Milvus
+gives each WAL producer one). A client has one connection per broker, and a broker
+closes a whole connection when a message comes on it for a producer it no longer has
+("Received message, but the producer is not ready ... Closing the connection"): the
+sends a fenced producer had in flight. On a shared client every other channel's
+producer then reconnected and resent what it had in flight, which deduplication
+answered with no position, at each move of a written channel. The opener's own
+client serves readers (they send nothing a broker could refuse that way), the
+exclusivity check and tools.
+"""
 
 from __future__ import annotations
 
@@ -109,6 +120,10 @@ class PulsarOpener:
     async def start(self) -> None:
         if self._client is not None:
             return
+        self._client = self._new_client()
+
+    def _new_client(self) -> Any:
+        """A client (no I/O: it connects on first use)."""
         cfg = self.config
         options: dict[str, Any] = {
             "operation_timeout_seconds": max(1, math.ceil(cfg.operation_timeout_s)),
@@ -122,7 +137,7 @@ class PulsarOpener:
         if cfg.service_url.startswith("pulsar+ssl://"):
             options["tls_allow_insecure_connection"] = cfg.tls_allow_insecure
             options["tls_validate_hostname"] = cfg.tls_validate_hostname
-        self._client = pulsar_asyncio.Client(cfg.service_url, **options)
+        return pulsar_asyncio.Client(cfg.service_url, **options)
 
     async def __aenter__(self) -> PulsarOpener:
         await self.start()
@@ -155,6 +170,7 @@ class PulsarOpener:
                 self.admin, self.config.topic(channel), channel, self.config.cursor_subscription
             ),
             on_close=self._channels.discard,
+            writer_client=self._new_client() if mode is AccessMode.READ_WRITE else None,
         )
         self._channels.add(wal)
         return wal

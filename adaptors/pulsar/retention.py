@@ -196,7 +196,7 @@ class TopicRetention:
                 consumer = name.removeprefix(CONSUMER_PREFIX)
                 held += f" (consumer {consumer!r} must checkpoint further)"
         quota = ", ".join(limits) or "a backlog quota"
-        return QuotaExceededError(f"{error}: quota {quota}{held}")
+        return QuotaExceededError(f"{error}: quota {quota}{held}", error.outcome)
 
     async def truncate(self, before: MessageId) -> None:
         cursor = f"{self._path}/subscription/{self._wal_cursor}"

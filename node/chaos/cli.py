@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from node.chaos.result import ScenarioResult, markdown_table, text_table
+from node.chaos.result import ScenarioResult, failures_table, markdown_table, text_table
 from node.chaos.runner import run_scenarios
 from node.chaos.scenarios import SCENARIOS
 from node.chaos.services import PrivateEtcd, PrivatePulsar
@@ -95,7 +95,9 @@ def _run(args: argparse.Namespace) -> int:
     (workdir / "chaos-results.json").write_text(
         json.dumps([r.as_dict() for r in results], indent=2, default=str)
     )
-    (workdir / "chaos-table.md").write_text(markdown_table(results) + "\n\n" + footer + "\n")
+    (workdir / "chaos-table.md").write_text(
+        f"{markdown_table(results)}\n\n{failures_table(results)}\n\n{footer}\n"
+    )
     if args.doc is not None:
         update_doc(args.doc, results, footer)
     if args.json:
@@ -103,6 +105,8 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print()
         print(text_table(results))
+        print()
+        print(text_table(results, failures=True))
         print(footer)
         print(f"results and logs in {workdir}")
     return 0 if all(r.ok for r in results) else 1
@@ -131,6 +135,7 @@ async def _main(
             seed=seed,
             say=say,
             keep=args.keep,
+            pulsar_admin_url=None if args.private_stack else info.pulsar_admin_url,
         )
     finally:
         if etcd is not None:
@@ -146,7 +151,8 @@ def update_doc(path: Path, results: list[ScenarioResult], footer: str) -> None:
         raise ValueError(f"{path} has no {BEGIN} ... {END} section")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    block = f"{BEGIN}\n{markdown_table(results)}\n\n{footer}\n{END}"
+    tables = f"{markdown_table(results)}\n\n{failures_table(results)}"
+    block = f"{BEGIN}\n{tables}\n\n{footer}\n{END}"
     path.write_text(head + block + tail)
 
 

@@ -18,6 +18,7 @@ from node.chaos.nodes import NodeProcess
 from node.chaos.result import ScenarioResult
 from node.chaos.services import PrivateEtcd, PrivatePulsar
 from node.chaos.traffic import Traffic
+from node.stack.topics import delete_topics
 from node.stack.tso_keys import delete_tso_keys
 from node.verify import verify_channel
 
@@ -55,6 +56,7 @@ class ChaosEnv:
     etcd_endpoint: str
     rng: random.Random
     say: Callable[[str], None] = lambda _: None
+    pulsar_admin_url: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     _nodes: list[NodeProcess] = field(default_factory=list)
     _pulsars: list[PrivatePulsar] = field(default_factory=list)
@@ -106,7 +108,9 @@ class ChaosEnv:
         for t in traffic:
             result.expect(not t.unexpected, f"{t.channel}: unexpected codes {t.unexpected[:3]}")
             result.expect(bool(t.acks), f"{t.channel}: no append was acknowledged")
-            report = await verify_channel(pulsar_url or self.pulsar_url, t.channel, acks=t.acks)
+            report = await verify_channel(
+                pulsar_url or self.pulsar_url, t.channel, acks=t.acks, failures=t.failures
+            )
             result.absorb(t.channel, report)
             codes = result.figures.setdefault("codes", {})
             for code, count in t.codes.items():
@@ -125,3 +129,7 @@ class ChaosEnv:
         # TSO keys under the run's prefixes in the shared etcd (a name may also have
         # been a channel: deleting a prefix nobody wrote under costs nothing)
         await delete_tso_keys(self.etcd_endpoint, ["/" + n for n in self._names])
+        if self.pulsar_admin_url is not None:  # likewise the channels' topics
+            await delete_topics(
+                self.pulsar_admin_url, [f"persistent://public/default/{n}" for n in self._names]
+            )

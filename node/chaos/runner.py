@@ -31,14 +31,19 @@ async def run_scenario(
     seed: int,
     say: Callable[[str], None] = lambda _: None,
     keep_workdir: bool = True,
+    pulsar_admin_url: str | None = None,
 ) -> ScenarioResult:
-    """Run ``scenario`` for ``rounds`` rounds; never raises (failures become problems)."""
+    """Run ``scenario`` for ``rounds`` rounds; never raises (failures become problems).
+
+    ``pulsar_admin_url``: the shared broker's, whose topics the scenario's channels
+    leave behind (see :meth:`ChaosEnv.close`)."""
     env = ChaosEnv(
         workdir=workdir,
         pulsar_url=pulsar_url,
         etcd_endpoint=etcd_endpoint,
         rng=random.Random(seed),
         say=say,
+        pulsar_admin_url=pulsar_admin_url,
     )
     started = time.monotonic()
     limit = scenario.time_limit(rounds)
@@ -71,6 +76,7 @@ async def run_scenarios(
     seed: int,
     say: Callable[[str], None] = lambda _: None,
     keep: bool = False,
+    pulsar_admin_url: str | None = None,
 ) -> list[ScenarioResult]:
     """Run ``names`` one after the other; logs of a passed scenario are removed
     unless ``keep``."""
@@ -90,6 +96,7 @@ async def run_scenarios(
             seed=seed + index,
             say=say,
             keep_workdir=keep,
+            pulsar_admin_url=pulsar_admin_url,
         )
         verdict = "ok" if result.ok else "FAILED"
         say(

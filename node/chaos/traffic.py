@@ -4,9 +4,11 @@ Each worker appends unique payloads one at a time to the node it believes owns t
 channel; on an error it moves to the next node (a fenced or unknown channel, an
 unreachable node) after a short pause, and never retries a payload: a failed append
 may still have been persisted, and the checker requires every acknowledged payload
-to be in the log exactly once. Only successful answers become :class:`Ack` records.
-Status codes a fault explains (NOT_FOUND, FAILED_PRECONDITION, UNAVAILABLE,
-DEADLINE_EXCEEDED) are counted; any other code is kept as unexpected.
+to be in the log exactly once. Successful answers become :class:`Ack` records, failed
+ones :class:`Failure` records with the outcome the answer gave (not written, or
+unknown), which the checker compares with the log. Status codes a fault explains
+(NOT_FOUND, FAILED_PRECONDITION, UNAVAILABLE, UNKNOWN for an outcome the node cannot
+tell, DEADLINE_EXCEEDED) are counted; any other code is kept as unexpected.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from collections.abc import Sequence
 
 import grpc
 
-from node.acks import Ack, digest
+from node.acks import Ack, Failure, digest
+from node.outcome import write_outcome
 from node.proto import streaming_pb2 as pb
 from node.proto import streaming_pb2_grpc as pb_grpc
 
@@ -39,6 +42,7 @@ EXPECTED_CODES = frozenset(
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNKNOWN,
     }
 )
 
@@ -65,6 +69,7 @@ class Traffic:
         self.channel = channel
         self.addresses = list(addresses)
         self.acks: list[Ack] = []
+        self.failures: list[Failure] = []
         self.codes: Counter[str] = Counter()
         self.unexpected: list[str] = []
         self.attempts = 0
@@ -130,6 +135,7 @@ class Traffic:
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 self.codes[code.name] += 1
+                self.failures.append(Failure(digest(payload), write_outcome(exc).value))
                 if code not in EXPECTED_CODES:
                     self.unexpected.append(f"{address}: {code.name} {exc.details()}")
                 self._targets[worker] += 1

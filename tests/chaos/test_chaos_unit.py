@@ -17,7 +17,7 @@ from adaptors.pulsar import PulsarConfig
 from adaptors.pulsar.channel import PulsarBackendWAL
 from node.chaos.cli import BEGIN, END, update_doc
 from node.chaos.env import ChaosEnv
-from node.chaos.result import ScenarioResult, markdown_table, text_table
+from node.chaos.result import ScenarioResult, failures_table, markdown_table, text_table
 from node.chaos.runner import run_scenario
 from node.chaos.scenarios import SCENARIOS, Scenario
 from node.history_check import HistoryReport, Violation
@@ -77,6 +77,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "tso-leader-kill",
         "clock-jump-back",
         "network-faults",
+        "stock-broker",
     }
     assert SCENARIOS["takeover-race"].rounds == 50
     assert SCENARIOS["takeover-race"].quick_rounds == 10
@@ -181,3 +182,10 @@ async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner()
     backend._complete(functools.partial(settle_future, failed), _pulsar.Result.Timeout, None)
     with pytest.raises(ChannelFencedError):
         failed.result()
+
+
+def test_the_failures_table_shows_each_kind_and_how_many_are_in_the_log() -> None:
+    row = ScenarioResult("alpha", not_written=7, unknown=3, unknown_in_log=2)
+    table = failures_table([row]).splitlines()
+    assert table[0].startswith("| scenario | failed appends | answered not written |")
+    assert table[2] == "| alpha | 10 | 7 | 0 | 3 | 2 |"

@@ -10,7 +10,7 @@ import pytest
 
 import node.verify
 from adaptors.pulsar import PulsarMessageId
-from node.acks import Ack, digest, write_acks
+from node.acks import Ack, Failure, digest, write_acks
 from node.cli import main
 from node.history_check import RULES, HistoryReport, check_history
 from wal.backend import BackendMessage
@@ -282,3 +282,21 @@ def test_entries_before_the_truncation_point_are_not_read_but_a_gap_after_it_sti
     report = check_history(gapped, PulsarMessageId.from_bytes, acks, truncated_before=mid(1))
     assert rules(report) == [("ack-missing", "7:5")]
     assert report.messages == 4
+
+
+def test_failed_appends_are_counted_by_outcome_and_not_written_ones_must_be_absent() -> None:
+    log = two_owners()
+    landed, missing = digest(b"p2"), digest(b"never sent")
+    failures = [
+        Failure(landed, "unknown"),
+        Failure(missing, "unknown"),
+        Failure(missing, "not-written"),
+    ]
+    report = check_history(log, PulsarMessageId.from_bytes, [], failures)
+    assert report.ok, report.summary()
+    assert report.failures == {"unknown": 2, "not-written": 1}
+    assert report.failures_in_log == {"unknown": 1}
+    assert "1 not-written (0 in the log), 2 unknown (1 in the log)" in report.summary()
+    wrong = check_history(log, PulsarMessageId.from_bytes, [], [Failure(landed, "not-written")])
+    assert [v.rule for v in wrong.violations] == ["not-written-persisted"]
+    assert wrong.failures_in_log == {"not-written": 1}

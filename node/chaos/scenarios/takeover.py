@@ -5,6 +5,8 @@ not own it, while the producers keep appending to the node they believe owns it:
 old owner has appends in flight when the new owner fences it, and its clients learn
 of the move only from a FAILED_PRECONDITION answer. After each assign the new owner
 must accept an append at once (an assign that answers OK leaves that node the owner).
+A second channel stays on one node the whole time, written too: a takeover touches
+only the channel taken over, so not one of its appends may fail.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import grpc
 from node.chaos.env import ChaosEnv
 from node.chaos.result import ScenarioResult
 from node.chaos.scenarios.common import assign, tso_group
+from node.chaos.traffic import Traffic
 from node.client import NodeClient
+from node.verify import verify_channel
 
 __all__ = ["run"]
 
@@ -34,6 +38,12 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     traffic = env.traffic(channel, addresses, workers=4)
     traffic.prefer(owner)
     await traffic.start()
+    stayer = env.name("stayer")
+    home = env.rng.choice(addresses)
+    placed = await assign(home, stayer)
+    result.expect(not isinstance(placed, grpc.StatusCode), f"assigning {stayer}: {placed}")
+    staying = env.traffic(stayer, [home], workers=2)
+    await staying.start()
     slowest = 0.0
     for round_ in range(rounds):
         await asyncio.sleep(env.rng.uniform(0.05, 0.3))
@@ -57,6 +67,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
                 )
         traffic.prefer(owner)
     await env.check(result, [traffic])
+    await _check_stayer(env, result, staying)
     result.figures["slowest takeover (s)"] = round(slowest, 3)
     result.expect(
         result.ownerships >= rounds + 1,
@@ -64,3 +75,19 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     )
     result.seconds = time.monotonic() - started
     return result
+
+
+async def _check_stayer(env: ChaosEnv, result: ScenarioResult, staying: Traffic) -> None:
+    """Not one failed append, and a log the checker passes; its one ownership is not
+    counted with the raced channel's (one per takeover)."""
+    await staying.stop()
+    channel = staying.channel
+    result.expect(
+        not staying.codes, f"{channel} never moved, yet appends failed: {dict(staying.codes)}"
+    )
+    result.expect(bool(staying.acks), f"{channel}: no append was acknowledged")
+    report = await verify_channel(env.pulsar_url, channel, acks=staying.acks)
+    result.violations.extend(f"{channel}: {v}" for v in report.violations)
+    result.acked_violations += report.acked_violations
+    result.acks_checked += report.acks_checked
+    result.messages += report.messages

@@ -31,6 +31,7 @@ from wal.errors import (
     InvalidInputError,
     UnavailableError,
     UnknownPositionError,
+    WriteOutcome,
 )
 from wal.message_id import MessageId
 
@@ -670,3 +671,23 @@ async def test_a_callback_that_raises_does_not_strand_receipts_behind_a_read_bac
     fake.land_all()
     assert await _outcomes(later) == _ids(2, 1, 2, 3)
     assert len(answers) == 3 and wal._deferred is None and wal._in_flight == 0
+
+
+async def test_every_failed_append_says_whether_it_may_be_in_the_log() -> None:
+    """Failed after the client had it (a timeout, a fence): may be in the log, never
+    retried; refused before it left the client, or after the fence: not written."""
+    wal, fake = await _channel()
+    futures = await _append(wal, 3)
+    fake.land(_pulsar.Result.Timeout)
+    for timed_out in await _outcomes(futures):
+        assert timed_out.outcome is WriteOutcome.UNKNOWN and not timed_out.retriable
+    fake.refuse = {fake.sent}
+    (refused,) = await _outcomes(await _append(wal, 1))
+    assert refused.outcome is WriteOutcome.NOT_WRITTEN
+    futures = await _append(wal, 2)
+    fake.land(_pulsar.Result.ProducerFenced)
+    for fenced in await _outcomes(futures):
+        assert isinstance(fenced, ChannelFencedError)
+        assert fenced.outcome is WriteOutcome.UNKNOWN
+    (after,) = await _outcomes(await _append(wal, 1))
+    assert isinstance(after, ChannelFencedError) and after.outcome is WriteOutcome.NOT_WRITTEN

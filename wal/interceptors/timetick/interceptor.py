@@ -8,7 +8,9 @@ Retries: an append that fails with a retriable error is tried again after a back
 (``WALConfig.append_backoff``, bounded), after ``ensure_writable()``, with a fresh time
 tick, so it never enters the log behind a message with a higher one. A fenced error
 fences the WAL for good; from then on every append fails fast with
-:class:`~wal.errors.ChannelFencedError`.
+:class:`~wal.errors.ChannelFencedError`. An append the fence caught in flight is
+looked up in the log (:mod:`.readback`): acknowledged if it landed, answered not
+written if it provably did not, unknown otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from wal.errors import ChannelFencedError, ClosedError, StreamwalError
+from wal.errors import ChannelFencedError, ClosedError, StreamwalError, WriteOutcome
 from wal.interceptors.base import (
     AppendFunc,
     AppendResult,
@@ -26,6 +28,7 @@ from wal.interceptors.base import (
     InterceptorParams,
     Sink,
 )
+from wal.interceptors.timetick.readback import FenceReadback
 from wal.interceptors.timetick.sequencer import AckSequencer
 from wal.interceptors.timetick.ticker import PeriodicTimeTicker
 from wal.interceptors.timetick.writer import OrderedWriter
@@ -50,6 +53,7 @@ class TimeTickInterceptor(InterceptorBase):
         self._ticker = PeriodicTimeTicker(
             self._channel, self._writer, self._backend, sink, params.config.time_tick_interval
         )
+        self._readback = FenceReadback(self._channel, self._backend, params.channel.node_id)
         self._fenced: ChannelFencedError | None = None
         self._closing = False
         self._wake = asyncio.Event()  # set on fence or close: retry waits end early
@@ -83,7 +87,19 @@ class TimeTickInterceptor(InterceptorBase):
                     if stamped is None:
                         stamped = await self._writer.write(msg)
                     time_tick, future = stamped
-                    return AppendResult(await future, time_tick)
+                    sent_after = self._sequencer.last_confirmed
+                    try:
+                        return AppendResult(await future, time_tick)
+                    except ChannelFencedError as exc:
+                        if exc.outcome is not WriteOutcome.UNKNOWN:
+                            raise
+                        self.sink.fence(exc)
+                        settled = await self._readback.settle(time_tick, sent_after)
+                        if isinstance(settled, WriteOutcome):
+                            if settled is WriteOutcome.NOT_WRITTEN:
+                                raise ChannelFencedError(exc.channel, exc.reason) from exc
+                            raise
+                        return AppendResult(settled, time_tick)
                 except ChannelFencedError as exc:
                     self.sink.fence(exc)
                     raise
@@ -123,6 +139,7 @@ class TimeTickInterceptor(InterceptorBase):
         self._closing = True
         self._wake.set()
         await self._ticker.close()
+        await self._readback.close()
         try:
             async with asyncio.timeout(self.params.config.close_timeout):
                 await self._idle.wait()
