@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "node.verify",
     "node.bench.cli",
     "node.chaos.cli",
+    "node.trace.cli",
 )
 
 
