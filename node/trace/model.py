@@ -132,8 +132,9 @@ def _node(span: SpanSummary, inherited: str | None) -> str | None:
         for key in _NODE_TAGS:
             if key in source:
                 return str(source[key])
-    # a client's span in a process that is no node: the caller, not a node, ran it
-    return None if span.tags.get("span.kind") == "client" else inherited
+    # a server span starts another process's part of the trace: its parent's node
+    # says nothing about where it ran
+    return None if span.tags.get("span.kind") == "server" else inherited
 
 
 def _view(span: SpanSummary, depth: int, node: str | None, start: int) -> TraceSpan:

@@ -60,9 +60,12 @@ def test_a_span_without_a_node_of_its_own_takes_its_parents() -> None:
     trace["processes"]["p-node"]["tags"] = []  # a process hosting several nodes
     trace["spans"].append(span("x1", "tso.sync", 40, 5, parent="a1"))
     trace["spans"].append(span("x2", "orphan", 50, 5, parent="gone"))
+    served = span("x3", "AllocTimestamp", 41, 1, parent="x1", tags={"span.kind": "server"})
+    trace["spans"].append(served)
     view = trace_view(trace)
     by_id = {s.span_id: s for s in view.spans}
     assert by_id["x1"].node == "2" and by_id["x1"].depth == 4
+    assert by_id["x3"].node is None  # served elsewhere: its caller's node is not its own
     assert by_id["x2"].node is None and by_id["x2"].depth == 0  # its parent never arrived
 
 
