@@ -11,7 +11,7 @@ reader needs to follow an open or a move.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from node.stack.telemetry_query import SpanSummary, Trace, span_summaries
@@ -62,19 +62,12 @@ class TraceSpan:
     attributes: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        """Every field (times in µs), plus the times in ms a person reads."""
         return {
-            "span_id": self.span_id,
-            "parent_id": self.parent_id,
-            "depth": self.depth,
-            "service": self.service,
-            "node": self.node,
-            "operation": self.operation,
-            "kind": self.kind,
+            **asdict(self),
+            "errors": list(self.errors),
             "start_offset_ms": self.offset_us / 1000,
             "duration_ms": self.duration_us / 1000,
-            "status": self.status,
-            "errors": list(self.errors),
-            "attributes": dict(self.attributes),
         }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,18 +48,12 @@ class OpenSummary:
     errors: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
+        """Every field (times in µs), plus the start as ISO text and the duration in ms."""
         return {
-            "trace_id": self.trace_id,
-            "span_id": self.span_id,
-            "channel": self.channel,
-            "node": self.node,
-            "service": self.service,
+            **asdict(self),
+            "errors": list(self.errors),
             "started": _utc(self.started_us, iso=True),
             "duration_ms": self.duration_us / 1000,
-            "attempts": self.attempts,
-            "failed_attempts": self.failed_attempts,
-            "status": self.status,
-            "errors": list(self.errors),
         }
 
 
