@@ -28,7 +28,7 @@ from node.stack.jaeger_release import (
     install_release,
     release_binary,
 )
-from node.stack.jaeger_ui import ui_assets_folder, ui_is_real
+from node.stack.jaeger_ui import UiAssetsError, ui_assets_folder, ui_is_real
 from node.stack.paths import ENV_JAEGER_RELEASE_URL, ENV_JAEGER_UI_ASSETS, StackPaths
 from node.stack.service import Progress, Service
 
@@ -187,9 +187,15 @@ class JaegerService(Service):
         return f"Go build {JAEGER_VERSION} (no UI assets: placeholder page)"
 
     def prerequisites(self) -> list[str]:
+        problems = []
+        if self._ui_assets:
+            try:
+                ui_assets_folder(self._ui_assets, self.paths)
+            except UiAssetsError as exc:
+                problems.append(f"{exc}; fix or unset {ENV_JAEGER_UI_ASSETS}")
         if self.binary.is_file() or self.release_url is not None:
-            return []  # a release download needs no Go; if it fails, install says so
-        return go_problems(f"building Jaeger {JAEGER_VERSION}")
+            return problems  # a release download needs no Go; if it fails, install says so
+        return problems + go_problems(f"building Jaeger {JAEGER_VERSION}")
 
     def install(self, progress: Progress) -> None:
         if release_binary(self.paths).is_file():

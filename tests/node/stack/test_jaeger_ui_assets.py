@@ -168,3 +168,11 @@ async def test_without_assets_the_go_build_serves_its_placeholder(
         _stop(proc)
     built_in = release_binary(StackPaths.default()).is_file()
     assert is_placeholder(page) is not built_in, page[:300]
+
+
+def test_a_bad_setting_is_a_prerequisite_problem_before_anything_starts(tmp_path: Path) -> None:
+    jaeger = JaegerService(
+        _private_paths(tmp_path), ui_assets=str(tmp_path / "nothing"), release_url="off"
+    )
+    (problem, *_) = jaeger.prerequisites()
+    assert "no such folder or archive" in problem and "STREAMWAL_JAEGER_UI_ASSETS" in problem
