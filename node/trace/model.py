@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import grpc
+
 from node.stack.telemetry_query import SpanSummary, Trace, span_summaries
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
 #: span attribute -> the short name the waterfall and ``--json`` use, in display order
 KEY_ATTRIBUTES: Mapping[str, str] = {
     "wal.channel": "channel",
+    "streamwal.move.from_node": "from_node",
+    "streamwal.move.to_node": "to_node",
     "wal.attempt": "attempt",
     "wal.backoff_ms": "backoff_ms",
     "wal.attempts": "attempts",
@@ -35,6 +39,11 @@ KEY_ATTRIBUTES: Mapping[str, str] = {
     "wal.first_time_tick": "first_time_tick",
     "wal.message_id": "message_id",
 }
+
+_GRPC_STATUS = "rpc.grpc.status_code"
+_GRPC_ABORT = "AbortError"
+#: gRPC status numbers -> names; OK (0) is no error
+_GRPC_CODES = {code.value[0]: code.name for code in grpc.StatusCode if code.value[0] != 0}
 
 #: where a span's node is written, most specific first (process tags come after)
 _NODE_TAGS = ("streamwal.node.id", "wal.node_id")
@@ -160,19 +169,35 @@ def status_of(span: SpanSummary) -> str:
 
 
 def error_messages(span: SpanSummary) -> tuple[str, ...]:
-    """Each recorded exception as ``Type: message``; else the error status's description."""
+    """Each recorded exception as ``Type: message``; without one, the error status's
+    description, led by the gRPC status a call ended with.
+
+    gRPC's ``AbortError`` is left out: it is how a handler ends a call with a status,
+    and says nothing the status does not.
+    """
     found = []
     for log in span.logs:
         if log.event != "exception":
             continue
         kind = str(log.fields.get("exception.type", "")).rsplit(".", 1)[-1]
+        if kind == _GRPC_ABORT:
+            continue
         message = str(log.fields.get("exception.message", ""))
         found.append(f"{kind}: {message}" if kind and message else kind or message)
-    if not found and status_of(span) == "error":
-        description = span.tags.get("otel.status_description")
-        if description:
-            found.append(str(description))
-    return tuple(found)
+    if found:
+        return tuple(found)
+    description = span.tags.get("otel.status_description") if status_of(span) == "error" else None
+    code = _GRPC_CODES.get(_int(span.tags.get(_GRPC_STATUS)))
+    if description:
+        return (f"{code}: {description}" if code else str(description),)
+    return (f"gRPC {code}",) if code else ()
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _plain(name: str, value: Any) -> Any:

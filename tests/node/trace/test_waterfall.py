@@ -11,7 +11,7 @@ from node.trace.cli import parse_since
 from node.trace.model import trace_view
 from node.trace.opens import opens_in, render_opens
 from node.trace.waterfall import render_waterfall
-from tests.node.trace.jaeger_json import open_trace, span, tag
+from tests.node.trace.jaeger_json import failed, open_trace, span, tag
 
 BAR = "|========================|"
 
@@ -118,3 +118,26 @@ def test_since_refuses_what_is_not_a_duration(text: str) -> None:
 
 def test_tag_helper_types() -> None:  # the fixture's own types match Jaeger's
     assert tag("a", True)["type"] == "bool" and tag("a", 1)["type"] == "int64"
+
+
+def test_a_call_ended_with_a_grpc_status_shows_the_status_not_the_abort() -> None:
+    """A handler ends a call with ``context.abort``: the server span records gRPC's
+    ``AbortError`` (noise), the client span the status and its details."""
+    refused = {"rpc.grpc.status_code": 9}
+    trace = {
+        "traceID": "ef" * 16,
+        "spans": [
+            span("c", "Produce", 0, 10, trace_id="ef" * 16, tags={
+                "span.kind": "client", **failed("channel 'a' is fenced"), **refused}),
+            span("s", "Produce", 1, 8, parent="c", trace_id="ef" * 16,
+                 tags={"span.kind": "server", "streamwal.node.id": 1, **refused},
+                 exception=("grpc._cython.cygrpc.AbortError", "Locally aborted.")),
+            span("k", "Produce", 20, 5, trace_id="ef" * 16, tags={
+                "span.kind": "client", "rpc.grpc.status_code": 0}),
+        ],
+        "processes": {"p-node": {"serviceName": "node", "tags": []}},
+    }  # fmt: skip
+    client, server, fine = trace_view(trace).spans
+    assert client.errors == ("FAILED_PRECONDITION: channel 'a' is fenced",)
+    assert (server.status, server.errors) == ("unset", ("gRPC FAILED_PRECONDITION",))
+    assert fine.errors == ()
