@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from node.stack import StackInfo, StackPaths
-from node.stack.jaeger import JaegerService
+from node.stack.jaeger import JAEGER_VERSION, JaegerService
 from node.stack.jaeger_release import release_binary
 from node.stack.jaeger_ui import UiAssetsError, is_placeholder, ui_assets_folder, ui_is_real
 from tests.node.processes import free_port
@@ -106,9 +106,17 @@ def _get(url: str) -> bytes:
 
 
 async def _serving(tmp_path: Path, ui_assets: str) -> tuple[JaegerService, subprocess.Popen[bytes]]:
-    """A private Jaeger (the stack's binary, its own ports and folder), once it answers."""
+    """A private Jaeger (the stack's binary, its own ports and folders), once it answers.
+
+    Its cache is private too, with the stack's installed Jaegers linked in, so the
+    archives it unpacks stay in ``tmp_path``.
+    """
     shared = StackPaths.default()
-    paths = StackPaths(cache=shared.cache, stack=tmp_path / "stack")
+    paths = _private_paths(tmp_path)
+    paths.artifact().mkdir(parents=True)
+    for name in (f"jaeger-{JAEGER_VERSION}", release_binary(shared).parents[1].name):
+        if shared.artifact(name).is_dir():
+            paths.artifact(name).symlink_to(shared.artifact(name))
     ports = {
         n: free_port() for n in ("otlp_grpc", "otlp_http", "query_http", "query_grpc", "health")
     }
@@ -166,7 +174,7 @@ async def test_without_assets_the_go_build_serves_its_placeholder(
         page = await asyncio.to_thread(_get, f"{jaeger.url}/")
     finally:
         _stop(proc)
-    built_in = release_binary(StackPaths.default()).is_file()
+    built_in = release_binary(jaeger.paths).is_file()
     assert is_placeholder(page) is not built_in, page[:300]
 
 
