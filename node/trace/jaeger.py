@@ -14,6 +14,8 @@ import os
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from node.stack.jaeger import JaegerService
+from node.stack.paths import StackPaths
 from node.stack.telemetry_query import HTTPStatusError, get_data
 from wal.errors import InvalidInputError, StreamwalError, UnavailableError
 
@@ -51,9 +53,6 @@ def default_jaeger_url(explicit: str | None = None) -> str:
         return explicit.rstrip("/")
     if os.environ.get(ENV_JAEGER_URL):
         return os.environ[ENV_JAEGER_URL].rstrip("/")
-    from node.stack.jaeger import JaegerService
-    from node.stack.paths import StackPaths
-
     return JaegerService(StackPaths.default()).url
 
 
