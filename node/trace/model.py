@@ -101,8 +101,8 @@ class TraceView:
 def trace_view(trace: Trace) -> TraceView:
     """The tree of one Jaeger trace (an element of ``/api/traces``' ``data``).
 
-    A span whose parent Jaeger does not hold is shown as a root; a span that would be
-    its own ancestor (a malformed trace) is shown once.
+    A span whose parent Jaeger does not hold is shown as a root; spans that are their
+    own ancestors (a malformed trace) are shown once each, from the first of them.
     """
     spans = span_summaries(trace)
     if not spans:
@@ -126,6 +126,12 @@ def trace_view(trace: Trace) -> TraceView:
             walk(span.span_id, depth + 1, node)
 
     walk(None, 0, None)
+    for span in spans:  # spans in a parent cycle: no root leads to them
+        if span.span_id not in seen:
+            seen.add(span.span_id)
+            node = _node(span, None)
+            out.append(_view(span, 0, node, start))
+            walk(span.span_id, 1, node)
     return TraceView(str(trace.get("traceID", "")), start, end - start, tuple(out))
 
 

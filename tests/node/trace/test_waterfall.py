@@ -141,3 +141,16 @@ def test_a_call_ended_with_a_grpc_status_shows_the_status_not_the_abort() -> Non
     assert client.errors == ("FAILED_PRECONDITION: channel 'a' is fenced",)
     assert (server.status, server.errors) == ("unset", ("gRPC FAILED_PRECONDITION",))
     assert fine.errors == ()
+
+
+def test_spans_that_are_their_own_ancestors_are_each_shown_once() -> None:
+    trace = {
+        "traceID": "aa" * 16,
+        "spans": [
+            span("p", "one", 0, 5, parent="q", trace_id="aa" * 16),
+            span("q", "two", 1, 5, parent="p", trace_id="aa" * 16),
+        ],
+        "processes": {"p-node": {"serviceName": "node", "tags": []}},
+    }
+    view = trace_view(trace)
+    assert [(s.span_id, s.depth) for s in view.spans] == [("p", 0), ("q", 1)]
