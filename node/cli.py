@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -24,6 +25,7 @@ _COMMAND_MODULES = (
     "node.verify",
     "node.bench.cli",
     "node.chaos.cli",
+    "node.trace.cli",
 )
 
 
@@ -60,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head` or a pager that quit early
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141
 
 
 if __name__ == "__main__":

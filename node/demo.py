@@ -9,14 +9,17 @@ checker verifies the log against the acknowledgements the client recorded.
 
 Both nodes run in this one process and so share one tracer provider; its resource
 names no node (``setup_telemetry(one_node=False)``), and each node's gRPC server
-spans carry its id as the ``streamwal.node.id`` span attribute. The demo shows, from
-Jaeger, which node served the first open and which served the move.
+spans carry its id as the ``streamwal.node.id`` span attribute. The move runs under
+one ``streamwal.move`` span, so Jaeger holds it as one trace from the request to
+node 2's first time tick and node 1's refused write. At its end the demo prints, from
+Jaeger, the open's and the move's waterfalls with the node of each span; it gives
+their Jaeger URLs only when that Jaeger serves a UI, and otherwise says there is none.
 
 Exit status 1 (and a line marked ``!!``) when what the demo shows did not happen:
 node 1 could still write, or its client got anything but FAILED_PRECONDITION, or
 the read-back or the checker missed an acknowledged message. A missing collector or
 Jaeger, or a trace Jaeger does not hold, is a WARNING: nothing is wrong with the log,
-but no trace URL can be given.
+but no trace can be shown.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import uuid
 from typing import Any
 
 import grpc
+from opentelemetry.trace import get_tracer
+from opentelemetry.util.types import Attributes
 
 from adaptors.pulsar import PulsarMessageId
 from node.acks import Ack, digest
@@ -39,13 +44,25 @@ from node.faultproxy import FaultProxy
 from node.history_check import check_history
 from node.runtime import Node
 from node.stack import Stack, StackInfo
+from node.stack.jaeger_ui import ui_is_real
+from node.stack.paths import ENV_JAEGER_UI_ASSETS
 from node.stack.stack import StackError
 from node.stack.telemetry_query import SpanSummary, get_trace, span_summaries
 from node.stack.tso_keys import deleted_afterwards
 from node.telemetry import NODE_ID_ATTRIBUTE, setup_telemetry
+from node.trace.model import status_of, trace_view
+from node.trace.opens import ATTEMPT_OPERATION
+from node.trace.waterfall import render_waterfall
 from node.verify import read_topic
 
-__all__ = ["register"]
+__all__ = ["MOVE_FROM_ATTRIBUTE", "MOVE_OPERATION", "MOVE_TO_ATTRIBUTE", "register"]
+
+#: the span of a whole move, from the request to the old owner's refused write
+MOVE_OPERATION = "streamwal.move"
+MOVE_FROM_ATTRIBUTE = "streamwal.move.from_node"
+MOVE_TO_ATTRIBUTE = "streamwal.move.to_node"
+
+_tracer = get_tracer(__name__)
 
 _SERVICE = "streamwal-demo"
 _UNREACHABLE_S = 3.0
@@ -140,9 +157,7 @@ async def _demo() -> int:
     elif not trace_id:
         warn("the open carried no trace id (tracing off?): no trace URL to give")
     else:
-        await _show_trace(info.jaeger_url, trace_id)
-        if move_trace_id:
-            await _show_move(info.jaeger_url, move_trace_id)
+        await _show_traces(info.jaeger_url, trace_id, move_trace_id)
     return code
 
 
@@ -176,20 +191,24 @@ async def _scenario(
                     f"id={ack.message_id_text}"
                 )
         say(f"== moving {a} to node 2 (node 2 opens it: the broker fences node 1)")
-        moved = await c2.assign(a)
-        say(
-            f"   node 2 first time tick {moved.first_time_tick} > node 1's last "
-            f"{acks[a][-1].time_tick}: {moved.first_time_tick > acks[a][-1].time_tick}"
-        )
-        try:
-            await c1.produce(a, b"too late")
-            say("   !! node 1 could still write: the fence did not hold")
-            return 1, opened.trace_id, moved.trace_id
-        except grpc.aio.AioRpcError as exc:
-            say(f"   node 1's client gets {exc.code().name}: {exc.details()}")
-            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                say("   !! expected FAILED_PRECONDITION: the move was not reported as a fence")
+        # one trace for the whole move: the request, node 2's open and first time tick,
+        # and node 1's refused write
+        move: Attributes = {"wal.channel": a, MOVE_FROM_ATTRIBUTE: 1, MOVE_TO_ATTRIBUTE: 2}
+        with _tracer.start_as_current_span(MOVE_OPERATION, attributes=move):
+            moved = await c2.assign(a)
+            say(
+                f"   node 2 first time tick {moved.first_time_tick} > node 1's last "
+                f"{acks[a][-1].time_tick}: {moved.first_time_tick > acks[a][-1].time_tick}"
+            )
+            try:
+                await c1.produce(a, b"too late")
+                say("   !! node 1 could still write: the fence did not hold")
                 return 1, opened.trace_id, moved.trace_id
+            except grpc.aio.AioRpcError as exc:
+                say(f"   node 1's client gets {exc.code().name}: {exc.details()}")
+                if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    say("   !! expected FAILED_PRECONDITION: the move was not reported as a fence")
+                    return 1, opened.trace_id, moved.trace_id
         listing = await c1.list_channels()
         say(
             f"   node 1 now owns {[c.pchannel for c in listing.channels]}, "
@@ -228,10 +247,9 @@ async def _scenario(
         return (0 if ok else 1), opened.trace_id, moved.trace_id
 
 
-async def _served_trace(jaeger_url: str, trace_id: str) -> list[SpanSummary] | None:
-    """The spans of an AssignChannel trace once Jaeger holds its ``wal.open`` and the
-    node's server span (a trace's spans arrive in batches); ``None`` if it never
-    does within the wait."""
+async def _served_trace(jaeger_url: str, trace_id: str) -> dict[str, Any] | None:
+    """An AssignChannel trace once Jaeger holds its ``wal.open`` and the node's server
+    span (a trace's spans arrive in batches); ``None`` if it never does within the wait."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _TRACE_WAIT_S
     while True:
@@ -239,9 +257,8 @@ async def _served_trace(jaeger_url: str, trace_id: str) -> list[SpanSummary] | N
         trace = await get_trace(jaeger_url, trace_id, operation="wal.open", timeout=remaining)
         if trace is None:
             return None
-        spans = span_summaries(trace)
-        if _server_node(spans) is not None or loop.time() > deadline:
-            return spans
+        if _server_node(span_summaries(trace)) is not None or loop.time() > deadline:
+            return trace
         await asyncio.sleep(0.5)
 
 
@@ -261,34 +278,68 @@ def _open_node(spans: list[SpanSummary]) -> Any:
     return next((s.tags.get("wal.node_id") for s in spans if s.operation == "wal.open"), None)
 
 
-async def _show_trace(jaeger_url: str, trace_id: str) -> None:
-    say("== the open of the first channel, as Jaeger shows it")
+async def _show_traces(jaeger_url: str, trace_id: str, move_trace_id: str) -> None:
+    """The open's and the move's waterfalls; their Jaeger URLs only where Jaeger has a
+    UI to show them in (a Go-built Jaeger serves a placeholder page instead)."""
+    ui_real = await asyncio.to_thread(ui_is_real, jaeger_url)
+    await _show_open(jaeger_url, trace_id, ui_real)
+    if move_trace_id:
+        await _show_move(jaeger_url, move_trace_id, ui_real)
+    if not ui_real:
+        say(
+            f"== no Jaeger UI to browse these traces in: Jaeger at {jaeger_url} was built "
+            "from its Go module, which has no UI assets, so a browser gets a placeholder "
+            "page there, not the trace"
+        )
+        say(
+            "   the waterfalls above are the traces; `streamwal trace show TRACE_ID` prints "
+            "one again, and `streamwal trace opens` ranks recent opens"
+        )
+        say(
+            f"   for the UI: set {ENV_JAEGER_UI_ASSETS} to built jaeger-ui assets (a folder or "
+            "an archive) and restart Jaeger, or install the stack where Jaeger's release "
+            "archive can be downloaded (it has the UI built in)"
+        )
+    sys.stdout.flush()
+
+
+def _waterfall(trace: dict[str, Any]) -> None:
+    for line in render_waterfall(trace_view(trace)):
+        say(f"   {line}")
+
+
+def _link(jaeger_url: str, trace_id: str, ui_real: bool | None) -> str:
+    if ui_real:
+        return f"{jaeger_url}/trace/{trace_id}"
+    return f"{trace_id} (`streamwal trace show {trace_id}`)"
+
+
+async def _show_open(jaeger_url: str, trace_id: str, ui_real: bool | None) -> None:
+    say("== the open of the first channel, as Jaeger holds it")
     # the open's own span ends last, after every attempt span it holds
-    spans = await _served_trace(jaeger_url, trace_id)
-    if spans is None:
-        warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no trace URL to give")
+    trace = await _served_trace(jaeger_url, trace_id)
+    if trace is None:
+        warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no trace to show")
         return
-    attempts = [s for s in spans if s.operation == "wal.first_time_tick.attempt"]
-    failed = [
-        s
-        for s in attempts
-        if s.tags.get("error") is True or s.tags.get("otel.status_code") == "ERROR"
-    ]
+    spans = span_summaries(trace)
+    attempts = [s for s in spans if s.operation == ATTEMPT_OPERATION]
+    failed = [s for s in attempts if status_of(s) == "error"]
     say(
         f"   served by node {_server_node(spans)}, opened as node {_open_node(spans)}: "
         f"{len(attempts)} first-time-tick attempts, {len(failed)} failed before the "
         "broker came back"
     )
-    say(f"   trace: {jaeger_url}/trace/{trace_id}")
-    sys.stdout.flush()
+    _waterfall(trace)
+    say(f"   trace: {_link(jaeger_url, trace_id, ui_real)}")
 
 
-async def _show_move(jaeger_url: str, trace_id: str) -> None:
-    say("== the move to node 2, as Jaeger shows it")
-    spans = await _served_trace(jaeger_url, trace_id)
-    if spans is None:
-        warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no move trace to give")
+async def _show_move(jaeger_url: str, trace_id: str, ui_real: bool | None) -> None:
+    say("== the move to node 2, as Jaeger holds it")
+    trace = await _served_trace(jaeger_url, trace_id)
+    if trace is None:
+        warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no move trace to show")
         return
+    spans = span_summaries(trace)
     say(f"   served by node {_server_node(spans)}, opened as node {_open_node(spans)}")
-    say(f"   move trace: {jaeger_url}/trace/{trace_id}")
-    sys.stdout.flush()
+    _waterfall(trace)
+    say(f"   move trace: {_link(jaeger_url, trace_id, ui_real)}")

@@ -38,6 +38,7 @@ from node.config import ClientTLSFiles, NodeConfig
 from node.health import HealthService
 from node.proto import streaming_pb2_grpc as pb_grpc
 from node.servicer import MalformedRequestInterceptor, StreamingNodeServicer
+from node.telemetry import NODE_ID_ATTRIBUTE
 from tso import (
     ClientTLS,
     Clock,
@@ -276,7 +277,7 @@ class Node:
         oracle = self._oracle = TimestampOracle(
             tso_config(self.config), address=self.address, clock=_clock()
         )
-        add_tso_servicer(server, oracle)
+        add_tso_servicer(server, oracle, span_attributes={NODE_ID_ATTRIBUTE: self.config.node.id})
         await oracle.start()
         try:
             await oracle.wait_serving(fail_if_follower=True)

@@ -13,10 +13,13 @@ RESOURCE_EXHAUSTED; ``InvalidInputError`` -> INVALID_ARGUMENT.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Protocol
 
 import grpc
 from grpc import aio
+from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 
 from tso.proto import tso_pb2, tso_pb2_grpc
 from wal.errors import (
@@ -51,10 +54,18 @@ class TsoServicer(tso_pb2_grpc.TSOServicer):  # type: ignore[misc]
 
     ``oracle`` may be attached after construction (a node binds its port before it
     knows the address to advertise); until then every call answers UNAVAILABLE.
+    ``span_attributes`` go on each call's server span: a node names itself there, as
+    one process may serve several nodes and its resource then names none.
     """
 
-    def __init__(self, oracle: TimestampGenerator | None = None) -> None:
+    def __init__(
+        self,
+        oracle: TimestampGenerator | None = None,
+        *,
+        span_attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> None:
         self._oracle = oracle
+        self._span_attributes = dict(span_attributes or {})
 
     def attach(self, oracle: TimestampGenerator) -> None:
         self._oracle = oracle
@@ -62,6 +73,8 @@ class TsoServicer(tso_pb2_grpc.TSOServicer):  # type: ignore[misc]
     async def AllocTimestamp(
         self, request: tso_pb2.AllocTimestampRequest, context: aio.ServicerContext
     ) -> tso_pb2.AllocTimestampResponse:
+        if self._span_attributes:
+            trace.get_current_span().set_attributes(self._span_attributes)
         count = request.count or 1
         oracle = self._oracle
         try:
@@ -88,9 +101,14 @@ class TsoServicer(tso_pb2_grpc.TSOServicer):  # type: ignore[misc]
         return tso_pb2.AllocTimestampResponse(timestamp=ts, count=count)
 
 
-def add_tso_servicer(server: aio.Server, oracle: TimestampGenerator | None) -> TsoServicer:
+def add_tso_servicer(
+    server: aio.Server,
+    oracle: TimestampGenerator | None,
+    *,
+    span_attributes: Mapping[str, AttributeValue] | None = None,
+) -> TsoServicer:
     """Mount the TSO service on an existing ``grpc.aio`` server (e.g. the node's)."""
-    servicer = TsoServicer(oracle)
+    servicer = TsoServicer(oracle, span_attributes=span_attributes)
     tso_pb2_grpc.add_TSOServicer_to_server(servicer, server)
     return servicer
 

@@ -236,8 +236,16 @@ async def send_first_time_tick(
 async def _traced_attempt(
     backend: BackendWAL, allocator: TimestampAllocator, node_id: int, attempt: int, waited: float
 ) -> ImmutableMessage | Exception:
-    """One attempt in its own span; the error is returned, cancellation raised."""
-    attributes: Attributes = {ATTR_ATTEMPT: attempt, ATTR_BACKOFF_MS: waited * 1000}
+    """One attempt in its own span; the error is returned, cancellation raised.
+
+    The span names its node itself: a move's trace holds spans of several nodes, and a
+    reader of one attempt must not have to walk up to ``wal.open`` to learn whose it is.
+    """
+    attributes: Attributes = {
+        ATTR_ATTEMPT: attempt,
+        ATTR_BACKOFF_MS: waited * 1000,
+        ATTR_NODE_ID: node_id,
+    }
     with _tracer.start_as_current_span(
         "wal.first_time_tick.attempt",
         attributes=attributes,

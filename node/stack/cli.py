@@ -68,7 +68,18 @@ def _status(args: argparse.Namespace) -> int:
         state = f"running pid {row['pid']}" if row["running"] else "stopped"
         ports = ", ".join(f"{k}={v}" for k, v in dict(row["ports"]).items())  # type: ignore[call-overload]
         extras = "  ".join(
-            f"{k}={v}" for k, v in row.items() if k not in {"service", "running", "pid", "ports"}
+            f"{k}={_shown(v)}"
+            for k, v in row.items()
+            if k not in {"service", "running", "pid", "ports"}
         )
         print(f"{row['service']:<15} {state:<18} {ports:<28} {extras}")
     return 0
+
+
+def _shown(value: object) -> object:
+    """``yes``/``no`` for a flag, ``unknown`` for a question the server did not answer."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return value

@@ -2,10 +2,9 @@
 
 Servers that ship no wheel (Jaeger, an OpenTelemetry Collector) are compiled with
 the local ``go`` toolchain through the Go module proxy. A build happens in a private
-temporary folder beside its destination and is renamed into place only when it
-succeeded, so an interrupted build never leaves a half-written binary that a later
-run would trust. A file lock serialises two processes building the same artifact;
-different artifacts may build concurrently (Go's own caches are safe for that).
+temporary folder and is renamed into place only when it succeeded
+(:mod:`node.stack.artifacts`); different artifacts may build concurrently (Go's own
+caches are safe for that).
 
 ``GOPATH``, ``GOMODCACHE`` and ``GOCACHE`` point under ``<cache>/go`` so downloads and
 compiled packages are reused by the next build and nothing is written into the
@@ -18,17 +17,15 @@ module never stops the stack from coming up; a bad spec raises ``ValueError``.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.stack.artifacts import cached_folder
 from node.stack.paths import StackPaths
 from node.stack.service import Progress
 
@@ -159,24 +156,16 @@ def cached_binary(
         return binary
     label = f"{name} {version}"
     go = go_executable()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(final.parent / f".{name}-{version}.lock"):
-        if binary.is_file():  # another process built it while we waited
-            return binary
-        started = time.monotonic()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-{version}.", dir=final.parent))
-        try:
-            (tmp / "bin").mkdir()
-            steps(GoBuild(label, tmp, go_environment(paths), go, progress))
-            if not (tmp / "bin" / name).is_file():
-                raise GoBuildError(f"{label}: the build produced no bin/{name}")
-            if final.exists():  # a stale, incomplete artifact folder
-                shutil.rmtree(final)
-            tmp.rename(final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    started = time.monotonic()
+
+    def fill(tmp: Path) -> None:
+        (tmp / "bin").mkdir()
+        steps(GoBuild(label, tmp, go_environment(paths), go, progress))
+        if not (tmp / "bin" / name).is_file():
+            raise GoBuildError(f"{label}: the build produced no bin/{name}")
         progress(f"{label}: built in {time.monotonic() - started:.0f}s -> {binary}")
+
+    cached_folder(final, fill, done=f"bin/{name}")
     return binary
 
 
@@ -248,16 +237,6 @@ def build_go_tool(spec: GoToolSpec, paths: StackPaths, progress: Progress) -> Pa
         )  # fmt: skip
 
     return cached_binary(paths, spec.name, spec.version, progress, steps)
-
-
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:

@@ -1,4 +1,7 @@
-"""Where the stack keeps its downloads (shared, by version) and its data (per stack)."""
+"""Where the stack keeps its downloads (shared, by version) and its data (per stack).
+
+The stack's settings are environment variables, all named here.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,10 @@ __all__ = ["StackPaths"]
 
 ENV_CACHE_DIR = "STREAMWAL_CACHE_DIR"
 ENV_STACK_NAME = "STREAMWAL_STACK"
+#: built jaeger-ui assets (a folder or an archive) for Jaeger to serve at ``/``
+ENV_JAEGER_UI_ASSETS = "STREAMWAL_JAEGER_UI_ASSETS"
+#: where Jaeger's release archives are (``off``: never download, build with Go)
+ENV_JAEGER_RELEASE_URL = "STREAMWAL_JAEGER_RELEASE_URL"
 
 
 @dataclass(frozen=True)

@@ -78,3 +78,7 @@ class Service(abc.ABC):
     def extra_status(self) -> dict[str, str]:
         """URLs or endpoints to show in ``status`` (e.g. a UI address)."""
         return {}
+
+    def live_status(self) -> dict[str, object]:
+        """What ``status`` learns by asking the running server (it must not raise)."""
+        return {}

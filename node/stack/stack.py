@@ -264,6 +264,9 @@ class Stack:
                     "ports": service.ports,
                     **({"log": entry.log} if entry else {}),
                     **service.extra_status(),
+                    # what the running process was started with, and what it answers
+                    **(entry.extra if entry and alive else {}),
+                    **(service.live_status() if alive else {}),
                 }
             )
         return rows

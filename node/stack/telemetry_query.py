@@ -21,9 +21,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 __all__ = [
+    "HTTPStatusError",
     "SpanLog",
     "SpanSummary",
     "find_traces",
+    "get_data",
     "get_trace",
     "span_summaries",
     "span_tree_summary",
@@ -70,7 +72,7 @@ async def find_traces(
     last_error: Exception | None = None
     while True:
         try:
-            traces = await asyncio.to_thread(_get_data, url)
+            traces = await asyncio.to_thread(get_data, url)
             answered = True
             if _count_spans(traces, service, operation) >= min_spans:
                 return traces
@@ -107,12 +109,13 @@ async def get_trace(
     deadline = loop.time() + timeout
     while True:
         try:
-            data = await asyncio.to_thread(_get_data, url)
-            spans = data[0].get("spans") if data else None
+            data = await asyncio.to_thread(get_data, url)
+            found: dict[str, Any] = data[0] if data else {}
+            spans = found.get("spans")
             if spans and (
                 operation is None or any(x.get("operationName") == operation for x in spans)
             ):
-                return data[0]
+                return found
         except (OSError, ValueError):  # 404 until the spans arrive; URLError too
             pass
         remaining = deadline - loop.time()
@@ -121,12 +124,25 @@ async def get_trace(
         await asyncio.sleep(min(interval, remaining))
 
 
-def _get_data(url: str) -> list[dict[str, Any]]:
+class HTTPStatusError(ConnectionError):
+    """Jaeger answered with an HTTP error; ``status`` tells a missing trace (404) apart."""
+
+    def __init__(self, url: str, status: int) -> None:
+        self.status = status
+        super().__init__(f"GET {url}: HTTP {status}")
+
+
+def get_data(url: str, timeout: float = _REQUEST_TIMEOUT) -> list[Any]:
+    """The ``data`` list of one Jaeger API answer; blocking, one request.
+
+    Raises :class:`HTTPStatusError` for an HTTP error, another ``OSError`` when Jaeger
+    does not answer, ``ValueError`` for an answer that is not Jaeger's JSON.
+    """
     try:
-        with urllib.request.urlopen(url, timeout=_REQUEST_TIMEOUT) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             body = json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        raise ConnectionError(f"GET {url}: HTTP {exc.code}") from exc
+        raise HTTPStatusError(url, exc.code) from exc
     if not isinstance(body, dict):
         raise ValueError(f"GET {url}: unexpected answer {body!r:.200}")
     data = body.get("data") or []

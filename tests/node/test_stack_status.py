@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -101,3 +102,24 @@ async def test_status_of_a_stack_never_started_shows_every_service_stopped() -> 
     assert all(row["running"] is False and row["pid"] is None for row in rows), rows
     text = await asyncio.to_thread(_status, env=env)
     assert all(" stopped " in line for line in text.splitlines() if line.strip()), text
+
+
+def _page(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return bytes(response.read())
+
+
+@pytest.mark.integration
+async def test_status_says_whether_jaegers_ui_is_real(telemetry_stack: StackInfo) -> None:
+    """``ui_real`` is what the running Jaeger serves at ``/``, read here on its own."""
+    assert telemetry_stack.jaeger_url
+    page = await asyncio.to_thread(_page, f"{telemetry_stack.jaeger_url}/")
+    real = b"This is a placeholder for the Jaeger UI" not in page
+    rows = {row["service"]: row for row in json.loads(await asyncio.to_thread(_status, "--json"))}
+    assert rows["jaeger"]["ui_real"] is real, rows["jaeger"]
+    assert rows["jaeger"]["ui_source"], rows["jaeger"]
+    assert "ui_real" not in rows["pulsar"]
+    (line,) = [
+        x for x in (await asyncio.to_thread(_status)).splitlines() if x.startswith("jaeger ")
+    ]
+    assert f"ui_real={'yes' if real else 'no'}" in line, line

@@ -8,6 +8,9 @@ from contextlib import AsyncExitStack
 import grpc
 import pytest
 from grpc import aio
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tso.allocator import LocalAllocator
 from tso.config import TsoConfig
@@ -15,7 +18,7 @@ from tso.memory_store import MemoryStore
 from tso.oracle import TimestampOracle
 from tso.proto import tso_pb2, tso_pb2_grpc
 from tso.remote import RemoteSource
-from tso.service import LEADER_METADATA_KEY, TsoServer
+from tso.service import LEADER_METADATA_KEY, TsoServer, TsoServicer
 from wal.errors import InvalidInputError, NotLeaderError, UnavailableError
 
 _CONFIG = TsoConfig(key_prefix="/svc", lease_ttl_s=1, update_interval_s=0.01)
@@ -115,3 +118,24 @@ async def test_a_follower_without_a_reachable_leader_gives_typed_errors() -> Non
         finally:
             await follower.close()
             await leader.close()
+
+
+async def test_each_call_names_the_serving_node_on_its_span() -> None:
+    """A node names itself on the TSO's server spans (a move's trace crosses nodes)."""
+
+    class Fixed:
+        async def generate(self, count: int = 1) -> int:
+            return 42
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer(__name__)
+    named = TsoServicer(Fixed(), span_attributes={"streamwal.node.id": 3})
+    plain = TsoServicer(Fixed())
+    for name, servicer in (("named", named), ("plain", plain)):
+        with tracer.start_as_current_span(name):
+            answer = await servicer.AllocTimestamp(tso_pb2.AllocTimestampRequest(count=1), None)
+        assert answer.timestamp == 42
+    spans = {s.name: dict(s.attributes or {}) for s in exporter.get_finished_spans()}
+    assert spans == {"named": {"streamwal.node.id": 3}, "plain": {}}

@@ -76,6 +76,7 @@ async def test_failed_attempts_are_retried_and_traced(
     attrs = [dict(s.attributes or {}) for s in attempts]
     assert [a[ATTR_ATTEMPT] for a in attrs] == [1, 2, 3, 4]
     assert [a[ATTR_BACKOFF_MS] for a in attrs] == [0.0, 2.0, 4.0, 4.0]
+    assert [a[ATTR_NODE_ID] for a in attrs] == [7, 7, 7, 7]  # each span names its node
     # The first two failed at the fence, before any allocation; the third at the append.
     assert [ATTR_TIME_TICK in a for a in attrs] == [False, False, True, True]
     assert [ATTR_MESSAGE_ID in a for a in attrs] == [False, False, False, True]
