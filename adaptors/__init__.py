@@ -1,1 +1,1 @@
-"""Backends that implement the WAL's backend contract (:mod:`wal.backend`)."""
+"""Backends that implement the WAL's backend contract (:mod:`streamwal.wal.backend`)."""

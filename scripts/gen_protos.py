@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("tso", "node")
+PACKAGES = ("streamwal/tso", "streamwal/node")
 
 
 def _stale(proto: Path) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 
-from tso.etcd_store import EtcdStore
+from streamwal.tso.etcd_store import EtcdStore
 
 __all__ = ["EtcdPrefixes"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from node.stack import StackInfo
+from streamwal.tools.stack import StackInfo
 from tests.etcd_keys import EtcdPrefixes
-from tso.etcd_store import EtcdStore
+from streamwal.tso.etcd_store import EtcdStore
 
 pytestmark = pytest.mark.integration
 

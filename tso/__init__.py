@@ -5,17 +5,17 @@ a :class:`LocalAllocator` over a source: :class:`OracleSource` in-process, or
 :class:`RemoteSource` on the gRPC service (:class:`TsoServer`) of the leader.
 """
 
-from tso.allocator import LocalAllocator, TimestampAllocator, TimestampSource
-from tso.clock import Clock, ManualClock, SystemClock
-from tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
-from tso.etcd_store import EtcdStore
-from tso.inprocess import InProcessTSO, OracleSource
-from tso.memory_store import MemoryStore
-from tso.oracle import OracleStats, TimestampOracle
-from tso.remote import RemoteSource
-from tso.service import TimestampGenerator, TsoServer, TsoServicer, add_tso_servicer
-from tso.store import CoordinationStore, LeaderRecord
-from tso.timestamp import (
+from streamwal.tso.allocator import LocalAllocator, TimestampAllocator, TimestampSource
+from streamwal.tso.clock import Clock, ManualClock, SystemClock
+from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from streamwal.tso.etcd_store import EtcdStore
+from streamwal.tso.inprocess import InProcessTSO, OracleSource
+from streamwal.tso.memory_store import MemoryStore
+from streamwal.tso.oracle import OracleStats, TimestampOracle
+from streamwal.tso.remote import RemoteSource
+from streamwal.tso.service import TimestampGenerator, TsoServer, TsoServicer, add_tso_servicer
+from streamwal.tso.store import CoordinationStore, LeaderRecord
+from streamwal.tso.timestamp import (
     LOGICAL_BITS,
     MAX_LOGICAL,
     HybridTimestamp,
@@ -25,7 +25,7 @@ from tso.timestamp import (
     physical_datetime,
     split,
 )
-from tso.tls import ClientTLS
+from streamwal.tso.tls import ClientTLS
 
 __all__ = [
     "DEFAULT_ETCD_ENDPOINT",

@@ -13,9 +13,9 @@ import asyncio
 import time
 from typing import Protocol, runtime_checkable
 
-from tso.metrics import record_fetch_latency
-from tso.timestamp import MAX_LOGICAL
-from wal.errors import ClosedError, InvalidInputError, TimestampRegressionError
+from streamwal.tso.metrics import record_fetch_latency
+from streamwal.tso.timestamp import MAX_LOGICAL
+from streamwal.errors import ClosedError, InvalidInputError, TimestampRegressionError
 
 __all__ = ["LocalAllocator", "TimestampAllocator", "TimestampSource"]
 

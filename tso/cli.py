@@ -17,16 +17,16 @@ import signal
 import sys
 from typing import Any
 
-from tso import bench
-from tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
-from tso.etcd_store import EtcdStore
-from tso.inprocess import InProcessTSO
-from tso.oracle import TimestampOracle
-from tso.remote import RemoteSource
-from tso.service import TsoServer
-from tso.store import LeaderRecord
-from tso.timestamp import HybridTimestamp, parse_timestamp
-from wal.errors import DecodeError, StreamwalError, UnavailableError
+from streamwal.tools.bench import tso as bench
+from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from streamwal.tso.etcd_store import EtcdStore
+from streamwal.tso.inprocess import InProcessTSO
+from streamwal.tso.oracle import TimestampOracle
+from streamwal.tso.remote import RemoteSource
+from streamwal.tso.service import TsoServer
+from streamwal.tso.store import LeaderRecord
+from streamwal.tso.timestamp import HybridTimestamp, parse_timestamp
+from streamwal.errors import DecodeError, StreamwalError, UnavailableError
 
 __all__ = ["add_etcd_arguments", "allocate_one", "config_from_args", "register"]
 

@@ -6,8 +6,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tso.timestamp import MAX_LOGICAL
-from wal.errors import InvalidInputError
+from streamwal.tso.timestamp import MAX_LOGICAL
+from streamwal.errors import InvalidInputError
 
 __all__ = ["DEFAULT_ETCD_ENDPOINT", "TsoConfig", "parse_endpoint"]
 
@@ -41,7 +41,7 @@ class TsoConfig:
     serving physical time the persisted bound runs; a new leader starts above it, so
     a leader change never hands out a lower timestamp. ``unavailable_after_s`` bounds
     how long a caller waits for a serving oracle (or etcd) before it gets
-    :class:`~wal.errors.UnavailableError`; ``etcd_timeout_s`` bounds one etcd request.
+    :class:`~streamwal.errors.UnavailableError`; ``etcd_timeout_s`` bounds one etcd request.
     """
 
     etcd_endpoints: tuple[str, ...] = (DEFAULT_ETCD_ENDPOINT,)

@@ -19,10 +19,10 @@ import etcd3
 import grpc
 from etcd3 import exceptions as etcd_exceptions
 
-from tso.config import TsoConfig, parse_endpoint
-from tso.store import LeaderRecord, encode_window
-from tso.tls import ClientTLS
-from wal.errors import (
+from streamwal.tso.config import TsoConfig, parse_endpoint
+from streamwal.tso.store import LeaderRecord, encode_window
+from streamwal.tso.tls import ClientTLS
+from streamwal.errors import (
     ClosedError,
     DecodeError,
     InvalidInputError,
@@ -81,7 +81,7 @@ def _is_not_found(exc: BaseException) -> bool:
 
 
 class EtcdStore:
-    """:class:`~tso.store.CoordinationStore` on etcd.
+    """:class:`~streamwal.tso.store.CoordinationStore` on etcd.
 
     ``request_timeout_s`` bounds one etcd request; ``unavailable_after_s`` is the
     default bound of a whole call with its retries. After :meth:`close` every method

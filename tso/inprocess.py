@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from tso.allocator import LocalAllocator
-from tso.clock import Clock
-from tso.config import TsoConfig
-from tso.oracle import TimestampOracle
-from tso.store import CoordinationStore
-from wal.errors import ClosedError, UnavailableError
+from streamwal.tso.allocator import LocalAllocator
+from streamwal.tso.clock import Clock
+from streamwal.tso.config import TsoConfig
+from streamwal.tso.oracle import TimestampOracle
+from streamwal.tso.store import CoordinationStore
+from streamwal.errors import ClosedError, UnavailableError
 
 __all__ = ["InProcessTSO", "OracleSource"]
 
@@ -17,7 +17,7 @@ _log = logging.getLogger(__name__)
 
 
 class OracleSource:
-    """A :class:`~tso.allocator.TimestampSource` on an oracle in this process.
+    """A :class:`~streamwal.tso.allocator.TimestampSource` on an oracle in this process.
 
     When the oracle is between terms (campaigning, etcd briefly away) a fetch waits for
     it to serve, at most ``wait_s`` (default: the oracle's unavailable bound), then
@@ -46,7 +46,7 @@ class InProcessTSO:
     ``async with InProcessTSO(config) as tso:`` campaigns and waits (at most
     ``config.unavailable_after_s``, or ``leader_wait_s``) until this node serves,
     raising :class:`UnavailableError` or :class:`NotLeaderError` if it does not; then
-    ``tso.allocator()`` gives a :class:`LocalAllocator`. Closing closes the
+    ``streamwal.tso.allocator()`` gives a :class:`LocalAllocator`. Closing closes the
     allocators it gave out, then the oracle (which resigns).
     """
 

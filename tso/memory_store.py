@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from tso.clock import Clock, SystemClock
-from tso.store import LeaderRecord, encode_window
-from wal.errors import (
+from streamwal.tso.clock import Clock, SystemClock
+from streamwal.tso.store import LeaderRecord, encode_window
+from streamwal.errors import (
     ClosedError,
     DecodeError,
     NotLeaderError,
@@ -24,7 +24,7 @@ __all__ = ["MemoryStore"]
 
 
 class MemoryStore:
-    """:class:`~tso.store.CoordinationStore` in memory; leases expire on ``clock``'s monotonic time.
+    """:class:`~streamwal.tso.store.CoordinationStore` in memory; leases expire on ``clock``'s monotonic time.
 
     Set ``available = False`` to make every call fail with :class:`UnavailableError`
     (after yielding once, as a network call would).

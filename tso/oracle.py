@@ -23,14 +23,14 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from tso.clock import Clock, SystemClock
-from tso.config import TsoConfig
-from tso.election import Election
-from tso.etcd_store import EtcdStore
-from tso.metrics import record_clock_went_back, record_step_down
-from tso.store import CoordinationStore, LeaderRecord, decode_window
-from tso.timestamp import LOGICAL_BITS, MAX_LOGICAL
-from wal.errors import (
+from streamwal.tso.clock import Clock, SystemClock
+from streamwal.tso.config import TsoConfig
+from streamwal.tso.election import Election
+from streamwal.tso.etcd_store import EtcdStore
+from streamwal.tso.metrics import record_clock_went_back, record_step_down
+from streamwal.tso.store import CoordinationStore, LeaderRecord, decode_window
+from streamwal.tso.timestamp import LOGICAL_BITS, MAX_LOGICAL
+from streamwal.errors import (
     ClosedError,
     InvalidInputError,
     NotLeaderError,

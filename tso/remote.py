@@ -20,11 +20,11 @@ from collections.abc import Sequence
 import grpc
 from grpc import aio
 
-from tso.proto import tso_pb2, tso_pb2_grpc
-from tso.service import LEADER_METADATA_KEY
-from tso.timestamp import MAX_LOGICAL
-from tso.tls import ClientTLS, open_channel
-from wal.errors import (
+from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
+from streamwal.tso.service import LEADER_METADATA_KEY
+from streamwal.tso.timestamp import MAX_LOGICAL
+from streamwal.tso.tls import ClientTLS, open_channel
+from streamwal.errors import (
     ClosedError,
     InvalidInputError,
     NotLeaderError,
@@ -43,7 +43,7 @@ _RETRY_CODES = frozenset(
 
 
 class RemoteSource:
-    """:class:`~tso.allocator.TimestampSource` over gRPC ``AllocTimestamp``.
+    """:class:`~streamwal.tso.allocator.TimestampSource` over gRPC ``AllocTimestamp``.
 
     Channels are opened on first use (no I/O in ``__init__``) and kept per address;
     :meth:`close` closes them and is idempotent. Safe for concurrent fetches.

@@ -1,10 +1,10 @@
 """The TSO as a gRPC service: ``AllocTimestamp(count)`` served by the oracle.
 
 Several streaming nodes share one oracle this way: each runs the oracle (so one of
-them leads) and serves this service; callers use :class:`~tso.remote.RemoteSource`,
+them leads) and serves this service; callers use :class:`~streamwal.tso.remote.RemoteSource`,
 which follows the not-leader answer of a follower to the leader.
 
-Status mapping (the contract :mod:`tso.remote` relies on):
+Status mapping (the contract :mod:`streamwal.tso.remote` relies on):
 ``NotLeaderError`` -> FAILED_PRECONDITION with trailing metadata ``tso-leader``;
 ``UnavailableError``/``ClosedError`` -> UNAVAILABLE; ``TimestampOverflowError`` ->
 RESOURCE_EXHAUSTED; ``InvalidInputError`` -> INVALID_ARGUMENT.
@@ -21,8 +21,8 @@ from grpc import aio
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
-from tso.proto import tso_pb2, tso_pb2_grpc
-from wal.errors import (
+from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
+from streamwal.errors import (
     ClosedError,
     InvalidInputError,
     NotLeaderError,
@@ -44,7 +44,7 @@ LEADER_METADATA_KEY = "tso-leader"
 
 
 class TimestampGenerator(Protocol):
-    """What the service serves from: :class:`~tso.oracle.TimestampOracle` in practice."""
+    """What the service serves from: :class:`~streamwal.tso.oracle.TimestampOracle` in practice."""
 
     async def generate(self, count: int = 1) -> int: ...
 

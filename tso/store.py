@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
-from wal.errors import DecodeError
+from streamwal.errors import DecodeError
 
 __all__ = [
     "CoordinationStore",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from wal.errors import InvalidInputError
+from streamwal.errors import InvalidInputError
 
 __all__ = [
     "LOGICAL_BITS",

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from wal.errors import InvalidInputError, MisconfiguredError
+from streamwal.errors import InvalidInputError, MisconfiguredError
 
 __all__ = ["ClientTLS", "TLSFileError", "open_channel", "server_credentials"]
 

@@ -1,6 +1,6 @@
 """An in-process backend: the same contract as Pulsar, for unit tests and examples."""
 
-from adaptors.memory.backend import (
+from streamwal.adaptors.memory.backend import (
     MemoryBackendWAL,
     MemoryFaults,
     MemoryLogStore,

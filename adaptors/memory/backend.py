@@ -2,7 +2,7 @@
 
 One :class:`MemoryLogStore` plays the broker; several :class:`MemoryOpener` on it play
 several nodes. Taking ownership bumps the log's epoch, so any earlier owner's next
-append fails with :class:`~wal.errors.ChannelFencedError`, exactly like a fenced
+append fails with :class:`~streamwal.errors.ChannelFencedError`, exactly like a fenced
 Pulsar producer. :class:`MemoryFaults` injects failures for retry tests.
 """
 
@@ -15,14 +15,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from wal.backend import (
+from streamwal.wal.backend import (
     AccessMode,
     AppendCallback,
     BackendMessage,
     DeliveryPolicy,
     validate_channel_name,
 )
-from wal.errors import (
+from streamwal.errors import (
     ChannelFencedError,
     ClosedError,
     DecodeError,
@@ -30,8 +30,8 @@ from wal.errors import (
     TruncatedError,
     UnavailableError,
 )
-from wal.message_id import MessageId
-from wal.retention import Checkpoint, ConsumerState, RetentionState
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.retention import Checkpoint, ConsumerState, RetentionState
 
 __all__ = ["MemoryBackendWAL", "MemoryFaults", "MemoryLogStore", "MemoryMessageId", "MemoryOpener"]
 

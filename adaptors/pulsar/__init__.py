@@ -1,10 +1,10 @@
 """The Pulsar backend: one topic per channel, an exclusive producer as the fence."""
 
-from adaptors.pulsar.channel import PulsarBackendWAL
-from adaptors.pulsar.config import PolicyAction, PulsarAccessMode, PulsarConfig
-from adaptors.pulsar.exclusivity import verify_exclusive_access
-from adaptors.pulsar.message_id import PulsarMessageId
-from adaptors.pulsar.opener import PulsarOpener
+from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
+from streamwal.adaptors.pulsar.config import PolicyAction, PulsarAccessMode, PulsarConfig
+from streamwal.adaptors.pulsar.exclusivity import verify_exclusive_access
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.adaptors.pulsar.opener import PulsarOpener
 
 __all__ = [
     "PolicyAction",

@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from wal.errors import MisconfiguredError, UnavailableError
+from streamwal.errors import MisconfiguredError, UnavailableError
 
 __all__ = ["PulsarAdmin", "admin_url_for"]
 

@@ -31,7 +31,7 @@ producer wrote in between: this producer was fenced and let back in (the race ab
 kept as a second line of defence). Such an append is persisted after a newer owner's
 messages, so it is answered as fenced (never acknowledged), and so is every later one.
 A receipt without a position (``-1:-1``, seen under connection resets) is answered
-with :class:`~wal.errors.UnknownPositionError`: neither acknowledged nor retried.
+with :class:`~streamwal.errors.UnknownPositionError`: neither acknowledged nor retried.
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ import _pulsar
 import pulsar
 from pulsar.asyncio import PulsarException
 
-from adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
-from adaptors.pulsar.errors import FENCING_RESULTS, after_send, translate
-from adaptors.pulsar.message_id import PulsarMessageId
-from adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
-from adaptors.pulsar.receipts import ReceiptQueue
-from adaptors.pulsar.retention import RetentionDelegate, TopicRetention
-from adaptors.pulsar.scanner import PulsarScanner, to_backend_message
-from adaptors.pulsar.segments import (
+from streamwal.adaptors.pulsar.config import PulsarAccessMode, PulsarConfig
+from streamwal.adaptors.pulsar.errors import FENCING_RESULTS, after_send, translate
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
+from streamwal.adaptors.pulsar.receipts import ReceiptQueue
+from streamwal.adaptors.pulsar.retention import RetentionDelegate, TopicRetention
+from streamwal.adaptors.pulsar.scanner import PulsarScanner, to_backend_message
+from streamwal.adaptors.pulsar.segments import (
     SEGMENT_BYTES,
     SEGMENT_MESSAGES,
     Edge,
@@ -63,8 +63,8 @@ from adaptors.pulsar.segments import (
     positions,
     size_of,
 )
-from wal.backend import AccessMode, AppendCallback, DeliveryPolicy, settle_future
-from wal.errors import (
+from streamwal.wal.backend import AccessMode, AppendCallback, DeliveryPolicy, settle_future
+from streamwal.errors import (
     ChannelFencedError,
     ClosedError,
     InvalidInputError,
@@ -74,7 +74,7 @@ from wal.errors import (
     UnavailableError,
     UnknownPositionError,
 )
-from wal.message_id import MessageId
+from streamwal.wal.message_id import MessageId
 
 __all__ = ["PulsarBackendWAL"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from wal.errors import InvalidInputError
+from streamwal.errors import InvalidInputError
 
 __all__ = ["PolicyAction", "PulsarAccessMode", "PulsarConfig"]
 
@@ -26,7 +26,7 @@ class PolicyAction(enum.Enum):
     """What an open does about a broker policy that would lose or duplicate entries.
 
     ``REFUSE`` (the default) fails the open with
-    :class:`~wal.errors.UnsafeBrokerPolicyError` before anything is written: such a
+    :class:`~streamwal.errors.UnsafeBrokerPolicyError` before anything is written: such a
     policy loses acknowledged data silently, later, where nobody looks. ``WARN`` logs
     it and opens; ``IGNORE`` does not look.
     """

@@ -22,8 +22,8 @@ from typing import Any
 import pulsar
 from pulsar.asyncio import PulsarException
 
-from adaptors.pulsar.errors import translate
-from wal.errors import UnavailableError
+from streamwal.adaptors.pulsar.errors import translate
+from streamwal.errors import UnavailableError
 
 __all__ = ["hold_log"]
 

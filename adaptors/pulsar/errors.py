@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulsar
 from pulsar.asyncio import PulsarException
 
-from wal.errors import (
+from streamwal.errors import (
     ChannelFencedError,
     ClosedError,
     InvalidInputError,

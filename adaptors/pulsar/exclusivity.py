@@ -15,8 +15,8 @@ from typing import Any
 import pulsar
 from pulsar.asyncio import PulsarException
 
-from adaptors.pulsar.errors import FENCING_RESULTS, translate
-from wal.errors import ExclusivityNotEnforcedError
+from streamwal.adaptors.pulsar.errors import FENCING_RESULTS, translate
+from streamwal.errors import ExclusivityNotEnforcedError
 
 __all__ = ["probe_topic", "verify_exclusive_access"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pulsar
 
-from wal.errors import DecodeError
-from wal.message_id import MessageId
+from streamwal.errors import DecodeError
+from streamwal.wal.message_id import MessageId
 
 __all__ = ["PulsarMessageId"]
 

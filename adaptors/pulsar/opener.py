@@ -25,15 +25,15 @@ import pulsar
 from pulsar import asyncio as pulsar_asyncio
 from pulsar.asyncio import PulsarException
 
-from adaptors.pulsar.admin import PulsarAdmin, admin_url_for
-from adaptors.pulsar.channel import PulsarBackendWAL
-from adaptors.pulsar.config import PolicyAction, PulsarConfig
-from adaptors.pulsar.cursor import hold_log
-from adaptors.pulsar.deduplication import deduplication_enforced
-from adaptors.pulsar.errors import translate
-from adaptors.pulsar.exclusivity import probe_topic, verify_exclusive_access
-from adaptors.pulsar.message_id import PulsarMessageId
-from adaptors.pulsar.policies import (
+from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
+from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
+from streamwal.adaptors.pulsar.config import PolicyAction, PulsarConfig
+from streamwal.adaptors.pulsar.cursor import hold_log
+from streamwal.adaptors.pulsar.deduplication import deduplication_enforced
+from streamwal.adaptors.pulsar.errors import translate
+from streamwal.adaptors.pulsar.exclusivity import probe_topic, verify_exclusive_access
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.adaptors.pulsar.policies import (
     DEDUPLICATION,
     PolicyFinding,
     enforce,
@@ -41,9 +41,9 @@ from adaptors.pulsar.policies import (
     refusal,
     topic_state,
 )
-from adaptors.pulsar.retention import TopicRetention
-from wal.backend import AccessMode, validate_channel_name
-from wal.errors import (
+from streamwal.adaptors.pulsar.retention import TopicRetention
+from streamwal.wal.backend import AccessMode, validate_channel_name
+from streamwal.errors import (
     ClosedError,
     ExclusivityNotEnforcedError,
     StreamwalError,
@@ -268,7 +268,7 @@ class PulsarOpener:
             _log.info("could not delete the probe topic %s: %s", topic, exc)
 
     async def verify_exclusivity(self) -> None:
-        """Run the exclusivity self-check once (see :mod:`adaptors.pulsar.exclusivity`).
+        """Run the exclusivity self-check once (see :mod:`streamwal.adaptors.pulsar.exclusivity`).
 
         A pass and a refusal are both remembered; an unavailable broker is not (the
         next write attempt checks again). Since a refusal is final for the opener, it

@@ -21,9 +21,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from adaptors.pulsar.admin import PulsarAdmin
-from adaptors.pulsar.config import PolicyAction
-from wal.errors import UnsafeBrokerPolicyError
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.adaptors.pulsar.config import PolicyAction
+from streamwal.errors import UnsafeBrokerPolicyError
 
 __all__ = ["DEDUPLICATION", "PolicyFinding", "enforce", "inspect_topic", "topic_state"]
 

@@ -23,9 +23,9 @@ import asyncio
 import urllib.parse
 from typing import Any
 
-from adaptors.pulsar.admin import PulsarAdmin
-from adaptors.pulsar.message_id import PulsarMessageId
-from wal.errors import (
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.errors import (
     DecodeError,
     MisconfiguredError,
     QuotaExceededError,
@@ -33,8 +33,8 @@ from wal.errors import (
     TruncatedError,
     UnavailableError,
 )
-from wal.message_id import MessageId
-from wal.retention import (
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.retention import (
     Checkpoint,
     ConsumerState,
     RetentionState,
@@ -70,7 +70,7 @@ def _from_admin(answer: Any) -> PulsarMessageId | None:
 
 
 class TopicRetention:
-    """:class:`~wal.retention.BackendRetention` for one topic."""
+    """:class:`~streamwal.wal.retention.BackendRetention` for one topic."""
 
     def __init__(
         self, admin: PulsarAdmin | None, topic: str, channel: str, wal_cursor: str
@@ -209,7 +209,7 @@ class TopicRetention:
 
 
 class RetentionDelegate:
-    """Gives a backend WAL the :class:`~wal.retention.BackendRetention` ability of its
+    """Gives a backend WAL the :class:`~streamwal.wal.retention.BackendRetention` ability of its
     topic's :class:`TopicRetention` (kept in ``_retention``)."""
 
     _retention: TopicRetention

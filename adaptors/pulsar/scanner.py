@@ -8,10 +8,10 @@ from typing import Any
 import pulsar
 from pulsar.asyncio import PulsarException
 
-from adaptors.pulsar.errors import translate
-from adaptors.pulsar.message_id import PulsarMessageId
-from wal.backend import BackendMessage
-from wal.errors import ClosedError
+from streamwal.adaptors.pulsar.errors import translate
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.wal.backend import BackendMessage
+from streamwal.errors import ClosedError
 
 __all__ = ["PulsarScanner"]
 

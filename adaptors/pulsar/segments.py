@@ -23,7 +23,7 @@ between the edges and takes the ids from there if it holds the segment's payload
 order; later receipts wait for that read, because it also answers the interleaving
 guard's question. If the log holds anything else there (a missing message, another
 producer's), nothing after the first edge is acknowledged: those appends get
-:class:`~wal.errors.UnknownPositionError` (neither acknowledged nor retried) and the
+:class:`~streamwal.errors.UnknownPositionError` (neither acknowledged nor retried) and the
 owner stops writing, as when the guard sees another producer's entry. Edges with
 different outcomes (say, fenced in the middle) answer for themselves, and the middle
 gets the unknown position.
@@ -43,8 +43,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from adaptors.pulsar.message_id import PulsarMessageId
-from wal.backend import AppendCallback
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.wal.backend import AppendCallback
 
 __all__ = [
     "SEGMENT_BYTES",

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
-from tests.adaptors.conformance import BackendHarness, ConformanceSuite
+from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.adaptors.testing import BackendHarness, ConformanceSuite
 
 
 class TestMemoryBackend(ConformanceSuite):

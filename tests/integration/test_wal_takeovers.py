@@ -15,17 +15,17 @@ from collections.abc import Callable
 
 import pytest
 
-from adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
-from node.acks import Ack, digest
-from node.history_check import check_history
-from node.stack import StackInfo
-from node.verify import read_topic
-from tso import InProcessTSO, TsoConfig
-from wal.errors import ChannelFencedError
-from wal.initializing import open_read_only, open_wal
-from wal.message import ImmutableMessage, MessageType, MutableMessage
-from wal.scanner import Scanner
-from wal.wal import WAL
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
+from streamwal.tools.acks import Ack, digest
+from streamwal.tools.history_check import check_history
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.verify import read_topic
+from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.errors import ChannelFencedError
+from streamwal.wal.initializing import open_read_only, open_wal
+from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
+from streamwal.wal.scanner import Scanner
+from streamwal.wal.wal import WAL
 
 pytestmark = pytest.mark.integration
 

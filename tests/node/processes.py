@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from node.stack.process import port_in_use
+from streamwal.tools.stack.process import port_in_use
 
 __all__ = ["NodeProcess", "free_port", "serve_once"]
 
@@ -28,7 +28,7 @@ def free_port() -> int:
 def serve_once(config_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``streamwal serve --config config_path`` run to its end (a config it refuses)."""
     return subprocess.run(
-        [sys.executable, "-m", "node.cli", "serve", "--config", str(config_path)],
+        [sys.executable, "-m", "streamwal.node.cli", "serve", "--config", str(config_path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -61,7 +61,7 @@ class NodeProcess:
     async def start(self, env: dict[str, str] | None = None, timeout: float = 60.0) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "node.cli", "serve", "--config", str(self.config_path)],
+            [sys.executable, "-m", "streamwal.node.cli", "serve", "--config", str(self.config_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

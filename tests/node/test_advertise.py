@@ -13,12 +13,12 @@ from pathlib import Path
 import etcd3
 import pytest
 
-from node.acks import Ack, digest
-from node.client import NodeClient
-from node.stack import StackInfo
-from node.verify import verify_channel
+from streamwal.tools.acks import Ack, digest
+from streamwal.node.client import NodeClient
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.verify import verify_channel
 from tests.node.processes import NodeProcess, free_port
-from tso.store import LeaderRecord
+from streamwal.tso.store import LeaderRecord
 
 pytestmark = pytest.mark.integration
 

@@ -13,15 +13,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from node.acks import Ack, Failure, digest
-from node.client import NodeClient, write_outcome
-from node.outcome import OUTCOME_KEY
-from node.proto import streaming_pb2 as pb
-from node.stack import StackInfo
-from node.verify import verify_channel
+from streamwal.tools.acks import Ack, Failure, digest
+from streamwal.node.client import NodeClient, write_outcome
+from streamwal.node.outcome import OUTCOME_KEY
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.verify import verify_channel
 from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess
-from wal.errors import WriteOutcome
+from streamwal.errors import WriteOutcome
 
 pytestmark = pytest.mark.integration
 
@@ -275,8 +275,8 @@ _REPO = Path(__file__).resolve().parents[2]
 _STREAMING_CLIENT = """
 import asyncio, sys
 import grpc
-from node.proto import streaming_pb2 as pb
-from node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 
 async def main(address: str, channel: str) -> None:
     async with grpc.aio.insecure_channel(address) as raw:

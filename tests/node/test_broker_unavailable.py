@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from node.client import NodeClient
-from node.stack import StackInfo
+from streamwal.node.client import NodeClient
+from streamwal.tools.stack import StackInfo
 from tests.node.processes import NodeProcess, free_port
 
 pytestmark = pytest.mark.integration

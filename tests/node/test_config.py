@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from node.config import ConfigError, NodeConfig, load_config
+from streamwal.node.config import ConfigError, NodeConfig, load_config
 from tests.node.processes import serve_once
 
 
@@ -251,7 +251,7 @@ def test_environment_errors_are_named_too() -> None:
 
 
 def test_first_time_tick_attempts_bound_the_open() -> None:
-    from node.runtime import wal_config
+    from streamwal.node.runtime import wal_config
 
     unbounded = wal_config(load_config(environ={}))
     assert unbounded.first_time_tick_backoff.max_attempts is None
@@ -279,7 +279,7 @@ def test_secrets_never_show(tmp_path: Path) -> None:
 
 
 def test_etcd_credentials_and_tls_reach_the_tso(tmp_path: Path) -> None:
-    from node.runtime import tso_config
+    from streamwal.node.runtime import tso_config
 
     ca = tmp_path / "ca.pem"
     ca.write_text("not checked here")
@@ -296,7 +296,7 @@ def test_etcd_credentials_and_tls_reach_the_tso(tmp_path: Path) -> None:
 
 
 def test_tso_client_tls_from_file_and_environment(tmp_path: Path) -> None:
-    from node.runtime import client_tls
+    from streamwal.node.runtime import client_tls
 
     pem = {name: tmp_path / f"{name}.pem" for name in ("cert", "key", "ca")}
     for path in pem.values():

@@ -8,10 +8,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from node.acks import Ack, digest
-from node.client import NodeClient
-from node.stack import StackInfo
-from node.verify import verify_channel
+from streamwal.tools.acks import Ack, digest
+from streamwal.node.client import NodeClient
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.verify import verify_channel
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration
@@ -52,8 +52,8 @@ async def test_three_nodes_one_tso_channels_move(
                     acks[channel].append(Ack(a.message_id, a.time_tick, digest(payload)))
         # Both earlier owners of each channel were fenced when it moved away, and
         # neither has touched it since. A quiet WAL learns of its fence only when it
-        # next writes (node/channels.py), so each still holds the channel: its first
-        # refusal is FAILED_PRECONDITION, answered while node/servicer.py drops the
+        # next writes (streamwal/node/channels.py), so each still holds the channel: its first
+        # refusal is FAILED_PRECONDITION, answered while streamwal/node/servicer.py drops the
         # channel. NOT_FOUND is the documented answer only after that drop
         # (docs/deploy.md), so it is required on the second try and nowhere else.
         for i, channel in enumerate(channels):

@@ -13,13 +13,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from adaptors.pulsar import PulsarMessageId
-from node.acks import Ack, digest
-from node.client import Consumed, NodeClient, policy
-from node.proto import streaming_pb2 as pb
-from node.proto import streaming_pb2_grpc as pb_grpc
-from node.stack import StackInfo
-from node.verify import verify_channel
+from streamwal.adaptors.pulsar import PulsarMessageId
+from streamwal.tools.acks import Ack, digest
+from streamwal.node.client import Consumed, NodeClient, policy
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.verify import verify_channel
 from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess
 

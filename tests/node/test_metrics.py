@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from node.client import NodeClient, policy
-from node.stack import StackInfo
+from streamwal.node.client import NodeClient, policy
+from streamwal.tools.stack import StackInfo
 from tests.node.processes import NodeProcess, free_port
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from node.telemetry import span_exporter
+from streamwal.node.telemetry import span_exporter
 from tests.node.certs import TestCA
-from tso.tls import server_credentials
+from streamwal.tso.tls import server_credentials
 
 
 class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):

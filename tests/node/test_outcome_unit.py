@@ -12,13 +12,13 @@ import grpc
 import pytest
 from opentelemetry import context as otel_context
 
-from node.client import NodeClient, write_outcome
-from node.outcome import OUTCOME_KEY
-from node.proto import streaming_pb2 as pb
-from node.proto import streaming_pb2_grpc as pb_grpc
-from node.servicer import _append_error, status_of
-from node.telemetry import _quiet_foreign_detach
-from wal.errors import (
+from streamwal.node.client import NodeClient, write_outcome
+from streamwal.node.outcome import OUTCOME_KEY
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.servicer import _append_error, status_of
+from streamwal.node.telemetry import _quiet_foreign_detach
+from streamwal.errors import (
     ChannelFencedError,
     ChannelNotFoundError,
     OutcomeUnknownError,

@@ -16,11 +16,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from node.stack import Stack, StackInfo
-from node.stack.collector import CollectorService, collector_config_path
-from node.stack.jaeger import JaegerService
-from node.stack.paths import StackPaths
-from node.stack.telemetry_query import find_traces, span_tree_summary, spans_by_operation
+from streamwal.tools.stack import Stack, StackInfo
+from streamwal.tools.stack.collector import CollectorService, collector_config_path
+from streamwal.tools.stack.jaeger import JaegerService
+from streamwal.tools.stack.paths import StackPaths
+from streamwal.tools.stack.telemetry_query import find_traces, span_tree_summary, spans_by_operation
 
 pytestmark = pytest.mark.integration
 

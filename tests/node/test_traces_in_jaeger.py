@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from node.client import NodeClient
-from node.faultproxy import FaultProxy
-from node.stack import StackInfo
-from node.stack.telemetry_query import find_traces, span_summaries
+from streamwal.node.client import NodeClient
+from streamwal.tools.faultproxy import FaultProxy
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.telemetry_query import find_traces, span_summaries
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

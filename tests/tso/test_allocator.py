@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from tso.allocator import LocalAllocator, TimestampAllocator, TimestampSource
-from tso.timestamp import compose
-from wal.errors import (
+from streamwal.tso.allocator import LocalAllocator, TimestampAllocator, TimestampSource
+from streamwal.tso.timestamp import compose
+from streamwal.errors import (
     ClosedError,
     InvalidInputError,
     TimestampRegressionError,

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from node.cli import main
-from tso.timestamp import compose
+from streamwal.node.cli import main
+from streamwal.tso.timestamp import compose
 
 
 def test_parse_explains_a_timestamp(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.tso.etcd_proc import EtcdProcess, _etcd_binary
-from tso import InProcessTSO, TsoConfig
-from wal.errors import UnavailableError
+from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.errors import UnavailableError
 
 pytestmark = pytest.mark.integration
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tso.allocator import LocalAllocator
-from tso.config import TsoConfig
-from tso.oracle import TimestampOracle
-from tso.remote import RemoteSource
-from tso.service import TsoServer
-from wal.errors import NotLeaderError
+from streamwal.tso.allocator import LocalAllocator
+from streamwal.tso.config import TsoConfig
+from streamwal.tso.oracle import TimestampOracle
+from streamwal.tso.remote import RemoteSource
+from streamwal.tso.service import TsoServer
+from streamwal.errors import NotLeaderError
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ async def test_the_follower_takes_over_within_a_lease_and_above_the_old_leader(
         *[
             sys.executable,
             "-m",
-            "node.cli",
+            "streamwal.node.cli",
             "tso",
             "serve",
             "--etcd",

@@ -9,17 +9,17 @@ from typing import Any
 import etcd3
 import pytest
 
-from tso.allocator import LocalAllocator
-from tso.clock import ManualClock
-from tso.config import TsoConfig
-from tso.etcd_store import EtcdStore
-from tso.inprocess import InProcessTSO
-from tso.oracle import TimestampOracle
-from tso.remote import RemoteSource
-from tso.service import TsoServer
-from tso.store import LeaderRecord, decode_window
-from tso.timestamp import split
-from wal.errors import NotLeaderError, UnavailableError
+from streamwal.tso.allocator import LocalAllocator
+from streamwal.tso.clock import ManualClock
+from streamwal.tso.config import TsoConfig
+from streamwal.tso.etcd_store import EtcdStore
+from streamwal.tso.inprocess import InProcessTSO
+from streamwal.tso.oracle import TimestampOracle
+from streamwal.tso.remote import RemoteSource
+from streamwal.tso.service import TsoServer
+from streamwal.tso.store import LeaderRecord, decode_window
+from streamwal.tso.timestamp import split
+from streamwal.errors import NotLeaderError, UnavailableError
 
 pytestmark = pytest.mark.integration
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from tso.clock import ManualClock
-from tso.config import TsoConfig
-from tso.memory_store import MemoryStore
-from tso.oracle import TimestampOracle
-from tso.store import decode_window, encode_window
-from tso.timestamp import MAX_LOGICAL, split
-from wal.errors import (
+from streamwal.tso.clock import ManualClock
+from streamwal.tso.config import TsoConfig
+from streamwal.tso.memory_store import MemoryStore
+from streamwal.tso.oracle import TimestampOracle
+from streamwal.tso.store import decode_window, encode_window
+from streamwal.tso.timestamp import MAX_LOGICAL, split
+from streamwal.errors import (
     ClosedError,
     InvalidInputError,
     NotLeaderError,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tso.timestamp import (
+from streamwal.tso.timestamp import (
     LOGICAL_BITS,
     MAX_LOGICAL,
     HybridTimestamp,
@@ -16,7 +16,7 @@ from tso.timestamp import (
     physical_datetime,
     split,
 )
-from wal.errors import InvalidInputError
+from streamwal.errors import InvalidInputError
 
 _PHYSICAL = st.integers(min_value=0, max_value=(1 << (64 - LOGICAL_BITS)) - 1)
 _LOGICAL = st.integers(min_value=0, max_value=MAX_LOGICAL - 1)

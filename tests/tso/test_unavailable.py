@@ -10,9 +10,9 @@ import asyncio
 import pytest
 
 from tests.tso.etcd_proc import EtcdProcess
-from tso.config import TsoConfig
-from tso.inprocess import InProcessTSO
-from wal.errors import UnavailableError
+from streamwal.tso.config import TsoConfig
+from streamwal.tso.inprocess import InProcessTSO
+from streamwal.errors import UnavailableError
 
 pytestmark = pytest.mark.integration
 

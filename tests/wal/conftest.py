@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from adaptors.memory import MemoryLogStore
+from streamwal.adaptors.memory import MemoryLogStore
 from tests.wal.testkit import BatchAllocator, CounterTSO, OpenOwner, RecordingOpener, fast_config
-from wal import WAL, WALConfig, open_wal
+from streamwal.wal import WAL, WALConfig, open_wal
 
 
 @pytest.fixture(scope="session")

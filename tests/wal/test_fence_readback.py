@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from adaptors.memory.backend import MemoryMessageId
-from wal.backend import BackendMessage, DeliveryPolicy
-from wal.errors import WriteOutcome
-from wal.interceptors.timetick.readback import FenceReadback
-from wal.message_id import MessageId
+from streamwal.adaptors.memory.backend import MemoryMessageId
+from streamwal.wal.backend import BackendMessage, DeliveryPolicy
+from streamwal.errors import WriteOutcome
+from streamwal.wal.interceptors.timetick.readback import FenceReadback
+from streamwal.wal.message_id import MessageId
 
 OURS, THEIRS = 1, 2
 

@@ -3,7 +3,7 @@
 Round trips with Pulsar message ids of any value, and arbitrary entries (any payload,
 any properties, reserved keys with any value, values of the wrong type) that must
 either decode to a message that encodes back to the same entry or raise
-:class:`~wal.errors.DecodeError`, and nothing else.
+:class:`~streamwal.errors.DecodeError`, and nothing else.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from adaptors.pulsar import PulsarMessageId
-from wal.backend import BackendMessage
-from wal.errors import DecodeError
-from wal.message import MessageType, MutableMessage, decode, encode
-from wal.message.codec import (
+from streamwal.adaptors.pulsar import PulsarMessageId
+from streamwal.wal.backend import BackendMessage
+from streamwal.errors import DecodeError
+from streamwal.wal.message import MessageType, MutableMessage, decode, encode
+from streamwal.wal.message.codec import (
     KEY_LAST_CONFIRMED,
     KEY_SOURCE,
     KEY_TIME_TICK,

@@ -1,6 +1,6 @@
 """Property tests of message-id serialization (hypothesis): lossless round trips, an
 order that matches the log's, and arbitrary bytes or text that either parse or raise
-:class:`~wal.errors.DecodeError`, nothing else."""
+:class:`~streamwal.errors.DecodeError`, nothing else."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adaptors.memory import MemoryMessageId
-from adaptors.pulsar import PulsarMessageId
-from wal.errors import BackendMismatchError, DecodeError
+from streamwal.adaptors.memory import MemoryMessageId
+from streamwal.adaptors.pulsar import PulsarMessageId
+from streamwal.errors import BackendMismatchError, DecodeError
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)

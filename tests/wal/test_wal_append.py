@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from adaptors.memory import MemoryLogStore, MemoryMessageId
+from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from tests.wal.testkit import (
     BatchAllocator,
     CounterTSO,
@@ -19,8 +19,8 @@ from tests.wal.testkit import (
     log_messages,
     wait_until,
 )
-from wal import Backoff, MessageType, MutableMessage
-from wal.errors import ChannelFencedError, InvalidInputError, UnavailableError
+from streamwal.wal import Backoff, MessageType, MutableMessage
+from streamwal.errors import ChannelFencedError, InvalidInputError, UnavailableError
 
 
 def _insert(payload: bytes, vchannel: str = "v1") -> MutableMessage:

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from adaptors.memory import MemoryMessageId
-from wal import DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage, WriteAheadBuffer
-from wal.buffer import BufferCursor, BufferEntry
-from wal.errors import BufferSealedError, ClosedError, EvictedError, InvalidInputError
+from streamwal.adaptors.memory import MemoryMessageId
+from streamwal.wal import DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage, WriteAheadBuffer
+from streamwal.wal.buffer import BufferCursor, BufferEntry
+from streamwal.errors import BufferSealedError, ClosedError, EvictedError, InvalidInputError
 
 
 def _msg(time_tick: int, offset: int | None = None, payload: bytes = b"") -> ImmutableMessage:

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from adaptors.memory import MemoryBackendWAL, MemoryLogStore
+from streamwal.adaptors.memory import MemoryBackendWAL, MemoryLogStore
 from tests.wal.testkit import OpenOwner, RecordingOpener, fast_config, log_messages
-from wal import Backoff, DeliveryPolicy, MessageType, MutableMessage
-from wal.errors import ClosedError
+from streamwal.wal import Backoff, DeliveryPolicy, MessageType, MutableMessage
+from streamwal.errors import ClosedError
 
 
 def _insert(payload: bytes) -> MutableMessage:

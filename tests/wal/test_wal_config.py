@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from wal import Backoff, WALConfig
-from wal.errors import InvalidInputError
-from wal.interceptors import INTERCEPTOR_ORDER
-from wal.interceptors.timetick import TimeTickInterceptor
+from streamwal.wal import Backoff, WALConfig
+from streamwal.errors import InvalidInputError
+from streamwal.wal.interceptors import INTERCEPTOR_ORDER
+from streamwal.wal.interceptors.timetick import TimeTickInterceptor
 
 
 def test_defaults_match_the_milvus_streaming_node() -> None:

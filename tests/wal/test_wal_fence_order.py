@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from adaptors.memory import MemoryLogStore
+from streamwal.adaptors.memory import MemoryLogStore
 from tests.wal.testkit import (
     BatchAllocator,
     CounterTSO,
@@ -16,9 +16,9 @@ from tests.wal.testkit import (
     assert_strictly_increasing,
     log_messages,
 )
-from wal import WAL, AccessMode, MessageType, MutableMessage, encode
-from wal.backend import BackendWAL
-from wal.errors import ChannelFencedError
+from streamwal.wal import WAL, AccessMode, MessageType, MutableMessage, encode
+from streamwal.wal.backend import BackendWAL
+from streamwal.errors import ChannelFencedError
 
 
 async def _allocate_then_fence(

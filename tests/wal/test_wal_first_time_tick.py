@@ -12,11 +12,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from adaptors.memory import MemoryBackendWAL, MemoryLogStore
+from streamwal.adaptors.memory import MemoryBackendWAL, MemoryLogStore
 from tests.wal.testkit import BatchAllocator, RecordingOpener, fast_config, log_messages, wait_until
-from wal import AccessMode, Backoff, MessageType, open_wal, send_first_time_tick
-from wal.errors import ChannelFencedError, ClosedError, UnavailableError
-from wal.initializing import (
+from streamwal.wal import AccessMode, Backoff, MessageType, open_wal, send_first_time_tick
+from streamwal.errors import ChannelFencedError, ClosedError, UnavailableError
+from streamwal.wal.initializing import (
     ATTR_ATTEMPT,
     ATTR_ATTEMPTS,
     ATTR_BACKOFF_MS,
@@ -82,7 +82,7 @@ async def test_failed_attempts_are_retried_and_traced(
     assert [ATTR_MESSAGE_ID in a for a in attrs] == [False, False, False, True]
     for failed in attempts[:3]:
         assert failed.status.status_code is StatusCode.ERROR
-        assert _exception_types(failed) == ["wal.errors.UnavailableError"]
+        assert _exception_types(failed) == ["streamwal.errors.UnavailableError"]
     assert attempts[3].status.status_code is not StatusCode.ERROR
     assert _exception_types(attempts[3]) == []
 
@@ -118,8 +118,8 @@ async def test_a_tso_failure_is_retried_like_an_append_failure(
     attempts = _attempts(spans(), opened)
     assert len(attempts) == 3
     assert [_exception_types(s) for s in attempts] == [
-        ["wal.errors.UnavailableError"],
-        ["wal.errors.UnavailableError"],
+        ["streamwal.errors.UnavailableError"],
+        ["streamwal.errors.UnavailableError"],
         [],
     ]
     assert (opened.attributes or {})[ATTR_ATTEMPTS] == 3
@@ -143,7 +143,7 @@ async def test_a_fenced_owner_makes_exactly_one_attempt(
     (parent,) = [s for s in spans() if s.context.span_id == parent_span.get_span_context().span_id]
     attempts = _attempts(spans(), parent)
     assert len(attempts) == 1
-    assert _exception_types(attempts[0]) == ["wal.errors.ChannelFencedError"]
+    assert _exception_types(attempts[0]) == ["streamwal.errors.ChannelFencedError"]
     assert (parent.attributes or {})[ATTR_ATTEMPTS] == 1
     assert parent.status.status_code is StatusCode.ERROR
     assert allocator.allocated == []  # fenced before anything was allocated
@@ -183,11 +183,11 @@ async def test_open_logs_start_failures_and_success(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     store.faults.fail_appends = 2
-    caplog.set_level(logging.INFO, logger="wal.initializing")
+    caplog.set_level(logging.INFO, logger="streamwal.wal.initializing")
     wal = await open_wal(opener, channel, allocator, 1, fast_config())
     await wal.close()
 
-    records = [r for r in caplog.records if r.name == "wal.initializing"]
+    records = [r for r in caplog.records if r.name == "streamwal.wal.initializing"]
     assert [r.levelno for r in records] == [
         logging.INFO,
         logging.WARNING,
@@ -208,7 +208,7 @@ async def test_a_fenced_open_logs_an_error(
     await (await RecordingOpener(store).open(channel, AccessMode.READ_WRITE)).ensure_writable()
     with pytest.raises(ChannelFencedError):
         await send_first_time_tick(old, allocator, 1, Backoff(initial=0.001, maximum=0.001))
-    assert [r.levelno for r in caplog.records if r.name == "wal.initializing"][-1] == logging.ERROR
+    assert [r.levelno for r in caplog.records if r.name == "streamwal.wal.initializing"][-1] == logging.ERROR
 
 
 async def test_bounded_attempts_end_with_the_last_error(

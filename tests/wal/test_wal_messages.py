@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adaptors.memory import MemoryMessageId
-from wal.backend import BackendMessage
-from wal.errors import DecodeError, InvalidInputError
-from wal.message import ImmutableMessage, MessageType, MutableMessage, decode, encode
+from streamwal.adaptors.memory import MemoryMessageId
+from streamwal.wal.backend import BackendMessage
+from streamwal.errors import DecodeError, InvalidInputError
+from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, decode, encode
 
 
 def _persist(msg: MutableMessage, offset: int = 7) -> tuple[BackendMessage, ImmutableMessage]:

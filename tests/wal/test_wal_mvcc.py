@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from adaptors.memory import MemoryMessageId
+from streamwal.adaptors.memory import MemoryMessageId
 from tests.wal.testkit import OpenOwner, fast_config, wait_until
-from wal import ImmutableMessage, MessageType, MutableMessage, MVCCManager, VChannelMVCC
+from streamwal.wal import ImmutableMessage, MessageType, MutableMessage, MVCCManager, VChannelMVCC
 
 
 def _msg(

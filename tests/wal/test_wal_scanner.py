@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from adaptors.memory import MemoryLogStore, MemoryMessageId
+from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from tests.wal.testkit import (
     OpenOwner,
     ProxyBackend,
@@ -16,7 +16,7 @@ from tests.wal.testkit import (
     log_messages,
     wait_until,
 )
-from wal import (
+from streamwal.wal import (
     WAL,
     DeliveryPolicy,
     ImmutableMessage,
@@ -25,8 +25,8 @@ from wal import (
     Scanner,
     open_read_only,
 )
-from wal.backend import BackendMessage
-from wal.errors import ClosedError, InvalidInputError
+from streamwal.wal.backend import BackendMessage
+from streamwal.errors import ClosedError, InvalidInputError
 
 
 def _insert(payload: bytes, vchannel: str = "v1") -> MutableMessage:
@@ -123,7 +123,7 @@ async def test_evicted_readers_fall_back_to_the_backend_and_lose_nothing(
     open_owner: OpenOwner,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="wal.scanner")
+    caplog.set_level(logging.INFO, logger="streamwal.wal.scanner")
     wal = await open_owner(config=fast_config(buffer_capacity_bytes=600))
     await wal.append(_insert(b"0"))
     scanner = await wal.read(DeliveryPolicy.all())

@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
-from adaptors.memory import MemoryLogStore, MemoryOpener
+from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener
 from tests.wal.testkit import assert_strictly_increasing, log_messages
-from tso.allocator import LocalAllocator
-from wal import MessageType, MutableMessage
-from wal.initializing import open_wal
-from wal.interceptors.timetick.writer import _Gate
+from streamwal.tso.allocator import LocalAllocator
+from streamwal.wal import MessageType, MutableMessage
+from streamwal.wal.initializing import open_wal
+from streamwal.wal.interceptors.timetick.writer import _Gate
 
 
 class _SlowSource:

@@ -7,19 +7,19 @@ import itertools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
-from adaptors.memory import MemoryBackendWAL, MemoryLogStore, MemoryMessageId, MemoryOpener
-from wal.backend import (
+from streamwal.adaptors.memory import MemoryBackendWAL, MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.wal.backend import (
     AccessMode,
     AppendCallback,
     BackendMessage,
     BackendScanner,
     DeliveryPolicy,
 )
-from wal.config import Backoff, WALConfig
-from wal.errors import UnavailableError
-from wal.message import ImmutableMessage, decode
-from wal.message_id import MessageId
-from wal.wal import WAL
+from streamwal.wal.config import Backoff, WALConfig
+from streamwal.errors import UnavailableError
+from streamwal.wal.message import ImmutableMessage, decode
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.wal import WAL
 
 Hook = Callable[[], Awaitable[None]]
 OpenOwner = Callable[..., Coroutine[Any, Any, WAL]]

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from adaptors.pulsar.admin import PulsarAdmin
-from node.chaos.services import PrivatePulsar
-from node.stack import StackInfo
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.tools.chaos.services import PrivatePulsar
+from streamwal.tools.stack import StackInfo
 
 
 @pytest.fixture(scope="session")

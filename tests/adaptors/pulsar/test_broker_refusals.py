@@ -9,11 +9,11 @@ import urllib.request
 
 import pytest
 
-from adaptors.pulsar import PulsarConfig, PulsarOpener
-from node.stack import StackInfo
-from tests.adaptors.conformance import append_many, read_all, writable
-from wal.backend import DeliveryPolicy
-from wal.errors import ChannelFencedError, ClosedError, InvalidInputError
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.tools.stack import StackInfo
+from streamwal.adaptors.testing import append_many, read_all, writable
+from streamwal.wal.backend import DeliveryPolicy
+from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ import pulsar
 import pytest
 from pulsar.asyncio import PulsarException
 
-from adaptors.pulsar import PulsarConfig, PulsarOpener, verify_exclusive_access
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener, verify_exclusive_access
 from tests.wal.testkit import BatchAllocator, CounterTSO
-from wal.errors import ExclusivityNotEnforcedError
-from wal.initializing import open_wal
+from streamwal.errors import ExclusivityNotEnforcedError
+from streamwal.wal.initializing import open_wal
 
 _LAX_URL = "pulsar://lax:6650"
 

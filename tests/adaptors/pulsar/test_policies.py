@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from adaptors.pulsar import PolicyAction, PulsarConfig
-from adaptors.pulsar.admin import admin_url_for
-from adaptors.pulsar.policies import TopicState, enforce, inspect_topic
-from wal.errors import InvalidInputError, MisconfiguredError, UnsafeBrokerPolicyError
+from streamwal.adaptors.pulsar import PolicyAction, PulsarConfig
+from streamwal.adaptors.pulsar.admin import admin_url_for
+from streamwal.adaptors.pulsar.policies import TopicState, enforce, inspect_topic
+from streamwal.errors import InvalidInputError, MisconfiguredError, UnsafeBrokerPolicyError
 
 _TOPIC = "persistent://public/wal/ch-1"
 _NO_QUOTA = {"limit": -1, "limitSize": -1, "limitTime": -1, "policy": "producer_request_hold"}
@@ -87,7 +87,7 @@ async def test_enforce_refuses_warns_or_ignores(caplog: pytest.LogCaptureFixture
     assert "pulsar.on_no_deduplication: warn" in str(refused.value)
 
     caplog.clear()
-    caplog.set_level(logging.WARNING, logger="adaptors.pulsar.policies")
+    caplog.set_level(logging.WARNING, logger="streamwal.adaptors.pulsar.policies")
     enforce("ch-1", findings, unsafe=PolicyAction.WARN, no_deduplication=PolicyAction.IGNORE)
     assert [r.getMessage().rsplit("[", 1)[1] for r in caplog.records] == ["message-ttl]"]
 

@@ -12,18 +12,18 @@ from collections.abc import AsyncIterator
 import pulsar
 import pytest
 
-from adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarMessageId, PulsarOpener
-from adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES
-from node.stack import StackInfo
-from tests.adaptors.conformance import (
+from streamwal.adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarMessageId, PulsarOpener
+from streamwal.adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES
+from streamwal.tools.stack import StackInfo
+from streamwal.adaptors.testing import (
     BackendHarness,
     ConformanceSuite,
     append_many,
     read_all,
     writable,
 )
-from wal.backend import AccessMode, DeliveryPolicy
-from wal.errors import DecodeError, UnavailableError
+from streamwal.wal.backend import AccessMode, DeliveryPolicy
+from streamwal.errors import DecodeError, UnavailableError
 
 pytestmark = pytest.mark.integration
 
@@ -160,7 +160,7 @@ async def test_a_segment_cut_by_stalls_is_placed_by_reading_it_back(
     the middle, which is read back from the log; every id is still the one a reader
     of the topic sees."""
     channel = f"stalls-{unique}"
-    caplog.set_level(logging.INFO, logger="adaptors.pulsar.channel")
+    caplog.set_level(logging.INFO, logger="streamwal.adaptors.pulsar.channel")
     async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
         wal = await writable(opener, channel)
         appends = []

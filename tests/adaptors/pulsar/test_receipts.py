@@ -6,7 +6,7 @@ import asyncio
 import threading
 from typing import Any
 
-from adaptors.pulsar.receipts import ReceiptQueue
+from streamwal.adaptors.pulsar.receipts import ReceiptQueue
 
 
 async def test_receipts_from_threads_are_all_handled_in_order_with_fewer_wake_ups() -> None:

@@ -20,20 +20,20 @@ from typing import Any
 import _pulsar
 import pytest
 
-from adaptors.pulsar.channel import PulsarBackendWAL
-from adaptors.pulsar.config import PulsarConfig
-from adaptors.pulsar.message_id import PulsarMessageId
-from adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
-from adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES, batch_size, size_of
-from wal.backend import AccessMode
-from wal.errors import (
+from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
+from streamwal.adaptors.pulsar.config import PulsarConfig
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
+from streamwal.adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES, batch_size, size_of
+from streamwal.wal.backend import AccessMode
+from streamwal.errors import (
     ChannelFencedError,
     InvalidInputError,
     UnavailableError,
     UnknownPositionError,
     WriteOutcome,
 )
-from wal.message_id import MessageId
+from streamwal.wal.message_id import MessageId
 
 OK = _pulsar.Result.Ok
 Callback = Callable[[Any, Any], None] | None

@@ -16,17 +16,17 @@ from collections.abc import Callable
 import pulsar
 import pytest
 
-from adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
-from adaptors.pulsar.admin import PulsarAdmin
-from node.acks import Ack, digest
-from node.chaos.services import PrivatePulsar
-from node.stack import StackInfo
-from node.stack.pulsar import STOCK_INACTIVE_CHECK
-from node.verify import read_topic, verify_channel
-from tso import InProcessTSO, TsoConfig
-from wal.errors import UnsafeBrokerPolicyError
-from wal.initializing import open_read_only, open_wal
-from wal.message import MessageType, MutableMessage
+from streamwal.adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.tools.acks import Ack, digest
+from streamwal.tools.chaos.services import PrivatePulsar
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.pulsar import STOCK_INACTIVE_CHECK
+from streamwal.tools.verify import read_topic, verify_channel
+from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.errors import UnsafeBrokerPolicyError
+from streamwal.wal.initializing import open_read_only, open_wal
+from streamwal.wal.message import MessageType, MutableMessage
 
 pytestmark = pytest.mark.integration
 
@@ -154,7 +154,7 @@ async def test_a_policy_that_would_drop_the_backlog_is_refused_or_warned(
         entries = await read_topic(stock.url, _config(stock, ns).topic("refused"))
         assert entries == []
 
-        caplog.set_level(logging.WARNING, logger="adaptors.pulsar.policies")
+        caplog.set_level(logging.WARNING, logger="streamwal.adaptors.pulsar.policies")
         warn = _config(stock, ns, on_unsafe_policy=PolicyAction.WARN)
         async with PulsarOpener(warn) as opener:
             acks = await _append(opener, tso, "warned", 3)
@@ -218,7 +218,7 @@ async def test_the_deduplication_probe(
 
 async def test_the_probe_reads_a_resent_sequence_id(stock: PrivatePulsar) -> None:
     """The probe's own facts: without deduplication the broker writes both copies."""
-    from adaptors.pulsar.deduplication import deduplication_enforced
+    from streamwal.adaptors.pulsar.deduplication import deduplication_enforced
 
     client = pulsar.asyncio.Client(stock.url)
     try:

@@ -8,13 +8,13 @@ import contextlib
 import pulsar
 import pytest
 
-from adaptors.pulsar import PulsarConfig, PulsarOpener
-from adaptors.pulsar.scanner import to_backend_message
-from node.stack import StackInfo
-from tests.adaptors.conformance import writable
-from wal.backend import BackendMessage
-from wal.errors import ChannelFencedError
-from wal.message_id import MessageId
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar.scanner import to_backend_message
+from streamwal.tools.stack import StackInfo
+from streamwal.adaptors.testing import writable
+from streamwal.wal.backend import BackendMessage
+from streamwal.errors import ChannelFencedError
+from streamwal.wal.message_id import MessageId
 
 pytestmark = pytest.mark.integration
 

@@ -11,20 +11,20 @@ from collections.abc import Callable
 
 import pytest
 
-from adaptors.pulsar import PulsarConfig, PulsarOpener
-from adaptors.pulsar.admin import PulsarAdmin
-from node.acks import Ack, digest
-from node.chaos.services import PrivatePulsar
-from node.stack import StackInfo
-from node.verify import verify_channel
-from tso import InProcessTSO, TsoConfig
-from wal.backend import DeliveryPolicy
-from wal.config import WALConfig
-from wal.errors import QuotaExceededError, TruncatedError
-from wal.initializing import open_read_only, open_wal
-from wal.message import MessageType, MutableMessage
-from wal.message_id import MessageId
-from wal.wal import WAL
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.tools.acks import Ack, digest
+from streamwal.tools.chaos.services import PrivatePulsar
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.verify import verify_channel
+from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.wal.backend import DeliveryPolicy
+from streamwal.wal.config import WALConfig
+from streamwal.errors import QuotaExceededError, TruncatedError
+from streamwal.wal.initializing import open_read_only, open_wal
+from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.wal import WAL
 
 pytestmark = pytest.mark.integration
 
@@ -211,7 +211,7 @@ async def test_a_backlog_quota_names_itself_and_what_holds_the_backlog(
             await wal.close()
         assert failure is not None, "the quota never stopped the producer"
         assert "destination_storage (262144 bytes" in str(failure)
-        assert "'streamwal-wal'" in str(failure) and "wal.retention" in str(failure)
+        assert "'streamwal-wal'" in str(failure) and "streamwal.wal.retention" in str(failure)
 
         async with PulsarOpener(config) as opener:
             with pytest.raises(QuotaExceededError) as refused:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from node.stack.jaeger import JaegerService
-from node.stack.jaeger_release import (
+from streamwal.tools.stack.jaeger import JaegerService
+from streamwal.tools.stack.jaeger_release import (
     JAEGER_RELEASE,
     ChecksumMismatchError,
     ReleaseUnavailableError,
@@ -28,7 +28,7 @@ from node.stack.jaeger_release import (
     parse_checksums,
     release_binary,
 )
-from node.stack.paths import StackPaths
+from streamwal.tools.stack.paths import StackPaths
 
 PLATFORM = "linux-amd64"
 BINARY = b"#!/bin/sh\necho 'jaeger from the release'\n"

@@ -74,10 +74,10 @@ def open_trace(trace_id: str = "ab" * 16) -> dict[str, Any]:
                    "otel.status_code": "OK"}),
         span("a1", "wal.first_time_tick.attempt", 30, 1000, parent="o1",
              tags={"wal.attempt": 1, "wal.backoff_ms": 0.0, "wal.node_id": 2, **failed(error)},
-             exception=("wal.errors.UnavailableError", "broker unreachable")),
+             exception=("streamwal.errors.UnavailableError", "broker unreachable")),
         span("a2", "wal.first_time_tick.attempt", 1050, 1000, parent="o1",
              tags={"wal.attempt": 2, "wal.backoff_ms": 20.0, "wal.node_id": 2, **failed(error)},
-             exception=("wal.errors.UnavailableError", "broker unreachable")),
+             exception=("streamwal.errors.UnavailableError", "broker unreachable")),
     ]  # fmt: skip
     return {
         "traceID": trace_id,

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from node.client import NodeClient
-from node.faultproxy import FaultProxy
-from node.proto import streaming_pb2 as pb
-from node.stack import StackInfo
-from node.stack.telemetry_query import find_traces
+from streamwal.node.client import NodeClient
+from streamwal.tools.faultproxy import FaultProxy
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.telemetry_query import find_traces
 from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess, free_port
 
@@ -42,7 +42,7 @@ class Opens:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "node.cli", "trace", *args],
+        [sys.executable, "-m", "streamwal.node.cli", "trace", *args],
         capture_output=True,
         text=True,
         timeout=60,

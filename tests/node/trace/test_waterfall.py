@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from node.trace.cli import parse_since
-from node.trace.model import trace_view
-from node.trace.opens import opens_in, render_opens
-from node.trace.waterfall import render_waterfall
+from streamwal.node.trace.cli import parse_since
+from streamwal.node.trace.model import trace_view
+from streamwal.node.trace.opens import opens_in, render_opens
+from streamwal.node.trace.waterfall import render_waterfall
 from tests.node.trace.jaeger_json import failed, open_trace, span, tag
 
 BAR = "|========================|"

@@ -1,0 +1,376 @@
+"""A small asyncio client of the streaming node, used by the demo, tests and benchmarks.
+
+gRPC errors arrive as ``grpc.aio.AioRpcError``; :func:`status_of` gives their code so
+callers can act (NOT_FOUND: ask another node; FAILED_PRECONDITION: the channel moved),
+and :func:`~streamwal.node.outcome.write_outcome` says whether a failed append may be in the log.
+Only appends the node answered "not written" are retried (``retries``): an unknown
+outcome is the caller's to handle, since a retry could write the append twice.
+A node with ``node.tls`` needs ``tls`` here, with a client certificate when the node
+requires one (``node.tls.ca_file``); a refused handshake shows up as UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+import grpc
+from opentelemetry.instrumentation.grpc import aio_client_interceptors
+from opentelemetry.trace import TracerProvider
+
+from streamwal.node.outcome import OUTCOME_KEY, write_outcome
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.tso.tls import ClientTLS, open_channel
+from streamwal.errors import WriteOutcome
+
+__all__ = [
+    "Acked",
+    "AppendStream",
+    "Consumed",
+    "NodeClient",
+    "policy",
+    "status_of",
+    "write_outcome",
+]
+
+
+@dataclass(frozen=True)
+class Acked:
+    """An acknowledged append: what a client records to check the log later."""
+
+    message_id: bytes
+    message_id_text: str
+    time_tick: int
+
+
+@dataclass(frozen=True)
+class Consumed:
+    message_id: bytes
+    message_id_text: str
+    time_tick: int
+    type: str
+    payload: bytes
+    vchannel: str
+    properties: dict[str, str]
+    source_node_id: int
+
+
+def status_of(exc: BaseException) -> grpc.StatusCode | None:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.code()
+    return None
+
+
+def policy(
+    kind: str = "all", *, message_id: bytes | None = None, time_tick: int | None = None
+) -> pb.DeliveryPolicy:
+    """One of all, latest, start_from, start_after (message_id), start_from_time_tick."""
+    if kind == "all":
+        return pb.DeliveryPolicy(all=pb.Empty())
+    if kind == "latest":
+        return pb.DeliveryPolicy(latest=pb.Empty())
+    if kind == "start_from":
+        return pb.DeliveryPolicy(start_from=message_id or b"")
+    if kind == "start_after":
+        return pb.DeliveryPolicy(start_after=message_id or b"")
+    if kind == "start_from_time_tick":
+        return pb.DeliveryPolicy(start_from_time_tick=time_tick or 0)
+    raise ValueError(f"unknown delivery policy {kind!r}")
+
+
+class NodeClient:
+    """One channel to one node; ``async with NodeClient(address) as client``.
+
+    With ``tracing`` each call is a client span whose context travels to the node;
+    ``tracer_provider`` (default: the global one) records those spans, so a caller
+    with its own provider sees the whole path from its span to the node's.
+    ``retries``: how many times :meth:`produce` tries again an append the node
+    answered UNAVAILABLE and not written (backing off from 50 ms to 1 s).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        tls: ClientTLS | None = None,
+        timeout: float = 30.0,
+        tracing: bool = True,
+        tracer_provider: TracerProvider | None = None,
+        retries: int = 0,
+    ) -> None:
+        self.address = address
+        self._timeout = timeout
+        self._retries = retries
+        interceptors = (
+            aio_client_interceptors(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
+            if tracing
+            else []
+        )
+        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        self._channel = open_channel(address, tls, options=options, interceptors=interceptors)
+        self._stub = pb_grpc.StreamingNodeStub(self._channel)
+
+    async def __aenter__(self) -> NodeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        await self._channel.channel_ready()
+
+    async def assign(self, pchannel: str, timeout: float | None = None) -> pb.AssignChannelResponse:
+        return await self._stub.AssignChannel(  # type: ignore[no-any-return]
+            pb.AssignChannelRequest(pchannel=pchannel), timeout=timeout or self._timeout
+        )
+
+    async def remove(self, pchannel: str) -> None:
+        await self._stub.RemoveChannel(
+            pb.RemoveChannelRequest(pchannel=pchannel), timeout=self._timeout
+        )
+
+    async def list_channels(self) -> pb.ListChannelsResponse:
+        return await self._stub.ListChannels(  # type: ignore[no-any-return]
+            pb.ListChannelsRequest(), timeout=self._timeout
+        )
+
+    async def produce(
+        self,
+        pchannel: str,
+        payload: bytes,
+        *,
+        type: str = "insert",
+        vchannel: str = "",
+        properties: Mapping[str, str] | None = None,
+    ) -> Acked:
+        request = pb.ProduceRequest(
+            pchannel=pchannel,
+            message=pb.Message(
+                type=type, payload=payload, vchannel=vchannel, properties=properties or {}
+            ),
+        )
+        attempt = 0
+        while True:
+            try:
+                reply = await self._stub.Produce(request, timeout=self._timeout)
+            except grpc.aio.AioRpcError as exc:
+                if (
+                    attempt >= self._retries
+                    or exc.code() != grpc.StatusCode.UNAVAILABLE
+                    or write_outcome(exc) is not WriteOutcome.NOT_WRITTEN
+                ):
+                    raise
+                attempt += 1
+                await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
+                continue
+            return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+
+    async def produce_stream(
+        self, pchannel: str, payloads: Sequence[bytes], *, type: str = "insert"
+    ) -> list[Acked]:
+        async def requests() -> AsyncIterator[pb.ProduceRequest]:
+            for payload in payloads:
+                yield pb.ProduceRequest(
+                    pchannel=pchannel, message=pb.Message(type=type, payload=payload)
+                )
+
+        """Pipelined appends on one stream. The first failed append raises an
+        :class:`grpc.aio.AioRpcError` with the code a unary ``produce`` would have
+        got; appends before it are in the log."""
+        call = self._stub.ProduceStream(requests(), timeout=self._timeout)
+        acked: list[Acked] = []
+        try:
+            async for r in call:
+                if r.HasField("error"):
+                    raise _append_error(r.error, f"append {len(acked) + 1} of {len(payloads)}")
+                acked.append(Acked(r.message_id, r.message_id_text, r.time_tick))
+        finally:
+            call.cancel()
+        return acked
+
+    def open_stream(self, pchannel: str, *, type: str = "insert") -> AppendStream:
+        """A long-lived ``ProduceStream`` call taking one append at a time; see
+        :class:`AppendStream`. Needs a running event loop."""
+        return AppendStream(self._stub, pchannel, type=type, close_timeout=self._timeout)
+
+    async def consume(
+        self,
+        pchannel: str,
+        delivery: pb.DeliveryPolicy | None = None,
+        *,
+        vchannel: str = "",
+        limit: int | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[Consumed]:
+        call = self._stub.Consume(
+            pb.ConsumeRequest(pchannel=pchannel, policy=delivery or policy(), vchannel=vchannel),
+            timeout=timeout,
+        )
+        count = 0
+        try:
+            async for m in call:
+                yield Consumed(
+                    m.message_id,
+                    m.message_id_text,
+                    m.time_tick,
+                    m.type,
+                    m.payload,
+                    m.vchannel,
+                    dict(m.properties),
+                    m.source_node_id,
+                )
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+        finally:
+            call.cancel()
+
+    async def mvcc(self, pchannel: str, vchannel: str) -> pb.GetMVCCResponse:
+        return await self._stub.GetMVCC(  # type: ignore[no-any-return]
+            pb.GetMVCCRequest(pchannel=pchannel, vchannel=vchannel), timeout=self._timeout
+        )
+
+
+class AppendStream:
+    """Appends over one ``ProduceStream`` call, each awaited on its own.
+
+    ``produce_stream`` needs every payload up front; a caller that produces as it goes
+    (or times each append) keeps one stream open instead of paying a call per append.
+    Concurrent ``append`` calls pipeline: the node starts them in the order they were
+    made, which is their order in the log (except an append the node retries after a
+    transient backend error, which lands after the ones behind it), and answers in
+    that order. A failed append
+    raises the :class:`grpc.aio.AioRpcError` a unary ``produce`` would have and the
+    stream goes on; if the call itself ends, every unanswered append raises its error
+    (UNKNOWN when it ended without one: those appends may or may not be in the log).
+    ``async with client.open_stream(channel) as stream``, or :meth:`close` when done.
+    """
+
+    def __init__(
+        self,
+        stub: pb_grpc.StreamingNodeStub,
+        pchannel: str,
+        *,
+        type: str = "insert",
+        close_timeout: float = 30.0,
+    ) -> None:
+        self.pchannel = pchannel
+        self._type = type
+        self._close_timeout = close_timeout
+        self._requests: asyncio.Queue[pb.ProduceRequest | None] = asyncio.Queue()
+        self._waiting: deque[asyncio.Future[Acked]] = deque()
+        self._answered = 0
+        self._ended: grpc.aio.AioRpcError | None = None
+        self._closing = False
+        # no deadline: the stream lives as long as its owner wants it
+        self._call = stub.ProduceStream(self._send())
+        self._reader = asyncio.create_task(self._read())
+
+    async def __aenter__(self) -> AppendStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def append(self, payload: bytes) -> Acked:
+        if self._closing:
+            raise _rpc_error(
+                grpc.StatusCode.CANCELLED, "the stream is closed", WriteOutcome.NOT_WRITTEN
+            )
+        if self._ended is not None:
+            raise self._ended
+        waiter: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
+        # queued and awaited together, so the answers (in request order) match up
+        self._waiting.append(waiter)
+        self._requests.put_nowait(
+            pb.ProduceRequest(
+                pchannel=self.pchannel, message=pb.Message(type=self._type, payload=payload)
+            )
+        )
+        return await waiter
+
+    async def close(self) -> None:
+        """Ends the stream once the appends made so far are answered (or the timeout
+        passes, when they fail with CANCELLED)."""
+        if not self._closing:
+            self._closing = True
+            self._requests.put_nowait(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._reader), self._close_timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._call.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+
+    async def _send(self) -> AsyncIterator[pb.ProduceRequest]:
+        while (request := await self._requests.get()) is not None:
+            yield request
+
+    async def _read(self) -> None:
+        ended = _rpc_error(grpc.StatusCode.UNKNOWN, "the stream ended before this append's answer")
+        try:
+            async for r in self._call:
+                waiter = self._waiting.popleft()
+                self._answered += 1
+                if waiter.done():  # its caller was cancelled; the append still counts
+                    continue
+                if r.HasField("error"):
+                    waiter.set_exception(
+                        _append_error(r.error, f"append {self._answered} on the stream")
+                    )
+                else:
+                    waiter.set_result(Acked(r.message_id, r.message_id_text, r.time_tick))
+        except grpc.aio.AioRpcError as exc:
+            ended = exc
+        except asyncio.CancelledError:
+            ended = _rpc_error(grpc.StatusCode.CANCELLED, "the stream was closed")
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this task was cancelled, not only the call
+        finally:
+            self._ended = ended
+            while self._waiting:
+                waiter = self._waiting.popleft()
+                if not waiter.done():
+                    waiter.set_exception(ended)
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+_OUTCOMES = {pb.NOT_WRITTEN: WriteOutcome.NOT_WRITTEN, pb.OUTCOME_UNKNOWN: WriteOutcome.UNKNOWN}
+
+
+def _rpc_error(
+    code: grpc.StatusCode, details: str, outcome: WriteOutcome | None = None
+) -> grpc.aio.AioRpcError:
+    empty = grpc.aio.Metadata()
+    trailing = (
+        grpc.aio.Metadata() if outcome is None else grpc.aio.Metadata((OUTCOME_KEY, outcome.value))
+    )
+    return grpc.aio.AioRpcError(code, empty, trailing, details)
+
+
+def _append_error(error: pb.AppendError, which: str) -> grpc.aio.AioRpcError:
+    """An in-band error as the status a unary ``produce`` would have raised, with the
+    outcome where :func:`write_outcome` finds it (none from an older node: unknown)."""
+    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
+    return _rpc_error(code, f"{which}: {error.message}", _OUTCOMES.get(error.outcome))

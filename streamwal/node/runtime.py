@@ -1,0 +1,322 @@
+"""One streaming node: TSO access, the Pulsar opener, its channels and its gRPC server.
+
+Start order: TSO (in-process oracle campaigns, or a remote allocator), the backend
+opener, the gRPC server. Stop order (bounded at each step): health NOT_SERVING and
+stop accepting; let in-flight RPCs finish within the grace period; close every WAL
+(each waits for its in-flight appends); close the opener; close the TSO.
+
+In-process TSO on several nodes: each node campaigns; start-up waits until either
+this node serves or another one is known to lead. A node that does not lead takes
+its timestamps from the leader's TSO service (it asks its own service, whose
+not-leader answer names the leader, then ``tso.remote_addresses``), and takes over
+serving when it wins a later election. The oracle is served on ``node.listen``
+with the node's TLS settings; ``tso.tls`` says how this node dials it and its peers.
+The leader publishes :attr:`Node.address` (``node.advertise_address``, else the
+listen host with the bound port) in etcd: that is what the other candidates dial.
+
+Test only: when the environment variable ``STREAMWAL_TEST_CLOCK_FILE`` names a file,
+the in-process oracle reads its wall clock as the system clock plus the whole number
+of milliseconds in that file (re-read when the file changes), so fault tests can move
+one node's clock back while it runs. Never set it in production.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
+
+from streamwal.adaptors.pulsar import PolicyAction, PulsarAccessMode, PulsarConfig, PulsarOpener
+from streamwal.node.channels import ChannelManager
+from streamwal.node.config import ClientTLSFiles, NodeConfig
+from streamwal.node.health import HealthService
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.servicer import MalformedRequestInterceptor, StreamingNodeServicer
+from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
+from streamwal.tso import (
+    ClientTLS,
+    Clock,
+    LocalAllocator,
+    RemoteSource,
+    SystemClock,
+    TimestampOracle,
+    TsoConfig,
+    add_tso_servicer,
+)
+from streamwal.tso.tls import server_credentials
+from streamwal.wal.config import Backoff, WALConfig
+from streamwal.errors import ClosedError, NotLeaderError, UnavailableError
+
+__all__ = ["Node", "client_tls", "pulsar_config", "tso_config", "wal_config"]
+
+_log = logging.getLogger(__name__)
+
+SERVICE_NAME = "streamwal.v1.StreamingNode"
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+TEST_CLOCK_ENV = "STREAMWAL_TEST_CLOCK_FILE"
+
+
+def pulsar_config(config: NodeConfig) -> PulsarConfig:
+    p = config.pulsar
+    return PulsarConfig(
+        service_url=p.service_url,
+        tenant=p.tenant,
+        namespace=p.namespace,
+        access_mode=PulsarAccessMode(p.access_mode),
+        operation_timeout_s=p.operation_timeout_s,
+        admin_url=p.admin_url or None,
+        on_unsafe_policy=PolicyAction(p.on_unsafe_policy),
+        on_no_deduplication=PolicyAction(p.on_no_deduplication),
+        auth_token=p.auth_token,
+        tls_trust_certs_file=p.tls_trust_certs_file,
+        tls_allow_insecure=p.tls_allow_insecure,
+        tls_validate_hostname=p.tls_validate_hostname,
+        client_log_file=p.client_log_file or None,
+    )
+
+
+def tso_config(config: NodeConfig) -> TsoConfig:
+    t = config.tso
+    return TsoConfig(
+        etcd_endpoints=config.etcd.endpoints,
+        key_prefix=t.key_prefix,
+        lease_ttl_s=t.lease_ttl_s,
+        save_window_s=t.save_window_s,
+        update_interval_s=t.update_interval_ms / 1000,
+        batch_size=t.batch_size,
+        etcd_user=config.etcd.user,
+        etcd_password=config.etcd.password,
+        etcd_ca_file=config.etcd.tls.ca_file,
+        etcd_cert_file=config.etcd.tls.cert_file,
+        etcd_key_file=config.etcd.tls.key_file,
+    )
+
+
+def client_tls(files: ClientTLSFiles) -> ClientTLS | None:
+    """``None`` (plain text) unless a file is configured."""
+    if not files.enabled:
+        return None
+    return ClientTLS(
+        ca_file=files.ca_file,
+        cert_file=files.cert_file,
+        key_file=files.key_file,
+        server_name=files.server_name,
+    )
+
+
+def wal_config(config: NodeConfig) -> WALConfig:
+    w = config.wal
+    return WALConfig(
+        first_time_tick_backoff=Backoff(
+            initial=w.first_time_tick_initial_ms / 1000,
+            maximum=w.first_time_tick_max_ms / 1000,
+            multiplier=w.first_time_tick_multiplier,
+            max_attempts=w.first_time_tick_attempts or None,
+        ),
+        append_backoff=Backoff(
+            initial=w.append_retry_initial_ms / 1000,
+            maximum=w.append_retry_max_ms / 1000,
+            max_attempts=w.append_retry_attempts,
+        ),
+        time_tick_interval=w.time_tick_interval_ms / 1000,
+        buffer_capacity_bytes=w.buffer_capacity_bytes,
+        buffer_keepalive=w.buffer_keepalive_s,
+    )
+
+
+class _OffsetFileClock(SystemClock):
+    """The system clock shifted by the milliseconds written in a file (fault tests only)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._stamp: tuple[int, int] | None = None
+        self._offset_ms = 0
+
+    def wall_ms(self) -> int:
+        try:
+            stat = self._path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if stamp != self._stamp:
+                self._offset_ms = int(self._path.read_text().strip() or 0)
+                self._stamp = stamp
+        except (OSError, ValueError):
+            pass  # keep the last offset: a test clock never takes the node down
+        return time.time_ns() // 1_000_000 + self._offset_ms
+
+
+def _clock() -> Clock | None:
+    path = os.environ.get(TEST_CLOCK_ENV)
+    if not path:
+        return None
+    _log.warning("test clock: the TSO wall clock follows the offset in %s", path)
+    return _OffsetFileClock(Path(path))
+
+
+class _CandidateSource:
+    """Timestamps from this node's oracle while it leads, else from the leader's service."""
+
+    def __init__(self, oracle: TimestampOracle, remote: RemoteSource) -> None:
+        self._oracle = oracle
+        self._remote = remote
+
+    async def fetch(self, count: int) -> int:
+        if self._oracle.is_serving:
+            try:
+                return await self._oracle.generate(count)
+            except (NotLeaderError, UnavailableError):
+                pass  # leadership ended just now: ask whoever leads
+        return await self._remote.fetch(count)
+
+    async def close(self) -> None:
+        """Nothing to release: the node owns the oracle and the remote source."""
+
+
+class Node:
+    """``async with Node(config) as node``; ``node.port`` is the bound gRPC port."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self._oracle: TimestampOracle | None = None
+        self._candidate: _CandidateSource | None = None
+        self._remote: RemoteSource | None = None
+        self._opener: PulsarOpener | None = None
+        self._channels: ChannelManager | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health = HealthService()
+        self._port = 0
+        self._closed = False
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def address(self) -> str:
+        """Where other nodes and clients reach this node, as it advertises itself."""
+        if self.config.node.advertise_address:
+            return self.config.node.advertise_address
+        host = self.config.node.listen.rpartition(":")[0]
+        return f"{host}:{self._port}"
+
+    @property
+    def channels(self) -> ChannelManager:
+        if self._channels is None:
+            raise ClosedError("node not started")
+        return self._channels
+
+    @property
+    def oracle(self) -> TimestampOracle | None:
+        """The in-process oracle (``None`` in remote mode)."""
+        return self._oracle
+
+    def _allocator_factory(self) -> Callable[[], LocalAllocator]:
+        source = self._candidate if self._candidate is not None else self._remote
+        if source is None:
+            raise ClosedError("node not started")
+        batch = self.config.tso.batch_size
+        return lambda: LocalAllocator(source, batch)
+
+    async def start(self) -> None:
+        cfg = self.config
+        self._server = grpc.aio.server(
+            interceptors=[
+                # health probes are not traced: they would flood the traces, and the
+                # interceptor iterates every streaming handler, which breaks the
+                # health service's Watch (it writes with context.write)
+                aio_server_interceptor(  # type: ignore[no-untyped-call]
+                    filter_=filters.negate(filters.health_check())
+                ),
+                MalformedRequestInterceptor(),
+            ],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                # a client that vanished without closing its connection (host gone,
+                # link cut) is found out by an unanswered ping, and its streams end
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+            ],
+        )
+        self._port = self._bind(self._server)
+        try:
+            if cfg.tso.mode == "in-process":
+                await self._start_oracle(self._server)
+            else:
+                self._remote = RemoteSource(cfg.tso.remote_addresses, tls=client_tls(cfg.tso.tls))
+            self._opener = PulsarOpener(pulsar_config(cfg))
+            await self._opener.start()
+            self._channels = ChannelManager(
+                self._opener, self._allocator_factory(), cfg.node.id, wal_config(cfg)
+            )
+            pb_grpc.add_StreamingNodeServicer_to_server(
+                StreamingNodeServicer(self._channels, self._opener), self._server
+            )
+            health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+            await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+            await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+            await self._server.start()
+        except BaseException:
+            await self.close()
+            raise
+        _log.info(
+            "node %d serving on %s, advertised as %s (tso %s)",
+            cfg.node.id,
+            f"{cfg.node.listen.rpartition(':')[0]}:{self._port}",
+            self.address,
+            cfg.tso.mode,
+        )
+
+    async def _start_oracle(self, server: grpc.aio.Server) -> None:
+        """Campaign; wait until this node serves or another node is known to lead."""
+        oracle = self._oracle = TimestampOracle(
+            tso_config(self.config), address=self.address, clock=_clock()
+        )
+        add_tso_servicer(server, oracle, span_attributes={NODE_ID_ATTRIBUTE: self.config.node.id})
+        await oracle.start()
+        try:
+            await oracle.wait_serving(fail_if_follower=True)
+        except NotLeaderError as exc:
+            _log.info("TSO: %s leads; this node stands by as a candidate", exc.leader)
+        addresses = [self.address, *self.config.tso.remote_addresses]
+        self._remote = RemoteSource(addresses, tls=client_tls(self.config.tso.tls))
+        self._candidate = _CandidateSource(oracle, self._remote)
+
+    def _bind(self, server: grpc.aio.Server) -> int:
+        listen = self.config.node.listen
+        tls = self.config.node.tls
+        if tls.cert_file and tls.key_file:
+            creds = server_credentials(tls.cert_file, tls.key_file, tls.ca_file)
+            return int(server.add_secure_port(listen, creds))
+        return int(server.add_insecure_port(listen))
+
+    async def close(self, grace: float | None = None) -> None:
+        """Graceful stop; see the module docstring for the order. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        grace = self.config.node.shutdown_grace_s if grace is None else grace
+        await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+        if self._channels is not None:
+            await self._channels.close()
+        if self._opener is not None:
+            await self._opener.close()
+        if self._remote is not None:
+            await self._remote.close()
+        if self._oracle is not None:
+            await self._oracle.close()
+        _log.info("node %d stopped", self.config.node.id)
+
+    async def __aenter__(self) -> Node:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,70 @@
+"""``streamwal serve``: run one node until SIGTERM or SIGINT, then stop gracefully."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from streamwal.node.config import ConfigError, load_config
+from streamwal.node.runtime import Node
+from streamwal.node.telemetry import setup_telemetry
+from streamwal.errors import StreamwalError
+
+__all__ = ["register"]
+
+_log = logging.getLogger(__name__)
+
+
+def register(sub: Any) -> None:
+    serve = sub.add_parser("serve", help="run a streaming node")
+    serve.add_argument("--config", type=Path, help="node.yaml (default: the local stack)")
+    serve.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger().setLevel(config.telemetry.log_level.upper())
+    telemetry = setup_telemetry(config)
+    code = 1
+    try:
+        code = asyncio.run(_serve(config))
+    except BaseException:  # reported here: os._exit below would swallow it
+        traceback.print_exc()
+    finally:
+        telemetry.shutdown()
+        # Everything is closed and flushed by now. The Pulsar C++ client can abort
+        # (SIGABRT) while the interpreter tears its threads down, turning a clean
+        # stop into a crash code; leave without running those destructors.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+async def _serve(config: Any) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    node = Node(config)
+    try:
+        await node.start()
+    except (StreamwalError, OSError) as exc:
+        print(f"cannot start the node: {exc}", file=sys.stderr)
+        return 1
+    print(f"streamwal node {config.node.id} ready on {node.address}", flush=True)
+    await stop.wait()
+    _log.info("signal received: stopping gracefully")
+    await node.close()
+    return 0

@@ -1,0 +1,482 @@
+"""The ``StreamingNode`` gRPC service: requests in, WAL calls, typed status codes out.
+
+Errors map to codes a client can act on: channel not here → NOT_FOUND; fenced by
+another node → FAILED_PRECONDITION (and the channel is dropped from this node);
+bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting down
+→ UNAVAILABLE; an append that may be in the log → UNKNOWN. A failed append also
+carries its write outcome (not written, or unknown: ``streaming.proto``), in band on
+a stream and as trailing metadata of ``Produce``. Anything unexpected is logged and
+returned as INTERNAL, and the node keeps serving. Request bytes that are not the
+expected protobuf message get INVALID_ARGUMENT (:class:`MalformedRequestInterceptor`;
+gRPC alone answers UNKNOWN).
+
+Every handler tags its server span with the node id (``streamwal.node.id``): the
+span's resource cannot say which node served when one process hosts several.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn
+
+import grpc
+from opentelemetry import trace
+
+from streamwal.node.channels import ChannelManager
+from streamwal.node.outcome import OUTCOME_KEY
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
+from streamwal.wal.backend import BackendOpener, DeliveryPolicy
+from streamwal.errors import (
+    ChannelFencedError,
+    ChannelNotFoundError,
+    ClosedError,
+    InvalidInputError,
+    MisconfiguredError,
+    OutcomeUnknownError,
+    StreamwalError,
+    UnavailableError,
+    WriteOutcome,
+    outcome_of,
+    short_repr,
+)
+from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
+
+__all__ = [
+    "MalformedRequestInterceptor",
+    "StreamingNodeServicer",
+    "parse_message_type",
+    "status_of",
+]
+
+_log = logging.getLogger(__name__)
+
+# the names streaming.proto documents, and only those: a client that sends anything
+# else learns it now, not from a reader that finds another type than it meant
+_TYPES = {t.name.lower(): t for t in MessageType if not t.is_system}
+
+
+def parse_message_type(name: str) -> MessageType:
+    found = _TYPES.get(name)
+    if found is None:
+        known = ", ".join(sorted(_TYPES))
+        raise InvalidInputError(f"unknown message type {short_repr(name)} (one of: {known})")
+    return found
+
+
+_OUTCOMES = {
+    WriteOutcome.NOT_WRITTEN: pb.NOT_WRITTEN,
+    WriteOutcome.UNKNOWN: pb.OUTCOME_UNKNOWN,
+}
+# status details travel as metadata, which gRPC limits (8 KiB by default)
+_MAX_DETAILS = 1000
+
+
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status a client gets for ``exc``; unexpected errors are logged here."""
+    code, details = _status_of(exc)
+    if len(details) > _MAX_DETAILS:
+        details = details[:_MAX_DETAILS] + "..."
+    return code, details
+
+
+def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    if isinstance(exc, ChannelNotFoundError):
+        return grpc.StatusCode.NOT_FOUND, str(exc)
+    if isinstance(exc, ChannelFencedError):
+        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+    if isinstance(exc, InvalidInputError):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, MisconfiguredError):  # the node's set-up, not the request: no retry
+        return grpc.StatusCode.FAILED_PRECONDITION, f"node misconfigured: {exc}"
+    if isinstance(exc, ClosedError):
+        return grpc.StatusCode.UNAVAILABLE, f"node shutting down: {exc}"
+    if isinstance(exc, OutcomeUnknownError):  # not UNAVAILABLE: that one says "retry"
+        return grpc.StatusCode.UNKNOWN, f"outcome unknown, it may be in the log: {exc}"
+    if isinstance(exc, StreamwalError):
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    _log.error("unexpected error in a request", exc_info=exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
+    code, details = status_of(exc)
+    await context.abort(code, details)
+    raise AssertionError("context.abort returned")  # it always raises
+
+
+def _append_error(exc: BaseException) -> pb.ProduceResponse:
+    code, details = status_of(exc)
+    return pb.ProduceResponse(
+        error=pb.AppendError(
+            code=code.value[0], message=details, outcome=_OUTCOMES[outcome_of(exc)]
+        )
+    )
+
+
+# appends one produce stream holds at most (started, not yet answered)
+_STREAM_WINDOW = 256
+# the longest a streamed append waits for the WAL; longer than any bounded WAL path
+# (send timeout, append retries), so it only ends a wait that would not end
+_ANSWER_TIMEOUT_S = 120.0
+
+
+class _NoAnswer(OutcomeUnknownError):
+    """A streamed append the WAL did not answer in time; it is no longer waited for."""
+
+
+class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
+    def __init__(
+        self,
+        channels: ChannelManager,
+        opener: BackendOpener,
+        *,
+        answer_timeout: float = _ANSWER_TIMEOUT_S,
+    ) -> None:
+        self._channels = channels
+        self._opener = opener
+        self._answer_timeout = answer_timeout
+
+    def _tag_span(self) -> None:
+        """Name this node on the current (server) span; see the module docstring."""
+        trace.get_current_span().set_attribute(NODE_ID_ATTRIBUTE, self._channels.node_id)
+
+    # ---- produce --------------------------------------------------------------------
+    def _message(self, request: pb.ProduceRequest) -> MutableMessage:
+        if not request.HasField("message"):
+            raise InvalidInputError("a ProduceRequest needs a message")
+        m = request.message
+        return MutableMessage(
+            type=parse_message_type(m.type),
+            payload=bytes(m.payload),
+            vchannel=m.vchannel,
+            properties=dict(m.properties),
+        )
+
+    async def _append(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        wal = await self._channels.get(request.pchannel)
+        try:
+            result = await wal.append(self._message(request))
+        except ChannelFencedError:
+            await self._channels.report_fenced(request.pchannel)
+            raise
+        return pb.ProduceResponse(
+            message_id=result.message_id.to_bytes(),
+            message_id_text=str(result.message_id),
+            time_tick=result.time_tick,
+        )
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        self._tag_span()
+        try:
+            return await self._append(request)
+        except (StreamwalError, Exception) as exc:
+            code, details = status_of(exc)
+            outcome = outcome_of(exc).value
+            await context.abort(code, details, trailing_metadata=((OUTCOME_KEY, outcome),))
+            raise AssertionError("context.abort returned") from None
+
+    async def ProduceStream(
+        self,
+        requests: AsyncIterator[pb.ProduceRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ProduceResponse]:
+        """Appends are pipelined: each is started in arrival order, which is its place
+        in the log (the WAL's writer lets waiting appends through first come, first
+        served), and answered in that order. A failed append is answered in band
+        (``ProduceResponse.error``) and the stream goes on: ending the call while the
+        client still writes can surface in grpcio's asyncio client as INTERNAL instead
+        of the real code (grpc/grpc#36066).
+
+        Every frame read is answered before the call ends, and the call ends once the
+        input does: at most ``_STREAM_WINDOW`` appends are held per stream (no frame is
+        read while they are), and an append the WAL has not answered within
+        ``answer_timeout`` is answered UNKNOWN (it may still land). A malformed frame
+        ends the input (:func:`_checked_stream`): the frames before it are answered,
+        then the call ends with INVALID_ARGUMENT.
+        """
+        self._tag_span()
+        pending: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(
+            _STREAM_WINDOW
+        )
+
+        async def feed() -> None:
+            try:
+                async for request in requests:
+                    await pending.put(asyncio.ensure_future(self._append(request)))
+            finally:
+                # the queue may be full and nobody left to empty it (the call ended)
+                with contextlib.suppress(asyncio.QueueFull):
+                    pending.put_nowait(None)
+
+        feeder = asyncio.create_task(feed())
+        started: list[asyncio.Task[pb.ProduceResponse]] = []
+        try:
+            while True:
+                if not pending.empty():
+                    task = pending.get_nowait()
+                elif feeder.done():
+                    break  # it ended without its sentinel (the queue was full)
+                else:
+                    got = asyncio.ensure_future(pending.get())
+                    await asyncio.wait({got, feeder}, return_when=asyncio.FIRST_COMPLETED)
+                    if not got.done():
+                        got.cancel()
+                        continue
+                    task = got.result()
+                if task is None:
+                    break
+                started.append(task)
+                yield await self._answer(task)
+                started.pop()
+            await feeder  # the input failed: let gRPC end the call with that
+        finally:
+            feeder.cancel()
+            while not pending.empty():
+                queued = pending.get_nowait()
+                if queued is not None:
+                    started.append(queued)
+            for task in started:  # the client went away: its appends are not waited for
+                task.cancel()
+
+    async def _answer(self, task: asyncio.Task[pb.ProduceResponse]) -> pb.ProduceResponse:
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self._answer_timeout)
+        except TimeoutError:
+            task.cancel()
+            return _append_error(
+                _NoAnswer(f"the WAL did not answer within {self._answer_timeout:g}s")
+            )
+        except (StreamwalError, Exception) as exc:
+            return _append_error(exc)
+
+    # ---- consume --------------------------------------------------------------------
+    def _policy(self, request: pb.ConsumeRequest) -> DeliveryPolicy:
+        which = request.policy.WhichOneof("policy") if request.HasField("policy") else "all"
+        if which in (None, "all"):
+            return DeliveryPolicy.all()
+        if which == "latest":
+            return DeliveryPolicy.latest()
+        if which == "start_from_time_tick":
+            return DeliveryPolicy.start_from_time_tick(request.policy.start_from_time_tick)
+        raw = getattr(request.policy, which)
+        try:
+            message_id = self._opener.message_id_from_bytes(bytes(raw))
+        except StreamwalError as exc:
+            raise InvalidInputError(f"invalid message id in {which}: {exc}") from exc
+        if which == "start_from":
+            return DeliveryPolicy.start_from(message_id)
+        return DeliveryPolicy.start_after(message_id)
+
+    async def Consume(
+        self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.ConsumedMessage]:
+        self._tag_span()
+        try:
+            wal = await self._channels.get(request.pchannel)
+            scanner = await wal.read(self._policy(request), request.vchannel or None)
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        try:
+            async for msg in scanner:
+                yield _consumed(msg)
+        except ClosedError:
+            return  # the channel or the node closed: end the stream cleanly
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        finally:
+            await scanner.close()
+
+    # ---- channels ----------------------------------------------------------------------
+    async def AssignChannel(
+        self, request: pb.AssignChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AssignChannelResponse:
+        self._tag_span()
+        span_context = trace.get_current_span().get_span_context()
+        try:
+            opened = await self._channels.assign(request.pchannel)
+        except UnavailableError as exc:
+            # the open gave up (``wal.first_time_tick_attempts``): say which channel
+            # and that trying later may work, not only what the broker last said
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"opening channel {request.pchannel!r} gave up, retry later: {exc}",
+            )
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        wal = opened.wal
+        return pb.AssignChannelResponse(
+            pchannel=request.pchannel,
+            first_time_tick=wal.first_time_tick,
+            first_message_id=wal.first_message_id.to_bytes(),
+            first_message_id_text=str(wal.first_message_id),
+            attempts=wal.open_attempts,
+            trace_id=(format(span_context.trace_id, "032x") if span_context.is_valid else ""),
+        )
+
+    async def RemoveChannel(
+        self, request: pb.RemoveChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RemoveChannelResponse:
+        self._tag_span()
+        try:
+            await self._channels.remove(request.pchannel)
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        return pb.RemoveChannelResponse()
+
+    async def ListChannels(
+        self, request: pb.ListChannelsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListChannelsResponse:
+        self._tag_span()
+        for wal in self._channels.channels():
+            if wal.is_fenced:
+                await self._channels.report_fenced(wal.channel)
+        return pb.ListChannelsResponse(
+            channels=[
+                pb.ChannelInfo(
+                    pchannel=w.channel, first_time_tick=w.first_time_tick, fenced=w.is_fenced
+                )
+                for w in self._channels.channels()
+            ],
+            fenced=self._channels.take_fenced(),
+        )
+
+    async def GetMVCC(
+        self, request: pb.GetMVCCRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.GetMVCCResponse:
+        self._tag_span()
+        try:
+            wal = await self._channels.get(request.pchannel)
+            state = wal.mvcc.get(request.vchannel) if request.vchannel else wal.mvcc.pchannel
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        return pb.GetMVCCResponse(time_tick=state.time_tick, confirmed=state.confirmed)
+
+
+def _consumed(msg: ImmutableMessage) -> pb.ConsumedMessage:
+    return pb.ConsumedMessage(
+        message_id=msg.message_id.to_bytes(),
+        message_id_text=str(msg.message_id),
+        time_tick=msg.time_tick,
+        type=msg.type.wire_name,
+        payload=msg.payload,
+        vchannel=msg.vchannel,
+        properties=dict(msg.properties),
+        source_node_id=msg.source,
+        last_confirmed_id=msg.last_confirmed.to_bytes(),
+    )
+
+
+class _Malformed:
+    """Stands for request bytes that did not parse (the handler aborts on it)."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse_or_mark(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as exc:  # protobuf's DecodeError, or anything a parser raises
+            return _Malformed(f"malformed request: {type(exc).__name__}")
+
+    return parse_or_mark
+
+
+class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Answers INVALID_ARGUMENT to request bytes that are not the method's message.
+
+    gRPC reports a request that fails to deserialize as UNKNOWN, which a client cannot
+    act on; this parses leniently and lets the handler abort with a typed code.
+    """
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        changes: dict[str, Any] = {"request_deserializer": _lenient(handler.request_deserializer)}
+        if handler.unary_unary is not None:
+            changes["unary_unary"] = _checked_unary(handler.unary_unary)
+        if handler.unary_stream is not None:
+            changes["unary_stream"] = _checked_unary_stream(handler.unary_stream)
+        if handler.stream_stream is not None:
+            changes["stream_stream"] = _checked_stream(handler.stream_stream)
+        if handler.stream_unary is not None:
+            changes["stream_unary"] = _checked_stream(handler.stream_unary)
+        return handler._replace(**changes)
+
+
+async def _refuse(context: grpc.aio.ServicerContext[Any, Any], request: Any) -> None:
+    if isinstance(request, _Malformed):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.problem)
+
+
+def _checked_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await _refuse(context, request)
+        return await behavior(request, context)
+
+    return checked
+
+
+def _checked_unary_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """Keeps the handler's style: a generator yields its responses, a coroutine
+    (the health service's ``Watch``) writes them with ``context.write``."""
+    if not inspect.isasyncgenfunction(behavior):
+        return _checked_unary(behavior)
+
+    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await _refuse(context, request)
+        async for response in behavior(request, context):
+            yield response
+
+    return checked
+
+
+def _checked_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """A malformed frame ends the input the handler sees; once the handler has
+    answered everything before it, the call ends with INVALID_ARGUMENT. Aborting from
+    inside the input iterator instead would race the handler's answers (and could leave
+    a streaming handler waiting on a call that had ended)."""
+
+    def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        malformed: list[_Malformed] = []
+
+        async def parsed() -> AsyncIterator[Any]:
+            async for request in requests:
+                if isinstance(request, _Malformed):
+                    malformed.append(request)
+                    return
+                yield request
+
+        if inspect.isasyncgenfunction(behavior):
+
+            async def answers() -> AsyncIterator[Any]:
+                async for response in behavior(parsed(), context):
+                    yield response
+                if malformed:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
+
+            return answers()
+
+        async def answer() -> Any:
+            response = await behavior(parsed(), context)
+            if malformed:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
+            return response
+
+        return answer()
+
+    return checked

@@ -1,0 +1,94 @@
+"""``streamwal trace show TRACE_ID`` and ``streamwal trace opens``: traces from a shell.
+
+Both read Jaeger's query API (``--jaeger``, else ``$STREAMWAL_JAEGER_URL``, else the
+local stack's Jaeger) and print text for a person or, with ``--json``, the same data
+for tools. Exit status 1 with one ``error:`` line when Jaeger does not answer or
+does not hold the trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from typing import Any
+
+from streamwal.node.trace.jaeger import default_jaeger_url, fetch_trace
+from streamwal.node.trace.model import trace_view
+from streamwal.node.trace.opens import recent_opens, render_opens
+from streamwal.node.trace.waterfall import render_waterfall
+from streamwal.errors import StreamwalError
+
+__all__ = ["parse_since", "register"]
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_since(text: str) -> float:
+    """Seconds in ``90s``, ``15m``, ``1h``, ``2d`` (a bare number is seconds)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if match is None or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive duration like 90s, 15m, 1h: {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def register(sub: Any) -> None:
+    trace = sub.add_parser("trace", help="read traces from Jaeger in the terminal")
+    verbs = trace.add_subparsers(dest="verb", metavar="VERB", required=True)
+    show = verbs.add_parser(
+        "show", help="one trace as a waterfall (span tree, errors, WAL attributes)"
+    )
+    show.add_argument("trace_id", metavar="TRACE_ID")
+    opens = verbs.add_parser("opens", help="recent channel opens, slowest first")
+    opens.add_argument("--channel", help="only this channel's opens")
+    opens.add_argument(
+        "--since", type=parse_since, default=3600.0, help="how far back (90s, 15m, 1h; default 1h)"
+    )
+    opens.add_argument("--service", action="append", help="only these services (repeatable)")
+    opens.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    for parser in (show, opens):
+        parser.add_argument("--jaeger", help="Jaeger query URL (default: the local stack's)")
+        parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    show.set_defaults(func=_show)
+    opens.set_defaults(func=_opens)
+
+
+def _show(args: argparse.Namespace) -> int:
+    url = default_jaeger_url(args.jaeger)
+    try:
+        view = trace_view(asyncio.run(fetch_trace(url, args.trace_id)))
+    except StreamwalError as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps(view.to_json(), indent=2))
+    else:
+        print("\n".join(render_waterfall(view)))
+    return 0
+
+
+def _opens(args: argparse.Namespace) -> int:
+    url = default_jaeger_url(args.jaeger)
+    try:
+        found = asyncio.run(
+            recent_opens(
+                url,
+                channel=args.channel,
+                since_s=args.since,
+                services=args.service,
+                limit=max(args.limit, 1),
+            )
+        )
+    except StreamwalError as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps([o.to_json() for o in found], indent=2))
+    else:
+        print("\n".join(render_opens(found)))
+    return 0
+
+
+def _fail(exc: StreamwalError) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 1

@@ -1,0 +1,147 @@
+"""Node processes for fault scenarios: ``streamwal serve`` children that can be killed.
+
+Each node keeps its loopback port and its log across a kill and a restart, so clients
+and peers find it again where they knew it. Nothing here outlives :meth:`close`, nor
+(on Linux) the process that started it: a child is killed when its parent dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["NodeProcess", "die_with_parent", "free_port"]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def die_with_parent() -> list[str]:
+    """An argv prefix that has the child killed when this process dies.
+
+    ``setpriv --pdeathsig`` (util-linux) where it exists; otherwise nothing, and a child
+    outlives a parent that is killed before :meth:`NodeProcess.close`. (Not a
+    ``preexec_fn``: forking a process that runs gRPC and Pulsar client threads and
+    running Python in the child can hang it.)
+    """
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class NodeProcess:
+    """One ``streamwal serve`` child; ``address`` is its gRPC endpoint.
+
+    ``settings`` is the node's configuration (sections as in ``node.yaml``); ``env``
+    is added to the child's environment (e.g. the test clock file).
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        node_id: int,
+        settings: Mapping[str, Any],
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        base: dict[str, Any] = {
+            "node": {"id": node_id, "listen": self.address, "metrics_listen": ""}
+        }
+        self.config = _merge(base, settings)
+        self.config["node"]["listen"] = self.address
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = workdir / f"node-{node_id}.yaml"
+        self.config_path.write_text(yaml.safe_dump(self.config))
+        self.log_path = workdir / f"node-{node_id}.log"
+        self.env = dict(env or {})
+        self.starts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    async def start(self, timeout: float = 60.0) -> None:
+        """Start the node and wait until it serves; raises with the log's tail if it fails."""
+        if self.running:
+            return
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._proc = self._spawn()
+        self.starts += 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while b"ready on" not in self._log_bytes(offset):
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"node {self.node_id} exited:\n{self.log_text()[-3000:]}")
+            if loop.time() > deadline:
+                await self.kill()
+                raise TimeoutError(f"node {self.node_id} not ready:\n{self.log_text()[-3000:]}")
+            await asyncio.sleep(0.05)
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with open(self.log_path, "ab") as log:
+            serve = [sys.executable, "-m", "streamwal.node.cli", "serve", "--config", str(self.config_path)]
+            return subprocess.Popen(
+                [*die_with_parent(), *serve],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+            )
+
+    def _log_bytes(self, offset: int) -> bytes:
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            return log.read()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    async def terminate(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (graceful stop), SIGKILL if it does not exit within ``timeout``."""
+        try:
+            return await self._signal(signal.SIGTERM, timeout)
+        except TimeoutError:
+            return await self.kill()
+
+    async def kill(self) -> int | None:
+        """SIGKILL: the node dies at once, with appends in flight."""
+        return await self._signal(signal.SIGKILL, 10.0)
+
+    async def _signal(self, sig: int, timeout: float) -> int | None:
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        return await asyncio.wait_for(asyncio.to_thread(proc.wait), timeout)
+
+    async def close(self) -> None:
+        """Make sure the process is gone (graceful first); idempotent."""
+        if self.running:
+            await self.terminate(10.0)

@@ -1,0 +1,113 @@
+"""The fault scenarios ``streamwal chaos`` runs, with their round counts.
+
+``rounds`` is what the command runs by default (what ``docs/reliability.md`` reports);
+``quick_rounds`` is what the default test run uses; ``seconds_per_round`` bounds a
+run (with a fixed allowance for starting nodes and brokers) so it always ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from streamwal.tools.chaos.env import ChaosEnv
+from streamwal.tools.chaos.result import ScenarioResult
+from streamwal.tools.chaos.scenarios import (
+    broker,
+    clock,
+    etcd,
+    kill,
+    network,
+    stock,
+    takeover,
+    tso_leader,
+)
+
+__all__ = ["SCENARIOS", "Scenario"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    run: Callable[[ChaosEnv, int], Awaitable[ScenarioResult]]
+    rounds: int
+    quick_rounds: int
+    seconds_per_round: float
+    summary: str
+    base_seconds: float = 120.0
+    """Allowance for starting nodes and brokers, on top of the rounds."""
+
+    def time_limit(self, rounds: int) -> float:
+        return self.base_seconds + self.seconds_per_round * rounds
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "takeover-race",
+            takeover.run,
+            50,
+            10,
+            5.0,
+            "4 nodes take one channel over in random order while clients write",
+        ),
+        Scenario(
+            "kill-9-owner",
+            kill.run,
+            10,
+            2,
+            20.0,
+            "SIGKILL of the owning node during appends; another node takes over",
+        ),
+        Scenario(
+            "broker-restart",
+            broker.run,
+            3,
+            1,
+            120.0,
+            "private broker restarted during appends and during a first time tick",
+        ),
+        Scenario(
+            "etcd-restart",
+            etcd.run,
+            4,
+            1,
+            40.0,
+            "private etcd of the TSO killed for longer than the lease, then restarted",
+        ),
+        Scenario(
+            "tso-leader-kill",
+            tso_leader.run,
+            4,
+            1,
+            40.0,
+            "SIGKILL of the node whose in-process TSO leads; the other candidate leads",
+        ),
+        Scenario(
+            "clock-jump-back",
+            clock.run,
+            3,
+            1,
+            40.0,
+            "TSO leader's clock jumps back; a candidate with its clock behind takes over",
+        ),
+        Scenario(
+            "network-faults",
+            network.run,
+            14,
+            7,
+            40.0,
+            "latency, resets, refusals, blackholes on node-broker and node-etcd links",
+        ),
+        Scenario(
+            "stock-broker",
+            stock.run,
+            3,
+            1,
+            60.0,
+            "broker with Pulsar's default policies; the owner killed, the channel left "
+            "ownerless past the inactive-topic window, then reopened",
+        ),
+    )
+}

@@ -1,0 +1,167 @@
+"""Clients that produce to a channel through faults and record what was acknowledged.
+
+Each worker appends unique payloads one at a time to the node it believes owns the
+channel; on an error it moves to the next node (a fenced or unknown channel, an
+unreachable node) after a short pause, and never retries a payload: a failed append
+may still have been persisted, and the checker requires every acknowledged payload
+to be in the log exactly once. Successful answers become :class:`Ack` records, failed
+ones :class:`Failure` records with the outcome the answer gave (not written, or
+unknown), which the checker compares with the log. Status codes a fault explains
+(NOT_FOUND, FAILED_PRECONDITION, UNAVAILABLE, UNKNOWN for an outcome the node cannot
+tell, DEADLINE_EXCEEDED) are counted; any other code is kept as unexpected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections import Counter
+from collections.abc import Sequence
+
+import grpc
+
+from streamwal.tools.acks import Ack, Failure, digest
+from streamwal.node.outcome import write_outcome
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+
+__all__ = ["CHANNEL_OPTIONS", "EXPECTED_CODES", "Traffic"]
+
+CHANNEL_OPTIONS = [
+    # a connection of its own, retried quickly: a restarted node is found again at once
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+EXPECTED_CODES = frozenset(
+    {
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNKNOWN,
+    }
+)
+
+
+class Traffic:
+    """``workers`` producers of ``channel`` over the nodes at ``addresses``.
+
+    :meth:`start` launches them; :meth:`stop` asks them to finish their current append
+    and waits (bounded by the call timeout), then closes the clients. ``max_messages``
+    bounds the total number of appends attempted.
+    """
+
+    def __init__(
+        self,
+        channel: str,
+        addresses: Sequence[str],
+        *,
+        rng: random.Random,
+        workers: int = 2,
+        pause: float = 0.005,
+        call_timeout: float = 10.0,
+        max_messages: int = 200_000,
+    ) -> None:
+        self.channel = channel
+        self.addresses = list(addresses)
+        self.acks: list[Ack] = []
+        self.failures: list[Failure] = []
+        self.codes: Counter[str] = Counter()
+        self.unexpected: list[str] = []
+        self.attempts = 0
+        self.longest_stall = 0.0
+        """The longest time in seconds between two acknowledgements (a fault's reach)."""
+        self._last_ack_at: float | None = None
+        self._rng = rng
+        self._workers = workers
+        self._pause = pause
+        self._call_timeout = call_timeout
+        self._max = max_messages
+        self._targets = [0] * workers
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, pb_grpc.StreamingNodeStub] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stop = asyncio.Event()
+        self._acked = asyncio.Event()
+
+    def prefer(self, address: str) -> None:
+        """Send the next appends of every worker to ``address`` (a new owner)."""
+        index = self.addresses.index(address)
+        self._targets = [index] * self._workers
+
+    async def start(self) -> None:
+        for worker in range(self._workers):
+            self._tasks.append(asyncio.create_task(self._run(worker), name=f"traffic-{worker}"))
+
+    async def wait_for_acks(self, more: int, timeout: float) -> bool:
+        """Wait until ``more`` new acknowledgements arrived; ``False`` if not in time."""
+        target = len(self.acks) + more
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self.acks) < target:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            self._acked.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._acked.wait(), remaining)
+        return True
+
+    def _stub(self, address: str) -> pb_grpc.StreamingNodeStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+            stub = self._stubs[address] = pb_grpc.StreamingNodeStub(channel)
+        return stub
+
+    async def _run(self, worker: int) -> None:
+        seq = 0
+        failures = 0
+        while not self._stop.is_set() and self.attempts < self._max:
+            address = self.addresses[self._targets[worker] % len(self.addresses)]
+            payload = f"{self.channel}/w{worker}/{seq}".encode()
+            seq += 1
+            self.attempts += 1
+            request = pb.ProduceRequest(
+                pchannel=self.channel, message=pb.Message(type="insert", payload=payload)
+            )
+            try:
+                acked = await self._stub(address).Produce(request, timeout=self._call_timeout)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                self.codes[code.name] += 1
+                self.failures.append(Failure(digest(payload), write_outcome(exc).value))
+                if code not in EXPECTED_CODES:
+                    self.unexpected.append(f"{address}: {code.name} {exc.details()}")
+                self._targets[worker] += 1
+                failures += 1
+                await asyncio.sleep(min(0.2, 0.01 * failures) * self._rng.uniform(0.5, 1.5))
+                continue
+            failures = 0
+            now = asyncio.get_running_loop().time()
+            if self._last_ack_at is not None:
+                self.longest_stall = max(self.longest_stall, now - self._last_ack_at)
+            self._last_ack_at = now
+            self.acks.append(Ack(acked.message_id, acked.time_tick, digest(payload)))
+            self._acked.set()
+            if self._pause:
+                await asyncio.sleep(self._pause)
+
+    async def stop(self) -> None:
+        """Stop the workers (each finishes its append in flight) and close the clients."""
+        self._stop.set()
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=self._call_timeout + 5)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._tasks = []
+        channels, self._channels = self._channels, {}
+        self._stubs = {}
+        for channel in channels.values():
+            await channel.close()

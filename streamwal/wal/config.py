@@ -1,0 +1,114 @@
+"""The WAL's tunables, validated once at construction.
+
+Defaults follow the Milvus streaming node: first-time-tick retry 20 ms x2 up to 5 s,
+append retry 10 ms x2 up to 5 s, scanner retry 100 ms x2 up to 5 s, a time tick every
+200 ms, a 64 MiB write-ahead buffer whose entries live 30 s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from streamwal.errors import InvalidInputError
+
+__all__ = ["Backoff", "WALConfig"]
+
+
+def _positive(name: str, value: float) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise InvalidInputError(f"{name} must be a finite number, got {value!r}")
+    if value <= 0:
+        raise InvalidInputError(f"{name} must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """An exponential schedule: ``initial``, then x ``multiplier`` each time, capped at ``maximum``.
+
+    Seconds throughout. ``max_attempts`` bounds the attempts of a loop that uses it
+    (``None``: until success or cancellation).
+    """
+
+    initial: float
+    maximum: float
+    multiplier: float = 2.0
+    max_attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive("initial", self.initial)
+        _positive("maximum", self.maximum)
+        _positive("multiplier", self.multiplier)
+        if self.maximum < self.initial:
+            raise InvalidInputError(f"maximum ({self.maximum}) must be >= initial ({self.initial})")
+        if self.multiplier < 1:
+            raise InvalidInputError(f"multiplier must be >= 1, got {self.multiplier}")
+        if self.max_attempts is not None and (
+            not isinstance(self.max_attempts, int) or self.max_attempts < 1
+        ):
+            raise InvalidInputError(f"max_attempts must be >= 1 or None, got {self.max_attempts!r}")
+
+    def delays(self) -> Iterator[float]:
+        """The waits between attempts: initial, initial*m, ... capped at maximum, forever."""
+        delay = self.initial
+        while True:
+            yield delay
+            delay = min(delay * self.multiplier, self.maximum)
+
+
+@dataclass(frozen=True, slots=True)
+class WALConfig:
+    """Everything a WAL can be tuned with; every field is validated here.
+
+    - ``first_time_tick_backoff``: retries of the first time tick on open (unbounded by
+      default: the open ends on success, a fenced error, a broker that does not
+      enforce exclusivity, or cancellation).
+    - ``append_backoff``: retries of an append after a retriable error; bounded.
+    - ``scanner_backoff``: a scanner reopening the backend after a retriable error.
+    - ``time_tick_interval``: seconds between periodic time ticks.
+    - ``buffer_capacity_bytes`` / ``buffer_keepalive``: bounds of the write-ahead buffer.
+    - ``close_timeout``: how long ``close()`` waits for each step (in-flight appends,
+      the backend) before going on.
+    - ``retention``: seconds of log kept in any case; the owner truncates what is older
+      and also behind every registered consumer's checkpoint (:mod:`streamwal.wal.retention`).
+      ``None`` (default): never truncate.
+    - ``truncate_interval``: seconds between the owner's truncation rounds (which also
+      record each consumer's lag), when ``retention`` is set.
+    """
+
+    first_time_tick_backoff: Backoff = field(
+        default_factory=lambda: Backoff(initial=0.02, maximum=5.0)
+    )
+    append_backoff: Backoff = field(
+        default_factory=lambda: Backoff(initial=0.01, maximum=5.0, max_attempts=10)
+    )
+    scanner_backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.1, maximum=5.0))
+    time_tick_interval: float = 0.2
+    buffer_capacity_bytes: int = 64 * 1024 * 1024
+    buffer_keepalive: float = 30.0
+    close_timeout: float = 5.0
+    retention: float | None = None
+    truncate_interval: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("first_time_tick_backoff", "append_backoff", "scanner_backoff"):
+            if not isinstance(getattr(self, name), Backoff):
+                raise InvalidInputError(f"{name} must be a Backoff")
+        _positive("time_tick_interval", self.time_tick_interval)
+        _positive("buffer_keepalive", self.buffer_keepalive)
+        _positive("close_timeout", self.close_timeout)
+        _positive("truncate_interval", self.truncate_interval)
+        if self.retention is not None and (
+            not isinstance(self.retention, int | float)
+            or isinstance(self.retention, bool)
+            or not math.isfinite(self.retention)
+            or self.retention < 0
+        ):
+            raise InvalidInputError(
+                f"retention must be None or a number of seconds >= 0, got {self.retention!r}"
+            )
+        if not isinstance(self.buffer_capacity_bytes, int) or self.buffer_capacity_bytes < 1:
+            raise InvalidInputError(
+                f"buffer_capacity_bytes must be a positive int, got {self.buffer_capacity_bytes!r}"
+            )

@@ -1,0 +1,25 @@
+"""The WAL's interceptors; the chain order is declared in :mod:`streamwal.wal.interceptors.chain`."""
+
+from streamwal.wal.interceptors.base import (
+    AppendFunc,
+    AppendResult,
+    ChannelInfo,
+    Interceptor,
+    InterceptorBase,
+    InterceptorParams,
+    Sink,
+)
+from streamwal.wal.interceptors.chain import INTERCEPTOR_ORDER, InterceptorChain, InterceptorFactory
+
+__all__ = [
+    "INTERCEPTOR_ORDER",
+    "AppendFunc",
+    "AppendResult",
+    "ChannelInfo",
+    "Interceptor",
+    "InterceptorBase",
+    "InterceptorChain",
+    "InterceptorFactory",
+    "InterceptorParams",
+    "Sink",
+]

@@ -1,0 +1,125 @@
+"""What an interceptor is, and what it is built from.
+
+An interceptor takes part in the append path (:meth:`Interceptor.do_append`, wrapping
+the ones after it in the chain) and is told, synchronously and in log order, of every
+persisted message, every in-memory time tick, and the channel being fenced. The chain
+order is declared once, in :mod:`streamwal.wal.interceptors.chain`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from streamwal.wal.backend import BackendWAL
+from streamwal.wal.buffer import WriteAheadBuffer
+from streamwal.wal.config import WALConfig
+from streamwal.errors import ChannelFencedError
+from streamwal.wal.message import ImmutableMessage, MutableMessage
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.mvcc import MVCCManager
+from streamwal.wal.timestamps import TimestampAllocator
+
+if TYPE_CHECKING:
+    from streamwal.wal.wal import WAL
+
+__all__ = [
+    "AppendFunc",
+    "AppendResult",
+    "ChannelInfo",
+    "Interceptor",
+    "InterceptorBase",
+    "InterceptorParams",
+    "Sink",
+]
+
+
+class AppendResult(NamedTuple):
+    """Where a message was persisted and the time tick it was given."""
+
+    message_id: MessageId
+    time_tick: int
+
+
+AppendFunc = Callable[[MutableMessage], Awaitable[AppendResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelInfo:
+    """The channel a WAL serves and the node that owns it."""
+
+    name: str
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class InterceptorParams:
+    """Everything an interceptor may be built from (Milvus's ``InterceptorBuildParam``).
+
+    ``wal`` resolves to the WAL once it is ready, for interceptors that need it later.
+    """
+
+    channel: ChannelInfo
+    first_message: ImmutableMessage
+    buffer: WriteAheadBuffer
+    mvcc: MVCCManager
+    backend: BackendWAL
+    allocator: TimestampAllocator
+    config: WALConfig
+    wal: asyncio.Future[WAL]
+
+
+class Sink(Protocol):
+    """Where the persisting interceptor reports, in log order (the chain)."""
+
+    def publish(self, msg: ImmutableMessage) -> None: ...
+
+    def publish_time_tick(self, time_tick: int) -> None: ...
+
+    def fence(self, error: ChannelFencedError) -> None: ...
+
+
+class Interceptor(Protocol):
+    """One stage of the WAL. Hooks are synchronous and must not raise."""
+
+    async def start(self) -> None: ...
+
+    async def do_append(self, msg: MutableMessage, append: AppendFunc) -> AppendResult:
+        """Append ``msg``; ``append`` is the rest of the chain."""
+        ...
+
+    def on_persisted(self, msg: ImmutableMessage) -> None: ...
+
+    def on_time_tick(self, time_tick: int) -> None: ...
+
+    def on_fenced(self, error: ChannelFencedError) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class InterceptorBase:
+    """Does nothing at every hook; interceptors override what they need."""
+
+    def __init__(self, params: InterceptorParams, sink: Sink) -> None:
+        self.params = params
+        self.sink = sink
+
+    async def start(self) -> None:
+        return None
+
+    async def do_append(self, msg: MutableMessage, append: AppendFunc) -> AppendResult:
+        return await append(msg)
+
+    def on_persisted(self, msg: ImmutableMessage) -> None:
+        return None
+
+    def on_time_tick(self, time_tick: int) -> None:
+        return None
+
+    def on_fenced(self, error: ChannelFencedError) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,153 @@
+"""The time-tick interceptor: gives every message its time tick and persists it.
+
+It is the last interceptor of the chain: it allocates the time tick and hands the
+message to the backend in one critical section (:mod:`.writer`), publishes results in
+log order (:mod:`.sequencer`), and runs the periodic time tick (:mod:`.ticker`).
+
+Retries: an append that fails with a retriable error is tried again after a backoff
+(``WALConfig.append_backoff``, bounded), after ``ensure_writable()``, with a fresh time
+tick, so it never enters the log behind a message with a higher one. A fenced error
+fences the WAL for good; from then on every append fails fast with
+:class:`~streamwal.errors.ChannelFencedError`. An append the fence caught in flight is
+looked up in the log (:mod:`.readback`): acknowledged if it landed, answered not
+written if it provably did not, unknown otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+
+from streamwal.errors import ChannelFencedError, ClosedError, StreamwalError, WriteOutcome
+from streamwal.wal.interceptors.base import (
+    AppendFunc,
+    AppendResult,
+    InterceptorBase,
+    InterceptorParams,
+    Sink,
+)
+from streamwal.wal.interceptors.timetick.readback import FenceReadback
+from streamwal.wal.interceptors.timetick.sequencer import AckSequencer
+from streamwal.wal.interceptors.timetick.ticker import PeriodicTimeTicker
+from streamwal.wal.interceptors.timetick.writer import OrderedWriter
+from streamwal.wal.message import MutableMessage
+
+__all__ = ["TimeTickInterceptor"]
+
+_log = logging.getLogger(__name__)
+
+
+class TimeTickInterceptor(InterceptorBase):
+    """Persists messages; see the module docstring for ordering and retries."""
+
+    def __init__(self, params: InterceptorParams, sink: Sink) -> None:
+        super().__init__(params, sink)
+        self._channel = params.channel.name
+        self._backend = params.backend
+        self._sequencer = AckSequencer(
+            params.first_message, sink, self._channel, params.channel.node_id
+        )
+        self._writer = OrderedWriter(params, self._sequencer, self._check_usable)
+        self._ticker = PeriodicTimeTicker(
+            self._channel, self._writer, self._backend, sink, params.config.time_tick_interval
+        )
+        self._readback = FenceReadback(self._channel, self._backend, params.channel.node_id)
+        self._fenced: ChannelFencedError | None = None
+        self._closing = False
+        self._wake = asyncio.Event()  # set on fence or close: retry waits end early
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def start(self) -> None:
+        self._ticker.start()
+
+    def _check_usable(self) -> None:
+        if self._fenced is not None:
+            raise ChannelFencedError(self._channel, "this owner was fenced")
+        if self._closing:
+            raise ClosedError(f"WAL of channel {self._channel!r} is closing")
+
+    async def do_append(self, msg: MutableMessage, append: AppendFunc) -> AppendResult:
+        """Persist ``msg`` (``append`` is never called: this interceptor is the last)."""
+        self._active += 1
+        self._idle.clear()
+        attempt = 0
+        delays: Iterator[float] | None = None
+        try:
+            while True:
+                attempt += 1
+                self._check_usable()
+                try:
+                    if attempt > 1:
+                        await self._backend.ensure_writable()
+                    stamped = self._writer.write_now(msg)
+                    if stamped is None:
+                        stamped = await self._writer.write(msg)
+                    time_tick, future = stamped
+                    sent_after = self._sequencer.last_confirmed
+                    try:
+                        return AppendResult(await future, time_tick)
+                    except ChannelFencedError as exc:
+                        if exc.outcome is not WriteOutcome.UNKNOWN:
+                            raise
+                        self.sink.fence(exc)
+                        settled = await self._readback.settle(time_tick, sent_after)
+                        if isinstance(settled, WriteOutcome):
+                            if settled is WriteOutcome.NOT_WRITTEN:
+                                raise ChannelFencedError(exc.channel, exc.reason) from exc
+                            raise
+                        return AppendResult(settled, time_tick)
+                except ChannelFencedError as exc:
+                    self.sink.fence(exc)
+                    raise
+                except StreamwalError as exc:
+                    if not self._retry_after(exc, attempt):
+                        raise
+                    delays = delays or self.params.config.append_backoff.delays()
+                    delay = next(delays)
+                    _log.warning(
+                        "channel %s: append attempt %d failed (%r); retrying in %.0f ms",
+                        self._channel,
+                        attempt,
+                        exc,
+                        delay * 1000,
+                    )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), delay)
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+
+    def _retry_after(self, error: StreamwalError, attempt: int) -> bool:
+        max_attempts = self.params.config.append_backoff.max_attempts
+        if max_attempts is not None and attempt >= max_attempts:
+            return False
+        return error.retriable and not self._closing and self._fenced is None
+
+    def on_fenced(self, error: ChannelFencedError) -> None:
+        self._fenced = error
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Stop the ticker, refuse new attempts, wait (bounded) for appends in flight."""
+        if self._closing:
+            return
+        self._closing = True
+        self._wake.set()
+        await self._ticker.close()
+        await self._readback.close()
+        try:
+            async with asyncio.timeout(self.params.config.close_timeout):
+                await self._idle.wait()
+                await self._writer.drained()
+        except TimeoutError:
+            _log.warning(
+                "channel %s: %d appends still in flight after %.1f s; closing anyway",
+                self._channel,
+                self._active + self._writer.in_flight,
+                self.params.config.close_timeout,
+            )

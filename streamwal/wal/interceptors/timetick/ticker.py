@@ -1,0 +1,98 @@
+"""Periodic time ticks: readers' watermark advances even when nobody appends.
+
+Every interval a time tick is allocated through the ordered write path. Whether it
+is persisted is decided by one question: would a reader of the *log* miss it?
+
+- If a non-system message was enqueued since the last persisted time tick (the
+  channel is "dirty"), the tick is persisted after it. A reader of the backend (a
+  read-only WAL, a scanner that fell back, another node) then gets a watermark after
+  the data within one interval, not only at the next data message.
+- Otherwise the log already ends with a time tick and says nothing new: the tick is
+  only published in memory (write-ahead buffer and MVCC), for tailing readers. An
+  idle channel costs no broker traffic.
+
+A failed tick is not retried on its own: the next interval tries again (a failed
+persisted tick leaves the channel dirty). A fenced error fences the WAL and ends the
+loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from streamwal.wal.backend import BackendWAL
+from streamwal.errors import ChannelFencedError, ClosedError
+from streamwal.wal.interceptors.base import Sink
+from streamwal.wal.interceptors.timetick.writer import OrderedWriter
+
+__all__ = ["PeriodicTimeTicker"]
+
+_log = logging.getLogger(__name__)
+
+
+class PeriodicTimeTicker:
+    """Owns the loop task; ``start()`` once, ``close()`` cancels and awaits it."""
+
+    def __init__(
+        self,
+        channel: str,
+        writer: OrderedWriter,
+        backend: BackendWAL,
+        sink: Sink,
+        interval: float,
+    ) -> None:
+        self._channel = channel
+        self._writer = writer
+        self._backend = backend
+        self._sink = sink
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"wal-time-tick:{self._channel}")
+            self._task.add_done_callback(self._on_done)
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is None or task.done():
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            _log.error(
+                "channel %s: the time-tick loop died; watermarks stop advancing",
+                self._channel,
+                exc_info=task.exception(),
+            )
+
+    async def _run(self) -> None:
+        failing = False
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                if failing:
+                    await self._backend.ensure_writable()
+                future = await self._writer.tick()
+                if future is not None:
+                    try:
+                        await future
+                    except BaseException:
+                        self._writer.dirty = True  # the data still lacks a tick after it
+                        raise
+            except ChannelFencedError as exc:
+                self._sink.fence(exc)
+                return
+            except ClosedError:
+                return
+            except Exception as exc:
+                if not failing:
+                    _log.warning("channel %s: periodic time tick failed: %r", self._channel, exc)
+                failing = True
+                continue
+            if failing:
+                _log.info("channel %s: periodic time ticks recovered", self._channel)
+                failing = False

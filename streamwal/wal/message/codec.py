@@ -1,0 +1,158 @@
+"""The wire format: a message as the backend's (payload, string properties).
+
+``docs/wire-format.md`` is the specification; this module is its implementation.
+:func:`decode` raises :class:`~streamwal.errors.DecodeError` for anything that is not a valid
+streamwal message, and no other exception.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from streamwal.wal.backend import BackendMessage
+from streamwal.errors import DecodeError, InvalidInputError
+from streamwal.wal.message.message import MAX_TIME_TICK, RESERVED_PREFIX, ImmutableMessage, MutableMessage
+from streamwal.wal.message.message_type import MessageType
+from streamwal.wal.message_id import MessageId
+
+__all__ = [
+    "KEY_LAST_CONFIRMED",
+    "KEY_SOURCE",
+    "KEY_TIME_TICK",
+    "KEY_TYPE",
+    "KEY_VCHANNEL",
+    "KEY_VERSION",
+    "MessageIdDecoder",
+    "decode",
+    "encode",
+    "encode_stamped",
+]
+
+KEY_TYPE = "_t"
+KEY_VERSION = "_v"
+KEY_TIME_TICK = "_tt"
+KEY_LAST_CONFIRMED = "_lc"
+KEY_VCHANNEL = "_vc"
+KEY_SOURCE = "_src"
+
+MessageIdDecoder = Callable[[bytes], MessageId]
+"""A backend's ``message_id_from_bytes``."""
+
+_DECIMAL = re.compile(r"(?:0|[1-9][0-9]{0,19})")
+_HEX = re.compile(r"(?:[0-9a-f]{2})+")
+
+
+def encode(msg: MutableMessage) -> tuple[bytes, dict[str, str]]:
+    """The payload and properties to hand to the backend.
+
+    The message must be stamped (time tick and source); only a time tick may lack a
+    last-confirmed id (it then confirms itself). Raises
+    :class:`~streamwal.errors.InvalidInputError` otherwise.
+    """
+    if msg.time_tick is None or msg.source is None:
+        raise InvalidInputError("only a stamped message (time tick and source) can be encoded")
+    if msg.last_confirmed is None and msg.type is not MessageType.TIME_TICK:
+        raise InvalidInputError(f"a {msg.type} message needs a last-confirmed id")
+    return encode_stamped(msg, msg.time_tick, msg.last_confirmed, msg.source)
+
+
+def encode_stamped(
+    msg: MutableMessage, time_tick: int, last_confirmed: MessageId | None, source: int
+) -> tuple[bytes, dict[str, str]]:
+    """:func:`encode` with the stamps given apart (the append path: no copy of ``msg``)."""
+    properties = {
+        KEY_TYPE: msg.type.wire_name,
+        KEY_VERSION: str(msg.version),
+        KEY_TIME_TICK: str(time_tick),
+        KEY_SOURCE: str(source),
+    }
+    if msg.properties:  # user keys never start with "_": no clash with the ones above
+        properties.update(msg.properties)
+    if msg.vchannel:
+        properties[KEY_VCHANNEL] = msg.vchannel
+    if last_confirmed is not None:
+        properties[KEY_LAST_CONFIRMED] = last_confirmed.to_bytes().hex()
+    return msg.payload, properties
+
+
+def decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> ImmutableMessage:
+    """The streamwal message persisted as ``raw``; :class:`~streamwal.errors.DecodeError` if none."""
+    try:
+        return _decode(raw, message_id_from_bytes)
+    except DecodeError:
+        raise
+    except Exception as exc:  # whatever a foreign entry trips, it is reported as one kind
+        raise DecodeError(f"message {raw.message_id}: {exc!r}") from exc
+
+
+def _decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> ImmutableMessage:
+    props = raw.properties
+    if not isinstance(props, Mapping) or not isinstance(raw.payload, bytes | bytearray):
+        raise DecodeError(f"message {raw.message_id}: not a payload with string properties")
+    type_name = _required(raw, KEY_TYPE)
+    msg_type = MessageType.from_wire(type_name)
+    if msg_type is None:
+        raise DecodeError(f"message {raw.message_id}: unknown message type {type_name!r}")
+    version = _decimal(raw, KEY_VERSION)
+    if version < 1:
+        raise DecodeError(f"message {raw.message_id}: version must be >= 1, got {version}")
+    time_tick = _decimal(raw, KEY_TIME_TICK)
+    if time_tick > MAX_TIME_TICK:
+        raise DecodeError(f"message {raw.message_id}: time tick {time_tick} exceeds 2**64 - 1")
+    source = _decimal(raw, KEY_SOURCE)
+    vchannel = props.get(KEY_VCHANNEL, "")
+    if not isinstance(vchannel, str):
+        raise DecodeError(f"message {raw.message_id}: {KEY_VCHANNEL} is not a string")
+    last_confirmed = _last_confirmed(raw, msg_type, message_id_from_bytes)
+    user = {k: v for k, v in props.items() if not k.startswith(RESERVED_PREFIX)}
+    for key, value in user.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise DecodeError(f"message {raw.message_id}: property {key!r} is not a string")
+    return ImmutableMessage(
+        message_id=raw.message_id,
+        type=msg_type,
+        payload=bytes(raw.payload),
+        time_tick=time_tick,
+        last_confirmed=last_confirmed,
+        source=source,
+        vchannel=vchannel,
+        properties=user,
+        version=version,
+    )
+
+
+def _required(raw: BackendMessage, key: str) -> str:
+    value = raw.properties.get(key)
+    if value is None:
+        raise DecodeError(f"message {raw.message_id}: not a streamwal message (no {key!r})")
+    if not isinstance(value, str):
+        raise DecodeError(f"message {raw.message_id}: {key!r} is not a string")
+    return value
+
+
+def _decimal(raw: BackendMessage, key: str) -> int:
+    text = _required(raw, key)
+    if not _DECIMAL.fullmatch(text):
+        raise DecodeError(f"message {raw.message_id}: {key!r} is not a decimal integer: {text!r}")
+    return int(text)
+
+
+def _last_confirmed(
+    raw: BackendMessage, msg_type: MessageType, message_id_from_bytes: MessageIdDecoder
+) -> MessageId:
+    text = raw.properties.get(KEY_LAST_CONFIRMED)
+    if text is None:
+        if msg_type is not MessageType.TIME_TICK:
+            raise DecodeError(
+                f"message {raw.message_id}: a {msg_type} needs {KEY_LAST_CONFIRMED!r}"
+            )
+        return raw.message_id  # an owner's first time tick confirms itself
+    if not isinstance(text, str) or not _HEX.fullmatch(text):
+        raise DecodeError(
+            f"message {raw.message_id}: {KEY_LAST_CONFIRMED!r} is not lowercase hex: {text!r}"
+        )
+    message_id = message_id_from_bytes(bytes.fromhex(text))
+    if not isinstance(message_id, MessageId):
+        raise DecodeError(f"message {raw.message_id}: {KEY_LAST_CONFIRMED!r} is not a message id")
+    return message_id

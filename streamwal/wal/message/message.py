@@ -1,0 +1,215 @@
+"""Messages being built (:class:`MutableMessage`) and persisted (:class:`ImmutableMessage`).
+
+Both are immutable values; the ``with_*`` methods return changed copies, so a message
+can be shared between tasks and retried without one attempt leaking into another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+from streamwal.errors import InvalidInputError
+from streamwal.wal.message.message_type import MessageType
+from streamwal.wal.message_id import MessageId
+
+__all__ = ["MAX_TIME_TICK", "RESERVED_PREFIX", "ImmutableMessage", "MutableMessage"]
+
+RESERVED_PREFIX = "_"
+"""Property keys starting with this belong to the wire format, never to users."""
+
+MAX_TIME_TICK = 2**64 - 1
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_ENTRY_OVERHEAD = 64  # bytes counted per message beyond payload and properties
+
+
+def _frozen_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
+    if properties is _EMPTY:  # the usual case; skips an ABC isinstance check per message
+        return _EMPTY
+    if not isinstance(properties, Mapping):
+        raise InvalidInputError(f"properties must be a mapping, got {type(properties).__name__}")
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidInputError(f"property {key!r}: keys and values must be str")
+        if not key or key.startswith(RESERVED_PREFIX):
+            raise InvalidInputError(
+                f"property key {key!r} is reserved: user keys are non-empty and do not "
+                f"start with {RESERVED_PREFIX!r}"
+            )
+    return MappingProxyType(dict(properties)) if properties else _EMPTY
+
+
+def _check_time_tick(time_tick: int | None) -> None:
+    if time_tick is None:
+        return
+    if not isinstance(time_tick, int) or isinstance(time_tick, bool):
+        raise InvalidInputError(f"time tick must be an int, got {time_tick!r}")
+    if not 0 <= time_tick <= MAX_TIME_TICK:
+        raise InvalidInputError(f"time tick {time_tick} is outside [0, 2**64)")
+
+
+def _check_node_id(source: int | None) -> None:
+    if source is None:
+        return
+    if not isinstance(source, int) or isinstance(source, bool) or source < 0:
+        raise InvalidInputError(f"source node id must be an int >= 0, got {source!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MutableMessage:
+    """A message on its way into the log.
+
+    ``vchannel`` ``""`` means every vchannel of the channel. ``properties`` are the
+    user's (keys may not start with ``_``; :class:`~streamwal.errors.InvalidInputError`).
+    The time tick, last-confirmed id and source are stamped by the WAL.
+    """
+
+    type: MessageType
+    payload: bytes = b""
+    vchannel: str = ""
+    properties: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    version: int = 1
+    time_tick: int | None = None
+    last_confirmed: MessageId | None = None
+    source: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.type, MessageType):
+            raise InvalidInputError(f"type must be a MessageType, got {self.type!r}")
+        if not isinstance(self.payload, bytes):
+            if not isinstance(self.payload, bytearray | memoryview):
+                raise InvalidInputError(f"payload must be bytes, got {type(self.payload).__name__}")
+            object.__setattr__(self, "payload", bytes(self.payload))
+        if not isinstance(self.vchannel, str):
+            raise InvalidInputError(f"vchannel must be a str, got {self.vchannel!r}")
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            raise InvalidInputError(f"version must be an int >= 1, got {self.version!r}")
+        if self.last_confirmed is not None and not isinstance(self.last_confirmed, MessageId):
+            raise InvalidInputError(
+                f"last_confirmed must be a MessageId, got {self.last_confirmed!r}"
+            )
+        _check_time_tick(self.time_tick)
+        _check_node_id(self.source)
+        object.__setattr__(self, "properties", _frozen_properties(self.properties))
+
+    def with_time_tick(self, time_tick: int) -> MutableMessage:
+        _check_time_tick(time_tick)
+        return self._replace(time_tick=time_tick)
+
+    def with_last_confirmed(self, message_id: MessageId | None) -> MutableMessage:
+        if message_id is not None and not isinstance(message_id, MessageId):
+            raise InvalidInputError(f"last_confirmed must be a MessageId, got {message_id!r}")
+        return self._replace(last_confirmed=message_id)
+
+    def with_source(self, node_id: int) -> MutableMessage:
+        _check_node_id(node_id)
+        return self._replace(source=node_id)
+
+    def stamped(
+        self, time_tick: int, last_confirmed: MessageId | None, source: int
+    ) -> MutableMessage:
+        """All three WAL stamps at once (the append path's one copy)."""
+        _check_time_tick(time_tick)
+        _check_node_id(source)
+        return self._replace(time_tick=time_tick, last_confirmed=last_confirmed, source=source)
+
+    def _replace(self, **changes: Any) -> MutableMessage:
+        # Copy without re-validating the fields that did not change (the append hot path).
+        clone = object.__new__(MutableMessage)
+        for name in _MUTABLE_FIELDS:
+            object.__setattr__(
+                clone, name, changes[name] if name in changes else getattr(self, name)
+            )
+        return clone
+
+    def into_immutable(self, message_id: MessageId) -> ImmutableMessage:
+        """What this stamped message is once persisted at ``message_id``.
+
+        A time tick without a last-confirmed id confirms itself (the first time tick
+        of an owner); any other message must carry one.
+        """
+        if self.time_tick is None or self.source is None:
+            raise InvalidInputError("a message is persisted only with a time tick and a source")
+        if self.last_confirmed is None and self.type is not MessageType.TIME_TICK:
+            raise InvalidInputError(f"a {self.type} message needs a last-confirmed id")
+        return self.persisted_as(message_id, self.time_tick, self.last_confirmed, self.source)
+
+    def persisted_as(
+        self,
+        message_id: MessageId,
+        time_tick: int,
+        last_confirmed: MessageId | None,
+        source: int,
+    ) -> ImmutableMessage:
+        """This message persisted with these stamps (``last_confirmed=None``: itself).
+
+        No validation: for the WAL, which stamped it, and :meth:`into_immutable`. Built
+        through the slots directly: the dataclass ``__init__`` of a frozen class sets
+        each field through ``object.__setattr__`` and then runs ``__post_init__``, which
+        cost the append path (one per message) more than twice as much.
+        """
+        msg = _new_immutable(ImmutableMessage)
+        _set_message_id(msg, message_id)
+        _set_type(msg, self.type)
+        _set_payload(msg, self.payload)
+        _set_time_tick(msg, time_tick)
+        _set_last_confirmed(msg, message_id if last_confirmed is None else last_confirmed)
+        _set_source(msg, source)
+        _set_vchannel(msg, self.vchannel)
+        _set_properties(msg, self.properties)  # already frozen by MutableMessage
+        _set_version(msg, self.version)
+        return msg
+
+
+_MUTABLE_FIELDS = tuple(f.name for f in fields(MutableMessage))
+
+
+@dataclass(frozen=True, slots=True)
+class ImmutableMessage:
+    """A persisted message: every field is known, including its position in the log."""
+
+    message_id: MessageId
+    type: MessageType
+    payload: bytes
+    time_tick: int
+    last_confirmed: MessageId
+    source: int
+    vchannel: str = ""
+    properties: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    version: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.properties, MappingProxyType):
+            object.__setattr__(self, "properties", _frozen_properties(self.properties))
+
+    @property
+    def estimated_size(self) -> int:
+        """Bytes this message is accounted for in memory (payload, properties, overhead)."""
+        size = len(self.payload) + len(self.vchannel) + _ENTRY_OVERHEAD
+        if self.properties is _EMPTY:  # the usual case, once per appended message
+            return size
+        return size + sum(len(k) + len(v) for k, v in self.properties.items())
+
+    def applies_to(self, vchannel: str) -> bool:
+        """Whether a reader of ``vchannel`` should see this message."""
+        return not self.vchannel or self.vchannel == vchannel
+
+
+def _slot_setter(name: str) -> Callable[[ImmutableMessage, Any], None]:
+    setter: Callable[[ImmutableMessage, Any], None] = ImmutableMessage.__dict__[name].__set__
+    return setter
+
+
+_new_immutable = object.__new__
+_set_message_id = _slot_setter("message_id")
+_set_type = _slot_setter("type")
+_set_payload = _slot_setter("payload")
+_set_time_tick = _slot_setter("time_tick")
+_set_last_confirmed = _slot_setter("last_confirmed")
+_set_source = _slot_setter("source")
+_set_vchannel = _slot_setter("vchannel")
+_set_properties = _slot_setter("properties")
+_set_version = _slot_setter("version")

@@ -1,0 +1,57 @@
+"""Backend-neutral message ids: a total order with a lossless byte form.
+
+Each backend defines its own subclass; ids of different backends never compare.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from functools import total_ordering
+from typing import Any
+
+from streamwal.errors import BackendMismatchError
+
+__all__ = ["MessageId"]
+
+
+@total_ordering
+class MessageId(ABC):
+    """A position in one channel's log.
+
+    Subclasses provide :meth:`sort_key` (the log order), :meth:`to_bytes` (lossless,
+    what goes on the wire and in acknowledgement files) and ``__str__`` (short and
+    readable, for logs and traces).
+    """
+
+    __slots__ = ()
+
+    @abstractmethod
+    def sort_key(self) -> tuple[int, ...]:
+        """The tuple that orders ids like the log does."""
+
+    @abstractmethod
+    def to_bytes(self) -> bytes:
+        """A lossless serialization; the backend's ``message_id_from_bytes`` reverses it."""
+
+    def _check(self, other: object) -> MessageId:
+        if not isinstance(other, MessageId):
+            raise BackendMismatchError(f"cannot compare {type(self).__name__} with {other!r}")
+        if type(other) is not type(self):
+            raise BackendMismatchError(
+                f"cannot compare {type(self).__name__} with {type(other).__name__}"
+            )
+        return other
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MessageId) or type(other) is not type(self):
+            return NotImplemented
+        return self.sort_key() == other.sort_key()
+
+    def __lt__(self, other: Any) -> bool:
+        return self.sort_key() < self._check(other).sort_key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.sort_key()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self})"

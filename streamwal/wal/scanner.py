@@ -1,0 +1,270 @@
+"""Scanners: read a channel from a delivery policy, switching between backend and buffer.
+
+A scanner catches up from the backend. Once the last message it consumed has a time
+tick at or above the write-ahead buffer's ``floor``, the buffer holds everything after
+it, so the scanner switches to tailing the buffer (``read_after(last)``), with no broker
+round trip per message. If the buffer evicts what the scanner still needs, or is sealed
+(this owner was fenced), the scanner goes back to the backend right after the last
+message it consumed (``StartAfter``), and switches again when it can. Because the log's
+time ticks strictly increase, "after time tick T" and "after message id M" name the
+same position, so nothing is lost or repeated across a switch; as a last guard a
+message whose time tick is not above the last consumed one is never delivered.
+
+Only persisted messages are yielded; in-memory time ticks advance :attr:`Scanner.watermark`.
+Entries that do not decode are skipped, counted (:attr:`Scanner.skipped` and a metric) and
+logged. A retriable backend error reopens the backend after a backoff.
+
+One task iterates a scanner at a time; :meth:`Scanner.close` may be called from any
+task at any time, and the iterating task then gets :class:`~streamwal.errors.ClosedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+
+from opentelemetry import metrics
+
+from streamwal.wal.backend import BackendScanner, BackendWAL, DeliveryPolicy
+from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
+from streamwal.wal.config import Backoff
+from streamwal.errors import (
+    BufferSealedError,
+    ClosedError,
+    DecodeError,
+    EvictedError,
+    StreamwalError,
+)
+from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
+from streamwal.wal.metrics import record_scanner_lag
+
+__all__ = ["Scanner"]
+
+_log = logging.getLogger(__name__)
+_skipped = metrics.get_meter(__name__).create_counter(
+    "streamwal.wal.scanner.skipped",
+    unit="{message}",
+    description="Backend entries a scanner skipped (undecodable or out of order)",
+)
+
+SOURCE_BACKEND = "backend"
+SOURCE_BUFFER = "buffer"
+
+
+class Scanner:
+    """An async iterator of :class:`~streamwal.wal.message.ImmutableMessage`; see the module docstring.
+
+    ``vchannel``: only messages of that vchannel and those for every vchannel (``None``:
+    everything). ``watermark``: every message with a time tick at or below it has been
+    consumed. ``source``: ``"backend"`` or ``"buffer"``, where the scanner reads now.
+    """
+
+    def __init__(
+        self,
+        *,
+        channel: str,
+        backend: BackendWAL,
+        message_id_from_bytes: MessageIdDecoder,
+        policy: DeliveryPolicy,
+        vchannel: str | None = None,
+        buffer: WriteAheadBuffer | None = None,
+        backoff: Backoff,
+        on_close: Callable[[Scanner], None] | None = None,
+    ) -> None:
+        self.channel = channel
+        self.policy = policy
+        self.vchannel = vchannel
+        self.watermark = 0
+        self.skipped = 0
+        self.source = SOURCE_BACKEND
+        self._backend = backend
+        self._decode_id = message_id_from_bytes
+        self._buffer = buffer
+        self._backoff = backoff
+        self._on_close = on_close
+        self._min_time_tick = policy.time_tick
+        self._last_time_tick: int | None = None  # of the last consumed message
+        self._resume = policy  # where the backend continues after what was consumed
+        self._cursor: BufferCursor | None = None
+        self._backend_scanner: BackendScanner | None = None
+        self._delays: Iterator[float] = backoff.delays()
+        self._closed = False
+        self._close_event = asyncio.Event()
+
+    async def start(self) -> None:
+        """Open the first source; errors of the policy (unknown message id) raise here."""
+        policy = self.policy
+        if policy.kind == DeliveryPolicy.START_FROM_TIME_TICK:
+            self._resume = DeliveryPolicy.all()
+            if policy.time_tick is not None and policy.time_tick > 0:
+                self._try_buffer(policy.time_tick - 1)
+        elif policy.kind == DeliveryPolicy.LATEST and self._buffer is not None:
+            self._try_buffer(self._buffer.last_time_tick)
+        if self._cursor is None:
+            await self._open_backend()
+
+    def _try_buffer(self, after: int) -> None:
+        if self._buffer is None or self._buffer.sealed or after < self._buffer.floor:
+            return
+        self._cursor = self._buffer.read_after(after)
+        self._resume = self._cursor.start_policy
+        self._last_time_tick = after
+        self.watermark = max(self.watermark, after)
+        self.source = SOURCE_BUFFER
+
+    def __aiter__(self) -> Scanner:
+        return self
+
+    async def __anext__(self) -> ImmutableMessage:
+        while True:
+            self._check_open()
+            if self._cursor is not None:
+                msg = await self._next_from_buffer(self._cursor)
+            else:
+                msg = await self._next_from_backend()
+            if msg is None:
+                continue
+            deliver = self._consume(msg)
+            if self._cursor is None:
+                await self._maybe_switch_to_buffer()
+            if deliver:
+                record_scanner_lag(self.channel, msg.time_tick)
+                return msg
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"scanner of channel {self.channel!r} is closed")
+
+    async def _next_from_buffer(self, cursor: BufferCursor) -> ImmutableMessage | None:
+        try:
+            entry = await cursor.next()
+        except (EvictedError, BufferSealedError) as exc:
+            self._check_open()
+            _log.info("channel %s: scanner falls back to the backend: %s", self.channel, exc)
+            cursor.close()
+            self._cursor = None
+            await self._open_backend()
+            return None
+        except ClosedError:
+            self._check_open()
+            raise
+        if entry.message is None:
+            self.watermark = max(self.watermark, entry.time_tick)
+            return None
+        return entry.message
+
+    async def _next_from_backend(self) -> ImmutableMessage | None:
+        if self._backend_scanner is None:
+            await self._open_backend()
+        scanner = self._backend_scanner
+        if scanner is None:  # closed meanwhile
+            self._check_open()
+            return None
+        try:
+            raw = await scanner.__anext__()
+        except StreamwalError as exc:
+            self._check_open()
+            if not exc.retriable:
+                raise
+            delay = next(self._delays)
+            _log.warning(
+                "channel %s: backend read failed (%r); reopening in %.0f ms",
+                self.channel,
+                exc,
+                delay * 1000,
+            )
+            await self._close_backend_scanner()
+            await self._wait(delay)
+            return None
+        self._delays = self._backoff.delays()
+        try:
+            return decode(raw, self._decode_id)
+        except DecodeError as exc:
+            self._resume = DeliveryPolicy.start_after(raw.message_id)
+            self._skip("undecodable", f"skipped undecodable message: {exc}")
+            return None
+
+    def _consume(self, msg: ImmutableMessage) -> bool:
+        """Record ``msg`` as consumed; whether it is delivered."""
+        self._resume = DeliveryPolicy.start_after(msg.message_id)
+        if self._last_time_tick is not None and msg.time_tick <= self._last_time_tick:
+            self._skip(
+                "out_of_order",
+                f"skipped {msg.message_id}: time tick {msg.time_tick} is not above "
+                f"{self._last_time_tick}",
+            )
+            return False
+        self._last_time_tick = msg.time_tick
+        self.watermark = max(self.watermark, msg.time_tick)
+        if self._min_time_tick is not None and msg.time_tick < self._min_time_tick:
+            return False
+        return self.vchannel is None or msg.applies_to(self.vchannel)
+
+    def _skip(self, reason: str, text: str) -> None:
+        self.skipped += 1
+        _skipped.add(1, {"channel": self.channel, "reason": reason})
+        _log.warning("channel %s: %s", self.channel, text)
+
+    async def _maybe_switch_to_buffer(self) -> None:
+        buffer, last = self._buffer, self._last_time_tick
+        if buffer is None or buffer.sealed or last is None or last < buffer.floor:
+            return
+        self._cursor = buffer.read_after(last)
+        self.source = SOURCE_BUFFER
+        await self._close_backend_scanner()
+
+    async def _open_backend(self) -> None:
+        while True:
+            self._check_open()
+            try:
+                scanner = await self._backend.read(self._resume)
+            except StreamwalError as exc:
+                if not exc.retriable:
+                    raise
+                delay = next(self._delays)
+                _log.warning(
+                    "channel %s: opening a backend read at %s failed (%r); retrying in %.0f ms",
+                    self.channel,
+                    self._resume,
+                    exc,
+                    delay * 1000,
+                )
+                await self._wait(delay)
+                continue
+            if self._closed:
+                await _close_quietly(scanner)
+                self._check_open()
+            self._backend_scanner = scanner
+            self.source = SOURCE_BACKEND
+            return
+
+    async def _close_backend_scanner(self) -> None:
+        scanner, self._backend_scanner = self._backend_scanner, None
+        if scanner is not None:
+            await _close_quietly(scanner)
+
+    async def _wait(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._close_event.wait(), delay)
+        self._check_open()
+
+    async def close(self) -> None:
+        """Stop the scanner (idempotent); a task iterating it gets ``ClosedError``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close_event.set()
+        if self._cursor is not None:
+            self._cursor.close()
+        await self._close_backend_scanner()
+        if self._on_close is not None:
+            self._on_close(self)
+
+
+async def _close_quietly(scanner: BackendScanner) -> None:
+    try:
+        await scanner.close()
+    except Exception:
+        _log.exception("closing a backend scanner failed")

@@ -1,0 +1,119 @@
+"""The owner's truncation rounds: report each consumer's lag, then truncate.
+
+A round reads the channel's retention state (checkpoints, backlog, truncation point),
+records each registered consumer's lag, finds the retention boundary (the first entry
+published inside the window), and truncates before the older of that boundary and the
+slowest checkpoint (:func:`streamwal.wal.retention.truncation_target`). The loop runs every
+``WALConfig.truncate_interval`` while ``retention`` is set; a failed round is logged
+and the next one tries again (nothing is lost by truncating later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from streamwal.wal.backend import BackendWAL
+from streamwal.errors import InvalidInputError, StreamwalError
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.metrics import record_consumer_lag, record_truncation
+from streamwal.wal.retention import BackendRetention, RetentionState, truncation_target
+
+__all__ = ["Truncator", "retention_of"]
+
+_log = logging.getLogger(__name__)
+
+
+def retention_of(backend: BackendWAL, channel: str) -> BackendRetention:
+    """``backend`` as a :class:`BackendRetention`, or a clear refusal."""
+    if not isinstance(backend, BackendRetention):
+        raise InvalidInputError(
+            f"channel {channel!r}: its backend ({type(backend).__name__}) keeps no "
+            "checkpoints and cannot truncate"
+        )
+    return backend
+
+
+class Truncator:
+    """Owned by the WAL: ``start()`` once, ``close()`` cancels and awaits the loop."""
+
+    def __init__(
+        self,
+        channel: str,
+        backend: BackendWAL,
+        retention: float | None,
+        interval: float,
+        latest_time_tick: Callable[[], int | None],
+    ) -> None:
+        self._channel = channel
+        self._backend = backend
+        self._retention = retention
+        self._interval = interval
+        self._latest_time_tick = latest_time_tick
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._retention is None or not isinstance(self._backend, BackendRetention):
+            return
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.round()
+            except StreamwalError as exc:  # next round tries again
+                _log.warning("channel %s: truncation round failed: %s", self._channel, exc)
+
+    async def round(self, retention: float | None = None) -> MessageId | None:
+        """One round; returns the new truncation point, or ``None`` if it did not move."""
+        window = retention if retention is not None else self._retention
+        if window is None:
+            raise InvalidInputError(
+                f"channel {self._channel!r}: no retention window to truncate by "
+                "(WALConfig.retention)"
+            )
+        backend = retention_of(self._backend, self._channel)
+        state = await backend.retention_state()
+        self._record_lag(state)
+        boundary = await backend.position_at(int((time.time() - window) * 1000))
+        target = truncation_target(state, boundary)
+        if target is None:
+            return None
+        await backend.truncate(target)
+        record_truncation(self._channel)
+        slowest = state.slowest
+        _log.info(
+            "channel %s: truncated before %s (retention %gs%s)",
+            self._channel,
+            target,
+            window,
+            f", slowest consumer {slowest.checkpoint.consumer} at {slowest.checkpoint.message_id}"
+            if slowest is not None
+            else "",
+        )
+        return target
+
+    def _record_lag(self, state: RetentionState) -> None:
+        head = self._latest_time_tick()
+        if head is None:  # no owner's view of the head yet (an open that truncates)
+            return
+        for consumer in state.consumers:
+            record_consumer_lag(
+                self._channel,
+                consumer.checkpoint.consumer,
+                consumer.backlog_messages,
+                consumer.backlog_bytes,
+                head - consumer.checkpoint.time_tick,
+            )
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

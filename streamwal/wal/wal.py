@@ -1,0 +1,290 @@
+"""The WAL of one channel, as handed back by :func:`streamwal.wal.initializing.open_wal`.
+
+Lifecycle: built and started by ``open_wal`` (its constructor does no I/O);
+``close()`` is idempotent and, once it has started, every method raises
+:class:`~streamwal.errors.ClosedError`. Close order, each wait bounded by
+``WALConfig.close_timeout``: refuse new appends; stop the periodic time tick; wait for
+appends in flight; seal the write-ahead buffer; close the scanners; close the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import TracebackType
+
+from streamwal.wal.backend import BackendWAL, DeliveryPolicy
+from streamwal.wal.buffer import WriteAheadBuffer
+from streamwal.wal.config import WALConfig
+from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError, QuotaExceededError
+from streamwal.wal.interceptors import AppendResult, InterceptorChain, InterceptorParams
+from streamwal.wal.message import MessageIdDecoder, MutableMessage
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.metrics import record_append
+from streamwal.wal.mvcc import MVCCManager
+from streamwal.wal.retention import Checkpoint, QuotaExplainer, RetentionState
+from streamwal.wal.scanner import Scanner
+from streamwal.wal.truncation import Truncator, retention_of
+
+__all__ = ["WAL", "ReadOnlyWAL"]
+
+_log = logging.getLogger(__name__)
+
+
+class _Readable:
+    """What both WAL kinds share: scanners, and closing the backend."""
+
+    def __init__(
+        self,
+        channel: str,
+        backend: BackendWAL,
+        message_id_from_bytes: MessageIdDecoder,
+        config: WALConfig,
+        buffer: WriteAheadBuffer | None,
+    ) -> None:
+        self._channel = channel
+        self._backend = backend
+        self._decode_id = message_id_from_bytes
+        self._config = config
+        self._buffer = buffer
+        self._scanners: set[Scanner] = set()
+        self._closing = False
+        self._closed = asyncio.Event()
+
+    @property
+    def channel(self) -> str:
+        return self._channel
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise ClosedError(f"WAL of channel {self._channel!r} is closed")
+
+    async def read(
+        self, policy: DeliveryPolicy | None = None, vchannel: str | None = None
+    ) -> Scanner:
+        """A started scanner from ``policy`` (default: all), filtered to ``vchannel``.
+
+        Raises :class:`~streamwal.errors.InvalidInputError` for a policy the backend rejects
+        (an unknown message id), :class:`~streamwal.errors.TruncatedError` for a position
+        before the truncation point, ``ClosedError`` after close.
+        ``DeliveryPolicy.after_checkpoint(consumer)`` resumes after that consumer's
+        checkpoint (from the earliest kept entry if it has none).
+        """
+        self._check_open()
+        policy = policy if policy is not None else DeliveryPolicy.all()
+        if policy.kind == DeliveryPolicy.AFTER_CHECKPOINT:
+            assert policy.consumer is not None
+            checkpoint = (await self.retention()).checkpoint_of(policy.consumer)
+            policy = (
+                DeliveryPolicy.all()
+                if checkpoint is None
+                else DeliveryPolicy.start_after(checkpoint.message_id)
+            )
+        scanner = Scanner(
+            channel=self._channel,
+            backend=self._backend,
+            message_id_from_bytes=self._decode_id,
+            policy=policy,
+            vchannel=vchannel,
+            buffer=self._buffer,
+            backoff=self._config.scanner_backoff,
+            on_close=self._scanners.discard,
+        )
+        self._scanners.add(scanner)
+        try:
+            await scanner.start()
+        except BaseException:
+            await scanner.close()
+            raise
+        if self._closing:  # closed while starting
+            await scanner.close()
+            self._check_open()
+        return scanner
+
+    async def checkpoint(self, consumer: str, message_id: MessageId, time_tick: int) -> None:
+        """Record that ``consumer`` has persisted everything up to ``message_id``
+        (inclusive, at ``time_tick``). Durable, kept across changes of owner; from now
+        on the channel is not truncated past it. Any node may record it, owner or not.
+
+        Raises :class:`~streamwal.errors.TruncatedError` for a position already truncated,
+        :class:`~streamwal.errors.InvalidInputError` for a bad name or a backend that keeps
+        no checkpoints.
+        """
+        self._check_open()
+        checkpoint = Checkpoint(consumer, message_id, time_tick)
+        await retention_of(self._backend, self._channel).save_checkpoint(checkpoint)
+
+    async def remove_checkpoint(self, consumer: str) -> None:
+        """Unregister ``consumer``: it no longer holds truncation back."""
+        self._check_open()
+        await retention_of(self._backend, self._channel).remove_checkpoint(consumer)
+
+    async def retention(self) -> RetentionState:
+        """The truncation point, storage used, and each consumer's checkpoint and backlog."""
+        self._check_open()
+        return await retention_of(self._backend, self._channel).retention_state()
+
+    async def close(self) -> None:
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        try:
+            await self._close_writer()
+            for scanner in list(self._scanners):
+                await scanner.close()
+            try:
+                async with asyncio.timeout(self._config.close_timeout):
+                    await self._backend.close()
+            except TimeoutError:
+                _log.warning("channel %s: the backend did not close in time", self._channel)
+            except Exception:
+                _log.exception("channel %s: closing the backend failed", self._channel)
+        finally:
+            self._closed.set()
+
+    async def _close_writer(self) -> None:
+        return None
+
+    async def __aenter__(self) -> _Readable:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class WAL(_Readable):
+    """The owner's WAL: appends with time ticks, reads through the write-ahead buffer."""
+
+    def __init__(
+        self,
+        params: InterceptorParams,
+        message_id_from_bytes: MessageIdDecoder,
+        open_attempts: int = 1,
+    ) -> None:
+        super().__init__(
+            params.channel.name,
+            params.backend,
+            message_id_from_bytes,
+            params.config,
+            params.buffer,
+        )
+        self.params = params
+        """What the interceptors were built from (buffer, MVCC, channel info, ...)."""
+        self._chain = InterceptorChain(params)
+        self._started = False
+        self._open_attempts = open_attempts
+        self._truncator = Truncator(
+            params.channel.name,
+            params.backend,
+            params.config.retention,
+            params.config.truncate_interval,
+            lambda: self.params.mvcc.pchannel.time_tick,
+        )
+
+    @property
+    def node_id(self) -> int:
+        return self.params.channel.node_id
+
+    @property
+    def first_time_tick(self) -> int:
+        """The time tick this owner opened the channel with."""
+        return self.params.first_message.time_tick
+
+    @property
+    def first_message_id(self) -> MessageId:
+        return self.params.first_message.message_id
+
+    @property
+    def open_attempts(self) -> int:
+        """How many attempts the first time tick took."""
+        return self._open_attempts
+
+    @property
+    def is_fenced(self) -> bool:
+        """True once another owner took the channel; appends fail, reads go on."""
+        return self._chain.fenced is not None
+
+    @property
+    def mvcc(self) -> MVCCManager:
+        return self.params.mvcc
+
+    @property
+    def buffer(self) -> WriteAheadBuffer:
+        return self.params.buffer
+
+    async def start(self) -> None:
+        """Start the interceptors (the periodic time tick); once, by ``open_wal``."""
+        self._check_open()
+        if not self._started:
+            self._started = True
+            await self._chain.start()
+            self._truncator.start()
+
+    async def truncate(self, retention: float | None = None) -> MessageId | None:
+        """Truncate now: before the slowest registered consumer's checkpoint and the
+        retention window (``retention`` seconds, default ``WALConfig.retention``),
+        whichever is older. Returns the new truncation point, ``None`` if it did not
+        move. Also records each consumer's lag. Owner only; the periodic rounds do the
+        same while ``WALConfig.retention`` is set.
+        """
+        self._check_open()
+        return await self._truncator.round(retention)
+
+    async def append(self, msg: MutableMessage) -> AppendResult:
+        """Persist ``msg`` with a fresh time tick; concurrent calls are pipelined.
+
+        Raises :class:`~streamwal.errors.ChannelFencedError` (now and for good) once another
+        owner took the channel, :class:`~streamwal.errors.InvalidInputError` for a system
+        message or an oversized one, :class:`~streamwal.errors.UnavailableError` once the
+        retries (``WALConfig.append_backoff``) are spent, ``ClosedError`` after close.
+        Cancelling the caller does not cancel an entry already handed to the backend.
+        """
+        self._check_open()
+        fenced = self._chain.fenced
+        if fenced is not None:
+            raise ChannelFencedError(self._channel, f"this owner was fenced: {fenced.reason}")
+        if not isinstance(msg, MutableMessage):
+            raise InvalidInputError(f"append takes a MutableMessage, got {type(msg).__name__}")
+        if msg.type.is_system:
+            raise InvalidInputError(f"{msg.type} messages are written by the WAL itself")
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = await self._chain.append(msg)
+            outcome = "ok"
+            return result
+        except ChannelFencedError:
+            outcome = "fenced"
+            raise
+        except QuotaExceededError as exc:
+            if isinstance(self._backend, QuotaExplainer):
+                raise await self._backend.explain_quota(exc) from exc
+            raise
+        finally:
+            record_append(self._channel, len(msg.payload), time.perf_counter() - started, outcome)
+
+    async def _close_writer(self) -> None:
+        await self._truncator.close()
+        await self._chain.close()
+
+    async def __aenter__(self) -> WAL:
+        return self
+
+
+class ReadOnlyWAL(_Readable):
+    """A channel opened without ownership: it reads the backend only, fences nobody."""
+
+    def __init__(
+        self, backend: BackendWAL, message_id_from_bytes: MessageIdDecoder, config: WALConfig
+    ) -> None:
+        super().__init__(backend.channel, backend, message_id_from_bytes, config, buffer=None)
+
+    async def __aenter__(self) -> ReadOnlyWAL:
+        return self

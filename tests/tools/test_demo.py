@@ -1,0 +1,123 @@
+"""``streamwal demo`` (what the README's run command runs) passes on the shared stack.
+
+The demo is run as a user runs it, as a process; it reuses the running stack (its
+``stack up`` only checks what already runs) and never stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+import urllib.request
+
+import pytest
+
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.jaeger_ui import is_placeholder
+from streamwal.tools.stack.process import port_in_use
+
+pytestmark = pytest.mark.integration
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return bytes(response.read())
+
+
+def _get_json(url: str) -> dict[str, object]:
+    body = json.loads(_get(url))
+    assert isinstance(body, dict)
+    return body
+
+
+async def test_demo_passes_and_shows_a_real_trace(telemetry_stack: StackInfo) -> None:
+    info = telemetry_stack
+    assert info.jaeger_url
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "streamwal.node.cli",
+        "demo",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 180)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = out.decode(errors="replace")
+    shown = f"stdout:\n{text[-4000:]}\nstderr:\n{err.decode(errors='replace')[-2000:]}"
+    assert proc.returncode == 0, shown
+    assert "WARNING" not in text, shown
+    assert "node 1's client gets FAILED_PRECONDITION" in text, shown
+    # a trace URL only where Jaeger has a UI to show it in; otherwise the demo says so
+    ui_real = not is_placeholder(await asyncio.to_thread(_get, f"{info.jaeger_url}/"))
+    if ui_real:
+        found = re.search(r"trace: (\S+)/trace/([0-9a-f]{32})\b", text)
+        move = re.search(r"move trace: \S+/trace/([0-9a-f]{32})\b", text)
+    else:
+        assert "/trace/" not in text, shown
+        assert "no Jaeger UI to browse these traces in" in text, shown
+        found = re.search(r"trace: ()([0-9a-f]{32}) \(`streamwal trace show \2`\)", text)
+        move = re.search(r"move trace: ([0-9a-f]{32})\b", text)
+    assert found, shown
+    assert found.group(1) in ("", info.jaeger_url.rstrip("/"))
+    trace_id = found.group(2)
+    # the open's waterfall: each attempt a line, the failed ones with their error below
+    attempt_lines = [line for line in text.splitlines() if "`- wal.first_time_tick.attempt" in line]
+    assert len(attempt_lines) >= 2, shown
+    assert " ERROR " in attempt_lines[0] and "attempt=1 backoff_ms=0" in attempt_lines[0], shown
+    assert "time_tick=" in attempt_lines[-1] and "message_id=" in attempt_lines[-1], shown
+    wanted = {"wal.open", "wal.first_time_tick.attempt"}
+    for _ in range(20):  # the demo saw the trace; later batches of it may still travel
+        body = await asyncio.to_thread(_get_json, f"{info.jaeger_url}/api/traces/{trace_id}")
+        data = body.get("data")
+        assert isinstance(data, list) and data and data[0]["traceID"] == trace_id, body
+        operations = {span["operationName"] for span in data[0]["spans"]}
+        if wanted <= operations:
+            break
+        await asyncio.sleep(0.5)
+    assert wanted <= operations, operations
+    # both nodes run in the demo's process: each server span names its own node, and
+    # the shared resource names none (it would be wrong for one of them)
+    assert "served by node 1, opened as node 1:" in text, shown
+    assert "served by node 2, opened as node 2" in text, shown
+    assert move, shown
+    # the move is one trace: the request, node 2's open down to its first time tick,
+    # node 1's refused write; each node-side span names its node
+    wanted = {"streamwal.move", "wal.open", "wal.first_time_tick.attempt"}
+    for _ in range(20):
+        body = await asyncio.to_thread(_get_json, f"{info.jaeger_url}/api/traces/{move.group(1)}")
+        data = body.get("data")
+        assert isinstance(data, list) and data, body
+        spans = [
+            (span["operationName"], {t["key"]: t["value"] for t in span["tags"]})
+            for span in data[0]["spans"]
+        ]
+        refused = [t for op, t in spans if op.endswith("/Produce") and t["span.kind"] == "server"]
+        if wanted <= {op for op, _ in spans} and refused:
+            break
+        await asyncio.sleep(0.5)
+    assert wanted <= {op for op, _ in spans}, spans
+    (first,) = [t for op, t in spans if op == "wal.first_time_tick.attempt"]
+    assert int(first["wal.node_id"]) == 2 and "wal.time_tick" in first, first
+    assert [int(t["streamwal.node.id"]) for t in refused] == [1], refused
+    assert isinstance(data, list)
+    servers = [
+        tags
+        for span in data[0]["spans"]
+        if (tags := {t["key"]: t["value"] for t in span["tags"]}).get("span.kind") == "server"
+        and span["operationName"].endswith("/AssignChannel")
+    ]
+    assert [int(t["streamwal.node.id"]) for t in servers] == [2], servers
+    for process in data[0]["processes"].values():
+        assert "streamwal.node.id" not in {t["key"] for t in process.get("tags", [])}, process
+    # the shared stack is still up
+    for endpoint in (info.pulsar_url, info.etcd_endpoint):
+        assert port_in_use(int(endpoint.rsplit(":", 1)[1])), endpoint

@@ -1,0 +1,132 @@
+"""``up`` returns only once a service answers and says so; ``status`` and ``down`` follow it.
+
+A throwaway stack (its own folder, a free port) runs one small real server that
+starts listening only after a delay, so the waiting is observable; the shared stack
+is not touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streamwal.tools.stack import Service, Stack, StackPaths
+from streamwal.tools.stack.process import is_alive, port_in_use
+from streamwal.tools.stack.service import Progress
+from streamwal.tools.stack.stack import StackError
+from tests.node.processes import free_port
+
+#: listens on argv[2] after argv[1] seconds, or exits with status 3 when the port is 0
+_SERVER = """
+import socket, sys, time
+delay, port = float(sys.argv[1]), int(sys.argv[2])
+time.sleep(delay)
+if port == 0:
+    print("no port to listen on", flush=True)
+    sys.exit(3)
+sock = socket.socket()
+sock.bind(("127.0.0.1", port))
+sock.listen()
+time.sleep(60)
+"""
+
+_DELAY = 1.5
+
+
+class SlowServer(Service):
+    """A service whose server answers only ``_DELAY`` seconds after it was started."""
+
+    name = "slow-server"
+    start_timeout = 30.0
+
+    def __init__(self, paths: StackPaths, port: int) -> None:
+        super().__init__(paths)
+        self.port = port
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return {"main": self.port}
+
+    def prerequisites(self) -> list[str]:
+        return []
+
+    def install(self, progress: Progress) -> None:
+        progress(f"{self.name}: nothing to fetch")
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", _SERVER, str(_DELAY), str(self.port)]
+
+    async def probe(self) -> bool:
+        return self.port != 0 and await asyncio.to_thread(port_in_use, self.port)
+
+
+def _stack(tmp_path: Path, service_port: int) -> tuple[Stack, list[str]]:
+    paths = StackPaths(cache=tmp_path / "cache", stack=tmp_path / "stack")
+    messages: list[str] = []
+    stack = Stack(paths, progress=messages.append)
+    stack.services = {**stack.services, "slow-server": SlowServer(paths, service_port)}
+    return stack, messages
+
+
+async def test_up_waits_until_the_server_answers_then_status_and_down_follow(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    stack, messages = _stack(tmp_path, port)
+    started = time.monotonic()
+    try:
+        await stack.up(["slow-server"])
+        elapsed = time.monotonic() - started
+        assert port_in_use(port), "up returned before the server listened"
+        assert elapsed >= _DELAY
+
+        row = next(r for r in stack.status() if r["service"] == "slow-server")
+        pid = row["pid"]
+        assert row["running"] is True and row["ports"] == {"main": port}
+        assert isinstance(pid, int) and is_alive(pid)
+        assert f"slow-server: started (pid {pid}), waiting until it answers" in messages
+        assert any(m.startswith("slow-server: ready in ") for m in messages), messages
+
+        messages.clear()
+        await stack.up(["slow-server"])  # a second up reuses what runs
+        assert messages == [f"slow-server: already running (pid {pid})"]
+        assert is_alive(pid)
+    except BaseException:
+        # stop what may run, then let the failure above be the one reported
+        await stack.down(["slow-server"])
+        raise
+    stopped = await stack.down(["slow-server"])
+    assert stopped == ["slow-server"]
+    assert not is_alive(pid)
+    assert not port_in_use(port)
+
+
+async def test_up_reports_a_server_that_exits_during_start_up(tmp_path: Path) -> None:
+    stack, _ = _stack(tmp_path, 0)
+    with pytest.raises(StackError, match="slow-server exited during start-up") as caught:
+        await stack.up(["slow-server"])
+    assert "no port to listen on" in str(caught.value)  # the tail of its log
+    assert (tmp_path / "stack" / "slow-server" / "slow-server.log").is_file()
+
+
+async def test_two_ups_at_once_start_the_server_once(tmp_path: Path) -> None:
+    """A second ``up`` waits for the first, then reuses what it started: without the
+    lock both start the server, the loser dies on the taken port, and its entry
+    replaces the winner's in the state file."""
+    port = free_port()
+    first, first_says = _stack(tmp_path, port)
+    second, second_says = _stack(tmp_path, port)
+    try:
+        await asyncio.gather(first.up(["slow-server"]), second.up(["slow-server"]))
+        said = first_says + second_says
+        assert sum("started (pid" in m for m in said) == 1, said
+        assert any("waiting for another `stack up`" in m for m in said), said
+        assert any("already running" in m for m in said), said
+        entry = first.running("slow-server")
+        assert entry is not None and is_alive(entry.pid)
+    finally:
+        await first.down()

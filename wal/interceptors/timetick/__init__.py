@@ -1,5 +1,0 @@
-"""The time-tick interceptor and its parts (ordered writer, ack sequencer, ticker)."""
-
-from wal.interceptors.timetick.interceptor import TimeTickInterceptor
-
-__all__ = ["TimeTickInterceptor"]
