@@ -5,6 +5,11 @@ a :class:`LocalAllocator` over a source: :class:`OracleSource` in-process, or
 :class:`RemoteSource` on the gRPC service (:class:`TsoServer`) of the leader.
 """
 
+# This folder is also streamwal/tso (a symlink): loaded by its bare name it would
+# be a second copy of every class, so that name is refused.
+if __name__ != "streamwal.tso":
+    raise ImportError(f"import streamwal.tso, not {__name__} (streamwal is the import root)")
+
 from streamwal.tso.allocator import LocalAllocator, TimestampAllocator, TimestampSource
 from streamwal.tso.clock import Clock, ManualClock, SystemClock
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig

@@ -14,6 +14,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from streamwal import __version__
+
 __all__ = ["main"]
 
 # Modules that add sub-commands; each exposes ``register(subparsers)``.
@@ -35,6 +37,7 @@ def _build_parser() -> argparse.ArgumentParser:
         description="A write-ahead-log backend for a streaming node, on Apache Pulsar.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"streamwal {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:

@@ -1,0 +1,181 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Message(_message.Message):
+    __slots__ = ("type", "payload", "vchannel", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    payload: bytes
+    vchannel: str
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., vchannel: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ProduceRequest(_message.Message):
+    __slots__ = ("pchannel", "message")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    message: Message
+    def __init__(self, pchannel: _Optional[str] = ..., message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+
+class ProduceResponse(_message.Message):
+    __slots__ = ("message_id", "message_id_text", "time_tick", "error")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_TEXT_FIELD_NUMBER: _ClassVar[int]
+    TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    message_id: bytes
+    message_id_text: str
+    time_tick: int
+    error: AppendError
+    def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., error: _Optional[_Union[AppendError, _Mapping]] = ...) -> None: ...
+
+class AppendError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeliveryPolicy(_message.Message):
+    __slots__ = ("all", "latest", "start_from", "start_after", "start_from_time_tick")
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    START_FROM_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    START_FROM_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    all: Empty
+    latest: Empty
+    start_from: bytes
+    start_after: bytes
+    start_from_time_tick: int
+    def __init__(self, all: _Optional[_Union[Empty, _Mapping]] = ..., latest: _Optional[_Union[Empty, _Mapping]] = ..., start_from: _Optional[bytes] = ..., start_after: _Optional[bytes] = ..., start_from_time_tick: _Optional[int] = ...) -> None: ...
+
+class ConsumeRequest(_message.Message):
+    __slots__ = ("pchannel", "policy", "vchannel")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    policy: DeliveryPolicy
+    vchannel: str
+    def __init__(self, pchannel: _Optional[str] = ..., policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., vchannel: _Optional[str] = ...) -> None: ...
+
+class ConsumedMessage(_message.Message):
+    __slots__ = ("message_id", "message_id_text", "time_tick", "type", "payload", "vchannel", "properties", "source_node_id", "last_confirmed_id")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_TEXT_FIELD_NUMBER: _ClassVar[int]
+    TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONFIRMED_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: bytes
+    message_id_text: str
+    time_tick: int
+    type: str
+    payload: bytes
+    vchannel: str
+    properties: _containers.ScalarMap[str, str]
+    source_node_id: int
+    last_confirmed_id: bytes
+    def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., vchannel: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., source_node_id: _Optional[int] = ..., last_confirmed_id: _Optional[bytes] = ...) -> None: ...
+
+class AssignChannelRequest(_message.Message):
+    __slots__ = ("pchannel",)
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    def __init__(self, pchannel: _Optional[str] = ...) -> None: ...
+
+class AssignChannelResponse(_message.Message):
+    __slots__ = ("pchannel", "first_time_tick", "first_message_id", "first_message_id_text", "attempts", "trace_id")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_ID_TEXT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    first_time_tick: int
+    first_message_id: bytes
+    first_message_id_text: str
+    attempts: int
+    trace_id: str
+    def __init__(self, pchannel: _Optional[str] = ..., first_time_tick: _Optional[int] = ..., first_message_id: _Optional[bytes] = ..., first_message_id_text: _Optional[str] = ..., attempts: _Optional[int] = ..., trace_id: _Optional[str] = ...) -> None: ...
+
+class RemoveChannelRequest(_message.Message):
+    __slots__ = ("pchannel",)
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    def __init__(self, pchannel: _Optional[str] = ...) -> None: ...
+
+class RemoveChannelResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListChannelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ChannelInfo(_message.Message):
+    __slots__ = ("pchannel", "first_time_tick", "fenced")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    first_time_tick: int
+    fenced: bool
+    def __init__(self, pchannel: _Optional[str] = ..., first_time_tick: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
+
+class ListChannelsResponse(_message.Message):
+    __slots__ = ("channels", "fenced")
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    channels: _containers.RepeatedCompositeFieldContainer[ChannelInfo]
+    fenced: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, channels: _Optional[_Iterable[_Union[ChannelInfo, _Mapping]]] = ..., fenced: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetMVCCRequest(_message.Message):
+    __slots__ = ("pchannel", "vchannel")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    vchannel: str
+    def __init__(self, pchannel: _Optional[str] = ..., vchannel: _Optional[str] = ...) -> None: ...
+
+class GetMVCCResponse(_message.Message):
+    __slots__ = ("time_tick", "confirmed")
+    TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    time_tick: int
+    confirmed: bool
+    def __init__(self, time_tick: _Optional[int] = ..., confirmed: _Optional[bool] = ...) -> None: ...
