@@ -35,25 +35,24 @@ EXTRAS = ""
 SMOKE = """
 import asyncio
 
+import streamwal
 from streamwal.adaptors.memory import MemoryOpener
-from streamwal.tso import InProcessTSO, MemoryStore, TsoConfig
-from streamwal.wal import MessageType, MutableMessage, open_read_only, open_wal
+from streamwal.tso import MemoryStore
 
 
 async def main() -> None:
     opener = MemoryOpener()
-    async with InProcessTSO(TsoConfig(), store=MemoryStore()) as tso:
-        async with await open_wal(opener, "smoke", tso.allocator(), node_id=1) as wal:
-            result = await wal.append(MutableMessage(MessageType.INSERT, b"hello"))
-        async with await open_read_only(opener, "smoke") as reader:
-            scanner = await reader.read()
-            async for message in scanner:
-                if message.type is MessageType.INSERT:
-                    assert message.payload == b"hello"
-                    assert message.message_id == result.message_id
-                    break
+    config = streamwal.TsoConfig()
+    async with streamwal.InProcessTSO(config, store=MemoryStore()) as tso:
+        async with await streamwal.open_wal(opener, "smoke", tso.allocator(), 1) as wal:
+            sent = await wal.append(streamwal.MutableMessage(streamwal.MessageType.INSERT, b"hi"))
+        async with await streamwal.open_read_only(opener, "smoke") as reader:
+            policy = streamwal.DeliveryPolicy.start_from(sent.message_id)
+            scanner = await reader.read(policy)
+            first = await anext(scanner)
             await scanner.close()
-    print("opened, appended, read back:", result.message_id)
+    assert (first.type, first.payload) == (streamwal.MessageType.INSERT, b"hi"), first
+    print("opened, appended, read back:", first.message_id, "with streamwal", streamwal.__version__)
 
 
 asyncio.run(main())

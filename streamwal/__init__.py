@@ -1,10 +1,90 @@
-"""streamwal: a write-ahead log for a streaming node, on Apache Pulsar."""
+"""streamwal: a write-ahead log for a streaming node, on Apache Pulsar.
+
+The names here are the library's whole surface for a user::
+
+    opener = streamwal.PulsarOpener(streamwal.PulsarConfig(service_url=...))
+    tso = streamwal.InProcessTSO(streamwal.TsoConfig(etcd_endpoints=(...,)))
+    wal = await streamwal.open_wal(opener, "channel", tso.allocator(), node_id=1)
+
+Everything else lives in sub-packages: :mod:`streamwal.wal` (the backend-neutral
+WAL and its backend contract), :mod:`streamwal.adaptors` (the Pulsar and in-memory
+backends, and the conformance suite), :mod:`streamwal.tso` (the timestamp oracle),
+:mod:`streamwal.node` (the gRPC service) and :mod:`streamwal.tools` (local stack,
+benchmarks, chaos).
+"""
 
 from importlib.metadata import PackageNotFoundError, version
+
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.errors import (
+    ChannelFencedError,
+    ChannelNotFoundError,
+    ClosedError,
+    DecodeError,
+    EvictedError,
+    ExclusivityNotEnforcedError,
+    InvalidInputError,
+    MisconfiguredError,
+    NotLeaderError,
+    StreamwalError,
+    TimestampRegressionError,
+    UnavailableError,
+    UnknownPositionError,
+)
+from streamwal.tso import InProcessTSO, LocalAllocator, RemoteSource, TsoConfig
+from streamwal.wal import (
+    WAL,
+    AppendResult,
+    Backoff,
+    DeliveryPolicy,
+    ImmutableMessage,
+    MessageId,
+    MessageType,
+    MutableMessage,
+    ReadOnlyWAL,
+    Scanner,
+    WALConfig,
+    open_read_only,
+    open_wal,
+)
 
 try:
     __version__ = version("streamwal")
 except PackageNotFoundError:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["__version__"]
+__all__ = [
+    "WAL",
+    "AppendResult",
+    "Backoff",
+    "ChannelFencedError",
+    "ChannelNotFoundError",
+    "ClosedError",
+    "DecodeError",
+    "DeliveryPolicy",
+    "EvictedError",
+    "ExclusivityNotEnforcedError",
+    "ImmutableMessage",
+    "InProcessTSO",
+    "InvalidInputError",
+    "LocalAllocator",
+    "MessageId",
+    "MessageType",
+    "MisconfiguredError",
+    "MutableMessage",
+    "NotLeaderError",
+    "PulsarConfig",
+    "PulsarOpener",
+    "ReadOnlyWAL",
+    "RemoteSource",
+    "Scanner",
+    "StreamwalError",
+    "TimestampRegressionError",
+    "TsoConfig",
+    "UnavailableError",
+    "UnknownPositionError",
+    "WALConfig",
+    "__version__",
+    "open_read_only",
+    "open_wal",
+]
