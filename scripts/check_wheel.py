@@ -3,10 +3,12 @@
 ``./dev test`` runs this after the suite. It builds an sdist and, from it, a wheel
 with the standard frontend (``python -m build``), checks that the wheel installs
 ``streamwal`` and nothing else at the top level and ships ``py.typed`` and the
-generated gRPC modules, installs it with no dev extra into a new virtualenv, and runs
-``streamwal --help``, ``streamwal serve --help`` and a script that opens a channel
-on the in-process backend, from a folder outside the repository. Prints the wheel's
-size, the install time and the top-level names.
+generated gRPC modules, installs it with no extra into a new virtualenv and runs
+``streamwal --help`` and a script that opens a channel on the in-process backend
+through the public API (the library needs no extra), checks that ``streamwal serve``
+names the extra it lacks, then adds the ``node`` extra and runs ``streamwal serve
+--help``; all from a folder outside the repository. Prints the wheel's size, the
+install times and the top-level names.
 """
 
 from __future__ import annotations
@@ -29,8 +31,6 @@ REQUIRED = (
     "streamwal/adaptors/pulsar/__init__.py",
     "streamwal/adaptors/testing.py",
 )
-#: which extras the check installs: the service's, and none of the dev tools
-EXTRAS = ""
 
 SMOKE = """
 import asyncio
@@ -90,31 +90,31 @@ def main() -> int:
         env = tmp / "venv"
         venv.create(env, with_pip=True)
         py = env / "bin" / "python"
+        pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         started = time.perf_counter()
-        run(
-            [
-                str(py),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                f"{wheel}{EXTRAS}",
-            ],
-            tmp,
-        )
-        install_s = time.perf_counter() - started
+        run([*pip, str(wheel)], tmp)
+        core_s = time.perf_counter() - started
 
         exe = env / "bin" / "streamwal"
         run([str(exe), "--help"], tmp)
         version = run([str(exe), "--version"], tmp).strip()
-        run([str(exe), "serve", "--help"], tmp)
         (tmp / "smoke.py").write_text(SMOKE)
         print(run([str(py), "smoke.py"], tmp).strip())
+        refused = subprocess.run(
+            [str(exe), "serve", "--help"], cwd=tmp, capture_output=True, text=True, check=False
+        )
+        if refused.returncode != 2 or "pip install 'streamwal[node]'" not in refused.stderr:
+            raise SystemExit(f"serve without the node extra: {refused.stderr or refused.stdout}")
+
+        started = time.perf_counter()
+        run([*pip, f"{wheel}[node]"], tmp)
+        node_s = time.perf_counter() - started
+        run([str(exe), "serve", "--help"], tmp)
 
         print(
             f"wheel check passed: {wheel.name}, {wheel.stat().st_size / 1024:.0f} KiB; "
-            f"installed into a fresh venv in {install_s:.1f} s; "
+            f"installed into a fresh venv in {core_s:.1f} s, "
+            f"the node extra in {node_s:.1f} s more; "
             f"top-level names: {', '.join(tops)}; {version}"
         )
     return 0

@@ -27,6 +27,7 @@ from pulsar.asyncio import PulsarException
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
 from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
+from streamwal.adaptors.pulsar.client_check import check_client
 from streamwal.adaptors.pulsar.config import PolicyAction, PulsarConfig
 from streamwal.adaptors.pulsar.cursor import hold_log
 from streamwal.adaptors.pulsar.deduplication import deduplication_enforced
@@ -120,6 +121,7 @@ class PulsarOpener:
     async def start(self) -> None:
         if self._client is not None:
             return
+        check_client()
         self._client = self._new_client()
 
     def _new_client(self) -> Any:

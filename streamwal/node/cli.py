@@ -13,22 +13,50 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from streamwal import __version__
 
 __all__ = ["main"]
 
-# Modules that add sub-commands; each exposes ``register(subparsers)``.
-_COMMAND_MODULES = (
-    "streamwal.tools.stack.cli",
-    "streamwal.tso.cli",
-    "streamwal.tools.demo",
-    "streamwal.node.serve",
-    "streamwal.tools.verify",
-    "streamwal.tools.bench.cli",
-    "streamwal.tools.chaos.cli",
-    "streamwal.node.trace.cli",
+# Modules that add sub-commands; each exposes ``register(subparsers)``. The commands
+# a module adds, and the extra that installs what it imports, name the command when
+# that extra is missing.
+_COMMAND_MODULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("streamwal.node.serve", ("serve",), "node"),
+    ("streamwal.tso.cli", ("tso",), "node"),
+    ("streamwal.tools.stack.cli", ("stack",), "tools"),
+    ("streamwal.tools.demo", ("demo",), "tools"),
+    ("streamwal.tools.verify", ("verify",), "tools"),
+    ("streamwal.tools.bench.cli", ("bench",), "tools"),
+    ("streamwal.tools.chaos.cli", ("chaos",), "tools"),
+    ("streamwal.node.trace.cli", ("trace",), "tools"),
 )
+
+
+#: commands whose extra is missing: name -> (extra, the module that is not installed)
+_MISSING: dict[str, tuple[str, str]] = {}
+
+
+def _needs_extra(sub: Any, commands: Sequence[str], extra: str, missing: str) -> None:
+    """List ``commands`` in the help, marked with the extra that installs them."""
+    for name in commands:
+        sub.add_parser(name, help=f"(needs: pip install 'streamwal[{extra}]')", add_help=False)
+        _MISSING[name] = (extra, missing)
+
+
+def _missing_extra(argv: Sequence[str]) -> int | None:
+    """Explain, instead of a traceback or a usage error, a command whose extra is missing."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in _MISSING:
+        return None
+    extra, missing = _MISSING[command]
+    print(
+        f"streamwal {command}: this command needs the '{extra}' extra "
+        f"(module {missing!r} is not installed): pip install 'streamwal[{extra}]'",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -39,11 +67,14 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"streamwal {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
+    for name, commands, extra in _COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name == name:  # command group not built yet
+                continue
+            if exc.name and exc.name.split(".")[0] != "streamwal":
+                _needs_extra(sub, commands, extra, exc.name)
                 continue
             raise
         module.register(sub)
@@ -52,6 +83,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
+    missing = _missing_extra(sys.argv[1:] if argv is None else argv)
+    if missing is not None:
+        return missing
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
