@@ -13,24 +13,12 @@ import asyncio
 import time
 from typing import Protocol, runtime_checkable
 
+from streamwal.errors import ClosedError, InvalidInputError, TimestampRegressionError
+from streamwal.timestamps import TimestampAllocator
 from streamwal.tso.metrics import record_fetch_latency
 from streamwal.tso.timestamp import MAX_LOGICAL
-from streamwal.errors import ClosedError, InvalidInputError, TimestampRegressionError
 
 __all__ = ["LocalAllocator", "TimestampAllocator", "TimestampSource"]
-
-
-@runtime_checkable
-class TimestampAllocator(Protocol):
-    """What the WAL needs: increasing timestamps, and a way to force a fresh one."""
-
-    async def allocate(self) -> int:
-        """A timestamp above every one this allocator returned before."""
-        ...
-
-    async def sync(self) -> None:
-        """Forget any cached range: the next :meth:`allocate` is fetched from the oracle."""
-        ...
 
 
 @runtime_checkable
@@ -50,7 +38,8 @@ def _current_task_cancelling() -> bool:
 
 
 class LocalAllocator:
-    """A cached range of timestamps over ``source``; implements :class:`TimestampAllocator`.
+    """A cached range of timestamps over ``source``; a
+    :class:`~streamwal.timestamps.CachedTimestampAllocator`.
 
     Errors of the source (``UnavailableError``, ``NotLeaderError``, ...) reach every
     caller waiting on the failed fetch; the next call fetches again. Cancelling a

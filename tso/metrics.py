@@ -13,7 +13,7 @@ from opentelemetry import metrics
 __all__ = ["record_clock_went_back", "record_fetch_latency", "record_step_down"]
 
 _log = logging.getLogger(__name__)
-_meter = metrics.get_meter("tso")
+_meter = metrics.get_meter(__name__)
 
 _fetch_latency = _meter.create_histogram(
     "streamwal.tso.allocation.fetch.duration",

@@ -5,6 +5,7 @@ caller handles is exported here. Errors live in :mod:`streamwal.errors`, the bac
 in :mod:`streamwal.wal.backend`.
 """
 
+from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import AccessMode, BackendOpener, DeliveryPolicy
 from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.config import Backoff, WALConfig
@@ -20,7 +21,6 @@ from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage,
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.mvcc import MVCCManager, VChannelMVCC
 from streamwal.wal.scanner import Scanner
-from streamwal.wal.timestamps import TimestampAllocator
 from streamwal.wal.wal import WAL, ReadOnlyWAL
 
 __all__ = [

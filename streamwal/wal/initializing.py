@@ -16,9 +16,6 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import Attributes
 
-from streamwal.wal.backend import AccessMode, BackendOpener, BackendWAL, validate_channel_name
-from streamwal.wal.buffer import WriteAheadBuffer
-from streamwal.wal.config import Backoff, WALConfig
 from streamwal.errors import (
     ChannelFencedError,
     ClosedError,
@@ -26,12 +23,15 @@ from streamwal.errors import (
     MisconfiguredError,
     QuotaExceededError,
 )
+from streamwal.timestamps import TimestampAllocator
+from streamwal.wal.backend import AccessMode, BackendOpener, BackendWAL, validate_channel_name
+from streamwal.wal.buffer import WriteAheadBuffer
+from streamwal.wal.config import Backoff, WALConfig
 from streamwal.wal.interceptors import ChannelInfo, InterceptorParams
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, encode
 from streamwal.wal.metrics import record_first_time_tick_attempt, record_open
 from streamwal.wal.mvcc import MVCCManager
 from streamwal.wal.retention import BackendRetention
-from streamwal.wal.timestamps import TimestampAllocator
 from streamwal.wal.truncation import Truncator
 from streamwal.wal.wal import WAL, ReadOnlyWAL
 

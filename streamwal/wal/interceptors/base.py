@@ -13,14 +13,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from streamwal.errors import ChannelFencedError
+from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.config import WALConfig
-from streamwal.errors import ChannelFencedError
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.mvcc import MVCCManager
-from streamwal.wal.timestamps import TimestampAllocator
 
 if TYPE_CHECKING:
     from streamwal.wal.wal import WAL

@@ -14,8 +14,8 @@ iteration, for as long as appends kept arriving (profiled: a third of the WAL's 
 append). The gate lets a caller that finds it free in without suspending, keeps
 arrival order among those that wait, and lets every waiter through in one iteration
 after a release. When the gate is free and the allocator has a cached time tick
-(``allocate_cached``), an append does the whole section without entering it: nothing
-in it suspends then.
+(:class:`~streamwal.timestamps.CachedTimestampAllocator`), an append does the whole
+section without entering it: nothing in it suspends then.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from streamwal.errors import TimestampRegressionError
+from streamwal.timestamps import CachedTimestampAllocator
 from streamwal.wal.interceptors.base import InterceptorParams
 from streamwal.wal.interceptors.timetick.sequencer import AckSequencer, Slot, SlotState
 from streamwal.wal.message import MessageType, MutableMessage
@@ -123,8 +124,9 @@ class OrderedWriter:
         self._sequencer = sequencer
         self._check = check
         self._lock = _Gate()
-        self._allocate_cached: Callable[[], int | None] | None = getattr(
-            params.allocator, "allocate_cached", None
+        allocator = params.allocator
+        self._allocate_cached: Callable[[], int | None] | None = (
+            allocator.allocate_cached if isinstance(allocator, CachedTimestampAllocator) else None
         )
         self._last_time_tick = params.first_message.time_tick
         self.dirty = False
