@@ -43,13 +43,13 @@ from streamwal.adaptors.pulsar.policies import (
     topic_state,
 )
 from streamwal.adaptors.pulsar.retention import TopicRetention
-from streamwal.wal.backend import AccessMode, validate_channel_name
 from streamwal.errors import (
     ClosedError,
     ExclusivityNotEnforcedError,
     StreamwalError,
     UnavailableError,
 )
+from streamwal.wal.backend import AccessMode, validate_channel_name
 
 __all__ = ["PulsarOpener", "client_logger"]
 

@@ -10,8 +10,8 @@ from pulsar.asyncio import PulsarException
 
 from streamwal.adaptors.pulsar.errors import translate
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
-from streamwal.wal.backend import BackendMessage
 from streamwal.errors import ClosedError
+from streamwal.wal.backend import BackendMessage
 
 __all__ = ["PulsarScanner"]
 

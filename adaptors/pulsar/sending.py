@@ -1,0 +1,314 @@
+"""Sending appends with segment receipts, and the interleaving guard.
+
+Appends are handed to the C++ producer's ``send_async`` in call order, from the loop
+thread, so the order of ``submit``/``append`` calls is the order in the log and
+appends pipeline without a round trip each. Only the edges of each segment of appends
+carry a send callback (:mod:`.segments`); receipts come back in bursts
+(:mod:`.receipts`) and answer each entry's callback directly. A fencing result from
+the broker marks the channel fenced for good: the producer is dropped and every later
+append fails fast.
+
+Interleaving guard: within one ledger, the entries of an exclusive producer are
+consecutive. A receipt whose entry is further on than the next one means another
+producer wrote in between: this producer was fenced and let back in (the race above;
+kept as a second line of defence). Such an append is persisted after a newer owner's
+messages, so it is answered as fenced (never acknowledged), and so is every later one.
+A receipt without a position (``-1:-1``, seen under connection resets) is answered
+with :class:`~streamwal.errors.UnknownPositionError`: neither acknowledged nor retried.
+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Mapping
+from typing import Any
+
+import _pulsar
+from pulsar.asyncio import PulsarException
+
+from streamwal.adaptors.pulsar.errors import FENCING_RESULTS, after_send, translate
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.adaptors.pulsar.metrics import UNPLACED, record_segment
+from streamwal.adaptors.pulsar.segments import (
+    SEGMENT_BYTES,
+    SEGMENT_MESSAGES,
+    Edge,
+    Prepared,
+    Segment,
+    positions,
+    size_of,
+)
+from streamwal.adaptors.pulsar.state import ChannelState, log
+from streamwal.errors import (
+    ChannelFencedError,
+    ClosedError,
+    InvalidInputError,
+    StreamwalError,
+    UnavailableError,
+    UnknownPositionError,
+)
+from streamwal.wal.backend import AppendCallback, settle_future
+from streamwal.wal.message_id import MessageId
+
+__all__ = ["Sending"]
+
+
+class Sending(ChannelState):
+    """The append path: hand appends to the client in order, answer them from receipts."""
+
+    def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
+        future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        self.submit(payload, properties, functools.partial(settle_future, future))
+        return future
+
+    def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
+        try:
+            self._enqueue(done, payload, properties)
+        except Exception as exc:
+            done(None, exc)
+
+    def _enqueue(self, done: AppendCallback, payload: bytes, properties: Mapping[str, str]) -> None:
+        self._check_open()
+        if self._fenced is not None:
+            raise self._fenced
+        if self._producer is None:
+            raise UnavailableError(
+                f"channel {self._channel!r} has no producer; call ensure_writable first"
+            )
+        if len(payload) > self._config.max_message_size:
+            raise InvalidInputError(
+                f"payload of {len(payload)} bytes exceeds the broker's maximum message size "
+                f"of {self._config.max_message_size} bytes"
+            )
+        limit = self._config.max_pending_messages
+        if self._in_flight >= limit:
+            raise UnavailableError(
+                f"append on {self._channel!r}: {limit} appends are already in flight "
+                "(pulsar.max_pending_messages)"
+            )
+        try:
+            builder = _pulsar.MessageBuilder()
+            builder.content(payload)
+            builder.properties(properties)  # one call: one per property cost 1 us each
+            message = builder.build()
+        except TypeError as exc:  # not bytes / str properties: this entry only
+            raise InvalidInputError(f"append on {self._channel!r}: {exc}") from None
+        self._in_flight += 1
+        held, self._held = self._held, (done, message, payload, size_of(payload, properties))
+        if held is None:
+            asyncio.get_running_loop().call_soon(self._end_iteration)
+        else:
+            self._send(held, last=False)
+
+    def _end_iteration(self) -> None:
+        """Send the append held back: the last of this event-loop iteration."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._send(held, last=True)
+
+    def _send(self, entry: Prepared, *, last: bool) -> None:
+        """Hand one append to the client, with a callback only if it is a segment edge.
+
+        Appends go to the client as they come, so the producer's batching delay runs
+        while later appenders still do their own work, but each is held back until the
+        next one arrives or the loop iteration ends: only then is it known whether it
+        is the last of its segment (:mod:`.segments`), which needs a callback.
+        """
+        done, message, payload, size = entry
+        producer = self._producer
+        segment = self._segment
+        if producer is None:  # closed with this append accepted: close sends it first
+            self._in_flight -= 1
+            closed = ClosedError(f"channel {self._channel!r} is closed")
+            done(None, closed)
+            if segment is not None:  # its last edge will never be sent
+                segment.broken = True
+                segment.dones.append(None)
+                segment.payloads.append(payload)
+                self._segment = None
+                if segment.record(True, closed):
+                    self._resolve(segment)
+            return
+        # The producer of pulsar.asyncio exposes the C extension's producer; its
+        # send_async enqueues synchronously, which is what orders the log.
+        native = producer._producer
+        if segment is None:
+            if last or not self._config.batching:
+                self._send_one(native, done, message)
+                return
+            segment = self._segment = Segment([done], [payload])
+            self._segment_bytes = size
+            edge: Edge | None = Edge(segment, is_last=False)
+        else:
+            segment.dones.append(done)
+            segment.payloads.append(payload)
+            self._segment_bytes += size
+            if (
+                last
+                or len(segment.dones) >= SEGMENT_MESSAGES
+                or self._segment_bytes >= SEGMENT_BYTES
+            ):
+                edge = Edge(segment, is_last=True)
+                self._segment = None
+            else:
+                edge = None
+        try:
+            native.send_async(
+                message, None if edge is None else functools.partial(self._receipts.put, edge)
+            )
+        except Exception as exc:  # the client refused it synchronously
+            error = translate(exc, channel=self._channel, what="append")
+            if edge is not None:
+                self._on_refused_edge(edge, error)
+            else:
+                segment.broken = True
+                segment.dones[-1] = None
+                self._in_flight -= 1
+                done(None, error)
+
+    def _send_one(self, native: Any, done: AppendCallback, message: Any) -> None:
+        try:
+            native.send_async(message, functools.partial(self._receipts.put, done))
+        except Exception as exc:  # the client refused it synchronously
+            self._in_flight -= 1
+            done(None, translate(exc, channel=self._channel, what="append"))
+
+    def _on_receipt(self, token: AppendCallback | Edge, result: Any, message_id: Any) -> None:
+        if self._deferred is not None:  # a read-back decides what the log holds first
+            self._deferred.append(functools.partial(self._on_receipt, token, result, message_id))
+            return
+        if type(token) is Edge:
+            if token.segment.record(token.is_last, (result, message_id)):
+                self._resolve(token.segment)
+            return
+        self._in_flight -= 1
+        self._complete(token, result, message_id)  # type: ignore[arg-type]
+
+    def _on_refused_edge(self, edge: Edge, error: StreamwalError) -> None:
+        """An edge ``send_async`` refused: its outcome, taken in turn like a receipt."""
+        if self._deferred is not None:
+            self._deferred.append(functools.partial(self._on_refused_edge, edge, error))
+            return
+        if edge.segment.record(edge.is_last, error):
+            self._resolve(edge.segment)
+
+    def _resolve(self, segment: Segment) -> None:
+        """Answer every entry of a segment once both its edges reported (.segments)."""
+        dones, first, last = segment.dones, segment.first, segment.last
+        n = len(dones)
+        if not segment.broken and type(first) is tuple and type(last) is tuple:
+            (first_result, first_id), (last_result, last_id) = first, last
+            ok = _pulsar.Result.Ok
+            if first_result == ok and last_result == ok:
+                landed = positions(first_id, last_id, n)
+                if landed is not None:
+                    error = self._check_landed(landed[0])
+                    if error is not None:
+                        self._fail_all(dones, error)
+                        return
+                    self._in_flight -= n
+                    self._last_landed = landed[-1]
+                    for done, message_id in zip(dones, landed, strict=True):
+                        done(message_id, None)  # type: ignore[misc]
+                    return
+                if self._read_back(segment, first_id, last_id):
+                    return
+            elif first_result == last_result:  # the batch failed as one
+                self._fail_all(dones, self._failure(first_result))
+                return
+        log.warning(
+            "channel %s: a segment of %d appends did not land in one or two batches (first: "
+            "%s, last: %s); its middle entries are answered with an unknown position",
+            self._channel,
+            n,
+            first,
+            last,
+        )
+        record_segment(self._channel, UNPLACED)
+        unknown = UnknownPositionError(
+            f"append on {self._channel!r}: its segment was cut more than once or partly "
+            "refused by the client; whether it landed is unknown"
+        )
+        for i, done in enumerate(dones):
+            if done is None:
+                continue
+            self._in_flight -= 1
+            edge = first if i == 0 else last if i == n - 1 else None
+            if i == n - 1 and isinstance(edge, tuple):
+                self._last_landed = None  # the entries in between are unknown
+            if isinstance(edge, tuple):
+                self._complete(done, *edge)
+            elif isinstance(edge, BaseException):
+                done(None, edge)
+            else:
+                done(None, unknown)
+
+    def _fail_all(self, dones: list[AppendCallback | None], error: StreamwalError) -> None:
+        """Answer every entry of a segment (those not answered already) with ``error``."""
+        for done in dones:
+            if done is not None:
+                self._in_flight -= 1
+                done(None, error)
+
+    def _read_back(self, segment: Segment, first_id: Any, last_id: Any) -> bool:
+        """Place a segment cut more than once by reading it back; false if it cannot be
+        (:class:`~streamwal.adaptors.pulsar.readback.ReadBack` does)."""
+        return False
+
+    def _complete(self, done: AppendCallback, result: Any, message_id: Any) -> None:
+        if result == _pulsar.Result.Ok:
+            landed = PulsarMessageId.from_pulsar(message_id)
+            error = self._check_landed(landed)
+            if error is None:
+                done(landed, None)
+            else:
+                done(None, error)
+            return
+        done(None, self._failure(result))
+
+    def _check_landed(self, landed: PulsarMessageId) -> StreamwalError | None:
+        """The interleaving guard (module doc); ``None`` if ``landed`` may be acknowledged."""
+        if self._fenced is not None:
+            return self._fenced.in_flight()  # it landed, but is not acknowledged
+        if self._unverified is not None:
+            return self._unverified
+        if landed.ledger < 0 or landed.entry < 0:
+            # seen under connection resets: a receipt with no position (-1:-1); the
+            # entry it stands for may be in the log, so the guard starts over
+            self._last_landed = None
+            return UnknownPositionError(
+                f"append on {self._channel!r}: the broker gave no position ({landed})"
+            )
+        last = self._last_landed
+        if last is None or landed.ledger != last.ledger or landed.entry <= last.entry + 1:
+            if (
+                last is None
+                or landed.ledger != last.ledger
+                or (landed.entry, landed.batch_index) > (last.entry, last.batch_index)
+            ):  # fields, not MessageId ordering: two ABC checks less per receipt
+                self._last_landed = landed
+            return None
+        log.error(
+            "channel %s: another producer wrote between our entries %s and %s: "
+            "this owner was fenced and let back in; appends stop",
+            self._channel,
+            last,
+            landed,
+        )
+        self._fenced = ChannelFencedError(
+            self._channel, f"another producer wrote between {last} and {landed}"
+        )
+        return self._fenced.in_flight()
+
+    def _failure(self, result: Any) -> StreamwalError:
+        """The error of an append the client had accepted and then failed."""
+        if self._fenced is not None:
+            return self._fenced.in_flight()
+        if result in FENCING_RESULTS and not self._closed:
+            log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
+            self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
+            return self._fenced.in_flight()
+        error = translate(PulsarException(result), channel=self._channel, what="append")
+        return after_send(error, result)

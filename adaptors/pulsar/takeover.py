@@ -1,0 +1,165 @@
+"""Taking a Pulsar topic over: the fence, then the writing producer.
+
+Taking a topic over (``ExclusiveWithFencing``, the default) is two steps. A Pulsar
+4.0.7 broker reconnecting a fenced ``ExclusiveWithFencing`` producer first evicts the
+current producers and only then checks the reconnecting one's topic epoch, against
+the epoch before the update of a concurrent takeover has completed: it may accept it,
+and the old owner's pending messages then land after the new owner's first time tick
+(or the legitimate owner, evicted, resends a message already persisted). So a
+short-lived fencer in ``ExclusiveWithFencing`` mode evicts every producer and moves
+the epoch on (its creation returns once that epoch is stored) and is closed at once;
+the producer that writes is created afterwards in ``Exclusive`` mode. A reconnecting
+``Exclusive`` producer evicts nobody and is refused while any exclusive producer
+exists or once the epoch moved: a fenced owner cannot come back.
+
+Do not take one channel over from two nodes at the same time: the same broker can
+deadlock its I/O threads when a producer's creation fences another producer that its
+client is closing at that moment (lock order inversion between the topic and the
+producer), which two overlapping takeovers make likely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pulsar
+from pulsar.asyncio import PulsarException
+
+from streamwal.adaptors.pulsar.config import PulsarAccessMode
+from streamwal.adaptors.pulsar.errors import FENCING_RESULTS, translate
+from streamwal.adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES
+from streamwal.adaptors.pulsar.state import ChannelState, log
+from streamwal.errors import (
+    ChannelFencedError,
+    InvalidInputError,
+    QuotaExceededError,
+    UnavailableError,
+)
+from streamwal.wal.backend import AccessMode
+
+__all__ = ["Takeover"]
+
+_OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.ProducerBusy})
+_WRITER_ATTEMPTS = 10
+_WRITER_RETRY_S = 0.05
+_WRITER_RETRY_WINDOW_S = 3.0
+
+
+class Takeover(ChannelState):
+    """Makes the channel writable: fence any earlier owner, then create the producer."""
+
+    async def ensure_writable(self) -> None:
+        self._check_open()
+        if self._mode is not AccessMode.READ_WRITE:
+            raise InvalidInputError(f"channel {self._channel!r} was opened read-only")
+        async with self._lock:
+            if self._fenced is not None:
+                raise self._fenced
+            if self._producer is not None:
+                return
+            await self._before_first_write()
+            fencing = self._config.access_mode is PulsarAccessMode.EXCLUSIVE_WITH_FENCING
+            try:
+                await self._fence_and_prepare(fencing)
+            except QuotaExceededError as exc:  # the fencer is a producer too
+                raise await self.explain_quota(exc) from exc
+            try:
+                self._producer = await self._create_writer(retry_owner_present=fencing)
+            except PulsarException as exc:
+                if exc.error() in _OWNER_PRESENT:
+                    if fencing:  # another node took the topic between our fence and now
+                        self._fenced = ChannelFencedError(
+                            self._channel, f"taken over during the open: broker says {exc.error()}"
+                        )
+                        raise self._fenced from exc
+                    raise UnavailableError(
+                        f"channel {self._channel!r}: an earlier owner still holds the topic "
+                        "(access mode Exclusive waits for it to leave)"
+                    ) from exc
+                error = translate(exc, channel=self._channel, what="create producer")
+                if isinstance(error, ChannelFencedError):
+                    self._fenced = error
+                if isinstance(error, QuotaExceededError):
+                    error = await self.explain_quota(error)
+                raise error from exc
+            except TimeoutError as exc:
+                raise UnavailableError(
+                    f"channel {self._channel!r}: broker {self._config.service_url} did not "
+                    f"answer within {self._config.operation_timeout_s:g}s"
+                ) from exc
+            log.info("channel %s: exclusive producer created on %s", self._channel, self._topic)
+
+    async def _create_writer(self, *, retry_owner_present: bool) -> Any:
+        """The writing producer (``Exclusive``); right after our own fence, the broker
+        may still be removing the fencer: try again for a while (at least
+        ``_WRITER_ATTEMPTS`` times, for up to ``_WRITER_RETRY_WINDOW_S`` or the
+        operation timeout). A broker that has just restarted can take a second or more
+        to let go of a fencer whose close it did not see; a real takeover by another
+        node in the meantime is still reported as fenced, only later."""
+        window = min(self._config.operation_timeout_s, _WRITER_RETRY_WINDOW_S)
+        deadline = asyncio.get_running_loop().time() + window
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await asyncio.wait_for(
+                    (self._writer_client or self._client).create_producer(
+                        self._topic,
+                        access_mode=pulsar.ProducerAccessMode.Exclusive,
+                        batching_enabled=self._config.batching,
+                        batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
+                        # room for many segments: one is cut at most once (.segments)
+                        batching_max_messages=64 * SEGMENT_MESSAGES,
+                        batching_max_allowed_size_in_bytes=8 * SEGMENT_BYTES,
+                        max_pending_messages=self._config.max_pending_messages,
+                        block_if_queue_full=False,
+                        send_timeout_millis=self._config.send_timeout_ms,
+                    ),
+                    timeout=self._config.operation_timeout_s + 1,
+                )
+            except PulsarException as exc:
+                out_of_time = asyncio.get_running_loop().time() >= deadline
+                if (
+                    exc.error() not in _OWNER_PRESENT
+                    or not retry_owner_present
+                    or (attempt >= _WRITER_ATTEMPTS and out_of_time)
+                ):
+                    raise
+                await asyncio.sleep(_WRITER_RETRY_S)
+
+    async def _fence_others(self) -> None:
+        """Evict every producer of the topic and move its epoch on (see the module)."""
+        try:
+            fencer = await asyncio.wait_for(
+                (self._writer_client or self._client).create_producer(
+                    self._topic,
+                    access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+                    batching_enabled=False,
+                ),
+                timeout=self._config.operation_timeout_s + 1,
+            )
+        except PulsarException as exc:
+            raise translate(exc, channel=self._channel, what="fence") from exc
+        except TimeoutError as exc:
+            raise UnavailableError(
+                f"channel {self._channel!r}: broker {self._config.service_url} did not "
+                f"answer the fence within {self._config.operation_timeout_s:g}s"
+            ) from exc
+        try:
+            await asyncio.wait_for(fencer.close(), timeout=self._config.operation_timeout_s)
+        except PulsarException as exc:
+            if exc.error() not in FENCING_RESULTS:  # fenced already: gone from the topic
+                raise translate(exc, channel=self._channel, what="fence") from exc
+        except TimeoutError as exc:
+            raise UnavailableError(
+                f"channel {self._channel!r}: closing the fencer timed out"
+            ) from exc
+
+    async def _fence_and_prepare(self, fencing: bool) -> None:
+        """Fence (if ``fencing``) and prepare the topic (its durable cursor, its
+        policies): the opener runs both side by side, and both are done before the
+        writer exists, so the cursor is there before the first time tick."""
+        await self._prepare_topic(
+            self._channel, self._topic, self._fence_others() if fencing else None
+        )
