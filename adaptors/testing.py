@@ -2,7 +2,14 @@
 
 A backend fixture yields a ``BackendHarness``: two openers on the same log store
 (two nodes) plus a way to read the raw log. The same assertions then hold for the
-in-process backend and for real Pulsar.
+in-process backend and for real Pulsar, and for any other backend: in its own tests,
+subclass :class:`ConformanceSuite` and provide a ``harness`` fixture (the suite runs
+under pytest with pytest-asyncio in auto mode)::
+
+    class TestMyBackend(ConformanceSuite):
+        @pytest.fixture
+        def harness(self) -> BackendHarness:
+            return BackendHarness(node_a=..., node_b=..., channel=..., ...)
 """
 
 from __future__ import annotations
@@ -12,12 +19,15 @@ import gc
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from streamwal.wal.backend import AccessMode, BackendMessage, BackendOpener, BackendWAL, DeliveryPolicy
 from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError
 from streamwal.wal.message_id import MessageId
+
+__all__ = ["BackendHarness", "ConformanceSuite", "append_many", "read_all", "take", "writable"]
 
 
 @dataclass
@@ -65,6 +75,23 @@ async def append_many(wal: BackendWAL, prefix: str, count: int) -> list[MessageI
         wal.append(f"{prefix}-{i}".encode(), {"seq": str(i), "who": prefix}) for i in range(count)
     ]
     return list(await asyncio.gather(*futures))
+
+
+async def _collect(scanner: Any, into: list[BackendMessage]) -> None:
+    """Read ``scanner`` into ``into`` until cancelled, then close it."""
+    try:
+        async for entry in scanner:
+            into.append(entry)
+    finally:
+        await scanner.close()
+
+
+async def _wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("the readers did not see every acknowledged entry in time")
+        await asyncio.sleep(0.02)
 
 
 class ConformanceSuite:
@@ -185,6 +212,49 @@ class ConformanceSuite:
         await scanner.close()
         await a.close()
         await b.close()
+
+    async def test_several_owners_in_a_row_with_readers_during_appends(
+        self, harness: BackendHarness
+    ) -> None:
+        """Owners take the channel over in turn, from both nodes, while readers run:
+        each owner fences the one before, and the readers see every acknowledged entry,
+        once, in the order of the log, each owner's after the previous one's."""
+        channel = harness.channel()
+        owners = [harness.node_a, harness.node_b, harness.node_a, harness.node_b]
+        per_term = 12
+        first = await writable(owners[0], channel)
+        reader = await harness.node_b.open(channel, AccessMode.READ_ONLY)
+        from_start: list[BackendMessage] = []
+        mid_way: list[BackendMessage] = []
+        readers = [
+            asyncio.create_task(_collect(await reader.read(DeliveryPolicy.all()), from_start))
+        ]
+        acked: list[tuple[bytes, MessageId]] = []
+        previous: BackendWAL | None = None
+        for term, opener in enumerate(owners):
+            wal = first if term == 0 else await writable(opener, channel)
+            if previous is not None:
+                with pytest.raises(ChannelFencedError):
+                    await previous.append(f"late-{term - 1}".encode(), {})
+                await previous.close()
+            if term == 2:  # a reader that starts mid-way, from an acknowledged entry
+                scanner = await reader.read(DeliveryPolicy.start_from(acked[-1][1]))
+                readers.append(asyncio.create_task(_collect(scanner, mid_way)))
+            ids = await append_many(wal, f"t{term}", per_term)
+            acked += [(f"t{term}-{i}".encode(), mid) for i, mid in enumerate(ids)]
+            previous = wal
+        assert previous is not None
+        await _wait_for(lambda: len(from_start) >= len(acked) and len(mid_way) >= 2 * per_term + 1)
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        assert [(e.payload, e.message_id) for e in from_start] == acked
+        assert [e.message_id for e in from_start] == sorted(e.message_id for e in from_start)
+        assert [(e.payload, e.message_id) for e in mid_way] == acked[2 * per_term - 1 :]
+        again = await read_all(harness.node_a, channel, len(acked))
+        assert [e.message_id for e in again] == [mid for _, mid in acked]
+        await reader.close()
+        await previous.close()
 
     async def test_concurrent_pipelined_appends_keep_call_order(
         self, harness: BackendHarness
