@@ -23,8 +23,14 @@ from typing import Any
 
 import pytest
 
-from streamwal.wal.backend import AccessMode, BackendMessage, BackendOpener, BackendWAL, DeliveryPolicy
 from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError
+from streamwal.wal.backend import (
+    AccessMode,
+    BackendMessage,
+    BackendOpener,
+    BackendWAL,
+    DeliveryPolicy,
+)
 from streamwal.wal.message_id import MessageId
 
 __all__ = ["BackendHarness", "ConformanceSuite", "append_many", "read_all", "take", "writable"]

@@ -21,6 +21,7 @@ __all__ = [
     "ChannelFencedError",
     "ChannelNotFoundError",
     "ClosedError",
+    "ConfigError",
     "DecodeError",
     "EvictedError",
     "ExclusivityNotEnforcedError",
@@ -76,6 +77,16 @@ def outcome_of(exc: BaseException) -> WriteOutcome:
 
 class InvalidInputError(StreamwalError, ValueError):
     """The caller passed something that can never succeed (bad name, oversized payload)."""
+
+
+class ConfigError(InvalidInputError):
+    """A configuration value is invalid; ``key`` names it (``time_tick_interval``, or
+    ``wal.time_tick_interval`` once the node's loader placed it in its section)."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{key}: {problem}")
 
 
 class UnavailableError(StreamwalError):

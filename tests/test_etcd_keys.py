@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from streamwal.tools.stack import StackInfo
-from tests.etcd_keys import EtcdPrefixes
 from streamwal.tso.etcd_store import EtcdStore
+from tests.etcd_keys import EtcdPrefixes
 
 pytestmark = pytest.mark.integration
 

@@ -17,6 +17,7 @@ import signal
 import sys
 from typing import Any
 
+from streamwal.errors import DecodeError, StreamwalError, UnavailableError
 from streamwal.tools.bench import tso as bench
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
@@ -26,7 +27,6 @@ from streamwal.tso.remote import RemoteSource
 from streamwal.tso.service import TsoServer
 from streamwal.tso.store import LeaderRecord
 from streamwal.tso.timestamp import HybridTimestamp, parse_timestamp
-from streamwal.errors import DecodeError, StreamwalError, UnavailableError
 
 __all__ = ["add_etcd_arguments", "allocate_one", "config_from_args", "register"]
 

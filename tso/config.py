@@ -6,8 +6,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from streamwal.errors import ConfigError
 from streamwal.tso.timestamp import MAX_LOGICAL
-from streamwal.errors import InvalidInputError
 
 __all__ = ["DEFAULT_ETCD_ENDPOINT", "TsoConfig", "parse_endpoint"]
 
@@ -18,7 +18,7 @@ DEFAULT_ETCD_ENDPOINT = "127.0.0.1:12379"
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
     """``(host, port)`` from ``host:port`` or ``http://host:port``.
 
-    Raises :class:`InvalidInputError` naming ``etcd_endpoints`` when malformed.
+    Raises :class:`~streamwal.errors.ConfigError` naming ``etcd_endpoints`` when malformed.
     """
     text = endpoint.strip()
     for scheme in ("http://", "https://"):
@@ -28,7 +28,7 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise InvalidInputError(f"etcd_endpoints: not host:port: {endpoint!r}")
+        raise ConfigError("etcd_endpoints", f"not host:port: {endpoint!r}")
     return host, int(port_text)
 
 
@@ -65,45 +65,45 @@ class TsoConfig:
 
     def __post_init__(self) -> None:
         if (self.etcd_user is None) != (self.etcd_password is None):
-            raise InvalidInputError("etcd_user: user and password go together")
+            raise ConfigError("etcd_user", "user and password go together")
         if (self.etcd_cert_file is None) != (self.etcd_key_file is None):
-            raise InvalidInputError("etcd_cert_file: certificate and key go together")
+            raise ConfigError("etcd_cert_file", "certificate and key go together")
         if self.etcd_cert_file is not None and self.etcd_ca_file is None:
-            raise InvalidInputError("etcd_ca_file: a client certificate needs TLS (a CA file)")
+            raise ConfigError("etcd_ca_file", "a client certificate needs TLS (a CA file)")
         endpoints: Iterable[str] = (
             (self.etcd_endpoints,) if isinstance(self.etcd_endpoints, str) else self.etcd_endpoints
         )
         endpoints = tuple(endpoints)
         if not endpoints:
-            raise InvalidInputError("etcd_endpoints: at least one endpoint is needed")
+            raise ConfigError("etcd_endpoints", "at least one endpoint is needed")
         parsed = tuple(parse_endpoint(e) for e in endpoints)
         object.__setattr__(self, "etcd_endpoints", endpoints)
         object.__setattr__(self, "_endpoints_parsed", parsed)
 
         prefix = self.key_prefix
         if not isinstance(prefix, str) or not prefix.strip("/") or any(c.isspace() for c in prefix):
-            raise InvalidInputError(f"key_prefix: must be a non-empty path: {prefix!r}")
+            raise ConfigError("key_prefix", f"must be a non-empty path: {prefix!r}")
         object.__setattr__(self, "key_prefix", "/" + prefix.strip("/"))
 
         if isinstance(self.lease_ttl_s, bool) or not isinstance(self.lease_ttl_s, int):
-            raise InvalidInputError(f"lease_ttl_s: must be whole seconds: {self.lease_ttl_s!r}")
+            raise ConfigError("lease_ttl_s", f"must be whole seconds: {self.lease_ttl_s!r}")
         if self.lease_ttl_s < 1:
-            raise InvalidInputError(f"lease_ttl_s: must be >= 1: {self.lease_ttl_s}")
+            raise ConfigError("lease_ttl_s", f"must be >= 1: {self.lease_ttl_s}")
         for name in ("save_window_s", "update_interval_s", "unavailable_after_s", "etcd_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise InvalidInputError(f"{name}: must be a positive number: {value!r}")
+                raise ConfigError(name, f"must be a positive number: {value!r}")
         if self.save_window_s * 1000 < 2:
-            raise InvalidInputError(f"save_window_s: must be at least 2 ms: {self.save_window_s}")
+            raise ConfigError("save_window_s", f"must be at least 2 ms: {self.save_window_s}")
         if self.save_window_s <= self.update_interval_s:
-            raise InvalidInputError(
-                f"save_window_s: must exceed update_interval_s "
-                f"({self.save_window_s} <= {self.update_interval_s})"
+            raise ConfigError(
+                "save_window_s",
+                f"must exceed update_interval_s ({self.save_window_s} <= {self.update_interval_s})",
             )
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
-            raise InvalidInputError(f"batch_size: must be an integer: {self.batch_size!r}")
+            raise ConfigError("batch_size", f"must be an integer: {self.batch_size!r}")
         if not 1 <= self.batch_size < MAX_LOGICAL:
-            raise InvalidInputError(f"batch_size: must be in [1, {MAX_LOGICAL}): {self.batch_size}")
+            raise ConfigError("batch_size", f"must be in [1, {MAX_LOGICAL}): {self.batch_size}")
 
     @property
     def endpoints(self) -> tuple[tuple[str, int], ...]:

@@ -17,9 +17,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from streamwal.errors import ClosedError, DecodeError, UnavailableError
 from streamwal.tso.clock import Clock
 from streamwal.tso.store import CoordinationStore, LeaderRecord
-from streamwal.errors import ClosedError, DecodeError, UnavailableError
 
 __all__ = ["Election"]
 

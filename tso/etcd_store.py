@@ -19,9 +19,6 @@ import etcd3
 import grpc
 from etcd3 import exceptions as etcd_exceptions
 
-from streamwal.tso.config import TsoConfig, parse_endpoint
-from streamwal.tso.store import LeaderRecord, encode_window
-from streamwal.tso.tls import ClientTLS
 from streamwal.errors import (
     ClosedError,
     DecodeError,
@@ -30,6 +27,9 @@ from streamwal.errors import (
     TimestampRegressionError,
     UnavailableError,
 )
+from streamwal.tso.config import TsoConfig, parse_endpoint
+from streamwal.tso.store import LeaderRecord, encode_window
+from streamwal.tso.tls import ClientTLS
 
 __all__ = ["EtcdStore"]
 

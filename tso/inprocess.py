@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from streamwal.errors import ClosedError, UnavailableError
 from streamwal.tso.allocator import LocalAllocator
 from streamwal.tso.clock import Clock
 from streamwal.tso.config import TsoConfig
 from streamwal.tso.oracle import TimestampOracle
 from streamwal.tso.store import CoordinationStore
-from streamwal.errors import ClosedError, UnavailableError
 
 __all__ = ["InProcessTSO", "OracleSource"]
 

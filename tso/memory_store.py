@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from streamwal.tso.clock import Clock, SystemClock
-from streamwal.tso.store import LeaderRecord, encode_window
 from streamwal.errors import (
     ClosedError,
     DecodeError,
@@ -19,6 +17,8 @@ from streamwal.errors import (
     TimestampRegressionError,
     UnavailableError,
 )
+from streamwal.tso.clock import Clock, SystemClock
+from streamwal.tso.store import LeaderRecord, encode_window
 
 __all__ = ["MemoryStore"]
 

@@ -23,13 +23,6 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from streamwal.tso.clock import Clock, SystemClock
-from streamwal.tso.config import TsoConfig
-from streamwal.tso.election import Election
-from streamwal.tso.etcd_store import EtcdStore
-from streamwal.tso.metrics import record_clock_went_back, record_step_down
-from streamwal.tso.store import CoordinationStore, LeaderRecord, decode_window
-from streamwal.tso.timestamp import LOGICAL_BITS, MAX_LOGICAL
 from streamwal.errors import (
     ClosedError,
     InvalidInputError,
@@ -39,6 +32,13 @@ from streamwal.errors import (
     TimestampRegressionError,
     UnavailableError,
 )
+from streamwal.tso.clock import Clock, SystemClock
+from streamwal.tso.config import TsoConfig
+from streamwal.tso.election import Election
+from streamwal.tso.etcd_store import EtcdStore
+from streamwal.tso.metrics import record_clock_went_back, record_step_down
+from streamwal.tso.store import CoordinationStore, LeaderRecord, decode_window
+from streamwal.tso.timestamp import LOGICAL_BITS, MAX_LOGICAL
 
 __all__ = ["OracleStats", "TimestampOracle"]
 

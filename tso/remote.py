@@ -20,10 +20,6 @@ from collections.abc import Sequence
 import grpc
 from grpc import aio
 
-from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
-from streamwal.tso.service import LEADER_METADATA_KEY
-from streamwal.tso.timestamp import MAX_LOGICAL
-from streamwal.tso.tls import ClientTLS, open_channel
 from streamwal.errors import (
     ClosedError,
     InvalidInputError,
@@ -32,6 +28,10 @@ from streamwal.errors import (
     TimestampOverflowError,
     UnavailableError,
 )
+from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
+from streamwal.tso.service import LEADER_METADATA_KEY
+from streamwal.tso.timestamp import MAX_LOGICAL
+from streamwal.tso.tls import ClientTLS, open_channel
 
 __all__ = ["RemoteSource"]
 

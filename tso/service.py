@@ -21,7 +21,6 @@ from grpc import aio
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
-from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
 from streamwal.errors import (
     ClosedError,
     InvalidInputError,
@@ -29,6 +28,7 @@ from streamwal.errors import (
     TimestampOverflowError,
     UnavailableError,
 )
+from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
 
 __all__ = [
     "LEADER_METADATA_KEY",

@@ -15,13 +15,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from streamwal.wal.backend import (
-    AccessMode,
-    AppendCallback,
-    BackendMessage,
-    DeliveryPolicy,
-    validate_channel_name,
-)
 from streamwal.errors import (
     ChannelFencedError,
     ClosedError,
@@ -29,6 +22,13 @@ from streamwal.errors import (
     InvalidInputError,
     TruncatedError,
     UnavailableError,
+)
+from streamwal.wal.backend import (
+    AccessMode,
+    AppendCallback,
+    BackendMessage,
+    DeliveryPolicy,
+    validate_channel_name,
 )
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.retention import Checkpoint, ConsumerState, RetentionState

@@ -1,11 +1,12 @@
-"""Configuration of the Pulsar backend."""
+"""Configuration of the Pulsar backend; a node's ``pulsar:`` section builds it."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from pathlib import Path
 
-from streamwal.errors import InvalidInputError
+from streamwal.errors import ConfigError
 
 __all__ = ["PolicyAction", "PulsarAccessMode", "PulsarConfig"]
 
@@ -82,36 +83,52 @@ class PulsarConfig:
     client_log_file: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.service_url.startswith(("pulsar://", "pulsar+ssl://")):
-            raise InvalidInputError(
-                f"pulsar.service_url must start with pulsar:// or pulsar+ssl://, "
-                f"got {self.service_url!r}"
+        scheme, sep, address = self.service_url.partition("://")
+        if scheme not in ("pulsar", "pulsar+ssl") or not sep:
+            raise ConfigError(
+                "service_url",
+                f"must start with pulsar:// or pulsar+ssl://, got {self.service_url!r}",
             )
+        for i, host_port in enumerate(address.rstrip("/").split(",")):
+            host, colon, port = host_port.rpartition(":")
+            if not colon or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+                raise ConfigError(
+                    f"service_url (host {i + 1})", f"expected host:port, got {host_port!r}"
+                )
         for name in ("tenant", "namespace"):
             value = getattr(self, name)
             if not value or "/" in value:
-                raise InvalidInputError(f"pulsar.{name} must be a non-empty name, got {value!r}")
+                raise ConfigError(name, f"must be a non-empty name, got {value!r}")
+        if not isinstance(self.access_mode, PulsarAccessMode):
+            raise ConfigError("access_mode", f"not a PulsarAccessMode: {self.access_mode!r}")
         if self.operation_timeout_s <= 0:
-            raise InvalidInputError("pulsar.operation_timeout_s must be > 0")
+            raise ConfigError("operation_timeout_s", "must be > 0")
         if self.send_timeout_ms < 0:
-            raise InvalidInputError("pulsar.send_timeout_ms must be >= 0")
+            raise ConfigError("send_timeout_ms", "must be >= 0")
         if self.max_message_size <= 0:
-            raise InvalidInputError("pulsar.max_message_size must be > 0")
+            raise ConfigError("max_message_size", "must be > 0")
         if self.max_pending_messages <= 0:
-            raise InvalidInputError("pulsar.max_pending_messages must be > 0")
+            raise ConfigError("max_pending_messages", "must be > 0")
         if self.batching_max_delay_ms < 0:
-            raise InvalidInputError("pulsar.batching_max_delay_ms must be >= 0")
+            raise ConfigError("batching_max_delay_ms", "must be >= 0")
+        # pulsar+ssl:// without a trust file is fine: the client then verifies the broker
+        # against the system CAs. A private CA needs the file, and the client would only
+        # log a missing one once it connects; a trust file on plain pulsar:// does nothing.
+        if self.tls_trust_certs_file and not Path(self.tls_trust_certs_file).is_file():
+            raise ConfigError("tls_trust_certs_file", f"no such file: {self.tls_trust_certs_file}")
+        if self.tls_trust_certs_file and scheme != "pulsar+ssl":
+            raise ConfigError("tls_trust_certs_file", "set, but service_url is not pulsar+ssl://")
         if self.admin_url is not None and not self.admin_url.startswith(("http://", "https://")):
-            raise InvalidInputError(
-                f"pulsar.admin_url must start with http:// or https://, got {self.admin_url!r}"
+            raise ConfigError(
+                "admin_url", f"must start with http:// or https://, got {self.admin_url!r}"
             )
         if not self.cursor_subscription or "/" in self.cursor_subscription:
-            raise InvalidInputError(
-                f"pulsar.cursor_subscription must be a name, got {self.cursor_subscription!r}"
+            raise ConfigError(
+                "cursor_subscription", f"must be a name, got {self.cursor_subscription!r}"
             )
         for name in ("on_unsafe_policy", "on_no_deduplication"):
             if not isinstance(getattr(self, name), PolicyAction):
-                raise InvalidInputError(f"pulsar.{name} must be a PolicyAction")
+                raise ConfigError(name, "must be refuse, warn or ignore")
 
     def topic(self, channel: str) -> str:
         return f"persistent://{self.tenant}/{self.namespace}/{channel}"

@@ -19,10 +19,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from streamwal.errors import ChannelFencedError, ChannelNotFoundError, ClosedError
 from streamwal.tso import LocalAllocator
 from streamwal.wal.backend import BackendOpener, validate_channel_name
 from streamwal.wal.config import WALConfig
-from streamwal.errors import ChannelFencedError, ChannelNotFoundError, ClosedError
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.wal import WAL
 

@@ -21,11 +21,11 @@ import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 from opentelemetry.trace import TracerProvider
 
+from streamwal.errors import WriteOutcome
 from streamwal.node.outcome import OUTCOME_KEY, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.tso.tls import ClientTLS, open_channel
-from streamwal.errors import WriteOutcome
 
 __all__ = [
     "Acked",

@@ -1,17 +1,23 @@
 """The node's configuration: YAML file, then environment overrides, then defaults.
 
 Every key has a default that points at the local stack, so ``streamwal serve`` with
-no file runs against ``streamwal stack up``. An environment variable
-``STREAMWAL_<SECTION>__<KEY>`` (for example ``STREAMWAL_PULSAR__AUTH_TOKEN``)
+no file runs against ``streamwal stack up``. The ``pulsar:`` and ``wal:`` sections
+build the library's own :class:`~streamwal.adaptors.pulsar.PulsarConfig` and
+:class:`~streamwal.wal.WALConfig`: same names, same units (seconds unless a name says
+``_ms``), their validation. The ``etcd:`` and ``tso:`` sections build the node's
+settings, and from them the library's :class:`~streamwal.tso.TsoConfig`, whose
+validation runs at load too. An environment variable ``STREAMWAL_<SECTION>__<KEY>``
+(for example ``STREAMWAL_PULSAR__AUTH_TOKEN``, ``STREAMWAL_WAL__APPEND_BACKOFF__MAX_ATTEMPTS``)
 overrides the file. Any invalid or unknown key raises :class:`ConfigError` naming it
 (``pulsar.service_url: ...``), and so does a ``STREAMWAL_*__*`` variable that names no
-key (``STREAMWAL_PULSAR__SERVICE_ULR: ...``). Secrets (Pulsar token, etcd password) never appear in
-``repr`` or in error messages.
+key (``STREAMWAL_PULSAR__SERVICE_ULR: ...``). Secrets (Pulsar token, etcd password)
+never appear in ``repr`` or in error messages.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import os
 import types
@@ -24,8 +30,10 @@ from typing import Any
 import platformdirs
 import yaml
 
-from streamwal.tso.timestamp import MAX_LOGICAL
-from streamwal.errors import InvalidInputError
+from streamwal.adaptors.pulsar.config import PulsarConfig
+from streamwal.errors import ConfigError
+from streamwal.tso.config import TsoConfig
+from streamwal.wal.config import WALConfig
 
 __all__ = [
     "ClientTLSFiles",
@@ -33,23 +41,14 @@ __all__ = [
     "EtcdSettings",
     "NodeConfig",
     "NodeSettings",
-    "PulsarSettings",
     "TSOSettings",
     "TelemetrySettings",
-    "WALSettings",
     "load_config",
+    "tso_config",
 ]
 
 ENV_PREFIX = "STREAMWAL_"
 SECRET_KEYS = frozenset({"auth_token", "password"})
-
-
-class ConfigError(InvalidInputError):
-    """A configuration value is invalid; ``key`` is its dotted name."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        self.key = key
-        super().__init__(f"{key}: {problem}")
 
 
 def _redact(cls: type) -> type:
@@ -173,75 +172,6 @@ class NodeSettings:
         self.tls.check("node.tls", server=True)
 
 
-def _default_client_log() -> str:
-    return str(platformdirs.user_log_path("streamwal") / "pulsar-client.log")
-
-
-@_redact
-@dataclass(frozen=True, repr=False)
-class PulsarSettings:
-    service_url: str = "pulsar://127.0.0.1:16650"
-    tenant: str = "public"
-    namespace: str = "default"
-    access_mode: str = "ExclusiveWithFencing"
-    operation_timeout_s: float = 10.0
-    #: the broker's admin API (policy checks at open); "": derived from service_url
-    #: for Pulsar's standard ports and the local stack's, else not checked
-    admin_url: str = ""
-    #: refuse | warn | ignore: a TTL, an evicting backlog quota, or a deleted cursor
-    on_unsafe_policy: str = "refuse"
-    #: refuse | warn | ignore: broker deduplication off for the namespace or topic
-    on_no_deduplication: str = "refuse"
-    auth_token: str | None = None
-    tls_trust_certs_file: str | None = None
-    tls_allow_insecure: bool = False
-    tls_validate_hostname: bool = False
-    #: the C++ client's own log (its warnings and errors, written natively); "": through
-    #: Python logging instead, at a cost (see ``PulsarConfig.client_log_file``)
-    client_log_file: str = field(default_factory=_default_client_log)
-
-    def check(self) -> None:
-        scheme, sep, address = self.service_url.partition("://")
-        if scheme not in ("pulsar", "pulsar+ssl") or not sep:
-            raise ConfigError(
-                "pulsar.service_url",
-                f"must start with pulsar:// or pulsar+ssl://, got {self.service_url!r}",
-            )
-        for i, host_port in enumerate(address.rstrip("/").split(",")):
-            _host_port(f"pulsar.service_url (host {i + 1})", host_port)
-        for name in ("tenant", "namespace"):
-            value = getattr(self, name)
-            if not value or "/" in value:
-                raise ConfigError(f"pulsar.{name}", f"must be a non-empty name, got {value!r}")
-        if self.operation_timeout_s <= 0:
-            raise ConfigError("pulsar.operation_timeout_s", "must be > 0")
-        if self.access_mode not in ("ExclusiveWithFencing", "Exclusive"):
-            raise ConfigError(
-                "pulsar.access_mode",
-                f"must be ExclusiveWithFencing or Exclusive, got {self.access_mode!r}",
-            )
-        if self.admin_url and not self.admin_url.startswith(("http://", "https://")):
-            raise ConfigError(
-                "pulsar.admin_url", f"must start with http:// or https://, got {self.admin_url!r}"
-            )
-        for name in ("on_unsafe_policy", "on_no_deduplication"):
-            if getattr(self, name) not in ("refuse", "warn", "ignore"):
-                raise ConfigError(
-                    f"pulsar.{name}", f"must be refuse, warn or ignore, got {getattr(self, name)!r}"
-                )
-        # pulsar+ssl:// without a trust file is fine: the client then verifies the broker
-        # against the system CAs. A private CA needs the file, and the client would only
-        # log a missing one once it connects; a trust file on plain pulsar:// does nothing.
-        if self.tls_trust_certs_file and not Path(self.tls_trust_certs_file).is_file():
-            raise ConfigError(
-                "pulsar.tls_trust_certs_file", f"no such file: {self.tls_trust_certs_file}"
-            )
-        if self.tls_trust_certs_file and scheme != "pulsar+ssl":
-            raise ConfigError(
-                "pulsar.tls_trust_certs_file", "set, but service_url is not pulsar+ssl://"
-            )
-
-
 @_redact
 @dataclass(frozen=True, repr=False)
 class EtcdSettings:
@@ -273,10 +203,11 @@ class TSOSettings:
     #: node's own and its peers' services in in-process mode (a non-leader follows
     #: the leader through them); unset: plain text
     tls: ClientTLSFiles = field(default_factory=ClientTLSFiles)
+    # the oracle's own settings, as TsoConfig names them (TsoConfig validates them)
     key_prefix: str = "/streamwal"
     lease_ttl_s: int = 3
     save_window_s: float = 3.0
-    update_interval_ms: int = 50
+    update_interval_s: float = 0.05
     batch_size: int = 1000
 
     def check(self) -> None:
@@ -286,54 +217,46 @@ class TSOSettings:
             raise ConfigError("tso.remote_addresses", "remote mode needs at least one address")
         for i, address in enumerate(self.remote_addresses):
             _host_port(f"tso.remote_addresses[{i}]", address)
-        # The literal etcd prefix: the oracle's keys are <key_prefix>/tso/...
+        # The literal etcd prefix: the oracle's keys are <key_prefix>/tso/... (TsoConfig
+        # would normalise "/prod/" to "/prod"; a node says what it writes to exactly)
         prefix = self.key_prefix
         if not prefix.startswith("/") or prefix.endswith("/") or any(c.isspace() for c in prefix):
             raise ConfigError(
                 "tso.key_prefix", f"expected a path like /streamwal (no trailing /), got {prefix!r}"
             )
         self.tls.check("tso.tls")
-        if self.lease_ttl_s < 1:
-            raise ConfigError("tso.lease_ttl_s", "must be >= 1")
-        if self.update_interval_ms <= 0:
-            raise ConfigError("tso.update_interval_ms", "must be > 0")
-        if self.save_window_s * 1000 <= max(self.update_interval_ms, 1):
-            raise ConfigError("tso.save_window_s", "must exceed tso.update_interval_ms (and 1 ms)")
-        if not 1 <= self.batch_size < MAX_LOGICAL:
-            raise ConfigError("tso.batch_size", f"must be in [1, {MAX_LOGICAL})")
 
 
-@dataclass(frozen=True)
-class WALSettings:
-    buffer_capacity_bytes: int = 64 * 1024 * 1024
-    buffer_keepalive_s: float = 30.0
-    time_tick_interval_ms: int = 200
-    first_time_tick_initial_ms: int = 20
-    first_time_tick_max_ms: int = 5000
-    first_time_tick_multiplier: float = 2.0
-    #: attempts at the first time tick before an open gives up (AssignChannel then
-    #: answers UNAVAILABLE); 0: no limit, the open ends only when the caller gives up
-    first_time_tick_attempts: int = 0
-    append_retry_initial_ms: int = 10
-    append_retry_max_ms: int = 5000
-    append_retry_attempts: int = 10
+#: where TsoConfig's fields come from in a node's file; the others are tso.<name>
+_TSO_KEYS = {
+    "etcd_endpoints": "etcd.endpoints",
+    "etcd_user": "etcd.user",
+    "etcd_password": "etcd.user",
+    "etcd_ca_file": "etcd.tls.ca_file",
+    "etcd_cert_file": "etcd.tls.cert_file",
+    "etcd_key_file": "etcd.tls.key_file",
+}
 
-    def check(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value <= 0 and f.name != "first_time_tick_attempts":
-                raise ConfigError(f"wal.{f.name}", f"must be > 0, got {value}")
-        if self.first_time_tick_attempts < 0:
-            raise ConfigError(
-                "wal.first_time_tick_attempts",
-                f"must be >= 0 (0: no limit), got {self.first_time_tick_attempts}",
-            )
-        if self.first_time_tick_max_ms < self.first_time_tick_initial_ms:
-            raise ConfigError("wal.first_time_tick_max_ms", "must be >= first_time_tick_initial_ms")
-        if self.first_time_tick_multiplier < 1:
-            raise ConfigError("wal.first_time_tick_multiplier", "must be >= 1")
-        if self.append_retry_max_ms < self.append_retry_initial_ms:
-            raise ConfigError("wal.append_retry_max_ms", "must be >= append_retry_initial_ms")
+
+def tso_config(etcd: EtcdSettings, tso: TSOSettings) -> TsoConfig:
+    """The library's oracle config from the ``etcd:`` and ``tso:`` sections; its
+    validation errors name the node's keys."""
+    try:
+        return TsoConfig(
+            etcd_endpoints=etcd.endpoints,
+            key_prefix=tso.key_prefix,
+            lease_ttl_s=tso.lease_ttl_s,
+            save_window_s=tso.save_window_s,
+            update_interval_s=tso.update_interval_s,
+            batch_size=tso.batch_size,
+            etcd_user=etcd.user,
+            etcd_password=etcd.password,
+            etcd_ca_file=etcd.tls.ca_file,
+            etcd_cert_file=etcd.tls.cert_file,
+            etcd_key_file=etcd.tls.key_file,
+        )
+    except ConfigError as exc:
+        raise ConfigError(_TSO_KEYS.get(exc.key, f"tso.{exc.key}"), exc.problem) from None
 
 
 @dataclass(frozen=True)
@@ -358,15 +281,20 @@ class TelemetrySettings:
 @dataclass(frozen=True)
 class NodeConfig:
     node: NodeSettings = field(default_factory=NodeSettings)
-    pulsar: PulsarSettings = field(default_factory=PulsarSettings)
+    #: the library's config: the section's keys are its fields (see PulsarConfig)
+    pulsar: PulsarConfig = field(
+        default_factory=lambda: PulsarConfig(client_log_file=_default_client_log())
+    )
     etcd: EtcdSettings = field(default_factory=EtcdSettings)
     tso: TSOSettings = field(default_factory=TSOSettings)
-    wal: WALSettings = field(default_factory=WALSettings)
+    #: the library's config: the section's keys are its fields (see WALConfig)
+    wal: WALConfig = field(default_factory=WALConfig)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            getattr(self, f.name).check()
+        for section in (self.node, self.etcd, self.tso, self.telemetry):
+            section.check()
+        tso_config(self.etcd, self.tso)  # the oracle's own validation, at load
         if self.tso.mode == "in-process":
             self._check_in_process_tls()
         if (
@@ -405,22 +333,37 @@ class NodeConfig:
             )
 
 
+def _default_client_log() -> str:
+    """A node logs the Pulsar client natively (``PulsarConfig.client_log_file``); ""
+    sends it through Python logging."""
+    return str(platformdirs.user_log_path("streamwal") / "pulsar-client.log")
+
+
 # ---- loading --------------------------------------------------------------------------
 
 
-def _coerce(key: str, hint: Any, value: Any) -> Any:
-    """Turn YAML or environment text into the field's type, or say which key is wrong."""
+def _coerce(key: str, hint: Any, value: Any, default: Any = None) -> Any:
+    """Turn YAML or environment text into the field's type, or say which key is wrong.
+
+    A section (a dataclass) starts from ``default``, the field's default object, so a
+    file can set one key of it (``wal.append_backoff.max_attempts``) alone."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(key, inner[0], value)
+        return _coerce(key, inner[0], value, default)
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, Mapping):
             raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
-        return _build(key, hint, value)  # type: ignore[arg-type]
+        return _build(key, hint, value, default)  # type: ignore[arg-type]
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            known = ", ".join(str(m.value) for m in hint)
+            raise ConfigError(key, f"expected one of {known}, got {value!r}") from None
     if origin is tuple:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -459,21 +402,32 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
     return value
 
 
-def _build(prefix: str, cls: type, data: Mapping[str, Any]) -> Any:
+def _default_of(cls: type, name: str, base: Any) -> Any:
+    """The value ``name`` takes when a section does not set it."""
+    if base is not None:
+        return getattr(base, name)
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def _build(prefix: str, cls: type, data: Mapping[str, Any], base: Any = None) -> Any:
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
         where = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
         raise ConfigError(where, f"unknown key (known: {', '.join(sorted(names))})")
-    kwargs = {
-        name: _coerce(f"{prefix}.{name}" if prefix else name, hints[name], value)
-        for name, value in data.items()
-    }
+    kwargs = {} if base is None else {n: getattr(base, n) for n in names}
+    for name, value in data.items():
+        key = f"{prefix}.{name}" if prefix else name
+        default = _default_of(cls, name, base) if dataclasses.is_dataclass(hints[name]) else None
+        kwargs[name] = _coerce(key, hints[name], value, default)
     try:
         return cls(**kwargs)
-    except ConfigError:
-        raise
+    except ConfigError as exc:  # a library config names its field: place it in the file
+        raise ConfigError(f"{prefix}.{exc.key}" if prefix else exc.key, exc.problem) from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(prefix or "config", str(exc)) from None
 

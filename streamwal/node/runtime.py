@@ -32,9 +32,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
-from streamwal.adaptors.pulsar import PolicyAction, PulsarAccessMode, PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar import PulsarOpener
+from streamwal.errors import ClosedError, NotLeaderError, UnavailableError
 from streamwal.node.channels import ChannelManager
-from streamwal.node.config import ClientTLSFiles, NodeConfig
+from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
 from streamwal.node.health import HealthService
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.servicer import MalformedRequestInterceptor, StreamingNodeServicer
@@ -46,56 +47,17 @@ from streamwal.tso import (
     RemoteSource,
     SystemClock,
     TimestampOracle,
-    TsoConfig,
     add_tso_servicer,
 )
 from streamwal.tso.tls import server_credentials
-from streamwal.wal.config import Backoff, WALConfig
-from streamwal.errors import ClosedError, NotLeaderError, UnavailableError
 
-__all__ = ["Node", "client_tls", "pulsar_config", "tso_config", "wal_config"]
+__all__ = ["Node", "client_tls"]
 
 _log = logging.getLogger(__name__)
 
 SERVICE_NAME = "streamwal.v1.StreamingNode"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 TEST_CLOCK_ENV = "STREAMWAL_TEST_CLOCK_FILE"
-
-
-def pulsar_config(config: NodeConfig) -> PulsarConfig:
-    p = config.pulsar
-    return PulsarConfig(
-        service_url=p.service_url,
-        tenant=p.tenant,
-        namespace=p.namespace,
-        access_mode=PulsarAccessMode(p.access_mode),
-        operation_timeout_s=p.operation_timeout_s,
-        admin_url=p.admin_url or None,
-        on_unsafe_policy=PolicyAction(p.on_unsafe_policy),
-        on_no_deduplication=PolicyAction(p.on_no_deduplication),
-        auth_token=p.auth_token,
-        tls_trust_certs_file=p.tls_trust_certs_file,
-        tls_allow_insecure=p.tls_allow_insecure,
-        tls_validate_hostname=p.tls_validate_hostname,
-        client_log_file=p.client_log_file or None,
-    )
-
-
-def tso_config(config: NodeConfig) -> TsoConfig:
-    t = config.tso
-    return TsoConfig(
-        etcd_endpoints=config.etcd.endpoints,
-        key_prefix=t.key_prefix,
-        lease_ttl_s=t.lease_ttl_s,
-        save_window_s=t.save_window_s,
-        update_interval_s=t.update_interval_ms / 1000,
-        batch_size=t.batch_size,
-        etcd_user=config.etcd.user,
-        etcd_password=config.etcd.password,
-        etcd_ca_file=config.etcd.tls.ca_file,
-        etcd_cert_file=config.etcd.tls.cert_file,
-        etcd_key_file=config.etcd.tls.key_file,
-    )
 
 
 def client_tls(files: ClientTLSFiles) -> ClientTLS | None:
@@ -107,26 +69,6 @@ def client_tls(files: ClientTLSFiles) -> ClientTLS | None:
         cert_file=files.cert_file,
         key_file=files.key_file,
         server_name=files.server_name,
-    )
-
-
-def wal_config(config: NodeConfig) -> WALConfig:
-    w = config.wal
-    return WALConfig(
-        first_time_tick_backoff=Backoff(
-            initial=w.first_time_tick_initial_ms / 1000,
-            maximum=w.first_time_tick_max_ms / 1000,
-            multiplier=w.first_time_tick_multiplier,
-            max_attempts=w.first_time_tick_attempts or None,
-        ),
-        append_backoff=Backoff(
-            initial=w.append_retry_initial_ms / 1000,
-            maximum=w.append_retry_max_ms / 1000,
-            max_attempts=w.append_retry_attempts,
-        ),
-        time_tick_interval=w.time_tick_interval_ms / 1000,
-        buffer_capacity_bytes=w.buffer_capacity_bytes,
-        buffer_keepalive=w.buffer_keepalive_s,
     )
 
 
@@ -249,10 +191,10 @@ class Node:
                 await self._start_oracle(self._server)
             else:
                 self._remote = RemoteSource(cfg.tso.remote_addresses, tls=client_tls(cfg.tso.tls))
-            self._opener = PulsarOpener(pulsar_config(cfg))
+            self._opener = PulsarOpener(cfg.pulsar)
             await self._opener.start()
             self._channels = ChannelManager(
-                self._opener, self._allocator_factory(), cfg.node.id, wal_config(cfg)
+                self._opener, self._allocator_factory(), cfg.node.id, cfg.wal
             )
             pb_grpc.add_StreamingNodeServicer_to_server(
                 StreamingNodeServicer(self._channels, self._opener), self._server
@@ -275,7 +217,7 @@ class Node:
     async def _start_oracle(self, server: grpc.aio.Server) -> None:
         """Campaign; wait until this node serves or another node is known to lead."""
         oracle = self._oracle = TimestampOracle(
-            tso_config(self.config), address=self.address, clock=_clock()
+            tso_config(self.config.etcd, self.config.tso), address=self.address, clock=_clock()
         )
         add_tso_servicer(server, oracle, span_attributes={NODE_ID_ATTRIBUTE: self.config.node.id})
         await oracle.start()

@@ -12,10 +12,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from streamwal.errors import StreamwalError
 from streamwal.node.config import ConfigError, load_config
 from streamwal.node.runtime import Node
 from streamwal.node.telemetry import setup_telemetry
-from streamwal.errors import StreamwalError
 
 __all__ = ["register"]
 

@@ -26,12 +26,6 @@ from typing import Any, NoReturn
 import grpc
 from opentelemetry import trace
 
-from streamwal.node.channels import ChannelManager
-from streamwal.node.outcome import OUTCOME_KEY
-from streamwal.node.proto import streaming_pb2 as pb
-from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
-from streamwal.wal.backend import BackendOpener, DeliveryPolicy
 from streamwal.errors import (
     ChannelFencedError,
     ChannelNotFoundError,
@@ -45,6 +39,12 @@ from streamwal.errors import (
     outcome_of,
     short_repr,
 )
+from streamwal.node.channels import ChannelManager
+from streamwal.node.outcome import OUTCOME_KEY
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
+from streamwal.wal.backend import BackendOpener, DeliveryPolicy
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
 
 __all__ = [
@@ -303,7 +303,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         try:
             opened = await self._channels.assign(request.pchannel)
         except UnavailableError as exc:
-            # the open gave up (``wal.first_time_tick_attempts``): say which channel
+            # the open gave up (``wal.first_time_tick_backoff.max_attempts``): say which channel
             # and that trying later may work, not only what the broker last said
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE,

@@ -37,22 +37,22 @@ from opentelemetry.trace import get_tracer
 from opentelemetry.util.types import Attributes
 
 from streamwal.adaptors.pulsar import PulsarMessageId
-from streamwal.tools.acks import Ack, digest
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
+from streamwal.node.runtime import Node
+from streamwal.node.telemetry import NODE_ID_ATTRIBUTE, setup_telemetry
+from streamwal.node.trace.model import status_of, trace_view
+from streamwal.node.trace.opens import ATTEMPT_OPERATION
+from streamwal.node.trace.waterfall import render_waterfall
+from streamwal.tools.acks import Ack, digest
 from streamwal.tools.faultproxy import FaultProxy
 from streamwal.tools.history_check import check_history
-from streamwal.node.runtime import Node
 from streamwal.tools.stack import Stack, StackInfo
 from streamwal.tools.stack.jaeger_ui import ui_is_real
 from streamwal.tools.stack.paths import ENV_JAEGER_UI_ASSETS
 from streamwal.tools.stack.stack import StackError
 from streamwal.tools.stack.telemetry_query import SpanSummary, get_trace, span_summaries
 from streamwal.tools.stack.tso_keys import deleted_afterwards
-from streamwal.node.telemetry import NODE_ID_ATTRIBUTE, setup_telemetry
-from streamwal.node.trace.model import status_of, trace_view
-from streamwal.node.trace.opens import ATTEMPT_OPERATION
-from streamwal.node.trace.waterfall import render_waterfall
 from streamwal.tools.verify import read_topic
 
 __all__ = ["MOVE_FROM_ATTRIBUTE", "MOVE_OPERATION", "MOVE_TO_ATTRIBUTE", "register"]

@@ -42,9 +42,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamwal.errors import DecodeError, WriteOutcome
 from streamwal.tools.acks import Ack, Failure, digest
 from streamwal.wal.backend import BackendMessage
-from streamwal.errors import DecodeError, WriteOutcome
 from streamwal.wal.message import MessageIdDecoder, MessageType, decode
 from streamwal.wal.message_id import MessageId
 

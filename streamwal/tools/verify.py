@@ -22,10 +22,10 @@ from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.adaptors.pulsar.scanner import to_backend_message
+from streamwal.errors import StreamwalError
 from streamwal.tools.acks import Ack, Failure, read_acks
 from streamwal.tools.history_check import HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage, validate_channel_name
-from streamwal.errors import StreamwalError
 
 __all__ = ["read_topic", "register", "verify_channel"]
 

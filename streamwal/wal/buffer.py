@@ -23,8 +23,8 @@ from typing import NamedTuple
 
 from opentelemetry import metrics
 
-from streamwal.wal.backend import DeliveryPolicy
 from streamwal.errors import BufferSealedError, ClosedError, EvictedError, InvalidInputError
+from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.message import ImmutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_evictions

@@ -11,16 +11,16 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from streamwal.errors import InvalidInputError
+from streamwal.errors import ConfigError
 
 __all__ = ["Backoff", "WALConfig"]
 
 
 def _positive(name: str, value: float) -> None:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise InvalidInputError(f"{name} must be a finite number, got {value!r}")
+        raise ConfigError(name, f"must be a finite number, got {value!r}")
     if value <= 0:
-        raise InvalidInputError(f"{name} must be > 0, got {value!r}")
+        raise ConfigError(name, f"must be > 0, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +41,13 @@ class Backoff:
         _positive("maximum", self.maximum)
         _positive("multiplier", self.multiplier)
         if self.maximum < self.initial:
-            raise InvalidInputError(f"maximum ({self.maximum}) must be >= initial ({self.initial})")
+            raise ConfigError("maximum", f"must be >= initial ({self.maximum} < {self.initial})")
         if self.multiplier < 1:
-            raise InvalidInputError(f"multiplier must be >= 1, got {self.multiplier}")
+            raise ConfigError("multiplier", f"must be >= 1, got {self.multiplier}")
         if self.max_attempts is not None and (
             not isinstance(self.max_attempts, int) or self.max_attempts < 1
         ):
-            raise InvalidInputError(f"max_attempts must be >= 1 or None, got {self.max_attempts!r}")
+            raise ConfigError("max_attempts", f"must be >= 1 or None, got {self.max_attempts!r}")
 
     def delays(self) -> Iterator[float]:
         """The waits between attempts: initial, initial*m, ... capped at maximum, forever."""
@@ -59,7 +59,8 @@ class Backoff:
 
 @dataclass(frozen=True, slots=True)
 class WALConfig:
-    """Everything a WAL can be tuned with; every field is validated here.
+    """Everything a WAL can be tuned with; every field is validated here. Seconds
+    throughout; a node's ``wal:`` section builds this object (same names).
 
     - ``first_time_tick_backoff``: retries of the first time tick on open (unbounded by
       default: the open ends on success, a fenced error, a broker that does not
@@ -94,7 +95,7 @@ class WALConfig:
     def __post_init__(self) -> None:
         for name in ("first_time_tick_backoff", "append_backoff", "scanner_backoff"):
             if not isinstance(getattr(self, name), Backoff):
-                raise InvalidInputError(f"{name} must be a Backoff")
+                raise ConfigError(name, "must be a Backoff")
         _positive("time_tick_interval", self.time_tick_interval)
         _positive("buffer_keepalive", self.buffer_keepalive)
         _positive("close_timeout", self.close_timeout)
@@ -109,6 +110,7 @@ class WALConfig:
                 f"retention must be None or a number of seconds >= 0, got {self.retention!r}"
             )
         if not isinstance(self.buffer_capacity_bytes, int) or self.buffer_capacity_bytes < 1:
-            raise InvalidInputError(
-                f"buffer_capacity_bytes must be a positive int, got {self.buffer_capacity_bytes!r}"
+            raise ConfigError(
+                "buffer_capacity_bytes",
+                f"must be a positive int, got {self.buffer_capacity_bytes!r}",
             )

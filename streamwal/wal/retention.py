@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from streamwal.wal.backend import CHANNEL_NAME_PATTERN
 from streamwal.errors import InvalidInputError, QuotaExceededError
+from streamwal.wal.backend import CHANNEL_NAME_PATTERN
 from streamwal.wal.message_id import MessageId
 
 __all__ = [

@@ -27,9 +27,6 @@ from collections.abc import Callable, Iterator
 
 from opentelemetry import metrics
 
-from streamwal.wal.backend import BackendScanner, BackendWAL, DeliveryPolicy
-from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
-from streamwal.wal.config import Backoff
 from streamwal.errors import (
     BufferSealedError,
     ClosedError,
@@ -37,6 +34,9 @@ from streamwal.errors import (
     EvictedError,
     StreamwalError,
 )
+from streamwal.wal.backend import BackendScanner, BackendWAL, DeliveryPolicy
+from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
+from streamwal.wal.config import Backoff
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
 from streamwal.wal.metrics import record_scanner_lag
 

@@ -16,8 +16,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from streamwal.wal.backend import BackendWAL
 from streamwal.errors import InvalidInputError, StreamwalError
+from streamwal.wal.backend import BackendWAL
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_consumer_lag, record_truncation
 from streamwal.wal.retention import BackendRetention, RetentionState, truncation_target

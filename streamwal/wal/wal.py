@@ -14,10 +14,10 @@ import logging
 import time
 from types import TracebackType
 
+from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError, QuotaExceededError
 from streamwal.wal.backend import BackendWAL, DeliveryPolicy
 from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.config import WALConfig
-from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError, QuotaExceededError
 from streamwal.wal.interceptors import AppendResult, InterceptorChain, InterceptorParams
 from streamwal.wal.message import MessageIdDecoder, MutableMessage
 from streamwal.wal.message_id import MessageId

@@ -13,12 +13,12 @@ from pathlib import Path
 import etcd3
 import pytest
 
-from streamwal.tools.acks import Ack, digest
 from streamwal.node.client import NodeClient
+from streamwal.tools.acks import Ack, digest
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.verify import verify_channel
-from tests.node.processes import NodeProcess, free_port
 from streamwal.tso.store import LeaderRecord
+from tests.node.processes import NodeProcess, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -13,15 +13,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from streamwal.tools.acks import Ack, Failure, digest
+from streamwal.errors import WriteOutcome
 from streamwal.node.client import NodeClient, write_outcome
 from streamwal.node.outcome import OUTCOME_KEY
 from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.tools.acks import Ack, Failure, digest
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.verify import verify_channel
 from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess
-from streamwal.errors import WriteOutcome
 
 pytestmark = pytest.mark.integration
 

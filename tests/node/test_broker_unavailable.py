@@ -1,6 +1,6 @@
 """A node whose broker cannot be reached answers AssignChannel with UNAVAILABLE.
 
-Without ``wal.first_time_tick_attempts`` an open retries until the caller's deadline
+Without ``wal.first_time_tick_backoff.max_attempts`` an open retries until the caller's deadline
 and the client sees DEADLINE_EXCEEDED, which does not say what went wrong; with it,
 the open gives up after that many attempts and the client is told the broker did
 not answer, so it can retry later or elsewhere.
@@ -40,9 +40,11 @@ async def test_assign_with_the_broker_unreachable_is_unavailable(
             "etcd": {"endpoints": [stack.etcd_endpoint]},
             "tso": {"key_prefix": etcd_prefix("unavailable")},
             "wal": {
-                "first_time_tick_attempts": _ATTEMPTS,
-                "first_time_tick_initial_ms": 20,
-                "first_time_tick_max_ms": 200,
+                "first_time_tick_backoff": {
+                    "max_attempts": _ATTEMPTS,
+                    "initial": 0.02,
+                    "maximum": 0.2,
+                },
             },
         },
     )

@@ -24,13 +24,13 @@ def test_defaults_point_at_the_local_stack() -> None:
 
 def test_file_then_environment_overrides(tmp_path: Path) -> None:
     path = tmp_path / "node.yaml"
-    path.write_text("node:\n  id: 3\npulsar:\n  tenant: acme\nwal:\n  time_tick_interval_ms: 50\n")
+    path.write_text("node:\n  id: 3\npulsar:\n  tenant: acme\nwal:\n  time_tick_interval: 0.05\n")
     config = load_config(
         path, environ={"STREAMWAL_NODE__ID": "4", "STREAMWAL_ETCD__ENDPOINTS": "a:1,b:2"}
     )
     assert config.node.id == 4
     assert config.pulsar.tenant == "acme"
-    assert config.wal.time_tick_interval_ms == 50
+    assert config.wal.time_tick_interval == 0.05
     assert config.etcd.endpoints == ("a:1", "b:2")
 
 
@@ -78,6 +78,12 @@ _INVALID = [
         "pulsar.tls_trust_certs_file",
     ),
     ("pulsar:\n  client_log_file: {path: x}\n", "pulsar.client_log_file"),
+    ("pulsar:\n  send_timeout_ms: -1\n", "pulsar.send_timeout_ms"),
+    ("pulsar:\n  max_message_size: 0\n", "pulsar.max_message_size"),
+    ("pulsar:\n  batching: often\n", "pulsar.batching"),
+    ("pulsar:\n  batching_max_delay_ms: -1\n", "pulsar.batching_max_delay_ms"),
+    ("pulsar:\n  max_pending_messages: 0\n", "pulsar.max_pending_messages"),
+    ("pulsar:\n  verify_exclusivity: perhaps\n", "pulsar.verify_exclusivity"),
     ("etcd:\n  endpoints: []\n", "etcd.endpoints"),
     ("etcd:\n  endpoints: ['host-without-port']\n", "etcd.endpoints[0]"),
     ("etcd:\n  user: root\n", "etcd.user"),
@@ -110,22 +116,44 @@ _INVALID = [
     ("tso:\n  lease_ttl_s: 1.5\n", "tso.lease_ttl_s"),
     ("tso:\n  save_window_s: 0\n", "tso.save_window_s"),
     ("tso:\n  save_window_s: .nan\n", "tso.save_window_s"),
-    ("tso:\n  save_window_s: 0.04\n  update_interval_ms: 50\n", "tso.save_window_s"),
-    ("tso:\n  update_interval_ms: 0\n", "tso.update_interval_ms"),
+    ("tso:\n  save_window_s: 0.04\n  update_interval_s: 0.05\n", "tso.save_window_s"),
+    ("tso:\n  update_interval_s: 0\n", "tso.update_interval_s"),
     ("tso:\n  batch_size: 0\n", "tso.batch_size"),
     ("tso:\n  batch_size: 262144\n", "tso.batch_size"),
     ("wal:\n  buffer_capacity_bytes: 0\n", "wal.buffer_capacity_bytes"),
-    ("wal:\n  buffer_keepalive_s: .nan\n", "wal.buffer_keepalive_s"),
-    ("wal:\n  buffer_keepalive_s: -.inf\n", "wal.buffer_keepalive_s"),
-    ("wal:\n  time_tick_interval_ms: 0\n", "wal.time_tick_interval_ms"),
-    ("wal:\n  first_time_tick_initial_ms: -5\n", "wal.first_time_tick_initial_ms"),
-    ("wal:\n  first_time_tick_max_ms: 1\n", "wal.first_time_tick_max_ms"),
-    ("wal:\n  first_time_tick_attempts: -1\n", "wal.first_time_tick_attempts"),
-    ("wal:\n  first_time_tick_multiplier: 0.5\n", "wal.first_time_tick_multiplier"),
-    ("wal:\n  first_time_tick_multiplier: .inf\n", "wal.first_time_tick_multiplier"),
-    ("wal:\n  append_retry_initial_ms: 0\n", "wal.append_retry_initial_ms"),
-    ("wal:\n  append_retry_max_ms: 1\n", "wal.append_retry_max_ms"),
-    ("wal:\n  append_retry_attempts: 0\n", "wal.append_retry_attempts"),
+    ("wal:\n  buffer_keepalive: .nan\n", "wal.buffer_keepalive"),
+    ("wal:\n  buffer_keepalive: -.inf\n", "wal.buffer_keepalive"),
+    ("wal:\n  time_tick_interval: 0\n", "wal.time_tick_interval"),
+    (
+        "wal:\n  first_time_tick_backoff:\n    initial: -0.005\n",
+        "wal.first_time_tick_backoff.initial",
+    ),
+    (
+        "wal:\n  first_time_tick_backoff:\n    maximum: 0.001\n",
+        "wal.first_time_tick_backoff.maximum",
+    ),
+    (
+        "wal:\n  first_time_tick_backoff:\n    max_attempts: 0\n",
+        "wal.first_time_tick_backoff.max_attempts",
+    ),
+    (
+        "wal:\n  first_time_tick_backoff:\n    multiplier: 0.5\n",
+        "wal.first_time_tick_backoff.multiplier",
+    ),
+    (
+        "wal:\n  first_time_tick_backoff:\n    multiplier: .inf\n",
+        "wal.first_time_tick_backoff.multiplier",
+    ),
+    ("wal:\n  append_backoff:\n    initial: 0\n", "wal.append_backoff.initial"),
+    ("wal:\n  append_backoff:\n    maximum: 0.001\n", "wal.append_backoff.maximum"),
+    ("wal:\n  append_backoff:\n    max_attempts: 0\n", "wal.append_backoff.max_attempts"),
+    ("wal:\n  append_backoff:\n    multiplier: 0.9\n", "wal.append_backoff.multiplier"),
+    ("wal:\n  scanner_backoff:\n    initial: 0\n", "wal.scanner_backoff.initial"),
+    ("wal:\n  scanner_backoff:\n    maximum: 0.01\n", "wal.scanner_backoff.maximum"),
+    ("wal:\n  scanner_backoff:\n    multiplier: -2\n", "wal.scanner_backoff.multiplier"),
+    ("wal:\n  scanner_backoff:\n    max_attempts: many\n", "wal.scanner_backoff.max_attempts"),
+    ("wal:\n  close_timeout: 0\n", "wal.close_timeout"),
+    ("wal:\n  first_time_tick_backoff: 5\n", "wal.first_time_tick_backoff"),
     ("telemetry:\n  service_name: ''\n", "telemetry.service_name"),
     ("telemetry:\n  service_name: '  '\n", "telemetry.service_name"),
     ("telemetry:\n  otlp_endpoint: collector\n", "telemetry.otlp_endpoint"),
@@ -237,26 +265,27 @@ def test_other_streamwal_variables_are_not_configuration() -> None:
 
 def test_serve_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text("wal:\n  buffer_keepalive_s: .nan\n")
+    path.write_text("wal:\n  buffer_keepalive: .nan\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMWAL_")}
     done = serve_once(path, env)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "invalid configuration: wal.buffer_keepalive_s:" in done.stderr
+    assert "invalid configuration: wal.buffer_keepalive:" in done.stderr
     assert "ready" not in done.stdout
 
 
 def test_environment_errors_are_named_too() -> None:
-    with pytest.raises(ConfigError, match=r"^wal\.append_retry_attempts:"):
-        load_config(environ={"STREAMWAL_WAL__APPEND_RETRY_ATTEMPTS": "lots"})
+    with pytest.raises(ConfigError, match=r"^wal\.append_backoff\.max_attempts:"):
+        load_config(environ={"STREAMWAL_WAL__APPEND_BACKOFF__MAX_ATTEMPTS": "lots"})
 
 
 def test_first_time_tick_attempts_bound_the_open() -> None:
-    from streamwal.node.runtime import wal_config
-
-    unbounded = wal_config(load_config(environ={}))
+    unbounded = load_config(environ={}).wal
     assert unbounded.first_time_tick_backoff.max_attempts is None
-    bounded = wal_config(load_config(environ={"STREAMWAL_WAL__FIRST_TIME_TICK_ATTEMPTS": "4"}))
+    env = {"STREAMWAL_WAL__FIRST_TIME_TICK_BACKOFF__MAX_ATTEMPTS": "4"}
+    bounded = load_config(environ=env).wal
     assert bounded.first_time_tick_backoff.max_attempts == 4
+    # the other fields of the backoff keep their defaults
+    assert bounded.first_time_tick_backoff.initial == unbounded.first_time_tick_backoff.initial
 
 
 def test_secrets_never_show(tmp_path: Path) -> None:
@@ -279,7 +308,7 @@ def test_secrets_never_show(tmp_path: Path) -> None:
 
 
 def test_etcd_credentials_and_tls_reach_the_tso(tmp_path: Path) -> None:
-    from streamwal.node.runtime import tso_config
+    from streamwal.node.config import tso_config
 
     ca = tmp_path / "ca.pem"
     ca.write_text("not checked here")
@@ -290,7 +319,7 @@ def test_etcd_credentials_and_tls_reach_the_tso(tmp_path: Path) -> None:
             "STREAMWAL_ETCD__TLS__CA_FILE": str(ca),
         }
     )
-    tso = tso_config(config)
+    tso = tso_config(config.etcd, config.tso)
     assert (tso.etcd_user, tso.etcd_password, tso.etcd_ca_file) == ("tso", "pw-SECRET", str(ca))
     assert "SECRET" not in repr(tso)
 

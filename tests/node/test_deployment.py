@@ -8,8 +8,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from streamwal.tools.acks import Ack, digest
 from streamwal.node.client import NodeClient
+from streamwal.tools.acks import Ack, digest
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.verify import verify_channel
 from tests.node.processes import NodeProcess

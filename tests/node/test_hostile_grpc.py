@@ -14,10 +14,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from streamwal.adaptors.pulsar import PulsarMessageId
-from streamwal.tools.acks import Ack, digest
 from streamwal.node.client import Consumed, NodeClient, policy
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.tools.acks import Ack, digest
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.verify import verify_channel
 from tests.etcd_keys import EtcdPrefixes

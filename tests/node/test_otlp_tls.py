@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from streamwal.node.telemetry import span_exporter
-from tests.node.certs import TestCA
 from streamwal.tso.tls import server_credentials
+from tests.node.certs import TestCA
 
 
 class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):

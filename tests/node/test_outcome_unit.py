@@ -12,12 +12,6 @@ import grpc
 import pytest
 from opentelemetry import context as otel_context
 
-from streamwal.node.client import NodeClient, write_outcome
-from streamwal.node.outcome import OUTCOME_KEY
-from streamwal.node.proto import streaming_pb2 as pb
-from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import _append_error, status_of
-from streamwal.node.telemetry import _quiet_foreign_detach
 from streamwal.errors import (
     ChannelFencedError,
     ChannelNotFoundError,
@@ -27,6 +21,12 @@ from streamwal.errors import (
     WriteOutcome,
     outcome_of,
 )
+from streamwal.node.client import NodeClient, write_outcome
+from streamwal.node.outcome import OUTCOME_KEY
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.servicer import _append_error, status_of
+from streamwal.node.telemetry import _quiet_foreign_detach
 
 
 def _rpc(

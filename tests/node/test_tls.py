@@ -14,12 +14,12 @@ from typing import Any
 import grpc
 import pytest
 
+from streamwal.errors import UnavailableError
 from streamwal.node.client import Acked, NodeClient, policy
 from streamwal.tools.stack import StackInfo
+from streamwal.tso import ClientTLS, RemoteSource
 from tests.node.certs import TestCA
 from tests.node.processes import NodeProcess
-from streamwal.tso import ClientTLS, RemoteSource
-from streamwal.errors import UnavailableError
 
 pytestmark = pytest.mark.integration
 

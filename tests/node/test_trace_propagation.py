@@ -19,9 +19,14 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span
 
 from streamwal.node.client import NodeClient
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.telemetry_query import SpanSummary, get_trace, span_summaries, span_tree_summary
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE, span_exporter
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.telemetry_query import (
+    SpanSummary,
+    get_trace,
+    span_summaries,
+    span_tree_summary,
+)
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from streamwal.node.cli import main
 from streamwal.tools.bench.append import run_append_bench
 from streamwal.tools.bench.channels import run_channels_bench
 from streamwal.tools.bench.node import SIDES
@@ -21,7 +22,6 @@ from streamwal.tools.bench.scan import run_scan_bench
 from streamwal.tools.bench.takeover import run_takeover_bench
 from streamwal.tools.bench.target import BenchTarget
 from streamwal.tools.bench.targets import evaluate
-from streamwal.node.cli import main
 from streamwal.tools.stack import StackInfo
 
 

@@ -10,8 +10,8 @@ import pytest
 
 import streamwal.tools.verify
 from streamwal.adaptors.pulsar import PulsarMessageId
-from streamwal.tools.acks import Ack, Failure, digest, write_acks
 from streamwal.node.cli import main
+from streamwal.tools.acks import Ack, Failure, digest, write_acks
 from streamwal.tools.history_check import RULES, HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import MessageType, MutableMessage, encode

@@ -6,14 +6,14 @@ import asyncio
 
 import pytest
 
-from streamwal.tso.allocator import LocalAllocator, TimestampAllocator, TimestampSource
-from streamwal.tso.timestamp import compose
 from streamwal.errors import (
     ClosedError,
     InvalidInputError,
     TimestampRegressionError,
     UnavailableError,
 )
+from streamwal.tso.allocator import LocalAllocator, TimestampAllocator, TimestampSource
+from streamwal.tso.timestamp import compose
 
 
 class CountingSource:

@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from streamwal.tso.config import TsoConfig
 from streamwal.errors import InvalidInputError
+from streamwal.tso.config import TsoConfig
 
 
 def test_defaults_follow_pd_and_milvus() -> None:

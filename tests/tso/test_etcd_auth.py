@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.tso.etcd_proc import EtcdProcess, _etcd_binary
-from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal.errors import UnavailableError
+from streamwal.tso import InProcessTSO, TsoConfig
+from tests.tso.etcd_proc import EtcdProcess, _etcd_binary
 
 pytestmark = pytest.mark.integration
 

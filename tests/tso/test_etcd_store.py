@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from streamwal.errors import NotLeaderError, TimestampRegressionError
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.store import LeaderRecord, decode_window
-from streamwal.errors import NotLeaderError, TimestampRegressionError
 
 pytestmark = pytest.mark.integration
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from streamwal.errors import NotLeaderError
 from streamwal.tso.allocator import LocalAllocator
 from streamwal.tso.config import TsoConfig
 from streamwal.tso.oracle import TimestampOracle
 from streamwal.tso.remote import RemoteSource
 from streamwal.tso.service import TsoServer
-from streamwal.errors import NotLeaderError
 
 pytestmark = pytest.mark.integration
 

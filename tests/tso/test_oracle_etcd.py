@@ -9,6 +9,7 @@ from typing import Any
 import etcd3
 import pytest
 
+from streamwal.errors import NotLeaderError, UnavailableError
 from streamwal.tso.allocator import LocalAllocator
 from streamwal.tso.clock import ManualClock
 from streamwal.tso.config import TsoConfig
@@ -19,7 +20,6 @@ from streamwal.tso.remote import RemoteSource
 from streamwal.tso.service import TsoServer
 from streamwal.tso.store import LeaderRecord, decode_window
 from streamwal.tso.timestamp import split
-from streamwal.errors import NotLeaderError, UnavailableError
 
 pytestmark = pytest.mark.integration
 

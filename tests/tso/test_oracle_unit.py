@@ -9,12 +9,6 @@ from typing import Any
 
 import pytest
 
-from streamwal.tso.clock import ManualClock
-from streamwal.tso.config import TsoConfig
-from streamwal.tso.memory_store import MemoryStore
-from streamwal.tso.oracle import TimestampOracle
-from streamwal.tso.store import decode_window, encode_window
-from streamwal.tso.timestamp import MAX_LOGICAL, split
 from streamwal.errors import (
     ClosedError,
     InvalidInputError,
@@ -22,6 +16,12 @@ from streamwal.errors import (
     TimestampOverflowError,
     UnavailableError,
 )
+from streamwal.tso.clock import ManualClock
+from streamwal.tso.config import TsoConfig
+from streamwal.tso.memory_store import MemoryStore
+from streamwal.tso.oracle import TimestampOracle
+from streamwal.tso.store import decode_window, encode_window
+from streamwal.tso.timestamp import MAX_LOGICAL, split
 
 Factory = Callable[..., Any]
 

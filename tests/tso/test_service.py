@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from streamwal.errors import InvalidInputError, NotLeaderError, UnavailableError
 from streamwal.tso.allocator import LocalAllocator
 from streamwal.tso.config import TsoConfig
 from streamwal.tso.memory_store import MemoryStore
@@ -19,7 +20,6 @@ from streamwal.tso.oracle import TimestampOracle
 from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
 from streamwal.tso.remote import RemoteSource
 from streamwal.tso.service import LEADER_METADATA_KEY, TsoServer, TsoServicer
-from streamwal.errors import InvalidInputError, NotLeaderError, UnavailableError
 
 _CONFIG = TsoConfig(key_prefix="/svc", lease_ttl_s=1, update_interval_s=0.01)
 

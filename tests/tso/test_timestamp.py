@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamwal.errors import InvalidInputError
 from streamwal.tso.timestamp import (
     LOGICAL_BITS,
     MAX_LOGICAL,
@@ -16,7 +17,6 @@ from streamwal.tso.timestamp import (
     physical_datetime,
     split,
 )
-from streamwal.errors import InvalidInputError
 
 _PHYSICAL = st.integers(min_value=0, max_value=(1 << (64 - LOGICAL_BITS)) - 1)
 _LOGICAL = st.integers(min_value=0, max_value=MAX_LOGICAL - 1)

@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from tests.tso.etcd_proc import EtcdProcess
+from streamwal.errors import UnavailableError
 from streamwal.tso.config import TsoConfig
 from streamwal.tso.inprocess import InProcessTSO
-from streamwal.errors import UnavailableError
+from tests.tso.etcd_proc import EtcdProcess
 
 pytestmark = pytest.mark.integration
 

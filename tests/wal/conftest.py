@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from streamwal.adaptors.memory import MemoryLogStore
-from tests.wal.testkit import BatchAllocator, CounterTSO, OpenOwner, RecordingOpener, fast_config
 from streamwal.wal import WAL, WALConfig, open_wal
+from tests.wal.testkit import BatchAllocator, CounterTSO, OpenOwner, RecordingOpener, fast_config
 
 
 @pytest.fixture(scope="session")

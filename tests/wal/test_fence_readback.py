@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from streamwal.adaptors.memory.backend import MemoryMessageId
-from streamwal.wal.backend import BackendMessage, DeliveryPolicy
 from streamwal.errors import WriteOutcome
+from streamwal.wal.backend import BackendMessage, DeliveryPolicy
 from streamwal.wal.interceptors.timetick.readback import FenceReadback
 from streamwal.wal.message_id import MessageId
 

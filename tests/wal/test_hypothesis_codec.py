@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from streamwal.adaptors.pulsar import PulsarMessageId
-from streamwal.wal.backend import BackendMessage
 from streamwal.errors import DecodeError
+from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import MessageType, MutableMessage, decode, encode
 from streamwal.wal.message.codec import (
     KEY_LAST_CONFIRMED,

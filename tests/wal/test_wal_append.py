@@ -8,6 +8,8 @@ import itertools
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
+from streamwal.errors import ChannelFencedError, InvalidInputError, UnavailableError
+from streamwal.wal import Backoff, MessageType, MutableMessage
 from tests.wal.testkit import (
     BatchAllocator,
     CounterTSO,
@@ -19,8 +21,6 @@ from tests.wal.testkit import (
     log_messages,
     wait_until,
 )
-from streamwal.wal import Backoff, MessageType, MutableMessage
-from streamwal.errors import ChannelFencedError, InvalidInputError, UnavailableError
 
 
 def _insert(payload: bytes, vchannel: str = "v1") -> MutableMessage:

@@ -7,9 +7,15 @@ import asyncio
 import pytest
 
 from streamwal.adaptors.memory import MemoryMessageId
-from streamwal.wal import DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage, WriteAheadBuffer
-from streamwal.wal.buffer import BufferCursor, BufferEntry
 from streamwal.errors import BufferSealedError, ClosedError, EvictedError, InvalidInputError
+from streamwal.wal import (
+    DeliveryPolicy,
+    ImmutableMessage,
+    MessageType,
+    MutableMessage,
+    WriteAheadBuffer,
+)
+from streamwal.wal.buffer import BufferCursor, BufferEntry
 
 
 def _msg(time_tick: int, offset: int | None = None, payload: bytes = b"") -> ImmutableMessage:

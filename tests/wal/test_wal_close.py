@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from streamwal.adaptors.memory import MemoryBackendWAL, MemoryLogStore
-from tests.wal.testkit import OpenOwner, RecordingOpener, fast_config, log_messages
-from streamwal.wal import Backoff, DeliveryPolicy, MessageType, MutableMessage
 from streamwal.errors import ClosedError
+from streamwal.wal import Backoff, DeliveryPolicy, MessageType, MutableMessage
+from tests.wal.testkit import OpenOwner, RecordingOpener, fast_config, log_messages
 
 
 def _insert(payload: bytes) -> MutableMessage:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from streamwal.wal import Backoff, WALConfig
 from streamwal.errors import InvalidInputError
+from streamwal.wal import Backoff, WALConfig
 from streamwal.wal.interceptors import INTERCEPTOR_ORDER
 from streamwal.wal.interceptors.timetick import TimeTickInterceptor
 

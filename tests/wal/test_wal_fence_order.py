@@ -8,6 +8,9 @@ import contextlib
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore
+from streamwal.errors import ChannelFencedError
+from streamwal.wal import WAL, AccessMode, MessageType, MutableMessage, encode
+from streamwal.wal.backend import BackendWAL
 from tests.wal.testkit import (
     BatchAllocator,
     CounterTSO,
@@ -16,9 +19,6 @@ from tests.wal.testkit import (
     assert_strictly_increasing,
     log_messages,
 )
-from streamwal.wal import WAL, AccessMode, MessageType, MutableMessage, encode
-from streamwal.wal.backend import BackendWAL
-from streamwal.errors import ChannelFencedError
 
 
 async def _allocate_then_fence(

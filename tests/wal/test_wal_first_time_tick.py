@@ -13,9 +13,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from streamwal.adaptors.memory import MemoryBackendWAL, MemoryLogStore
-from tests.wal.testkit import BatchAllocator, RecordingOpener, fast_config, log_messages, wait_until
-from streamwal.wal import AccessMode, Backoff, MessageType, open_wal, send_first_time_tick
 from streamwal.errors import ChannelFencedError, ClosedError, UnavailableError
+from streamwal.wal import AccessMode, Backoff, MessageType, open_wal, send_first_time_tick
 from streamwal.wal.initializing import (
     ATTR_ATTEMPT,
     ATTR_ATTEMPTS,
@@ -26,6 +25,7 @@ from streamwal.wal.initializing import (
     ATTR_NODE_ID,
     ATTR_TIME_TICK,
 )
+from tests.wal.testkit import BatchAllocator, RecordingOpener, fast_config, log_messages, wait_until
 
 Spans = Callable[[], list[ReadableSpan]]
 

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamwal.adaptors.memory import MemoryMessageId
-from streamwal.wal.backend import BackendMessage
 from streamwal.errors import DecodeError, InvalidInputError
+from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, decode, encode
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from streamwal.adaptors.memory import MemoryMessageId
-from tests.wal.testkit import OpenOwner, fast_config, wait_until
 from streamwal.wal import ImmutableMessage, MessageType, MutableMessage, MVCCManager, VChannelMVCC
+from tests.wal.testkit import OpenOwner, fast_config, wait_until
 
 
 def _msg(

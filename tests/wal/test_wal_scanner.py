@@ -8,14 +8,7 @@ import logging
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
-from tests.wal.testkit import (
-    OpenOwner,
-    ProxyBackend,
-    RecordingOpener,
-    fast_config,
-    log_messages,
-    wait_until,
-)
+from streamwal.errors import ClosedError, InvalidInputError
 from streamwal.wal import (
     WAL,
     DeliveryPolicy,
@@ -26,7 +19,14 @@ from streamwal.wal import (
     open_read_only,
 )
 from streamwal.wal.backend import BackendMessage
-from streamwal.errors import ClosedError, InvalidInputError
+from tests.wal.testkit import (
+    OpenOwner,
+    ProxyBackend,
+    RecordingOpener,
+    fast_config,
+    log_messages,
+    wait_until,
+)
 
 
 def _insert(payload: bytes, vchannel: str = "v1") -> MutableMessage:

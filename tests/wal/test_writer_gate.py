@@ -8,11 +8,11 @@ import asyncio
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener
-from tests.wal.testkit import assert_strictly_increasing, log_messages
 from streamwal.tso.allocator import LocalAllocator
 from streamwal.wal import MessageType, MutableMessage
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.interceptors.timetick.writer import _Gate
+from tests.wal.testkit import assert_strictly_increasing, log_messages
 
 
 class _SlowSource:

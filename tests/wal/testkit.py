@@ -7,7 +7,13 @@ import itertools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
-from streamwal.adaptors.memory import MemoryBackendWAL, MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.adaptors.memory import (
+    MemoryBackendWAL,
+    MemoryLogStore,
+    MemoryMessageId,
+    MemoryOpener,
+)
+from streamwal.errors import UnavailableError
 from streamwal.wal.backend import (
     AccessMode,
     AppendCallback,
@@ -16,7 +22,6 @@ from streamwal.wal.backend import (
     DeliveryPolicy,
 )
 from streamwal.wal.config import Backoff, WALConfig
-from streamwal.errors import UnavailableError
 from streamwal.wal.message import ImmutableMessage, decode
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.wal import WAL

@@ -15,11 +15,11 @@ import re
 import sys
 from typing import Any
 
+from streamwal.errors import StreamwalError
 from streamwal.node.trace.jaeger import default_jaeger_url, fetch_trace
 from streamwal.node.trace.model import trace_view
 from streamwal.node.trace.opens import recent_opens, render_opens
 from streamwal.node.trace.waterfall import render_waterfall
-from streamwal.errors import StreamwalError
 
 __all__ = ["parse_since", "register"]
 

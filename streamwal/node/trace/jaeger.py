@@ -14,10 +14,10 @@ import os
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from streamwal.errors import InvalidInputError, StreamwalError, UnavailableError
 from streamwal.tools.stack.jaeger import JaegerService
 from streamwal.tools.stack.paths import StackPaths
 from streamwal.tools.stack.telemetry_query import HTTPStatusError, get_data
-from streamwal.errors import InvalidInputError, StreamwalError, UnavailableError
 
 __all__ = [
     "ENV_JAEGER_URL",

@@ -29,6 +29,7 @@ import pulsar
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.scanner import to_backend_message
+from streamwal.errors import DecodeError
 from streamwal.tools.bench.append import timed_appends
 from streamwal.tools.bench.raw import raw_client, raw_producer
 from streamwal.tools.bench.target import CLIENT_LOG
@@ -36,7 +37,6 @@ from streamwal.tools.stack.tso_keys import deleted_afterwards
 from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal.tso.timestamp import split
 from streamwal.wal.config import WALConfig
-from streamwal.errors import DecodeError
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage, decode
 from streamwal.wal.wal import WAL

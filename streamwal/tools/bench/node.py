@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.node.client import AppendStream, NodeClient, policy
 from streamwal.tools.bench.append import timed_appends
 from streamwal.tools.bench.node_process import BenchNode
 from streamwal.tools.bench.scan import fill_wal, timed_scan
 from streamwal.tools.bench.stats import median_of, ratio
 from streamwal.tools.bench.target import CLIENT_LOG, BenchTarget
-from streamwal.node.client import AppendStream, NodeClient, policy
 from streamwal.tools.stack.tso_keys import deleted_afterwards
 from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal.wal.backend import DeliveryPolicy

@@ -13,7 +13,11 @@ from typing import Any
 
 from streamwal.tools.bench.append import DEFAULT_CONCURRENCY, DEFAULT_PAYLOADS, run_append_bench
 from streamwal.tools.bench.channels import DEFAULT_CHANNELS, run_channels_bench
-from streamwal.tools.bench.node import DEFAULT_NODE_CONCURRENCY, DEFAULT_NODE_PAYLOADS, run_node_bench
+from streamwal.tools.bench.node import (
+    DEFAULT_NODE_CONCURRENCY,
+    DEFAULT_NODE_PAYLOADS,
+    run_node_bench,
+)
 from streamwal.tools.bench.open import run_open_bench
 from streamwal.tools.bench.scan import run_scan_bench
 from streamwal.tools.bench.takeover import run_takeover_bench

@@ -27,13 +27,13 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from streamwal.errors import StreamwalError
 from streamwal.tso.allocator import LocalAllocator
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
 from streamwal.tso.remote import RemoteSource
 from streamwal.tso.service import TsoServer
-from streamwal.errors import StreamwalError
 
 __all__ = ["add_arguments", "handler", "register", "run", "run_tso_bench"]
 

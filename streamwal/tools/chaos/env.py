@@ -35,10 +35,9 @@ def node_settings(
         "etcd": {"endpoints": [etcd_endpoint]},
         "tso": dict(tso),
         "wal": {
-            "first_time_tick_max_ms": 500,
-            "append_retry_max_ms": 500,
-            "append_retry_attempts": 6,
-            "time_tick_interval_ms": 100,
+            "first_time_tick_backoff": {"maximum": 0.5},
+            "append_backoff": {"maximum": 0.5, "max_attempts": 6},
+            "time_tick_interval": 0.1,
         },
         "telemetry": {"log_level": "INFO"},
     }

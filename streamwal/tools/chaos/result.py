@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from streamwal.tools.history_check import HistoryReport
 from streamwal.errors import WriteOutcome
+from streamwal.tools.history_check import HistoryReport
 
 __all__ = ["ScenarioResult", "failures_table", "markdown_table", "text_table"]
 

@@ -21,10 +21,10 @@ from collections.abc import Sequence
 
 import grpc
 
-from streamwal.tools.acks import Ack, Failure, digest
 from streamwal.node.outcome import write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.tools.acks import Ack, Failure, digest
 
 __all__ = ["CHANNEL_OPTIONS", "EXPECTED_CODES", "Traffic"]
 

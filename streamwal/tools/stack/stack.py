@@ -20,7 +20,13 @@ from pathlib import Path
 
 from streamwal.tools.stack.etcd import EtcdService
 from streamwal.tools.stack.paths import StackPaths
-from streamwal.tools.stack.process import is_alive, pid_matches, port_in_use, start_detached, stop_process
+from streamwal.tools.stack.process import (
+    is_alive,
+    pid_matches,
+    port_in_use,
+    start_detached,
+    stop_process,
+)
 from streamwal.tools.stack.pulsar import PulsarService
 from streamwal.tools.stack.service import Progress, Service, ServiceState
 

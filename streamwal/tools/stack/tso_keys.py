@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
-from streamwal.tso.etcd_store import EtcdStore
 from streamwal.errors import StreamwalError
+from streamwal.tso.etcd_store import EtcdStore
 
 __all__ = ["delete_tso_keys", "deleted_afterwards"]
 

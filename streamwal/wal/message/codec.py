@@ -10,9 +10,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from streamwal.wal.backend import BackendMessage
 from streamwal.errors import DecodeError, InvalidInputError
-from streamwal.wal.message.message import MAX_TIME_TICK, RESERVED_PREFIX, ImmutableMessage, MutableMessage
+from streamwal.wal.backend import BackendMessage
+from streamwal.wal.message.message import (
+    MAX_TIME_TICK,
+    RESERVED_PREFIX,
+    ImmutableMessage,
+    MutableMessage,
+)
 from streamwal.wal.message.message_type import MessageType
 from streamwal.wal.message_id import MessageId
 

@@ -10,10 +10,10 @@ import urllib.request
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.tools.stack import StackInfo
 from streamwal.adaptors.testing import append_many, read_all, writable
-from streamwal.wal.backend import DeliveryPolicy
 from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError
+from streamwal.tools.stack import StackInfo
+from streamwal.wal.backend import DeliveryPolicy
 
 pytestmark = pytest.mark.integration
 

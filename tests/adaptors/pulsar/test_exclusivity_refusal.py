@@ -10,9 +10,9 @@ import pytest
 from pulsar.asyncio import PulsarException
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener, verify_exclusive_access
-from tests.wal.testkit import BatchAllocator, CounterTSO
 from streamwal.errors import ExclusivityNotEnforcedError
 from streamwal.wal.initializing import open_wal
+from tests.wal.testkit import BatchAllocator, CounterTSO
 
 _LAX_URL = "pulsar://lax:6650"
 

@@ -14,7 +14,6 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarAccessMode, PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES
-from streamwal.tools.stack import StackInfo
 from streamwal.adaptors.testing import (
     BackendHarness,
     ConformanceSuite,
@@ -22,8 +21,9 @@ from streamwal.adaptors.testing import (
     read_all,
     writable,
 )
-from streamwal.wal.backend import AccessMode, DeliveryPolicy
 from streamwal.errors import DecodeError, UnavailableError
+from streamwal.tools.stack import StackInfo
+from streamwal.wal.backend import AccessMode, DeliveryPolicy
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,6 @@ from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
 from streamwal.adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES, batch_size, size_of
-from streamwal.wal.backend import AccessMode
 from streamwal.errors import (
     ChannelFencedError,
     InvalidInputError,
@@ -33,6 +32,7 @@ from streamwal.errors import (
     UnknownPositionError,
     WriteOutcome,
 )
+from streamwal.wal.backend import AccessMode
 from streamwal.wal.message_id import MessageId
 
 OK = _pulsar.Result.Ok

@@ -18,13 +18,13 @@ import pytest
 
 from streamwal.adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.errors import UnsafeBrokerPolicyError
 from streamwal.tools.acks import Ack, digest
 from streamwal.tools.chaos.services import PrivatePulsar
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.stack.pulsar import STOCK_INACTIVE_CHECK
 from streamwal.tools.verify import read_topic, verify_channel
 from streamwal.tso import InProcessTSO, TsoConfig
-from streamwal.errors import UnsafeBrokerPolicyError
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 

@@ -10,10 +10,10 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.scanner import to_backend_message
-from streamwal.tools.stack import StackInfo
 from streamwal.adaptors.testing import writable
-from streamwal.wal.backend import BackendMessage
 from streamwal.errors import ChannelFencedError
+from streamwal.tools.stack import StackInfo
+from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message_id import MessageId
 
 pytestmark = pytest.mark.integration

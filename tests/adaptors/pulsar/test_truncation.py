@@ -13,6 +13,7 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.errors import QuotaExceededError, TruncatedError
 from streamwal.tools.acks import Ack, digest
 from streamwal.tools.chaos.services import PrivatePulsar
 from streamwal.tools.stack import StackInfo
@@ -20,7 +21,6 @@ from streamwal.tools.verify import verify_channel
 from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.config import WALConfig
-from streamwal.errors import QuotaExceededError, TruncatedError
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.message_id import MessageId

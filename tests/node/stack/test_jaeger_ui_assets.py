@@ -22,7 +22,12 @@ import pytest
 from streamwal.tools.stack import StackInfo, StackPaths
 from streamwal.tools.stack.jaeger import JAEGER_VERSION, JaegerService
 from streamwal.tools.stack.jaeger_release import release_binary
-from streamwal.tools.stack.jaeger_ui import UiAssetsError, is_placeholder, ui_assets_folder, ui_is_real
+from streamwal.tools.stack.jaeger_ui import (
+    UiAssetsError,
+    is_placeholder,
+    ui_assets_folder,
+    ui_is_real,
+)
 from tests.node.processes import free_port
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from streamwal.node.client import NodeClient
-from streamwal.tools.faultproxy import FaultProxy
 from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.tools.faultproxy import FaultProxy
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.stack.telemetry_query import find_traces
 from tests.etcd_keys import EtcdPrefixes

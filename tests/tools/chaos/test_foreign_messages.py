@@ -17,13 +17,13 @@ from pulsar.asyncio import PulsarException
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.node.client import NodeClient, policy
 from streamwal.tools.acks import Ack, digest
 from streamwal.tools.chaos.nodes import free_port
-from streamwal.node.client import NodeClient, policy
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.verify import verify_channel
-from tests.node.processes import NodeProcess
 from streamwal.wal import open_read_only
+from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ import grpc
 import pytest
 import yaml
 
-from streamwal.tools.chaos.spans import install_span_capture
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
 from streamwal.node.runtime import Node
+from streamwal.tools.chaos.spans import install_span_capture
 from streamwal.tools.stack import StackInfo
 from tests.node.processes import NodeProcess, serve_once
 

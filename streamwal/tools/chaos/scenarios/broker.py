@@ -17,12 +17,12 @@ import time
 import grpc
 from opentelemetry.trace import StatusCode
 
+from streamwal.node.config import load_config
+from streamwal.node.runtime import Node
 from streamwal.tools.chaos.env import ChaosEnv
 from streamwal.tools.chaos.result import ScenarioResult
 from streamwal.tools.chaos.scenarios.common import assign, channel_per_node, keep_flowing, tso_group
 from streamwal.tools.chaos.spans import captured_spans, install_span_capture
-from streamwal.node.config import load_config
-from streamwal.node.runtime import Node
 
 __all__ = ["run"]
 

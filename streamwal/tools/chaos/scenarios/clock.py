@@ -14,11 +14,16 @@ import asyncio
 import time
 from pathlib import Path
 
+from streamwal.node.runtime import TEST_CLOCK_ENV
 from streamwal.tools.chaos.env import ChaosEnv
 from streamwal.tools.chaos.result import ScenarioResult
-from streamwal.tools.chaos.scenarios.common import channel_per_node, keep_flowing, move, wait_for_leader
+from streamwal.tools.chaos.scenarios.common import (
+    channel_per_node,
+    keep_flowing,
+    move,
+    wait_for_leader,
+)
 from streamwal.tools.chaos.scenarios.tso_leader import candidates, leader_of
-from streamwal.node.runtime import TEST_CLOCK_ENV
 
 __all__ = ["run"]
 

@@ -10,14 +10,14 @@ from typing import Any
 import etcd3
 import grpc
 
+from streamwal.errors import DecodeError
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.tools.chaos.env import ChaosEnv, node_settings
 from streamwal.tools.chaos.nodes import NodeProcess
 from streamwal.tools.chaos.result import ScenarioResult
 from streamwal.tools.chaos.traffic import Traffic
-from streamwal.node.proto import streaming_pb2 as pb
-from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.tso.store import LeaderRecord
-from streamwal.errors import DecodeError
 
 __all__ = [
     "assign",

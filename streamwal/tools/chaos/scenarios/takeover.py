@@ -16,11 +16,11 @@ import time
 
 import grpc
 
+from streamwal.node.client import NodeClient
 from streamwal.tools.chaos.env import ChaosEnv
 from streamwal.tools.chaos.result import ScenarioResult
 from streamwal.tools.chaos.scenarios.common import assign, tso_group
 from streamwal.tools.chaos.traffic import Traffic
-from streamwal.node.client import NodeClient
 from streamwal.tools.verify import verify_channel
 
 __all__ = ["run"]

@@ -17,8 +17,8 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from streamwal.wal.backend import BackendMessage, BackendWAL, DeliveryPolicy
 from streamwal.errors import StreamwalError, WriteOutcome
+from streamwal.wal.backend import BackendMessage, BackendWAL, DeliveryPolicy
 from streamwal.wal.message.codec import KEY_LAST_CONFIRMED, KEY_SOURCE, KEY_TIME_TICK, KEY_TYPE
 from streamwal.wal.message.message_type import MessageType
 from streamwal.wal.message_id import MessageId

@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from streamwal.wal.backend import BackendWAL
 from streamwal.errors import ChannelFencedError, ClosedError
+from streamwal.wal.backend import BackendWAL
 from streamwal.wal.interceptors.base import Sink
 from streamwal.wal.interceptors.timetick.writer import OrderedWriter
 
