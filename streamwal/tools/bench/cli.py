@@ -27,7 +27,7 @@ from streamwal.tools.bench.targets import evaluate
 
 __all__ = ["register"]
 
-_QUIET_LOGGERS = ("wal", "tso", "adaptors", "node", "pulsar")
+_QUIET_LOGGERS = ("streamwal", "pulsar")
 
 
 def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:

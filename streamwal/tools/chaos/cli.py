@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     # the scenarios narrate; node processes keep their own logs
     logging.getLogger().setLevel(logging.WARNING)
-    for noisy in ("wal", "adaptors", "node", "tso", "pulsar"):
+    for noisy in ("streamwal", "pulsar"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     names = args.scenario or list(SCENARIOS)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
