@@ -24,11 +24,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BARE = ("wal", "tso", "node", "adaptors")
 
 
-def _ruff() -> str:
-    found = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
-    if found is None:
+def _banned(source: str) -> list[str]:
+    """The codes ruff's banned-api rule (TID251, configured in pyproject) gives ``source``."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
         pytest.skip("ruff is not installed")
-    return found
+    out = subprocess.run(
+        [ruff, "check", "--config", str(ROOT / "pyproject.toml"), "--select", "TID251",
+         "--output-format", "json", "--stdin-filename", "probe.py", "-"],
+        input=source, capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    return [d["code"] for d in json.loads(out.stdout)]
 
 
 @pytest.mark.parametrize(
@@ -43,76 +49,31 @@ def _ruff() -> str:
     ],
 )
 def test_the_lint_rule_refuses_a_bare_import(line: str) -> None:
-    out = subprocess.run(
-        [
-            _ruff(),
-            "check",
-            "--config",
-            str(ROOT / "pyproject.toml"),
-            "--select",
-            "TID251",
-            "--output-format",
-            "json",
-            "--stdin-filename",
-            "probe.py",
-            "-",
-        ],
-        input=f"{line}\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    codes = [d["code"] for d in json.loads(out.stdout)]
-    assert codes == ["TID251"], out.stdout + out.stderr
+    assert _banned(f"{line}\n") == ["TID251"]
 
 
 def test_the_lint_rule_accepts_the_import_root() -> None:
-    out = subprocess.run(
-        [
-            _ruff(),
-            "check",
-            "--config",
-            str(ROOT / "pyproject.toml"),
-            "--select",
-            "TID251",
-            "--output-format",
-            "json",
-            "--stdin-filename",
-            "probe.py",
-            "-",
-        ],
-        input="from streamwal.tso import TimestampOracle\nimport streamwal.wal\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    assert _banned("from streamwal.tso import TimestampOracle\nimport streamwal.wal\n") == []
+
+
+def _import_from_root(name: str) -> subprocess.CompletedProcess[str]:
+    """``import name`` in a Python started in the repository root (on ``sys.path``)."""
+    return subprocess.run(
+        [sys.executable, "-c", f"import {name}"], capture_output=True, text=True, cwd=ROOT,
         check=False,
-    )
-    assert json.loads(out.stdout) == []
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["tso", "tso.oracle", "adaptors.pulsar", "adaptors.memory"])
 def test_a_bare_import_from_the_repository_root_is_refused(name: str) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", f"import {name}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    out = _import_from_root(name)
     assert out.returncode != 0
     assert f"import streamwal.{name.split('.')[0]}, not" in out.stderr
 
 
 @pytest.mark.parametrize("name", ["wal", "node"])
 def test_moved_packages_are_gone_from_the_root(name: str) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", f"import {name}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    out = _import_from_root(name)
     assert "ModuleNotFoundError" in out.stderr
 
 
