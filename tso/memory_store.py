@@ -24,7 +24,8 @@ __all__ = ["MemoryStore"]
 
 
 class MemoryStore:
-    """:class:`~streamwal.tso.store.CoordinationStore` in memory; leases expire on ``clock``'s monotonic time.
+    """:class:`~streamwal.tso.store.CoordinationStore` in memory; leases expire on ``clock``'s
+    monotonic time.
 
     Set ``available = False`` to make every call fail with :class:`UnavailableError`
     (after yielding once, as a network call would).

@@ -147,7 +147,8 @@ class BackendScanner(Protocol):
     """An async iterator over persisted entries; ``close()`` may be called at any time.
 
     Iteration never ends on its own (a log has no end); it raises typed errors
-    (:class:`~streamwal.errors.UnavailableError`, :class:`~streamwal.errors.ClosedError`) on failure.
+    (:class:`~streamwal.errors.UnavailableError`, :class:`~streamwal.errors.ClosedError`) on
+    failure.
     """
 
     def __aiter__(self) -> AsyncIterator[BackendMessage]: ...

@@ -106,8 +106,8 @@ class WALConfig:
             or not math.isfinite(self.retention)
             or self.retention < 0
         ):
-            raise InvalidInputError(
-                f"retention must be None or a number of seconds >= 0, got {self.retention!r}"
+            raise ConfigError(
+                "retention", f"must be None or a number of seconds >= 0, got {self.retention!r}"
             )
         if not isinstance(self.buffer_capacity_bytes, int) or self.buffer_capacity_bytes < 1:
             raise ConfigError(

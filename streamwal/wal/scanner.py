@@ -54,7 +54,8 @@ SOURCE_BUFFER = "buffer"
 
 
 class Scanner:
-    """An async iterator of :class:`~streamwal.wal.message.ImmutableMessage`; see the module docstring.
+    """An async iterator of :class:`~streamwal.wal.message.ImmutableMessage`; see the module
+    docstring.
 
     ``vchannel``: only messages of that vchannel and those for every vchannel (``None``:
     everything). ``watermark``: every message with a time tick at or below it has been

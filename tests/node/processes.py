@@ -61,7 +61,14 @@ class NodeProcess:
     async def start(self, env: dict[str, str] | None = None, timeout: float = 60.0) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamwal.node.cli", "serve", "--config", str(self.config_path)],
+            [
+                sys.executable,
+                "-m",
+                "streamwal.node.cli",
+                "serve",
+                "--config",
+                str(self.config_path),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -60,6 +60,7 @@ _INVALID = [
     ("pulsar:\n  admin_url: 127.0.0.1:8080\n", "pulsar.admin_url"),
     ("pulsar:\n  on_unsafe_policy: maybe\n", "pulsar.on_unsafe_policy"),
     ("pulsar:\n  on_no_deduplication: Refuse\n", "pulsar.on_no_deduplication"),
+    ("pulsar:\n  cursor_subscription: a/b\n", "pulsar.cursor_subscription"),
     ("pulsar:\n  service_url: http://127.0.0.1:8080\n", "pulsar.service_url"),
     ("pulsar:\n  service_url: pulsar://no-port\n", "pulsar.service_url (host 1)"),
     ("pulsar:\n  tenant: ''\n", "pulsar.tenant"),
@@ -124,6 +125,9 @@ _INVALID = [
     ("wal:\n  buffer_keepalive: .nan\n", "wal.buffer_keepalive"),
     ("wal:\n  buffer_keepalive: -.inf\n", "wal.buffer_keepalive"),
     ("wal:\n  time_tick_interval: 0\n", "wal.time_tick_interval"),
+    ("wal:\n  retention: -1\n", "wal.retention"),
+    ("wal:\n  retention: forever\n", "wal.retention"),
+    ("wal:\n  truncate_interval: 0\n", "wal.truncate_interval"),
     (
         "wal:\n  first_time_tick_backoff:\n    initial: -0.005\n",
         "wal.first_time_tick_backoff.initial",

@@ -208,7 +208,9 @@ async def test_a_fenced_open_logs_an_error(
     await (await RecordingOpener(store).open(channel, AccessMode.READ_WRITE)).ensure_writable()
     with pytest.raises(ChannelFencedError):
         await send_first_time_tick(old, allocator, 1, Backoff(initial=0.001, maximum=0.001))
-    assert [r.levelno for r in caplog.records if r.name == "streamwal.wal.initializing"][-1] == logging.ERROR
+    assert [r.levelno for r in caplog.records if r.name == "streamwal.wal.initializing"][
+        -1
+    ] == logging.ERROR
 
 
 async def test_bounded_attempts_end_with_the_last_error(

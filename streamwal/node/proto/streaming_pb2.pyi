@@ -1,10 +1,20 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class WriteOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WRITE_OUTCOME_UNSPECIFIED: _ClassVar[WriteOutcome]
+    NOT_WRITTEN: _ClassVar[WriteOutcome]
+    OUTCOME_UNKNOWN: _ClassVar[WriteOutcome]
+WRITE_OUTCOME_UNSPECIFIED: WriteOutcome
+NOT_WRITTEN: WriteOutcome
+OUTCOME_UNKNOWN: WriteOutcome
 
 class Message(_message.Message):
     __slots__ = ("type", "payload", "vchannel", "properties")
@@ -46,12 +56,14 @@ class ProduceResponse(_message.Message):
     def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., error: _Optional[_Union[AppendError, _Mapping]] = ...) -> None: ...
 
 class AppendError(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "outcome")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    outcome: WriteOutcome
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., outcome: _Optional[_Union[WriteOutcome, str]] = ...) -> None: ...
 
 class Empty(_message.Message):
     __slots__ = ()

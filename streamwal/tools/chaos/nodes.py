@@ -106,7 +106,14 @@ class NodeProcess:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         with open(self.log_path, "ab") as log:
-            serve = [sys.executable, "-m", "streamwal.node.cli", "serve", "--config", str(self.config_path)]
+            serve = [
+                sys.executable,
+                "-m",
+                "streamwal.node.cli",
+                "serve",
+                "--config",
+                str(self.config_path),
+            ]
             return subprocess.Popen(
                 [*die_with_parent(), *serve],
                 stdout=log,

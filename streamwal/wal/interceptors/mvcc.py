@@ -1,4 +1,5 @@
-"""The MVCC hook: keeps the channel's :class:`~streamwal.wal.mvcc.MVCCManager` in step with the log."""
+"""The MVCC hook: keeps the channel's :class:`~streamwal.wal.mvcc.MVCCManager` in step with
+the log."""
 
 from __future__ import annotations
 

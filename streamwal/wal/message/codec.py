@@ -82,7 +82,8 @@ def encode_stamped(
 
 
 def decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> ImmutableMessage:
-    """The streamwal message persisted as ``raw``; :class:`~streamwal.errors.DecodeError` if none."""
+    """The streamwal message persisted as ``raw``; :class:`~streamwal.errors.DecodeError` if
+    none."""
     try:
         return _decode(raw, message_id_from_bytes)
     except DecodeError:
