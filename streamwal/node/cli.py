@@ -25,6 +25,7 @@ __all__ = ["main"]
 _COMMAND_MODULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("streamwal.node.serve", ("serve",), "node"),
     ("streamwal.tso.cli", ("tso",), "node"),
+    ("streamwal.node.channel_status", ("channel",), "node"),
     ("streamwal.tools.stack.cli", ("stack",), "tools"),
     ("streamwal.tools.demo", ("demo",), "tools"),
     ("streamwal.tools.verify", ("verify",), "tools"),

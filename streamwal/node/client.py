@@ -66,9 +66,14 @@ def status_of(exc: BaseException) -> grpc.StatusCode | None:
 
 
 def policy(
-    kind: str = "all", *, message_id: bytes | None = None, time_tick: int | None = None
+    kind: str = "all",
+    *,
+    message_id: bytes | None = None,
+    time_tick: int | None = None,
+    consumer: str | None = None,
 ) -> pb.DeliveryPolicy:
-    """One of all, latest, start_from, start_after (message_id), start_from_time_tick."""
+    """One of all, latest, start_from, start_after (message_id), start_from_time_tick,
+    after_checkpoint (consumer)."""
     if kind == "all":
         return pb.DeliveryPolicy(all=pb.Empty())
     if kind == "latest":
@@ -79,6 +84,8 @@ def policy(
         return pb.DeliveryPolicy(start_after=message_id or b"")
     if kind == "start_from_time_tick":
         return pb.DeliveryPolicy(start_from_time_tick=time_tick or 0)
+    if kind == "after_checkpoint":
+        return pb.DeliveryPolicy(after_checkpoint=consumer or "")
     raise ValueError(f"unknown delivery policy {kind!r}")
 
 
@@ -241,6 +248,37 @@ class NodeClient:
         return await self._stub.GetMVCC(  # type: ignore[no-any-return]
             pb.GetMVCCRequest(pchannel=pchannel, vchannel=vchannel), timeout=self._timeout
         )
+
+    async def checkpoint(
+        self, pchannel: str, consumer: str, message_id: bytes, time_tick: int
+    ) -> None:
+        """Record ``consumer``'s checkpoint (OUT_OF_RANGE before the truncation point)."""
+        await self._stub.Checkpoint(
+            pb.CheckpointRequest(
+                pchannel=pchannel, consumer=consumer, message_id=message_id, time_tick=time_tick
+            ),
+            timeout=self._timeout,
+        )
+
+    async def remove_checkpoint(self, pchannel: str, consumer: str) -> None:
+        await self._stub.RemoveCheckpoint(
+            pb.RemoveCheckpointRequest(pchannel=pchannel, consumer=consumer),
+            timeout=self._timeout,
+        )
+
+    async def retention(self, pchannel: str) -> pb.GetRetentionResponse:
+        """The truncation point, storage used, and each consumer's checkpoint and lag."""
+        return await self._stub.GetRetention(  # type: ignore[no-any-return]
+            pb.GetRetentionRequest(pchannel=pchannel), timeout=self._timeout
+        )
+
+    async def truncate(
+        self, pchannel: str, retention_s: float | None = None
+    ) -> pb.TruncateResponse:
+        request = pb.TruncateRequest(pchannel=pchannel)
+        if retention_s is not None:
+            request.retention_s = retention_s
+        return await self._stub.Truncate(request, timeout=self._timeout)  # type: ignore[no-any-return]
 
 
 class AppendStream:

@@ -33,7 +33,9 @@ from streamwal.errors import (
     InvalidInputError,
     MisconfiguredError,
     OutcomeUnknownError,
+    QuotaExceededError,
     StreamwalError,
+    TruncatedError,
     UnavailableError,
     WriteOutcome,
     outcome_of,
@@ -46,6 +48,8 @@ from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.wal.backend import BackendOpener, DeliveryPolicy
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.retention import time_tick_lag_ms
 
 __all__ = [
     "MalformedRequestInterceptor",
@@ -96,6 +100,10 @@ def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.FAILED_PRECONDITION, f"node misconfigured: {exc}"
     if isinstance(exc, ClosedError):
         return grpc.StatusCode.UNAVAILABLE, f"node shutting down: {exc}"
+    if isinstance(exc, TruncatedError):
+        return grpc.StatusCode.OUT_OF_RANGE, str(exc)
+    if isinstance(exc, QuotaExceededError):  # a consumer or truncation must act first
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, OutcomeUnknownError):  # not UNAVAILABLE: that one says "retry"
         return grpc.StatusCode.UNKNOWN, f"outcome unknown, it may be in the log: {exc}"
     if isinstance(exc, StreamwalError):
@@ -266,6 +274,8 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
             return DeliveryPolicy.latest()
         if which == "start_from_time_tick":
             return DeliveryPolicy.start_from_time_tick(request.policy.start_from_time_tick)
+        if which == "after_checkpoint":
+            return DeliveryPolicy.after_checkpoint(request.policy.after_checkpoint)
         raw = getattr(request.policy, which)
         try:
             message_id = self._opener.message_id_from_bytes(bytes(raw))
@@ -358,6 +368,83 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         except (StreamwalError, Exception) as exc:
             await _abort(context, exc)
         return pb.GetMVCCResponse(time_tick=state.time_tick, confirmed=state.confirmed)
+
+    # ---- checkpoints and truncation ---------------------------------------------------
+    def _message_id(self, raw: bytes) -> MessageId:
+        try:
+            return self._opener.message_id_from_bytes(bytes(raw))
+        except StreamwalError as exc:
+            raise InvalidInputError(f"invalid message id: {exc}") from exc
+
+    async def Checkpoint(
+        self, request: pb.CheckpointRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CheckpointResponse:
+        self._tag_span()
+        try:
+            wal = await self._channels.get(request.pchannel)
+            message_id = self._message_id(request.message_id)
+            await wal.checkpoint(request.consumer, message_id, request.time_tick)
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        return pb.CheckpointResponse()
+
+    async def RemoveCheckpoint(
+        self, request: pb.RemoveCheckpointRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CheckpointResponse:
+        self._tag_span()
+        try:
+            wal = await self._channels.get(request.pchannel)
+            await wal.remove_checkpoint(request.consumer)
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        return pb.CheckpointResponse()
+
+    async def GetRetention(
+        self, request: pb.GetRetentionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.GetRetentionResponse:
+        self._tag_span()
+        try:
+            wal = await self._channels.get(request.pchannel)
+            state = await wal.retention()
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        latest = wal.mvcc.pchannel.time_tick
+        point = state.truncated_before
+        return pb.GetRetentionResponse(
+            truncated_before=point.to_bytes() if point is not None else b"",
+            truncated_before_text=str(point) if point is not None else "",
+            storage_bytes=-1 if state.storage_bytes is None else state.storage_bytes,
+            consumers=[
+                pb.ConsumerRetention(
+                    consumer=c.checkpoint.consumer,
+                    message_id=c.checkpoint.message_id.to_bytes(),
+                    message_id_text=str(c.checkpoint.message_id),
+                    time_tick=c.checkpoint.time_tick,
+                    backlog_messages=-1 if c.backlog_messages is None else c.backlog_messages,
+                    backlog_bytes=-1 if c.backlog_bytes is None else c.backlog_bytes,
+                    time_tick_lag_ms=time_tick_lag_ms(latest, c.checkpoint.time_tick),
+                )
+                for c in state.consumers
+            ],
+            latest_time_tick=latest,
+        )
+
+    async def Truncate(
+        self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.TruncateResponse:
+        self._tag_span()
+        try:
+            wal = await self._channels.get(request.pchannel)
+            window = request.retention_s if request.HasField("retention_s") else None
+            moved = await wal.truncate(window)
+            point = moved if moved is not None else (await wal.retention()).truncated_before
+        except (StreamwalError, Exception) as exc:
+            await _abort(context, exc)
+        return pb.TruncateResponse(
+            moved=moved is not None,
+            truncated_before=point.to_bytes() if point is not None else b"",
+            truncated_before_text=str(point) if point is not None else "",
+        )
 
 
 def _consumed(msg: ImmutableMessage) -> pb.ConsumedMessage:

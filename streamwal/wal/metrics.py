@@ -153,15 +153,15 @@ def record_consumer_lag(
     consumer: str,
     messages: int | None,
     size: int | None,
-    time_tick_lag: int,
+    time_tick_lag_ms: int,
 ) -> None:
-    """One registered consumer's backlog; ``time_tick_lag`` in hybrid-timestamp units."""
+    """One registered consumer's backlog, and how far its checkpoint is behind."""
     attrs = {"channel": channel, "consumer": consumer}
     if messages is not None:
         _backlog_messages.set(messages, attrs)
     if size is not None:
         _backlog_bytes.set(size, attrs)
-    _time_tick_lag.set(max(0, time_tick_lag >> _LOGICAL_BITS) / 1000, attrs)
+    _time_tick_lag.set(time_tick_lag_ms / 1000, attrs)
 
 
 def record_truncation(channel: str) -> None:

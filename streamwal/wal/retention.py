@@ -26,6 +26,7 @@ __all__ = [
     "ConsumerState",
     "QuotaExplainer",
     "RetentionState",
+    "time_tick_lag_ms",
     "truncation_target",
     "validate_consumer_name",
 ]
@@ -144,3 +145,8 @@ def truncation_target(
     if state.truncated_before is not None and target <= state.truncated_before:
         return None
     return target
+
+
+def time_tick_lag_ms(latest: int, checkpoint: int) -> int:
+    """How far (in the TSO's physical milliseconds) a checkpoint is behind ``latest``."""
+    return max(0, (latest >> 18) - (checkpoint >> 18))

@@ -20,7 +20,12 @@ from streamwal.errors import InvalidInputError, StreamwalError
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_consumer_lag, record_truncation
-from streamwal.wal.retention import BackendRetention, RetentionState, truncation_target
+from streamwal.wal.retention import (
+    BackendRetention,
+    RetentionState,
+    time_tick_lag_ms,
+    truncation_target,
+)
 
 __all__ = ["Truncator", "retention_of"]
 
@@ -108,7 +113,7 @@ class Truncator:
                 consumer.checkpoint.consumer,
                 consumer.backlog_messages,
                 consumer.backlog_bytes,
-                head - consumer.checkpoint.time_tick,
+                time_tick_lag_ms(head, consumer.checkpoint.time_tick),
             )
 
     async def close(self) -> None:

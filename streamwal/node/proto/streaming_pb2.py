@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$streamwal/node/proto/streaming.proto\x12\x0cstreamwal.v1\"\xa8\x01\n\x07Message\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x10\n\x08vchannel\x18\x03 \x01(\t\x12\x39\n\nproperties\x18\x04 \x03(\x0b\x32%.streamwal.v1.Message.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"J\n\x0eProduceRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12&\n\x07message\x18\x02 \x01(\x0b\x32\x15.streamwal.v1.Message\"{\n\x0fProduceResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\x0c\x12\x17\n\x0fmessage_id_text\x18\x02 \x01(\t\x12\x11\n\ttime_tick\x18\x03 \x01(\x04\x12(\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x19.streamwal.v1.AppendError\"Y\n\x0b\x41ppendError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12+\n\x07outcome\x18\x03 \x01(\x0e\x32\x1a.streamwal.v1.WriteOutcome\"\x07\n\x05\x45mpty\"\xb2\x01\n\x0e\x44\x65liveryPolicy\x12\"\n\x03\x61ll\x18\x01 \x01(\x0b\x32\x13.streamwal.v1.EmptyH\x00\x12%\n\x06latest\x18\x02 \x01(\x0b\x32\x13.streamwal.v1.EmptyH\x00\x12\x14\n\nstart_from\x18\x03 \x01(\x0cH\x00\x12\x15\n\x0bstart_after\x18\x04 \x01(\x0cH\x00\x12\x1e\n\x14start_from_time_tick\x18\x05 \x01(\x04H\x00\x42\x08\n\x06policy\"b\n\x0e\x43onsumeRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12,\n\x06policy\x18\x02 \x01(\x0b\x32\x1c.streamwal.v1.DeliveryPolicy\x12\x10\n\x08vchannel\x18\x03 \x01(\t\"\xab\x02\n\x0f\x43onsumedMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\x0c\x12\x17\n\x0fmessage_id_text\x18\x02 \x01(\t\x12\x11\n\ttime_tick\x18\x03 \x01(\x04\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x10\n\x08vchannel\x18\x06 \x01(\t\x12\x41\n\nproperties\x18\x07 \x03(\x0b\x32-.streamwal.v1.ConsumedMessage.PropertiesEntry\x12\x16\n\x0esource_node_id\x18\x08 \x01(\x03\x12\x19\n\x11last_confirmed_id\x18\t \x01(\x0c\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"(\n\x14\x41ssignChannelRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\"\x9f\x01\n\x15\x41ssignChannelResponse\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12\x17\n\x0f\x66irst_time_tick\x18\x02 \x01(\x04\x12\x18\n\x10\x66irst_message_id\x18\x03 \x01(\x0c\x12\x1d\n\x15\x66irst_message_id_text\x18\x04 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\r\x12\x10\n\x08trace_id\x18\x06 \x01(\t\"(\n\x14RemoveChannelRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\"\x17\n\x15RemoveChannelResponse\"\x15\n\x13ListChannelsRequest\"H\n\x0b\x43hannelInfo\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12\x17\n\x0f\x66irst_time_tick\x18\x02 \x01(\x04\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\"S\n\x14ListChannelsResponse\x12+\n\x08\x63hannels\x18\x01 \x03(\x0b\x32\x19.streamwal.v1.ChannelInfo\x12\x0e\n\x06\x66\x65nced\x18\x02 \x03(\t\"4\n\x0eGetMVCCRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12\x10\n\x08vchannel\x18\x02 \x01(\t\"7\n\x0fGetMVCCResponse\x12\x11\n\ttime_tick\x18\x01 \x01(\x04\x12\x11\n\tconfirmed\x18\x02 \x01(\x08*S\n\x0cWriteOutcome\x12\x1d\n\x19WRITE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0f\n\x0bNOT_WRITTEN\x10\x01\x12\x13\n\x0fOUTCOME_UNKNOWN\x10\x02\x32\xc6\x04\n\rStreamingNode\x12\x46\n\x07Produce\x12\x1c.streamwal.v1.ProduceRequest\x1a\x1d.streamwal.v1.ProduceResponse\x12P\n\rProduceStream\x12\x1c.streamwal.v1.ProduceRequest\x1a\x1d.streamwal.v1.ProduceResponse(\x01\x30\x01\x12H\n\x07\x43onsume\x12\x1c.streamwal.v1.ConsumeRequest\x1a\x1d.streamwal.v1.ConsumedMessage0\x01\x12X\n\rAssignChannel\x12\".streamwal.v1.AssignChannelRequest\x1a#.streamwal.v1.AssignChannelResponse\x12X\n\rRemoveChannel\x12\".streamwal.v1.RemoveChannelRequest\x1a#.streamwal.v1.RemoveChannelResponse\x12U\n\x0cListChannels\x12!.streamwal.v1.ListChannelsRequest\x1a\".streamwal.v1.ListChannelsResponse\x12\x46\n\x07GetMVCC\x12\x1c.streamwal.v1.GetMVCCRequest\x1a\x1d.streamwal.v1.GetMVCCResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$streamwal/node/proto/streaming.proto\x12\x0cstreamwal.v1\"\xa8\x01\n\x07Message\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x10\n\x08vchannel\x18\x03 \x01(\t\x12\x39\n\nproperties\x18\x04 \x03(\x0b\x32%.streamwal.v1.Message.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"J\n\x0eProduceRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12&\n\x07message\x18\x02 \x01(\x0b\x32\x15.streamwal.v1.Message\"{\n\x0fProduceResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\x0c\x12\x17\n\x0fmessage_id_text\x18\x02 \x01(\t\x12\x11\n\ttime_tick\x18\x03 \x01(\x04\x12(\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x19.streamwal.v1.AppendError\"Y\n\x0b\x41ppendError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12+\n\x07outcome\x18\x03 \x01(\x0e\x32\x1a.streamwal.v1.WriteOutcome\"\x07\n\x05\x45mpty\"\xce\x01\n\x0e\x44\x65liveryPolicy\x12\"\n\x03\x61ll\x18\x01 \x01(\x0b\x32\x13.streamwal.v1.EmptyH\x00\x12%\n\x06latest\x18\x02 \x01(\x0b\x32\x13.streamwal.v1.EmptyH\x00\x12\x14\n\nstart_from\x18\x03 \x01(\x0cH\x00\x12\x15\n\x0bstart_after\x18\x04 \x01(\x0cH\x00\x12\x1e\n\x14start_from_time_tick\x18\x05 \x01(\x04H\x00\x12\x1a\n\x10\x61\x66ter_checkpoint\x18\x06 \x01(\tH\x00\x42\x08\n\x06policy\"b\n\x0e\x43onsumeRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12,\n\x06policy\x18\x02 \x01(\x0b\x32\x1c.streamwal.v1.DeliveryPolicy\x12\x10\n\x08vchannel\x18\x03 \x01(\t\"\xab\x02\n\x0f\x43onsumedMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\x0c\x12\x17\n\x0fmessage_id_text\x18\x02 \x01(\t\x12\x11\n\ttime_tick\x18\x03 \x01(\x04\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x10\n\x08vchannel\x18\x06 \x01(\t\x12\x41\n\nproperties\x18\x07 \x03(\x0b\x32-.streamwal.v1.ConsumedMessage.PropertiesEntry\x12\x16\n\x0esource_node_id\x18\x08 \x01(\x03\x12\x19\n\x11last_confirmed_id\x18\t \x01(\x0c\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"(\n\x14\x41ssignChannelRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\"\x9f\x01\n\x15\x41ssignChannelResponse\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12\x17\n\x0f\x66irst_time_tick\x18\x02 \x01(\x04\x12\x18\n\x10\x66irst_message_id\x18\x03 \x01(\x0c\x12\x1d\n\x15\x66irst_message_id_text\x18\x04 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\r\x12\x10\n\x08trace_id\x18\x06 \x01(\t\"(\n\x14RemoveChannelRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\"\x17\n\x15RemoveChannelResponse\"\x15\n\x13ListChannelsRequest\"H\n\x0b\x43hannelInfo\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12\x17\n\x0f\x66irst_time_tick\x18\x02 \x01(\x04\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\"S\n\x14ListChannelsResponse\x12+\n\x08\x63hannels\x18\x01 \x03(\x0b\x32\x19.streamwal.v1.ChannelInfo\x12\x0e\n\x06\x66\x65nced\x18\x02 \x03(\t\"4\n\x0eGetMVCCRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12\x10\n\x08vchannel\x18\x02 \x01(\t\"7\n\x0fGetMVCCResponse\x12\x11\n\ttime_tick\x18\x01 \x01(\x04\x12\x11\n\tconfirmed\x18\x02 \x01(\x08\"^\n\x11\x43heckpointRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\x0c\x12\x11\n\ttime_tick\x18\x04 \x01(\x04\"\x14\n\x12\x43heckpointResponse\"=\n\x17RemoveCheckpointRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\"\'\n\x13GetRetentionRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\"\xb0\x01\n\x11\x43onsumerRetention\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\x0c\x12\x17\n\x0fmessage_id_text\x18\x03 \x01(\t\x12\x11\n\ttime_tick\x18\x04 \x01(\x04\x12\x18\n\x10\x62\x61\x63klog_messages\x18\x05 \x01(\x03\x12\x15\n\rbacklog_bytes\x18\x06 \x01(\x03\x12\x18\n\x10time_tick_lag_ms\x18\x07 \x01(\x03\"\xb4\x01\n\x14GetRetentionResponse\x12\x18\n\x10truncated_before\x18\x01 \x01(\x0c\x12\x1d\n\x15truncated_before_text\x18\x02 \x01(\t\x12\x15\n\rstorage_bytes\x18\x03 \x01(\x03\x12\x32\n\tconsumers\x18\x04 \x03(\x0b\x32\x1f.streamwal.v1.ConsumerRetention\x12\x18\n\x10latest_time_tick\x18\x05 \x01(\x04\"M\n\x0fTruncateRequest\x12\x10\n\x08pchannel\x18\x01 \x01(\t\x12\x18\n\x0bretention_s\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\x0e\n\x0c_retention_s\"Z\n\x10TruncateResponse\x12\r\n\x05moved\x18\x01 \x01(\x08\x12\x18\n\x10truncated_before\x18\x02 \x01(\x0c\x12\x1d\n\x15truncated_before_text\x18\x03 \x01(\t*S\n\x0cWriteOutcome\x12\x1d\n\x19WRITE_OUTCOME_UNSPECIFIED\x10\x00\x12\x0f\n\x0bNOT_WRITTEN\x10\x01\x12\x13\n\x0fOUTCOME_UNKNOWN\x10\x02\x32\x96\x07\n\rStreamingNode\x12\x46\n\x07Produce\x12\x1c.streamwal.v1.ProduceRequest\x1a\x1d.streamwal.v1.ProduceResponse\x12P\n\rProduceStream\x12\x1c.streamwal.v1.ProduceRequest\x1a\x1d.streamwal.v1.ProduceResponse(\x01\x30\x01\x12H\n\x07\x43onsume\x12\x1c.streamwal.v1.ConsumeRequest\x1a\x1d.streamwal.v1.ConsumedMessage0\x01\x12X\n\rAssignChannel\x12\".streamwal.v1.AssignChannelRequest\x1a#.streamwal.v1.AssignChannelResponse\x12X\n\rRemoveChannel\x12\".streamwal.v1.RemoveChannelRequest\x1a#.streamwal.v1.RemoveChannelResponse\x12U\n\x0cListChannels\x12!.streamwal.v1.ListChannelsRequest\x1a\".streamwal.v1.ListChannelsResponse\x12\x46\n\x07GetMVCC\x12\x1c.streamwal.v1.GetMVCCRequest\x1a\x1d.streamwal.v1.GetMVCCResponse\x12O\n\nCheckpoint\x12\x1f.streamwal.v1.CheckpointRequest\x1a .streamwal.v1.CheckpointResponse\x12[\n\x10RemoveCheckpoint\x12%.streamwal.v1.RemoveCheckpointRequest\x1a .streamwal.v1.CheckpointResponse\x12U\n\x0cGetRetention\x12!.streamwal.v1.GetRetentionRequest\x1a\".streamwal.v1.GetRetentionResponse\x12I\n\x08Truncate\x12\x1d.streamwal.v1.TruncateRequest\x1a\x1e.streamwal.v1.TruncateResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MESSAGE_PROPERTIESENTRY']._serialized_options = b'8\001'
   _globals['_CONSUMEDMESSAGE_PROPERTIESENTRY']._loaded_options = None
   _globals['_CONSUMEDMESSAGE_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_WRITEOUTCOME']._serialized_start=1673
-  _globals['_WRITEOUTCOME']._serialized_end=1756
+  _globals['_WRITEOUTCOME']._serialized_start=2456
+  _globals['_WRITEOUTCOME']._serialized_end=2539
   _globals['_MESSAGE']._serialized_start=55
   _globals['_MESSAGE']._serialized_end=223
   _globals['_MESSAGE_PROPERTIESENTRY']._serialized_start=174
@@ -50,31 +50,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EMPTY']._serialized_start=517
   _globals['_EMPTY']._serialized_end=524
   _globals['_DELIVERYPOLICY']._serialized_start=527
-  _globals['_DELIVERYPOLICY']._serialized_end=705
-  _globals['_CONSUMEREQUEST']._serialized_start=707
-  _globals['_CONSUMEREQUEST']._serialized_end=805
-  _globals['_CONSUMEDMESSAGE']._serialized_start=808
-  _globals['_CONSUMEDMESSAGE']._serialized_end=1107
+  _globals['_DELIVERYPOLICY']._serialized_end=733
+  _globals['_CONSUMEREQUEST']._serialized_start=735
+  _globals['_CONSUMEREQUEST']._serialized_end=833
+  _globals['_CONSUMEDMESSAGE']._serialized_start=836
+  _globals['_CONSUMEDMESSAGE']._serialized_end=1135
   _globals['_CONSUMEDMESSAGE_PROPERTIESENTRY']._serialized_start=174
   _globals['_CONSUMEDMESSAGE_PROPERTIESENTRY']._serialized_end=223
-  _globals['_ASSIGNCHANNELREQUEST']._serialized_start=1109
-  _globals['_ASSIGNCHANNELREQUEST']._serialized_end=1149
-  _globals['_ASSIGNCHANNELRESPONSE']._serialized_start=1152
-  _globals['_ASSIGNCHANNELRESPONSE']._serialized_end=1311
-  _globals['_REMOVECHANNELREQUEST']._serialized_start=1313
-  _globals['_REMOVECHANNELREQUEST']._serialized_end=1353
-  _globals['_REMOVECHANNELRESPONSE']._serialized_start=1355
-  _globals['_REMOVECHANNELRESPONSE']._serialized_end=1378
-  _globals['_LISTCHANNELSREQUEST']._serialized_start=1380
-  _globals['_LISTCHANNELSREQUEST']._serialized_end=1401
-  _globals['_CHANNELINFO']._serialized_start=1403
-  _globals['_CHANNELINFO']._serialized_end=1475
-  _globals['_LISTCHANNELSRESPONSE']._serialized_start=1477
-  _globals['_LISTCHANNELSRESPONSE']._serialized_end=1560
-  _globals['_GETMVCCREQUEST']._serialized_start=1562
-  _globals['_GETMVCCREQUEST']._serialized_end=1614
-  _globals['_GETMVCCRESPONSE']._serialized_start=1616
-  _globals['_GETMVCCRESPONSE']._serialized_end=1671
-  _globals['_STREAMINGNODE']._serialized_start=1759
-  _globals['_STREAMINGNODE']._serialized_end=2341
+  _globals['_ASSIGNCHANNELREQUEST']._serialized_start=1137
+  _globals['_ASSIGNCHANNELREQUEST']._serialized_end=1177
+  _globals['_ASSIGNCHANNELRESPONSE']._serialized_start=1180
+  _globals['_ASSIGNCHANNELRESPONSE']._serialized_end=1339
+  _globals['_REMOVECHANNELREQUEST']._serialized_start=1341
+  _globals['_REMOVECHANNELREQUEST']._serialized_end=1381
+  _globals['_REMOVECHANNELRESPONSE']._serialized_start=1383
+  _globals['_REMOVECHANNELRESPONSE']._serialized_end=1406
+  _globals['_LISTCHANNELSREQUEST']._serialized_start=1408
+  _globals['_LISTCHANNELSREQUEST']._serialized_end=1429
+  _globals['_CHANNELINFO']._serialized_start=1431
+  _globals['_CHANNELINFO']._serialized_end=1503
+  _globals['_LISTCHANNELSRESPONSE']._serialized_start=1505
+  _globals['_LISTCHANNELSRESPONSE']._serialized_end=1588
+  _globals['_GETMVCCREQUEST']._serialized_start=1590
+  _globals['_GETMVCCREQUEST']._serialized_end=1642
+  _globals['_GETMVCCRESPONSE']._serialized_start=1644
+  _globals['_GETMVCCRESPONSE']._serialized_end=1699
+  _globals['_CHECKPOINTREQUEST']._serialized_start=1701
+  _globals['_CHECKPOINTREQUEST']._serialized_end=1795
+  _globals['_CHECKPOINTRESPONSE']._serialized_start=1797
+  _globals['_CHECKPOINTRESPONSE']._serialized_end=1817
+  _globals['_REMOVECHECKPOINTREQUEST']._serialized_start=1819
+  _globals['_REMOVECHECKPOINTREQUEST']._serialized_end=1880
+  _globals['_GETRETENTIONREQUEST']._serialized_start=1882
+  _globals['_GETRETENTIONREQUEST']._serialized_end=1921
+  _globals['_CONSUMERRETENTION']._serialized_start=1924
+  _globals['_CONSUMERRETENTION']._serialized_end=2100
+  _globals['_GETRETENTIONRESPONSE']._serialized_start=2103
+  _globals['_GETRETENTIONRESPONSE']._serialized_end=2283
+  _globals['_TRUNCATEREQUEST']._serialized_start=2285
+  _globals['_TRUNCATEREQUEST']._serialized_end=2362
+  _globals['_TRUNCATERESPONSE']._serialized_start=2364
+  _globals['_TRUNCATERESPONSE']._serialized_end=2454
+  _globals['_STREAMINGNODE']._serialized_start=2542
+  _globals['_STREAMINGNODE']._serialized_end=3460
 # @@protoc_insertion_point(module_scope)

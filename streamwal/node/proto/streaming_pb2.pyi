@@ -70,18 +70,20 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class DeliveryPolicy(_message.Message):
-    __slots__ = ("all", "latest", "start_from", "start_after", "start_from_time_tick")
+    __slots__ = ("all", "latest", "start_from", "start_after", "start_from_time_tick", "after_checkpoint")
     ALL_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
     START_FROM_FIELD_NUMBER: _ClassVar[int]
     START_AFTER_FIELD_NUMBER: _ClassVar[int]
     START_FROM_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    AFTER_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     all: Empty
     latest: Empty
     start_from: bytes
     start_after: bytes
     start_from_time_tick: int
-    def __init__(self, all: _Optional[_Union[Empty, _Mapping]] = ..., latest: _Optional[_Union[Empty, _Mapping]] = ..., start_from: _Optional[bytes] = ..., start_after: _Optional[bytes] = ..., start_from_time_tick: _Optional[int] = ...) -> None: ...
+    after_checkpoint: str
+    def __init__(self, all: _Optional[_Union[Empty, _Mapping]] = ..., latest: _Optional[_Union[Empty, _Mapping]] = ..., start_from: _Optional[bytes] = ..., start_after: _Optional[bytes] = ..., start_from_time_tick: _Optional[int] = ..., after_checkpoint: _Optional[str] = ...) -> None: ...
 
 class ConsumeRequest(_message.Message):
     __slots__ = ("pchannel", "policy", "vchannel")
@@ -191,3 +193,83 @@ class GetMVCCResponse(_message.Message):
     time_tick: int
     confirmed: bool
     def __init__(self, time_tick: _Optional[int] = ..., confirmed: _Optional[bool] = ...) -> None: ...
+
+class CheckpointRequest(_message.Message):
+    __slots__ = ("pchannel", "consumer", "message_id", "time_tick")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    consumer: str
+    message_id: bytes
+    time_tick: int
+    def __init__(self, pchannel: _Optional[str] = ..., consumer: _Optional[str] = ..., message_id: _Optional[bytes] = ..., time_tick: _Optional[int] = ...) -> None: ...
+
+class CheckpointResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RemoveCheckpointRequest(_message.Message):
+    __slots__ = ("pchannel", "consumer")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    consumer: str
+    def __init__(self, pchannel: _Optional[str] = ..., consumer: _Optional[str] = ...) -> None: ...
+
+class GetRetentionRequest(_message.Message):
+    __slots__ = ("pchannel",)
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    def __init__(self, pchannel: _Optional[str] = ...) -> None: ...
+
+class ConsumerRetention(_message.Message):
+    __slots__ = ("consumer", "message_id", "message_id_text", "time_tick", "backlog_messages", "backlog_bytes", "time_tick_lag_ms")
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_TEXT_FIELD_NUMBER: _ClassVar[int]
+    TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TIME_TICK_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer: str
+    message_id: bytes
+    message_id_text: str
+    time_tick: int
+    backlog_messages: int
+    backlog_bytes: int
+    time_tick_lag_ms: int
+    def __init__(self, consumer: _Optional[str] = ..., message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., time_tick_lag_ms: _Optional[int] = ...) -> None: ...
+
+class GetRetentionResponse(_message.Message):
+    __slots__ = ("truncated_before", "truncated_before_text", "storage_bytes", "consumers", "latest_time_tick")
+    TRUNCATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_BEFORE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    truncated_before: bytes
+    truncated_before_text: str
+    storage_bytes: int
+    consumers: _containers.RepeatedCompositeFieldContainer[ConsumerRetention]
+    latest_time_tick: int
+    def __init__(self, truncated_before: _Optional[bytes] = ..., truncated_before_text: _Optional[str] = ..., storage_bytes: _Optional[int] = ..., consumers: _Optional[_Iterable[_Union[ConsumerRetention, _Mapping]]] = ..., latest_time_tick: _Optional[int] = ...) -> None: ...
+
+class TruncateRequest(_message.Message):
+    __slots__ = ("pchannel", "retention_s")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_S_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    retention_s: float
+    def __init__(self, pchannel: _Optional[str] = ..., retention_s: _Optional[float] = ...) -> None: ...
+
+class TruncateResponse(_message.Message):
+    __slots__ = ("moved", "truncated_before", "truncated_before_text")
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_BEFORE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    moved: bool
+    truncated_before: bytes
+    truncated_before_text: str
+    def __init__(self, moved: _Optional[bool] = ..., truncated_before: _Optional[bytes] = ..., truncated_before_text: _Optional[str] = ...) -> None: ...

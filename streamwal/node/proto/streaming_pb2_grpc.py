@@ -69,6 +69,26 @@ class StreamingNodeStub:
                 request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.GetMVCCRequest.SerializeToString,
                 response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.GetMVCCResponse.FromString,
                 _registered_method=True)
+        self.Checkpoint = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/Checkpoint',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.CheckpointRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.CheckpointResponse.FromString,
+                _registered_method=True)
+        self.RemoveCheckpoint = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/RemoveCheckpoint',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.RemoveCheckpointRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.CheckpointResponse.FromString,
+                _registered_method=True)
+        self.GetRetention = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/GetRetention',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.GetRetentionRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.GetRetentionResponse.FromString,
+                _registered_method=True)
+        self.Truncate = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/Truncate',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateResponse.FromString,
+                _registered_method=True)
 
 
 class StreamingNodeServicer:
@@ -116,6 +136,30 @@ class StreamingNodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Checkpoint(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveCheckpoint(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRetention(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Truncate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StreamingNodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +197,26 @@ def add_StreamingNodeServicer_to_server(servicer, server):
                     servicer.GetMVCC,
                     request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.GetMVCCRequest.FromString,
                     response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.GetMVCCResponse.SerializeToString,
+            ),
+            'Checkpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.Checkpoint,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.CheckpointRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.CheckpointResponse.SerializeToString,
+            ),
+            'RemoveCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveCheckpoint,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.RemoveCheckpointRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.CheckpointResponse.SerializeToString,
+            ),
+            'GetRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRetention,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.GetRetentionRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.GetRetentionResponse.SerializeToString,
+            ),
+            'Truncate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Truncate,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +408,114 @@ class StreamingNode:
             '/streamwal.v1.StreamingNode/GetMVCC',
             streamwal_dot_node_dot_proto_dot_streaming__pb2.GetMVCCRequest.SerializeToString,
             streamwal_dot_node_dot_proto_dot_streaming__pb2.GetMVCCResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Checkpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/Checkpoint',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.CheckpointRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.CheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/RemoveCheckpoint',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.RemoveCheckpointRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.CheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/GetRetention',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.GetRetentionRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.GetRetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Truncate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/Truncate',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,148 @@
+"""``streamwal channel status NAME``: a channel's truncation point, storage and consumers.
+
+Read from the broker (the admin API and a plain reader), not from a node, so it works
+on a channel nobody owns, from any shell that reaches the broker. Exit codes: 0, or 2
+when the broker or its admin API cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import pulsar
+
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
+from streamwal.adaptors.pulsar.scanner import to_backend_message
+from streamwal.errors import DecodeError, StreamwalError
+from streamwal.wal.initializing import open_read_only
+from streamwal.wal.message import decode
+from streamwal.wal.retention import time_tick_lag_ms
+
+__all__ = ["channel_status", "register"]
+
+_LOGICAL_BITS = 18
+
+
+def register(sub: Any) -> None:
+    channel = sub.add_parser("channel", help="inspect a channel on the broker")
+    commands = channel.add_subparsers(dest="channel_command", required=True)
+    status = commands.add_parser(
+        "status", help="truncation point, storage used, consumers' checkpoints and lag"
+    )
+    status.add_argument("name", help="the pchannel")
+    status.add_argument("--pulsar", default=PulsarConfig().service_url, help="broker URL")
+    status.add_argument("--admin", help="the broker's admin URL (default: derived from --pulsar)")
+    status.add_argument("--tenant", default="public")
+    status.add_argument("--namespace", default="default")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=_run)
+
+
+async def channel_status(config: PulsarConfig, channel: str) -> dict[str, Any]:
+    """What ``status`` prints, as data."""
+    async with PulsarOpener(config) as opener:
+        reader = await open_read_only(opener, channel)
+        try:
+            state = await reader.retention()
+        finally:
+            await reader.close()
+        latest = await _latest_time_tick(opener.client, config.topic(channel))
+    point = state.truncated_before
+    return {
+        "channel": channel,
+        "topic": config.topic(channel),
+        "truncated_before": str(point) if point is not None else None,
+        "storage_bytes": state.storage_bytes,
+        "latest_time_tick": latest,
+        "consumers": [
+            {
+                "consumer": c.checkpoint.consumer,
+                "checkpoint": str(c.checkpoint.message_id),
+                "time_tick": c.checkpoint.time_tick,
+                "backlog_messages": c.backlog_messages,
+                "backlog_bytes": c.backlog_bytes,
+                "time_tick_lag_ms": (
+                    time_tick_lag_ms(latest, c.checkpoint.time_tick) if latest else None
+                ),
+            }
+            for c in state.consumers
+        ],
+    }
+
+
+async def _latest_time_tick(client: Any, topic: str) -> int | None:
+    """The time tick of the log's last streamwal message, if there is one."""
+    reader = await client.create_reader(
+        topic, pulsar.MessageId.latest, start_message_id_inclusive=True
+    )
+    try:
+        if not await asyncio.wait_for(reader.has_message_available(), 10):
+            return None
+        raw = to_backend_message(await asyncio.wait_for(reader.read_next(), 10))
+        try:
+            return decode(raw, PulsarMessageId.from_bytes).time_tick
+        except DecodeError:
+            return None
+    finally:
+        await reader.close()
+
+
+def _size(n: int | None) -> str:
+    if n is None or n < 0:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")
+
+
+def _when(time_tick: int) -> str:
+    seconds = (time_tick >> _LOGICAL_BITS) / 1000
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def render(status: dict[str, Any]) -> str:
+    latest = status["latest_time_tick"]
+    lines = [
+        f"channel {status['channel']} ({status['topic']})",
+        "  truncated before: " + (status["truncated_before"] or "never truncated"),
+        f"  storage: {_size(status['storage_bytes'])}",
+        "  latest time tick: "
+        + (f"{latest} ({_when(latest)})" if latest else "none (no streamwal message)"),
+    ]
+    if not status["consumers"]:
+        lines.append("  consumers: none registered")
+    else:
+        lines.append("  consumers:")
+        for c in status["consumers"]:
+            lag = c["time_tick_lag_ms"]
+            backlog = c["backlog_messages"]
+            lines.append(
+                f"    {c['consumer']}: checkpoint {c['checkpoint']} at {c['time_tick']}, "
+                f"backlog {backlog if backlog is not None else 'unknown'} messages / "
+                f"{_size(c['backlog_bytes'])}, "
+                + (f"{lag / 1000:.1f} s behind" if lag is not None else "lag unknown")
+            )
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        config = PulsarConfig(
+            service_url=args.pulsar,
+            admin_url=args.admin,
+            tenant=args.tenant,
+            namespace=args.namespace,
+        )
+        status = asyncio.run(channel_status(config, args.name))
+    except (StreamwalError, OSError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(status, indent=2) if args.json else render(status))
+    return 0
