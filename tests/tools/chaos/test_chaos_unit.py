@@ -78,6 +78,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "clock-jump-back",
         "network-faults",
         "stock-broker",
+        "checkpoints",
     }
     assert SCENARIOS["takeover-race"].rounds == 50
     assert SCENARIOS["takeover-race"].quick_rounds == 10

@@ -92,6 +92,14 @@ async def test_an_ownerless_channel_on_a_stock_broker(stack: StackInfo, tmp_path
     assert result.ownerships == result.rounds + 1
 
 
+async def test_a_consumer_checkpoints_across_owners_while_the_channel_is_truncated(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    result = await _quick("checkpoints", stack, tmp_path)
+    assert result.figures["truncation points seen"] >= 1
+    assert result.figures["appends consumed after the first checkpoint"] > 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 async def test_full_rounds(name: str, stack: StackInfo, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from streamwal.tools.chaos.env import ChaosEnv
 from streamwal.tools.chaos.result import ScenarioResult
 from streamwal.tools.chaos.scenarios import (
     broker,
+    checkpoints,
     clock,
     etcd,
     kill,
@@ -99,6 +100,15 @@ SCENARIOS: dict[str, Scenario] = {
             7,
             40.0,
             "latency, resets, refusals, blackholes on node-broker and node-etcd links",
+        ),
+        Scenario(
+            "checkpoints",
+            checkpoints.run,
+            6,
+            2,
+            25.0,
+            "a consumer checkpoints and resumes across killed owners while the channel "
+            "is truncated up to its checkpoint",
         ),
         Scenario(
             "stock-broker",
