@@ -62,7 +62,9 @@ class Checkpoint:
 class ConsumerState:
     """A registered consumer: its checkpoint and what the log holds after it.
 
-    ``backlog_messages`` / ``backlog_bytes``: ``None`` where the backend cannot tell.
+    ``backlog_messages`` / ``backlog_bytes``: ``None`` where the backend cannot tell. On
+    Pulsar they are the broker's subscription backlog, which counts entries: a batch of
+    messages counts once.
     """
 
     checkpoint: Checkpoint

@@ -10,6 +10,8 @@ import pytest
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.tools.chaos.services import PrivatePulsar
 from streamwal.tools.stack import StackInfo
+from streamwal.tso import TsoConfig
+from tests.adaptors.pulsar.stock import StockNamespace
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +38,16 @@ async def namespace(stock: PrivatePulsar) -> Callable[..., object]:
         return name
 
     return make
+
+
+@pytest.fixture
+async def stock_ns(
+    stack: StackInfo,
+    stock: PrivatePulsar,
+    namespace: Callable[..., object],
+    etcd_prefix: Callable[[str], str],
+) -> StockNamespace:
+    """A fresh namespace on the stock broker, with a TSO on the shared etcd."""
+    name = await namespace()  # type: ignore[misc]
+    tso = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("stock"))
+    return StockNamespace(stock, name, PulsarAdmin(stock.admin_url), tso)

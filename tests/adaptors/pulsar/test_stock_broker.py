@@ -16,17 +16,17 @@ from collections.abc import Callable
 import pulsar
 import pytest
 
-from streamwal.adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar import PolicyAction, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import UnsafeBrokerPolicyError
 from streamwal.tools.acks import Ack, digest
 from streamwal.tools.chaos.services import PrivatePulsar
-from streamwal.tools.stack import StackInfo
 from streamwal.tools.stack.pulsar import STOCK_INACTIVE_CHECK
 from streamwal.tools.verify import read_topic, verify_channel
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import MessageType, MutableMessage
+from tests.adaptors.pulsar.stock import StockNamespace, stock_config
 
 pytestmark = pytest.mark.integration
 
@@ -35,15 +35,6 @@ _PAST_INACTIVITY_S = (
     STOCK_INACTIVE_CHECK["brokerDeleteInactiveTopicsMaxInactiveDurationSeconds"]
     + 3 * STOCK_INACTIVE_CHECK["brokerDeleteInactiveTopicsFrequencySeconds"]
 )
-
-
-def _config(stock: PrivatePulsar, namespace: str, **overrides: object) -> PulsarConfig:
-    return PulsarConfig(
-        service_url=stock.url,
-        admin_url=stock.admin_url,
-        namespace=namespace,
-        **overrides,  # type: ignore[arg-type]
-    )
 
 
 async def _append(
@@ -66,17 +57,14 @@ async def _topics(admin: PulsarAdmin, namespace: str) -> set[str]:
 
 
 async def test_an_ownerless_channel_keeps_its_log_and_its_topic(
-    stack: StackInfo,
-    stock: PrivatePulsar,
-    namespace: Callable[..., object],
-    etcd_prefix: Callable[[str], str],
+    stock: PrivatePulsar, stock_ns: StockNamespace
 ) -> None:
-    ns = await namespace()  # type: ignore[misc]
-    config = _config(stock, ns)
-    admin = PulsarAdmin(stock.admin_url)
+    ns = stock_ns.name
+    config = stock_ns.config()
+    admin = stock_ns.admin
     channel = "ownerless"
     control = config.topic("control-without-wal")
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("s"))
+    tso_config = stock_ns.tso
     async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
         acks = await _append(opener, tso, channel, 50)
         # the control: a plain producer's topic, written and left the same way
@@ -130,32 +118,30 @@ async def test_an_ownerless_channel_keeps_its_log_and_its_topic(
     ],
 )
 async def test_a_policy_that_would_drop_the_backlog_is_refused_or_warned(
-    stack: StackInfo,
     stock: PrivatePulsar,
-    namespace: Callable[..., object],
-    etcd_prefix: Callable[[str], str],
+    stock_ns: StockNamespace,
     caplog: pytest.LogCaptureFixture,
     policy: str,
     path: str,
     body: object,
 ) -> None:
-    ns = await namespace()  # type: ignore[misc]
-    admin = PulsarAdmin(stock.admin_url)
+    ns = stock_ns.name
+    admin = stock_ns.admin
     await admin.post(f"namespaces/public/{ns}/{path}", body)
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("p"))
+    tso_config = stock_ns.tso
     async with InProcessTSO(tso_config) as tso:
-        async with PulsarOpener(_config(stock, ns)) as opener:
+        async with PulsarOpener(stock_ns.config()) as opener:
             with pytest.raises(UnsafeBrokerPolicyError) as refused:
                 await open_wal(opener, "refused", tso.allocator(), 1)
         assert refused.value.policies == (policy,)
         assert f"public/{ns}" in str(refused.value)
         assert "on_unsafe_policy: warn" in str(refused.value)
         # nothing was written: no time tick without an owner that may write
-        entries = await read_topic(stock.url, _config(stock, ns).topic("refused"))
+        entries = await read_topic(stock.url, stock_ns.config().topic("refused"))
         assert entries == []
 
         caplog.set_level(logging.WARNING, logger="streamwal.adaptors.pulsar.policies")
-        warn = _config(stock, ns, on_unsafe_policy=PolicyAction.WARN)
+        warn = stock_ns.config(on_unsafe_policy=PolicyAction.WARN)
         async with PulsarOpener(warn) as opener:
             acks = await _append(opener, tso, "warned", 3)
         assert len(acks) == 3
@@ -163,15 +149,12 @@ async def test_a_policy_that_would_drop_the_backlog_is_refused_or_warned(
 
 
 async def test_a_deleted_cursor_without_retention_is_refused(
-    stack: StackInfo,
-    stock: PrivatePulsar,
-    namespace: Callable[..., object],
-    etcd_prefix: Callable[[str], str],
+    stock: PrivatePulsar, stock_ns: StockNamespace
 ) -> None:
-    ns = await namespace()  # type: ignore[misc]
-    config = _config(stock, ns)
-    admin = PulsarAdmin(stock.admin_url)
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("c"))
+    ns = stock_ns.name
+    config = stock_ns.config()
+    admin = stock_ns.admin
+    tso_config = stock_ns.tso
     async with InProcessTSO(tso_config) as tso:
         async with PulsarOpener(config) as opener:
             await _append(opener, tso, "orphan", 3)
@@ -191,17 +174,14 @@ async def test_a_deleted_cursor_without_retention_is_refused(
 
 
 async def test_the_deduplication_probe(
-    stack: StackInfo,
-    stock: PrivatePulsar,
-    namespace: Callable[..., object],
-    etcd_prefix: Callable[[str], str],
+    stock: PrivatePulsar, stock_ns: StockNamespace, namespace: Callable[..., object]
 ) -> None:
     """Off on a stock broker: the probe reports it; enabled on the namespace: it passes."""
     plain = await namespace(deduplication=False)  # type: ignore[misc]
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("d"))
-    admin = PulsarAdmin(stock.admin_url)
+    tso_config = stock_ns.tso
+    admin = stock_ns.admin
     async with InProcessTSO(tso_config) as tso:
-        async with PulsarOpener(_config(stock, plain)) as opener:
+        async with PulsarOpener(stock_config(stock, plain)) as opener:
             with pytest.raises(UnsafeBrokerPolicyError) as refused:
                 await open_wal(opener, "no-dedup", tso.allocator(), 1)
         assert refused.value.policies == ("deduplication",)
@@ -210,7 +190,7 @@ async def test_the_deduplication_probe(
         assert not any("probe" in t for t in await _topics(admin, plain))
 
         await admin.post(f"namespaces/public/{plain}/deduplication", True)
-        async with PulsarOpener(_config(stock, plain)) as opener:
+        async with PulsarOpener(stock_config(stock, plain)) as opener:
             await opener.verify_deduplication()
             assert len(await _append(opener, tso, "dedup", 2)) == 2
         assert not any("probe" in t for t in await _topics(admin, plain))

@@ -7,32 +7,27 @@ the WAL's own cursor, and the broker then really drops ledgers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
-from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import QuotaExceededError, TruncatedError
 from streamwal.tools.acks import Ack, digest
 from streamwal.tools.chaos.services import PrivatePulsar
-from streamwal.tools.stack import StackInfo
 from streamwal.tools.verify import verify_channel
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.wal import WAL
+from tests.adaptors.pulsar.stock import StockNamespace
 
 pytestmark = pytest.mark.integration
 
 _PAYLOAD = 10 * 1024
-
-
-def _config(stock: PrivatePulsar, namespace: str) -> PulsarConfig:
-    return PulsarConfig(service_url=stock.url, admin_url=stock.admin_url, namespace=namespace)
 
 
 class _Sent:
@@ -65,17 +60,14 @@ async def _stats(admin: PulsarAdmin, topic: str) -> tuple[int, list[int]]:
 
 
 async def test_checkpoint_truncate_deletes_ledgers_and_reads_before_get_truncated_error(
-    stack: StackInfo,
-    stock: PrivatePulsar,
-    namespace: Callable[..., object],
-    etcd_prefix: Callable[[str], str],
+    stock: PrivatePulsar, stock_ns: StockNamespace
 ) -> None:
-    ns = await namespace()  # type: ignore[misc]
-    config = _config(stock, ns)
-    admin = PulsarAdmin(stock.admin_url)
+    ns = stock_ns.name
+    config = stock_ns.config()
+    admin = stock_ns.admin
     channel = "bounded"
     topic = config.topic(channel)
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("t"))
+    tso_config = stock_ns.tso
     async with InProcessTSO(tso_config) as tso:
         async with PulsarOpener(config) as opener:
             wal = await open_wal(opener, channel, tso.allocator(), 1)
@@ -134,18 +126,15 @@ async def test_checkpoint_truncate_deletes_ledgers_and_reads_before_get_truncate
 
 
 async def test_a_slow_consumer_and_the_window_hold_truncation_back_across_owners(
-    stack: StackInfo,
-    stock: PrivatePulsar,
-    namespace: Callable[..., object],
-    etcd_prefix: Callable[[str], str],
+    stock_ns: StockNamespace,
 ) -> None:
-    ns = await namespace()  # type: ignore[misc]
-    config = _config(stock, ns)
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("s"))
+    config = stock_ns.config()
+    tso_config = stock_ns.tso
     async with InProcessTSO(tso_config) as tso:
         async with PulsarOpener(config) as opener:
             wal = await open_wal(opener, "held", tso.allocator(), 1)
-            sent = await _fill(wal, "m", 40, size=100)
+            # one by one: each its own entry, so backlogs (counted in entries) differ
+            sent = [s for i in range(40) for s in await _fill(wal, f"m{i}", 1, size=100)]
             await wal.checkpoint("fast", sent[35].message_id, sent[35].time_tick)
             await wal.checkpoint("slow", sent[10].message_id, sent[10].time_tick)
             # an hour's window keeps everything: nothing to truncate
@@ -179,19 +168,16 @@ async def test_a_slow_consumer_and_the_window_hold_truncation_back_across_owners
 
 
 async def test_a_backlog_quota_names_itself_and_what_holds_the_backlog(
-    stack: StackInfo,
-    stock: PrivatePulsar,
-    namespace: Callable[..., object],
-    etcd_prefix: Callable[[str], str],
+    stock: PrivatePulsar, stock_ns: StockNamespace
 ) -> None:
-    ns = await namespace()  # type: ignore[misc]
+    ns = stock_ns.name
     admin = PulsarAdmin(stock.admin_url)
     quota = {"limitSize": 256 * 1024, "limitTime": -1, "policy": "producer_exception"}
     await admin.post(
         f"namespaces/public/{ns}/backlogQuota?backlogQuotaType=destination_storage", quota
     )
-    config = _config(stock, ns)
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("q"))
+    config = stock_ns.config()
+    tso_config = stock_ns.tso
     async with InProcessTSO(tso_config) as tso:
         async with PulsarOpener(config) as opener:
             wal = await open_wal(opener, "quota", tso.allocator(), 1)
@@ -211,7 +197,7 @@ async def test_a_backlog_quota_names_itself_and_what_holds_the_backlog(
             await wal.close()
         assert failure is not None, "the quota never stopped the producer"
         assert "destination_storage (262144 bytes" in str(failure)
-        assert "'streamwal-wal'" in str(failure) and "streamwal.wal.retention" in str(failure)
+        assert "'streamwal-wal'" in str(failure) and "wal.retention" in str(failure)
 
         async with PulsarOpener(config) as opener:
             with pytest.raises(QuotaExceededError) as refused:
