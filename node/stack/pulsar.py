@@ -52,8 +52,11 @@ BOOKIE_DISK = {
     # a journal file grows in steps of this much
     "journalPreAllocSizeMB": 4,
     # entry log files (bytes): garbage collection frees whole files, so small ones free
-    # the space of deleted ledgers sooner
-    "logSizeLimit": 64 * 1024 * 1024,
+    # the space of deleted ledgers sooner. A file only rolls over between two flushes of
+    # the bookie's memtable (bytes), which therefore bounds it too; smaller flushes also
+    # checkpoint sooner, which is when old journals go
+    "logSizeLimit": 32 * 1024 * 1024,
+    "skipListSizeLimit": 16 * 1024 * 1024,
     # ms between garbage collections of deleted ledgers' entries
     "gcWaitTime": 30_000,
     # seconds: rewrite entry logs that are mostly (minor) or partly (major) garbage

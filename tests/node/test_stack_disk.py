@@ -51,7 +51,8 @@ def test_standalone_conf_sizes_the_bookie_for_a_development_machine(
     assert int(conf["journalMaxSizeMB"]) <= 128
     assert int(conf["journalMaxBackups"]) <= 2
     assert int(conf["journalPreAllocSizeMB"]) <= int(conf["journalMaxSizeMB"])
-    assert int(conf["logSizeLimit"]) <= 128 * MIB
+    assert int(conf["logSizeLimit"]) <= 64 * MIB
+    assert int(conf["skipListSizeLimit"]) < int(conf["logSizeLimit"])
     assert int(conf["gcWaitTime"]) <= 60_000
     assert int(conf["minorCompactionInterval"]) <= 600
     assert int(conf["majorCompactionInterval"]) <= 3600
