@@ -11,12 +11,10 @@ import contextlib
 import json
 import os
 import pty
-import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -77,18 +75,6 @@ def test_human_bytes(size: int, text: str) -> None:
 
 
 # ---- a throwaway stack -----------------------------------------------------------------
-
-
-@pytest.fixture
-def spawned() -> Iterator[list[int]]:
-    """Pids a test started; each is killed and reaped at the end, whatever happened."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
 
 
 class Throwaway:
