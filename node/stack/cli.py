@@ -105,7 +105,11 @@ def _clean(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in {"y", "yes"}:
             print("nothing done", file=sys.stderr)
             return 1
-    stopped = asyncio.run(stack.clean())
+    try:
+        stopped = asyncio.run(stack.clean())
+    except StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
     print(f"deleted the data in {folder}")
     return 0

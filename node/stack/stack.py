@@ -235,6 +235,12 @@ class Stack:
         state file): the installed jars and Go builds live in the shared cache, so the
         next ``up`` starts at once, on empty data.
         """
+        stack, cache = self.paths.stack.resolve(), self.paths.cache.resolve()
+        if cache.is_relative_to(stack):  # STREAMWAL_STACK=.. or a hand-made StackPaths
+            raise StackError(
+                f"the stack folder {stack} holds the cache of installs {cache}; "
+                "not deleting it (check STREAMWAL_STACK)"
+            )
         async with self._exclusive("clean"):
             stopped = await self._down(None)
             for entry in self.paths.stack.iterdir():

@@ -224,3 +224,16 @@ def test_clean_on_a_terminal_asks_first(throwaway: Throwaway) -> None:
     assert not throwaway.intact()
     assert not is_alive(throwaway.pid)
     assert throwaway.installs_intact()
+
+
+@pytest.mark.parametrize("name", ["..", "../.."])
+def test_clean_refuses_a_stack_folder_that_holds_the_installs(
+    throwaway: Throwaway, name: str
+) -> None:
+    throwaway.env["STREAMWAL_STACK"] = name
+    done = throwaway.cli("clean", "--yes")
+    assert done.returncode == 1, done
+    assert "holds the cache of installs" in done.stderr, done.stderr
+    assert throwaway.installs_intact()
+    assert throwaway.intact()
+    assert is_alive(throwaway.pid)
