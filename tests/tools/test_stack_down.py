@@ -8,19 +8,14 @@ pid belongs to another stack. ``down`` must stop the first and leave the others.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-
-import pytest
 
 from streamwal.tools.stack import ServiceState, Stack, StackPaths
 from streamwal.tools.stack.process import is_alive, pid_matches, start_detached
@@ -34,18 +29,6 @@ _LOOKALIKE = [
 
 def _quiet(_: str) -> None:
     return None
-
-
-@pytest.fixture
-def spawned() -> Iterator[list[int]]:
-    """Pids a test started; each is killed and reaped at the end, whatever happened."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
 
 
 def _lookalike(spawned: list[int], env: dict[str, str]) -> int:

@@ -57,6 +57,11 @@ class PrivatePulsar:
     def admin_url(self) -> str:
         return self._service.admin_url
 
+    @property
+    def workdir(self) -> Path:
+        """Its folder: ``standalone.conf``, ``pulsar.log`` and ``data/`` (metadata, bookie)."""
+        return self._service.workdir
+
     async def start(self) -> None:
         """Start the broker and wait until a producer can be created on it."""
         if self._proc is not None and self._proc.poll() is None:

@@ -1,4 +1,4 @@
-"""``streamwal stack up | down | status``."""
+"""``streamwal stack up | down | status | clean``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from streamwal.tools.stack.stack import Stack, StackError
+from streamwal.tools.stack.stack import Stack, StackError, disk_usage, human_bytes
 
 __all__ = ["register"]
 
@@ -28,6 +28,12 @@ def register(sub: Any) -> None:
     status = verbs.add_parser("status", help="which services run, on which ports, with which pid")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_status)
+    clean = verbs.add_parser(
+        "clean",
+        help="stop the services and delete the stack's data (installed jars and builds stay)",
+    )
+    clean.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    clean.set_defaults(func=_clean)
 
 
 def _names(args: argparse.Namespace) -> list[str] | None:
@@ -60,19 +66,52 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    rows = Stack().status()
+    stack = Stack()
+    rows = stack.status()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     for row in rows:
         state = f"running pid {row['pid']}" if row["running"] else "stopped"
         ports = ", ".join(f"{k}={v}" for k, v in dict(row["ports"]).items())  # type: ignore[call-overload]
+        disk = human_bytes(int(row["disk"]))  # type: ignore[call-overload]
         extras = "  ".join(
             f"{k}={_shown(v)}"
             for k, v in row.items()
-            if k not in {"service", "running", "pid", "ports"}
+            if k not in {"service", "running", "pid", "ports", "disk"}
         )
-        print(f"{row['service']:<15} {state:<18} {ports:<28} {extras}")
+        print(f"{row['service']:<15} {state:<18} {ports:<28} disk={disk:<10} {extras}")
+    folder = stack.paths.stack
+    print(f"stack folder {folder}: {human_bytes(disk_usage(folder))}", file=sys.stderr)
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    stack = Stack()
+    folder = stack.paths.stack
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(
+                f"error: `stack clean` deletes all data in {folder}; it asks for confirmation "
+                "on a terminal, and there is none: pass --yes",
+                file=sys.stderr,
+            )
+            return 2
+        size = human_bytes(disk_usage(folder))
+        try:
+            answer = input(f"stop the stack and delete its data in {folder} ({size})? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in {"y", "yes"}:
+            print("nothing done", file=sys.stderr)
+            return 1
+    try:
+        stopped = asyncio.run(stack.clean())
+    except StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    print(f"deleted the data in {folder}")
     return 0
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from streamwal.tools.stack.service import Progress, Service
 
-__all__ = ["PULSAR_VERSION", "STOCK_INACTIVE_CHECK", "PulsarService"]
+__all__ = ["BOOKIE_DISK", "PULSAR_VERSION", "STOCK_INACTIVE_CHECK", "PulsarService"]
 
 PULSAR_VERSION = "4.0.7"
 BROKER_PORT = 16650
@@ -40,6 +40,29 @@ _GENEROUS = [
     "defaultRetentionTimeInMinutes=-1",
     "defaultRetentionSizeInMB=-1",
 ]
+
+#: the in-process bookie sized for a development machine (every broker, stock or not).
+#: ``PulsarStandaloneStarter`` loads standalone.conf into the bookie's configuration too,
+#: and BookKeeper's defaults are a production server's: 2 GB journal files, five old ones
+#: kept, 1 GB entry logs, compaction hourly (minor) and daily (major).
+BOOKIE_DISK = {
+    # the journal rolls over at this size; old journals go once a checkpoint passes them
+    "journalMaxSizeMB": 64,
+    "journalMaxBackups": 1,
+    # a journal file grows in steps of this much
+    "journalPreAllocSizeMB": 4,
+    # entry log files (bytes): garbage collection frees whole files, so small ones free
+    # the space of deleted ledgers sooner. A file only rolls over between two flushes of
+    # the bookie's memtable (bytes), which therefore bounds it too; smaller flushes also
+    # checkpoint sooner, which is when old journals go
+    "logSizeLimit": 32 * 1024 * 1024,
+    "skipListSizeLimit": 16 * 1024 * 1024,
+    # ms between garbage collections of deleted ledgers' entries
+    "gcWaitTime": 30_000,
+    # seconds: rewrite entry logs that are mostly (minor) or partly (major) garbage
+    "minorCompactionInterval": 300,
+    "majorCompactionInterval": 1800,
+}
 
 #: a stock broker's periodic work, only made faster: a topic with no subscription goes
 #: after 10 s without producers or readers (Pulsar: checked every 60 s), a backlog quota
@@ -223,6 +246,7 @@ class PulsarService(Service):
                     "functionsWorkerEnabled=false",
                     "allowAutoTopicCreation=true",
                     "allowAutoTopicCreationType=non-partitioned",
+                    *(f"{key}={value}" for key, value in BOOKIE_DISK.items()),
                     *(
                         [f"{key}={value}" for key, value in STOCK_INACTIVE_CHECK.items()]
                         if self.stock

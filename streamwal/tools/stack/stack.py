@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import os
+import shutil
 import sys
 import time
 import uuid
@@ -30,7 +32,7 @@ from streamwal.tools.stack.process import (
 from streamwal.tools.stack.pulsar import PulsarService
 from streamwal.tools.stack.service import Progress, Service, ServiceState
 
-__all__ = ["Stack", "StackError", "StackInfo", "print_progress"]
+__all__ = ["Stack", "StackError", "StackInfo", "disk_usage", "human_bytes", "print_progress"]
 
 
 class StackError(RuntimeError):
@@ -231,6 +233,31 @@ class Stack:
             await asyncio.sleep(0.5)
         self.progress(f"{service.name}: ready in {time.monotonic() - started:.1f}s")
 
+    # ---- clean -------------------------------------------------------------------------
+    async def clean(self) -> list[str]:
+        """Stop every service and delete the stack's data; returns the names stopped.
+
+        Only the stack folder is emptied (each service's data, logs and config, and the
+        state file): the installed jars and Go builds live in the shared cache, so the
+        next ``up`` starts at once, on empty data.
+        """
+        stack, cache = self.paths.stack.resolve(), self.paths.cache.resolve()
+        if cache.is_relative_to(stack):  # STREAMWAL_STACK=.. or a hand-made StackPaths
+            raise StackError(
+                f"the stack folder {stack} holds the cache of installs {cache}; "
+                "not deleting it (check STREAMWAL_STACK)"
+            )
+        async with self._exclusive("clean"):
+            stopped = await self._down(None)
+            for entry in self.paths.stack.iterdir():
+                if entry.name == ".lock":  # held right now; an empty file
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    await asyncio.to_thread(shutil.rmtree, entry)
+                else:
+                    entry.unlink()
+            return stopped
+
     # ---- down / restart ------------------------------------------------------------
     async def down(self, names: Iterable[str] | None = None) -> list[str]:
         """Stop the selected services this stack started; returns the names stopped."""
@@ -270,12 +297,37 @@ class Stack:
                     "ports": service.ports,
                     **({"log": entry.log} if entry else {}),
                     **service.extra_status(),
+                    "disk": disk_usage(service.workdir),
                     # what the running process was started with, and what it answers
                     **(entry.extra if entry and alive else {}),
                     **(service.live_status() if alive else {}),
                 }
             )
         return rows
+
+
+def disk_usage(folder: Path) -> int:
+    """Bytes the files under ``folder`` occupy, as ``du`` counts them (0 if it is missing).
+
+    Allocated blocks, not file lengths: the bookie's journal grows in preallocated steps
+    and etcd preallocates its WAL, so lengths would overstate what the disk holds.
+    """
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):  # removed meanwhile (a rolled journal)
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def human_bytes(size: int) -> str:
+    """``1.5 GiB``: binary units, one decimal above a KiB."""
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    value, index = float(size), 0
+    while value >= 1024 and index < len(units) - 1:
+        value /= 1024
+        index += 1
+    return f"{size} B" if index == 0 else f"{value:.1f} {units[index]}"
 
 
 def _tail(path: Path, lines: int = 20) -> str:

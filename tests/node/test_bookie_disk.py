@@ -1,0 +1,94 @@
+"""The in-process bookie really follows the disk settings the stack writes for it.
+
+A private broker (random ports, its own data folder, removed at the end) is started
+from the same ``PulsarService.prepare()`` as the shared stack. 200 MiB written to one
+topic must leave several journals and entry logs, none bigger than its configured size;
+deleting the topic must give the entry logs' space back within a few garbage
+collections. With BookKeeper's defaults the same write leaves one journal of 200 MiB and
+entry logs of 64 MiB (a flush of the bookie's memtable each), and deleting the topic
+frees nothing for minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pulsar import asyncio as pulsar_asyncio
+
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.tools.chaos.services import PrivatePulsar
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.pulsar import BOOKIE_DISK
+from streamwal.tools.stack.stack import disk_usage
+
+pytestmark = pytest.mark.integration
+
+MIB = 1 << 20
+WRITTEN_MIB = 200
+
+
+@pytest.fixture(scope="module")
+async def broker(stack: StackInfo) -> AsyncIterator[PrivatePulsar]:
+    """A private broker with the stack's settings (the stack installed its jars)."""
+    private = PrivatePulsar()
+    try:
+        await private.start()
+        yield private
+    finally:
+        await private.close()
+
+
+def _files(bookie: Path, suffix: str) -> dict[str, int]:
+    """Lengths of the bookie's journals (``.txn``) or entry logs (``.log``)."""
+    return {f.name: f.stat().st_size for f in (bookie / "current").glob(f"*{suffix}")}
+
+
+async def test_journals_and_entry_logs_stay_small_and_deleted_ledgers_leave_the_disk(
+    broker: PrivatePulsar,
+) -> None:
+    bookie = broker.workdir / "data" / "bookkeeper"
+    topic = "persistent://public/default/bookie-disk"
+    client = pulsar_asyncio.Client(broker.url)
+    try:
+        producer = await client.create_producer(topic, batching_enabled=False)
+        payload = os.urandom(MIB - 1024)
+        for _ in range(WRITTEN_MIB):
+            await producer.send(payload)
+        await producer.close()
+    finally:
+        await client.close()
+
+    journals = _files(bookie, ".txn")
+    # a journal rolls over past its maximum, grown by at most one preallocation step
+    journal_max = (BOOKIE_DISK["journalMaxSizeMB"] + BOOKIE_DISK["journalPreAllocSizeMB"]) * MIB
+    assert len(journals) >= 2, f"the journal never rolled over: {journals}"
+    assert max(journals.values()) <= journal_max, journals
+    # the entries reached the disk in several entry logs; one rolls over once past its
+    # limit, between two flushes of the memtable
+    entry_logs = _files(bookie, ".log")
+    entry_log_max = BOOKIE_DISK["logSizeLimit"] + BOOKIE_DISK["skipListSizeLimit"]
+    assert len([size for size in entry_logs.values() if size > MIB]) >= 2, entry_logs
+    assert max(entry_logs.values()) <= entry_log_max, entry_logs
+
+    before = disk_usage(bookie)
+    await PulsarAdmin(broker.admin_url).delete(f"{PulsarAdmin.topic_path(topic)}?force=true")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 3 * BOOKIE_DISK["gcWaitTime"] / 1000 + 30
+    freed = 0
+    while freed < WRITTEN_MIB // 2 * MIB:
+        assert loop.time() < deadline, (
+            f"{freed // MIB} MiB freed after the topic was deleted: {_files(bookie, '.log')}"
+        )
+        await asyncio.sleep(2)
+        freed = before - disk_usage(bookie)
+
+    log = (broker.workdir / "pulsar.log").read_text(errors="replace")
+    for kind in ("Minor", "Major"):
+        interval = re.search(rf"{kind} Compaction : enabled=true, .*interval=(\d+)", log)
+        assert interval is not None, f"no {kind} compaction in the bookie's log"
+        assert int(interval[1]) == BOOKIE_DISK[f"{kind.lower()}CompactionInterval"] * 1000
