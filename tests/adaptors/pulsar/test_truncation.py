@@ -197,7 +197,7 @@ async def test_a_backlog_quota_names_itself_and_what_holds_the_backlog(
             await wal.close()
         assert failure is not None, "the quota never stopped the producer"
         assert "destination_storage (262144 bytes" in str(failure)
-        assert "'streamwal-wal'" in str(failure) and "streamwal.wal.retention" in str(failure)
+        assert "'streamwal-wal'" in str(failure) and "wal.retention" in str(failure)
 
         async with PulsarOpener(config) as opener:
             with pytest.raises(QuotaExceededError) as refused:

@@ -43,7 +43,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
             "STREAMWAL_ETCD__ENDPOINTS": env.etcd_endpoint,
             "STREAMWAL_TSO__MODE": "remote",
             "STREAMWAL_TSO__REMOTE_ADDRESSES": nodes[0].address,
-            "STREAMWAL_WAL__FIRST_TIME_TICK_MAX_MS": "500",
+            "STREAMWAL_WAL__FIRST_TIME_TICK_BACKOFF__MAXIMUM": "0.5",
             "OTEL_SERVICE_NAME": os.environ.get("OTEL_SERVICE_NAME", "streamwal-chaos"),
         }
     )
