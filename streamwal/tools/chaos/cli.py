@@ -136,6 +136,7 @@ async def _main(
             say=say,
             keep=args.keep,
             pulsar_admin_url=None if args.private_stack else info.pulsar_admin_url,
+            admin_url=pulsar.admin_url if pulsar is not None else info.pulsar_admin_url,
         )
     finally:
         if etcd is not None:

@@ -56,6 +56,9 @@ class ChaosEnv:
     rng: random.Random
     say: Callable[[str], None] = lambda _: None
     pulsar_admin_url: str | None = None
+    #: the admin API of the broker at ``pulsar_url`` (the shared one's or a private
+    #: stack's); the checker reads truncation points through it, truncating nodes use it
+    admin_url: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     _nodes: list[NodeProcess] = field(default_factory=list)
     _pulsars: list[PrivatePulsar] = field(default_factory=list)
@@ -108,7 +111,11 @@ class ChaosEnv:
             result.expect(not t.unexpected, f"{t.channel}: unexpected codes {t.unexpected[:3]}")
             result.expect(bool(t.acks), f"{t.channel}: no append was acknowledged")
             report = await verify_channel(
-                pulsar_url or self.pulsar_url, t.channel, acks=t.acks, failures=t.failures
+                pulsar_url or self.pulsar_url,
+                t.channel,
+                acks=t.acks,
+                failures=t.failures,
+                admin_url=None if pulsar_url else self.admin_url,
             )
             result.absorb(t.channel, report)
             codes = result.figures.setdefault("codes", {})

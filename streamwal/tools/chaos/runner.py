@@ -32,6 +32,7 @@ async def run_scenario(
     say: Callable[[str], None] = lambda _: None,
     keep_workdir: bool = True,
     pulsar_admin_url: str | None = None,
+    admin_url: str | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``rounds`` rounds; never raises (failures become problems).
 
@@ -44,6 +45,7 @@ async def run_scenario(
         rng=random.Random(seed),
         say=say,
         pulsar_admin_url=pulsar_admin_url,
+        admin_url=admin_url or pulsar_admin_url,
     )
     started = time.monotonic()
     limit = scenario.time_limit(rounds)
@@ -77,6 +79,7 @@ async def run_scenarios(
     say: Callable[[str], None] = lambda _: None,
     keep: bool = False,
     pulsar_admin_url: str | None = None,
+    admin_url: str | None = None,
 ) -> list[ScenarioResult]:
     """Run ``names`` one after the other; logs of a passed scenario are removed
     unless ``keep``."""
@@ -97,6 +100,7 @@ async def run_scenarios(
             say=say,
             keep_workdir=keep,
             pulsar_admin_url=pulsar_admin_url,
+            admin_url=admin_url,
         )
         verdict = "ok" if result.ok else "FAILED"
         say(
