@@ -15,7 +15,7 @@ benchmarks, chaos).
 
 from importlib.metadata import PackageNotFoundError, version
 
-from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
 from streamwal.errors import (
     ChannelFencedError,
     ChannelNotFoundError,
@@ -27,10 +27,15 @@ from streamwal.errors import (
     InvalidInputError,
     MisconfiguredError,
     NotLeaderError,
+    OutcomeUnknownError,
+    QuotaExceededError,
     StreamwalError,
     TimestampRegressionError,
+    TruncatedError,
     UnavailableError,
     UnknownPositionError,
+    UnsafeBrokerPolicyError,
+    WriteOutcome,
 )
 from streamwal.tso import InProcessTSO, LocalAllocator, RemoteSource, TsoConfig
 from streamwal.wal import (
@@ -75,17 +80,23 @@ __all__ = [
     "MisconfiguredError",
     "MutableMessage",
     "NotLeaderError",
+    "OutcomeUnknownError",
+    "PolicyAction",
     "PulsarConfig",
     "PulsarOpener",
+    "QuotaExceededError",
     "ReadOnlyWAL",
     "RemoteSource",
     "Scanner",
     "StreamwalError",
     "TimestampRegressionError",
+    "TruncatedError",
     "TsoConfig",
     "UnavailableError",
     "UnknownPositionError",
+    "UnsafeBrokerPolicyError",
     "WALConfig",
+    "WriteOutcome",
     "__version__",
     "open_read_only",
     "open_wal",

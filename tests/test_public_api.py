@@ -31,6 +31,8 @@ def test_the_front_door_covers_what_a_user_needs() -> None:
         "DeliveryPolicy", "WALConfig", "PulsarConfig", "TsoConfig",
         "StreamwalError", "ChannelFencedError", "UnavailableError", "ClosedError",
         "PulsarOpener", "InProcessTSO", "RemoteSource", "LocalAllocator",
+        "OutcomeUnknownError", "WriteOutcome", "TruncatedError", "QuotaExceededError",
+        "UnsafeBrokerPolicyError", "PolicyAction",
     }  # fmt: skip
     assert needed <= set(streamwal.__all__)
 
