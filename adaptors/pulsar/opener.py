@@ -17,9 +17,9 @@ import asyncio
 import functools
 import logging
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pulsar
 from pulsar import asyncio as pulsar_asyncio
@@ -54,6 +54,8 @@ from streamwal.wal.backend import AccessMode, validate_channel_name
 __all__ = ["PulsarOpener", "client_logger"]
 
 _log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 async def _all(*steps: Awaitable[Any]) -> list[Any]:
@@ -194,20 +196,13 @@ class PulsarOpener:
         async with self._verify_lock:
             if self._deduplication_checked:
                 return
-            prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
-            topic = probe_topic(prefix, "deduplication")
             timeout = self.config.operation_timeout_s
-            try:
-                enforced = await deduplication_enforced(self.client, topic, timeout)
-            except TimeoutError as exc:
-                raise UnavailableError(
-                    f"broker {self.config.service_url} did not answer the deduplication "
-                    f"probe within {timeout:g}s"
-                ) from exc
-            except PulsarException as exc:
-                raise translate(exc, channel="(deduplication probe)", what="probe") from exc
-            finally:
-                await self._delete_probe(topic)
+            enforced = await self._on_probe_topic(
+                "deduplication",
+                "deduplication probe",
+                lambda topic: deduplication_enforced(self.client, topic, timeout),
+                timeout,  # each step's bound: deduplication_enforced applies it
+            )
             if not enforced:
                 namespace = f"{self.config.tenant}/{self.config.namespace}"
                 finding = PolicyFinding(
@@ -301,19 +296,32 @@ class PulsarOpener:
 
     async def _probe(self) -> None:
         prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
-        topic = probe_topic(prefix, "exclusivity")
-        try:
-            await asyncio.wait_for(
+        bound = self.config.operation_timeout_s * 3
+        await self._on_probe_topic(
+            "exclusivity",
+            "exclusivity check",
+            lambda topic: asyncio.wait_for(
                 verify_exclusive_access(self.client, prefix, self.config.service_url, topic=topic),
-                timeout=self.config.operation_timeout_s * 3,
-            )
+                timeout=bound,
+            ),
+            bound,
+        )
+
+    async def _on_probe_topic(
+        self, what: str, label: str, probe: Callable[[str], Awaitable[_T]], bound: float
+    ) -> _T:
+        """Run ``probe`` on a fresh topic of the namespace and delete the topic after;
+        a timeout (``bound``: the seconds it had) or a client error becomes a typed one."""
+        prefix = f"persistent://{self.config.tenant}/{self.config.namespace}/"
+        topic = probe_topic(prefix, what)
+        try:
+            return await probe(topic)
         except TimeoutError as exc:
             raise UnavailableError(
-                f"broker {self.config.service_url} did not answer the exclusivity check "
-                f"within {self.config.operation_timeout_s * 3:g}s"
+                f"broker {self.config.service_url} did not answer the {label} within {bound:g}s"
             ) from exc
         except PulsarException as exc:
-            raise translate(exc, channel="(exclusivity probe)", what="probe") from exc
+            raise translate(exc, channel=f"({what} probe)", what="probe") from exc
         finally:
             await self._delete_probe(topic)
 

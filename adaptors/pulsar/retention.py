@@ -78,6 +78,7 @@ class TopicRetention:
         self._admin = admin
         self._path = PulsarAdmin.topic_path(topic)
         self._channel = channel
+        self._wal_cursor_name = wal_cursor
         self._wal_cursor = urllib.parse.quote(wal_cursor, safe="")
 
     @property
@@ -94,9 +95,9 @@ class TopicRetention:
         return f"{self._path}/subscription/{urllib.parse.quote(name, safe='')}"
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        state = await self.retention_state()
-        if state.truncated_before is not None and checkpoint.message_id < state.truncated_before:
-            raise TruncatedError(self._channel, checkpoint.message_id, state.truncated_before)
+        point = await self.truncation_point()
+        if point is not None and checkpoint.message_id < point:
+            raise TruncatedError(self._channel, checkpoint.message_id, point)
         subscription = self._subscription(checkpoint.consumer)
         position = _position(checkpoint.message_id)
         try:  # created at the checkpoint: it holds from there from the start
@@ -122,7 +123,7 @@ class TopicRetention:
         truncated = None
         for name, sub in (stats.get("subscriptions") or {}).items():
             props = sub.get("subscriptionProperties") or {}
-            if name == urllib.parse.unquote(self._wal_cursor) and _TRUNCATED in props:
+            if name == self._wal_cursor_name and _TRUNCATED in props:
                 truncated = PulsarMessageId.from_bytes(bytes.fromhex(props[_TRUNCATED]))
             if not name.startswith(CONSUMER_PREFIX) or _ID not in props:
                 continue  # not ours, or created and not yet given its checkpoint
@@ -190,7 +191,7 @@ class TopicRetention:
             name, sub = holders[0]
             held = f"; the largest backlog is {name!r}'s: {sub.get('msgBacklog')} messages, "
             held += f"{sub.get('backlogSize')} bytes"
-            if name == urllib.parse.unquote(self._wal_cursor):
+            if name == self._wal_cursor_name:
                 held += " (the WAL's own cursor: set wal.retention so the channel is truncated)"
             elif name.startswith(CONSUMER_PREFIX):
                 consumer = name.removeprefix(CONSUMER_PREFIX)

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from typing import Any
 
 import pulsar
@@ -19,13 +18,12 @@ import pulsar
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.errors import DecodeError, StreamwalError
+from streamwal.tso.timestamp import physical_datetime
 from streamwal.wal.initializing import open_read_only
 from streamwal.wal.message import decode
 from streamwal.wal.retention import time_tick_lag_ms
 
 __all__ = ["channel_status", "register"]
-
-_LOGICAL_BITS = 18
 
 
 def register(sub: Any) -> None:
@@ -103,8 +101,7 @@ def _size(n: int | None) -> str:
 
 
 def _when(time_tick: int) -> str:
-    seconds = (time_tick >> _LOGICAL_BITS) / 1000
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+    return physical_datetime(time_tick).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def render(status: dict[str, Any]) -> str:

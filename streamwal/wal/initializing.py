@@ -140,6 +140,9 @@ async def _first_time_tick_within_quota(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + QUOTA_RETRY_S
     delays = config.first_time_tick_backoff.delays()
+    truncator = Truncator(
+        backend.channel, backend, config.retention, config.truncate_interval, lambda: None
+    )
     truncated = False
     while True:
         try:
@@ -149,9 +152,6 @@ async def _first_time_tick_within_quota(
         except QuotaExceededError:
             if config.retention is None or not isinstance(backend, BackendRetention):
                 raise
-            truncator = Truncator(
-                backend.channel, backend, config.retention, config.truncate_interval, lambda: None
-            )
             moved = await truncator.round()
             truncated = truncated or moved is not None
             if not truncated or loop.time() >= deadline:
