@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -14,6 +15,9 @@ from streamwal.errors import ClosedError
 from streamwal.wal.backend import BackendMessage
 
 __all__ = ["PulsarScanner"]
+
+#: how often a read that waits checks whether its reader was closed under it
+CLOSE_PROBE_S = 1.0
 
 
 class PulsarScanner:
@@ -47,12 +51,41 @@ class PulsarScanner:
             entry, self._pending = self._pending, None
             return entry
         try:
-            message = await self._reader.read_next()
+            message = await self._read_next()
         except PulsarException as exc:
             if self._closed or exc.error() == pulsar.Result.AlreadyClosed:
                 raise ClosedError(f"scanner of {self._channel!r} is closed") from exc
             raise translate(exc, channel=self._channel, what="read") from exc
         return to_backend_message(message)
+
+    async def _read_next(self) -> Any:
+        """The reader's next message, or AlreadyClosed once its client is gone.
+
+        The client's close fails pending reads, but not always: it races the
+        receive queue (Java's client has the same flaky race). So a read that waits
+        probes, while the reader is disconnected, whether it is closed for good (a
+        closed reader answers at once; one that reconnects does not say closed).
+        """
+        read = asyncio.ensure_future(self._reader.read_next())
+        try:
+            while True:
+                done, _ = await asyncio.wait({read}, timeout=CLOSE_PROBE_S)
+                if done:
+                    return read.result()
+                if not self._reader._reader.is_connected() and await self._closed_for_good():
+                    raise PulsarException(pulsar.Result.AlreadyClosed)
+        finally:
+            if not read.done():
+                read.cancel()
+
+    async def _closed_for_good(self) -> bool:
+        try:
+            await asyncio.wait_for(self._reader.has_message_available(), CLOSE_PROBE_S)
+        except PulsarException as exc:
+            return bool(exc.error() == pulsar.Result.AlreadyClosed)
+        except TimeoutError:
+            pass  # reconnecting: the read goes on
+        return False
 
     async def close(self) -> None:
         if self._closed:
