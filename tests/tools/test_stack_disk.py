@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from streamwal.tools.stack import ServiceState, StackPaths
-from streamwal.tools.stack.process import is_alive, start_detached
+from streamwal.tools.stack.process import is_alive, rotate_log, start_detached
 from streamwal.tools.stack.pulsar import BOOKIE_DISK, PulsarService
 from streamwal.tools.stack.stack import disk_usage, human_bytes
 
@@ -237,3 +237,29 @@ def test_clean_refuses_a_stack_folder_that_holds_the_installs(
     assert throwaway.installs_intact()
     assert throwaway.intact()
     assert is_alive(throwaway.pid)
+
+
+def test_a_service_output_file_past_its_limit_is_rotated_at_start(tmp_path: Path) -> None:
+    log = tmp_path / "svc.log"
+    rotate_log(log, limit=10)  # no file yet: nothing to do
+    log.write_bytes(b"x" * 10)
+    rotate_log(log, limit=10)
+    assert log.exists() and not (tmp_path / "svc.log.1").exists()
+    log.write_bytes(b"y" * 11)
+    (tmp_path / "svc.log.1").write_bytes(b"old")
+    rotate_log(log, limit=10)
+    assert not log.exists()
+    assert (tmp_path / "svc.log.1").read_bytes() == b"y" * 11
+
+
+def test_the_broker_logs_info_to_a_rolled_file_and_only_warnings_to_its_output(
+    tmp_path: Path,
+) -> None:
+    paths = StackPaths(cache=tmp_path / "cache", stack=tmp_path / "stack")
+    service = PulsarService(paths)
+    service.prepare()
+    config = service.workdir / "log4j2.xml"
+    assert f"-Dlog4j2.configurationFile={config}" in service.command()
+    text = config.read_text()
+    assert '<ThresholdFilter level="WARN"/>' in text
+    assert '<SizeBasedTriggeringPolicy size="16 MB"/>' in text

@@ -52,11 +52,25 @@ def pid_matches(pid: int, marker: str) -> bool:
     return f"STREAMWAL_STACK_MARKER={marker}".encode() in environ.split(b"\0")
 
 
+#: a service's output file is appended to across starts; past this it is rotated
+LOG_ROTATE_BYTES = 8 * 1024 * 1024
+
+
+def rotate_log(log: Path, limit: int = LOG_ROTATE_BYTES) -> None:
+    """Keep one previous output file, so a stack restarted for weeks keeps its disk."""
+    try:
+        if log.stat().st_size > limit:
+            log.replace(log.with_name(log.name + ".1"))
+    except FileNotFoundError:
+        pass
+
+
 def start_detached(
     argv: list[str], *, cwd: Path, log: Path, env: dict[str, str], marker: str
 ) -> int:
     """Start ``argv`` in its own session so it outlives the CLI; returns the pid."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    rotate_log(log)
     full_env = {**os.environ, **env, "STREAMWAL_STACK_MARKER": marker}
     with open(log, "ab") as out:
         proc = subprocess.Popen(

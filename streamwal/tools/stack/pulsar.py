@@ -93,6 +93,32 @@ _JVM_FLAGS = [
 ]  # fmt: skip
 
 
+#: The broker logs every topic, cursor and admin request at INFO (a test run writes
+#: tens of MiB): INFO goes to a size-rolled ``broker.log`` (at most 3 × 16 MiB), and
+#: only warnings and errors to stdout, whose file keeps start-up failures readable.
+_LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="warn">
+  <Appenders>
+    <Console name="CONSOLE" target="SYSTEM_OUT">
+      <ThresholdFilter level="WARN"/>
+      <PatternLayout pattern="%d{ISO8601} - %-5p - [%t:%C{1}@%L] - %m%n"/>
+    </Console>
+    <RollingFile name="BROKER" fileName="broker.log" filePattern="broker.log.%i">
+      <PatternLayout pattern="%d{ISO8601} - %-5p - [%t:%C{1}@%L] - %m%n"/>
+      <SizeBasedTriggeringPolicy size="16 MB"/>
+      <DefaultRolloverStrategy max="2" fileIndex="min"/>
+    </RollingFile>
+  </Appenders>
+  <Loggers>
+    <Root level="INFO">
+      <AppenderRef ref="CONSOLE"/>
+      <AppenderRef ref="BROKER"/>
+    </Root>
+  </Loggers>
+</Configuration>
+"""
+
+
 def _quiet_logger() -> logging.Logger:
     """The probe fails on purpose while the broker starts: keep the client silent."""
     logger = logging.getLogger("streamwal.stack.pulsar-probe")
@@ -257,11 +283,14 @@ class PulsarService(Service):
             )
         )
 
+        (self.workdir / "log4j2.xml").write_text(_LOG4J2)
+
     def command(self) -> list[str]:
         data = self.workdir / "data"
         return [
             "java",
             *_JVM_FLAGS,
+            f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}",
             "-cp",
             f"{self.lib_dir}/*",
             "org.apache.pulsar.PulsarStandaloneStarter",
