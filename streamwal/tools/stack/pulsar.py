@@ -94,7 +94,7 @@ _JVM_FLAGS = [
 
 
 #: The broker logs every topic, cursor and admin request at INFO (a test run writes
-#: tens of MiB): INFO goes to a size-rolled ``broker.log`` (at most 3 × 16 MiB), and
+#: tens of MiB): INFO goes to a size-rolled ``broker.log`` (at most three files of 16 MiB), and
 #: only warnings and errors to stdout, whose file keeps start-up failures readable.
 _LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
 <Configuration status="warn">
