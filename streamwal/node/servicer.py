@@ -62,7 +62,7 @@ _log = logging.getLogger(__name__)
 
 # the names streaming.proto documents, and only those: a client that sends anything
 # else learns it now, not from a reader that finds another type than it meant
-_TYPES = {t.name.lower(): t for t in MessageType if not t.is_system}
+_TYPES = {t.name.lower(): t for t in MessageType if not t.is_system and not t.is_txn_marker}
 
 
 def parse_message_type(name: str) -> MessageType:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 from streamwal.errors import ChannelFencedError
 from streamwal.wal.interceptors.base import (
@@ -24,18 +24,23 @@ from streamwal.wal.interceptors.base import (
     Sink,
 )
 from streamwal.wal.interceptors.buffer import WriteAheadBufferInterceptor
+from streamwal.wal.interceptors.idempotence import IdempotenceInterceptor
 from streamwal.wal.interceptors.mvcc import MvccInterceptor
 from streamwal.wal.interceptors.timetick import TimeTickInterceptor
+from streamwal.wal.interceptors.txn import TxnInterceptor
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.metrics import record_fenced
 
 __all__ = ["INTERCEPTOR_ORDER", "InterceptorChain", "InterceptorFactory"]
 
 _log = logging.getLogger(__name__)
+_I = TypeVar("_I")
 
 InterceptorFactory = Callable[[InterceptorParams, Sink], Interceptor]
 
 INTERCEPTOR_ORDER: Final[tuple[InterceptorFactory, ...]] = (
+    IdempotenceInterceptor,  # a duplicate is answered before anything else sees it
+    TxnInterceptor,
     MvccInterceptor,
     WriteAheadBufferInterceptor,
     TimeTickInterceptor,  # persists: must stay last
@@ -64,6 +69,13 @@ class InterceptorChain:
             if not isinstance(i, InterceptorBase)
             or type(i).on_persisted is not InterceptorBase.on_persisted
         ]
+
+    def find(self, kind: type[_I]) -> _I | None:
+        """The chain's interceptor of type ``kind``, if it has one."""
+        for interceptor in self._interceptors:
+            if isinstance(interceptor, kind):
+                return interceptor
+        return None
 
     @property
     def fenced(self) -> ChannelFencedError | None:

@@ -22,6 +22,7 @@ from collections import deque
 
 from streamwal.errors import UnavailableError
 from streamwal.wal.interceptors.base import Sink
+from streamwal.wal.interceptors.holds import ConfirmHolds
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message_id import MessageId
 
@@ -67,14 +68,30 @@ class Slot:
 class AckSequencer:
     """Single event loop; every method is synchronous."""
 
-    def __init__(self, first: ImmutableMessage, sink: Sink, channel: str, node_id: int) -> None:
+    def __init__(
+        self,
+        first: ImmutableMessage,
+        sink: Sink,
+        channel: str,
+        node_id: int,
+        holds: ConfirmHolds | None = None,
+    ) -> None:
         self._sink = sink
+        self._holds = holds if holds is not None else ConfirmHolds()
         self._channel = channel
         self._node_id = node_id
         self._slots: deque[Slot] = deque()
         self._loop = asyncio.get_running_loop()
         self.last_confirmed: MessageId = first.message_id
         """The id of the last released persisted message: all before it are resolved."""
+
+    @property
+    def confirmed_for_next(self) -> MessageId:
+        """The last-confirmed id to stamp a message with now: :attr:`last_confirmed`,
+        held back at the begin of the oldest transaction still open."""
+        if not self._holds:
+            return self.last_confirmed
+        return self._holds.cap(self.last_confirmed)
 
     @property
     def in_flight(self) -> int:
@@ -85,11 +102,11 @@ class AckSequencer:
     ) -> tuple[Slot, asyncio.Future[MessageId]]:
         """A slot for ``message`` about to be handed to the backend at ``time_tick``.
 
-        Its last-confirmed id is :attr:`last_confirmed` as of now. The future resolves
-        at the slot's release.
+        Its last-confirmed id is :attr:`confirmed_for_next` as of now. The future
+        resolves at the slot's release.
         """
         done: asyncio.Future[MessageId] = self._loop.create_future()
-        slot = Slot(time_tick, message, self.last_confirmed, SlotState.PENDING, done)
+        slot = Slot(time_tick, message, self.confirmed_for_next, SlotState.PENDING, done)
         self._slots.append(slot)
         return slot, done
 

@@ -1,0 +1,152 @@
+"""The idempotence interceptor: an append retried with the same producer id and
+sequence number is persisted once.
+
+A duplicate is answered with the original message id and time tick, and nothing is
+appended. The producer id and sequence travel in the message (``_pid``/``_seq``), so
+a new owner rebuilds the windows from the log: at start it reads what earlier owners
+wrote, in the background, bounded by ``WALConfig.idempotence_rebuild_timeout``; only
+appends that carry a producer id wait for it. An append whose outcome is unknown is
+looked up in the log when it is retried. Appends without a producer id pass through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from streamwal.errors import WriteOutcome, outcome_of
+from streamwal.wal.backend import DeliveryPolicy
+from streamwal.wal.exactly_once_metrics import record_duplicate
+from streamwal.wal.interceptors.base import (
+    AppendFunc,
+    AppendResult,
+    InterceptorBase,
+    InterceptorParams,
+    Sink,
+)
+from streamwal.wal.interceptors.idempotence.window import ProducerTable
+from streamwal.wal.message import ImmutableMessage, MutableMessage
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.tail import read_log
+
+__all__ = ["IdempotenceInterceptor"]
+
+_log = logging.getLogger(__name__)
+
+_LOOKUP_BOUND_S = 10.0
+
+
+class IdempotenceInterceptor(InterceptorBase):
+    """See the module docstring; single event loop."""
+
+    def __init__(self, params: InterceptorParams, sink: Sink) -> None:
+        super().__init__(params, sink)
+        config = params.config
+        self._table = ProducerTable(config.idempotence_window, config.idempotence_producers)
+        self._last_id: MessageId = params.first_message.message_id
+        self._rebuild: asyncio.Task[None] | None = None
+
+    @property
+    def producers(self) -> ProducerTable:
+        return self._table
+
+    async def start(self) -> None:
+        self._rebuild = asyncio.get_running_loop().create_task(self._rebuild_from_log())
+
+    async def rebuilt(self) -> None:
+        """Until the windows are rebuilt from the log (or the rebuild gave up)."""
+        if self._rebuild is not None:
+            await asyncio.shield(self._rebuild)
+
+    async def _rebuild_from_log(self) -> None:
+        wal = await self.params.wal
+        first = self.params.first_message.message_id
+        found = 0
+        try:
+            async for msg in read_log(
+                self.params.backend,
+                wal.message_id_decoder,
+                DeliveryPolicy.all(),
+                until=first,
+                bound=self.params.config.idempotence_rebuild_timeout,
+            ):
+                if msg.producer_id is not None and msg.sequence is not None:
+                    self._table.record(
+                        msg.producer_id, msg.sequence, AppendResult(msg.message_id, msg.time_tick)
+                    )
+                    found += 1
+        except Exception as exc:  # a partial rebuild still answers what it found
+            _log.warning(
+                "channel %s: rebuilding the idempotence windows stopped early (%r): "
+                "retries of older appends may be appended again",
+                self.params.channel.name,
+                exc,
+            )
+        if found:
+            _log.info(
+                "channel %s: %d idempotent appends of %d producers read back from the log",
+                self.params.channel.name,
+                found,
+                len(self._table),
+            )
+
+    def on_persisted(self, msg: ImmutableMessage) -> None:
+        self._last_id = msg.message_id
+
+    async def do_append(self, msg: MutableMessage, append: AppendFunc) -> AppendResult:
+        producer_id, seq = msg.producer_id, msg.sequence
+        if producer_id is None or seq is None:
+            return await append(msg)
+        await self.rebuilt()
+        while True:
+            decision = self._table.decide(producer_id, seq)
+            if decision.result is not None:
+                record_duplicate(self.params.channel.name)
+                return decision.result
+            if decision.pending is not None:
+                settled = await asyncio.shield(decision.pending)
+                if settled is not None:
+                    record_duplicate(self.params.channel.name)
+                    return settled
+                continue  # it failed: decide again
+            break
+        self._table.begin(producer_id, seq)
+        sent_after = self._last_id
+        result: AppendResult | None = None
+        unknown_after: MessageId | None = None
+        try:
+            if decision.look_after is not None:
+                result = await self._look_up(producer_id, seq, decision.look_after)
+                if result is not None:
+                    record_duplicate(self.params.channel.name)
+                    return result
+            result = await append(msg)
+            return result
+        except BaseException as exc:
+            if outcome_of(exc) is WriteOutcome.UNKNOWN:
+                unknown_after = decision.look_after or sent_after
+            raise
+        finally:
+            self._table.finish(producer_id, seq, result, unknown_after)
+
+    async def _look_up(self, producer_id: int, seq: int, after: MessageId) -> AppendResult | None:
+        """Where an earlier attempt of ``seq`` landed, if it did; raises if the log
+        cannot be read (the outcome stays unknown)."""
+        wal = await self.params.wal
+        with contextlib.suppress(StopAsyncIteration):
+            async for msg in read_log(
+                self.params.backend,
+                wal.message_id_decoder,
+                DeliveryPolicy.start_after(after),
+                bound=_LOOKUP_BOUND_S,
+            ):
+                if msg.producer_id == producer_id and msg.sequence == seq:
+                    return AppendResult(msg.message_id, msg.time_tick)
+        return None
+
+    async def close(self) -> None:
+        if self._rebuild is not None and not self._rebuild.done():
+            self._rebuild.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._rebuild
