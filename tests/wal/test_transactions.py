@@ -4,8 +4,10 @@ time, LastConfirmed held at the begin, and a change of owner."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.errors import (
@@ -219,3 +221,22 @@ async def test_bad_transaction_calls_get_typed_errors(open_owner: OpenOwner) -> 
     await wal.commit_txn(txn)
     with pytest.raises(TransactionNotFoundError):
         await wal.commit_txn(txn)
+
+
+async def test_one_span_per_transaction_from_begin_to_end(
+    open_owner: OpenOwner, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    wal = await open_owner()
+    committed = await wal.begin_txn(VCHANNEL)
+    await wal.append(_insert(b"t1", committed))
+    await wal.commit_txn(committed)
+    rolled_back = await wal.begin_txn(VCHANNEL)
+    await wal.rollback_txn(rolled_back)
+    ended = {
+        s.attributes["wal.txn_id"]: s.attributes
+        for s in spans()
+        if s.name == "wal.txn" and s.attributes is not None
+    }
+    assert ended[committed]["wal.txn.outcome"] == "committed"
+    assert ended[committed]["wal.txn.messages"] == 1
+    assert ended[rolled_back]["wal.txn.outcome"] == "rolled_back"
