@@ -4,7 +4,9 @@ Each message handed to the backend takes a slot, in the order it was handed over
 which is the log order. A slot is resolved when the backend answers; the resolved
 slots at the head are then released in order: persisted messages are published (and
 become the last-confirmed id of what is allocated next), failed ones are dropped,
-in-memory time ticks are published after everything enqueued before them. A
+in-memory time ticks are published after everything enqueued before them; a failed
+slot whose outcome is unknown is reported (``on_unknown``: the write-ahead buffer marks
+a gap there, so tailing readers look for it in the backend). A
 published time tick T therefore guarantees that every message below T that will ever
 be persisted by this owner has been published (a failed one is retried with a fresh,
 higher time tick). Each slot's ``done`` future is resolved at its release, after the
@@ -19,8 +21,9 @@ import asyncio
 import enum
 import logging
 from collections import deque
+from collections.abc import Callable
 
-from streamwal.errors import UnavailableError
+from streamwal.errors import UnavailableError, WriteOutcome, outcome_of
 from streamwal.wal.interceptors.base import Sink
 from streamwal.wal.interceptors.holds import ConfirmHolds
 from streamwal.wal.message import ImmutableMessage, MutableMessage
@@ -75,8 +78,10 @@ class AckSequencer:
         channel: str,
         node_id: int,
         holds: ConfirmHolds | None = None,
+        on_unknown: Callable[[int], None] | None = None,
     ) -> None:
         self._sink = sink
+        self._on_unknown = on_unknown
         self._holds = holds if holds is not None else ConfirmHolds()
         self._channel = channel
         self._node_id = node_id
@@ -147,6 +152,12 @@ class AckSequencer:
                     )
                 elif slot.state is SlotState.IN_MEMORY:
                     self._sink.publish_time_tick(slot.time_tick)
+                elif (
+                    self._on_unknown is not None
+                    and slot.error is not None
+                    and outcome_of(slot.error) is WriteOutcome.UNKNOWN
+                ):
+                    self._on_unknown(slot.time_tick)  # it may be in the log: say so
             except Exception:  # a hook bug must not stop the log order for everyone else
                 _log.exception(
                     "channel %s: publishing time tick %d failed", self._channel, slot.time_tick
