@@ -192,10 +192,16 @@ class NodeClient:
         properties: Mapping[str, str] | None = None,
         txn_id: int | None = None,
         sequence: int | None = None,
+        producer_id: int | None = None,
     ) -> Acked:
-        """Append one message (into transaction ``txn_id`` if given). ``sequence``: retry
-        an append numbered earlier (by this client's producer, maybe through another
-        node); by default the next number."""
+        """Append one message (into transaction ``txn_id`` if given).
+
+        Numbering: by default the next number of this client's producer, given back or
+        left behind with the producer id when the append fails
+        (:meth:`ProducerIdentity.give_up`). A caller that wants to retry an append
+        itself, maybe through another node, numbers it: ``producer_id`` (default: this
+        client's) and ``sequence``, the same on every try.
+        """
         request = pb.ProduceRequest(
             pchannel=pchannel,
             message=pb.Message(
@@ -206,7 +212,7 @@ class NodeClient:
             request.txn_id = txn_id
         producer = self.producer
         if producer is not None:
-            request.producer_id = producer.producer_id
+            request.producer_id = producer_id if producer_id is not None else producer.producer_id
             request.sequence = (
                 sequence if sequence is not None else producer.next_sequence(pchannel)
             )
@@ -216,6 +222,8 @@ class NodeClient:
                 reply = await self._stub.Produce(request, timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
                 if attempt >= self._retries or not _may_retry(exc, producer is not None):
+                    if producer is not None and sequence is None:
+                        producer.give_up(pchannel, request.sequence, write_outcome(exc))
                     raise
                 attempt += 1
                 await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))

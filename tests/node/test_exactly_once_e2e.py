@@ -86,17 +86,20 @@ async def test_an_append_whose_answer_is_lost_is_retried_through_the_next_owner(
         NodeClient(two.address, tracing=False, producer=identity) as c2,
     ):
         await c1.assign(channel)
-        await c1.produce(channel, b"warm-up")  # sequence 0
+        await c1.produce(channel, b"warm-up")
+        # numbered by the caller, who retries it through the next owner
+        pid, seq = identity.producer_id, identity.next_sequence(channel)
         proxy.drop_answers = True
-        produce = asyncio.create_task(c1.produce(channel, b"once"))  # sequence 1
+        produce = asyncio.create_task(c1.produce(channel, b"once", producer_id=pid, sequence=seq))
         await _until_persisted(stack, channel, b"once")
         await c2.assign(channel)  # the next owner; node 1 is fenced
         await _lose_the_answer(proxy, stack, channel, b"once", produce)
         with pytest.raises(grpc.aio.AioRpcError):
             await produce  # no retries on this client: the caller retries elsewhere
-        acked = await c2.produce(channel, b"once", sequence=1)
+        acked = await c2.produce(channel, b"once", producer_id=pid, sequence=seq)
+        assert (acked.producer_id, acked.sequence) == (pid, seq)
         with pytest.raises(grpc.aio.AioRpcError) as gap:
-            await c2.produce(channel, b"skips", sequence=5)
+            await c2.produce(channel, b"skips", producer_id=pid, sequence=seq + 5)
         assert gap.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     copies = await _copies(stack, channel, b"once")
     assert len(copies) == 1
