@@ -321,7 +321,9 @@ class WAL(_Readable):
         started = time.perf_counter()
         outcome = "error"
         try:
-            result = await self._chain.append(msg)
+            chain = self._chain
+            plain = msg.producer_id is None and msg.txn_id is None
+            result = await (chain.append_plain if plain else chain.append)(msg)
             outcome = "ok"
             return result
         except ChannelFencedError:

@@ -57,11 +57,17 @@ class InterceptorChain:
         self._fenced: ChannelFencedError | None = None
         self._interceptors: list[Interceptor] = [factory(params, self) for factory in order]
         append: AppendFunc = _unpersisted
+        plain: AppendFunc = _unpersisted
         for interceptor in reversed(self._interceptors):
             if type(interceptor).do_append is not InterceptorBase.do_append:  # skip pass-throughs
                 append = functools.partial(interceptor.do_append, append=append)
+                if not getattr(interceptor, "passes_plain", False):
+                    plain = functools.partial(interceptor.do_append, append=plain)
         self.append: AppendFunc = append
         """Append through the chain (a plain attribute: no extra frame per append)."""
+        self.append_plain: AppendFunc = plain
+        """The same, without the interceptors that pass a plain message through unseen
+        (``passes_plain``: no producer id, no transaction): for :meth:`WAL.append`."""
         # Only the interceptors that listen are called, once per persisted message.
         self._persisted_hooks = [
             (i, i.on_persisted)

@@ -40,6 +40,9 @@ _LOOKUP_BOUND_S = 10.0
 class IdempotenceInterceptor(InterceptorBase):
     """See the module docstring; single event loop."""
 
+    passes_plain = True
+    """A message without a producer id or a transaction id passes through unseen."""
+
     def __init__(self, params: InterceptorParams, sink: Sink) -> None:
         super().__init__(params, sink)
         config = params.config
@@ -98,7 +101,9 @@ class IdempotenceInterceptor(InterceptorBase):
         producer_id, seq = msg.producer_id, msg.sequence
         if producer_id is None or seq is None:
             return await append(msg)
-        await self.rebuilt()
+        rebuild = self._rebuild
+        if rebuild is not None and not rebuild.done():
+            await asyncio.shield(rebuild)
         while True:
             decision = self._table.decide(producer_id, seq)
             if decision.result is not None:

@@ -25,22 +25,27 @@ class ProducerWindow:
     """One producer: the next sequence expected, and what happened to the recent ones.
 
     ``acked``: sequence -> where it landed. ``in_flight``: sequence -> the result of the
-    append under way (a concurrent retry waits for it). ``unknown``: sequence -> the
-    last id this owner had persisted when it was sent, for appends whose outcome is
-    unknown: a retry looks the log up from there. Any other sequence inside the window
-    and below ``next_seq`` is known not written and may be sent again.
+    append under way (made when a concurrent retry waits for it, not before).
+    ``unknown``: sequence -> the last id this owner had persisted when it was sent, for
+    appends whose outcome is unknown: a retry looks the log up from there. Any other
+    sequence inside the window and below ``next_seq`` is known not written and may be
+    sent again.
     """
 
     next_seq: int
     acked: dict[int, AppendResult] = field(default_factory=dict)
-    in_flight: dict[int, asyncio.Future[AppendResult | None]] = field(default_factory=dict)
+    in_flight: dict[int, asyncio.Future[AppendResult | None] | None] = field(
+        default_factory=dict
+    )
     unknown: dict[int, MessageId] = field(default_factory=dict)
 
     def trim(self, window: int) -> None:
-        """Forget sequences more than ``window`` below the next expected one."""
+        """Forget sequences more than ``window`` below the next expected one, once twice
+        that many are kept: amortized O(1) per append (a sweep every ``window`` appends;
+        :meth:`ProducerTable.decide` refuses what is older anyway)."""
         oldest = self.next_seq - window
         for kept in (self.acked, self.unknown):
-            if kept and min(kept) < oldest:
+            if len(kept) > 2 * window:
                 for seq in [s for s in kept if s < oldest]:
                     del kept[seq]
 
@@ -91,8 +96,10 @@ class ProducerTable:
         acked = producer.acked.get(seq)
         if acked is not None:
             return Decision(result=acked)
-        pending = producer.in_flight.get(seq)
-        if pending is not None:
+        if seq in producer.in_flight:
+            pending = producer.in_flight[seq]
+            if pending is None:
+                pending = producer.in_flight[seq] = asyncio.get_running_loop().create_future()
             return Decision(pending=pending)
         if seq > producer.next_seq:
             raise SequenceGapError(producer_id, seq, producer.next_seq)
@@ -101,14 +108,13 @@ class ProducerTable:
         after = producer.unknown.pop(seq, None)
         return _SEND if after is None else Decision(look_after=after)
 
-    def begin(self, producer_id: int, seq: int) -> asyncio.Future[AppendResult | None]:
-        """``seq`` is being sent: concurrent retries wait for the returned future (its
-        result, or ``None``: it failed, decide again)."""
-        producer = self._touch(producer_id, seq)
-        future: asyncio.Future[AppendResult | None] = asyncio.get_running_loop().create_future()
-        producer.in_flight[seq] = future
-        producer.next_seq = max(producer.next_seq, seq + 1)
-        return future
+    def begin(self, producer_id: int, seq: int) -> None:
+        """``seq`` is being sent, right after :meth:`decide` said so: concurrent retries
+        wait for its result (``None``: it failed, decide again)."""
+        producer = self._producers[producer_id]
+        producer.in_flight[seq] = None
+        if seq >= producer.next_seq:
+            producer.next_seq = seq + 1
 
     def finish(
         self,

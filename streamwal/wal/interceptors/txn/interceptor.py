@@ -56,6 +56,9 @@ _ENDED_KEPT = 4096  # ended transaction ids remembered, to answer why they ended
 class TxnInterceptor(InterceptorBase):
     """See the module docstring; single event loop."""
 
+    passes_plain = True
+    """A message without a producer id or a transaction id passes through unseen."""
+
     def __init__(self, params: InterceptorParams, sink: Sink) -> None:
         super().__init__(params, sink)
         self._channel = params.channel.name
