@@ -80,8 +80,11 @@ class WALConfig:
       older than that gets :class:`~streamwal.errors.SequenceTooOldError`.
     - ``idempotence_producers``: producer ids remembered; the least recently used
       expires first.
-    - ``idempotence_rebuild_timeout``: bound of the read by which a new owner rebuilds
-      the producers' windows from the log (appends with a producer id wait for it).
+    - ``idempotence_rebuild_window``: how far back (seconds of publish time) a new owner
+      reads the log's tail to rebuild the producers' windows; a retry of an append
+      older than that, after a change of owner, may be appended again.
+    - ``idempotence_rebuild_timeout``: bound of that read (appends with a producer id
+      wait for it).
     - ``txn_keepalive``: a transaction's timeout when its begin names none: without an
       append or a keepalive for that long in TSO time, it is rolled back.
     """
@@ -101,6 +104,7 @@ class WALConfig:
     truncate_interval: float = 60.0
     idempotence_window: int = 1024
     idempotence_producers: int = 10_000
+    idempotence_rebuild_window: float = 600.0
     idempotence_rebuild_timeout: float = 30.0
     txn_keepalive: float = 10.0
 
@@ -112,6 +116,7 @@ class WALConfig:
         _positive("buffer_keepalive", self.buffer_keepalive)
         _positive("close_timeout", self.close_timeout)
         _positive("truncate_interval", self.truncate_interval)
+        _positive("idempotence_rebuild_window", self.idempotence_rebuild_window)
         _positive("idempotence_rebuild_timeout", self.idempotence_rebuild_timeout)
         _positive("txn_keepalive", self.txn_keepalive)
         for name in ("idempotence_window", "idempotence_producers"):

@@ -196,3 +196,21 @@ def test_the_window_forgets_sequences_beyond_its_size() -> None:
             table.decide(1, 5)
 
     asyncio.run(run())
+
+
+async def test_a_new_owner_reads_only_the_logs_tail(
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str
+) -> None:
+    """The rebuild reads what was published within ``idempotence_rebuild_window``: a
+    retry older than that, after a change of owner, is appended again (the bound's
+    price, documented); a recent one is still answered."""
+    old = await open_owner(node_id=1)
+    await old.append(_msg(0, producer=1))
+    recent = await old.append(_msg(0, producer=2))
+    stamps = store.log(channel).appended_ms
+    stamps[:2] = [stamp - 3_600_000 for stamp in stamps[:2]]  # the first time tick, p1
+    new = await open_owner(node_id=2, config=fast_config(idempotence_rebuild_window=60.0))
+    assert await new.append(_msg(0, producer=2)) == recent
+    assert _copies(store, channel, 0, producer=2) == 1
+    await new.append(_msg(0, producer=1))
+    assert _copies(store, channel, 0, producer=1) == 2

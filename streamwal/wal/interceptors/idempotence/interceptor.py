@@ -3,9 +3,11 @@ sequence number is persisted once.
 
 A duplicate is answered with the original message id and time tick, and nothing is
 appended. The producer id and sequence travel in the message (``_pid``/``_seq``), so
-a new owner rebuilds the windows from the log: at start it reads what earlier owners
-wrote, in the background, bounded by ``WALConfig.idempotence_rebuild_timeout``; only
-appends that carry a producer id wait for it. An append whose outcome is unknown is
+a new owner rebuilds the windows from the log's tail: at start it reads what earlier
+owners wrote in the last ``WALConfig.idempotence_rebuild_window`` seconds (the whole log
+if the backend cannot find that position), in the background, bounded by
+``WALConfig.idempotence_rebuild_timeout``; only appends that carry a producer id wait
+for it. An append whose outcome is unknown is
 looked up in the log when it is retried. Appends without a producer id pass through.
 """
 
@@ -14,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
-from streamwal.errors import WriteOutcome, outcome_of
+from streamwal.errors import StreamwalError, WriteOutcome, outcome_of
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.exactly_once_metrics import record_duplicate
 from streamwal.wal.interceptors.base import (
@@ -28,6 +31,7 @@ from streamwal.wal.interceptors.base import (
 from streamwal.wal.interceptors.idempotence.window import ProducerTable
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message_id import MessageId
+from streamwal.wal.retention import BackendRetention
 from streamwal.wal.tail import read_log
 
 __all__ = ["IdempotenceInterceptor"]
@@ -47,6 +51,7 @@ class IdempotenceInterceptor(InterceptorBase):
         super().__init__(params, sink)
         config = params.config
         self._table = ProducerTable(config.idempotence_window, config.idempotence_producers)
+        self._channel = params.channel.name
         self._last_id: MessageId = params.first_message.message_id
         self._rebuild: asyncio.Task[None] | None = None
 
@@ -57,10 +62,19 @@ class IdempotenceInterceptor(InterceptorBase):
     async def start(self) -> None:
         self._rebuild = asyncio.get_running_loop().create_task(self._rebuild_from_log())
 
-    async def rebuilt(self) -> None:
-        """Until the windows are rebuilt from the log (or the rebuild gave up)."""
-        if self._rebuild is not None:
-            await asyncio.shield(self._rebuild)
+    async def _tail_start(self) -> DeliveryPolicy:
+        """Where the log's tail begins: the first entry published within
+        ``idempotence_rebuild_window`` (the whole log if the backend cannot tell)."""
+        backend = self.params.backend
+        if not isinstance(backend, BackendRetention):
+            return DeliveryPolicy.all()
+        since_ms = int((time.time() - self.params.config.idempotence_rebuild_window) * 1000)
+        try:
+            start = await backend.position_at(since_ms)
+        except StreamwalError as exc:  # no admin API, say: read it all, still bounded
+            _log.info("channel %s: reading the whole log to rebuild (%r)", self._channel, exc)
+            return DeliveryPolicy.all()
+        return DeliveryPolicy.all() if start is None else DeliveryPolicy.start_from(start)
 
     async def _rebuild_from_log(self) -> None:
         wal = await self.params.wal
@@ -70,7 +84,7 @@ class IdempotenceInterceptor(InterceptorBase):
             async for msg in read_log(
                 self.params.backend,
                 wal.message_id_decoder,
-                DeliveryPolicy.all(),
+                await self._tail_start(),
                 until=first,
                 bound=self.params.config.idempotence_rebuild_timeout,
             ):

@@ -34,9 +34,7 @@ class ProducerWindow:
 
     next_seq: int
     acked: dict[int, AppendResult] = field(default_factory=dict)
-    in_flight: dict[int, asyncio.Future[AppendResult | None] | None] = field(
-        default_factory=dict
-    )
+    in_flight: dict[int, asyncio.Future[AppendResult | None] | None] = field(default_factory=dict)
     unknown: dict[int, MessageId] = field(default_factory=dict)
 
     def trim(self, window: int) -> None:
