@@ -13,7 +13,9 @@ from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.errors import (
     ChannelFencedError,
     InvalidInputError,
+    OutcomeUnknownError,
     TransactionAbortedError,
+    TransactionError,
     TransactionExpiredError,
     TransactionNotFoundError,
 )
@@ -240,3 +242,37 @@ async def test_one_span_per_transaction_from_begin_to_end(
     assert ended[committed]["wal.txn.outcome"] == "committed"
     assert ended[committed]["wal.txn.messages"] == 1
     assert ended[rolled_back]["wal.txn.outcome"] == "rolled_back"
+
+
+async def test_an_append_of_unknown_outcome_forbids_the_commit(
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str
+) -> None:
+    wal = await open_owner()
+    txn = await wal.begin_txn(VCHANNEL)
+    await wal.append(_insert(b"t1", txn))
+    store.faults.lose_answers = 1
+    with pytest.raises(OutcomeUnknownError):
+        await wal.append(_insert(b"t2", txn))
+    with pytest.raises(TransactionAbortedError, match="unknown outcome"):
+        await wal.commit_txn(txn)
+    log = log_messages(store, channel)
+    assert [m.type for m in log if m.txn_id == txn][-1] is MessageType.ROLLBACK_TXN
+    await wal.append(_insert(b"after"))
+    scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
+    assert _data(await _take(scanner, 2)) == [b"after"]
+
+
+async def test_nothing_goes_into_a_transaction_being_committed(
+    open_owner: OpenOwner, store: MemoryLogStore
+) -> None:
+    wal = await open_owner()
+    txn = await wal.begin_txn(VCHANNEL)
+    store.faults.append_delay = 0.05
+    pending = asyncio.create_task(wal.append(_insert(b"t1", txn)))
+    await asyncio.sleep(0)
+    commit = asyncio.create_task(wal.commit_txn(txn))
+    await asyncio.sleep(0.01)
+    with pytest.raises(TransactionError, match="commit is under way"):
+        await wal.append(_insert(b"late", txn))
+    await pending
+    await commit

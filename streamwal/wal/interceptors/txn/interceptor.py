@@ -97,6 +97,8 @@ class TxnInterceptor(InterceptorBase):
                 raise self._ended_error(txn_id)
             if session.unknown:
                 self._end(session, "aborted", TransactionAbortedError(txn_id, _UNKNOWN))
+                with contextlib.suppress(Exception):  # readers drop it at the next owner anyway
+                    await append(_rollback(session))
                 raise self._ended_error(txn_id)
             msg = MutableMessage(
                 MessageType.COMMIT_TXN,
@@ -117,15 +119,14 @@ class TxnInterceptor(InterceptorBase):
     async def rollback(self, append: AppendFunc, txn_id: int) -> AppendResult:
         session = self._session(txn_id)
         self._end(session, "rolled_back", TransactionNotFoundError(txn_id))
-        msg = MutableMessage(MessageType.ROLLBACK_TXN, b"", session.vchannel, txn_id=txn_id)
-        return await append(msg)
+        return await append(_rollback(session))
 
     def _session(self, txn_id: int) -> TxnSession:
         session = self._open.get(txn_id)
         if session is None or session.state is TxnState.ENDED:
             raise self._ended_error(txn_id)
         if session.state is TxnState.COMMITTING:
-            raise TransactionAbortedError(txn_id, "a commit is under way")
+            raise TransactionError(txn_id, "a commit is under way: nothing more goes in")
         return session
 
     def _ended_error(self, txn_id: int) -> TransactionError:
@@ -208,10 +209,9 @@ class TxnInterceptor(InterceptorBase):
             task.add_done_callback(self._tasks.discard)
 
     async def _write_rollback(self, session: TxnSession) -> None:
-        msg = MutableMessage(MessageType.ROLLBACK_TXN, b"", session.vchannel, txn_id=session.txn_id)
         try:
             wal = await self.params.wal
-            await wal.write_system(msg)
+            await wal.write_system(_rollback(session))
         except Exception as exc:  # readers drop it at the next owner anyway
             _log.warning(
                 "channel %s: writing the rollback of expired transaction %d failed: %r",
@@ -255,4 +255,8 @@ class TxnInterceptor(InterceptorBase):
                 await task
 
 
-_UNKNOWN = "an append in it has an unknown outcome; roll it back and try again"
+_UNKNOWN = "an append in it has an unknown outcome: rolled back, begin again"
+
+
+def _rollback(session: TxnSession) -> MutableMessage:
+    return MutableMessage(MessageType.ROLLBACK_TXN, b"", session.vchannel, txn_id=session.txn_id)
