@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from streamwal.errors import DecodeError
 from streamwal.wal.backend import BackendWAL, DeliveryPolicy
@@ -28,7 +28,7 @@ async def read_log(
     until: MessageId | None = None,
     idle: float = 1.0,
     bound: float = 10.0,
-) -> AsyncIterator[ImmutableMessage]:
+) -> AsyncGenerator[ImmutableMessage, None]:
     """The decoded entries from ``policy``; raises ``TimeoutError`` past ``bound``."""
     async with asyncio.timeout(bound):
         scanner = await backend.read(policy)

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 
-from streamwal.errors import StreamwalError, WriteOutcome, outcome_of
+from streamwal.errors import OutcomeUnknownError, StreamwalError, WriteOutcome, outcome_of
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.exactly_once_metrics import record_duplicate
 from streamwal.wal.interceptors.base import (
@@ -81,29 +81,30 @@ class IdempotenceInterceptor(InterceptorBase):
         first = self.params.first_message.message_id
         found = 0
         try:
-            async for msg in read_log(
+            entries = read_log(
                 self.params.backend,
                 wal.message_id_decoder,
                 await self._tail_start(),
                 until=first,
                 bound=self.params.config.idempotence_rebuild_timeout,
-            ):
-                if msg.producer_id is not None and msg.sequence is not None:
-                    self._table.record(
-                        msg.producer_id, msg.sequence, AppendResult(msg.message_id, msg.time_tick)
-                    )
-                    found += 1
+            )
+            async with contextlib.aclosing(entries):
+                async for msg in entries:
+                    if msg.producer_id is not None and msg.sequence is not None:
+                        result = AppendResult(msg.message_id, msg.time_tick)
+                        self._table.record(msg.producer_id, msg.sequence, result)
+                        found += 1
         except Exception as exc:  # a partial rebuild still answers what it found
             _log.warning(
                 "channel %s: rebuilding the idempotence windows stopped early (%r): "
                 "retries of older appends may be appended again",
-                self.params.channel.name,
+                self._channel,
                 exc,
             )
         if found:
             _log.info(
                 "channel %s: %d idempotent appends of %d producers read back from the log",
-                self.params.channel.name,
+                self._channel,
                 found,
                 len(self._table),
             )
@@ -121,12 +122,12 @@ class IdempotenceInterceptor(InterceptorBase):
         while True:
             decision = self._table.decide(producer_id, seq)
             if decision.result is not None:
-                record_duplicate(self.params.channel.name)
+                record_duplicate(self._channel)
                 return decision.result
             if decision.pending is not None:
                 settled = await asyncio.shield(decision.pending)
                 if settled is not None:
-                    record_duplicate(self.params.channel.name)
+                    record_duplicate(self._channel)
                     return settled
                 continue  # it failed: decide again
             break
@@ -138,7 +139,7 @@ class IdempotenceInterceptor(InterceptorBase):
             if decision.look_after is not None:
                 result = await self._look_up(producer_id, seq, decision.look_after)
                 if result is not None:
-                    record_duplicate(self.params.channel.name)
+                    record_duplicate(self._channel)
                     return result
             result = await append(msg)
             return result
@@ -150,18 +151,26 @@ class IdempotenceInterceptor(InterceptorBase):
             self._table.finish(producer_id, seq, result, unknown_after)
 
     async def _look_up(self, producer_id: int, seq: int, after: MessageId) -> AppendResult | None:
-        """Where an earlier attempt of ``seq`` landed, if it did; raises if the log
-        cannot be read (the outcome stays unknown)."""
+        """Where an earlier attempt of ``seq`` landed, if it did. Raises
+        :class:`~streamwal.errors.OutcomeUnknownError` if the log cannot be read (the
+        outcome stays unknown; the next retry looks again)."""
         wal = await self.params.wal
-        with contextlib.suppress(StopAsyncIteration):
-            async for msg in read_log(
-                self.params.backend,
-                wal.message_id_decoder,
-                DeliveryPolicy.start_after(after),
-                bound=_LOOKUP_BOUND_S,
-            ):
-                if msg.producer_id == producer_id and msg.sequence == seq:
-                    return AppendResult(msg.message_id, msg.time_tick)
+        entries = read_log(
+            self.params.backend,
+            wal.message_id_decoder,
+            DeliveryPolicy.start_after(after),
+            bound=_LOOKUP_BOUND_S,
+        )
+        try:
+            async with contextlib.aclosing(entries):
+                async for msg in entries:
+                    if msg.producer_id == producer_id and msg.sequence == seq:
+                        return AppendResult(msg.message_id, msg.time_tick)
+        except (StreamwalError, TimeoutError) as exc:
+            raise OutcomeUnknownError(
+                f"producer {producer_id} sequence {seq}: an earlier attempt has an unknown "
+                f"outcome and the log could not be read for it: {exc!r}"
+            ) from exc
         return None
 
     async def close(self) -> None:
