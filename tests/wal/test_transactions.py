@@ -218,8 +218,9 @@ async def test_bad_transaction_calls_get_typed_errors(open_owner: OpenOwner) -> 
         await wal.append(MutableMessage(MessageType.INSERT, b"x", "other").with_txn(txn))
     with pytest.raises(InvalidInputError):
         await wal.append(MutableMessage(MessageType.COMMIT_TXN, b"0", VCHANNEL, txn_id=txn))
-    with pytest.raises(InvalidInputError):
-        await wal.begin_txn(VCHANNEL, keepalive=0)
+    for keepalive in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidInputError):
+            await wal.begin_txn(VCHANNEL, keepalive=keepalive)
     await wal.commit_txn(txn)
     with pytest.raises(TransactionNotFoundError):
         await wal.commit_txn(txn)

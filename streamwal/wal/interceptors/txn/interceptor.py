@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections import OrderedDict
 
 from opentelemetry import trace
@@ -78,7 +79,12 @@ class TxnInterceptor(InterceptorBase):
     async def begin(self, append: AppendFunc, vchannel: str, keepalive: float | None) -> int:
         """Open a transaction on ``vchannel``; its id (its begin's time tick)."""
         seconds = self.params.config.txn_keepalive if keepalive is None else keepalive
-        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
+        if (
+            not isinstance(seconds, int | float)
+            or isinstance(seconds, bool)
+            or not math.isfinite(seconds)
+            or seconds <= 0
+        ):
             raise InvalidInputError(f"keepalive must be a number of seconds > 0, got {seconds!r}")
         keepalive_ms = max(1, round(seconds * 1000))
         msg = MutableMessage(MessageType.BEGIN_TXN, decimal_payload(keepalive_ms), vchannel)
