@@ -11,6 +11,7 @@ import pytest
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
 from streamwal.node.channels import ChannelManager
 from streamwal.node.client import Consumed, NodeClient, policy
+from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.servicer import StreamingNodeServicer
 from streamwal.tso import LocalAllocator
@@ -113,3 +114,32 @@ async def test_a_transaction_through_the_node(node: tuple[str, MemoryLogStore]) 
         with pytest.raises(grpc.aio.AioRpcError) as bad:
             await client.produce(CHANNEL, b"x", type="committxn")
         assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_bad_numbers_and_unknown_transactions_get_typed_codes(
+    node: tuple[str, MemoryLogStore],
+) -> None:
+    address, store = node
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.StreamingNodeStub(channel)
+        async with NodeClient(address, tracing=False) as client:
+            await client.assign(CHANNEL)
+        before = len(store.entries(CHANNEL))
+        message = pb.Message(type="insert", payload=b"x")
+        cases = [
+            (stub.Produce(pb.ProduceRequest(pchannel=CHANNEL, message=message, sequence=1)),
+             grpc.StatusCode.INVALID_ARGUMENT),  # a sequence without a producer id
+            (stub.Produce(pb.ProduceRequest(pchannel=CHANNEL, message=message, txn_id=99)),
+             grpc.StatusCode.ABORTED),
+            (stub.CommitTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=0)), grpc.StatusCode.ABORTED),
+            (stub.KeepAliveTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=2**64 - 1)),
+             grpc.StatusCode.ABORTED),
+            (stub.BeginTxn(pb.BeginTxnRequest(pchannel=CHANNEL, keepalive_s=float("nan"))),
+             grpc.StatusCode.INVALID_ARGUMENT),
+            (stub.BeginTxn(pb.BeginTxnRequest(pchannel="nowhere")), grpc.StatusCode.NOT_FOUND),
+        ]  # fmt: skip
+        for call, code in cases:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == code, err.value.details()
+        assert len(store.entries(CHANNEL)) == before  # nothing written by any of them
