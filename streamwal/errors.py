@@ -30,9 +30,16 @@ __all__ = [
     "NotLeaderError",
     "OutcomeUnknownError",
     "QuotaExceededError",
+    "SequenceError",
+    "SequenceGapError",
+    "SequenceTooOldError",
     "StreamwalError",
     "TimestampOverflowError",
     "TimestampRegressionError",
+    "TransactionAbortedError",
+    "TransactionError",
+    "TransactionExpiredError",
+    "TransactionNotFoundError",
     "TruncatedError",
     "UnavailableError",
     "UnknownPositionError",
@@ -239,3 +246,65 @@ class UnknownPositionError(OutcomeUnknownError):
 
     The entry may or may not be in the log, so it is neither acknowledged nor retried.
     """
+
+
+class SequenceError(StreamwalError):
+    """An idempotent append whose sequence number the WAL cannot place: nothing was
+    appended. ``expected`` is the next sequence number the WAL would accept from
+    ``producer_id``. gRPC: ``FAILED_PRECONDITION``."""
+
+    def __init__(self, producer_id: int, sequence: int, expected: int, problem: str) -> None:
+        self.producer_id = producer_id
+        self.sequence = sequence
+        self.expected = expected
+        super().__init__(
+            f"producer {producer_id}: sequence {sequence} {problem} (next expected: {expected})"
+        )
+
+
+class SequenceGapError(SequenceError):
+    """The sequence number skips ahead: appends before it were never sent, or lost."""
+
+    def __init__(self, producer_id: int, sequence: int, expected: int) -> None:
+        super().__init__(producer_id, sequence, expected, "skips ahead")
+
+
+class SequenceTooOldError(SequenceError):
+    """The sequence number is older than the window the WAL remembers: whether it was
+    appended can no longer be told, so it is not appended again."""
+
+    def __init__(self, producer_id: int, sequence: int, expected: int) -> None:
+        super().__init__(producer_id, sequence, expected, "is older than the window kept")
+
+
+class TransactionError(StreamwalError):
+    """A transaction cannot go on; nothing of it is (or will be) delivered unless it was
+    committed. The caller begins a new one. gRPC: ``ABORTED``."""
+
+    def __init__(self, txn_id: int, problem: str) -> None:
+        self.txn_id = txn_id
+        super().__init__(f"transaction {txn_id}: {problem}")
+
+
+class TransactionNotFoundError(TransactionError):
+    """No open transaction has this id here: it ended, or a former owner of the channel
+    opened it (a change of owner rolls every transaction in flight back)."""
+
+    def __init__(self, txn_id: int) -> None:
+        super().__init__(txn_id, "not open on this owner (ended, or opened by a former owner)")
+
+
+class TransactionExpiredError(TransactionError):
+    """The transaction had no keepalive within its timeout (TSO time): rolled back."""
+
+    def __init__(self, txn_id: int) -> None:
+        super().__init__(txn_id, "expired without a keepalive and was rolled back")
+
+
+class TransactionAbortedError(TransactionError):
+    """The transaction was rolled back by the WAL: the owner was fenced or closed, or one
+    of its appends has an unknown outcome (committing could deliver it incomplete)."""
+
+    def __init__(self, txn_id: int, reason: str) -> None:
+        self.reason = reason
+        super().__init__(txn_id, f"aborted: {reason}")

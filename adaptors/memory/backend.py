@@ -20,6 +20,7 @@ from streamwal.errors import (
     ClosedError,
     DecodeError,
     InvalidInputError,
+    OutcomeUnknownError,
     TruncatedError,
     UnavailableError,
 )
@@ -69,6 +70,8 @@ class MemoryFaults:
     fail_ensure_writable: int = 0
     fail_appends: int = 0
     append_delay: float = 0.0
+    #: appends persisted and then answered OutcomeUnknownError (an ambiguous failure)
+    lose_answers: int = 0
 
 
 @dataclass
@@ -199,6 +202,9 @@ class MemoryBackendWAL:
             message_id = self._append_now(payload, properties)
         except Exception as exc:
             error = exc
+        if error is None and self._store.faults.lose_answers > 0:
+            self._store.faults.lose_answers -= 1
+            message_id, error = None, OutcomeUnknownError("injected: the answer was lost")
         loop = asyncio.get_running_loop()
         delay = self._store.faults.append_delay
         if delay <= 0:

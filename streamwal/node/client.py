@@ -3,8 +3,11 @@
 gRPC errors arrive as ``grpc.aio.AioRpcError``; :func:`status_of` gives their code so
 callers can act (NOT_FOUND: ask another node; FAILED_PRECONDITION: the channel moved),
 and :func:`~streamwal.node.outcome.write_outcome` says whether a failed append may be in the log.
-Only appends the node answered "not written" are retried (``retries``): an unknown
-outcome is the caller's to handle, since a retry could write the append twice.
+Appends are idempotent by default (a :class:`~streamwal.node.idempotence.ProducerIdentity`
+numbers each): ``retries`` then covers unknown outcomes too (UNKNOWN, UNAVAILABLE,
+DEADLINE_EXCEEDED), with the same numbers, and the node answers a retry of an append
+it already has with the first result. With ``idempotent=False`` only appends the
+node answered "not written" are retried, since a retry could write the append twice.
 A node with ``node.tls`` needs ``tls`` here, with a client certificate when the node
 requires one (``node.tls.ca_file``); a refused handshake shows up as UNAVAILABLE.
 """
@@ -22,6 +25,7 @@ from opentelemetry.instrumentation.grpc import aio_client_interceptors
 from opentelemetry.trace import TracerProvider
 
 from streamwal.errors import WriteOutcome
+from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import OUTCOME_KEY, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
@@ -45,6 +49,8 @@ class Acked:
     message_id: bytes
     message_id_text: str
     time_tick: int
+    producer_id: int | None = None
+    sequence: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,22 @@ class Consumed:
     vchannel: str
     properties: dict[str, str]
     source_node_id: int
+    producer_id: int | None = None
+    sequence: int | None = None
+    txn_id: int | None = None
+
+
+# an idempotent append is retried on these: the node answers a copy it has with the first
+_IDEMPOTENT_RETRY = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
+
+
+def _may_retry(exc: grpc.aio.AioRpcError, idempotent: bool) -> bool:
+    if idempotent:
+        return exc.code() in _IDEMPOTENT_RETRY
+    code = exc.code()
+    return code == grpc.StatusCode.UNAVAILABLE and write_outcome(exc) is WriteOutcome.NOT_WRITTEN
 
 
 def status_of(exc: BaseException) -> grpc.StatusCode | None:
@@ -95,8 +117,10 @@ class NodeClient:
     With ``tracing`` each call is a client span whose context travels to the node;
     ``tracer_provider`` (default: the global one) records those spans, so a caller
     with its own provider sees the whole path from its span to the node's.
-    ``retries``: how many times :meth:`produce` tries again an append the node
-    answered UNAVAILABLE and not written (backing off from 50 ms to 1 s).
+    ``retries``: how many times :meth:`produce` tries again an append that failed
+    (backing off from 50 ms to 1 s): any unknown outcome when idempotent, else only
+    UNAVAILABLE and not written. ``producer``: the identity that numbers appends (a
+    fresh one by default; ``idempotent=False``: none).
     """
 
     def __init__(
@@ -108,8 +132,13 @@ class NodeClient:
         tracing: bool = True,
         tracer_provider: TracerProvider | None = None,
         retries: int = 0,
+        idempotent: bool = True,
+        producer: ProducerIdentity | None = None,
     ) -> None:
         self.address = address
+        self.producer: ProducerIdentity | None = (
+            (producer or ProducerIdentity()) if idempotent else None
+        )
         self._timeout = timeout
         self._retries = retries
         interceptors = (
@@ -161,28 +190,81 @@ class NodeClient:
         type: str = "insert",
         vchannel: str = "",
         properties: Mapping[str, str] | None = None,
+        txn_id: int | None = None,
+        sequence: int | None = None,
+        producer_id: int | None = None,
     ) -> Acked:
+        """Append one message (into transaction ``txn_id`` if given).
+
+        Numbering: by default the next number of this client's producer, given back or
+        left behind with the producer id when the append fails
+        (:meth:`ProducerIdentity.give_up`). A caller that wants to retry an append
+        itself, maybe through another node, numbers it: ``producer_id`` (default: this
+        client's) and ``sequence``, the same on every try.
+        """
         request = pb.ProduceRequest(
             pchannel=pchannel,
             message=pb.Message(
                 type=type, payload=payload, vchannel=vchannel, properties=properties or {}
             ),
         )
+        if txn_id is not None:
+            request.txn_id = txn_id
+        producer = self.producer
+        if producer is not None:
+            request.producer_id = producer_id if producer_id is not None else producer.producer_id
+            request.sequence = (
+                sequence if sequence is not None else producer.next_sequence(pchannel)
+            )
         attempt = 0
         while True:
             try:
                 reply = await self._stub.Produce(request, timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
-                if (
-                    attempt >= self._retries
-                    or exc.code() != grpc.StatusCode.UNAVAILABLE
-                    or write_outcome(exc) is not WriteOutcome.NOT_WRITTEN
-                ):
+                if attempt >= self._retries or not _may_retry(exc, producer is not None):
+                    if producer is not None and sequence is None:
+                        producer.give_up(pchannel, request.sequence, write_outcome(exc))
                     raise
                 attempt += 1
                 await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
                 continue
-            return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+            if producer is None:
+                return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+            return Acked(
+                reply.message_id,
+                reply.message_id_text,
+                reply.time_tick,
+                request.producer_id,
+                request.sequence,
+            )
+
+    async def begin_txn(self, pchannel: str, vchannel: str = "", keepalive_s: float = 0.0) -> int:
+        """Open a transaction on ``vchannel``; its id. ``keepalive_s`` 0: the node's
+        default. Its appends: :meth:`produce` with ``txn_id``."""
+        reply = await self._stub.BeginTxn(
+            pb.BeginTxnRequest(pchannel=pchannel, vchannel=vchannel, keepalive_s=keepalive_s),
+            timeout=self._timeout,
+        )
+        return int(reply.txn_id)
+
+    async def commit_txn(self, pchannel: str, txn_id: int) -> Acked:
+        """Commit (ABORTED if it can no longer be). Not retried: a lost answer leaves
+        the caller to find out from a reader whether it committed."""
+        reply = await self._stub.CommitTxn(
+            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id), timeout=self._timeout
+        )
+        return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+
+    async def rollback_txn(self, pchannel: str, txn_id: int) -> Acked:
+        reply = await self._stub.RollbackTxn(
+            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id), timeout=self._timeout
+        )
+        return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+
+    async def keepalive_txn(self, pchannel: str, txn_id: int) -> None:
+        await self._stub.KeepAliveTxn(
+            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id), timeout=self._timeout
+        )
 
     async def produce_stream(
         self, pchannel: str, payloads: Sequence[bytes], *, type: str = "insert"
@@ -237,6 +319,9 @@ class NodeClient:
                     m.vchannel,
                     dict(m.properties),
                     m.source_node_id,
+                    m.producer_id if m.HasField("producer_id") else None,
+                    m.sequence if m.HasField("sequence") else None,
+                    m.txn_id if m.HasField("txn_id") else None,
                 )
                 count += 1
                 if limit is not None and count >= limit:

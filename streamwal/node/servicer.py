@@ -34,7 +34,9 @@ from streamwal.errors import (
     MisconfiguredError,
     OutcomeUnknownError,
     QuotaExceededError,
+    SequenceError,
     StreamwalError,
+    TransactionError,
     TruncatedError,
     UnavailableError,
     WriteOutcome,
@@ -46,6 +48,7 @@ from streamwal.node.outcome import OUTCOME_KEY
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
+from streamwal.node.txn_service import TxnRpcs, produce_response
 from streamwal.wal.backend import BackendOpener, DeliveryPolicy
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.message_id import MessageId
@@ -62,7 +65,7 @@ _log = logging.getLogger(__name__)
 
 # the names streaming.proto documents, and only those: a client that sends anything
 # else learns it now, not from a reader that finds another type than it meant
-_TYPES = {t.name.lower(): t for t in MessageType if not t.is_system}
+_TYPES = {t.name.lower(): t for t in MessageType if not t.is_system and not t.is_txn_marker}
 
 
 def parse_message_type(name: str) -> MessageType:
@@ -94,8 +97,10 @@ def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.NOT_FOUND, str(exc)
     if isinstance(exc, ChannelFencedError):
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
-    if isinstance(exc, InvalidInputError):
+    if isinstance(exc, InvalidInputError | SequenceError):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, TransactionError):
+        return grpc.StatusCode.ABORTED, str(exc)
     if isinstance(exc, MisconfiguredError):  # the node's set-up, not the request: no retry
         return grpc.StatusCode.FAILED_PRECONDITION, f"node misconfigured: {exc}"
     if isinstance(exc, ClosedError):
@@ -138,7 +143,7 @@ class _NoAnswer(OutcomeUnknownError):
     """A streamed append the WAL did not answer in time; it is no longer waited for."""
 
 
-class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
+class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
     def __init__(
         self,
         channels: ChannelManager,
@@ -149,6 +154,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         self._channels = channels
         self._opener = opener
         self._answer_timeout = answer_timeout
+        self._abort_with = _abort
 
     def _tag_span(self) -> None:
         """Name this node on the current (server) span; see the module docstring."""
@@ -164,6 +170,9 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
             payload=bytes(m.payload),
             vchannel=m.vchannel,
             properties=dict(m.properties),
+            producer_id=request.producer_id if request.HasField("producer_id") else None,
+            sequence=request.sequence if request.HasField("sequence") else None,
+            txn_id=request.txn_id if request.HasField("txn_id") else None,
         )
 
     async def _append(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
@@ -173,11 +182,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         except ChannelFencedError:
             await self._channels.report_fenced(request.pchannel)
             raise
-        return pb.ProduceResponse(
-            message_id=result.message_id.to_bytes(),
-            message_id_text=str(result.message_id),
-            time_tick=result.time_tick,
-        )
+        return produce_response(result)
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -458,6 +463,9 @@ def _consumed(msg: ImmutableMessage) -> pb.ConsumedMessage:
         properties=dict(msg.properties),
         source_node_id=msg.source,
         last_confirmed_id=msg.last_confirmed.to_bytes(),
+        producer_id=msg.producer_id,
+        sequence=msg.sequence,
+        txn_id=msg.txn_id,
     )
 
 

@@ -4,7 +4,9 @@ Modes: ``pass`` (forward), ``refuse`` (accept and close at once: the peer sees a
 reset), ``blackhole`` (accept and never answer: the peer times out), plus an added
 ``latency`` per forwarded chunk. Switching to ``refuse`` or ``blackhole`` also cuts
 the connections already open, as a network partition would; :meth:`FaultProxy.reset`
-cuts them once and keeps forwarding. Loopback only.
+cuts them once and keeps forwarding. ``drop_answers``: requests still reach the
+target but what it answers is discarded; with a :meth:`reset` once the target has
+acted, that is an ambiguous failure (done, and the answer lost). Loopback only.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class FaultProxy:
         self._listen_port = listen_port
         self.mode: Mode = "pass"
         self.latency = 0.0
+        self.drop_answers = False
         self.connections = 0
         self.refused = 0
         self.resets = 0
@@ -88,16 +91,20 @@ class FaultProxy:
             return
         self.connections += 1
         self._writers.update((writer, up_writer))
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pipe(src, dst))
+        for src, dst, answers in ((reader, up_writer, False), (up_reader, writer, True)):
+            task = asyncio.create_task(self._pipe(src, dst, answers))
             self._pipes.add(task)
             task.add_done_callback(self._pipes.discard)
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, answers: bool
+    ) -> None:
         try:
             while chunk := await src.read(65536):
                 if self.mode == "blackhole":
                     return
+                if answers and self.drop_answers:
+                    continue
                 if self.latency:
                     await asyncio.sleep(self.latency)
                 dst.write(chunk)

@@ -22,6 +22,11 @@ and checks, in log order:
    would have written it twice); appends answered "unknown" are counted, with how many
    of them are in the log.
 
+6. the exactly-once rules of :mod:`streamwal.tools.txn_check`: a retried idempotent
+   append persisted twice, a committed transaction that is incomplete, a message of a
+   transaction that is not open; and, given the ids a reader ``delivered``, a
+   transaction delivered without its commit or in part.
+
 A truncated log (``truncated_before``) is checked from its truncation point: entries
 before it are not read (the broker may not have deleted them yet), acknowledgements
 before it are counted as truncated, not missing, and the first kept message continues
@@ -44,8 +49,9 @@ from typing import Any
 
 from streamwal.errors import DecodeError, WriteOutcome
 from streamwal.tools.acks import Ack, Failure, digest
+from streamwal.tools.txn_check import TXN_RULES, check_exactly_once
 from streamwal.wal.backend import BackendMessage
-from streamwal.wal.message import MessageIdDecoder, MessageType, decode
+from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
 from streamwal.wal.message_id import MessageId
 
 __all__ = ["RULES", "HistoryReport", "Violation", "check_history"]
@@ -59,6 +65,7 @@ RULES = (
     "ack-changed",
     "ack-duplicated",
     "not-written-persisted",
+    *TXN_RULES,
 )
 """Every rule name a :class:`Violation` can carry."""
 
@@ -93,6 +100,10 @@ class HistoryReport:
     """Failed appends checked, by outcome."""
     failures_in_log: dict[str, int] = field(default_factory=dict)
     """Of those, the ones whose payload is in the log, by outcome."""
+    idempotent: int = 0
+    """Messages with a producer id and sequence number."""
+    transactions: dict[str, int] = field(default_factory=dict)
+    """Transactions by how they ended (committed, rolled-back, cut, open)."""
 
     @property
     def ok(self) -> bool:
@@ -128,6 +139,8 @@ class HistoryReport:
                 )
                 or "none recorded"
             ),
+            f"idempotent appends: {self.idempotent}; transactions: "
+            + (", ".join(f"{n} {how}" for how, n in sorted(self.transactions.items())) or "none"),
             f"violations: {len(self.violations)}"
             + (
                 " (" + ", ".join(f"{r}: {n}" for r, n in self.by_rule().items()) + "; "
@@ -163,6 +176,8 @@ class HistoryReport:
             "acked_violations": self.acked_violations,
             "failures": dict(self.failures),
             "failures_in_log": dict(self.failures_in_log),
+            "idempotent": self.idempotent,
+            "transactions": dict(self.transactions),
             "violations": [
                 {"rule": v.rule, "message_id": v.message_id, "detail": v.detail}
                 for v in self.violations
@@ -184,10 +199,11 @@ def check_history(
     acks: Iterable[Ack] = (),
     failures: Iterable[Failure] = (),
     truncated_before: MessageId | None = None,
+    delivered: Iterable[bytes] | None = None,
 ) -> HistoryReport:
     """Check ``entries`` (the whole log, in order), ``acks`` and ``failures`` against
     it; see the module. ``truncated_before``: the channel's truncation point, if it was
-    truncated.
+    truncated. ``delivered``: the message ids a reader of the whole channel delivered.
     """
     report = HistoryReport()
     if truncated_before is not None:
@@ -199,6 +215,7 @@ def check_history(
     seen: dict[bytes, tuple[int, str]] = {}
     foreign_ids: set[bytes] = set()
     copies: dict[str, int] = {}
+    decoded: list[ImmutableMessage] = []
     for raw in entries:
         if truncated_before is not None and raw.message_id < truncated_before:
             continue  # gone, or about to be: not part of the log any more
@@ -211,9 +228,11 @@ def check_history(
             foreign_ids.add(raw.message_id.to_bytes())
             continue
         report.decoded += 1
+        decoded.append(msg)
         payload_digest = digest(msg.payload)
         seen[raw.message_id.to_bytes()] = (msg.time_tick, payload_digest)
-        copies[payload_digest] = copies.get(payload_digest, 0) + 1
+        if not msg.type.is_txn_marker:  # a marker's payload is a count, not a client's
+            copies[payload_digest] = copies.get(payload_digest, 0) + 1
         first_tick = msg.type is MessageType.TIME_TICK and msg.last_confirmed == msg.message_id
         if last_tt is not None and msg.time_tick <= last_tt:
             rule = "first-time-tick" if first_tick else "time-tick-order"
@@ -241,6 +260,10 @@ def check_history(
         violation = _owner_violation(msg.source, msg.last_confirmed, current, past_nodes)
         if violation is not None:
             report.violations.append(Violation(violation[0], text_id, violation[1]))
+    exactly_once = check_exactly_once(decoded, delivered, truncated=truncated_before is not None)
+    report.idempotent = exactly_once.idempotent
+    report.transactions = exactly_once.transactions
+    report.violations.extend(Violation(*v) for v in exactly_once.violations)
     log_violations = len(report.violations)
     acked_ids: set[str] = set()
     for ack in acks:

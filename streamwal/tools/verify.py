@@ -27,15 +27,21 @@ from streamwal.tools.acks import Ack, Failure, read_acks
 from streamwal.tools.history_check import HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage, validate_channel_name
 
-__all__ = ["read_topic", "register", "verify_channel"]
+__all__ = ["read_delivered", "read_topic", "register", "verify_channel"]
 
 
 def register(sub: Any) -> None:
     verify = sub.add_parser(
-        "verify", help="check a channel's log: time ticks, owners, acknowledgements"
+        "verify", help="check a channel's log: time ticks, owners, acknowledgements, transactions"
     )
     verify.add_argument("--channel", required=True, help="the pchannel to check")
     verify.add_argument("--acks", type=Path, help="a file of acknowledgements a client recorded")
+    verify.add_argument(
+        "--delivered",
+        type=Path,
+        help="a file of the message ids (hex, one a line) a reader of the whole channel "
+        "delivered: checks no transaction was delivered uncommitted or in part",
+    )
     verify.add_argument("--pulsar", default=PulsarConfig().service_url, help="broker URL")
     verify.add_argument(
         "--admin",
@@ -74,9 +80,11 @@ async def verify_channel(
     tenant: str = "public",
     namespace: str = "default",
     admin_url: str | None = None,
+    delivered: Iterable[bytes] | None = None,
 ) -> HistoryReport:
     """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and
-    ``acks``, and the failed appends ``failures``.
+    ``acks``, and the failed appends ``failures``; ``delivered``: the message ids a
+    reader of the whole channel delivered (transaction rules).
 
     With an admin API (``admin_url``, or derived from ``service_url``), a truncated
     channel is checked from its truncation point.
@@ -93,8 +101,19 @@ async def verify_channel(
     recorded = list(read_acks(acks_file)) if acks_file else []
     recorded.extend(acks)
     return check_history(
-        entries, PulsarMessageId.from_bytes, recorded, failures, truncated_before=truncated
+        entries,
+        PulsarMessageId.from_bytes,
+        recorded,
+        failures,
+        truncated_before=truncated,
+        delivered=delivered,
     )
+
+
+def read_delivered(path: Path) -> list[bytes]:
+    """Message ids, hex, one a line (blank lines skipped)."""
+    with open(path) as lines:
+        return [bytes.fromhex(line.strip()) for line in lines if line.strip()]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -107,9 +126,10 @@ def _run(args: argparse.Namespace) -> int:
                 tenant=args.tenant,
                 namespace=args.namespace,
                 admin_url=args.admin,
+                delivered=read_delivered(args.delivered) if args.delivered else None,
             )
         )
-    except (StreamwalError, OSError, TimeoutError) as exc:
+    except (StreamwalError, OSError, TimeoutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

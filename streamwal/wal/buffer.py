@@ -141,13 +141,23 @@ class WriteAheadBuffer:
             self._entries.popleft()
             self._base_seq += 1
             self._size -= head.size
-            self._floor = head.time_tick
+            self._floor = max(self._floor, head.time_tick)
             if head.message is not None:
                 self._last_evicted_id = head.message.message_id
             evicted += 1
         if evicted:
             record_evictions(self.channel, evicted)
         return evicted
+
+    def mark_gap(self, time_tick: int) -> None:
+        """The log may hold a message at ``time_tick`` that this buffer never got (an
+        append whose outcome is unknown: it may have landed). The buffer stops promising
+        anything at or below it, so a reader there goes to the backend, which has it if
+        it landed, rather than miss it here and read what follows."""
+        if self._sealed or time_tick <= self._floor:
+            return
+        self._floor = time_tick
+        self._notify()
 
     def seal(self) -> None:
         """Take no more entries; readers drain and then get ``BufferSealedError``."""
@@ -227,12 +237,12 @@ class BufferCursor:
         while True:
             if self._closed:
                 raise ClosedError("buffer cursor closed")
+            if buffer._floor > self._after:  # evicted, or a gap (mark_gap) after it
+                raise EvictedError(
+                    f"write-ahead buffer of {buffer.channel!r} no longer holds everything "
+                    f"after time tick {self._after} (it starts above {buffer._floor})"
+                )
             if self._next_seq < buffer._base_seq:
-                if buffer._floor > self._after:
-                    raise EvictedError(
-                        f"write-ahead buffer of {buffer.channel!r} evicted entries after "
-                        f"time tick {self._after} before they were read"
-                    )
                 self._next_seq = buffer._base_seq
             index = self._next_seq - buffer._base_seq
             if index < len(buffer._entries):

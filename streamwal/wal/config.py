@@ -76,6 +76,17 @@ class WALConfig:
       ``None`` (default): never truncate.
     - ``truncate_interval``: seconds between the owner's truncation rounds (which also
       record each consumer's lag), when ``retention`` is set.
+    - ``idempotence_window``: sequence numbers remembered per producer id; a retry
+      older than that gets :class:`~streamwal.errors.SequenceTooOldError`.
+    - ``idempotence_producers``: producer ids remembered; the least recently used
+      expires first.
+    - ``idempotence_rebuild_window``: how far back (seconds of publish time) a new owner
+      reads the log's tail to rebuild the producers' windows; a retry of an append
+      older than that, after a change of owner, may be appended again.
+    - ``idempotence_rebuild_timeout``: bound of that read (appends with a producer id
+      wait for it).
+    - ``txn_keepalive``: a transaction's timeout when its begin names none: without an
+      append or a keepalive for that long in TSO time, it is rolled back.
     """
 
     first_time_tick_backoff: Backoff = field(
@@ -91,6 +102,11 @@ class WALConfig:
     close_timeout: float = 5.0
     retention: float | None = None
     truncate_interval: float = 60.0
+    idempotence_window: int = 1024
+    idempotence_producers: int = 10_000
+    idempotence_rebuild_window: float = 600.0
+    idempotence_rebuild_timeout: float = 30.0
+    txn_keepalive: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("first_time_tick_backoff", "append_backoff", "scanner_backoff"):
@@ -100,6 +116,13 @@ class WALConfig:
         _positive("buffer_keepalive", self.buffer_keepalive)
         _positive("close_timeout", self.close_timeout)
         _positive("truncate_interval", self.truncate_interval)
+        _positive("idempotence_rebuild_window", self.idempotence_rebuild_window)
+        _positive("idempotence_rebuild_timeout", self.idempotence_rebuild_timeout)
+        _positive("txn_keepalive", self.txn_keepalive)
+        for name in ("idempotence_window", "idempotence_producers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(name, f"must be a positive int, got {value!r}")
         if self.retention is not None and (
             not isinstance(self.retention, int | float)
             or isinstance(self.retention, bool)

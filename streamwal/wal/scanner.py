@@ -11,6 +11,9 @@ same position, so nothing is lost or repeated across a switch; as a last guard a
 message whose time tick is not above the last consumed one is never delivered.
 
 Only persisted messages are yielded; in-memory time ticks advance :attr:`Scanner.watermark`.
+A transaction's messages are yielded at its commit, together and in log order, never
+after a rollback (:mod:`streamwal.wal.txn_assembly`); a time-tick policy and the
+vchannel filter apply to a transaction as a whole, at its commit.
 Entries that do not decode are skipped, counted (:attr:`Scanner.skipped` and a metric) and
 logged. A retriable backend error reopens the backend after a backoff.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable, Iterator
 
 from opentelemetry import metrics
@@ -39,6 +43,7 @@ from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
 from streamwal.wal.config import Backoff
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
 from streamwal.wal.metrics import record_scanner_lag
+from streamwal.wal.txn_assembly import TxnAssembler
 
 __all__ = ["Scanner"]
 
@@ -93,6 +98,13 @@ class Scanner:
         self._delays: Iterator[float] = backoff.delays()
         self._closed = False
         self._close_event = asyncio.Event()
+        self._txns = TxnAssembler(channel)
+        self._ready: deque[ImmutableMessage] = deque()
+
+    @property
+    def dropped_transactions(self) -> int:
+        """Transactions read and not delivered (rolled back, cut by an owner change)."""
+        return self._txns.dropped
 
     async def start(self) -> None:
         """Open the first source; errors of the policy (unknown message id) raise here."""
@@ -121,18 +133,23 @@ class Scanner:
     async def __anext__(self) -> ImmutableMessage:
         while True:
             self._check_open()
+            if self._ready:
+                ready = self._ready.popleft()
+                record_scanner_lag(self.channel, ready.time_tick)
+                return ready
             if self._cursor is not None:
                 msg = await self._next_from_buffer(self._cursor)
             else:
                 msg = await self._next_from_backend()
             if msg is None:
                 continue
-            deliver = self._consume(msg)
+            in_order = self._consume(msg)
             if self._cursor is None:
                 await self._maybe_switch_to_buffer()
-            if deliver:
-                record_scanner_lag(self.channel, msg.time_tick)
-                return msg
+            if in_order:
+                released = self._txns.feed(msg)
+                if released and self._wanted(released[-1]):
+                    self._ready.extend(released)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -188,7 +205,7 @@ class Scanner:
             return None
 
     def _consume(self, msg: ImmutableMessage) -> bool:
-        """Record ``msg`` as consumed; whether it is delivered."""
+        """Record ``msg`` as consumed; whether it is in order (else skipped)."""
         self._resume = DeliveryPolicy.start_after(msg.message_id)
         if self._last_time_tick is not None and msg.time_tick <= self._last_time_tick:
             self._skip(
@@ -199,6 +216,10 @@ class Scanner:
             return False
         self._last_time_tick = msg.time_tick
         self.watermark = max(self.watermark, msg.time_tick)
+        return True
+
+    def _wanted(self, msg: ImmutableMessage) -> bool:
+        """Whether the policy and filter want ``msg`` (a transaction: its commit)."""
         if self._min_time_tick is not None and msg.time_tick < self._min_time_tick:
             return False
         return self.vchannel is None or msg.applies_to(self.vchannel)

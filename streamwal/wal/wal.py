@@ -19,6 +19,7 @@ from streamwal.wal.backend import BackendWAL, DeliveryPolicy
 from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.config import WALConfig
 from streamwal.wal.interceptors import AppendResult, InterceptorChain, InterceptorParams
+from streamwal.wal.interceptors.txn import TxnInterceptor
 from streamwal.wal.message import MessageIdDecoder, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_append
@@ -55,6 +56,11 @@ class _Readable:
     @property
     def channel(self) -> str:
         return self._channel
+
+    @property
+    def message_id_decoder(self) -> MessageIdDecoder:
+        """The backend's ``message_id_from_bytes``."""
+        return self._decode_id
 
     def _check_open(self) -> None:
         if self._closing:
@@ -178,6 +184,9 @@ class WAL(_Readable):
         self.params = params
         """What the interceptors were built from (buffer, MVCC, channel info, ...)."""
         self._chain = InterceptorChain(params)
+        txns = self._chain.find(TxnInterceptor)
+        assert txns is not None, "the chain order includes the transaction interceptor"
+        self._txns: TxnInterceptor = txns
         self._started = False
         self._open_attempts = open_attempts
         self._truncator = Truncator(
@@ -237,8 +246,63 @@ class WAL(_Readable):
         self._check_open()
         return await self._truncator.round(retention)
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        fenced = self._chain.fenced
+        if fenced is not None:
+            raise ChannelFencedError(self._channel, f"this owner was fenced: {fenced.reason}")
+
+    async def write_system(self, msg: MutableMessage) -> AppendResult:
+        """Append a message the WAL writes itself (a transaction marker): for interceptors."""
+        self._check_writable()
+        return await self._chain.append(msg)
+
+    async def begin_txn(self, vchannel: str = "", keepalive: float | None = None) -> int:
+        """Open a transaction on ``vchannel``; its id (the time tick of its begin).
+
+        Append into it with ``append(msg.with_txn(txn_id))`` (same vchannel), then
+        :meth:`commit_txn` or :meth:`rollback_txn`. Readers deliver its messages only
+        after the commit, together and in order. Without an append or
+        :meth:`keepalive_txn` for ``keepalive`` seconds of TSO time (default
+        ``WALConfig.txn_keepalive``) it is rolled back. A fence or close ends it
+        (:class:`~streamwal.errors.TransactionAbortedError`).
+        """
+        self._check_writable()
+        return await self._txns.begin(self._chain.append, vchannel, keepalive)
+
+    async def keepalive_txn(self, txn_id: int) -> None:
+        """Push the transaction's expiry back by its keepalive.
+
+        Raises :class:`~streamwal.errors.TransactionError` if it is no longer open.
+        """
+        self._check_writable()
+        self._txns.keep_alive(txn_id)
+
+    async def commit_txn(self, txn_id: int) -> AppendResult:
+        """Commit: wait for the transaction's appends in flight, write one ``CommitTxn``.
+
+        Raises :class:`~streamwal.errors.TransactionError` if it is no longer open (or
+        one of its appends has an unknown outcome: roll it back).
+        """
+        self._check_open()
+        return await self._txns.commit(self._chain.append, txn_id)
+
+    async def rollback_txn(self, txn_id: int) -> AppendResult:
+        """Roll back: nothing of the transaction is ever delivered."""
+        self._check_open()
+        return await self._txns.rollback(self._chain.append, txn_id)
+
+    @property
+    def open_transactions(self) -> int:
+        return self._txns.open_transactions
+
     async def append(self, msg: MutableMessage) -> AppendResult:
         """Persist ``msg`` with a fresh time tick; concurrent calls are pipelined.
+
+        With a producer id and sequence (:meth:`MutableMessage.with_producer`) the append
+        is idempotent: a retry is answered with the first result, nothing appended;
+        :class:`~streamwal.errors.SequenceError` for a sequence that skips ahead or is
+        older than the window. With a transaction id, it goes into that transaction.
 
         Raises :class:`~streamwal.errors.ChannelFencedError` (now and for good) once another
         owner took the channel, :class:`~streamwal.errors.InvalidInputError` for a system
@@ -252,12 +316,14 @@ class WAL(_Readable):
             raise ChannelFencedError(self._channel, f"this owner was fenced: {fenced.reason}")
         if not isinstance(msg, MutableMessage):
             raise InvalidInputError(f"append takes a MutableMessage, got {type(msg).__name__}")
-        if msg.type.is_system:
+        if msg.type.is_system or msg.type.is_txn_marker:
             raise InvalidInputError(f"{msg.type} messages are written by the WAL itself")
         started = time.perf_counter()
         outcome = "error"
         try:
-            result = await self._chain.append(msg)
+            chain = self._chain
+            plain = msg.producer_id is None and msg.txn_id is None
+            result = await (chain.append_plain if plain else chain.append)(msg)
             outcome = "ok"
             return result
         except ChannelFencedError:

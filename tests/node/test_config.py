@@ -128,6 +128,11 @@ _INVALID = [
     ("wal:\n  retention: -1\n", "wal.retention"),
     ("wal:\n  retention: forever\n", "wal.retention"),
     ("wal:\n  truncate_interval: 0\n", "wal.truncate_interval"),
+    ("wal:\n  idempotence_window: 0\n", "wal.idempotence_window"),
+    ("wal:\n  idempotence_producers: -1\n", "wal.idempotence_producers"),
+    ("wal:\n  idempotence_rebuild_window: 0\n", "wal.idempotence_rebuild_window"),
+    ("wal:\n  idempotence_rebuild_timeout: 0\n", "wal.idempotence_rebuild_timeout"),
+    ("wal:\n  txn_keepalive: -2\n", "wal.txn_keepalive"),
     (
         "wal:\n  first_time_tick_backoff:\n    initial: -0.005\n",
         "wal.first_time_tick_backoff.initial",

@@ -79,12 +79,14 @@ class _Answers(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
     def __init__(self, script: list[tuple[grpc.StatusCode, str] | None]) -> None:
         self.script = script
         self.calls = 0
+        self.requests: list[pb.ProduceRequest] = []
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ProduceResponse:
         step = self.script[min(self.calls, len(self.script) - 1)]
         self.calls += 1
+        self.requests.append(request)
         if step is None:
             return pb.ProduceResponse(message_id=b"id", time_tick=7)
         code, outcome = step
@@ -110,7 +112,8 @@ async def test_the_client_retries_only_what_was_not_written(
 ) -> None:
     answers, address = scripted
     unavailable = grpc.StatusCode.UNAVAILABLE
-    async with NodeClient(address, tracing=False, retries=3) as client:
+    # a client that does not number its appends (an idempotent one retries unknowns)
+    async with NodeClient(address, tracing=False, retries=3, idempotent=False) as client:
         answers.script = [(unavailable, "not-written"), (unavailable, "not-written"), None]
         assert (await client.produce("c", b"x")).time_tick == 7
         assert answers.calls == 3
@@ -126,6 +129,28 @@ async def test_the_client_retries_only_what_was_not_written(
         with pytest.raises(grpc.aio.AioRpcError):
             await client.produce("c", b"x")
         assert answers.calls == 4  # the first try and three retries
+
+
+async def test_an_idempotent_client_retries_unknown_outcomes_with_the_same_numbers(
+    scripted: tuple[_Answers, str],
+) -> None:
+    answers, address = scripted
+    async with NodeClient(address, tracing=False, retries=3) as client:
+        answers.script = [
+            (grpc.StatusCode.UNKNOWN, "unknown"),
+            (grpc.StatusCode.UNAVAILABLE, "unknown"),
+            None,
+        ]
+        acked = await client.produce("c", b"x")
+        assert answers.calls == 3
+        assert client.producer is not None
+        seen = [(r.producer_id, r.sequence) for r in answers.requests]
+        assert seen == [(client.producer.producer_id, 0)] * 3  # every retry: the same numbers
+        assert (acked.producer_id, acked.sequence) == seen[0]
+        answers.calls, answers.script = 0, [None]
+        await client.produce("c", b"y")
+        last = answers.requests[-1]
+        assert (last.producer_id, last.sequence) == (client.producer.producer_id, 1)
 
 
 def test_a_context_reset_from_another_context_logs_no_traceback(

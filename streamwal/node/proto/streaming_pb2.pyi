@@ -36,12 +36,18 @@ class Message(_message.Message):
     def __init__(self, type: _Optional[str] = ..., payload: _Optional[bytes] = ..., vchannel: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("pchannel", "message")
+    __slots__ = ("pchannel", "message", "producer_id", "sequence", "txn_id")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     message: Message
-    def __init__(self, pchannel: _Optional[str] = ..., message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+    producer_id: int
+    sequence: int
+    txn_id: int
+    def __init__(self, pchannel: _Optional[str] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., producer_id: _Optional[int] = ..., sequence: _Optional[int] = ..., txn_id: _Optional[int] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
     __slots__ = ("message_id", "message_id_text", "time_tick", "error")
@@ -96,7 +102,7 @@ class ConsumeRequest(_message.Message):
     def __init__(self, pchannel: _Optional[str] = ..., policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., vchannel: _Optional[str] = ...) -> None: ...
 
 class ConsumedMessage(_message.Message):
-    __slots__ = ("message_id", "message_id_text", "time_tick", "type", "payload", "vchannel", "properties", "source_node_id", "last_confirmed_id")
+    __slots__ = ("message_id", "message_id_text", "time_tick", "type", "payload", "vchannel", "properties", "source_node_id", "last_confirmed_id", "producer_id", "sequence", "txn_id")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +119,9 @@ class ConsumedMessage(_message.Message):
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     SOURCE_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_CONFIRMED_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
     message_id: bytes
     message_id_text: str
     time_tick: int
@@ -122,7 +131,10 @@ class ConsumedMessage(_message.Message):
     properties: _containers.ScalarMap[str, str]
     source_node_id: int
     last_confirmed_id: bytes
-    def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., vchannel: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., source_node_id: _Optional[int] = ..., last_confirmed_id: _Optional[bytes] = ...) -> None: ...
+    producer_id: int
+    sequence: int
+    txn_id: int
+    def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., vchannel: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., source_node_id: _Optional[int] = ..., last_confirmed_id: _Optional[bytes] = ..., producer_id: _Optional[int] = ..., sequence: _Optional[int] = ..., txn_id: _Optional[int] = ...) -> None: ...
 
 class AssignChannelRequest(_message.Message):
     __slots__ = ("pchannel",)
@@ -273,3 +285,31 @@ class TruncateResponse(_message.Message):
     truncated_before: bytes
     truncated_before_text: str
     def __init__(self, moved: _Optional[bool] = ..., truncated_before: _Optional[bytes] = ..., truncated_before_text: _Optional[str] = ...) -> None: ...
+
+class BeginTxnRequest(_message.Message):
+    __slots__ = ("pchannel", "vchannel", "keepalive_s")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    KEEPALIVE_S_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    vchannel: str
+    keepalive_s: float
+    def __init__(self, pchannel: _Optional[str] = ..., vchannel: _Optional[str] = ..., keepalive_s: _Optional[float] = ...) -> None: ...
+
+class BeginTxnResponse(_message.Message):
+    __slots__ = ("txn_id",)
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    txn_id: int
+    def __init__(self, txn_id: _Optional[int] = ...) -> None: ...
+
+class TxnRequest(_message.Message):
+    __slots__ = ("pchannel", "txn_id")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    txn_id: int
+    def __init__(self, pchannel: _Optional[str] = ..., txn_id: _Optional[int] = ...) -> None: ...
+
+class KeepAliveTxnResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

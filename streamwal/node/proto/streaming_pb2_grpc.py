@@ -34,6 +34,26 @@ class StreamingNodeStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.BeginTxn = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/BeginTxn',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.BeginTxnRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.BeginTxnResponse.FromString,
+                _registered_method=True)
+        self.CommitTxn = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/CommitTxn',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TxnRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceResponse.FromString,
+                _registered_method=True)
+        self.RollbackTxn = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/RollbackTxn',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TxnRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceResponse.FromString,
+                _registered_method=True)
+        self.KeepAliveTxn = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/KeepAliveTxn',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TxnRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.KeepAliveTxnResponse.FromString,
+                _registered_method=True)
         self.Produce = channel.unary_unary(
                 '/streamwal.v1.StreamingNode/Produce',
                 request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceRequest.SerializeToString,
@@ -93,6 +113,31 @@ class StreamingNodeStub:
 
 class StreamingNodeServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def BeginTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitTxn(self, request, context):
+        """answers where the commit landed (message id and time tick)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollbackTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KeepAliveTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Produce(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -163,6 +208,26 @@ class StreamingNodeServicer:
 
 def add_StreamingNodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'BeginTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginTxn,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.BeginTxnRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.BeginTxnResponse.SerializeToString,
+            ),
+            'CommitTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitTxn,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TxnRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceResponse.SerializeToString,
+            ),
+            'RollbackTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollbackTxn,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TxnRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceResponse.SerializeToString,
+            ),
+            'KeepAliveTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.KeepAliveTxn,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TxnRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.KeepAliveTxnResponse.SerializeToString,
+            ),
             'Produce': grpc.unary_unary_rpc_method_handler(
                     servicer.Produce,
                     request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceRequest.FromString,
@@ -228,6 +293,114 @@ def add_StreamingNodeServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class StreamingNode:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def BeginTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/BeginTxn',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.BeginTxnRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.BeginTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/CommitTxn',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.TxnRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollbackTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/RollbackTxn',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.TxnRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KeepAliveTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/KeepAliveTxn',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.TxnRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.KeepAliveTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Produce(request,

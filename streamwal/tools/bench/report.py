@@ -257,6 +257,42 @@ def _tso_md(r: dict[str, Any]) -> list[str]:
     return _table(["figure", "value"], rows)
 
 
+def _exactly_once_md(r: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            c["concurrency"],
+            _fmt(c["plain"]["per_s"]),
+            _fmt(c["idempotent"]["per_s"]),
+            c["throughput_ratio"],
+            c["plain"]["p99_ms"],
+            c["idempotent"]["p99_ms"],
+        ]
+        for c in r["idempotent"]
+    ]
+    lines = _table(
+        ["appenders", "plain/s", "idempotent/s", "ratio", "plain p99 ms", "idempotent p99 ms"],
+        rows,
+    )
+    txn_rows = [
+        [
+            c["concurrency"],
+            _fmt(c["committed_per_s"]),
+            _fmt(c["messages_per_s"]),
+            c["commit"].get("p50_ms"),
+            c["commit"].get("p99_ms"),
+        ]
+        for c in r["transactions"]
+    ]
+    txn_header = [
+        "writers",
+        "committed txns/s",
+        f"messages/s ({r['txn_size']} a txn)",
+        "commit p50 ms",
+        "commit p99 ms",
+    ]
+    return [*lines, *_table(txn_header, txn_rows)]
+
+
 _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "append": ("Append: WAL vs raw producer", _append_md),
     "open": ("Open to ready", _open_md),
@@ -265,6 +301,7 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "scan": ("Scan", _scan_md),
     "tso": ("TSO", _tso_md),
     "node": ("Through the node (gRPC)", _node_md),
+    "exactly-once": ("Exactly once: idempotent appends, transactions", _exactly_once_md),
 }
 
 

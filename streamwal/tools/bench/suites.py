@@ -13,6 +13,7 @@ from typing import Any
 
 from streamwal.tools.bench.append import DEFAULT_CONCURRENCY, DEFAULT_PAYLOADS, run_append_bench
 from streamwal.tools.bench.channels import DEFAULT_CHANNELS, run_channels_bench
+from streamwal.tools.bench.exactly_once import DEFAULT_EOS_CONCURRENCY, run_exactly_once_bench
 from streamwal.tools.bench.node import (
     DEFAULT_NODE_CONCURRENCY,
     DEFAULT_NODE_PAYLOADS,
@@ -182,6 +183,29 @@ async def _tso(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def _exactly_once_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--concurrency",
+        type=_ints,
+        default=list(DEFAULT_EOS_CONCURRENCY),
+        help=f"concurrent appenders / transaction writers "
+        f"(default {_joined(DEFAULT_EOS_CONCURRENCY)})",
+    )
+    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per cell")
+    p.add_argument("--txn-size", type=int, default=4, help="messages per transaction")
+
+
+async def _exactly_once(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_exactly_once_bench(
+        target,
+        concurrency=a.concurrency,
+        seconds=a.seconds,
+        repeats=a.repeats,
+        txn_size=a.txn_size,
+    )
+
+
 SUITES: dict[str, Suite] = {
     s.name: s
     for s in (
@@ -205,6 +229,12 @@ SUITES: dict[str, Suite] = {
             "Produce, ProduceStream and Consume through one node's gRPC vs the WAL",
             _node_args,
             _node,
+        ),
+        Suite(
+            "exactly-once",
+            "idempotent vs plain appends; committed transactions/s",
+            _exactly_once_args,
+            _exactly_once,
         ),
     )
 }

@@ -9,6 +9,13 @@ ones :class:`Failure` records with the outcome the answer gave (not written, or
 unknown), which the checker compares with the log. Status codes a fault explains
 (NOT_FOUND, FAILED_PRECONDITION, UNAVAILABLE, UNKNOWN for an outcome the node cannot
 tell, DEADLINE_EXCEEDED) are counted; any other code is kept as unexpected.
+
+With ``idempotent``, each worker is an idempotent producer (a producer id, a sequence
+number per append) and does retry: a failed append is sent again, same payload and
+same numbers, to the next node, until it is acknowledged (or ``retry_limit`` tries,
+then it is recorded failed, outcome unknown). The node answers a retry of an append
+it already has with the first result, so every acknowledged payload must still be in
+the log exactly once.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ class Traffic:
         pause: float = 0.005,
         call_timeout: float = 10.0,
         max_messages: int = 200_000,
+        idempotent: bool = False,
+        retry_limit: int = 100,
     ) -> None:
         self.channel = channel
         self.addresses = list(addresses)
@@ -73,6 +82,10 @@ class Traffic:
         self.codes: Counter[str] = Counter()
         self.unexpected: list[str] = []
         self.attempts = 0
+        self.retried = 0
+        """Idempotent appends acknowledged after at least one failed try."""
+        self._idempotent = idempotent
+        self._retry_limit = retry_limit
         self.longest_stall = 0.0
         """The longest time in seconds between two acknowledgements (a fault's reach)."""
         self._last_ack_at: float | None = None
@@ -122,26 +135,41 @@ class Traffic:
     async def _run(self, worker: int) -> None:
         seq = 0
         failures = 0
+        producer_id = self._rng.getrandbits(63)
+        tries = 0  # of the idempotent append under way
+        request = pb.ProduceRequest()
         while not self._stop.is_set() and self.attempts < self._max:
             address = self.addresses[self._targets[worker] % len(self.addresses)]
-            payload = f"{self.channel}/w{worker}/{seq}".encode()
-            seq += 1
+            if tries == 0:
+                payload = f"{self.channel}/w{worker}/{seq}".encode()
+                request = pb.ProduceRequest(
+                    pchannel=self.channel, message=pb.Message(type="insert", payload=payload)
+                )
+                if self._idempotent:
+                    request.producer_id, request.sequence = producer_id, seq
+                seq += 1
             self.attempts += 1
-            request = pb.ProduceRequest(
-                pchannel=self.channel, message=pb.Message(type="insert", payload=payload)
-            )
             try:
                 acked = await self._stub(address).Produce(request, timeout=self._call_timeout)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 self.codes[code.name] += 1
-                self.failures.append(Failure(digest(payload), write_outcome(exc).value))
                 if code not in EXPECTED_CODES:
                     self.unexpected.append(f"{address}: {code.name} {exc.details()}")
+                tries += 1
+                if not self._idempotent or tries >= self._retry_limit:
+                    outcome = write_outcome(exc).value if tries == 1 else "unknown"
+                    self.failures.append(Failure(digest(payload), outcome))
+                    tries = 0
+                    if self._idempotent:  # a hole in the numbers: start a new producer
+                        producer_id, seq = self._rng.getrandbits(63), 0
                 self._targets[worker] += 1
                 failures += 1
                 await asyncio.sleep(min(0.2, 0.01 * failures) * self._rng.uniform(0.5, 1.5))
                 continue
+            if tries:
+                self.retried += 1
+            tries = 0
             failures = 0
             now = asyncio.get_running_loop().time()
             if self._last_ack_at is not None:
@@ -151,6 +179,8 @@ class Traffic:
             self._acked.set()
             if self._pause:
                 await asyncio.sleep(self._pause)
+        if tries:  # stopped while retrying: it may be in the log
+            self.failures.append(Failure(digest(payload), "unknown"))
 
     async def stop(self) -> None:
         """Stop the workers (each finishes its append in flight) and close the clients."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from streamwal.errors import ChannelFencedError
@@ -18,6 +18,7 @@ from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.config import WALConfig
+from streamwal.wal.interceptors.holds import ConfirmHolds
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.mvcc import MVCCManager
@@ -59,6 +60,8 @@ class InterceptorParams:
     """Everything an interceptor may be built from (Milvus's ``InterceptorBuildParam``).
 
     ``wal`` resolves to the WAL once it is ready, for interceptors that need it later.
+    ``holds``: where open transactions hold LastConfirmed back (the time-tick
+    interceptor stamps no message past them).
     """
 
     channel: ChannelInfo
@@ -69,6 +72,7 @@ class InterceptorParams:
     allocator: TimestampAllocator
     config: WALConfig
     wal: asyncio.Future[WAL]
+    holds: ConfirmHolds = field(default_factory=ConfirmHolds)
 
 
 class Sink(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 from streamwal.errors import ChannelFencedError
 from streamwal.wal.interceptors.base import (
@@ -24,18 +24,23 @@ from streamwal.wal.interceptors.base import (
     Sink,
 )
 from streamwal.wal.interceptors.buffer import WriteAheadBufferInterceptor
+from streamwal.wal.interceptors.idempotence import IdempotenceInterceptor
 from streamwal.wal.interceptors.mvcc import MvccInterceptor
 from streamwal.wal.interceptors.timetick import TimeTickInterceptor
+from streamwal.wal.interceptors.txn import TxnInterceptor
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.metrics import record_fenced
 
 __all__ = ["INTERCEPTOR_ORDER", "InterceptorChain", "InterceptorFactory"]
 
 _log = logging.getLogger(__name__)
+_I = TypeVar("_I")
 
 InterceptorFactory = Callable[[InterceptorParams, Sink], Interceptor]
 
 INTERCEPTOR_ORDER: Final[tuple[InterceptorFactory, ...]] = (
+    IdempotenceInterceptor,  # a duplicate is answered before anything else sees it
+    TxnInterceptor,
     MvccInterceptor,
     WriteAheadBufferInterceptor,
     TimeTickInterceptor,  # persists: must stay last
@@ -52,11 +57,17 @@ class InterceptorChain:
         self._fenced: ChannelFencedError | None = None
         self._interceptors: list[Interceptor] = [factory(params, self) for factory in order]
         append: AppendFunc = _unpersisted
+        plain: AppendFunc = _unpersisted
         for interceptor in reversed(self._interceptors):
             if type(interceptor).do_append is not InterceptorBase.do_append:  # skip pass-throughs
                 append = functools.partial(interceptor.do_append, append=append)
+                if not getattr(interceptor, "passes_plain", False):
+                    plain = functools.partial(interceptor.do_append, append=plain)
         self.append: AppendFunc = append
         """Append through the chain (a plain attribute: no extra frame per append)."""
+        self.append_plain: AppendFunc = plain
+        """The same, without the interceptors that pass a plain message through unseen
+        (``passes_plain``: no producer id, no transaction): for :meth:`WAL.append`."""
         # Only the interceptors that listen are called, once per persisted message.
         self._persisted_hooks = [
             (i, i.on_persisted)
@@ -64,6 +75,13 @@ class InterceptorChain:
             if not isinstance(i, InterceptorBase)
             or type(i).on_persisted is not InterceptorBase.on_persisted
         ]
+
+    def find(self, kind: type[_I]) -> _I | None:
+        """The chain's interceptor of type ``kind``, if it has one."""
+        for interceptor in self._interceptors:
+            if isinstance(interceptor, kind):
+                return interceptor
+        return None
 
     @property
     def fenced(self) -> ChannelFencedError | None:

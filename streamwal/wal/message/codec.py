@@ -23,8 +23,11 @@ from streamwal.wal.message_id import MessageId
 
 __all__ = [
     "KEY_LAST_CONFIRMED",
+    "KEY_PRODUCER",
+    "KEY_SEQUENCE",
     "KEY_SOURCE",
     "KEY_TIME_TICK",
+    "KEY_TXN",
     "KEY_TYPE",
     "KEY_VCHANNEL",
     "KEY_VERSION",
@@ -40,6 +43,9 @@ KEY_TIME_TICK = "_tt"
 KEY_LAST_CONFIRMED = "_lc"
 KEY_VCHANNEL = "_vc"
 KEY_SOURCE = "_src"
+KEY_PRODUCER = "_pid"
+KEY_SEQUENCE = "_seq"
+KEY_TXN = "_tx"
 
 MessageIdDecoder = Callable[[bytes], MessageId]
 """A backend's ``message_id_from_bytes``."""
@@ -78,6 +84,11 @@ def encode_stamped(
         properties[KEY_VCHANNEL] = msg.vchannel
     if last_confirmed is not None:
         properties[KEY_LAST_CONFIRMED] = last_confirmed.to_bytes().hex()
+    if msg.producer_id is not None:
+        properties[KEY_PRODUCER] = str(msg.producer_id)
+        properties[KEY_SEQUENCE] = str(msg.sequence)
+    if msg.txn_id is not None:
+        properties[KEY_TXN] = str(msg.txn_id)
     return msg.payload, properties
 
 
@@ -111,6 +122,11 @@ def _decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> Imm
     if not isinstance(vchannel, str):
         raise DecodeError(f"message {raw.message_id}: {KEY_VCHANNEL} is not a string")
     last_confirmed = _last_confirmed(raw, msg_type, message_id_from_bytes)
+    producer_id = _optional_decimal(raw, KEY_PRODUCER)
+    sequence = _optional_decimal(raw, KEY_SEQUENCE)
+    if (producer_id is None) != (sequence is None):
+        raise DecodeError(f"message {raw.message_id}: {KEY_PRODUCER} without {KEY_SEQUENCE}")
+    txn_id = _optional_decimal(raw, KEY_TXN)
     user = {k: v for k, v in props.items() if not k.startswith(RESERVED_PREFIX)}
     for key, value in user.items():
         if not isinstance(key, str) or not isinstance(value, str):
@@ -125,6 +141,9 @@ def _decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> Imm
         vchannel=vchannel,
         properties=user,
         version=version,
+        producer_id=producer_id,
+        sequence=sequence,
+        txn_id=txn_id,
     )
 
 
@@ -142,6 +161,15 @@ def _decimal(raw: BackendMessage, key: str) -> int:
     if not _DECIMAL.fullmatch(text):
         raise DecodeError(f"message {raw.message_id}: {key!r} is not a decimal integer: {text!r}")
     return int(text)
+
+
+def _optional_decimal(raw: BackendMessage, key: str) -> int | None:
+    if key not in raw.properties:
+        return None
+    value = _decimal(raw, key)
+    if value > MAX_TIME_TICK:
+        raise DecodeError(f"message {raw.message_id}: {key!r} exceeds 2**64 - 1")
+    return value
 
 
 def _last_confirmed(

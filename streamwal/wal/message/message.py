@@ -58,6 +58,21 @@ def _check_node_id(source: int | None) -> None:
         raise InvalidInputError(f"source node id must be an int >= 0, got {source!r}")
 
 
+def _check_id(name: str, value: int | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**64:
+        raise InvalidInputError(f"{name} must be an int in [0, 2**64), got {value!r}")
+
+
+def _check_exactly_once(producer_id: int | None, sequence: int | None, txn_id: int | None) -> None:
+    if (producer_id is None) != (sequence is None):
+        raise InvalidInputError("a producer id and a sequence number go together (or neither)")
+    _check_id("producer id", producer_id)
+    _check_id("sequence number", sequence)
+    _check_id("transaction id", txn_id)
+
+
 @dataclass(frozen=True, slots=True)
 class MutableMessage:
     """A message on its way into the log.
@@ -65,6 +80,8 @@ class MutableMessage:
     ``vchannel`` ``""`` means every vchannel of the channel. ``properties`` are the
     user's (keys may not start with ``_``; :class:`~streamwal.errors.InvalidInputError`).
     The time tick, last-confirmed id and source are stamped by the WAL.
+    ``producer_id`` and ``sequence`` (both or neither) make the append idempotent;
+    ``txn_id`` puts it in a transaction (:meth:`streamwal.wal.WAL.begin_txn`).
     """
 
     type: MessageType
@@ -75,6 +92,9 @@ class MutableMessage:
     time_tick: int | None = None
     last_confirmed: MessageId | None = None
     source: int | None = None
+    producer_id: int | None = None
+    sequence: int | None = None
+    txn_id: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.type, MessageType):
@@ -93,7 +113,18 @@ class MutableMessage:
             )
         _check_time_tick(self.time_tick)
         _check_node_id(self.source)
+        _check_exactly_once(self.producer_id, self.sequence, self.txn_id)
         object.__setattr__(self, "properties", _frozen_properties(self.properties))
+
+    def with_producer(self, producer_id: int, sequence: int) -> MutableMessage:
+        """This message as sequence ``sequence`` of producer ``producer_id`` (idempotence)."""
+        _check_exactly_once(producer_id, sequence, self.txn_id)
+        return self._replace(producer_id=producer_id, sequence=sequence)
+
+    def with_txn(self, txn_id: int) -> MutableMessage:
+        """This message inside transaction ``txn_id``."""
+        _check_exactly_once(self.producer_id, self.sequence, txn_id)
+        return self._replace(txn_id=txn_id)
 
     def with_time_tick(self, time_tick: int) -> MutableMessage:
         _check_time_tick(time_tick)
@@ -161,6 +192,9 @@ class MutableMessage:
         _set_vchannel(msg, self.vchannel)
         _set_properties(msg, self.properties)  # already frozen by MutableMessage
         _set_version(msg, self.version)
+        _set_producer_id(msg, self.producer_id)
+        _set_sequence(msg, self.sequence)
+        _set_txn_id(msg, self.txn_id)
         return msg
 
 
@@ -180,6 +214,9 @@ class ImmutableMessage:
     vchannel: str = ""
     properties: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     version: int = 1
+    producer_id: int | None = None
+    sequence: int | None = None
+    txn_id: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.properties, MappingProxyType):
@@ -213,3 +250,6 @@ _set_source = _slot_setter("source")
 _set_vchannel = _slot_setter("vchannel")
 _set_properties = _slot_setter("properties")
 _set_version = _slot_setter("version")
+_set_producer_id = _slot_setter("producer_id")
+_set_sequence = _slot_setter("sequence")
+_set_txn_id = _slot_setter("txn_id")

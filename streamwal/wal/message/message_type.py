@@ -12,6 +12,8 @@ class MessageType(enum.Enum):
 
     ``is_system``: the WAL writes these itself (time ticks) and
     :meth:`streamwal.wal.WAL.append` refuses them, as Milvus does for its system messages.
+    ``is_txn_marker``: a transaction's begin, commit or rollback, written by
+    ``begin_txn``/``commit_txn``/``rollback_txn`` only; ``append`` refuses them too.
     """
 
     TIME_TICK = ("TimeTick", True)
@@ -21,10 +23,14 @@ class MessageType(enum.Enum):
     DROP_COLLECTION = ("DropCollection", False)
     FLUSH = ("Flush", False)
     USER = ("User", False)
+    BEGIN_TXN = ("BeginTxn", False, True)
+    COMMIT_TXN = ("CommitTxn", False, True)
+    ROLLBACK_TXN = ("RollbackTxn", False, True)
 
-    def __init__(self, wire_name: str, is_system: bool) -> None:
+    def __init__(self, wire_name: str, is_system: bool, is_txn_marker: bool = False) -> None:
         self.wire_name = wire_name
         self.is_system = is_system
+        self.is_txn_marker = is_txn_marker
 
     @classmethod
     def from_wire(cls, name: str) -> MessageType | None:

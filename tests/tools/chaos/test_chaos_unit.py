@@ -79,6 +79,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "network-faults",
         "stock-broker",
         "checkpoints",
+        "exactly-once",
     }
     assert SCENARIOS["takeover-race"].rounds == 50
     assert SCENARIOS["takeover-race"].quick_rounds == 10

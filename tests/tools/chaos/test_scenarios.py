@@ -104,3 +104,12 @@ async def test_a_consumer_checkpoints_across_owners_while_the_channel_is_truncat
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 async def test_full_rounds(name: str, stack: StackInfo, tmp_path: Path) -> None:
     await _run(name, SCENARIOS[name].rounds, stack, tmp_path)
+
+
+async def test_exactly_once_through_lost_answers_and_takeovers(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    result = await _quick("exactly-once", stack, tmp_path)
+    assert result.figures["duplicates found"] == 0
+    assert result.figures["transactions committed (acknowledged)"] > 0
+    assert result.figures["idempotent appends in the log"] > 0

@@ -17,6 +17,7 @@ from streamwal.tools.chaos.scenarios import (
     checkpoints,
     clock,
     etcd,
+    exactly_once,
     kill,
     network,
     stock,
@@ -118,6 +119,15 @@ SCENARIOS: dict[str, Scenario] = {
             60.0,
             "broker with Pulsar's default policies; the owner killed, the channel left "
             "ownerless past the inactive-topic window, then reopened",
+        ),
+        Scenario(
+            "exactly-once",
+            exactly_once.run,
+            12,
+            3,
+            15.0,
+            "idempotent retries and transactions through lost answers, takeovers and "
+            "kill -9 of the owner: no duplicate, no partial or uncommitted transaction",
         ),
     )
 }

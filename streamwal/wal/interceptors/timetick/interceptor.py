@@ -47,7 +47,12 @@ class TimeTickInterceptor(InterceptorBase):
         self._channel = params.channel.name
         self._backend = params.backend
         self._sequencer = AckSequencer(
-            params.first_message, sink, self._channel, params.channel.node_id
+            params.first_message,
+            sink,
+            self._channel,
+            params.channel.node_id,
+            params.holds,
+            params.buffer.mark_gap,
         )
         self._writer = OrderedWriter(params, self._sequencer, self._check_usable)
         self._ticker = PeriodicTimeTicker(

@@ -4,7 +4,9 @@ Each message handed to the backend takes a slot, in the order it was handed over
 which is the log order. A slot is resolved when the backend answers; the resolved
 slots at the head are then released in order: persisted messages are published (and
 become the last-confirmed id of what is allocated next), failed ones are dropped,
-in-memory time ticks are published after everything enqueued before them. A
+in-memory time ticks are published after everything enqueued before them; a failed
+slot whose outcome is unknown is reported (``on_unknown``: the write-ahead buffer marks
+a gap there, so tailing readers look for it in the backend). A
 published time tick T therefore guarantees that every message below T that will ever
 be persisted by this owner has been published (a failed one is retried with a fresh,
 higher time tick). Each slot's ``done`` future is resolved at its release, after the
@@ -19,9 +21,11 @@ import asyncio
 import enum
 import logging
 from collections import deque
+from collections.abc import Callable
 
-from streamwal.errors import UnavailableError
+from streamwal.errors import UnavailableError, WriteOutcome, outcome_of
 from streamwal.wal.interceptors.base import Sink
+from streamwal.wal.interceptors.holds import ConfirmHolds
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message_id import MessageId
 
@@ -67,14 +71,32 @@ class Slot:
 class AckSequencer:
     """Single event loop; every method is synchronous."""
 
-    def __init__(self, first: ImmutableMessage, sink: Sink, channel: str, node_id: int) -> None:
+    def __init__(
+        self,
+        first: ImmutableMessage,
+        sink: Sink,
+        channel: str,
+        node_id: int,
+        holds: ConfirmHolds | None = None,
+        on_unknown: Callable[[int], None] | None = None,
+    ) -> None:
         self._sink = sink
+        self._on_unknown = on_unknown
+        self._holds = holds if holds is not None else ConfirmHolds()
         self._channel = channel
         self._node_id = node_id
         self._slots: deque[Slot] = deque()
         self._loop = asyncio.get_running_loop()
         self.last_confirmed: MessageId = first.message_id
         """The id of the last released persisted message: all before it are resolved."""
+
+    @property
+    def confirmed_for_next(self) -> MessageId:
+        """The last-confirmed id to stamp a message with now: :attr:`last_confirmed`,
+        held back at the begin of the oldest transaction still open."""
+        if not self._holds:
+            return self.last_confirmed
+        return self._holds.cap(self.last_confirmed)
 
     @property
     def in_flight(self) -> int:
@@ -85,11 +107,11 @@ class AckSequencer:
     ) -> tuple[Slot, asyncio.Future[MessageId]]:
         """A slot for ``message`` about to be handed to the backend at ``time_tick``.
 
-        Its last-confirmed id is :attr:`last_confirmed` as of now. The future resolves
-        at the slot's release.
+        Its last-confirmed id is :attr:`confirmed_for_next` as of now. The future
+        resolves at the slot's release.
         """
         done: asyncio.Future[MessageId] = self._loop.create_future()
-        slot = Slot(time_tick, message, self.last_confirmed, SlotState.PENDING, done)
+        slot = Slot(time_tick, message, self.confirmed_for_next, SlotState.PENDING, done)
         self._slots.append(slot)
         return slot, done
 
@@ -130,6 +152,12 @@ class AckSequencer:
                     )
                 elif slot.state is SlotState.IN_MEMORY:
                     self._sink.publish_time_tick(slot.time_tick)
+                elif (
+                    self._on_unknown is not None
+                    and slot.error is not None
+                    and outcome_of(slot.error) is WriteOutcome.UNKNOWN
+                ):
+                    self._on_unknown(slot.time_tick)  # it may be in the log: say so
             except Exception:  # a hook bug must not stop the log order for everyone else
                 _log.exception(
                     "channel %s: publishing time tick %d failed", self._channel, slot.time_tick

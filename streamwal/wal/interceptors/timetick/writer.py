@@ -193,7 +193,7 @@ class OrderedWriter:
     def _enqueue(self, time_tick: int, msg: MutableMessage) -> asyncio.Future[MessageId]:
         sequencer = self._sequencer
         payload, properties = encode_stamped(
-            msg, time_tick, sequencer.last_confirmed, self._node_id
+            msg, time_tick, sequencer.confirmed_for_next, self._node_id
         )
         slot, done = sequencer.reserve(time_tick, msg)
         self._in_flight += 1

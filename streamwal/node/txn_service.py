@@ -1,0 +1,92 @@
+"""The transaction RPCs of the streaming node (BeginTxn, CommitTxn, RollbackTxn,
+KeepAliveTxn), mixed into :class:`~streamwal.node.servicer.StreamingNodeServicer`.
+
+Each is one call to the channel's WAL; errors map to status codes as every other RPC
+(:func:`~streamwal.node.servicer.status_of`): a transaction that cannot go on is
+``ABORTED``; a fence also drops the channel from this node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+import grpc
+
+from streamwal.errors import ChannelFencedError
+from streamwal.node.channels import ChannelManager
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.wal import WAL
+from streamwal.wal.interceptors import AppendResult
+
+__all__ = ["TxnRpcs", "produce_response"]
+
+Abort = Callable[[grpc.aio.ServicerContext[Any, Any], BaseException], Awaitable[NoReturn]]
+
+
+def produce_response(result: AppendResult) -> pb.ProduceResponse:
+    return pb.ProduceResponse(
+        message_id=result.message_id.to_bytes(),
+        message_id_text=str(result.message_id),
+        time_tick=result.time_tick,
+    )
+
+
+class TxnRpcs:
+    """Needs ``_channels`` and ``_abort_with`` from the servicer it is mixed into."""
+
+    _channels: ChannelManager
+    _abort_with: Abort
+
+    def _tag_span(self) -> None: ...
+
+    async def _on_wal(
+        self,
+        pchannel: str,
+        context: grpc.aio.ServicerContext[Any, Any],
+        call: Callable[[WAL], Awaitable[Any]],
+    ) -> Any:
+        self._tag_span()
+        try:
+            wal = await self._channels.get(pchannel)
+            try:
+                return await call(wal)
+            except ChannelFencedError:
+                await self._channels.report_fenced(pchannel)
+                raise
+        except Exception as exc:
+            await self._abort_with(context, exc)
+
+    async def BeginTxn(
+        self, request: pb.BeginTxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.BeginTxnResponse:
+        keepalive = request.keepalive_s or None
+        txn_id = await self._on_wal(
+            request.pchannel, context, lambda wal: wal.begin_txn(request.vchannel, keepalive)
+        )
+        return pb.BeginTxnResponse(txn_id=txn_id)
+
+    async def CommitTxn(
+        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        return await self._end_txn(request, context, WAL.commit_txn)
+
+    async def RollbackTxn(
+        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        return await self._end_txn(request, context, WAL.rollback_txn)
+
+    async def _end_txn(
+        self,
+        request: pb.TxnRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+        end: Callable[[WAL, int], Awaitable[AppendResult]],
+    ) -> pb.ProduceResponse:
+        result = await self._on_wal(request.pchannel, context, lambda wal: end(wal, request.txn_id))
+        return produce_response(result)
+
+    async def KeepAliveTxn(
+        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.KeepAliveTxnResponse:
+        await self._on_wal(request.pchannel, context, lambda wal: wal.keepalive_txn(request.txn_id))
+        return pb.KeepAliveTxnResponse()

@@ -1,0 +1,180 @@
+"""The idempotence interceptor: an append retried with the same producer id and
+sequence number is persisted once.
+
+A duplicate is answered with the original message id and time tick, and nothing is
+appended. The producer id and sequence travel in the message (``_pid``/``_seq``), so
+a new owner rebuilds the windows from the log's tail: at start it reads what earlier
+owners wrote in the last ``WALConfig.idempotence_rebuild_window`` seconds (the whole log
+if the backend cannot find that position), in the background, bounded by
+``WALConfig.idempotence_rebuild_timeout``; only appends that carry a producer id wait
+for it. An append whose outcome is unknown is
+looked up in the log when it is retried. Appends without a producer id pass through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from streamwal.errors import OutcomeUnknownError, StreamwalError, WriteOutcome, outcome_of
+from streamwal.wal.backend import DeliveryPolicy
+from streamwal.wal.exactly_once_metrics import record_duplicate
+from streamwal.wal.interceptors.base import (
+    AppendFunc,
+    AppendResult,
+    InterceptorBase,
+    InterceptorParams,
+    Sink,
+)
+from streamwal.wal.interceptors.idempotence.window import ProducerTable
+from streamwal.wal.message import ImmutableMessage, MutableMessage
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.retention import BackendRetention
+from streamwal.wal.tail import read_log
+
+__all__ = ["IdempotenceInterceptor"]
+
+_log = logging.getLogger(__name__)
+
+_LOOKUP_BOUND_S = 10.0
+
+
+class IdempotenceInterceptor(InterceptorBase):
+    """See the module docstring; single event loop."""
+
+    passes_plain = True
+    """A message without a producer id or a transaction id passes through unseen."""
+
+    def __init__(self, params: InterceptorParams, sink: Sink) -> None:
+        super().__init__(params, sink)
+        config = params.config
+        self._table = ProducerTable(config.idempotence_window, config.idempotence_producers)
+        self._channel = params.channel.name
+        self._last_id: MessageId = params.first_message.message_id
+        self._rebuild: asyncio.Task[None] | None = None
+
+    @property
+    def producers(self) -> ProducerTable:
+        return self._table
+
+    async def start(self) -> None:
+        self._rebuild = asyncio.get_running_loop().create_task(self._rebuild_from_log())
+
+    async def _tail_start(self) -> DeliveryPolicy:
+        """Where the log's tail begins: the first entry published within
+        ``idempotence_rebuild_window`` (the whole log if the backend cannot tell)."""
+        backend = self.params.backend
+        if not isinstance(backend, BackendRetention):
+            return DeliveryPolicy.all()
+        since_ms = int((time.time() - self.params.config.idempotence_rebuild_window) * 1000)
+        try:
+            start = await backend.position_at(since_ms)
+        except StreamwalError as exc:  # no admin API, say: read it all, still bounded
+            _log.info("channel %s: reading the whole log to rebuild (%r)", self._channel, exc)
+            return DeliveryPolicy.all()
+        return DeliveryPolicy.all() if start is None else DeliveryPolicy.start_from(start)
+
+    async def _rebuild_from_log(self) -> None:
+        wal = await self.params.wal
+        first = self.params.first_message.message_id
+        found = 0
+        try:
+            entries = read_log(
+                self.params.backend,
+                wal.message_id_decoder,
+                await self._tail_start(),
+                until=first,
+                bound=self.params.config.idempotence_rebuild_timeout,
+            )
+            async with contextlib.aclosing(entries):
+                async for msg in entries:
+                    if msg.producer_id is not None and msg.sequence is not None:
+                        result = AppendResult(msg.message_id, msg.time_tick)
+                        self._table.record(msg.producer_id, msg.sequence, result)
+                        found += 1
+        except Exception as exc:  # a partial rebuild still answers what it found
+            _log.warning(
+                "channel %s: rebuilding the idempotence windows stopped early (%r): "
+                "retries of older appends may be appended again",
+                self._channel,
+                exc,
+            )
+        if found:
+            _log.info(
+                "channel %s: %d idempotent appends of %d producers read back from the log",
+                self._channel,
+                found,
+                len(self._table),
+            )
+
+    def on_persisted(self, msg: ImmutableMessage) -> None:
+        self._last_id = msg.message_id
+
+    async def do_append(self, msg: MutableMessage, append: AppendFunc) -> AppendResult:
+        producer_id, seq = msg.producer_id, msg.sequence
+        if producer_id is None or seq is None:
+            return await append(msg)
+        rebuild = self._rebuild
+        if rebuild is not None and not rebuild.done():
+            await asyncio.shield(rebuild)
+        while True:
+            decision = self._table.decide(producer_id, seq)
+            if decision.result is not None:
+                record_duplicate(self._channel)
+                return decision.result
+            if decision.pending is not None:
+                settled = await asyncio.shield(decision.pending)
+                if settled is not None:
+                    record_duplicate(self._channel)
+                    return settled
+                continue  # it failed: decide again
+            break
+        self._table.begin(producer_id, seq)
+        sent_after = self._last_id
+        result: AppendResult | None = None
+        unknown_after: MessageId | None = None
+        try:
+            if decision.look_after is not None:
+                result = await self._look_up(producer_id, seq, decision.look_after)
+                if result is not None:
+                    record_duplicate(self._channel)
+                    return result
+            result = await append(msg)
+            return result
+        except BaseException as exc:
+            if outcome_of(exc) is WriteOutcome.UNKNOWN:
+                unknown_after = decision.look_after or sent_after
+            raise
+        finally:
+            self._table.finish(producer_id, seq, result, unknown_after)
+
+    async def _look_up(self, producer_id: int, seq: int, after: MessageId) -> AppendResult | None:
+        """Where an earlier attempt of ``seq`` landed, if it did. Raises
+        :class:`~streamwal.errors.OutcomeUnknownError` if the log cannot be read (the
+        outcome stays unknown; the next retry looks again)."""
+        wal = await self.params.wal
+        entries = read_log(
+            self.params.backend,
+            wal.message_id_decoder,
+            DeliveryPolicy.start_after(after),
+            bound=_LOOKUP_BOUND_S,
+        )
+        try:
+            async with contextlib.aclosing(entries):
+                async for msg in entries:
+                    if msg.producer_id == producer_id and msg.sequence == seq:
+                        return AppendResult(msg.message_id, msg.time_tick)
+        except (StreamwalError, TimeoutError) as exc:
+            raise OutcomeUnknownError(
+                f"producer {producer_id} sequence {seq}: an earlier attempt has an unknown "
+                f"outcome and the log could not be read for it: {exc!r}"
+            ) from exc
+        return None
+
+    async def close(self) -> None:
+        if self._rebuild is not None and not self._rebuild.done():
+            self._rebuild.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._rebuild

@@ -1,0 +1,145 @@
+"""Idempotent produce and transactions through the node's gRPC API (unit: the real
+servicer and client over the in-process backend)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.node.channels import ChannelManager
+from streamwal.node.client import Consumed, NodeClient, policy
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.servicer import StreamingNodeServicer
+from streamwal.tso import LocalAllocator
+from streamwal.wal.message import decode
+from tests.wal.testkit import fast_config
+
+CHANNEL = "eos"
+
+
+class _Counter:
+    """A timestamp source: a plain counter."""
+
+    def __init__(self) -> None:
+        self._next = 1000
+
+    async def fetch(self, count: int) -> int:
+        self._next += count
+        return self._next - 1
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
+    store = MemoryLogStore()
+    opener = MemoryOpener(store)
+    source = _Counter()
+    channels = ChannelManager(opener, lambda: LocalAllocator(source), 1, fast_config())
+    server = grpc.aio.server()
+    pb_grpc.add_StreamingNodeServicer_to_server(StreamingNodeServicer(channels, opener), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}", store
+    finally:
+        await server.stop(None)
+        await channels.close()
+
+
+def _log(store: MemoryLogStore) -> list[tuple[int | None, int | None, bytes]]:
+    messages = [decode(raw, MemoryMessageId.from_bytes) for raw in store.entries(CHANNEL)]
+    return [(m.producer_id, m.sequence, m.payload) for m in messages if m.payload]
+
+
+async def _read(client: NodeClient, count: int) -> list[Consumed]:
+    got = client.consume(CHANNEL, policy("all"), vchannel="v", limit=count, timeout=5)
+    return [m async for m in got]
+
+
+async def test_a_retried_sequence_is_answered_with_the_first_result(
+    node: tuple[str, MemoryLogStore],
+) -> None:
+    address, store = node
+    async with NodeClient(address, tracing=False) as client:
+        await client.assign(CHANNEL)
+        first = await client.produce(CHANNEL, b"a")
+        again = await client.produce(CHANNEL, b"a", sequence=first.sequence)
+        assert (again.message_id, again.time_tick) == (first.message_id, first.time_tick)
+        assert _log(store) == [(first.producer_id, 0, b"a")]
+        with pytest.raises(grpc.aio.AioRpcError) as gap:
+            await client.produce(CHANNEL, b"b", sequence=5)
+        assert gap.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "skips ahead" in (gap.value.details() or "")
+
+
+async def test_a_lost_answer_is_retried_by_the_client_and_lands_once(
+    node: tuple[str, MemoryLogStore],
+) -> None:
+    address, store = node
+    async with NodeClient(address, tracing=False, retries=2) as client:
+        await client.assign(CHANNEL)
+        store.faults.lose_answers = 1
+        acked = await client.produce(CHANNEL, b"once")
+        assert _log(store) == [(acked.producer_id, 0, b"once")]
+        landed = store.entries(CHANNEL)[-1]
+        assert acked.message_id == landed.message_id.to_bytes()
+
+
+async def test_a_transaction_through_the_node(node: tuple[str, MemoryLogStore]) -> None:
+    address, _ = node
+    async with NodeClient(address, tracing=False) as client:
+        await client.assign(CHANNEL)
+        txn = await client.begin_txn(CHANNEL, "v", keepalive_s=30)
+        await client.produce(CHANNEL, b"t1", vchannel="v", txn_id=txn)
+        await client.keepalive_txn(CHANNEL, txn)
+        await client.produce(CHANNEL, b"t2", vchannel="v", txn_id=txn)
+        dropped = await client.begin_txn(CHANNEL, "v")
+        await client.produce(CHANNEL, b"never", vchannel="v", txn_id=dropped)
+        await client.rollback_txn(CHANNEL, dropped)
+        commit = await client.commit_txn(CHANNEL, txn)
+        read = await _read(client, 5)
+        assert [m.type for m in read[1:]] == ["BeginTxn", "Insert", "Insert", "CommitTxn"]
+        assert [m.payload for m in read if m.type == "Insert"] == [b"t1", b"t2"]
+        assert all(m.txn_id == txn for m in read[2:])
+        assert read[-1].message_id == commit.message_id
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await client.commit_txn(CHANNEL, txn)
+        assert ended.value.code() == grpc.StatusCode.ABORTED
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await client.produce(CHANNEL, b"x", type="committxn")
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_bad_numbers_and_unknown_transactions_get_typed_codes(
+    node: tuple[str, MemoryLogStore],
+) -> None:
+    address, store = node
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.StreamingNodeStub(channel)
+        async with NodeClient(address, tracing=False) as client:
+            await client.assign(CHANNEL)
+        before = len(store.entries(CHANNEL))
+        message = pb.Message(type="insert", payload=b"x")
+        cases = [
+            (stub.Produce(pb.ProduceRequest(pchannel=CHANNEL, message=message, sequence=1)),
+             grpc.StatusCode.INVALID_ARGUMENT),  # a sequence without a producer id
+            (stub.Produce(pb.ProduceRequest(pchannel=CHANNEL, message=message, txn_id=99)),
+             grpc.StatusCode.ABORTED),
+            (stub.CommitTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=0)), grpc.StatusCode.ABORTED),
+            (stub.KeepAliveTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=2**64 - 1)),
+             grpc.StatusCode.ABORTED),
+            (stub.BeginTxn(pb.BeginTxnRequest(pchannel=CHANNEL, keepalive_s=float("nan"))),
+             grpc.StatusCode.INVALID_ARGUMENT),
+            (stub.BeginTxn(pb.BeginTxnRequest(pchannel="nowhere")), grpc.StatusCode.NOT_FOUND),
+        ]  # fmt: skip
+        for call, code in cases:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == code, err.value.details()
+        assert len(store.entries(CHANNEL)) == before  # nothing written by any of them
