@@ -80,8 +80,11 @@ class TestCluster:
             await self.node(node_id, **cluster).start()
 
     async def restart(self, node_id: int) -> None:
-        """The same node (same file, same port) again, after it stopped."""
-        await self.nodes[node_id].start()
+        """The same node (same file, same port) again, after it stopped; its earlier
+        log is kept beside the new one, which start() reads for "ready"."""
+        process = self.nodes[node_id]
+        process.log_path.rename(process.log_path.with_suffix(f".{time.monotonic_ns()}.log"))
+        await process.start()
 
     async def view(self) -> ClusterView:
         return await read_view(self.store, self.keys)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -199,3 +200,33 @@ async def test_the_balancer_killed_mid_failover_is_replaced_and_its_term_writes_
     assert old_term in terms and view.term in terms, terms
     first_new = terms.index(view.term)
     assert all(term == view.term for term in terms[first_new:]), terms
+
+
+async def test_a_rolling_restart_under_writes_keeps_every_acknowledged_append_once(
+    make_cluster: Callable[..., TestCluster], stack: StackInfo
+) -> None:
+    cluster = make_cluster(3)
+    await cluster.start(1, 2, 3)
+    await cluster.wait_balanced()
+    async with ClusterClient([stack.etcd_endpoint], key_prefix=cluster.prefix) as client:
+        writers = {c: Writer(client, c) for c in cluster.channels}
+        for writer in writers.values():
+            writer.start()
+        began = time.monotonic()
+        for node_id in (1, 2, 3):
+            assert await cluster.nodes[node_id].stop(signal.SIGTERM) == 0
+            await cluster.restart(node_id)
+            await cluster.wait_balanced()
+        await asyncio.sleep(1.0)
+        for writer in writers.values():
+            await writer.stop()
+        assert client.moves_followed > 0
+    for channel, writer in writers.items():
+        gap = writer.max_gap(began)
+        print(f"rolling restart {channel}: {len(writer.acks)} acks, longest gap {gap:.2f}s")
+        assert not [f for f in writer.failures if f.outcome == "not-written"], channel
+        report = await verify_channel(
+            stack.pulsar_url, channel, acks=writer.acks, failures=writer.failures
+        )
+        assert report.ok, (channel, report.summary())
+        assert report.acks_checked == len(writer.acks)
