@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -230,3 +233,44 @@ async def test_a_rolling_restart_under_writes_keeps_every_acknowledged_append_on
         )
         assert report.ok, (channel, report.summary())
         assert report.acks_checked == len(writer.acks)
+
+
+def _cli(stack: StackInfo, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamwal.node.cli", "cluster", "--etcd", stack.etcd_endpoint]
+        + ["--prefix", prefix, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_operators_add_and_remove_channels_drain_a_node_and_read_the_status(
+    make_cluster: Callable[..., TestCluster], stack: StackInfo, unique: str
+) -> None:
+    cluster = make_cluster(2)
+    await cluster.start(1, 2)
+    await cluster.wait_balanced()
+    extra = f"cl-{unique}-extra"
+    added = await asyncio.to_thread(_cli, stack, cluster.prefix, "channels", "add", extra)
+    assert added.returncode == 0, added.stderr
+    cluster.channels.append(extra)
+    await cluster.wait_balanced()
+    drained = await asyncio.to_thread(_cli, stack, cluster.prefix, "drain", "1", "--timeout", "60")
+    assert drained.returncode == 0, drained.stderr
+    view = await cluster.view()
+    assert set(owners(view).values()) == {2}
+    assert all(view.serving(c) for c in cluster.channels)
+    status = await asyncio.to_thread(_cli, stack, cluster.prefix, "status", "--moves", "50")
+    assert status.returncode == 0, status.stderr
+    text = status.stdout
+    assert "draining" in text and cluster.nodes[1].address in text
+    for channel in cluster.channels:
+        assert re.search(rf"{channel}\s+node 2\s+serving", text), text
+    assert re.search(r" 1 -> 2\s+drain\s+term \d+\s+trace [0-9a-f]{32}", text), text
+    removed = await asyncio.to_thread(_cli, stack, cluster.prefix, "channels", "remove", extra)
+    assert removed.returncode == 0, removed.stderr
+    await cluster.wait_for("the removed channel unassigned", lambda v: extra not in v.assignments)
+    bad = await asyncio.to_thread(_cli, stack, cluster.prefix, "drain", "7")
+    assert bad.returncode == 1 and "node 7 is not a live member" in bad.stderr
