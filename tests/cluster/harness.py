@@ -60,6 +60,8 @@ class TestCluster:
             **cluster,
         }
         self.nodes: dict[int, NodeProcess] = {}
+        #: other sections every node's file gets (telemetry, say)
+        self.extra: dict[str, Any] = {}
         self.store = ClusterStore([stack.etcd_endpoint])
 
     def node(self, node_id: int, **cluster: Any) -> NodeProcess:
@@ -69,6 +71,7 @@ class TestCluster:
             "tso": {"mode": "in-process", "key_prefix": self.prefix, "lease_ttl_s": 2},
             "node": {"shutdown_grace_s": 15},
             "cluster": {**self.settings, **cluster},
+            **self.extra,
         }
         process = NodeProcess(self.workdir, node_id, settings)
         self.nodes[node_id] = process
