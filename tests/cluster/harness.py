@@ -8,22 +8,20 @@ oracle: killing the TSO leader is part of what a failover survives.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import etcd3
-import grpc
 from etcd3 import etcdrpc
 from etcd3 import utils as etcd3_utils
 
 from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
-from streamwal.node.outcome import write_outcome
-from streamwal.tools.acks import Ack, Failure, digest
+from streamwal.tools.cluster_run import ChannelWriter as Writer
+from streamwal.tools.cluster_run import balanced
 from streamwal.tools.stack import StackInfo
 from tests.node.processes import NodeProcess
 
@@ -117,13 +115,9 @@ class TestCluster:
     async def wait_balanced(self, timeout: float = 90.0) -> ClusterView:
         """Every channel serving and every live node within one channel of the others."""
 
-        def settled(view: ClusterView) -> bool:
-            if not (set(self.channels) <= set(view.assignments)):
-                return False
-            counts = [sum(1 for a in view.assignments.values() if a.node == n) for n in view.nodes]
-            return max(counts) - min(counts) <= 1 and all(view.serving(c) for c in self.channels)
-
-        return await self.wait_for("balanced and serving", settled, timeout)
+        return await self.wait_for(
+            "balanced and serving", lambda v: balanced(v, self.channels), timeout
+        )
 
     async def close(self) -> None:
         for process in self.nodes.values():
@@ -133,49 +127,6 @@ class TestCluster:
 
 def owners(view: ClusterView) -> dict[str, int]:
     return {c: a.node for c, a in view.assignments.items()}
-
-
-class Writer:
-    """Appends unique payloads to one channel through a client until stopped,
-    recording acknowledgements and failures for the history checker."""
-
-    def __init__(self, client: Any, channel: str) -> None:
-        self.client = client
-        self.channel = channel
-        self.acks: list[Ack] = []
-        self.failures: list[Failure] = []
-        self.ack_times: list[float] = []
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        seq = 0
-        while not self._stop.is_set():
-            payload = f"{self.channel}-{seq}".encode()
-            seq += 1
-            try:
-                acked = await self.client.produce(self.channel, payload)
-            except grpc.aio.AioRpcError as exc:
-                self.failures.append(Failure(digest(payload), write_outcome(exc).value))
-                continue
-            self.acks.append(Ack(acked.message_id, acked.time_tick, digest(payload)))
-            self.ack_times.append(time.monotonic())
-            await asyncio.sleep(0.01)
-
-    async def stop(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await asyncio.wait_for(self._task, 60)
-
-    def first_ack_after(self, moment: float) -> float | None:
-        return next((t for t in self.ack_times if t > moment), None)
-
-    def max_gap(self, since: float) -> float:
-        times = [since, *[t for t in self.ack_times if t > since]]
-        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 def put_history(
