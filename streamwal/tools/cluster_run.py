@@ -23,7 +23,26 @@ from streamwal.tools.acks import Ack, Failure, digest
 from streamwal.tools.bench.node_process import BenchNode
 from streamwal.tools.bench.target import BenchTarget
 
-__all__ = ["ChannelWriter", "LocalCluster", "balanced"]
+__all__ = ["ChannelWriter", "LocalCluster", "balanced", "wait_for_view"]
+
+
+async def wait_for_view(
+    store: ClusterStore,
+    keys: ClusterKeys,
+    what: str,
+    check: Callable[[ClusterView], bool],
+    timeout: float,
+) -> ClusterView:
+    """The first view of the cluster ``check`` accepts, read every 0.1 s; TimeoutError
+    naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = await read_view(store, keys)
+        if check(view):
+            return view
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:g}s; last view: {view}")
+        await asyncio.sleep(0.1)
 
 
 def balanced(view: ClusterView, channels: Iterable[str]) -> bool:
@@ -116,14 +135,7 @@ class LocalCluster:
     async def wait_for(
         self, what: str, check: Callable[[ClusterView], bool], timeout: float = 90.0
     ) -> ClusterView:
-        deadline = time.monotonic() + timeout
-        while True:
-            view = await self.view()
-            if check(view):
-                return view
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: not within {timeout:g}s")
-            await asyncio.sleep(0.1)
+        return await wait_for_view(self.store, self.keys, what, check, timeout)
 
     async def wait_balanced(self, timeout: float = 90.0) -> ClusterView:
         return await self.wait_for(

@@ -7,7 +7,6 @@ oracle: killing the TSO leader is part of what a failover survives.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,7 +20,7 @@ from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.tools.cluster_run import ChannelWriter as Writer
-from streamwal.tools.cluster_run import balanced
+from streamwal.tools.cluster_run import balanced, wait_for_view
 from streamwal.tools.stack import StackInfo
 from tests.node.processes import NodeProcess
 
@@ -93,14 +92,7 @@ class TestCluster:
     async def wait_for(
         self, what: str, check: Callable[[ClusterView], bool], timeout: float = 60.0
     ) -> ClusterView:
-        deadline = time.monotonic() + timeout
-        while True:
-            view = await self.view()
-            if check(view):
-                return view
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: not within {timeout}s; last view: {view}")
-            await asyncio.sleep(0.1)
+        return await wait_for_view(self.store, self.keys, what, check, timeout)
 
     async def wait_all_serving(self, timeout: float = 60.0) -> ClusterView:
         return await self.wait_for(

@@ -98,7 +98,9 @@ async def _kill_one(
     deadline = killed_at + _FIRST_APPEND_TIMEOUT_S
     while any(writers[c].first_ack_after(killed_at) is None for c in moved):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"channels of node {victim} took no append in {_FIRST_APPEND_TIMEOUT_S:g}s")
+            raise TimeoutError(
+                f"channels of node {victim} took no append in {_FIRST_APPEND_TIMEOUT_S:g}s"
+            )
         await asyncio.sleep(0.05)
     firsts = [writers[c].first_ack_after(killed_at) for c in moved]
     await cluster.wait_for(f"node {victim} gone", lambda v: victim not in v.nodes)
