@@ -4,7 +4,9 @@ The owner comes from etcd (``assign/<channel>``, then the owner's ``nodes/<id>``
 record) and is cached. An append the node answered FAILED_PRECONDITION (fenced: the
 channel moved), NOT_FOUND (not, or no longer, open there) or UNAVAILABLE (node down
 or stopping) and *not written* drops the cached owner, looks it up again and tries
-again, backing off from 50 ms to 1 s, for at most ``retry_for_s``. An append whose
+again, backing off from 50 ms to ``max_backoff_s`` (0.5 s: a failover's end is seen
+within half a second, at two etcd reads a second per waiting channel), for at most
+``retry_for_s``. An append whose
 outcome is unknown is never retried (a second try could write it twice): it raises,
 and the caller decides; so every acknowledged append is in the log once.
 """
@@ -50,6 +52,7 @@ class ClusterClient:
         key_prefix: str = "/streamwal",
         tls: ClientTLS | None = None,
         retry_for_s: float = 30.0,
+        max_backoff_s: float = 0.5,
         timeout: float = 10.0,
         tracing: bool = True,
         etcd_user: str | None = None,
@@ -65,6 +68,7 @@ class ClusterClient:
         self._keys = ClusterKeys(key_prefix)
         self._tls = tls
         self._retry_for = retry_for_s
+        self._max_backoff = max_backoff_s
         self._timeout = timeout
         self._tracing = tracing
         self._owners: dict[str, str] = {}
@@ -155,4 +159,4 @@ class ClusterClient:
             self.moves_followed += 1
             refresh = True
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, self._max_backoff)

@@ -16,6 +16,7 @@ from streamwal.tools.chaos.scenarios import (
     broker,
     checkpoints,
     clock,
+    cluster,
     etcd,
     kill,
     network,
@@ -118,6 +119,32 @@ SCENARIOS: dict[str, Scenario] = {
             60.0,
             "broker with Pulsar's default policies; the owner killed, the channel left "
             "ownerless past the inactive-topic window, then reopened",
+        ),
+        Scenario(
+            "cluster-kill-9",
+            cluster.run_kill,
+            6,
+            2,
+            25.0,
+            "self-managing cluster: SIGKILL of a channel owner under writes through "
+            "ClusterClient; the balancer moves its channels",
+        ),
+        Scenario(
+            "cluster-zombie",
+            cluster.run_zombie,
+            3,
+            1,
+            25.0,
+            "self-managing cluster: one node's etcd link blackholed (broker link up); "
+            "it keeps appending until the new owner fences it",
+        ),
+        Scenario(
+            "cluster-etcd-restart",
+            cluster.run_etcd_restart,
+            3,
+            1,
+            30.0,
+            "self-managing cluster on a private etcd restarted within the lease: no channel moves",
         ),
     )
 }
