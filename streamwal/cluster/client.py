@@ -1,12 +1,13 @@
 """``ClusterClient``: append to a channel wherever the cluster placed it.
 
 The owner comes from etcd (``assign/<channel>``, then the owner's ``nodes/<id>``
-record) and is cached. An append the node answered FAILED_PRECONDITION (fenced: the
-channel moved), NOT_FOUND (not, or no longer, open there) or UNAVAILABLE (node down
-or stopping) and *not written* drops the cached owner, looks it up again and tries
-again, backing off from 50 ms to ``max_backoff_s`` (0.5 s: a failover's end is seen
-within half a second, at two etcd reads a second per waiting channel), for at most
-``retry_for_s``. An append whose
+record), or, for a client given ``nodes`` instead of etcd endpoints, from any of
+those nodes' ``ClusterRouting`` service; either way it is cached. An append the node
+answered FAILED_PRECONDITION (fenced: the channel moved), NOT_FOUND (not, or no
+longer, open there) or UNAVAILABLE (node down or stopping) and *not written* drops
+the cached owner, looks it up again and tries again, backing off from 50 ms to
+``max_backoff_s`` (0.5 s: a failover's end is seen within half a second, at two
+look-ups a second per waiting channel), for at most ``retry_for_s``. An append whose
 outcome is unknown is never retried (a second try could write it twice): it raises,
 and the caller decides; so every acknowledged append is in the log once.
 """
@@ -20,12 +21,19 @@ from types import TracebackType
 
 import grpc
 
+from streamwal.cluster.proto import routing_pb2 as routing_pb
+from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.cluster.records import Assignment, ClusterKeys, NodeRecord, decode
 from streamwal.cluster.store import ClusterStore
-from streamwal.errors import ChannelNotFoundError, WriteOutcome
+from streamwal.errors import (
+    ChannelNotFoundError,
+    InvalidInputError,
+    UnavailableError,
+    WriteOutcome,
+)
 from streamwal.node.client import Acked, NodeClient
 from streamwal.node.outcome import write_outcome
-from streamwal.tso.tls import ClientTLS
+from streamwal.tso.tls import ClientTLS, open_channel
 
 __all__ = ["ClusterClient"]
 
@@ -39,7 +47,8 @@ _FOLLOW = frozenset(
 
 
 class ClusterClient:
-    """``async with ClusterClient(etcd_endpoints, key_prefix=...) as client``.
+    """``async with ClusterClient(etcd_endpoints, key_prefix=...) as client``, or
+    ``ClusterClient(nodes=[address, ...])`` to look owners up through the nodes.
 
     Safe to use from many tasks at once; one gRPC channel per node is shared.
     ``moves_followed`` counts the look-ups a refused append caused.
@@ -47,8 +56,9 @@ class ClusterClient:
 
     def __init__(
         self,
-        etcd_endpoints: Sequence[str],
+        etcd_endpoints: Sequence[str] = (),
         *,
+        nodes: Sequence[str] = (),
         key_prefix: str = "/streamwal",
         tls: ClientTLS | None = None,
         retry_for_s: float = 30.0,
@@ -58,13 +68,19 @@ class ClusterClient:
         etcd_user: str | None = None,
         etcd_password: str | None = None,
     ) -> None:
-        self._store = ClusterStore(
-            etcd_endpoints,
-            request_timeout_s=1.0,
-            unavailable_after_s=3.0,
-            user=etcd_user,
-            password=etcd_password,
-        )
+        if bool(etcd_endpoints) == bool(nodes):
+            raise InvalidInputError("ClusterClient: give either etcd_endpoints or nodes")
+        self._store: ClusterStore | None = None
+        if etcd_endpoints:
+            self._store = ClusterStore(
+                etcd_endpoints,
+                request_timeout_s=1.0,
+                unavailable_after_s=3.0,
+                user=etcd_user,
+                password=etcd_password,
+            )
+        self._routers = list(nodes)
+        self._router_channels: dict[str, grpc.aio.Channel] = {}
         self._keys = ClusterKeys(key_prefix)
         self._tls = tls
         self._retry_for = retry_for_s
@@ -88,20 +104,29 @@ class ClusterClient:
         await self.close()
 
     async def start(self) -> None:
-        await self._store.start()
+        if self._store is not None:
+            await self._store.start()
 
     async def close(self) -> None:
         nodes, self._nodes = self._nodes, {}
         for node in nodes.values():
             with contextlib.suppress(Exception):
                 await node.close()
-        await self._store.close()
+        routers, self._router_channels = self._router_channels, {}
+        for channel in routers.values():
+            await channel.close()
+        if self._store is not None:
+            await self._store.close()
 
     async def owner(self, channel: str, *, refresh: bool = False) -> str:
         """The address of the node that owns ``channel``; :class:`ChannelNotFoundError`
         while it has no live owner."""
         if not refresh and channel in self._owners:
             return self._owners[channel]
+        if self._store is None:
+            address = await self._route(channel)
+            self._owners[channel] = address
+            return address
         raw = await self._store.get(self._keys.assign + channel)
         if raw is None:
             raise ChannelNotFoundError(channel)
@@ -112,6 +137,27 @@ class ClusterClient:
         address = decode(NodeRecord, raw_node).address
         self._owners[channel] = address
         return address
+
+    async def _route(self, channel: str) -> str:
+        """Ask the nodes in turn, starting with the last one that answered."""
+        last: BaseException | None = None
+        for address in list(self._routers):
+            rpc = self._router_channels.get(address)
+            if rpc is None:
+                rpc = self._router_channels[address] = open_channel(address, self._tls)
+            try:
+                answer = await routing_grpc.ClusterRoutingStub(rpc).LookupChannel(
+                    routing_pb.LookupChannelRequest(pchannel=channel), timeout=self._timeout
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    raise ChannelNotFoundError(channel) from None
+                last = exc
+                self._routers.remove(address)
+                self._routers.append(address)  # ask it last next time
+                continue
+            return str(answer.address)
+        raise UnavailableError(f"no node answered a look-up of {channel!r}: {last}")
 
     def _node(self, address: str) -> NodeClient:
         node = self._nodes.get(address)
@@ -145,7 +191,7 @@ class ClusterClient:
                 return await self._node(address).produce(
                     channel, payload, type=type, vchannel=vchannel, properties=properties
                 )
-            except ChannelNotFoundError:
+            except (ChannelNotFoundError, UnavailableError):
                 if loop.time() + delay > deadline:
                     raise
             except grpc.aio.AioRpcError as exc:

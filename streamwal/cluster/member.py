@@ -20,7 +20,7 @@ from streamwal.cluster.follower import Follower
 from streamwal.cluster.membership import Session
 from streamwal.cluster.records import ClusterKeys, Drain, NodeRecord, encode, now_ms
 from streamwal.cluster.store import ClusterStore
-from streamwal.cluster.view import read_view
+from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import ClosedError, UnavailableError
 from streamwal.node.channels import ChannelManager
 
@@ -60,6 +60,11 @@ class ClusterMember:
                 interval_s=settings.round_interval_s,
             )
         self._closed = False
+
+    @property
+    def latest_view(self) -> ClusterView | None:
+        """The follower's last reading of the cluster (``None`` before the first)."""
+        return self._follower.last_view
 
     @property
     def balancer_term(self) -> int:

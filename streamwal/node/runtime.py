@@ -37,6 +37,7 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 from streamwal import __version__
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.cluster.member import ClusterMember
+from streamwal.cluster.routing import add_routing_servicer
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import ClosedError, NotLeaderError, UnavailableError
 from streamwal.node.channels import ChannelManager
@@ -206,11 +207,15 @@ class Node:
                 StreamingNodeServicer(self._channels, self._opener), self._server
             )
             health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+            if cfg.cluster.enabled:
+                cluster = self._cluster = self._cluster_member()
+                add_routing_servicer(self._server, lambda: cluster.latest_view)
+            else:
+                add_routing_servicer(self._server, None)
             await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
             await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
             await self._server.start()
-            if cfg.cluster.enabled:
-                self._cluster = self._cluster_member()
+            if self._cluster is not None:
                 await self._cluster.start()
         except BaseException:
             await self.close()

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from streamwal.cluster import ClusterClient
+from streamwal.cluster.operations import drain_node
 from streamwal.cluster.records import Assignment, ClusterKeys, MoveReason, decode
 from streamwal.cluster.store import ClusterStore
-from streamwal.errors import DeposedError
+from streamwal.errors import ChannelNotFoundError, DeposedError, UnavailableError
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.verify import verify_channel
 from tests.cluster.harness import (
@@ -276,3 +277,50 @@ async def test_operators_add_and_remove_channels_drain_a_node_and_read_the_statu
     await cluster.wait_for("the removed channel unassigned", lambda v: extra not in v.assignments)
     bad = await asyncio.to_thread(_cli, stack, cluster.prefix, "drain", "7")
     assert bad.returncode == 1 and "node 7 is not a live member" in bad.stderr
+
+
+async def test_a_client_without_etcd_follows_its_channels_through_the_nodes_routing(
+    make_cluster: Callable[..., TestCluster], stack: StackInfo, unique: str
+) -> None:
+    cluster = make_cluster(2)
+    await cluster.start(1, 2)
+    view = await cluster.wait_balanced()
+    addresses = [p.address for p in cluster.nodes.values()]
+    async with ClusterClient(nodes=addresses) as client:
+        for channel in cluster.channels:
+            assert await client.owner(channel) == view.owner_address(channel)
+        with pytest.raises(ChannelNotFoundError):
+            await client.owner(f"cl-{unique}-unknown")
+        writers = {c: Writer(client, c) for c in cluster.channels}
+        for writer in writers.values():
+            writer.start()
+        await asyncio.sleep(1.0)
+        view = await drain_node(cluster.store, cluster.keys, 1, timeout_s=60)
+        await asyncio.sleep(1.0)
+        for writer in writers.values():
+            await writer.stop()
+        assert set(owners(view).values()) == {2}
+        assert client.moves_followed > 0
+    for channel, writer in writers.items():
+        report = await verify_channel(
+            stack.pulsar_url, channel, acks=writer.acks, failures=writer.failures
+        )
+        assert report.ok and report.acks_checked == len(writer.acks) > 0, report.summary()
+
+
+async def test_a_node_outside_a_cluster_says_so_to_a_routing_look_up(
+    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
+) -> None:
+    settings = {
+        "pulsar": {"service_url": stack.pulsar_url},
+        "etcd": {"endpoints": [stack.etcd_endpoint]},
+        "tso": {"key_prefix": etcd_prefix("noncluster")},
+    }
+    node = NodeProcess(tmp_path, 1, settings)
+    try:
+        await node.start()
+        async with ClusterClient(nodes=[node.address], retry_for_s=0.5) as client:
+            with pytest.raises(UnavailableError, match="not a cluster member"):
+                await client.owner("any")
+    finally:
+        await node.terminate()
