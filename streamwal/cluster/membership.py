@@ -2,7 +2,9 @@
 
 The lease is the node's liveness for everyone else: killed, partitioned or hung, the
 node stops renewing and etcd drops its record after the TTL. A clean stop revokes it,
-so the node is gone at once. A node id held by another live lease is refused at start
+so the node is gone at once. A node id held by another lease is waited for, one TTL
+and a second at most: a node restarted right after a crash finds its previous
+lease still running out; one still held then belongs to a live node and is refused
 (:class:`DuplicateNodeError`). If the lease is lost while the process lives (etcd cut
 off for longer than the TTL), the session registers again on a new lease once etcd
 answers; meanwhile the balancer may have moved the node's channels, and the fence
@@ -55,7 +57,16 @@ class Session:
     async def start(self) -> None:
         if self._closed:
             raise ClosedError("session is closed")
-        await self._register()
+        deadline = time.monotonic() + self._ttl + 1.0
+        while True:
+            try:
+                await self._register()
+                break
+            except DuplicateNodeError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                _log.info("cluster: %s; waiting for its lease to run out", exc)
+                await asyncio.sleep(0.5)
         self._task = asyncio.create_task(self._keep_alive(), name="cluster-session")
 
     async def _register(self) -> None:

@@ -324,3 +324,19 @@ async def test_a_node_outside_a_cluster_says_so_to_a_routing_look_up(
                 await client.owner("any")
     finally:
         await node.terminate()
+
+
+async def test_a_node_restarted_right_after_a_crash_waits_for_its_old_lease(
+    make_cluster: Callable[..., TestCluster],
+) -> None:
+    ttl = 8  # longer than a node's start-up: the old lease is still running then
+    cluster = make_cluster(0, lease_ttl_s=ttl)
+    await cluster.start(1)
+    before = (await cluster.view()).nodes[1]
+    await cluster.nodes[1].kill()
+    started = time.monotonic()
+    await cluster.restart(1)
+    assert time.monotonic() - started < ttl + 15  # start-up included
+    after = (await cluster.view()).nodes[1]
+    assert after.started_at_ms > before.started_at_ms
+    assert "waiting for its lease to run out" in cluster.nodes[1].log_text()
