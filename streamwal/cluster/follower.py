@@ -98,10 +98,11 @@ class Follower:
             self._opening[channel] = asyncio.create_task(
                 self._open(assignment, revision), name=f"cluster-open-{channel}"
             )
-        for channel in list(self._followed):
+        # an open still running counts too: finishing it would fence the new owner
+        for channel in set(self._followed) | set(self._opening):
             if channel in mine:
                 continue
-            del self._followed[channel]
+            self._followed.pop(channel, None)
             task = self._opening.pop(channel, None)
             if task is not None:
                 task.cancel()
