@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("streamwal/tso", "streamwal/node")
+PACKAGES = ("streamwal/tso", "streamwal/node", "streamwal/cluster")
 
 
 def protos() -> list[Path]:

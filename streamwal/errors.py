@@ -23,6 +23,8 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "DecodeError",
+    "DeposedError",
+    "DuplicateNodeError",
     "EvictedError",
     "ExclusivityNotEnforcedError",
     "InvalidInputError",
@@ -308,3 +310,22 @@ class TransactionAbortedError(TransactionError):
     def __init__(self, txn_id: int, reason: str) -> None:
         self.reason = reason
         super().__init__(txn_id, f"aborted: {reason}")
+
+
+class DuplicateNodeError(StreamwalError):
+    """A live node already holds this node id in the cluster; a second one would share
+    its assignments. Stop the other node, or give this one another ``node.id``."""
+
+    def __init__(self, node_id: int, holder: str) -> None:
+        self.node_id = node_id
+        self.holder = holder
+        super().__init__(f"node id {node_id} is already registered by a live node ({holder})")
+
+
+class DeposedError(StreamwalError):
+    """This balancer's term ended (its lease expired or a newer term began): the write
+    was refused and nothing it decides may be applied any more."""
+
+    def __init__(self, term: int) -> None:
+        self.term = term
+        super().__init__(f"balancer term {term} is over; its assignment was not written")

@@ -26,6 +26,7 @@ _COMMAND_MODULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("streamwal.node.serve", ("serve",), "node"),
     ("streamwal.tso.cli", ("tso",), "node"),
     ("streamwal.node.channel_status", ("channel",), "node"),
+    ("streamwal.cluster.cli", ("cluster",), "node"),
     ("streamwal.tools.stack.cli", ("stack",), "tools"),
     ("streamwal.tools.demo", ("demo",), "tools"),
     ("streamwal.tools.verify", ("verify",), "tools"),

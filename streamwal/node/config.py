@@ -31,6 +31,7 @@ import platformdirs
 import yaml
 
 from streamwal.adaptors.pulsar.config import PulsarConfig
+from streamwal.cluster.config import ClusterSettings
 from streamwal.errors import ConfigError
 from streamwal.tso.config import TsoConfig
 from streamwal.wal.config import WALConfig
@@ -290,10 +291,22 @@ class NodeConfig:
     #: the library's config: the section's keys are its fields (see WALConfig)
     wal: WALConfig = field(default_factory=WALConfig)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    #: membership, balancing and failover through etcd (off: channels are assigned by RPC)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     def __post_init__(self) -> None:
-        for section in (self.node, self.etcd, self.tso, self.telemetry):
+        for section in (self.node, self.etcd, self.tso, self.telemetry, self.cluster):
             section.check()
+        if (
+            self.cluster.enabled
+            and not self.node.advertise_address
+            and _is_wildcard(self.node.listen)
+        ):
+            raise ConfigError(
+                "node.advertise_address",
+                "a cluster node publishes its address for clients and must not advertise "
+                f"a wildcard ({self.node.listen!r}): set the host:port clients reach it at",
+            )
         tso_config(self.etcd, self.tso)  # the oracle's own validation, at load
         if self.tso.mode == "in-process":
             self._check_in_process_tls()

@@ -1,7 +1,9 @@
 """One streaming node: TSO access, the Pulsar opener, its channels and its gRPC server.
 
 Start order: TSO (in-process oracle campaigns, or a remote allocator), the backend
-opener, the gRPC server. Stop order (bounded at each step): health NOT_SERVING and
+opener, the gRPC server, then with ``cluster.enabled`` the node's cluster membership
+(:mod:`streamwal.cluster`). Stop order (bounded at each step): a cluster node first
+drains itself and leaves (its channels move while it still serves them); health NOT_SERVING and
 stop accepting; let in-flight RPCs finish within the grace period; close every WAL
 (each waits for its in-flight appends); close the opener; close the TSO.
 
@@ -32,7 +34,11 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
+from streamwal import __version__
 from streamwal.adaptors.pulsar import PulsarOpener
+from streamwal.cluster.member import ClusterMember
+from streamwal.cluster.routing import add_routing_servicer
+from streamwal.cluster.store import ClusterStore
 from streamwal.errors import ClosedError, NotLeaderError, UnavailableError
 from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
@@ -129,6 +135,7 @@ class Node:
         self._remote: RemoteSource | None = None
         self._opener: PulsarOpener | None = None
         self._channels: ChannelManager | None = None
+        self._cluster: ClusterMember | None = None
         self._server: grpc.aio.Server | None = None
         self._health = HealthService()
         self._port = 0
@@ -200,9 +207,16 @@ class Node:
                 StreamingNodeServicer(self._channels, self._opener), self._server
             )
             health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+            if cfg.cluster.enabled:
+                cluster = self._cluster = self._cluster_member()
+                add_routing_servicer(self._server, lambda: cluster.latest_view)
+            else:
+                add_routing_servicer(self._server, None)
             await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
             await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
             await self._server.start()
+            if self._cluster is not None:
+                await self._cluster.start()
         except BaseException:
             await self.close()
             raise
@@ -212,6 +226,16 @@ class Node:
             f"{cfg.node.listen.rpartition(':')[0]}:{self._port}",
             self.address,
             cfg.tso.mode,
+        )
+
+    def _cluster_member(self) -> ClusterMember:
+        return ClusterMember(
+            self.config.cluster,
+            ClusterStore.from_settings(self.config.etcd),
+            node_id=self.config.node.id,
+            address=self.address,
+            version=__version__,
+            channels=self.channels,
         )
 
     async def _start_oracle(self, server: grpc.aio.Server) -> None:
@@ -243,6 +267,9 @@ class Node:
             return
         self._closed = True
         grace = self.config.node.shutdown_grace_s if grace is None else grace
+        if self._cluster is not None:
+            # still serving: the channels move while clients can reach them here
+            await self._cluster.leave(grace)
         await self._health.enter_graceful_shutdown()
         if self._server is not None:
             await self._server.stop(grace)

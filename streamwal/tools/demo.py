@@ -72,12 +72,22 @@ _TRACE_WAIT_S = 20.0
 
 def register(sub: Any) -> None:
     demo = sub.add_parser("demo", help="start the local stack and run the two-node demo")
+    demo.add_argument(
+        "--cluster",
+        action="store_true",
+        help="three node processes that run themselves: kill a channel's owner, show "
+        "the failover's trace and duration",
+    )
     demo.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     # the demo's own narration goes to stdout; keep library logs to warnings
     logging.getLogger().setLevel(logging.WARNING)
+    if args.cluster:
+        from streamwal.tools.demo_cluster import cluster_demo  # it imports this module
+
+        return asyncio.run(cluster_demo())
     return asyncio.run(_demo())
 
 

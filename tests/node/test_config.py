@@ -175,6 +175,20 @@ _INVALID = [
     ),
     ("telemetry:\n  tracing: sometimes\n", "telemetry.tracing"),
     ("telemetry:\n  log_level: LOUD\n", "telemetry.log_level"),
+    ("cluster:\n  enabled: maybe\n", "cluster.enabled"),
+    ("cluster:\n  key_prefix: streamwal/\n", "cluster.key_prefix"),
+    ("cluster:\n  lease_ttl_s: 0\n", "cluster.lease_ttl_s"),
+    ("cluster:\n  grace_period_s: -1\n", "cluster.grace_period_s"),
+    ("cluster:\n  balancer: often\n", "cluster.balancer"),
+    ("cluster:\n  channels: ['ok', 'not ok']\n", "cluster.channels[1]"),
+    ("cluster:\n  max_moves_per_round: 0\n", "cluster.max_moves_per_round"),
+    ("cluster:\n  round_interval_s: 0\n", "cluster.round_interval_s"),
+    ("cluster:\n  poll_interval_s: -0.1\n", "cluster.poll_interval_s"),
+    (
+        "node:\n  listen: 0.0.0.0:7000\ntso:\n  mode: remote\n  remote_addresses: [h:1]\n"
+        "cluster:\n  enabled: true\n",
+        "node.advertise_address",
+    ),
     ("surprise:\n  a: 1\n", "surprise"),
     ("- just\n- a list\n", "config"),
 ]

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -67,8 +68,9 @@ class BenchNode:
         log_path: Path,
         node_id: int = 1,
         ready_timeout_s: float = 60.0,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
-        self._env = _environment(target, node_id, key_prefix)
+        self._env = {**_environment(target, node_id, key_prefix), **(extra_env or {})}
         self.log_path = log_path
         self._ready_timeout_s = ready_timeout_s
         self._proc: asyncio.subprocess.Process | None = None
@@ -122,6 +124,16 @@ class BenchNode:
                 )
             await asyncio.sleep(0.1)
         return found.group(1).decode()
+
+    async def kill(self) -> None:
+        """SIGKILL, as a crash would end it (failover suites)."""
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.kill()
+            self.exit_code = await self._proc.wait()
+
+    async def stop(self) -> None:
+        """SIGTERM and wait (SIGKILL if it hangs), as leaving the block does."""
+        await self._stop()
 
     async def _stop(self) -> None:
         proc = self._proc

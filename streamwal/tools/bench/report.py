@@ -293,6 +293,29 @@ def _exactly_once_md(r: dict[str, Any]) -> list[str]:
     return [*lines, *_table(txn_header, txn_rows)]
 
 
+def _failover_md(r: dict[str, Any]) -> list[str]:
+    lines = [
+        f"{r['nodes']} nodes, {r['channels']} channels written through ClusterClient; "
+        f"{r['kills']} kills (SIGKILL), lease TTL {r['lease_ttl_s']} s, grace {r['grace_s']:g} s; "
+        f"bound TTL + grace + 2 s = {r['bound_s']:g} s.",
+        "",
+    ]
+    lines += _table(
+        ["ms", "n", "p50", "p90", "p99", "max"],
+        [
+            _dist_rows("kill to first append on the new owner", r["kill_to_first_append"]),
+            _dist_rows("rolling restart: longest gap per channel", r["rolling_restart_gap"]),
+        ],
+    )
+    lines += [
+        f"Within the bound: {r['within_bound']} of {r['kill_to_first_append'].get('n', 0)}. "
+        f"{r['acks']} appends acknowledged, {r['unknown_outcomes']} with an unknown outcome; "
+        f"history checker: {r['history_violations']} violations.",
+        "",
+    ]
+    return lines
+
+
 _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "append": ("Append: WAL vs raw producer", _append_md),
     "open": ("Open to ready", _open_md),
@@ -302,6 +325,7 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "tso": ("TSO", _tso_md),
     "node": ("Through the node (gRPC)", _node_md),
     "exactly-once": ("Exactly once: idempotent appends, transactions", _exactly_once_md),
+    "failover": ("Failover in a self-managing cluster", _failover_md),
 }
 
 

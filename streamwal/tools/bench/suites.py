@@ -14,6 +14,7 @@ from typing import Any
 from streamwal.tools.bench.append import DEFAULT_CONCURRENCY, DEFAULT_PAYLOADS, run_append_bench
 from streamwal.tools.bench.channels import DEFAULT_CHANNELS, run_channels_bench
 from streamwal.tools.bench.exactly_once import DEFAULT_EOS_CONCURRENCY, run_exactly_once_bench
+from streamwal.tools.bench.failover import run_failover_bench
 from streamwal.tools.bench.node import (
     DEFAULT_NODE_CONCURRENCY,
     DEFAULT_NODE_PAYLOADS,
@@ -206,6 +207,27 @@ async def _exactly_once(target: BenchTarget, a: argparse.Namespace) -> dict[str,
     )
 
 
+def _failover_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=int, default=3, help="node processes")
+    p.add_argument("--channels", type=int, default=6, help="channels written")
+    p.add_argument("--kills", type=int, default=20, help="nodes killed, one after another")
+    p.add_argument("--lease-ttl", type=int, default=2, help="cluster.lease_ttl_s")
+    p.add_argument("--grace", type=float, default=1.0, help="cluster.grace_period_s")
+    p.add_argument("--no-rolling", action="store_true", help="skip the rolling restart")
+
+
+async def _failover(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_failover_bench(
+        target,
+        nodes=a.nodes,
+        channels=a.channels,
+        kills=a.kills,
+        lease_ttl_s=a.lease_ttl,
+        grace_s=a.grace,
+        rolling=not a.no_rolling,
+    )
+
+
 SUITES: dict[str, Suite] = {
     s.name: s
     for s in (
@@ -235,6 +257,12 @@ SUITES: dict[str, Suite] = {
             "idempotent vs plain appends; committed transactions/s",
             _exactly_once_args,
             _exactly_once,
+        ),
+        Suite(
+            "failover",
+            "a self-managing cluster: kill-to-first-append, rolling restart write gap",
+            _failover_args,
+            _failover,
         ),
     )
 }

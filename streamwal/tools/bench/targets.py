@@ -88,12 +88,27 @@ def _tso(result: dict[str, Any]) -> list[Target]:
     ]
 
 
+def _failover(result: dict[str, Any]) -> list[Target]:
+    bound_ms = result["bound_s"] * 1000
+    return [
+        _check(
+            "failover",
+            "kill to first append p99 (ms), TTL + grace + 2 s",
+            result["kill_to_first_append"].get("p99_ms"),
+            "<=",
+            bound_ms,
+        ),
+        _check("failover", "history violations", result["history_violations"], "<=", 0),
+    ]
+
+
 _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "append": _append,
     "open": _open,
     "takeover": _takeover,
     "channels": _channels,
     "tso": _tso,
+    "failover": _failover,
 }
 
 

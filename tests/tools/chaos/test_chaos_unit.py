@@ -80,6 +80,9 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "stock-broker",
         "checkpoints",
         "exactly-once",
+        "cluster-kill-9",
+        "cluster-zombie",
+        "cluster-etcd-restart",
     }
     assert SCENARIOS["takeover-race"].rounds == 50
     assert SCENARIOS["takeover-race"].quick_rounds == 10

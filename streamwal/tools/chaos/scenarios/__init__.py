@@ -16,6 +16,7 @@ from streamwal.tools.chaos.scenarios import (
     broker,
     checkpoints,
     clock,
+    cluster,
     etcd,
     exactly_once,
     kill,
@@ -128,6 +129,32 @@ SCENARIOS: dict[str, Scenario] = {
             15.0,
             "idempotent retries and transactions through lost answers, takeovers and "
             "kill -9 of the owner: no duplicate, no partial or uncommitted transaction",
+        ),
+        Scenario(
+            "cluster-kill-9",
+            cluster.run_kill,
+            6,
+            2,
+            25.0,
+            "self-managing cluster: SIGKILL of a channel owner under writes through "
+            "ClusterClient; the balancer moves its channels",
+        ),
+        Scenario(
+            "cluster-zombie",
+            cluster.run_zombie,
+            3,
+            1,
+            25.0,
+            "self-managing cluster: one node's etcd link blackholed (broker link up); "
+            "it keeps appending until the new owner fences it",
+        ),
+        Scenario(
+            "cluster-etcd-restart",
+            cluster.run_etcd_restart,
+            3,
+            1,
+            30.0,
+            "self-managing cluster on a private etcd restarted within the lease: no channel moves",
         ),
     )
 }

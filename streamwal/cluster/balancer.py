@@ -1,0 +1,199 @@
+"""The balancer: one per cluster, elected on a node's session lease.
+
+A node with ``cluster.balancer`` campaigns for the ``balancer`` key on its session
+lease; the key's create revision is the term. Every assignment is written in a
+transaction that compares the key's create revision with the term and the
+assignment's mod revision with the one planned from, so a deposed balancer (lease
+expired, a newer term began) writes nothing, and two writers never interleave on one
+channel. Safety does not rest on this: the broker's fence does (docs/deploy.md).
+
+Each written move is a span (``cluster.move``) whose context travels in the
+assignment, so the new owner's ``wal.open`` joins the trace of the decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+
+from opentelemetry import propagate, trace
+
+from streamwal.cluster.membership import Session
+from streamwal.cluster.metrics import record_balancer_term, record_channels_per_node, record_move
+from streamwal.cluster.placement import Decision, plan_round
+from streamwal.cluster.records import Assignment, ClusterKeys, Move, encode, now_ms
+from streamwal.cluster.store import ClusterStore
+from streamwal.cluster.view import ClusterView, read_view
+from streamwal.errors import DeposedError, UnavailableError
+
+__all__ = ["Balancer"]
+
+_log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
+_KEPT_MOVES = 100
+
+
+class Balancer:
+    def __init__(
+        self,
+        store: ClusterStore,
+        keys: ClusterKeys,
+        session: Session,
+        *,
+        seed_channels: tuple[str, ...],
+        grace_s: float,
+        max_moves: int,
+        interval_s: float,
+    ) -> None:
+        self._store = store
+        self._keys = keys
+        self._session = session
+        self._seed = seed_channels
+        self._grace_ms = int(grace_s * 1000)
+        self._max_moves = max_moves
+        self._interval = interval_s
+        self._term = 0
+        self._lease: int | None = None
+        self._absent_since: dict[int, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def term(self) -> int:
+        """The term held now (0: not the balancer)."""
+        return self._term if self._session.lease_id == self._lease else 0
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="cluster-balancer")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while not self._closed:
+            try:
+                await self._round()
+            except DeposedError as exc:
+                _log.warning("cluster: balancer deposed: %s", exc)
+                self._step_down()
+            except UnavailableError as exc:
+                _log.warning("cluster: balancer round skipped: %s", exc)
+            except Exception:
+                _log.exception("cluster: balancer round failed")
+            await asyncio.sleep(self._interval)
+
+    def _step_down(self) -> None:
+        self._term, self._lease = 0, None
+        self._absent_since.clear()
+        record_balancer_term(0, self._session.record.id)
+
+    async def _round(self) -> None:
+        view = await read_view(self._store, self._keys)
+        if self.term and view.term != self._term:
+            raise DeposedError(self._term)
+        if not self.term:
+            self._step_down()
+            held_by_other = view.balancer_node not in (None, self._session.record.id)
+            if held_by_other or not await self._campaign():
+                return
+            view = await read_view(self._store, self._keys)
+        now = now_ms()
+        assigned = {a.node for a in view.assignments.values()}
+        for node in list(self._absent_since):
+            if node in view.nodes:
+                del self._absent_since[node]
+        for node in assigned - set(view.nodes):
+            self._absent_since.setdefault(node, now)
+        decisions = plan_round(
+            view,
+            now_ms=now,
+            absent_since_ms=self._absent_since,
+            grace_ms=self._grace_ms,
+            max_moves=self._max_moves,
+        )
+        for decision in decisions:
+            await self._apply(view, decision)
+        counts = Counter(a.node for a in view.assignments.values())
+        record_channels_per_node({n: counts.get(n, 0) for n in view.nodes})
+        if len(view.moves) > _KEPT_MOVES:
+            for key, _move in view.moves[: len(view.moves) - _KEPT_MOVES]:
+                await self._store.delete(key)
+
+    async def _campaign(self) -> bool:
+        lease = self._session.lease_id
+        if lease is None:
+            return False
+        term = await self._store.campaign(self._keys.balancer, encode(self._session.record), lease)
+        if term is None:
+            return False
+        self._term, self._lease = term, lease
+        self._absent_since.clear()
+        record_balancer_term(term, self._session.record.id)
+        _log.info("cluster: node %d runs the balancer, term %d", self._session.record.id, term)
+        if self._seed:
+            entries = {self._keys.channels + c: b"" for c in self._seed}
+            await self._store.create_all_if_absent(self._keys.seeded, entries)
+        return True
+
+    async def _apply(self, view: ClusterView, decision: Decision) -> None:
+        key = self._keys.assign + decision.channel
+        expect = {key: view.assignment_revisions.get(decision.channel, 0)}
+        attributes: dict[str, str | int] = {
+            "streamwal.channel": decision.channel,
+            "streamwal.cluster.reason": decision.reason,
+            "streamwal.cluster.term": self._term,
+            "streamwal.cluster.from": -1 if decision.previous is None else decision.previous,
+            "streamwal.cluster.to": -1 if decision.node is None else decision.node,
+        }
+        with _tracer.start_as_current_span("cluster.move", attributes=attributes) as span:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            at = now_ms()
+            trace_id = format(span.get_span_context().trace_id, "032x")
+            move = Move(
+                decision.channel,
+                decision.previous,
+                -1 if decision.node is None else decision.node,
+                decision.reason,
+                self._term,
+                at,
+                trace_id,
+            )
+            puts = [(self._keys.move(time.time_ns(), decision.channel), encode(move))]
+            deletes: list[str] = []
+            if decision.node is None:
+                deletes = [key, self._keys.status + decision.channel]
+            else:
+                assignment = Assignment(
+                    decision.channel,
+                    decision.node,
+                    self._term,
+                    decision.reason,
+                    at,
+                    decision.previous,
+                    decision.lost_at_ms,
+                    carrier,
+                )
+                puts.append((key, encode(assignment)))
+            written = await self._store.fenced_write(
+                self._keys.balancer, self._term, expect=expect, puts=puts, deletes=deletes
+            )
+            span.set_attribute("streamwal.cluster.written", written)
+        if written:
+            record_move(decision.reason)
+            _log.info(
+                "cluster: %s -> node %s (%s, term %d)",
+                decision.channel,
+                decision.node,
+                decision.reason,
+                self._term,
+            )

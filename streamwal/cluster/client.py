@@ -1,0 +1,208 @@
+"""``ClusterClient``: append to a channel wherever the cluster placed it.
+
+The owner comes from etcd (``assign/<channel>``, then the owner's ``nodes/<id>``
+record), or, for a client given ``nodes`` instead of etcd endpoints, from any of
+those nodes' ``ClusterRouting`` service; either way it is cached. An append the node
+answered FAILED_PRECONDITION (fenced: the channel moved), NOT_FOUND (not, or no
+longer, open there) or UNAVAILABLE (node down or stopping) and *not written* drops
+the cached owner, looks it up again and tries again, backing off from 50 ms to
+``max_backoff_s`` (0.5 s: a failover's end is seen within half a second, at two
+look-ups a second per waiting channel), for at most ``retry_for_s``. An append whose
+outcome is unknown is never retried (a second try could write it twice): it raises,
+and the caller decides; so every acknowledged append is in the log once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+
+import grpc
+
+from streamwal.cluster.proto import routing_pb2 as routing_pb
+from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
+from streamwal.cluster.records import Assignment, ClusterKeys, NodeRecord, decode
+from streamwal.cluster.store import ClusterStore
+from streamwal.errors import (
+    ChannelNotFoundError,
+    InvalidInputError,
+    UnavailableError,
+    WriteOutcome,
+)
+from streamwal.node.client import Acked, NodeClient
+from streamwal.node.outcome import write_outcome
+from streamwal.tso.tls import ClientTLS, open_channel
+
+__all__ = ["ClusterClient"]
+
+_FOLLOW = frozenset(
+    {
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.UNAVAILABLE,
+    }
+)
+
+
+class ClusterClient:
+    """``async with ClusterClient(etcd_endpoints, key_prefix=...) as client``, or
+    ``ClusterClient(nodes=[address, ...])`` to look owners up through the nodes.
+
+    Safe to use from many tasks at once; one gRPC channel per node is shared.
+    ``moves_followed`` counts the look-ups a refused append caused.
+    """
+
+    def __init__(
+        self,
+        etcd_endpoints: Sequence[str] = (),
+        *,
+        nodes: Sequence[str] = (),
+        key_prefix: str = "/streamwal",
+        tls: ClientTLS | None = None,
+        retry_for_s: float = 30.0,
+        max_backoff_s: float = 0.5,
+        timeout: float = 10.0,
+        tracing: bool = True,
+        etcd_user: str | None = None,
+        etcd_password: str | None = None,
+    ) -> None:
+        if bool(etcd_endpoints) == bool(nodes):
+            raise InvalidInputError("ClusterClient: give either etcd_endpoints or nodes")
+        self._store: ClusterStore | None = None
+        if etcd_endpoints:
+            self._store = ClusterStore(
+                etcd_endpoints,
+                request_timeout_s=1.0,
+                unavailable_after_s=3.0,
+                user=etcd_user,
+                password=etcd_password,
+            )
+        self._routers = list(nodes)
+        self._router_channels: dict[str, grpc.aio.Channel] = {}
+        self._keys = ClusterKeys(key_prefix)
+        self._tls = tls
+        self._retry_for = retry_for_s
+        self._max_backoff = max_backoff_s
+        self._timeout = timeout
+        self._tracing = tracing
+        self._owners: dict[str, str] = {}
+        self._nodes: dict[str, NodeClient] = {}
+        self.moves_followed = 0
+
+    async def __aenter__(self) -> ClusterClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._store is not None:
+            await self._store.start()
+
+    async def close(self) -> None:
+        nodes, self._nodes = self._nodes, {}
+        for node in nodes.values():
+            with contextlib.suppress(Exception):
+                await node.close()
+        routers, self._router_channels = self._router_channels, {}
+        for channel in routers.values():
+            await channel.close()
+        if self._store is not None:
+            await self._store.close()
+
+    async def owner(self, channel: str, *, refresh: bool = False) -> str:
+        """The address of the node that owns ``channel``; :class:`ChannelNotFoundError`
+        while it has no live owner."""
+        if not refresh and channel in self._owners:
+            return self._owners[channel]
+        if self._store is None:
+            address = await self._route(channel)
+            self._owners[channel] = address
+            return address
+        raw = await self._store.get(self._keys.assign + channel)
+        if raw is None:
+            raise ChannelNotFoundError(channel)
+        assignment = decode(Assignment, raw)
+        raw_node = await self._store.get(self._keys.node(assignment.node))
+        if raw_node is None:
+            raise ChannelNotFoundError(channel)
+        address = decode(NodeRecord, raw_node).address
+        self._owners[channel] = address
+        return address
+
+    async def _route(self, channel: str) -> str:
+        """Ask the nodes in turn, starting with the last one that answered."""
+        last: BaseException | None = None
+        for address in list(self._routers):
+            rpc = self._router_channels.get(address)
+            if rpc is None:
+                rpc = self._router_channels[address] = open_channel(address, self._tls)
+            try:
+                answer = await routing_grpc.ClusterRoutingStub(rpc).LookupChannel(
+                    routing_pb.LookupChannelRequest(pchannel=channel), timeout=self._timeout
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    raise ChannelNotFoundError(channel) from None
+                last = exc
+                self._routers.remove(address)
+                self._routers.append(address)  # ask it last next time
+                continue
+            return str(answer.address)
+        raise UnavailableError(f"no node answered a look-up of {channel!r}: {last}")
+
+    def _node(self, address: str) -> NodeClient:
+        node = self._nodes.get(address)
+        if node is None:
+            node = self._nodes[address] = NodeClient(
+                address, tls=self._tls, timeout=self._timeout, tracing=self._tracing
+            )
+        return node
+
+    async def produce(
+        self,
+        channel: str,
+        payload: bytes,
+        *,
+        type: str = "insert",
+        vchannel: str = "",
+        properties: Mapping[str, str] | None = None,
+    ) -> Acked:
+        """Append to ``channel`` on its owner, following moves (see the module docstring).
+
+        Raises the last ``grpc.aio.AioRpcError`` when the retry time is spent or the
+        outcome is unknown, :class:`ChannelNotFoundError` when no owner appeared.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_for
+        delay = 0.05
+        refresh = False
+        while True:
+            try:
+                address = await self.owner(channel, refresh=refresh)
+                return await self._node(address).produce(
+                    channel, payload, type=type, vchannel=vchannel, properties=properties
+                )
+            except (ChannelNotFoundError, UnavailableError):
+                if loop.time() + delay > deadline:
+                    raise
+            except grpc.aio.AioRpcError as exc:
+                if (
+                    exc.code() not in _FOLLOW
+                    or write_outcome(exc) is not WriteOutcome.NOT_WRITTEN
+                    or loop.time() + delay > deadline
+                ):
+                    raise
+            self._owners.pop(channel, None)
+            self.moves_followed += 1
+            refresh = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._max_backoff)

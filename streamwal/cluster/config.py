@@ -1,0 +1,59 @@
+"""The ``cluster:`` section of a node's file: membership, the balancer, the channel set.
+
+Off by default: a node without it is driven by ``AssignChannel`` calls as before.
+Times are seconds. The lease TTL bounds how long a dead node looks alive; the grace
+period is how much longer the balancer waits before moving its channels (Milvus's
+``walBalancer.nodeLostGracePeriod``, 5 s by default there too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamwal.errors import ConfigError
+from streamwal.wal.backend import validate_channel_name
+
+__all__ = ["ClusterSettings"]
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    enabled: bool = False
+    #: the cluster's keys are ``<key_prefix>/cluster/...`` in etcd
+    key_prefix: str = "/streamwal"
+    #: the node's session lease; a killed node is seen gone after at most this long
+    lease_ttl_s: int = 5
+    #: how long after a node's lease is gone its channels are moved
+    grace_period_s: float = 5.0
+    #: whether this node campaigns to run the balancer (one runs at a time)
+    balancer: bool = True
+    #: channels the cluster serves, written to etcd by the first balancer only;
+    #: later changes go through ``streamwal cluster channels add/remove``
+    channels: tuple[str, ...] = ()
+    #: channels moved per balancing round when a node joins (failover is not bounded)
+    max_moves_per_round: int = 1
+    #: how often the balancer plans, and how often a node reads its assignments
+    round_interval_s: float = 0.5
+    poll_interval_s: float = 0.2
+
+    def check(self) -> None:
+        prefix = self.key_prefix
+        if not prefix.startswith("/") or prefix.endswith("/") or any(c.isspace() for c in prefix):
+            raise ConfigError(
+                "cluster.key_prefix",
+                f"expected a path like /streamwal (no trailing /), got {prefix!r}",
+            )
+        if self.lease_ttl_s < 1:
+            raise ConfigError("cluster.lease_ttl_s", "must be >= 1")
+        if self.grace_period_s < 0:
+            raise ConfigError("cluster.grace_period_s", "must be >= 0")
+        if self.max_moves_per_round < 1:
+            raise ConfigError("cluster.max_moves_per_round", "must be >= 1")
+        for name in ("round_interval_s", "poll_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"cluster.{name}", "must be > 0")
+        for i, channel in enumerate(self.channels):
+            try:
+                validate_channel_name(channel)
+            except ValueError as exc:
+                raise ConfigError(f"cluster.channels[{i}]", str(exc)) from None

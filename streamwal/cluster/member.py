@@ -1,0 +1,124 @@
+"""A node's part in the cluster: its session, the follower and, if enabled, a balancer.
+
+Start: register (a duplicate live node id fails the start), then follow, then
+campaign. Leave (a clean stop): ask for this node to be drained and wait, within
+``wait_s``, until its channels serve elsewhere, so a rolling restart moves channels
+while this node still serves them instead of after a lease TTL and a grace period;
+then stop following and revoke the lease, which also ends a balancer term it held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from streamwal.cluster.balancer import Balancer
+from streamwal.cluster.config import ClusterSettings
+from streamwal.cluster.follower import Follower
+from streamwal.cluster.membership import Session
+from streamwal.cluster.records import ClusterKeys, Drain, NodeRecord, encode, now_ms
+from streamwal.cluster.store import ClusterStore
+from streamwal.cluster.view import ClusterView, read_view
+from streamwal.errors import ClosedError, UnavailableError
+from streamwal.node.channels import ChannelManager
+
+__all__ = ["ClusterMember"]
+
+_log = logging.getLogger(__name__)
+
+
+class ClusterMember:
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        store: ClusterStore,
+        *,
+        node_id: int,
+        address: str,
+        version: str,
+        channels: ChannelManager,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._keys = ClusterKeys(settings.key_prefix)
+        record = NodeRecord(node_id, address, version, now_ms())
+        self._session = Session(store, self._keys, record, settings.lease_ttl_s)
+        self._follower = Follower(
+            store, self._keys, node_id, channels, interval_s=settings.poll_interval_s
+        )
+        self._balancer: Balancer | None = None
+        if settings.balancer:
+            self._balancer = Balancer(
+                store,
+                self._keys,
+                self._session,
+                seed_channels=settings.channels,
+                grace_s=settings.grace_period_s,
+                max_moves=settings.max_moves_per_round,
+                interval_s=settings.round_interval_s,
+            )
+        self._closed = False
+
+    @property
+    def latest_view(self) -> ClusterView | None:
+        """The follower's last reading of the cluster (``None`` before the first)."""
+        return self._follower.last_view
+
+    @property
+    def balancer_term(self) -> int:
+        return self._balancer.term if self._balancer is not None else 0
+
+    async def start(self) -> None:
+        await self._store.start()
+        await self._session.start()
+        await self._follower.start()
+        if self._balancer is not None:
+            await self._balancer.start()
+
+    async def leave(self, wait_s: float) -> None:
+        """Drain this node (bounded by ``wait_s``), then :meth:`close`."""
+        if self._closed:
+            return
+        if self._session.lease_id is None:  # never registered (or the lease is gone)
+            await self.close()
+            return
+        try:
+            await self._drain_self(wait_s)
+        except (UnavailableError, ClosedError) as exc:
+            _log.warning("cluster: leaving without a drain: %s", exc)
+        await self.close()
+
+    async def _drain_self(self, wait_s: float) -> None:
+        record = self._session.record
+        await self._store.put(
+            self._keys.drain + str(record.id),
+            encode(Drain(record.id, record.started_at_ms)),
+            timeout=min(wait_s, 2.0),
+        )
+        deadline = time.monotonic() + wait_s
+        held: set[str] | None = None
+        while time.monotonic() < deadline:
+            view = await read_view(self._store, self._keys)
+            if len(view.nodes) < 2:
+                return  # nowhere to move to
+            left = {c for c, a in view.assignments.items() if a.node == record.id}
+            held = left if held is None else held | left
+            if not left and all(view.serving(c) for c in held if c in view.assignments):
+                _log.info("cluster: node %d drained", record.id)
+                return
+            await asyncio.sleep(self._settings.poll_interval_s)
+        _log.warning("cluster: node %d not drained within %.1fs; leaving anyway", record.id, wait_s)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._balancer is not None:
+            await self._balancer.close()
+        await self._follower.close()
+        await self._session.close()
+        with contextlib.suppress(UnavailableError, ClosedError):
+            await self._store.delete(self._keys.drain + str(self._session.record.id), timeout=1.0)
+        await self._store.close()

@@ -1,0 +1,139 @@
+"""What the cluster keeps in etcd, and where: one JSON value per key.
+
+Layout under ``<prefix>/cluster/``:
+
+``nodes/<id>``       a live node (on its session lease): address, version, start time
+``balancer``         the balancer's term (on its node's lease); its create revision
+                     is the term number, so a later term always has a larger one
+``seeded``           set once the configured channel set was written
+``channels/<name>``  the channel set
+``assign/<name>``    which node owns a channel, written by a balancer under its term
+``status/<name>``    what the owner reports: opening, serving or failed (reason)
+``drain/<id>``       an operator asked to empty this node (for this start of it)
+``moves/<time>``     the last moves with their reasons (the balancer trims them)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+from streamwal.errors import DecodeError
+
+__all__ = [
+    "Assignment",
+    "ChannelStatus",
+    "ClusterKeys",
+    "Drain",
+    "Move",
+    "MoveReason",
+    "NodeRecord",
+    "decode",
+    "encode",
+    "now_ms",
+]
+
+_R = TypeVar("_R")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MoveReason:
+    """Why a channel got its owner; recorded with every assignment and move."""
+
+    INITIAL = "initial"  # a channel without an owner (new cluster, new channel)
+    NODE_LOST = "node-lost"
+    NODE_JOINED = "node-joined"  # rebalancing onto a node with fewer channels
+    DRAIN = "drain"
+    OPERATOR = "operator"  # the channel was removed from the set
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    id: int
+    address: str
+    version: str
+    started_at_ms: int
+
+
+@dataclass(frozen=True)
+class Assignment:
+    channel: str
+    node: int
+    term: int
+    reason: str
+    at_ms: int
+    previous: int | None = None
+    #: when the previous owner was found gone (node-lost moves): the failover clock
+    lost_at_ms: int | None = None
+    #: W3C trace context of the balancer's decision, for the new owner's wal.open
+    trace: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChannelStatus:
+    channel: str
+    node: int
+    state: str  # opening | serving | failed
+    reason: str
+    at_ms: int
+    #: the etcd revision of the assignment this status answers
+    assignment_revision: int
+
+
+@dataclass(frozen=True)
+class Move:
+    channel: str
+    previous: int | None
+    node: int
+    reason: str
+    term: int
+    at_ms: int
+    trace_id: str = ""
+
+
+@dataclass(frozen=True)
+class Drain:
+    node: int
+    #: the start this drain applies to: a restarted node comes back undrained
+    started_at_ms: int
+
+
+def encode(record: Any) -> bytes:
+    return json.dumps(asdict(record), sort_keys=True).encode()
+
+
+def decode(cls: type[_R], raw: bytes) -> _R:
+    """Raises :class:`DecodeError` for a value this code did not write."""
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise TypeError("not an object")
+        return cls(**data)
+    except (ValueError, TypeError) as exc:
+        raise DecodeError(f"not a {cls.__name__} record: {raw[:80]!r} ({exc})") from None
+
+
+class ClusterKeys:
+    """The keys of one cluster (``prefix`` is ``cluster.key_prefix``)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.root = f"{prefix}/cluster/"
+        self.nodes = self.root + "nodes/"
+        self.balancer = self.root + "balancer"
+        self.seeded = self.root + "seeded"
+        self.channels = self.root + "channels/"
+        self.assign = self.root + "assign/"
+        self.status = self.root + "status/"
+        self.drain = self.root + "drain/"
+        self.moves = self.root + "moves/"
+
+    def node(self, node_id: int) -> str:
+        return f"{self.nodes}{node_id}"
+
+    def move(self, at_ns: int, channel: str) -> str:
+        return f"{self.moves}{at_ns:020d}-{channel}"

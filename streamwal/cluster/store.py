@@ -1,0 +1,160 @@
+"""The cluster's etcd access: the TSO's store (its thread pool, retries, typed errors)
+plus the reads and guarded transactions the cluster needs.
+
+The client is still the blocking ``python3-etcd3`` behind a thread pool, not
+``aetcd``: the cluster reads its state by polling one prefix (see
+:mod:`streamwal.cluster.follower` for why), so it needs no watch stream, and one
+client keeps one set of TLS, auth and reconnect settings for the whole node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from streamwal.errors import DeposedError
+from streamwal.tso.etcd_store import EtcdStore
+
+if TYPE_CHECKING:
+    from streamwal.node.config import EtcdSettings
+
+__all__ = ["ClusterStore", "Entry"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+
+class ClusterStore(EtcdStore):
+    """:class:`EtcdStore` with prefix reads and the balancer's fenced writes."""
+
+    @classmethod
+    def from_settings(cls, etcd: EtcdSettings, *, unavailable_after_s: float = 2.0) -> ClusterStore:
+        """A store on a node file's ``etcd:`` section. A short bound per call: a node
+        that cannot reach etcd keeps serving and tries again on its next step."""
+        return cls(
+            etcd.endpoints,
+            request_timeout_s=1.0,
+            unavailable_after_s=unavailable_after_s,
+            user=etcd.user,
+            password=etcd.password,
+            ca_file=etcd.tls.ca_file,
+            cert_file=etcd.tls.cert_file,
+            key_file=etcd.tls.key_file,
+        )
+
+    async def __aenter__(self) -> ClusterStore:
+        await self.start()
+        return self
+
+    async def read_prefix(
+        self, prefix: str, *, timeout: float | None = None
+    ) -> tuple[int, list[Entry]]:
+        """Every key under ``prefix`` at one revision, and that revision."""
+
+        def op(client: Any) -> tuple[int, list[Entry]]:
+            entries: list[Entry] = []
+            revision = 0
+            for value, meta in client.get_prefix(prefix):
+                revision = max(revision, int(meta.response_header.revision))
+                entries.append(
+                    Entry(
+                        meta.key.decode(),
+                        bytes(value),
+                        int(meta.create_revision),
+                        int(meta.mod_revision),
+                        int(meta.lease_id),
+                    )
+                )
+            return revision, entries
+
+        return await self._call("read prefix", op, timeout)
+
+    async def put(
+        self, key: str, value: bytes, *, lease: int | None = None, timeout: float | None = None
+    ) -> None:
+        def op(client: Any) -> None:
+            client.put(key, value, lease=lease)
+
+        await self._call("put", op, timeout)
+
+    async def delete(self, key: str, *, timeout: float | None = None) -> None:
+        def op(client: Any) -> None:
+            client.delete(key)
+
+        await self._call("delete", op, timeout)
+
+    async def campaign(
+        self, key: str, value: bytes, lease: int, *, timeout: float | None = None
+    ) -> int | None:
+        """Create ``key`` on ``lease`` unless it exists; the term (its create revision)
+        if this lease holds it now, else ``None``."""
+
+        def op(client: Any) -> int | None:
+            txn = client.transactions
+            client.transaction(
+                compare=[txn.create(key) == 0],
+                success=[txn.put(key, value, lease=lease)],
+                failure=[],
+            )
+            _value, meta = client.get(key)
+            if meta is None or int(meta.lease_id) != lease:
+                return None
+            return int(meta.create_revision)
+
+        return await self._call("campaign", op, timeout)
+
+    async def create_all_if_absent(
+        self, flag: str, entries: Mapping[str, bytes], *, timeout: float | None = None
+    ) -> bool:
+        """Write ``flag`` and ``entries`` in one transaction, only if ``flag`` is absent."""
+
+        def op(client: Any) -> bool:
+            txn = client.transactions
+            puts = [txn.put(flag, b"1")] + [txn.put(k, v) for k, v in entries.items()]
+            ok, _ = client.transaction(compare=[txn.create(flag) == 0], success=puts, failure=[])
+            return bool(ok)
+
+        return await self._call("seed", op, timeout)
+
+    async def fenced_write(
+        self,
+        term_key: str,
+        term: int,
+        *,
+        expect: Mapping[str, int],
+        puts: Sequence[tuple[str, bytes]],
+        deletes: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> bool:
+        """Apply ``puts`` and ``deletes`` only while ``term`` holds ``term_key`` and every
+        key of ``expect`` is still at its mod revision (0: absent).
+
+        ``False`` when a key changed meanwhile (re-read and plan again); raises
+        :class:`DeposedError` when the term is over: a deposed balancer writes nothing.
+        """
+
+        def op(client: Any) -> tuple[bool, int]:
+            txn = client.transactions
+            compare = [txn.create(term_key) == term]
+            compare += [txn.mod(k) == rev for k, rev in expect.items()]
+            success = [txn.put(k, v) for k, v in puts] + [txn.delete(k) for k in deletes]
+            ok, responses = client.transaction(
+                compare=compare, success=success, failure=[txn.get(term_key)]
+            )
+            if ok:
+                return True, term
+            kvs = responses[0] if responses else []
+            held = int(kvs[0][1].create_revision) if kvs else 0
+            return False, held
+
+        ok, held = await self._call("fenced write", op, timeout)
+        if not ok and held != term:
+            raise DeposedError(term)
+        return ok

@@ -1,0 +1,104 @@
+"""One consistent reading of a cluster's keys, parsed: what every role decides from."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from streamwal.cluster.records import (
+    Assignment,
+    ChannelStatus,
+    ClusterKeys,
+    Drain,
+    Move,
+    NodeRecord,
+    decode,
+)
+from streamwal.cluster.store import ClusterStore, Entry
+from streamwal.errors import DecodeError
+
+__all__ = ["ClusterView", "read_view"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClusterView:
+    revision: int = 0
+    nodes: dict[int, NodeRecord] = field(default_factory=dict)
+    node_leases: dict[int, int] = field(default_factory=dict)
+    balancer_node: int | None = None
+    term: int = 0
+    seeded: bool = False
+    channels: set[str] = field(default_factory=set)
+    assignments: dict[str, Assignment] = field(default_factory=dict)
+    #: mod revision of each assignment key: the compare of the next write to it
+    assignment_revisions: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, ChannelStatus] = field(default_factory=dict)
+    drains: dict[int, Drain] = field(default_factory=dict)
+    moves: list[tuple[str, Move]] = field(default_factory=list)
+
+    def draining(self) -> set[int]:
+        """Nodes asked to empty themselves, in the start the drain was asked for."""
+        return {
+            node
+            for node, drain in self.drains.items()
+            if node in self.nodes and self.nodes[node].started_at_ms == drain.started_at_ms
+        }
+
+    def serving(self, channel: str) -> bool:
+        """The assigned owner reports serving this very assignment."""
+        status = self.statuses.get(channel)
+        assignment = self.assignments.get(channel)
+        return (
+            status is not None
+            and assignment is not None
+            and status.state == "serving"
+            and status.node == assignment.node
+            and status.assignment_revision == self.assignment_revisions.get(channel)
+        )
+
+    def owner_address(self, channel: str) -> str | None:
+        assignment = self.assignments.get(channel)
+        if assignment is None or assignment.node not in self.nodes:
+            return None
+        return self.nodes[assignment.node].address
+
+
+async def read_view(store: ClusterStore, keys: ClusterKeys) -> ClusterView:
+    revision, entries = await store.read_prefix(keys.root)
+    view = ClusterView(revision=revision)
+    for entry in entries:
+        try:
+            _place(view, keys, entry)
+        except DecodeError as exc:
+            _log.warning("ignoring cluster key %s: %s", entry.key, exc)
+    view.moves.sort()
+    return view
+
+
+def _place(view: ClusterView, keys: ClusterKeys, entry: Entry) -> None:
+    key, raw = entry.key, entry.value
+    if key == keys.balancer:
+        record = decode(NodeRecord, raw)
+        view.balancer_node, view.term = record.id, entry.create_revision
+    elif key == keys.seeded:
+        view.seeded = True
+    elif key.startswith(keys.nodes):
+        node = decode(NodeRecord, raw)
+        view.nodes[node.id] = node
+        view.node_leases[node.id] = entry.lease
+    elif key.startswith(keys.channels):
+        view.channels.add(key[len(keys.channels) :])
+    elif key.startswith(keys.assign):
+        assignment = decode(Assignment, raw)
+        view.assignments[assignment.channel] = assignment
+        view.assignment_revisions[assignment.channel] = entry.mod_revision
+    elif key.startswith(keys.status):
+        status = decode(ChannelStatus, raw)
+        view.statuses[status.channel] = status
+    elif key.startswith(keys.drain):
+        drain = decode(Drain, raw)
+        view.drains[drain.node] = drain
+    elif key.startswith(keys.moves):
+        view.moves.append((key, decode(Move, raw)))

@@ -1,0 +1,145 @@
+"""A cluster of real ``streamwal serve`` processes on the shared stack, for tests.
+
+Short lease, grace and round times keep failovers to a few seconds. Every node is an
+in-process TSO candidate on one TSO prefix, as in a deployment without a separate
+oracle: killing the TSO leader is part of what a failover survives.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import etcd3
+from etcd3 import etcdrpc
+from etcd3 import utils as etcd3_utils
+
+from streamwal.cluster.records import ClusterKeys
+from streamwal.cluster.store import ClusterStore
+from streamwal.cluster.view import ClusterView, read_view
+from streamwal.tools.cluster_run import ChannelWriter as Writer
+from streamwal.tools.cluster_run import balanced, wait_for_view
+from streamwal.tools.stack import StackInfo
+from tests.node.processes import NodeProcess
+
+__all__ = ["TestCluster", "Writer", "owners", "put_history"]
+
+LEASE_TTL_S = 2
+GRACE_S = 1.0
+
+
+class TestCluster:
+    __test__ = False
+
+    def __init__(
+        self,
+        stack: StackInfo,
+        workdir: Path,
+        prefix: str,
+        channels: Iterable[str],
+        **cluster: Any,
+    ) -> None:
+        self.stack = stack
+        self.workdir = workdir
+        self.prefix = prefix
+        self.channels = list(channels)
+        self.keys = ClusterKeys(prefix)
+        self.settings = {
+            "enabled": True,
+            "key_prefix": prefix,
+            "lease_ttl_s": LEASE_TTL_S,
+            "grace_period_s": GRACE_S,
+            "round_interval_s": 0.2,
+            "poll_interval_s": 0.2,
+            "channels": self.channels,
+            **cluster,
+        }
+        self.nodes: dict[int, NodeProcess] = {}
+        #: other sections every node's file gets (telemetry, say)
+        self.extra: dict[str, Any] = {}
+        self.store = ClusterStore([stack.etcd_endpoint])
+
+    def node(self, node_id: int, **cluster: Any) -> NodeProcess:
+        settings = {
+            "pulsar": {"service_url": self.stack.pulsar_url},
+            "etcd": {"endpoints": [self.stack.etcd_endpoint]},
+            "tso": {"mode": "in-process", "key_prefix": self.prefix, "lease_ttl_s": 2},
+            "node": {"shutdown_grace_s": 15},
+            "cluster": {**self.settings, **cluster},
+            **self.extra,
+        }
+        process = NodeProcess(self.workdir, node_id, settings)
+        self.nodes[node_id] = process
+        return process
+
+    async def start(self, *node_ids: int, **cluster: Any) -> None:
+        await self.store.start()
+        for node_id in node_ids:
+            await self.node(node_id, **cluster).start()
+
+    async def restart(self, node_id: int) -> None:
+        """The same node (same file, same port) again, after it stopped; its earlier
+        log is kept beside the new one, which start() reads for "ready"."""
+        process = self.nodes[node_id]
+        process.log_path.rename(process.log_path.with_suffix(f".{time.monotonic_ns()}.log"))
+        await process.start()
+
+    async def view(self) -> ClusterView:
+        return await read_view(self.store, self.keys)
+
+    async def wait_for(
+        self, what: str, check: Callable[[ClusterView], bool], timeout: float = 60.0
+    ) -> ClusterView:
+        return await wait_for_view(self.store, self.keys, what, check, timeout)
+
+    async def wait_all_serving(self, timeout: float = 60.0) -> ClusterView:
+        return await self.wait_for(
+            "every channel serving",
+            lambda v: (
+                set(self.channels) <= set(v.assignments)
+                and all(v.serving(c) for c in self.channels)
+            ),
+            timeout,
+        )
+
+    async def wait_balanced(self, timeout: float = 90.0) -> ClusterView:
+        """Every channel serving and every live node within one channel of the others."""
+
+        return await self.wait_for(
+            "balanced and serving", lambda v: balanced(v, self.channels), timeout
+        )
+
+    async def close(self) -> None:
+        for process in self.nodes.values():
+            await process.kill()
+        await self.store.close()
+
+
+def owners(view: ClusterView) -> dict[str, int]:
+    return {c: a.node for c, a in view.assignments.items()}
+
+
+def put_history(
+    etcd_endpoint: str, prefix: str, start_revision: int, end_revision: int
+) -> list[tuple[int, bytes]]:
+    """Every put under ``prefix`` from ``start_revision`` to ``end_revision``, in order,
+    read from etcd's own multi-version store (the prefix as of each revision), so no
+    write can be missed the way a sampling reader could miss one."""
+    host, _, port = etcd_endpoint.rpartition(":")
+    client = etcd3.client(host, int(port))
+    begin = prefix.encode()
+    try:
+        puts = []
+        for revision in range(start_revision, end_revision + 1):
+            request = etcdrpc.RangeRequest(
+                key=begin, range_end=etcd3_utils.prefix_range_end(begin), revision=revision
+            )
+            response = client.kvstub.Range(request, timeout=5)
+            puts += [
+                (revision, bytes(kv.value)) for kv in response.kvs if kv.mod_revision == revision
+            ]
+        return puts
+    finally:
+        client.close()

@@ -1,0 +1,79 @@
+"""The balancer's plan, from views built by hand: who gets what, and how much moves."""
+
+from __future__ import annotations
+
+from streamwal.cluster.placement import plan_round
+from streamwal.cluster.records import Assignment, ChannelStatus, Drain, MoveReason, NodeRecord
+from streamwal.cluster.view import ClusterView
+
+
+def _view(nodes: list[int], owners: dict[str, int | None], *, serving: bool = True) -> ClusterView:
+    view = ClusterView(revision=10)
+    view.nodes = {n: NodeRecord(n, f"h:{n}", "0", 1) for n in nodes}
+    for rev, (channel, node) in enumerate(sorted(owners.items()), 1):
+        view.channels.add(channel)
+        if node is None:
+            continue
+        view.assignments[channel] = Assignment(channel, node, 1, MoveReason.INITIAL, 0)
+        view.assignment_revisions[channel] = rev
+        if serving:
+            view.statuses[channel] = ChannelStatus(channel, node, "serving", "", 0, rev)
+    return view
+
+
+def _plan(
+    view: ClusterView,
+    *,
+    now: int = 10_000,
+    absent: dict[int, int] | None = None,
+    grace: int = 1000,
+    moves: int = 1,
+) -> list[tuple[str, int | None, str]]:
+    decisions = plan_round(
+        view, now_ms=now, absent_since_ms=absent or {}, grace_ms=grace, max_moves=moves
+    )
+    return [(d.channel, d.node, d.reason) for d in decisions]
+
+
+def test_new_channels_spread_evenly_over_live_nodes() -> None:
+    plan = _plan(_view([1, 2, 3], {f"c{i}": None for i in range(7)}))
+    counts = {n: sum(1 for _, node, _ in plan if node == n) for n in (1, 2, 3)}
+    assert sorted(counts.values()) == [2, 2, 3]
+    assert {reason for *_, reason in plan} == {MoveReason.INITIAL}
+
+
+def test_a_lost_node_keeps_its_channels_until_the_grace_period_ends() -> None:
+    view = _view([1, 2], {"a": 1, "b": 2, "c": 3, "d": 3})
+    assert _plan(view, now=10_000, absent={3: 9_500}) == []
+    plan = _plan(view, now=10_000, absent={3: 9_000})
+    assert sorted(plan) == [("c", 1, MoveReason.NODE_LOST), ("d", 2, MoveReason.NODE_LOST)]
+
+
+def test_a_joining_node_gets_channels_in_bounded_steps_once_moves_settled() -> None:
+    owners: dict[str, int | None] = {f"c{i}": (1 if i < 3 else 2) for i in range(6)}
+    view = _view([1, 2, 3], owners)
+    plan = _plan(view, moves=1)
+    assert len(plan) == 1 and plan[0][1] == 3 and plan[0][2] == MoveReason.NODE_JOINED
+    assert len(_plan(view, moves=2)) == 2
+    # a move still opening: no further step
+    assert _plan(_view([1, 2, 3], owners, serving=False), moves=2) == []
+
+
+def test_balanced_counts_move_nothing() -> None:
+    assert _plan(_view([1, 2], {"a": 1, "b": 2, "c": 1})) == []
+
+
+def test_a_draining_node_is_emptied_at_once_and_gets_nothing() -> None:
+    view = _view([1, 2, 3], {"a": 1, "b": 1, "c": 2})
+    view.drains[1] = Drain(1, 1)
+    plan = _plan(view)
+    assert sorted(plan) == [("a", 3, MoveReason.DRAIN), ("b", 2, MoveReason.DRAIN)]
+    # a drain asked of an earlier start of the node does not apply
+    view.drains[1] = Drain(1, 0)
+    assert MoveReason.DRAIN not in {reason for *_, reason in _plan(view)}
+
+
+def test_a_channel_removed_from_the_set_loses_its_assignment() -> None:
+    view = _view([1], {"a": 1})
+    view.channels.clear()
+    assert _plan(view) == [("a", None, MoveReason.OPERATOR)]

@@ -1,0 +1,44 @@
+"""``streamwal demo --cluster`` passes on the shared stack and shows the failover."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+
+import pytest
+
+from streamwal.tools.stack import StackInfo
+
+pytestmark = pytest.mark.integration
+
+
+async def test_the_cluster_demo_kills_an_owner_and_shows_the_failover(
+    telemetry_stack: StackInfo,
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "streamwal.node.cli", "demo", "--cluster"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 240)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = out.decode(errors="replace")
+    shown = f"stdout:\n{text[-4000:]}\nstderr:\n{err.decode(errors='replace')[-2000:]}"
+    assert proc.returncode == 0, shown
+    assert "WARNING" not in text and "!!" not in text, shown
+    moved = re.search(
+        r"moved to node \d \(node-lost, term \d+\); first acknowledged append "
+        r"([\d.]+) s after the kill \(bound 7 s\)",
+        text,
+    )
+    assert moved and float(moved.group(1)) <= 7.0, shown
+    assert re.search(r"failover trace: \S*[0-9a-f]{32}", text), shown
+    assert "cluster.move" in text and "`- wal.open" in text, shown
+    assert text.count(", 0 violations") == 4, shown
