@@ -7,9 +7,17 @@ answered FAILED_PRECONDITION (fenced: the channel moved), NOT_FOUND (not, or no
 longer, open there) or UNAVAILABLE (node down or stopping) and *not written* drops
 the cached owner, looks it up again and tries again, backing off from 50 ms to
 ``max_backoff_s`` (0.5 s: a failover's end is seen within half a second, at two
-look-ups a second per waiting channel), for at most ``retry_for_s``. An append whose
-outcome is unknown is never retried (a second try could write it twice): it raises,
-and the caller decides; so every acknowledged append is in the log once.
+look-ups a second per waiting channel), for at most ``retry_for_s``.
+
+Appends are idempotent: the client numbers each one once (one
+:class:`~streamwal.node.idempotence.ProducerIdentity` shared by the clients of every
+node) and every try carries the same numbers. So an append whose outcome is unknown
+(the owner died or the answer was lost) is retried too, on whichever node owns the
+channel then: the new owner rebuilt the producer's window from the log, and answers
+a copy already there with its first position. Every acknowledged append is in the log
+once. The numbering assumes a channel's appends through one client are not
+overtaken by later ones (one writer per channel, or awaited in turn): a later number
+reaching a new owner before an earlier retry is refused as a gap.
 """
 
 from __future__ import annotations
@@ -28,10 +36,12 @@ from streamwal.cluster.store import ClusterStore
 from streamwal.errors import (
     ChannelNotFoundError,
     InvalidInputError,
+    OutcomeUnknownError,
     UnavailableError,
     WriteOutcome,
 )
-from streamwal.node.client import Acked, NodeClient
+from streamwal.node.client import Acked, NodeClient, give_up
+from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import write_outcome
 from streamwal.tso.tls import ClientTLS, open_channel
 
@@ -42,6 +52,20 @@ _FOLLOW = frozenset(
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.StatusCode.NOT_FOUND,
         grpc.StatusCode.UNAVAILABLE,
+    }
+)
+
+
+# refused for good whatever the owner: retrying them only repeats the answer
+_FINAL = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
     }
 )
 
@@ -89,6 +113,8 @@ class ClusterClient:
         self._tracing = tracing
         self._owners: dict[str, str] = {}
         self._nodes: dict[str, NodeClient] = {}
+        self.producer = ProducerIdentity()
+        """The identity every append is numbered with, on whichever node it lands."""
         self.moves_followed = 0
 
     async def __aenter__(self) -> ClusterClient:
@@ -163,7 +189,11 @@ class ClusterClient:
         node = self._nodes.get(address)
         if node is None:
             node = self._nodes[address] = NodeClient(
-                address, tls=self._tls, timeout=self._timeout, tracing=self._tracing
+                address,
+                tls=self._tls,
+                timeout=self._timeout,
+                tracing=self._tracing,
+                producer=self.producer,
             )
         return node
 
@@ -179,30 +209,66 @@ class ClusterClient:
         """Append to ``channel`` on its owner, following moves (see the module docstring).
 
         Raises the last ``grpc.aio.AioRpcError`` when the retry time is spent or the
-        outcome is unknown, :class:`ChannelNotFoundError` when no owner appeared.
+        node refused the append for good, :class:`ChannelNotFoundError` when no owner
+        appeared.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._retry_for
         delay = 0.05
         refresh = False
+        producer_id = self.producer.producer_id
+        sequence = self.producer.next_sequence(channel)
+        sent: grpc.aio.AioRpcError | None = None  # a try that may have been written
         while True:
             try:
                 address = await self.owner(channel, refresh=refresh)
                 return await self._node(address).produce(
-                    channel, payload, type=type, vchannel=vchannel, properties=properties
+                    channel,
+                    payload,
+                    type=type,
+                    vchannel=vchannel,
+                    properties=properties,
+                    producer_id=producer_id,
+                    sequence=sequence,
                 )
-            except (ChannelNotFoundError, UnavailableError):
+            except (ChannelNotFoundError, UnavailableError) as exc:
                 if loop.time() + delay > deadline:
+                    self._give_up(channel, producer_id, sequence, sent)
+                    if sent is not None:  # an earlier try may be in the log
+                        raise OutcomeUnknownError(
+                            f"append to {channel!r}: an earlier try's outcome is unknown "
+                            f"({sent.code().name}), and then {exc}"
+                        ) from exc
                     raise
             except grpc.aio.AioRpcError as exc:
-                if (
-                    exc.code() not in _FOLLOW
-                    or write_outcome(exc) is not WriteOutcome.NOT_WRITTEN
-                    or loop.time() + delay > deadline
-                ):
+                outcome = write_outcome(exc)
+                if outcome is WriteOutcome.UNKNOWN:
+                    sent = exc
+                if not _worth_another_try(exc, outcome) or loop.time() + delay > deadline:
+                    self._give_up(channel, producer_id, sequence, exc)
                     raise
             self._owners.pop(channel, None)
             self.moves_followed += 1
             refresh = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._max_backoff)
+
+    def _give_up(
+        self, channel: str, producer_id: int, sequence: int, exc: grpc.aio.AioRpcError | None
+    ) -> None:
+        """``exc``: the last try's error, or None when no try was sent at all."""
+        if producer_id != self.producer.producer_id:
+            return  # renewed meanwhile by another append's give-up
+        if exc is None:
+            self.producer.give_up(channel, sequence, WriteOutcome.NOT_WRITTEN)
+        else:
+            give_up(self.producer, channel, sequence, exc)
+
+
+def _worth_another_try(exc: grpc.aio.AioRpcError, outcome: WriteOutcome) -> bool:
+    """A move (refused, not written) or an unknown outcome: the same numbers make a
+    second try safe. Anything else (bad input, a sequence refused) fails the same way
+    again."""
+    if outcome is WriteOutcome.UNKNOWN:
+        return exc.code() not in _FINAL
+    return exc.code() in _FOLLOW

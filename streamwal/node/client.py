@@ -74,6 +74,16 @@ _IDEMPOTENT_RETRY = frozenset(
 )
 
 
+def give_up(producer: ProducerIdentity, pchannel: str, sequence: int, exc: BaseException) -> None:
+    """Hand the number back, or renew the identity: a refused request (INVALID_ARGUMENT,
+    such as a sequence gap) says the numbering itself is off, so its number is not
+    reused."""
+    if status_of(exc) == grpc.StatusCode.INVALID_ARGUMENT:
+        producer.renew()
+    else:
+        producer.give_up(pchannel, sequence, write_outcome(exc))
+
+
 def _may_retry(exc: grpc.aio.AioRpcError, idempotent: bool) -> bool:
     if idempotent:
         return exc.code() in _IDEMPOTENT_RETRY
@@ -223,7 +233,7 @@ class NodeClient:
             except grpc.aio.AioRpcError as exc:
                 if attempt >= self._retries or not _may_retry(exc, producer is not None):
                     if producer is not None and sequence is None:
-                        producer.give_up(pchannel, request.sequence, write_outcome(exc))
+                        give_up(producer, pchannel, request.sequence, exc)
                     raise
                 attempt += 1
                 await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))

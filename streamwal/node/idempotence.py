@@ -43,6 +43,11 @@ class ProducerIdentity:
         if outcome is WriteOutcome.NOT_WRITTEN and sequence == last:
             self._next[pchannel] = sequence
             return
+        self.renew()
+
+    def renew(self) -> None:
+        """A fresh producer id, numbered from 0: after a number was refused (a gap, or
+        too old), or one whose fate is unknown was given up on."""
         self.producer_id = _fresh_id()
         self._next.clear()
 

@@ -1,0 +1,95 @@
+"""``ClusterClient`` retries an append of unknown outcome with the same numbers, so it
+lands once (unit: the real servicer and client over the in-process backend, with a
+routing service that names that node)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.cluster import ClusterClient
+from streamwal.cluster.proto import routing_pb2 as routing_pb
+from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
+from streamwal.node.channels import ChannelManager
+from streamwal.node.client import NodeClient
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.servicer import StreamingNodeServicer
+from streamwal.tso import LocalAllocator
+from streamwal.wal.message import decode
+from tests.node.test_exactly_once_grpc import _Counter
+from tests.wal.testkit import fast_config
+
+CHANNEL = "followed"
+
+
+class _Routing(routing_grpc.ClusterRoutingServicer):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.address = ""
+
+    async def LookupChannel(self, request: Any, context: Any) -> Any:
+        return routing_pb.LookupChannelResponse(
+            pchannel=request.pchannel, address=self.address, state="serving"
+        )
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
+    store = MemoryLogStore()
+    opener = MemoryOpener(store)
+    channels = ChannelManager(opener, lambda: LocalAllocator(_Counter()), 1, fast_config())
+    server = grpc.aio.server()
+    pb_grpc.add_StreamingNodeServicer_to_server(StreamingNodeServicer(channels, opener), server)
+    routing = _Routing()
+    routing_grpc.add_ClusterRoutingServicer_to_server(routing, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    routing.address = f"127.0.0.1:{port}"
+    await server.start()
+    try:
+        yield routing.address, store
+    finally:
+        await server.stop(None)
+        await channels.close()
+
+
+def _payloads(store: MemoryLogStore) -> list[bytes]:
+    messages = [decode(raw, MemoryMessageId.from_bytes) for raw in store.entries(CHANNEL)]
+    return [m.payload for m in messages if m.payload]
+
+
+async def test_an_append_of_unknown_outcome_is_retried_and_lands_once(
+    node: tuple[str, MemoryLogStore],
+) -> None:
+    address, store = node
+    async with NodeClient(address, tracing=False) as admin:
+        await admin.assign(CHANNEL)
+    async with ClusterClient(nodes=[address], tracing=False, retry_for_s=10) as client:
+        first = await client.produce(CHANNEL, b"a")
+        store.faults.lose_answers = 1  # persisted, then answered "unknown"
+        second = await client.produce(CHANNEL, b"b")
+        third = await client.produce(CHANNEL, b"c")
+    assert _payloads(store) == [b"a", b"b", b"c"]
+    assert client.moves_followed == 1
+    assert (first.sequence, second.sequence, third.sequence) == (0, 1, 2)
+    assert len({first.producer_id, second.producer_id, third.producer_id}) == 1
+    landed = [raw.message_id.to_bytes() for raw in store.entries(CHANNEL)]
+    assert second.message_id in landed
+
+
+async def test_a_refused_append_is_not_retried(node: tuple[str, MemoryLogStore]) -> None:
+    """A sequence the node refuses for good (a gap) fails at once, unwritten."""
+    address, store = node
+    async with NodeClient(address, tracing=False) as admin:
+        await admin.assign(CHANNEL)
+    async with ClusterClient(nodes=[address], tracing=False, retry_for_s=10) as client:
+        await client.produce(CHANNEL, b"a")
+        client.producer._next[CHANNEL] = 7  # as if six appends had been lost
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await client.produce(CHANNEL, b"gap")
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert client.moves_followed == 0
+        await client.produce(CHANNEL, b"after")  # a fresh producer id goes on
+    assert _payloads(store) == [b"a", b"after"]
