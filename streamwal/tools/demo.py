@@ -1,4 +1,7 @@
-"""``streamwal demo``: the main job, on the local stack.
+"""``streamwal demo``: the main job, on the local stack; its first part.
+
+The second part, a self-managing cluster that fails over, is
+:mod:`streamwal.tools.demo_cluster` (``--part`` runs one of them alone).
 
 Two nodes share one TSO (node 1 runs the oracle, node 2 asks it over gRPC). Node 1
 reaches the broker through a fault proxy that starts closed, so its first channel
@@ -71,12 +74,18 @@ _TRACE_WAIT_S = 20.0
 
 
 def register(sub: Any) -> None:
-    demo = sub.add_parser("demo", help="start the local stack and run the two-node demo")
+    demo = sub.add_parser(
+        "demo",
+        help="start the local stack and run the demo: a move between two nodes, then "
+        "a self-managing cluster that fails over",
+    )
     demo.add_argument(
-        "--cluster",
-        action="store_true",
-        help="three node processes that run themselves: kill a channel's owner, show "
-        "the failover's trace and duration",
+        "--part",
+        choices=("all", "move", "cluster"),
+        default="all",
+        help="move: two nodes, a channel moved and its old owner fenced; cluster: three "
+        "node processes that run themselves, a channel's owner killed, the failover's "
+        "trace and duration (default: both, in that order)",
     )
     demo.set_defaults(func=_run)
 
@@ -84,11 +93,14 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     # the demo's own narration goes to stdout; keep library logs to warnings
     logging.getLogger().setLevel(logging.WARNING)
-    if args.cluster:
+    code = 0
+    if args.part in ("all", "move"):
+        code = asyncio.run(_demo())
+    if args.part in ("all", "cluster") and code == 0:
         from streamwal.tools.demo_cluster import cluster_demo  # it imports this module
 
-        return asyncio.run(cluster_demo())
-    return asyncio.run(_demo())
+        code = asyncio.run(cluster_demo())
+    return code
 
 
 def say(text: str) -> None:

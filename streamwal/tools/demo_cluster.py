@@ -1,4 +1,4 @@
-"""``streamwal demo --cluster``: three nodes that run themselves, and a failover.
+"""The demo's second part (``streamwal demo --part cluster`` alone): a failover.
 
 Three ``streamwal serve`` processes form a self-managing cluster on the local stack
 (membership, an elected balancer, failover through etcd). Writers append to every

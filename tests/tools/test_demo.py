@@ -41,6 +41,8 @@ async def test_demo_passes_and_shows_a_real_trace(telemetry_stack: StackInfo) ->
         "-m",
         "streamwal.node.cli",
         "demo",
+        "--part",
+        "move",  # the cluster part has its own test (test_demo_cluster.py)
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=os.environ.copy(),

@@ -1,4 +1,4 @@
-"""``streamwal demo --cluster`` passes on the shared stack and shows the failover."""
+"""``streamwal demo --part cluster`` passes on the shared stack and shows the failover."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ async def test_the_cluster_demo_kills_an_owner_and_shows_the_failover(
     telemetry_stack: StackInfo,
 ) -> None:
     proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "streamwal.node.cli", "demo", "--cluster"),
+        *(sys.executable, "-m", "streamwal.node.cli", "demo", "--part", "cluster"),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=os.environ.copy(),
