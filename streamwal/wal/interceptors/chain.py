@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
-from streamwal.errors import ChannelFencedError
+from streamwal.errors import ChannelFencedError, StreamwalError
 from streamwal.wal.interceptors.base import (
     AppendFunc,
     AppendResult,
+    BatchAppender,
     Interceptor,
     InterceptorBase,
     InterceptorParams,
@@ -53,10 +54,21 @@ class InterceptorChain:
         self._interceptors: list[Interceptor] = [factory(params, self) for factory in order]
         append: AppendFunc = _unpersisted
         for interceptor in reversed(self._interceptors):
-            if type(interceptor).do_append is not InterceptorBase.do_append:  # skip pass-throughs
+            if not _passes_through(interceptor):  # skip pass-throughs
                 append = functools.partial(interceptor.do_append, append=append)
         self.append: AppendFunc = append
         """Append through the chain (a plain attribute: no extra frame per append)."""
+        last = self._interceptors[-1] if self._interceptors else None
+        wrapped = [i for i in self._interceptors[:-1] if not _passes_through(i)]
+        self.append_many: Callable[
+            [Sequence[MutableMessage]], Awaitable[list[AppendResult | StreamwalError]]
+        ] = (
+            last.do_append_many
+            if isinstance(last, BatchAppender) and not wrapped
+            else self._append_one_by_one
+        )
+        """Append a batch in order, one outcome per message: back to back when only the
+        persisting interceptor takes part in appends, else one after the other."""
         # Only the interceptors that listen are called, once per persisted message.
         self._persisted_hooks = [
             (i, i.on_persisted)
@@ -64,6 +76,17 @@ class InterceptorChain:
             if not isinstance(i, InterceptorBase)
             or type(i).on_persisted is not InterceptorBase.on_persisted
         ]
+
+    async def _append_one_by_one(
+        self, msgs: Sequence[MutableMessage]
+    ) -> list[AppendResult | StreamwalError]:
+        outcomes: list[AppendResult | StreamwalError] = []
+        for msg in msgs:
+            try:
+                outcomes.append(await self.append(msg))
+            except StreamwalError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     @property
     def fenced(self) -> ChannelFencedError | None:
@@ -110,6 +133,13 @@ class InterceptorChain:
                 await interceptor.close()
             except Exception:
                 _log.exception("channel %s: closing %r failed", self._channel, interceptor)
+
+
+def _passes_through(interceptor: Interceptor) -> bool:
+    return (
+        isinstance(interceptor, InterceptorBase)
+        and type(interceptor).do_append is InterceptorBase.do_append
+    )
 
 
 async def _unpersisted(msg: MutableMessage) -> AppendResult:
