@@ -34,11 +34,12 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.errors import ClosedError, NotLeaderError, UnavailableError
+from streamwal.node.batching import NodeServicer
 from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
 from streamwal.node.health import HealthService
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import MalformedRequestInterceptor, StreamingNodeServicer
+from streamwal.node.servicer import MalformedRequestInterceptor
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.tso import (
     ClientTLS,
@@ -197,7 +198,7 @@ class Node:
                 self._opener, self._allocator_factory(), cfg.node.id, cfg.wal
             )
             pb_grpc.add_StreamingNodeServicer_to_server(
-                StreamingNodeServicer(self._channels, self._opener), self._server
+                NodeServicer(self._channels, self._opener), self._server
             )
             health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
             await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)

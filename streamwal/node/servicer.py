@@ -16,8 +16,6 @@ span's resource cannot say which node served when one process hosts several.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -43,10 +41,12 @@ from streamwal.errors import (
 )
 from streamwal.node.channels import ChannelManager
 from streamwal.node.outcome import OUTCOME_KEY
+from streamwal.node.pipeline import answer_in_order
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.wal.backend import BackendOpener, DeliveryPolicy
+from streamwal.wal.interceptors import AppendResult
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.retention import time_tick_lag_ms
@@ -54,7 +54,11 @@ from streamwal.wal.retention import time_tick_lag_ms
 __all__ = [
     "MalformedRequestInterceptor",
     "StreamingNodeServicer",
+    "abort_append",
+    "consumed_of",
+    "message_of",
     "parse_message_type",
+    "receipt_of",
     "status_of",
 ]
 
@@ -79,6 +83,16 @@ _OUTCOMES = {
 }
 # status details travel as metadata, which gRPC limits (8 KiB by default)
 _MAX_DETAILS = 1000
+
+
+def message_of(m: pb.Message) -> MutableMessage:
+    """The message a client sent; :class:`InvalidInputError` for an unknown type."""
+    return MutableMessage(
+        type=parse_message_type(m.type),
+        payload=bytes(m.payload),
+        vchannel=m.vchannel,
+        properties=dict(m.properties),
+    )
 
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -118,6 +132,15 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException
     raise AssertionError("context.abort returned")  # it always raises
 
 
+async def abort_append(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
+    """End a failed unary append with its status and its write outcome (trailing
+    metadata ``streamwal-write-outcome``)."""
+    code, details = status_of(exc)
+    outcome = outcome_of(exc).value
+    await context.abort(code, details, trailing_metadata=((OUTCOME_KEY, outcome),))
+    raise AssertionError("context.abort returned")  # it always raises
+
+
 def _append_error(exc: BaseException) -> pb.ProduceResponse:
     code, details = status_of(exc)
     return pb.ProduceResponse(
@@ -132,10 +155,6 @@ _STREAM_WINDOW = 256
 # the longest a streamed append waits for the WAL; longer than any bounded WAL path
 # (send timeout, append retries), so it only ends a wait that would not end
 _ANSWER_TIMEOUT_S = 120.0
-
-
-class _NoAnswer(OutcomeUnknownError):
-    """A streamed append the WAL did not answer in time; it is no longer waited for."""
 
 
 class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
@@ -158,13 +177,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
     def _message(self, request: pb.ProduceRequest) -> MutableMessage:
         if not request.HasField("message"):
             raise InvalidInputError("a ProduceRequest needs a message")
-        m = request.message
-        return MutableMessage(
-            type=parse_message_type(m.type),
-            payload=bytes(m.payload),
-            vchannel=m.vchannel,
-            properties=dict(m.properties),
-        )
+        return message_of(request.message)
 
     async def _append(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         wal = await self._channels.get(request.pchannel)
@@ -173,11 +186,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         except ChannelFencedError:
             await self._channels.report_fenced(request.pchannel)
             raise
-        return pb.ProduceResponse(
-            message_id=result.message_id.to_bytes(),
-            message_id_text=str(result.message_id),
-            time_tick=result.time_tick,
-        )
+        return receipt_of(result)
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -186,10 +195,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         try:
             return await self._append(request)
         except (StreamwalError, Exception) as exc:
-            code, details = status_of(exc)
-            outcome = outcome_of(exc).value
-            await context.abort(code, details, trailing_metadata=((OUTCOME_KEY, outcome),))
-            raise AssertionError("context.abort returned") from None
+            await abort_append(context, exc)
 
     async def ProduceStream(
         self,
@@ -211,59 +217,14 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         then the call ends with INVALID_ARGUMENT.
         """
         self._tag_span()
-        pending: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(
-            _STREAM_WINDOW
-        )
-
-        async def feed() -> None:
-            try:
-                async for request in requests:
-                    await pending.put(asyncio.ensure_future(self._append(request)))
-            finally:
-                # the queue may be full and nobody left to empty it (the call ended)
-                with contextlib.suppress(asyncio.QueueFull):
-                    pending.put_nowait(None)
-
-        feeder = asyncio.create_task(feed())
-        started: list[asyncio.Task[pb.ProduceResponse]] = []
-        try:
-            while True:
-                if not pending.empty():
-                    task = pending.get_nowait()
-                elif feeder.done():
-                    break  # it ended without its sentinel (the queue was full)
-                else:
-                    got = asyncio.ensure_future(pending.get())
-                    await asyncio.wait({got, feeder}, return_when=asyncio.FIRST_COMPLETED)
-                    if not got.done():
-                        got.cancel()
-                        continue
-                    task = got.result()
-                if task is None:
-                    break
-                started.append(task)
-                yield await self._answer(task)
-                started.pop()
-            await feeder  # the input failed: let gRPC end the call with that
-        finally:
-            feeder.cancel()
-            while not pending.empty():
-                queued = pending.get_nowait()
-                if queued is not None:
-                    started.append(queued)
-            for task in started:  # the client went away: its appends are not waited for
-                task.cancel()
-
-    async def _answer(self, task: asyncio.Task[pb.ProduceResponse]) -> pb.ProduceResponse:
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), self._answer_timeout)
-        except TimeoutError:
-            task.cancel()
-            return _append_error(
-                _NoAnswer(f"the WAL did not answer within {self._answer_timeout:g}s")
-            )
-        except (StreamwalError, Exception) as exc:
-            return _append_error(exc)
+        async for answer in answer_in_order(
+            requests,
+            self._append,
+            lambda _, exc: _append_error(exc),
+            window=_STREAM_WINDOW,
+            answer_timeout=self._answer_timeout,
+        ):
+            yield answer
 
     # ---- consume --------------------------------------------------------------------
     def _policy(self, request: pb.ConsumeRequest) -> DeliveryPolicy:
@@ -296,7 +257,7 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
             await _abort(context, exc)
         try:
             async for msg in scanner:
-                yield _consumed(msg)
+                yield consumed_of(msg)
         except ClosedError:
             return  # the channel or the node closed: end the stream cleanly
         except (StreamwalError, Exception) as exc:
@@ -447,8 +408,21 @@ class StreamingNodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc
         )
 
 
-def _consumed(msg: ImmutableMessage) -> pb.ConsumedMessage:
-    return pb.ConsumedMessage(
+def receipt_of(result: AppendResult) -> pb.ProduceResponse:
+    return pb.ProduceResponse(
+        message_id=result.message_id.to_bytes(),
+        message_id_text=str(result.message_id),
+        time_tick=result.time_tick,
+    )
+
+
+def consumed_of(
+    msg: ImmutableMessage,
+    make: Callable[..., pb.ConsumedMessage] = pb.ConsumedMessage,
+) -> pb.ConsumedMessage:
+    """``msg`` as sent; ``make`` may add it to a batch in place (``batch.messages.add``),
+    which saves copying it there."""
+    return make(
         message_id=msg.message_id.to_bytes(),
         message_id_text=str(msg.message_id),
         time_tick=msg.time_tick,
