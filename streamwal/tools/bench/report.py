@@ -252,6 +252,41 @@ def _node_md(r: dict[str, Any]) -> list[str]:
     return [*lines, f"Consume node/WAL {_fmt(c['node_vs_wal_ratio'])}.", ""]
 
 
+def _pipelined_md(r: dict[str, Any]) -> list[str]:
+    rows = [
+        [c["payload_bytes"], side, c[side]["per_s"], c.get(f"{side}_vs_raw_ratio", 1.0),
+         c[side].get("batch_p99_ms", "-")]
+        for c in r["cells"]
+        for side in ("raw", "wal", "node")
+    ]  # fmt: skip
+    lines = [
+        f"raw: a send_async loop; WAL: append_many; node: ProduceBatch (child process); "
+        f"{r['callers']} callers x batches of {r['batch']}; {r['repeats']} interleaved runs "
+        f"of {r['seconds_per_run']:g} s, medians.",
+        "",
+    ]
+    return lines + _table(["payload B", "path", "messages/s", "vs raw", "batch p99 ms"], rows)
+
+
+def _reads_md(r: dict[str, Any]) -> list[str]:
+    per_s, tail = r["per_s"], r["tail_per_s"]
+    rows = [
+        ["raw Pulsar reader (no decoding)", per_s["raw_reader"], 1.0],
+        ["WAL catch-up (read-only WAL)", per_s["catch_up"], r["catch_up_vs_raw_ratio"]],
+        ["Consume through the node", per_s["consume"], r["consume_vs_raw_ratio"]],
+        ["ConsumeBatch through the node", per_s["consume_batch"],
+         r["consume_batch_vs_raw_ratio"]],
+        ["tail: raw reader", tail["raw_reader"], 1.0],
+        ["tail: ConsumeBatch through the node", tail["consume_batch"], r["tail_vs_raw_ratio"]],
+    ]  # fmt: skip
+    lines = [
+        f"{r['messages']} messages of {r['payload_bytes']} B written through the node; "
+        f"medians of {r['repeats']} interleaved reads, messages/s (time ticks included).",
+        "",
+    ]
+    return lines + _table(["path", "messages/s", "vs raw"], rows)
+
+
 def _tso_md(r: dict[str, Any]) -> list[str]:
     rows = [[k, v] for k, v in r.items() if isinstance(v, int | float) and not isinstance(v, bool)]
     return _table(["figure", "value"], rows)
@@ -265,6 +300,8 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "scan": ("Scan", _scan_md),
     "tso": ("TSO", _tso_md),
     "node": ("Through the node (gRPC)", _node_md),
+    "pipelined": ("Pipelined: batches vs a send_async loop", _pipelined_md),
+    "reads": ("Read paths vs a raw reader", _reads_md),
 }
 
 

@@ -88,12 +88,35 @@ def _tso(result: dict[str, Any]) -> list[Target]:
     ]
 
 
+def _pipelined(result: dict[str, Any]) -> list[Target]:
+    cells = [c for c in result["cells"] if c["payload_bytes"] == 128]
+    if not cells:
+        return []
+    cell = cells[0]
+    return [
+        _check("pipelined", "batch appends WAL/raw send_async, 128 B",
+               cell["wal_vs_raw_ratio"], ">=", 0.8),
+        _check("pipelined", "batch produce node/raw send_async, 128 B",
+               cell["node_vs_raw_ratio"], ">=", 0.8),
+    ]  # fmt: skip
+
+
+def _reads(result: dict[str, Any]) -> list[Target]:
+    return [
+        _check("reads", "WAL catch-up/raw reader", result["catch_up_vs_raw_ratio"], ">=", 0.8),
+        _check("reads", "ConsumeBatch through the node/WAL catch-up",
+               result["consume_batch_vs_catch_up_ratio"], ">=", 0.8),
+    ]  # fmt: skip
+
+
 _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "append": _append,
     "open": _open,
     "takeover": _takeover,
     "channels": _channels,
     "tso": _tso,
+    "pipelined": _pipelined,
+    "reads": _reads,
 }
 
 
