@@ -1,25 +1,32 @@
-"""The pipelined and reads suites at minimal size: well-formed figures, nothing timed."""
+"""The pipelined, reads and node-channels suites at minimal size: well-formed figures,
+nothing timed."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from streamwal.tools.bench.node_channels import run_node_channels_bench
 from streamwal.tools.bench.pipelined import SIDES, run_pipelined_bench
 from streamwal.tools.bench.reads import PATHS, run_reads_bench
 from streamwal.tools.bench.report import markdown
 from streamwal.tools.bench.target import BenchTarget
 from streamwal.tools.bench.targets import evaluate
 from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.topics import delete_created, list_topics
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def target(stack: StackInfo) -> BenchTarget:
-    return BenchTarget(stack.pulsar_url, stack.etcd_endpoint, stack.pulsar_admin_url)
+async def target(stack: StackInfo) -> AsyncIterator[BenchTarget]:
+    """The local stack; the topics the suite created are deleted after it."""
+    before = await list_topics(stack.pulsar_admin_url)
+    yield BenchTarget(stack.pulsar_url, stack.etcd_endpoint, stack.pulsar_admin_url)
+    await delete_created(stack.pulsar_admin_url, before, lambda t: "/bench-" in t)
 
 
 def _positive(value: Any) -> bool:
@@ -64,3 +71,16 @@ async def test_reads_report_every_path(target: BenchTarget) -> None:
     assert _positive(result["tail_vs_raw_ratio"])
     assert len(evaluate({"reads": result})) == 2
     assert "ConsumeBatch through the node" in _section("reads", result)
+
+
+async def test_node_channels_spread_appenders_over_every_channel(target: BenchTarget) -> None:
+    result = await run_node_channels_bench(
+        target, channels=[3], min_appenders=4, seconds=0.2, repeats=1, warmup_s=0.05
+    )
+    (point,) = result["points"]
+    assert point["channels"] == 3 and point["appenders"] == 4
+    for side in ("node", "raw"):
+        assert point[side]["ops"] > 0 and _positive(point[side]["per_s"])
+    assert _positive(point["node_vs_raw_ratio"])
+    assert [t.name for t in evaluate({"node-channels": result})] == ["node/raw, 3 channels"]
+    assert "| 3 | 4 |" in _section("node-channels", result)

@@ -287,6 +287,23 @@ def _reads_md(r: dict[str, Any]) -> list[str]:
     return lines + _table(["path", "messages/s", "vs raw"], rows)
 
 
+def _node_channels_md(r: dict[str, Any]) -> list[str]:
+    rows = [
+        [p["channels"], p["appenders"], p["raw"]["per_s"], p["node"]["per_s"],
+         p["node_vs_raw_ratio"], p["raw"]["p999_ms"], p["node"]["p999_ms"]]
+        for p in r["points"]
+    ]  # fmt: skip
+    lines = [
+        f"Appenders spread round-robin over the channels, one ProduceStream each (node in a "
+        f"child process) or raw producers; {r['repeats']} interleaved runs of "
+        f"{r['seconds_per_run']:g} s, medians.",
+        "",
+    ]
+    return lines + _table(
+        ["channels", "appenders", "raw/s", "node/s", "node/raw", "p999 raw", "p999 node"], rows
+    )
+
+
 def _tso_md(r: dict[str, Any]) -> list[str]:
     rows = [[k, v] for k, v in r.items() if isinstance(v, int | float) and not isinstance(v, bool)]
     return _table(["figure", "value"], rows)
@@ -302,6 +319,7 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "node": ("Through the node (gRPC)", _node_md),
     "pipelined": ("Pipelined: batches vs a send_async loop", _pipelined_md),
     "reads": ("Read paths vs a raw reader", _reads_md),
+    "node-channels": ("Many channels through the node", _node_channels_md),
 }
 
 

@@ -18,6 +18,7 @@ from streamwal.tools.bench.node import (
     DEFAULT_NODE_PAYLOADS,
     run_node_bench,
 )
+from streamwal.tools.bench.node_channels import DEFAULT_NODE_CHANNELS, run_node_channels_bench
 from streamwal.tools.bench.open import run_open_bench
 from streamwal.tools.bench.pipelined import DEFAULT_PIPELINED_PAYLOADS, run_pipelined_bench
 from streamwal.tools.bench.reads import run_reads_bench
@@ -217,6 +218,28 @@ async def _reads(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
     return await run_reads_bench(target, messages=a.messages, repeats=a.repeats)
 
 
+def _node_channels_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--channels",
+        type=_ints,
+        default=list(DEFAULT_NODE_CHANNELS),
+        help=f"channels the appenders are spread over (default {_joined(DEFAULT_NODE_CHANNELS)})",
+    )
+    p.add_argument("--min-appenders", type=int, default=32, help="appenders, at least one each")
+    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per point")
+
+
+async def _node_channels(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_node_channels_bench(
+        target,
+        channels=a.channels,
+        min_appenders=a.min_appenders,
+        seconds=a.seconds,
+        repeats=a.repeats,
+    )
+
+
 SUITES: dict[str, Suite] = {
     s.name: s
     for s in (
@@ -252,6 +275,12 @@ SUITES: dict[str, Suite] = {
             "catch-up, Consume, ConsumeBatch and tail through the node vs a raw reader",
             _reads_args,
             _reads,
+        ),
+        Suite(
+            "node-channels",
+            "appenders spread over 16 and 256 channels of one node vs raw producers",
+            _node_channels_args,
+            _node_channels,
         ),
     )
 }

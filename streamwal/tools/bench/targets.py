@@ -109,6 +109,14 @@ def _reads(result: dict[str, Any]) -> list[Target]:
     ]  # fmt: skip
 
 
+def _node_channels(result: dict[str, Any]) -> list[Target]:
+    return [
+        _check("node-channels", f"node/raw, {p['channels']} channels",
+               p["node_vs_raw_ratio"], ">=", 0.9)
+        for p in result["points"]
+    ]  # fmt: skip
+
+
 _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "append": _append,
     "open": _open,
@@ -117,6 +125,7 @@ _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "tso": _tso,
     "pipelined": _pipelined,
     "reads": _reads,
+    "node-channels": _node_channels,
 }
 
 
