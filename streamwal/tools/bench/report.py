@@ -246,10 +246,13 @@ def _node_md(r: dict[str, Any]) -> list[str]:
         [
             [f"Consume through the node ({c['messages']} inserts of {c['payload_bytes']} B)",
              c["node_per_s"]],
+            ["ConsumeBatch through the node", c.get("node_batch_per_s", "-")],
             ["WAL scanner, same size, directly", c["wal_per_s"]],
         ],
     )  # fmt: skip
-    return [*lines, f"Consume node/WAL {_fmt(c['node_vs_wal_ratio'])}.", ""]
+    batch = c.get("node_batch_vs_wal_ratio")
+    tail = f"; ConsumeBatch node/WAL {_fmt(batch)}" if batch is not None else ""
+    return [*lines, f"Consume node/WAL {_fmt(c['node_vs_wal_ratio'])}{tail}.", ""]
 
 
 def _pipelined_md(r: dict[str, Any]) -> list[str]:

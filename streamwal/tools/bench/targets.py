@@ -88,6 +88,21 @@ def _tso(result: dict[str, Any]) -> list[Target]:
     ]
 
 
+def _node(result: dict[str, Any]) -> list[Target]:
+    """Judged on a full-size run only (a 128 B x 32 cell), like the append targets."""
+    cells = [c for c in result["cells"] if c["payload_bytes"] == 128 and c["concurrency"] == 32]
+    if not cells:
+        return []
+    cell, consume = cells[0], result["consume"]
+    return [
+        _check("node", "ProduceStream/WAL, 128 B x 32",
+               cell["stream_throughput_ratio"], ">=", 0.9),
+        _check("node", "Produce/WAL, 128 B x 32", cell["unary_throughput_ratio"], ">=", 0.5),
+        _check("node", "ConsumeBatch/WAL scanner",
+               consume.get("node_batch_vs_wal_ratio"), ">=", 0.8),
+    ]  # fmt: skip
+
+
 def _pipelined(result: dict[str, Any]) -> list[Target]:
     cells = [c for c in result["cells"] if c["payload_bytes"] == 128]
     if not cells:
@@ -123,6 +138,7 @@ _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "takeover": _takeover,
     "channels": _channels,
     "tso": _tso,
+    "node": _node,
     "pipelined": _pipelined,
     "reads": _reads,
     "node-channels": _node_channels,
