@@ -8,7 +8,6 @@ to status codes as for the single-message RPCs (:func:`status_of`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, Final, NoReturn
 
@@ -23,6 +22,7 @@ from streamwal.errors import (
 )
 from streamwal.node.pipeline import answer_in_order
 from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.read_ahead import ReadAhead
 from streamwal.node.servicer import (
     StreamingNodeServicer,
     _append_error,
@@ -33,8 +33,7 @@ from streamwal.node.servicer import (
     status_of,
 )
 from streamwal.wal.interceptors import AppendResult
-from streamwal.wal.message import ImmutableMessage, MutableMessage
-from streamwal.wal.scanner import Scanner
+from streamwal.wal.message import MutableMessage
 
 __all__ = ["MAX_BATCH_MESSAGES", "NodeServicer"]
 
@@ -124,48 +123,23 @@ class NodeServicer(StreamingNodeServicer):
             scanner = await wal.read(self._policy(request), request.vchannel or None)
         except (StreamwalError, Exception) as exc:
             await _abort(context, exc)
-        ready: asyncio.Queue[ImmutableMessage | BaseException] = asyncio.Queue(2 * max_messages)
-        reader = asyncio.create_task(_read_ahead(scanner, ready))
-        carry: ImmutableMessage | BaseException | None = None
+        ahead = ReadAhead(scanner, 2 * max_messages)
+        ahead.start()
         try:
             while True:
-                item: ImmutableMessage | BaseException | None = (
-                    carry if carry is not None else await ready.get()
-                )
-                carry = None
+                try:
+                    msgs = await ahead.take(max_messages, max_bytes)
+                except ClosedError:
+                    return  # the channel or the node closed: end the stream cleanly
+                except (StreamwalError, Exception) as exc:
+                    await _abort(context, exc)
                 frame = pb.ConsumedBatch()
                 add = frame.messages.add
-                size = 0
-                while isinstance(item, ImmutableMessage):
-                    consumed_of(item, add)
-                    size += len(item.payload)
-                    if len(frame.messages) >= max_messages or ready.empty():
-                        item = None
-                        break
-                    item = ready.get_nowait()
-                    if isinstance(item, ImmutableMessage) and size + len(item.payload) > max_bytes:
-                        carry, item = item, None
-                        break
-                if frame.messages:
-                    yield frame
-                if isinstance(item, BaseException):
-                    if isinstance(item, ClosedError):
-                        return  # the channel or the node closed: end the stream cleanly
-                    await _abort(context, item)
+                for msg in msgs:
+                    consumed_of(msg, add)
+                yield frame
         finally:
-            reader.cancel()
-            await scanner.close()
-
-
-async def _read_ahead(
-    scanner: Scanner, ready: asyncio.Queue[ImmutableMessage | BaseException]
-) -> None:
-    """Messages into ``ready`` until the scanner fails; its error goes last."""
-    try:
-        async for msg in scanner:
-            await ready.put(msg)
-    except Exception as exc:
-        await ready.put(exc)
+            await ahead.close()
 
 
 def _bound(asked: int, default_and_cap: tuple[int, int]) -> int:
