@@ -17,6 +17,7 @@ import enum
 
 __all__ = [
     "BackendMismatchError",
+    "BatchAppendError",
     "BufferSealedError",
     "ChannelFencedError",
     "ChannelNotFoundError",
@@ -329,3 +330,34 @@ class DeposedError(StreamwalError):
     def __init__(self, term: int) -> None:
         self.term = term
         super().__init__(f"balancer term {term} is over; its assignment was not written")
+
+
+class BatchAppendError(StreamwalError):
+    """Part of a batch append failed: ``results`` says, message by message in batch
+    order, what landed (an ``AppendResult``) and what did not (the typed error that
+    single append would have raised, with its own ``outcome``).
+
+    Not retriable as a whole: the landed messages are in the log, and a failed one may
+    be too (its outcome says). ``outcome`` is unknown for the same reason.
+    """
+
+    outcome = WriteOutcome.UNKNOWN
+
+    def __init__(self, channel: str, results: list[object]) -> None:
+        self.channel = channel
+        self.results = results
+        self.failed: dict[int, StreamwalError] = {
+            i: r for i, r in enumerate(results) if isinstance(r, StreamwalError)
+        }
+        """The failed messages' errors, by their index in the batch."""
+        first = min(self.failed) if self.failed else -1
+        landed = len(results) - len(self.failed)
+        super().__init__(
+            f"channel {short_repr(channel)}: {landed} of {len(results)} messages of the batch "
+            f"landed; message {first} failed first: {self.failed.get(first)}"
+        )
+
+    @property
+    def landed(self) -> list[int]:
+        """The indices of the messages that are in the log."""
+        return [i for i in range(len(self.results)) if i not in self.failed]

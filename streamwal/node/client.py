@@ -34,6 +34,7 @@ from streamwal.tso.tls import ClientTLS, open_channel
 __all__ = [
     "Acked",
     "AppendStream",
+    "BatchProduceError",
     "Consumed",
     "NodeClient",
     "policy",
@@ -89,6 +90,34 @@ def _may_retry(exc: grpc.aio.AioRpcError, idempotent: bool) -> bool:
         return exc.code() in _IDEMPOTENT_RETRY
     code = exc.code()
     return code == grpc.StatusCode.UNAVAILABLE and write_outcome(exc) is WriteOutcome.NOT_WRITTEN
+
+
+class BatchProduceError(Exception):
+    """Part of a batch failed: ``results`` holds, message by message in batch order,
+    the :class:`Acked` of each that is in the log and the error (an
+    :class:`grpc.aio.AioRpcError`, with its write outcome) of each that failed."""
+
+    def __init__(self, results: list[Acked | grpc.aio.AioRpcError]) -> None:
+        self.results = results
+        self.failed = {i: r for i, r in enumerate(results) if not isinstance(r, Acked)}
+        first = min(self.failed)
+        super().__init__(
+            f"{len(results) - len(self.failed)} of {len(results)} messages landed; "
+            f"message {first} failed first: {self.failed[first].details()}"
+        )
+
+
+def _batch_acks(response: pb.ProduceBatchResponse, which: str) -> list[Acked]:
+    results: list[Acked | grpc.aio.AioRpcError] = [
+        _append_error(r.error, f"message {i} of {which}")
+        if r.HasField("error")
+        else Acked(r.message_id, r.message_id_text, r.time_tick)
+        for i, r in enumerate(response.results)
+    ]
+    acked = [r for r in results if isinstance(r, Acked)]
+    if len(acked) < len(results):
+        raise BatchProduceError(results)
+    return acked
 
 
 def status_of(exc: BaseException) -> grpc.StatusCode | None:
@@ -320,22 +349,70 @@ class NodeClient:
         count = 0
         try:
             async for m in call:
-                yield Consumed(
-                    m.message_id,
-                    m.message_id_text,
-                    m.time_tick,
-                    m.type,
-                    m.payload,
-                    m.vchannel,
-                    dict(m.properties),
-                    m.source_node_id,
-                    m.producer_id if m.HasField("producer_id") else None,
-                    m.sequence if m.HasField("sequence") else None,
-                    m.txn_id if m.HasField("txn_id") else None,
-                )
+                yield _consumed(m)
                 count += 1
                 if limit is not None and count >= limit:
                     return
+        finally:
+            call.cancel()
+
+    async def produce_batch(
+        self, pchannel: str, payloads: Sequence[bytes], *, type: str = "insert", vchannel: str = ""
+    ) -> list[Acked]:
+        """One ``ProduceBatch`` call: the payloads land back to back, in order.
+
+        A batch refused whole (channel not here, invalid input) raises the
+        :class:`grpc.aio.AioRpcError` of that refusal; a partial failure raises
+        :class:`BatchProduceError`, which says what landed.
+        """
+        request = _batch_request(pchannel, payloads, type, vchannel)
+        reply = await self._stub.ProduceBatch(request, timeout=self._timeout)
+        return _batch_acks(reply, "the batch")
+
+    async def produce_batches(
+        self, pchannel: str, batches: Sequence[Sequence[bytes]], *, type: str = "insert"
+    ) -> list[list[Acked]]:
+        """Batches pipelined on one ``ProduceBatchStream`` call; the first batch with a
+        failure raises (:class:`BatchProduceError`), the ones before it are in the log."""
+
+        async def requests() -> AsyncIterator[pb.ProduceBatchRequest]:
+            for batch in batches:
+                yield _batch_request(pchannel, batch, type, "")
+
+        call = self._stub.ProduceBatchStream(requests(), timeout=self._timeout)
+        acked: list[list[Acked]] = []
+        try:
+            async for reply in call:
+                acked.append(_batch_acks(reply, f"batch {len(acked) + 1} of {len(batches)}"))
+        finally:
+            call.cancel()
+        return acked
+
+    async def consume_batches(
+        self,
+        pchannel: str,
+        delivery: pb.DeliveryPolicy | None = None,
+        *,
+        vchannel: str = "",
+        max_messages: int = 0,
+        max_bytes: int = 0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[list[Consumed]]:
+        """``ConsumeBatch``: what the node had ready, one list per frame (0: the node's
+        bounds per frame)."""
+        call = self._stub.ConsumeBatch(
+            pb.ConsumeRequest(
+                pchannel=pchannel,
+                policy=delivery or policy(),
+                vchannel=vchannel,
+                max_batch_messages=max_messages,
+                max_batch_bytes=max_bytes,
+            ),
+            timeout=timeout,
+        )
+        try:
+            async for frame in call:
+                yield [_consumed(m) for m in frame.messages]
         finally:
             call.cancel()
 
@@ -484,6 +561,32 @@ class AppendStream:
                 waiter = self._waiting.popleft()
                 if not waiter.done():
                     waiter.set_exception(ended)
+
+
+def _consumed(m: pb.ConsumedMessage) -> Consumed:
+    return Consumed(
+        m.message_id,
+        m.message_id_text,
+        m.time_tick,
+        m.type,
+        m.payload,
+        m.vchannel,
+        dict(m.properties),
+        m.source_node_id,
+        m.producer_id if m.HasField("producer_id") else None,
+        m.sequence if m.HasField("sequence") else None,
+        m.txn_id if m.HasField("txn_id") else None,
+    )
+
+
+def _batch_request(
+    pchannel: str, payloads: Sequence[bytes], type: str, vchannel: str
+) -> pb.ProduceBatchRequest:
+    request = pb.ProduceBatchRequest(pchannel=pchannel)
+    add = request.messages.add
+    for payload in payloads:
+        add(type=type, payload=payload, vchannel=vchannel)
+    return request
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}

@@ -40,11 +40,12 @@ from streamwal.cluster.member import ClusterMember
 from streamwal.cluster.routing import add_routing_servicer
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import ClosedError, NotLeaderError, UnavailableError
+from streamwal.node.batching import NodeServicer
 from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
 from streamwal.node.health import HealthService
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import MalformedRequestInterceptor, StreamingNodeServicer
+from streamwal.node.servicer import MalformedRequestInterceptor
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.tso import (
     ClientTLS,
@@ -204,7 +205,7 @@ class Node:
                 self._opener, self._allocator_factory(), cfg.node.id, cfg.wal
             )
             pb_grpc.add_StreamingNodeServicer_to_server(
-                StreamingNodeServicer(self._channels, self._opener), self._server
+                NodeServicer(self._channels, self._opener), self._server
             )
             health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
             if cfg.cluster.enabled:

@@ -16,8 +16,6 @@ span's resource cannot say which node served when one process hosts several.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -45,10 +43,12 @@ from streamwal.errors import (
 )
 from streamwal.node.channels import ChannelManager
 from streamwal.node.outcome import OUTCOME_KEY
+from streamwal.node.pipeline import answer_in_order
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
-from streamwal.node.txn_service import TxnRpcs, produce_response
+from streamwal.node.txn_service import TxnRpcs
+from streamwal.node.txn_service import produce_response as receipt_of
 from streamwal.wal.backend import BackendOpener, DeliveryPolicy
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.message_id import MessageId
@@ -57,7 +57,11 @@ from streamwal.wal.retention import time_tick_lag_ms
 __all__ = [
     "MalformedRequestInterceptor",
     "StreamingNodeServicer",
+    "abort_append",
+    "consumed_of",
+    "message_of",
     "parse_message_type",
+    "receipt_of",
     "status_of",
 ]
 
@@ -82,6 +86,26 @@ _OUTCOMES = {
 }
 # status details travel as metadata, which gRPC limits (8 KiB by default)
 _MAX_DETAILS = 1000
+
+
+def message_of(
+    m: pb.Message,
+    *,
+    producer_id: int | None = None,
+    sequence: int | None = None,
+    txn_id: int | None = None,
+) -> MutableMessage:
+    """The message a client sent; :class:`InvalidInputError` for an unknown type (or
+    for a producer id without a sequence, or the other way round)."""
+    return MutableMessage(
+        type=parse_message_type(m.type),
+        payload=bytes(m.payload),
+        vchannel=m.vchannel,
+        properties=dict(m.properties),
+        producer_id=producer_id,
+        sequence=sequence,
+        txn_id=txn_id,
+    )
 
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -123,6 +147,15 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException
     raise AssertionError("context.abort returned")  # it always raises
 
 
+async def abort_append(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
+    """End a failed unary append with its status and its write outcome (trailing
+    metadata ``streamwal-write-outcome``)."""
+    code, details = status_of(exc)
+    outcome = outcome_of(exc).value
+    await context.abort(code, details, trailing_metadata=((OUTCOME_KEY, outcome),))
+    raise AssertionError("context.abort returned")  # it always raises
+
+
 def _append_error(exc: BaseException) -> pb.ProduceResponse:
     code, details = status_of(exc)
     return pb.ProduceResponse(
@@ -137,10 +170,6 @@ _STREAM_WINDOW = 256
 # the longest a streamed append waits for the WAL; longer than any bounded WAL path
 # (send timeout, append retries), so it only ends a wait that would not end
 _ANSWER_TIMEOUT_S = 120.0
-
-
-class _NoAnswer(OutcomeUnknownError):
-    """A streamed append the WAL did not answer in time; it is no longer waited for."""
 
 
 class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
@@ -164,12 +193,8 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
     def _message(self, request: pb.ProduceRequest) -> MutableMessage:
         if not request.HasField("message"):
             raise InvalidInputError("a ProduceRequest needs a message")
-        m = request.message
-        return MutableMessage(
-            type=parse_message_type(m.type),
-            payload=bytes(m.payload),
-            vchannel=m.vchannel,
-            properties=dict(m.properties),
+        return message_of(
+            request.message,
             producer_id=request.producer_id if request.HasField("producer_id") else None,
             sequence=request.sequence if request.HasField("sequence") else None,
             txn_id=request.txn_id if request.HasField("txn_id") else None,
@@ -182,7 +207,7 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
         except ChannelFencedError:
             await self._channels.report_fenced(request.pchannel)
             raise
-        return produce_response(result)
+        return receipt_of(result)
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -191,10 +216,7 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
         try:
             return await self._append(request)
         except (StreamwalError, Exception) as exc:
-            code, details = status_of(exc)
-            outcome = outcome_of(exc).value
-            await context.abort(code, details, trailing_metadata=((OUTCOME_KEY, outcome),))
-            raise AssertionError("context.abort returned") from None
+            await abort_append(context, exc)
 
     async def ProduceStream(
         self,
@@ -216,59 +238,14 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
         then the call ends with INVALID_ARGUMENT.
         """
         self._tag_span()
-        pending: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue(
-            _STREAM_WINDOW
-        )
-
-        async def feed() -> None:
-            try:
-                async for request in requests:
-                    await pending.put(asyncio.ensure_future(self._append(request)))
-            finally:
-                # the queue may be full and nobody left to empty it (the call ended)
-                with contextlib.suppress(asyncio.QueueFull):
-                    pending.put_nowait(None)
-
-        feeder = asyncio.create_task(feed())
-        started: list[asyncio.Task[pb.ProduceResponse]] = []
-        try:
-            while True:
-                if not pending.empty():
-                    task = pending.get_nowait()
-                elif feeder.done():
-                    break  # it ended without its sentinel (the queue was full)
-                else:
-                    got = asyncio.ensure_future(pending.get())
-                    await asyncio.wait({got, feeder}, return_when=asyncio.FIRST_COMPLETED)
-                    if not got.done():
-                        got.cancel()
-                        continue
-                    task = got.result()
-                if task is None:
-                    break
-                started.append(task)
-                yield await self._answer(task)
-                started.pop()
-            await feeder  # the input failed: let gRPC end the call with that
-        finally:
-            feeder.cancel()
-            while not pending.empty():
-                queued = pending.get_nowait()
-                if queued is not None:
-                    started.append(queued)
-            for task in started:  # the client went away: its appends are not waited for
-                task.cancel()
-
-    async def _answer(self, task: asyncio.Task[pb.ProduceResponse]) -> pb.ProduceResponse:
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), self._answer_timeout)
-        except TimeoutError:
-            task.cancel()
-            return _append_error(
-                _NoAnswer(f"the WAL did not answer within {self._answer_timeout:g}s")
-            )
-        except (StreamwalError, Exception) as exc:
-            return _append_error(exc)
+        async for answer in answer_in_order(
+            requests,
+            self._append,
+            lambda _, exc: _append_error(exc),
+            window=_STREAM_WINDOW,
+            answer_timeout=self._answer_timeout,
+        ):
+            yield answer
 
     # ---- consume --------------------------------------------------------------------
     def _policy(self, request: pb.ConsumeRequest) -> DeliveryPolicy:
@@ -301,7 +278,7 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
             await _abort(context, exc)
         try:
             async for msg in scanner:
-                yield _consumed(msg)
+                yield consumed_of(msg)
         except ClosedError:
             return  # the channel or the node closed: end the stream cleanly
         except (StreamwalError, Exception) as exc:
@@ -452,21 +429,28 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
         )
 
 
-def _consumed(msg: ImmutableMessage) -> pb.ConsumedMessage:
-    return pb.ConsumedMessage(
+def consumed_of(
+    msg: ImmutableMessage,
+    make: Callable[..., pb.ConsumedMessage] = pb.ConsumedMessage,
+) -> pb.ConsumedMessage:
+    """``msg`` as sent; ``make`` may add it to a batch in place (``batch.messages.add``),
+    which saves copying it there."""
+    consumed = make(
         message_id=msg.message_id.to_bytes(),
         message_id_text=str(msg.message_id),
         time_tick=msg.time_tick,
         type=msg.type.wire_name,
         payload=msg.payload,
         vchannel=msg.vchannel,
-        properties=dict(msg.properties),
         source_node_id=msg.source,
         last_confirmed_id=msg.last_confirmed.to_bytes(),
         producer_id=msg.producer_id,
         sequence=msg.sequence,
         txn_id=msg.txn_id,
     )
+    if msg.properties:  # filling an empty map still costs a call per message
+        consumed.properties.update(msg.properties)
+    return consumed
 
 
 class _Malformed:

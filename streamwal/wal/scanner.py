@@ -42,6 +42,7 @@ from streamwal.wal.backend import BackendScanner, BackendWAL, DeliveryPolicy
 from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
 from streamwal.wal.config import Backoff
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
+from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_scanner_lag
 from streamwal.wal.txn_assembly import TxnAssembler
 
@@ -93,6 +94,9 @@ class Scanner:
         self._min_time_tick = policy.time_tick
         self._last_time_tick: int | None = None  # of the last consumed message
         self._resume = policy  # where the backend continues after what was consumed
+        # the last consumed id, when newer than _resume: its policy is built only when
+        # the backend is (re)opened, not once per message
+        self._consumed_id: MessageId | None = None
         self._cursor: BufferCursor | None = None
         self._backend_scanner: BackendScanner | None = None
         self._delays: Iterator[float] = backoff.delays()
@@ -110,7 +114,7 @@ class Scanner:
         """Open the first source; errors of the policy (unknown message id) raise here."""
         policy = self.policy
         if policy.kind == DeliveryPolicy.START_FROM_TIME_TICK:
-            self._resume = DeliveryPolicy.all()
+            self._set_resume(DeliveryPolicy.all())
             if policy.time_tick is not None and policy.time_tick > 0:
                 self._try_buffer(policy.time_tick - 1)
         elif policy.kind == DeliveryPolicy.LATEST and self._buffer is not None:
@@ -122,7 +126,7 @@ class Scanner:
         if self._buffer is None or self._buffer.sealed or after < self._buffer.floor:
             return
         self._cursor = self._buffer.read_after(after)
-        self._resume = self._cursor.start_policy
+        self._set_resume(self._cursor.start_policy)
         self._last_time_tick = after
         self.watermark = max(self.watermark, after)
         self.source = SOURCE_BUFFER
@@ -200,13 +204,13 @@ class Scanner:
         try:
             return decode(raw, self._decode_id)
         except DecodeError as exc:
-            self._resume = DeliveryPolicy.start_after(raw.message_id)
+            self._set_resume(DeliveryPolicy.start_after(raw.message_id))
             self._skip("undecodable", f"skipped undecodable message: {exc}")
             return None
 
     def _consume(self, msg: ImmutableMessage) -> bool:
         """Record ``msg`` as consumed; whether it is in order (else skipped)."""
-        self._resume = DeliveryPolicy.start_after(msg.message_id)
+        self._consumed_id = msg.message_id
         if self._last_time_tick is not None and msg.time_tick <= self._last_time_tick:
             self._skip(
                 "out_of_order",
@@ -223,6 +227,16 @@ class Scanner:
         if self._min_time_tick is not None and msg.time_tick < self._min_time_tick:
             return False
         return self.vchannel is None or msg.applies_to(self.vchannel)
+
+    def _set_resume(self, policy: DeliveryPolicy) -> None:
+        self._resume = policy
+        self._consumed_id = None
+
+    def _resume_policy(self) -> DeliveryPolicy:
+        """Where the backend continues: after the last consumed message, if any since."""
+        if self._consumed_id is not None:
+            self._set_resume(DeliveryPolicy.start_after(self._consumed_id))
+        return self._resume
 
     def _skip(self, reason: str, text: str) -> None:
         self.skipped += 1
@@ -241,7 +255,7 @@ class Scanner:
         while True:
             self._check_open()
             try:
-                scanner = await self._backend.read(self._resume)
+                scanner = await self._backend.read(self._resume_policy())
             except StreamwalError as exc:
                 if not exc.retriable:
                     raise

@@ -12,9 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from types import TracebackType
 
-from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError, QuotaExceededError
+from streamwal.errors import (
+    BatchAppendError,
+    ChannelFencedError,
+    ClosedError,
+    InvalidInputError,
+    QuotaExceededError,
+    StreamwalError,
+)
 from streamwal.wal.backend import BackendWAL, DeliveryPolicy
 from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.config import WALConfig
@@ -310,14 +318,8 @@ class WAL(_Readable):
         retries (``WALConfig.append_backoff``) are spent, ``ClosedError`` after close.
         Cancelling the caller does not cancel an entry already handed to the backend.
         """
-        self._check_open()
-        fenced = self._chain.fenced
-        if fenced is not None:
-            raise ChannelFencedError(self._channel, f"this owner was fenced: {fenced.reason}")
-        if not isinstance(msg, MutableMessage):
-            raise InvalidInputError(f"append takes a MutableMessage, got {type(msg).__name__}")
-        if msg.type.is_system or msg.type.is_txn_marker:
-            raise InvalidInputError(f"{msg.type} messages are written by the WAL itself")
+        self._check_writable()
+        _check_message(msg)
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -336,12 +338,64 @@ class WAL(_Readable):
         finally:
             record_append(self._channel, len(msg.payload), time.perf_counter() - started, outcome)
 
+    async def append_many(self, msgs: Sequence[MutableMessage]) -> list[AppendResult]:
+        """Persist ``msgs`` back to back, in order; their results, in the same order.
+
+        Each message gets its own time tick (increasing in batch order), its own id and
+        its own receipt, exactly as :meth:`append` would give it; nothing else enters
+        the log between them. A batch with an invalid message is refused whole
+        (:class:`~streamwal.errors.InvalidInputError`, naming it) before anything is
+        written; so is one on a fenced or closed WAL. Once the batch is handed over, a
+        failure raises :class:`~streamwal.errors.BatchAppendError`, whose ``results``
+        say which messages landed and which failed, each with the error (and outcome)
+        its single append would have had. Retries as for :meth:`append`, for a failed
+        tail of the batch only, so the batch order holds in the log.
+        """
+        self._check_writable()
+        batch = list(msgs)
+        for index, msg in enumerate(batch):
+            try:
+                _check_message(msg)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"message {index} of the batch: {exc}") from exc
+        if not batch:
+            return []
+        started = time.perf_counter()
+        outcomes = await self._chain.append_many(batch)
+        seconds = time.perf_counter() - started
+        for msg, outcome in zip(batch, outcomes, strict=True):
+            record_append(self._channel, len(msg.payload), seconds, _outcome_label(outcome))
+        results = [o for o in outcomes if isinstance(o, AppendResult)]
+        if len(results) == len(outcomes):
+            return results
+        quota = next((o for o in outcomes if isinstance(o, QuotaExceededError)), None)
+        if quota is not None and isinstance(self._backend, QuotaExplainer):
+            why = str(await self._backend.explain_quota(quota))  # one look-up per batch
+            outcomes = [
+                QuotaExceededError(why, o.outcome) if isinstance(o, QuotaExceededError) else o
+                for o in outcomes
+            ]
+        raise BatchAppendError(self._channel, list(outcomes))
+
     async def _close_writer(self) -> None:
         await self._truncator.close()
         await self._chain.close()
 
     async def __aenter__(self) -> WAL:
         return self
+
+
+def _check_message(msg: object) -> None:
+    if not isinstance(msg, MutableMessage):
+        raise InvalidInputError(f"append takes a MutableMessage, got {type(msg).__name__}")
+    if msg.type.is_system or msg.type.is_txn_marker:
+        raise InvalidInputError(f"{msg.type} messages are written by the WAL itself")
+
+
+def _outcome_label(outcome: AppendResult | StreamwalError) -> str:
+    if isinstance(outcome, AppendResult):
+        return "ok"
+    return "fenced" if isinstance(outcome, ChannelFencedError) else "error"
 
 
 class ReadOnlyWAL(_Readable):

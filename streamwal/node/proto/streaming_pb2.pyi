@@ -61,6 +61,20 @@ class ProduceResponse(_message.Message):
     error: AppendError
     def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., error: _Optional[_Union[AppendError, _Mapping]] = ...) -> None: ...
 
+class ProduceBatchRequest(_message.Message):
+    __slots__ = ("pchannel", "messages")
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, pchannel: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class ProduceBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ProduceResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[ProduceResponse, _Mapping]]] = ...) -> None: ...
+
 class AppendError(_message.Message):
     __slots__ = ("code", "message", "outcome")
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -92,14 +106,24 @@ class DeliveryPolicy(_message.Message):
     def __init__(self, all: _Optional[_Union[Empty, _Mapping]] = ..., latest: _Optional[_Union[Empty, _Mapping]] = ..., start_from: _Optional[bytes] = ..., start_after: _Optional[bytes] = ..., start_from_time_tick: _Optional[int] = ..., after_checkpoint: _Optional[str] = ...) -> None: ...
 
 class ConsumeRequest(_message.Message):
-    __slots__ = ("pchannel", "policy", "vchannel")
+    __slots__ = ("pchannel", "policy", "vchannel", "max_batch_messages", "max_batch_bytes")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     policy: DeliveryPolicy
     vchannel: str
-    def __init__(self, pchannel: _Optional[str] = ..., policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., vchannel: _Optional[str] = ...) -> None: ...
+    max_batch_messages: int
+    max_batch_bytes: int
+    def __init__(self, pchannel: _Optional[str] = ..., policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., vchannel: _Optional[str] = ..., max_batch_messages: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
+
+class ConsumedBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ConsumedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ConsumedMessage, _Mapping]]] = ...) -> None: ...
 
 class ConsumedMessage(_message.Message):
     __slots__ = ("message_id", "message_id_text", "time_tick", "type", "payload", "vchannel", "properties", "source_node_id", "last_confirmed_id", "producer_id", "sequence", "txn_id")

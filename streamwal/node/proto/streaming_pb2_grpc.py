@@ -69,6 +69,21 @@ class StreamingNodeStub:
                 request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumedMessage.FromString,
                 _registered_method=True)
+        self.ProduceBatch = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/ProduceBatch',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchResponse.FromString,
+                _registered_method=True)
+        self.ProduceBatchStream = channel.stream_stream(
+                '/streamwal.v1.StreamingNode/ProduceBatchStream',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchResponse.FromString,
+                _registered_method=True)
+        self.ConsumeBatch = channel.unary_stream(
+                '/streamwal.v1.StreamingNode/ConsumeBatch',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumeRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumedBatch.FromString,
+                _registered_method=True)
         self.AssignChannel = channel.unary_unary(
                 '/streamwal.v1.StreamingNode/AssignChannel',
                 request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.AssignChannelRequest.SerializeToString,
@@ -153,6 +168,27 @@ class StreamingNodeServicer:
 
     def Consume(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceBatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceBatchStream(self, request_iterator, context):
+        """Batches pipelined on one call, answered in order (errors in band, as on
+        ProduceStream; a batch refused whole answers every message with that error).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumeBatch(self, request, context):
+        """Consume, with many messages per response frame.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -242,6 +278,21 @@ def add_StreamingNodeServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumeRequest.FromString,
                     response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumedMessage.SerializeToString,
+            ),
+            'ProduceBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProduceBatch,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchResponse.SerializeToString,
+            ),
+            'ProduceBatchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceBatchStream,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchResponse.SerializeToString,
+            ),
+            'ConsumeBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.ConsumeBatch,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumeRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumedBatch.SerializeToString,
             ),
             'AssignChannel': grpc.unary_unary_rpc_method_handler(
                     servicer.AssignChannel,
@@ -473,6 +524,87 @@ class StreamingNode:
             '/streamwal.v1.StreamingNode/Consume',
             streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumeRequest.SerializeToString,
             streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumedMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/ProduceBatch',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceBatchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/streamwal.v1.StreamingNode/ProduceBatchStream',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.ProduceBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumeBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/ConsumeBatch',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumeRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.ConsumedBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pulsar
@@ -41,7 +41,7 @@ from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage, decode
 from streamwal.wal.wal import WAL
 
-__all__ = ["rss_bytes", "run_worker"]
+__all__ = ["bounded", "rss_bytes", "run_worker"]
 
 _OPEN_PARALLELISM = 16
 
@@ -61,7 +61,8 @@ async def _settled_rss() -> int:
     return rss_bytes()
 
 
-async def _bounded(calls: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
+async def bounded(calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[Any]:
+    """Every call, at most a few at a time (opening many channels at once)."""
     gate = asyncio.Semaphore(_OPEN_PARALLELISM)
 
     async def one(call: Callable[[], Awaitable[Any]]) -> Any:
@@ -110,7 +111,7 @@ async def _wal_worker(spec: dict[str, Any]) -> dict[str, Any]:
         rss_before = await _settled_rss()
         started = time.perf_counter()
         names = [f"bench-ch-{run}-{i}" for i in range(count)]
-        wals: list[WAL] = await _bounded(
+        wals: list[WAL] = await bounded(
             [functools.partial(open_wal, opener, n, allocator, 1, wal_config) for n in names]
         )
         open_s = time.perf_counter() - started
@@ -209,7 +210,7 @@ async def _raw_worker(spec: dict[str, Any]) -> dict[str, Any]:
         rss_before = await _settled_rss()
         started = time.perf_counter()
         topics = [config.topic(f"bench-chraw-{run}-{i}") for i in range(count)]
-        producers = await _bounded([functools.partial(create, t) for t in topics])
+        producers = await bounded([functools.partial(create, t) for t in topics])
         open_s = time.perf_counter() - started
         rss_open = await _settled_rss()
         cpu_start = time.process_time()

@@ -128,7 +128,8 @@ async def run_node_bench(
         )
         target.progress(
             f"node consume: grpc {consume['node_per_s']:.0f}/s, wal {consume['wal_per_s']:.0f}/s "
-            f"({consume['node_vs_wal_ratio']})"
+            f"({consume['node_vs_wal_ratio']}), batches {consume['node_batch_per_s']:.0f}/s "
+            f"({consume['node_batch_vs_wal_ratio']})"
         )
     if node.exit_code not in (0, None):
         target.progress(f"node: exited with {node.exit_code}, see {log_path}")
@@ -213,6 +214,20 @@ async def _read_node(client: NodeClient, channel: str, inserts: int) -> float:
     return read / (time.perf_counter() - started)
 
 
+async def _read_node_batches(client: NodeClient, channel: str, inserts: int) -> float:
+    """:func:`_read_node` through ``ConsumeBatch`` (many messages per frame)."""
+    started = time.perf_counter()
+    seen = read = 0
+    async for frame in client.consume_batches(channel, policy("all"), timeout=_READ_TIMEOUT_S):
+        for m in frame:
+            read += 1
+            if m.type == MessageType.INSERT.wire_name:
+                seen += 1
+                if seen == inserts:
+                    return read / (time.perf_counter() - started)
+    raise AssertionError("the ConsumeBatch stream ended")
+
+
 async def _consume(
     client: NodeClient,
     opener: PulsarOpener,
@@ -231,12 +246,14 @@ async def _consume(
         held.push_async_callback(wal.close)
         await _fill_node(client, node_channel, messages, payload)
         await fill_wal(wal, messages, payload)
-        node_rates, wal_rates = [], []
+        node_rates, batch_rates, wal_rates = [], [], []
         for _ in range(repeats):
             seconds, read, _ = await timed_scan(wal, DeliveryPolicy.all(), messages)
             wal_rates.append(read / seconds)
             node_rates.append(await _read_node(client, node_channel, messages))
+            batch_rates.append(await _read_node_batches(client, node_channel, messages))
     node_per_s = round(statistics.median(node_rates), 1)
+    batch_per_s = round(statistics.median(batch_rates), 1)
     wal_per_s = round(statistics.median(wal_rates), 1)
     return {
         "messages": messages,
@@ -245,4 +262,6 @@ async def _consume(
         "node_per_s": node_per_s,
         "wal_per_s": wal_per_s,
         "node_vs_wal_ratio": ratio(node_per_s, wal_per_s),
+        "node_batch_per_s": batch_per_s,
+        "node_batch_vs_wal_ratio": ratio(batch_per_s, wal_per_s),
     }

@@ -246,10 +246,65 @@ def _node_md(r: dict[str, Any]) -> list[str]:
         [
             [f"Consume through the node ({c['messages']} inserts of {c['payload_bytes']} B)",
              c["node_per_s"]],
+            ["ConsumeBatch through the node", c.get("node_batch_per_s", "-")],
             ["WAL scanner, same size, directly", c["wal_per_s"]],
         ],
     )  # fmt: skip
-    return [*lines, f"Consume node/WAL {_fmt(c['node_vs_wal_ratio'])}.", ""]
+    batch = c.get("node_batch_vs_wal_ratio")
+    tail = f"; ConsumeBatch node/WAL {_fmt(batch)}" if batch is not None else ""
+    return [*lines, f"Consume node/WAL {_fmt(c['node_vs_wal_ratio'])}{tail}.", ""]
+
+
+def _pipelined_md(r: dict[str, Any]) -> list[str]:
+    rows = [
+        [c["payload_bytes"], side, c[side]["per_s"], c.get(f"{side}_vs_raw_ratio", 1.0),
+         c[side].get("batch_p99_ms", "-")]
+        for c in r["cells"]
+        for side in ("raw", "wal", "node")
+    ]  # fmt: skip
+    lines = [
+        f"raw: a send_async loop; WAL: append_many; node: ProduceBatch (child process); "
+        f"{r['callers']} callers x batches of {r['batch']}; {r['repeats']} interleaved runs "
+        f"of {r['seconds_per_run']:g} s, medians.",
+        "",
+    ]
+    return lines + _table(["payload B", "path", "messages/s", "vs raw", "batch p99 ms"], rows)
+
+
+def _reads_md(r: dict[str, Any]) -> list[str]:
+    per_s, tail = r["per_s"], r["tail_per_s"]
+    rows = [
+        ["raw Pulsar reader (no decoding)", per_s["raw_reader"], 1.0],
+        ["WAL catch-up (read-only WAL)", per_s["catch_up"], r["catch_up_vs_raw_ratio"]],
+        ["Consume through the node", per_s["consume"], r["consume_vs_raw_ratio"]],
+        ["ConsumeBatch through the node", per_s["consume_batch"],
+         r["consume_batch_vs_raw_ratio"]],
+        ["tail: raw reader", tail["raw_reader"], 1.0],
+        ["tail: ConsumeBatch through the node", tail["consume_batch"], r["tail_vs_raw_ratio"]],
+    ]  # fmt: skip
+    lines = [
+        f"{r['messages']} messages of {r['payload_bytes']} B written through the node; "
+        f"medians of {r['repeats']} interleaved reads, messages/s (time ticks included).",
+        "",
+    ]
+    return lines + _table(["path", "messages/s", "vs raw"], rows)
+
+
+def _node_channels_md(r: dict[str, Any]) -> list[str]:
+    rows = [
+        [p["channels"], p["appenders"], p["raw"]["per_s"], p["node"]["per_s"],
+         p["node_vs_raw_ratio"], p["raw"]["p999_ms"], p["node"]["p999_ms"]]
+        for p in r["points"]
+    ]  # fmt: skip
+    lines = [
+        f"Appenders spread round-robin over the channels, one ProduceStream each (node in a "
+        f"child process) or raw producers; {r['repeats']} interleaved runs of "
+        f"{r['seconds_per_run']:g} s, medians.",
+        "",
+    ]
+    return lines + _table(
+        ["channels", "appenders", "raw/s", "node/s", "node/raw", "p999 raw", "p999 node"], rows
+    )
 
 
 def _tso_md(r: dict[str, Any]) -> list[str]:
@@ -326,6 +381,9 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "node": ("Through the node (gRPC)", _node_md),
     "exactly-once": ("Exactly once: idempotent appends, transactions", _exactly_once_md),
     "failover": ("Failover in a self-managing cluster", _failover_md),
+    "pipelined": ("Pipelined: batches vs a send_async loop", _pipelined_md),
+    "reads": ("Read paths vs a raw reader", _reads_md),
+    "node-channels": ("Many channels through the node", _node_channels_md),
 }
 
 

@@ -20,7 +20,10 @@ from streamwal.tools.bench.node import (
     DEFAULT_NODE_PAYLOADS,
     run_node_bench,
 )
+from streamwal.tools.bench.node_channels import DEFAULT_NODE_CHANNELS, run_node_channels_bench
 from streamwal.tools.bench.open import run_open_bench
+from streamwal.tools.bench.pipelined import DEFAULT_PIPELINED_PAYLOADS, run_pipelined_bench
+from streamwal.tools.bench.reads import run_reads_bench
 from streamwal.tools.bench.scan import run_scan_bench
 from streamwal.tools.bench.takeover import run_takeover_bench
 from streamwal.tools.bench.target import BenchTarget
@@ -228,6 +231,61 @@ async def _failover(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any
     )
 
 
+def _pipelined_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--payloads",
+        type=_ints,
+        default=list(DEFAULT_PIPELINED_PAYLOADS),
+        help=f"payload sizes in bytes (default {_joined(DEFAULT_PIPELINED_PAYLOADS)})",
+    )
+    p.add_argument("--batch", type=int, default=256, help="messages per batch call")
+    p.add_argument("--callers", type=int, default=4, help="concurrent batch callers")
+    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per cell")
+
+
+async def _pipelined(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_pipelined_bench(
+        target,
+        payloads=a.payloads,
+        batch=a.batch,
+        callers=a.callers,
+        seconds=a.seconds,
+        repeats=a.repeats,
+    )
+
+
+def _reads_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--messages", type=int, default=20_000, help="messages to read back")
+    p.add_argument("--repeats", type=int, default=3, help="reads of each kind")
+
+
+async def _reads(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_reads_bench(target, messages=a.messages, repeats=a.repeats)
+
+
+def _node_channels_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--channels",
+        type=_ints,
+        default=list(DEFAULT_NODE_CHANNELS),
+        help=f"channels the appenders are spread over (default {_joined(DEFAULT_NODE_CHANNELS)})",
+    )
+    p.add_argument("--min-appenders", type=int, default=32, help="appenders, at least one each")
+    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per point")
+
+
+async def _node_channels(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_node_channels_bench(
+        target,
+        channels=a.channels,
+        min_appenders=a.min_appenders,
+        seconds=a.seconds,
+        repeats=a.repeats,
+    )
+
+
 SUITES: dict[str, Suite] = {
     s.name: s
     for s in (
@@ -263,6 +321,24 @@ SUITES: dict[str, Suite] = {
             "a self-managing cluster: kill-to-first-append, rolling restart write gap",
             _failover_args,
             _failover,
+        ),
+        Suite(
+            "pipelined",
+            "raw send_async loop vs WAL append_many vs node ProduceBatch, messages/s",
+            _pipelined_args,
+            _pipelined,
+        ),
+        Suite(
+            "reads",
+            "catch-up, Consume, ConsumeBatch and tail through the node vs a raw reader",
+            _reads_args,
+            _reads,
+        ),
+        Suite(
+            "node-channels",
+            "appenders spread over 16 and 256 channels of one node vs raw producers",
+            _node_channels_args,
+            _node_channels,
         ),
     )
 }

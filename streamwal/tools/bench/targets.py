@@ -102,6 +102,50 @@ def _failover(result: dict[str, Any]) -> list[Target]:
     ]
 
 
+def _node(result: dict[str, Any]) -> list[Target]:
+    """Judged on a full-size run only (a 128 B x 32 cell), like the append targets."""
+    cells = [c for c in result["cells"] if c["payload_bytes"] == 128 and c["concurrency"] == 32]
+    if not cells:
+        return []
+    cell, consume = cells[0], result["consume"]
+    return [
+        _check("node", "ProduceStream/WAL, 128 B x 32",
+               cell["stream_throughput_ratio"], ">=", 0.9),
+        _check("node", "Produce/WAL, 128 B x 32", cell["unary_throughput_ratio"], ">=", 0.5),
+        _check("node", "ConsumeBatch/WAL scanner",
+               consume.get("node_batch_vs_wal_ratio"), ">=", 0.8),
+    ]  # fmt: skip
+
+
+def _pipelined(result: dict[str, Any]) -> list[Target]:
+    cells = [c for c in result["cells"] if c["payload_bytes"] == 128]
+    if not cells:
+        return []
+    cell = cells[0]
+    return [
+        _check("pipelined", "batch appends WAL/raw send_async, 128 B",
+               cell["wal_vs_raw_ratio"], ">=", 0.8),
+        _check("pipelined", "batch produce node/raw send_async, 128 B",
+               cell["node_vs_raw_ratio"], ">=", 0.8),
+    ]  # fmt: skip
+
+
+def _reads(result: dict[str, Any]) -> list[Target]:
+    return [
+        _check("reads", "WAL catch-up/raw reader", result["catch_up_vs_raw_ratio"], ">=", 0.8),
+        _check("reads", "ConsumeBatch through the node/WAL catch-up",
+               result["consume_batch_vs_catch_up_ratio"], ">=", 0.8),
+    ]  # fmt: skip
+
+
+def _node_channels(result: dict[str, Any]) -> list[Target]:
+    return [
+        _check("node-channels", f"node/raw, {p['channels']} channels",
+               p["node_vs_raw_ratio"], ">=", 0.9)
+        for p in result["points"]
+    ]  # fmt: skip
+
+
 _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "append": _append,
     "open": _open,
@@ -109,6 +153,10 @@ _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "channels": _channels,
     "tso": _tso,
     "failover": _failover,
+    "node": _node,
+    "pipelined": _pipelined,
+    "reads": _reads,
+    "node-channels": _node_channels,
 }
 
 

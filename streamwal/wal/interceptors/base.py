@@ -9,11 +9,11 @@ order is declared once, in :mod:`streamwal.wal.interceptors.chain`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
-from streamwal.errors import ChannelFencedError
+from streamwal.errors import ChannelFencedError, StreamwalError
 from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.buffer import WriteAheadBuffer
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AppendFunc",
     "AppendResult",
+    "BatchAppender",
     "ChannelInfo",
     "Interceptor",
     "InterceptorBase",
@@ -101,6 +102,16 @@ class Interceptor(Protocol):
     def on_fenced(self, error: ChannelFencedError) -> None: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class BatchAppender(Protocol):
+    """The optional ability of the persisting interceptor to append a batch back to
+    back (``do_append_many``): one outcome per message, in batch order."""
+
+    async def do_append_many(
+        self, msgs: Sequence[MutableMessage]
+    ) -> list[AppendResult | StreamwalError]: ...
 
 
 class InterceptorBase:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
-from streamwal.errors import ChannelFencedError
+from streamwal.errors import ChannelFencedError, StreamwalError
 from streamwal.wal.interceptors.base import (
     AppendFunc,
     AppendResult,
+    BatchAppender,
     Interceptor,
     InterceptorBase,
     InterceptorParams,
@@ -59,7 +60,7 @@ class InterceptorChain:
         append: AppendFunc = _unpersisted
         plain: AppendFunc = _unpersisted
         for interceptor in reversed(self._interceptors):
-            if type(interceptor).do_append is not InterceptorBase.do_append:  # skip pass-throughs
+            if not _passes_through(interceptor):  # skip pass-throughs
                 append = functools.partial(interceptor.do_append, append=append)
                 if not getattr(interceptor, "passes_plain", False):
                     plain = functools.partial(interceptor.do_append, append=plain)
@@ -68,6 +69,16 @@ class InterceptorChain:
         self.append_plain: AppendFunc = plain
         """The same, without the interceptors that pass a plain message through unseen
         (``passes_plain``: no producer id, no transaction): for :meth:`WAL.append`."""
+        last = self._interceptors[-1] if self._interceptors else None
+        wrapped = [
+            i
+            for i in self._interceptors[:-1]
+            if not _passes_through(i) and not getattr(i, "passes_plain", False)
+        ]
+        self._back_to_back: (
+            Callable[[Sequence[MutableMessage]], Awaitable[list[AppendResult | StreamwalError]]]
+            | None
+        ) = last.do_append_many if isinstance(last, BatchAppender) and not wrapped else None
         # Only the interceptors that listen are called, once per persisted message.
         self._persisted_hooks = [
             (i, i.on_persisted)
@@ -82,6 +93,29 @@ class InterceptorChain:
             if isinstance(interceptor, kind):
                 return interceptor
         return None
+
+    async def append_many(
+        self, msgs: Sequence[MutableMessage]
+    ) -> list[AppendResult | StreamwalError]:
+        """Append a batch in order, one outcome per message: back to back when only the
+        persisting interceptor takes part in plain appends and every message is plain
+        (no producer id, no transaction), else one after the other through the chain."""
+        if self._back_to_back is not None and all(
+            m.producer_id is None and m.txn_id is None for m in msgs
+        ):
+            return await self._back_to_back(msgs)
+        return await self._append_one_by_one(msgs)
+
+    async def _append_one_by_one(
+        self, msgs: Sequence[MutableMessage]
+    ) -> list[AppendResult | StreamwalError]:
+        outcomes: list[AppendResult | StreamwalError] = []
+        for msg in msgs:
+            try:
+                outcomes.append(await self.append(msg))
+            except StreamwalError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     @property
     def fenced(self) -> ChannelFencedError | None:
@@ -128,6 +162,13 @@ class InterceptorChain:
                 await interceptor.close()
             except Exception:
                 _log.exception("channel %s: closing %r failed", self._channel, interceptor)
+
+
+def _passes_through(interceptor: Interceptor) -> bool:
+    return (
+        isinstance(interceptor, InterceptorBase)
+        and type(interceptor).do_append is InterceptorBase.do_append
+    )
 
 
 async def _unpersisted(msg: MutableMessage) -> AppendResult:

@@ -18,9 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-from streamwal.errors import ChannelFencedError, ClosedError, StreamwalError, WriteOutcome
+from streamwal.errors import (
+    ChannelFencedError,
+    ClosedError,
+    OutcomeUnknownError,
+    StreamwalError,
+    WriteOutcome,
+)
 from streamwal.wal.interceptors.base import (
     AppendFunc,
     AppendResult,
@@ -33,6 +39,7 @@ from streamwal.wal.interceptors.timetick.sequencer import AckSequencer
 from streamwal.wal.interceptors.timetick.ticker import PeriodicTimeTicker
 from streamwal.wal.interceptors.timetick.writer import OrderedWriter
 from streamwal.wal.message import MutableMessage
+from streamwal.wal.message_id import MessageId
 
 __all__ = ["TimeTickInterceptor"]
 
@@ -111,21 +118,106 @@ class TimeTickInterceptor(InterceptorBase):
                 except StreamwalError as exc:
                     if not self._retry_after(exc, attempt):
                         raise
-                    delays = delays or self.params.config.append_backoff.delays()
-                    delay = next(delays)
-                    _log.warning(
-                        "channel %s: append attempt %d failed (%r); retrying in %.0f ms",
-                        self._channel,
-                        attempt,
-                        exc,
-                        delay * 1000,
-                    )
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), delay)
+                    delays = await self._pause(exc, attempt, delays)
         finally:
             self._active -= 1
             if self._active == 0:
                 self._idle.set()
+
+    async def do_append_many(
+        self, msgs: Sequence[MutableMessage]
+    ) -> list[AppendResult | StreamwalError]:
+        """Persist ``msgs`` back to back in batch order; one outcome per message.
+
+        Each message is stamped, published and acknowledged exactly as a single
+        append. Retries keep the batch order: only a failed tail (every message from
+        the first failure on failed, each retriably) is tried again, as a batch, after
+        the backoff; a failure followed by a landed message is final, since retrying it
+        would put it after its successors.
+        """
+        self._active += 1
+        self._idle.clear()
+        results: list[AppendResult | StreamwalError] = []
+        attempt = 0
+        delays: Iterator[float] | None = None
+        try:
+            while len(results) < len(msgs):
+                attempt += 1
+                rest = msgs[len(results) :]
+                try:
+                    self._check_usable()
+                    if attempt > 1:
+                        await self._backend.ensure_writable()
+                except StreamwalError as exc:  # nothing of the rest reached the backend
+                    if isinstance(exc, ChannelFencedError):
+                        self.sink.fence(exc)
+                    elif self._retry_after(exc, attempt):
+                        delays = await self._pause(exc, attempt, delays)
+                        continue
+                    results.extend([exc] * len(rest))
+                    break
+                sent_after = self._sequencer.last_confirmed
+                stamped, refused = await self._writer.write_many(rest)
+                outcomes = [await self._outcome(f, tick, sent_after) for tick, f in stamped]
+                if refused is not None:
+                    outcomes.extend([refused] * (len(rest) - len(stamped)))
+                landed = next(
+                    (i for i, o in enumerate(outcomes) if isinstance(o, StreamwalError)),
+                    len(outcomes),
+                )
+                results.extend(outcomes[:landed])
+                tail = outcomes[landed:]
+                if tail and all(
+                    isinstance(o, StreamwalError) and self._retry_after(o, attempt) for o in tail
+                ):
+                    first = tail[0]
+                    assert isinstance(first, StreamwalError)
+                    delays = await self._pause(first, attempt, delays)
+                    continue
+                results.extend(tail)
+            return results
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+
+    async def _outcome(
+        self, future: asyncio.Future[MessageId], time_tick: int, sent_after: MessageId
+    ) -> AppendResult | StreamwalError:
+        """One batched message's outcome, settled as :meth:`do_append` settles it."""
+        try:
+            return AppendResult(await future, time_tick)
+        except ChannelFencedError as exc:
+            self.sink.fence(exc)
+            if exc.outcome is not WriteOutcome.UNKNOWN:
+                return exc
+            settled = await self._readback.settle(time_tick, sent_after)
+            if settled is WriteOutcome.NOT_WRITTEN:
+                return ChannelFencedError(exc.channel, exc.reason)
+            if isinstance(settled, WriteOutcome):
+                return exc
+            return AppendResult(settled, time_tick)
+        except StreamwalError as exc:
+            return exc
+        except Exception as exc:  # a broken backend: the entry was handed over
+            return OutcomeUnknownError(f"the backend failed the append: {exc!r}")
+
+    async def _pause(
+        self, error: StreamwalError, attempt: int, delays: Iterator[float] | None
+    ) -> Iterator[float]:
+        """The backoff before the next attempt; ends early on fence or close."""
+        delays = delays or self.params.config.append_backoff.delays()
+        delay = next(delays)
+        _log.warning(
+            "channel %s: append attempt %d failed (%r); retrying in %.0f ms",
+            self._channel,
+            attempt,
+            error,
+            delay * 1000,
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), delay)
+        return delays
 
     def _retry_after(self, error: StreamwalError, attempt: int) -> bool:
         max_attempts = self.params.config.append_backoff.max_attempts

@@ -23,10 +23,10 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
-from streamwal.errors import TimestampRegressionError
+from streamwal.errors import StreamwalError, TimestampRegressionError
 from streamwal.timestamps import CachedTimestampAllocator
 from streamwal.wal.interceptors.base import InterceptorParams
 from streamwal.wal.interceptors.timetick.sequencer import AckSequencer, Slot, SlotState
@@ -160,6 +160,33 @@ class OrderedWriter:
         if cached is None:
             return None
         return self._stamp(self._accept(cached), msg)
+
+    async def write_many(
+        self, msgs: Sequence[MutableMessage]
+    ) -> tuple[list[tuple[int, asyncio.Future[MessageId]]], StreamwalError | None]:
+        """Stamp and enqueue ``msgs`` in order, back to back: one critical section for
+        the batch, so nothing else enters the log between them and their time ticks
+        increase in batch order.
+
+        Returns what was enqueued (a prefix of ``msgs``) and, when stamping stopped
+        early (fenced, closing, the allocator failed), the error for the rest, none of
+        which reached the backend. Cancelling the caller while it waits for an
+        allocation leaves the prefix already enqueued to the backend.
+        """
+        stamped: list[tuple[int, asyncio.Future[MessageId]]] = []
+        cached = self._allocate_cached
+        async with self._lock:
+            try:
+                for msg in msgs:
+                    time_tick = cached() if cached is not None else None
+                    if time_tick is None:
+                        time_tick = await self._allocate()
+                    else:
+                        time_tick = self._accept(time_tick)
+                    stamped.append(self._stamp(time_tick, msg))
+            except StreamwalError as exc:
+                return stamped, exc
+        return stamped, None
 
     def _stamp(self, time_tick: int, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]]:
         future = self._enqueue(time_tick, msg)

@@ -1,0 +1,144 @@
+"""The node-channels suite: appenders spread over many channels of one node, against raw.
+
+For each channel count N, ``max(min_appenders, N)`` appenders are spread round-robin
+over N channels: on one side each appender has its own ``ProduceStream`` to a node in a
+child process (:mod:`streamwal.tools.bench.node_process`, tracing on) that owns the N
+channels; on the other each appends with ``send`` to one of N raw producers
+(:mod:`streamwal.tools.bench.raw`) on one client in this process. The two run in turn,
+``repeats`` times, interleaved; appends/s are the medians. The WAL's own side of the
+same question is the ``channels`` suite (one process per point).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from streamwal.adaptors.pulsar import PulsarConfig
+from streamwal.node.client import AppendStream, NodeClient
+from streamwal.tools.bench.channels_worker import bounded
+from streamwal.tools.bench.node_process import BenchNode
+from streamwal.tools.bench.raw import raw_client, raw_producer
+from streamwal.tools.bench.stats import median_of, ratio, summarize
+from streamwal.tools.bench.target import CLIENT_LOG, BenchTarget
+from streamwal.tools.stack.tso_keys import deleted_afterwards
+
+__all__ = ["DEFAULT_NODE_CHANNELS", "run_node_channels_bench"]
+
+DEFAULT_NODE_CHANNELS = (16, 256)
+
+Append = Callable[[bytes], Awaitable[object]]
+
+
+async def _spread(appends: Sequence[Append], payload: bytes, seconds: float) -> dict[str, float]:
+    """One task per append function, each appending back to back for ``seconds``."""
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+
+    async def worker(append: Append) -> None:
+        while loop.time() < deadline:
+            started = time.perf_counter()
+            await append(payload)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(a) for a in appends))
+    return summarize(latencies, time.perf_counter() - started)
+
+
+async def run_node_channels_bench(
+    target: BenchTarget,
+    *,
+    channels: Sequence[int] = DEFAULT_NODE_CHANNELS,
+    min_appenders: int = 32,
+    payload_bytes: int = 128,
+    seconds: float = 2.0,
+    repeats: int = 3,
+    warmup_s: float = 0.3,
+) -> dict[str, Any]:
+    """Every channel count; see the module docstring."""
+    run = uuid.uuid4().hex[:8]
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    node_prefix = f"/bench-nch-{run}-node"
+    log_path = Path(CLIENT_LOG).parent / f"node-channels-{run}.log"
+    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
+    raw = raw_client(target.pulsar_url)
+    payload = b"c" * payload_bytes
+    points: list[dict[str, Any]] = []
+    try:
+        async with (
+            deleted_afterwards(target.etcd_endpoint, [node_prefix]),
+            node,
+            NodeClient(node.address) as client,
+        ):
+            for n in channels:
+                point = await _point(
+                    client, raw, config, f"{run}-{n}", n, max(min_appenders, n), payload,
+                    seconds, repeats, warmup_s,
+                )  # fmt: skip
+                points.append(point)
+                target.progress(
+                    f"node channels {n:>4}: node {point['node']['per_s']:>7.0f}/s "
+                    f"raw {point['raw']['per_s']:>7.0f}/s ({point['node_vs_raw_ratio']})"
+                )
+    finally:
+        await raw.close()
+    return {
+        "seconds_per_run": seconds,
+        "repeats": repeats,
+        "payload_bytes": payload_bytes,
+        "node": {"process": "child", "tracing": "on, not exported", "exit_code": node.exit_code},
+        "points": points,
+    }
+
+
+async def _point(
+    client: NodeClient,
+    raw: Any,
+    config: PulsarConfig,
+    name: str,
+    n: int,
+    appenders: int,
+    payload: bytes,
+    seconds: float,
+    repeats: int,
+    warmup_s: float,
+) -> dict[str, Any]:
+    names = [f"bench-nch-node-{name}-{i}" for i in range(n)]
+    await bounded([lambda c=c: client.assign(c) for c in names])  # type: ignore[misc]
+    streams: list[AppendStream] = [client.open_stream(names[i % n]) for i in range(appenders)]
+    producers = await bounded(
+        [
+            lambda i=i: raw_producer(raw, config.topic(f"bench-nch-raw-{name}-{i}"), config)  # type: ignore[misc]
+            for i in range(n)
+        ]
+    )
+    try:
+        node_appends: list[Append] = [s.append for s in streams]
+        raw_appends: list[Append] = [producers[i % n].send for i in range(appenders)]
+        sides = {"node": node_appends, "raw": raw_appends}
+        for appends in sides.values():
+            await _spread(appends, payload, warmup_s)
+        runs: dict[str, list[dict[str, float]]] = {"node": [], "raw": []}
+        for _ in range(repeats):
+            for side, appends in sides.items():
+                runs[side].append(await _spread(appends, payload, seconds))
+    finally:
+        await asyncio.gather(*(s.close() for s in streams))
+        await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
+        await bounded([lambda c=c: client.remove(c) for c in names])  # type: ignore[misc]
+    node_f, raw_f = median_of(runs["node"]), median_of(runs["raw"])
+    return {
+        "channels": n,
+        "appenders": appenders,
+        "node": node_f,
+        "raw": raw_f,
+        "node_vs_raw_ratio": ratio(node_f["per_s"], raw_f["per_s"]),
+        "p999_ratio": ratio(node_f["p999_ms"], raw_f["p999_ms"]),
+        "runs": runs,
+    }

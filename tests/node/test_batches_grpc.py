@@ -1,0 +1,132 @@
+"""Batched produce and consume through a real node on the real stack."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from streamwal.adaptors.pulsar import PulsarConfig
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.errors import WriteOutcome
+from streamwal.node.client import (
+    Acked,
+    BatchProduceError,
+    Consumed,
+    NodeClient,
+    policy,
+    write_outcome,
+)
+from streamwal.tools.stack import StackInfo
+from tests.node.processes import NodeProcess
+
+pytestmark = pytest.mark.integration
+
+MAX_MESSAGE = 2048
+
+
+@pytest.fixture
+async def node(
+    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
+) -> AsyncIterator[NodeProcess]:
+    settings = {
+        "pulsar": {"service_url": stack.pulsar_url, "max_message_size": MAX_MESSAGE},
+        "etcd": {"endpoints": [stack.etcd_endpoint]},
+        "tso": {"mode": "in-process", "key_prefix": etcd_prefix("batch")},
+    }
+    process = NodeProcess(tmp_path, 1, settings)
+    try:
+        await process.start()
+        yield process
+    finally:
+        await process.terminate()
+
+
+@pytest.fixture
+async def channel(stack: StackInfo, unique: str) -> AsyncIterator[str]:
+    name = f"batch-{unique}"
+    yield name
+    topic = PulsarAdmin.topic_path(PulsarConfig(service_url=stack.pulsar_url).topic(name))
+    await PulsarAdmin(stack.pulsar_admin_url).delete(f"{topic}?force=true")
+
+
+async def _read_data(client: NodeClient, channel: str, count: int) -> list[list[Consumed]]:
+    """Frames of ``ConsumeBatch`` from the start until ``count`` data messages came."""
+    frames: list[list[Consumed]] = []
+    seen = 0
+    async for frame in client.consume_batches(channel, policy("all"), max_messages=100):
+        frames.append(frame)
+        seen += sum(1 for m in frame if m.type != "TimeTick")
+        if seen >= count:
+            return frames
+    raise AssertionError("the stream ended")
+
+
+async def test_batches_land_in_order_and_are_read_back_in_frames(
+    node: NodeProcess, channel: str
+) -> None:
+    async with NodeClient(node.address) as client:
+        await client.assign(channel)
+        first = await client.produce_batch(channel, [b"a%03d" % i for i in range(300)])
+        streamed = await client.produce_batches(
+            channel, [[b"s%d-%02d" % (b, i) for i in range(40)] for b in range(10)]
+        )
+        acked: list[Acked] = first + [a for batch in streamed for a in batch]
+        ticks = [a.time_tick for a in acked]
+        assert ticks == sorted(ticks) and len(set(ticks)) == len(ticks)
+
+        frames = await _read_data(client, channel, len(acked))
+        data = [m for frame in frames for m in frame if m.type != "TimeTick"]
+        expected = [b"a%03d" % i for i in range(300)]
+        expected += [b"s%d-%02d" % (b, i) for b in range(10) for i in range(40)]
+        assert [m.payload for m in data] == expected  # back to back, in batch order
+        assert [(m.message_id, m.time_tick) for m in data] == [
+            (a.message_id, a.time_tick) for a in acked
+        ]
+        assert max(len(f) for f in frames) == 100  # many per frame, within the bound
+        assert len(frames) < len(data) / 10
+        # the same log through the single-message Consume
+        single = []
+        async for m in client.consume(channel, policy("all")):
+            if m.type != "TimeTick":
+                single.append(m)
+            if len(single) == len(data):
+                break
+        assert single == data
+
+
+async def test_a_partial_batch_names_what_landed_and_invalid_input_writes_nothing(
+    node: NodeProcess, channel: str
+) -> None:
+    async with NodeClient(node.address) as client:
+        await client.assign(channel)
+        payloads = [b"p0", b"p1", b"x" * (MAX_MESSAGE + 1), b"p3"]
+        with pytest.raises(BatchProduceError) as caught:
+            await client.produce_batch(channel, payloads)
+        assert list(caught.value.failed) == [2]
+        error = caught.value.failed[2]
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert write_outcome(error) is WriteOutcome.NOT_WRITTEN
+        landed = [r for r in caught.value.results if isinstance(r, Acked)]
+        assert len(landed) == 3
+
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await client.produce_batch(channel, [b"q0", b"q1"], type="no-such-type")
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "message 0 of the batch" in (refused.value.details() or "")
+        assert write_outcome(refused.value) is WriteOutcome.NOT_WRITTEN
+
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await client.produce_batch(f"{channel}-not-here", [b"r"])
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+        # on a stream, a refused batch is answered in band and the stream goes on
+        with pytest.raises(BatchProduceError) as streamed:
+            await client.produce_batches(channel, [[b"t0"], [b"t1", b"x" * (MAX_MESSAGE + 1)]])
+        assert list(streamed.value.failed) == [1]
+
+        frames = await _read_data(client, channel, 5)
+        data = [m.payload for frame in frames for m in frame if m.type != "TimeTick"]
+        assert data == [b"p0", b"p1", b"p3", b"t0", b"t1"]
