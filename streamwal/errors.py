@@ -266,7 +266,8 @@ class SequenceError(StreamwalError):
 
 
 class SequenceGapError(SequenceError):
-    """The sequence number skips ahead: appends before it were never sent, or lost."""
+    """The sequence number skips a whole window ahead of the next one expected: appends
+    before it were never sent, or lost (nearer numbers are taken out of order)."""
 
     def __init__(self, producer_id: int, sequence: int, expected: int) -> None:
         super().__init__(producer_id, sequence, expected, "skips ahead")

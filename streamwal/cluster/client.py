@@ -15,9 +15,9 @@ node) and every try carries the same numbers. So an append whose outcome is unkn
 (the owner died or the answer was lost) is retried too, on whichever node owns the
 channel then: the new owner rebuilt the producer's window from the log, and answers
 a copy already there with its first position. Every acknowledged append is in the log
-once. The numbering assumes a channel's appends through one client are not
-overtaken by later ones (one writer per channel, or awaited in turn): a later number
-reaching a new owner before an earlier retry is refused as a gap.
+once. The WAL takes numbers out of order within its window, so concurrent appends
+and retries overtaken by later numbers are fine up to a window
+(``wal.idempotence_window``) of them.
 """
 
 from __future__ import annotations

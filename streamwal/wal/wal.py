@@ -309,7 +309,7 @@ class WAL(_Readable):
 
         With a producer id and sequence (:meth:`MutableMessage.with_producer`) the append
         is idempotent: a retry is answered with the first result, nothing appended;
-        :class:`~streamwal.errors.SequenceError` for a sequence that skips ahead or is
+        :class:`~streamwal.errors.SequenceError` for a sequence a whole window ahead or
         older than the window. With a transaction id, it goes into that transaction.
 
         Raises :class:`~streamwal.errors.ChannelFencedError` (now and for good) once another

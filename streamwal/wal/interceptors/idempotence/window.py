@@ -5,6 +5,11 @@ sequence numbers of its last appends with where each landed. Unlike Kafka, a
 producer id unknown here may start at any sequence number (an id that expired, or a
 producer whose earlier appends were truncated away, is not refused), so a retry older
 than what the WAL remembers (window, expiry) is refused as too old rather than guessed.
+Unlike Kafka too, sequence numbers may arrive out of order within the window (a
+client's concurrent appends are separate calls, handled by separate tasks): a number
+up to ``window`` ahead of the next one expected is taken, and the numbers it skipped
+stay open below it (known not written, so still accepted); only a number a whole
+window ahead is refused as a gap.
 """
 
 from __future__ import annotations
@@ -99,7 +104,9 @@ class ProducerTable:
             if pending is None:
                 pending = producer.in_flight[seq] = asyncio.get_running_loop().create_future()
             return Decision(pending=pending)
-        if seq > producer.next_seq:
+        if seq >= producer.next_seq + self._window:
+            # within the window ahead is not a gap: concurrent appends of one client
+            # may reach the WAL out of order (separate gRPC calls, separate tasks)
             raise SequenceGapError(producer_id, seq, producer.next_seq)
         if seq < producer.next_seq - self._window:
             raise SequenceTooOldError(producer_id, seq, producer.next_seq)
