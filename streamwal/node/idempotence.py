@@ -8,9 +8,10 @@ identity between the clients of several nodes to retry an append on another node
 (the channel's next owner rebuilds the window from the log).
 
 The node takes numbers out of order within its window (concurrent appends), but
-refuses one a whole window ahead, so a number given up on must not leave a hole: :meth:`ProducerIdentity.give_up` takes it back when the append is
-known not written and was the last one numbered; otherwise (it may be in the log, or
-later numbers are out) the identity takes a fresh producer id, numbered from 0, as
+refuses one a whole window ahead, so a number given up on must not leave a hole:
+:meth:`ProducerIdentity.give_up` takes it back when the append is known not written
+and was the last one numbered; otherwise (it may be in the log, or later numbers are
+out) the identity takes a fresh producer id, numbered from 0, as
 Kafka's producer does after an error it cannot resolve.
 """
 
