@@ -82,10 +82,7 @@ class WALConfig:
       expires first.
     - ``idempotence_rebuild_window``: how far back (seconds of publish time) a new owner
       reads the log's tail to rebuild the producers' windows; a retry of an append
-      older than that, after a change of owner, may be appended again. A new owner's
-      first idempotent append waits for that read, so on a busy channel it is a cost of
-      every failover: 60 s is twice ``ClusterClient``'s retry budget (``retry_for_s``),
-      the longest its retries run.
+      older than that, after a change of owner, may be appended again.
     - ``idempotence_rebuild_timeout``: bound of that read (appends with a producer id
       wait for it).
     - ``txn_keepalive``: a transaction's timeout when its begin names none: without an
@@ -107,7 +104,7 @@ class WALConfig:
     truncate_interval: float = 60.0
     idempotence_window: int = 1024
     idempotence_producers: int = 10_000
-    idempotence_rebuild_window: float = 60.0
+    idempotence_rebuild_window: float = 600.0
     idempotence_rebuild_timeout: float = 30.0
     txn_keepalive: float = 10.0
 
