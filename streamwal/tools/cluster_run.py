@@ -165,6 +165,8 @@ class ChannelWriter:
         self.acks: list[Ack] = []
         self.failures: list[Failure] = []
         self.ack_times: list[float] = []
+        #: when each acknowledged append was sent (its first try), beside ``ack_times``
+        self.sent_times: list[float] = []
         self._pause = pause_s
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -177,6 +179,7 @@ class ChannelWriter:
             if self._stop.is_set():
                 return
             payload = f"{self.channel}-{seq}".encode()
+            sent = time.monotonic()
             try:
                 acked = await self.client.produce(self.channel, payload)
             except grpc.aio.AioRpcError as exc:
@@ -187,6 +190,7 @@ class ChannelWriter:
                 continue
             self.acks.append(Ack(acked.message_id, acked.time_tick, digest(payload)))
             self.ack_times.append(time.monotonic())
+            self.sent_times.append(sent)
             await asyncio.sleep(self._pause)
 
     async def stop(self) -> None:
@@ -195,7 +199,13 @@ class ChannelWriter:
             await asyncio.wait_for(self._task, 60)
 
     def first_ack_after(self, moment: float) -> float | None:
-        return next((t for t in self.ack_times if t > moment), None)
+        """When the first append sent after ``moment`` was acknowledged. An append sent
+        before it may be answered just after it by a node killed at ``moment`` (its
+        answer was on the way), which would time a failover at 0 s."""
+        return next(
+            (t for t, sent in zip(self.ack_times, self.sent_times, strict=True) if sent > moment),
+            None,
+        )
 
     def max_gap(self, since: float, until: float | None = None) -> float:
         """The longest time without an acknowledgement between ``since`` and ``until``."""
