@@ -26,7 +26,7 @@ from opentelemetry.trace import TracerProvider
 
 from streamwal.errors import WriteOutcome
 from streamwal.node.idempotence import ProducerIdentity
-from streamwal.node.outcome import OUTCOME_KEY, write_outcome
+from streamwal.node.outcome import in_band_error, rpc_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.tso.tls import ClientTLS, open_channel
@@ -109,7 +109,7 @@ class BatchProduceError(Exception):
 
 def _batch_acks(response: pb.ProduceBatchResponse, which: str) -> list[Acked]:
     results: list[Acked | grpc.aio.AioRpcError] = [
-        _append_error(r.error, f"message {i} of {which}")
+        in_band_error(r.error, f"message {i} of {which}")
         if r.HasField("error")
         else Acked(r.message_id, r.message_id_text, r.time_tick)
         for i, r in enumerate(response.results)
@@ -322,7 +322,7 @@ class NodeClient:
         try:
             async for r in call:
                 if r.HasField("error"):
-                    raise _append_error(r.error, f"append {len(acked) + 1} of {len(payloads)}")
+                    raise in_band_error(r.error, f"append {len(acked) + 1} of {len(payloads)}")
                 acked.append(Acked(r.message_id, r.message_id_text, r.time_tick))
         finally:
             call.cancel()
@@ -501,7 +501,7 @@ class AppendStream:
 
     async def append(self, payload: bytes) -> Acked:
         if self._closing:
-            raise _rpc_error(
+            raise rpc_error(
                 grpc.StatusCode.CANCELLED, "the stream is closed", WriteOutcome.NOT_WRITTEN
             )
         if self._ended is not None:
@@ -535,7 +535,7 @@ class AppendStream:
             yield request
 
     async def _read(self) -> None:
-        ended = _rpc_error(grpc.StatusCode.UNKNOWN, "the stream ended before this append's answer")
+        ended = rpc_error(grpc.StatusCode.UNKNOWN, "the stream ended before this append's answer")
         try:
             async for r in self._call:
                 waiter = self._waiting.popleft()
@@ -544,14 +544,14 @@ class AppendStream:
                     continue
                 if r.HasField("error"):
                     waiter.set_exception(
-                        _append_error(r.error, f"append {self._answered} on the stream")
+                        in_band_error(r.error, f"append {self._answered} on the stream")
                     )
                 else:
                     waiter.set_result(Acked(r.message_id, r.message_id_text, r.time_tick))
         except grpc.aio.AioRpcError as exc:
             ended = exc
         except asyncio.CancelledError:
-            ended = _rpc_error(grpc.StatusCode.CANCELLED, "the stream was closed")
+            ended = rpc_error(grpc.StatusCode.CANCELLED, "the stream was closed")
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # this task was cancelled, not only the call
@@ -587,26 +587,3 @@ def _batch_request(
     for payload in payloads:
         add(type=type, payload=payload, vchannel=vchannel)
     return request
-
-
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
-
-
-_OUTCOMES = {pb.NOT_WRITTEN: WriteOutcome.NOT_WRITTEN, pb.OUTCOME_UNKNOWN: WriteOutcome.UNKNOWN}
-
-
-def _rpc_error(
-    code: grpc.StatusCode, details: str, outcome: WriteOutcome | None = None
-) -> grpc.aio.AioRpcError:
-    empty = grpc.aio.Metadata()
-    trailing = (
-        grpc.aio.Metadata() if outcome is None else grpc.aio.Metadata((OUTCOME_KEY, outcome.value))
-    )
-    return grpc.aio.AioRpcError(code, empty, trailing, details)
-
-
-def _append_error(error: pb.AppendError, which: str) -> grpc.aio.AioRpcError:
-    """An in-band error as the status a unary ``produce`` would have raised, with the
-    outcome where :func:`write_outcome` finds it (none from an older node: unknown)."""
-    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
-    return _rpc_error(code, f"{which}: {error.message}", _OUTCOMES.get(error.outcome))

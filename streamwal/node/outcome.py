@@ -12,8 +12,9 @@ from __future__ import annotations
 import grpc
 
 from streamwal.errors import WriteOutcome
+from streamwal.node.proto import streaming_pb2 as pb
 
-__all__ = ["OUTCOME_KEY", "write_outcome"]
+__all__ = ["OUTCOME_KEY", "in_band_error", "rpc_error", "write_outcome"]
 
 OUTCOME_KEY = "streamwal-write-outcome"
 
@@ -46,3 +47,26 @@ def write_outcome(exc: BaseException) -> WriteOutcome:
     if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in (exc.details() or "").lower():
         return WriteOutcome.NOT_WRITTEN  # gRPC's text for a connection never made
     return WriteOutcome.UNKNOWN
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_OUTCOMES = {pb.NOT_WRITTEN: WriteOutcome.NOT_WRITTEN, pb.OUTCOME_UNKNOWN: WriteOutcome.UNKNOWN}
+
+
+def rpc_error(
+    code: grpc.StatusCode, details: str, outcome: WriteOutcome | None = None
+) -> grpc.aio.AioRpcError:
+    """A failure as a client sees a failed call, so in-band and call errors are handled
+    alike (``outcome``: where :func:`write_outcome` finds it)."""
+    empty = grpc.aio.Metadata()
+    trailing = (
+        grpc.aio.Metadata() if outcome is None else grpc.aio.Metadata((OUTCOME_KEY, outcome.value))
+    )
+    return grpc.aio.AioRpcError(code, empty, trailing, details)
+
+
+def in_band_error(error: pb.AppendError, which: str) -> grpc.aio.AioRpcError:
+    """An in-band error as the status a unary ``produce`` would have raised, with the
+    outcome where :func:`write_outcome` finds it (none from an older node: unknown)."""
+    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
+    return rpc_error(code, f"{which}: {error.message}", _OUTCOMES.get(error.outcome))

@@ -22,7 +22,13 @@ and checks, in log order:
    would have written it twice); appends answered "unknown" are counted, with how many
    of them are in the log.
 
-6. the exactly-once rules of :mod:`streamwal.tools.txn_check`: a retried idempotent
+6. batches a client recorded (each batch's payload digests, in its order):
+   ``batch-split`` when the messages of one batch that are in the log are not next to
+   each other, in the batch's order (``ProduceBatch`` promises that nothing else
+   enters the log between them; a batch that failed part way may miss messages, but
+   those that landed still sit together).
+
+7. the exactly-once rules of :mod:`streamwal.tools.txn_check`: a retried idempotent
    append persisted twice, a committed transaction that is incomplete, a message of a
    transaction that is not open; and, given the ids a reader ``delivered``, a
    transaction delivered without its commit or in part.
@@ -43,8 +49,9 @@ still a violation, but a different one from an acknowledged message breaking it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from streamwal.errors import DecodeError, WriteOutcome
@@ -65,6 +72,7 @@ RULES = (
     "ack-changed",
     "ack-duplicated",
     "not-written-persisted",
+    "batch-split",
     *TXN_RULES,
 )
 """Every rule name a :class:`Violation` can carry."""
@@ -200,10 +208,12 @@ def check_history(
     failures: Iterable[Failure] = (),
     truncated_before: MessageId | None = None,
     delivered: Iterable[bytes] | None = None,
+    batches: Iterable[Sequence[str]] = (),
 ) -> HistoryReport:
-    """Check ``entries`` (the whole log, in order), ``acks`` and ``failures`` against
-    it; see the module. ``truncated_before``: the channel's truncation point, if it was
-    truncated. ``delivered``: the message ids a reader of the whole channel delivered.
+    """Check ``entries`` (the whole log, in order), ``acks``, ``failures`` and
+    ``batches`` against it; see the module. ``truncated_before``: the channel's
+    truncation point, if it was truncated. ``delivered``: the message ids a reader of
+    the whole channel delivered.
     """
     report = HistoryReport()
     if truncated_before is not None:
@@ -216,6 +226,7 @@ def check_history(
     foreign_ids: set[bytes] = set()
     copies: dict[str, int] = {}
     decoded: list[ImmutableMessage] = []
+    positions: dict[str, tuple[int, str]] = {}  # payload digest -> (entry index, id)
     for raw in entries:
         if truncated_before is not None and raw.message_id < truncated_before:
             continue  # gone, or about to be: not part of the log any more
@@ -233,6 +244,7 @@ def check_history(
         seen[raw.message_id.to_bytes()] = (msg.time_tick, payload_digest)
         if not msg.type.is_txn_marker:  # a marker's payload is a count, not a client's
             copies[payload_digest] = copies.get(payload_digest, 0) + 1
+            positions[payload_digest] = (report.messages, text_id)
         first_tick = msg.type is MessageType.TIME_TICK and msg.last_confirmed == msg.message_id
         if last_tt is not None and msg.time_tick <= last_tt:
             rule = "first-time-tick" if first_tick else "time-tick-order"
@@ -315,7 +327,29 @@ def check_history(
                     "an append answered 'not written' is in the log",
                 )
             )
+    report.violations.extend(_batch_violations(batches, positions, copies))
     return report
+
+
+def _batch_violations(
+    batches: Iterable[Sequence[str]],
+    positions: dict[str, tuple[int, str]],
+    copies: dict[str, int],
+) -> Iterable[Violation]:
+    """``batch-split``: one per batch whose messages in the log are not consecutive
+    entries in the batch's order (a payload persisted twice is ``ack-duplicated``'s
+    matter, not this rule's)."""
+    for batch in batches:
+        landed = [positions[d] for d in batch if copies.get(d) == 1]
+        for (before, _), (at, text_id) in pairwise(landed):
+            if at != before + 1:
+                yield Violation(
+                    "batch-split",
+                    text_id,
+                    f"a batch's next message is entry {at - before:+d} from the one before "
+                    "it, not the entry right after it",
+                )
+                break
 
 
 def _owner_violation(

@@ -10,7 +10,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,12 @@ async def verify_channel(
     namespace: str = "default",
     admin_url: str | None = None,
     delivered: Iterable[bytes] | None = None,
+    batches: Iterable[Sequence[str]] = (),
 ) -> HistoryReport:
     """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and
     ``acks``, and the failed appends ``failures``; ``delivered``: the message ids a
-    reader of the whole channel delivered (transaction rules).
+    reader of the whole channel delivered (transaction rules); ``batches``: each batch
+    a client sent, as its payloads' digests in order (the ``batch-split`` rule).
 
     With an admin API (``admin_url``, or derived from ``service_url``), a truncated
     channel is checked from its truncation point.
@@ -107,6 +109,7 @@ async def verify_channel(
         failures,
         truncated_before=truncated,
         delivered=delivered,
+        batches=batches,
     )
 
 

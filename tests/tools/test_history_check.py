@@ -300,3 +300,40 @@ def test_failed_appends_are_counted_by_outcome_and_not_written_ones_must_be_abse
     wrong = check_history(log, PulsarMessageId.from_bytes, [], [Failure(landed, "not-written")])
     assert [v.rule for v in wrong.violations] == ["not-written-persisted"]
     assert wrong.failures_in_log == {"not-written": 1}
+
+
+def _batch_log() -> list[BackendMessage]:
+    """A batch of three (entries 2-4) between single appends (1 and 5)."""
+    return [first_tick(0, 100, 1), *(data(i, 100 + i, 1, 0) for i in range(1, 6))]
+
+
+def _digests(log: list[BackendMessage], *entries: int) -> list[str]:
+    return [digest(log[i].payload) for i in entries]
+
+
+def test_a_batch_whose_messages_sit_together_in_order_passes() -> None:
+    log = _batch_log()
+    whole = _digests(log, 2, 3, 4)
+    report = check_history(log, PulsarMessageId.from_bytes, batches=[whole])
+    assert report.ok, report.summary()
+
+
+def test_a_batch_that_failed_part_way_passes_with_what_landed_together() -> None:
+    log = _batch_log()
+    # the batch's last two messages never landed (they were answered with a failure)
+    batch = [*_digests(log, 3, 4), digest(b"never landed"), digest(b"nor this")]
+    report = check_history(log, PulsarMessageId.from_bytes, batches=[batch])
+    assert report.ok, report.summary()
+
+
+def test_another_append_between_a_batch_s_messages_is_a_split() -> None:
+    log = _batch_log()
+    report = check_history(log, PulsarMessageId.from_bytes, batches=[_digests(log, 2, 4)])
+    assert rules(report) == [("batch-split", "7:4")]
+    assert "batch-split" in RULES
+
+
+def test_a_batch_out_of_its_order_in_the_log_is_a_split() -> None:
+    log = _batch_log()
+    report = check_history(log, PulsarMessageId.from_bytes, batches=[_digests(log, 3, 2, 4)])
+    assert rules(report) == [("batch-split", "7:2")]

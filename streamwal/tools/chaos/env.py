@@ -103,24 +103,29 @@ class ChaosEnv:
     async def check(
         self, result: ScenarioResult, traffic: Iterable[Traffic], pulsar_url: str | None = None
     ) -> None:
-        """Stop ``traffic`` and run the checker on each channel against its acks."""
+        """Stop ``traffic`` and run the checker on each channel once, against what all
+        of its clients recorded."""
         traffic = list(traffic)
         for t in traffic:
             await t.stop()
+        by_channel: dict[str, list[Traffic]] = {}
         for t in traffic:
             result.expect(not t.unexpected, f"{t.channel}: unexpected codes {t.unexpected[:3]}")
             result.expect(bool(t.acks), f"{t.channel}: no append was acknowledged")
-            report = await verify_channel(
-                pulsar_url or self.pulsar_url,
-                t.channel,
-                acks=t.acks,
-                failures=t.failures,
-                admin_url=None if pulsar_url else self.admin_url,
-            )
-            result.absorb(t.channel, report)
+            by_channel.setdefault(t.channel, []).append(t)
             codes = result.figures.setdefault("codes", {})
             for code, count in t.codes.items():
                 codes[code] = codes.get(code, 0) + count
+        for channel, clients in by_channel.items():
+            report = await verify_channel(
+                pulsar_url or self.pulsar_url,
+                channel,
+                acks=[a for t in clients for a in t.acks],
+                failures=[f for t in clients for f in t.failures],
+                batches=[b for t in clients for b in t.batches],
+                admin_url=None if pulsar_url else self.admin_url,
+            )
+            result.absorb(channel, report)
 
     async def close(self) -> None:
         """Stop traffic, nodes, private brokers and etcds; safe to call after a failure."""

@@ -16,6 +16,12 @@ same numbers, to the next node, until it is acknowledged (or ``retry_limit`` tri
 then it is recorded failed, outcome unknown). The node answers a retry of an append
 it already has with the first result, so every acknowledged payload must still be in
 the log exactly once.
+
+With ``batch`` (a range of sizes), each worker sends ``ProduceBatch`` calls of a
+random size in that range instead, never retried either: every message gets the
+outcome its own result gave (acknowledged, or failed with its outcome), or, when the
+call failed whole, the call's. Each batch's payloads are kept in order
+(:attr:`Traffic.batches`) for the checker's ``batch-split`` rule.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from streamwal.node.outcome import write_outcome
+from streamwal.node.outcome import in_band_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.tools.acks import Ack, Failure, digest
@@ -74,7 +80,10 @@ class Traffic:
         max_messages: int = 200_000,
         idempotent: bool = False,
         retry_limit: int = 100,
+        batch: tuple[int, int] | None = None,
     ) -> None:
+        if batch is not None and (idempotent or not 1 <= batch[0] <= batch[1]):
+            raise ValueError(f"batch sizes {batch!r}: a range 1 <= low <= high, not idempotent")
         self.channel = channel
         self.addresses = list(addresses)
         self.acks: list[Ack] = []
@@ -84,8 +93,11 @@ class Traffic:
         self.attempts = 0
         self.retried = 0
         """Idempotent appends acknowledged after at least one failed try."""
+        self.batches: list[list[str]] = []
+        """Payload digests of each batch sent, in the batch's order."""
         self._idempotent = idempotent
         self._retry_limit = retry_limit
+        self._batch = batch
         self.longest_stall = 0.0
         """The longest time in seconds between two acknowledgements (a fault's reach)."""
         self._last_ack_at: float | None = None
@@ -133,6 +145,9 @@ class Traffic:
         return stub
 
     async def _run(self, worker: int) -> None:
+        if self._batch is not None:
+            await self._run_batches(worker, self._batch)
+            return
         seq = 0
         failures = 0
         producer_id = self._rng.getrandbits(63)
@@ -152,10 +167,7 @@ class Traffic:
             try:
                 acked = await self._stub(address).Produce(request, timeout=self._call_timeout)
             except grpc.aio.AioRpcError as exc:
-                code = exc.code()
-                self.codes[code.name] += 1
-                if code not in EXPECTED_CODES:
-                    self.unexpected.append(f"{address}: {code.name} {exc.details()}")
+                self._failed(address, exc.code(), exc.details() or "")
                 tries += 1
                 if not self._idempotent or tries >= self._retry_limit:
                     outcome = write_outcome(exc).value if tries == 1 else "unknown"
@@ -171,16 +183,73 @@ class Traffic:
                 self.retried += 1
             tries = 0
             failures = 0
-            now = asyncio.get_running_loop().time()
-            if self._last_ack_at is not None:
-                self.longest_stall = max(self.longest_stall, now - self._last_ack_at)
-            self._last_ack_at = now
-            self.acks.append(Ack(acked.message_id, acked.time_tick, digest(payload)))
-            self._acked.set()
+            self._acknowledged(Ack(acked.message_id, acked.time_tick, digest(payload)))
             if self._pause:
                 await asyncio.sleep(self._pause)
         if tries:  # stopped while retrying: it may be in the log
             self.failures.append(Failure(digest(payload), "unknown"))
+
+    def _acknowledged(self, ack: Ack) -> None:
+        now = asyncio.get_running_loop().time()
+        if self._last_ack_at is not None:
+            self.longest_stall = max(self.longest_stall, now - self._last_ack_at)
+        self._last_ack_at = now
+        self.acks.append(ack)
+        self._acked.set()
+
+    def _failed(self, address: str, code: grpc.StatusCode, details: str) -> None:
+        self.codes[code.name] += 1
+        if code not in EXPECTED_CODES:
+            self.unexpected.append(f"{address}: {code.name} {details}")
+
+    async def _run_batches(self, worker: int, sizes: tuple[int, int]) -> None:
+        seq = 0
+        failures = 0
+        while not self._stop.is_set() and self.attempts < self._max:
+            address = self.addresses[self._targets[worker] % len(self.addresses)]
+            payloads = [
+                f"{self.channel}/batch{worker}/{seq + i}".encode()
+                for i in range(self._rng.randint(*sizes))
+            ]
+            seq += len(payloads)
+            digests = [digest(p) for p in payloads]
+            self.batches.append(digests)
+            request = pb.ProduceBatchRequest(
+                pchannel=self.channel,
+                messages=[pb.Message(type="insert", payload=p) for p in payloads],
+            )
+            self.attempts += len(payloads)
+            try:
+                answer = await self._stub(address).ProduceBatch(request, timeout=self._call_timeout)
+            except grpc.aio.AioRpcError as exc:
+                self._failed(address, exc.code(), exc.details() or "")
+                outcome = write_outcome(exc).value
+                self.failures.extend(Failure(d, outcome) for d in digests)
+                answer = None
+            refused = answer is None or len(answer.results) != len(digests)
+            if answer is not None:
+                if refused:
+                    self.unexpected.append(
+                        f"{address}: {len(answer.results)} results for {len(digests)} messages"
+                    )
+                    unanswered = digests[len(answer.results) :]
+                    self.failures.extend(Failure(d, "unknown") for d in unanswered)
+                for d, result in zip(digests, answer.results, strict=False):
+                    if result.HasField("error"):
+                        refused = True
+                        error = in_band_error(result.error, "a batch's message")
+                        self._failed(address, error.code(), error.details() or "")
+                        self.failures.append(Failure(d, write_outcome(error).value))
+                    else:
+                        self._acknowledged(Ack(result.message_id, result.time_tick, d))
+            if refused:
+                self._targets[worker] += 1
+                failures += 1
+                await asyncio.sleep(min(0.2, 0.01 * failures) * self._rng.uniform(0.5, 1.5))
+                continue
+            failures = 0
+            if self._pause:
+                await asyncio.sleep(self._pause)
 
     async def stop(self) -> None:
         """Stop the workers (each finishes its append in flight) and close the clients."""

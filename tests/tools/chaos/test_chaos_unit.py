@@ -80,6 +80,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "stock-broker",
         "checkpoints",
         "exactly-once",
+        "batch-appends",
         "cluster-kill-9",
         "cluster-zombie",
         "cluster-etcd-restart",

@@ -115,6 +115,15 @@ async def test_exactly_once_through_lost_answers_and_takeovers(
     assert result.figures["idempotent appends in the log"] > 0
 
 
+async def test_batch_appends_through_lost_answers_and_takeovers(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    result = await _quick("batch-appends", stack, tmp_path)
+    assert result.figures["batches sent"] > result.rounds
+    assert result.figures["messages in batches"] > result.figures["batches sent"]
+    assert result.figures["single appends acknowledged"] > 0
+
+
 async def test_cluster_kill_9_of_an_owner(stack: StackInfo, tmp_path: Path) -> None:
     result = await _quick("cluster-kill-9", stack, tmp_path)
     assert result.figures["kill to first append, max (s)"] <= 5.0  # TTL 2 + grace 1 + 2

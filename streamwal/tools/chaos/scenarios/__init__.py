@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from streamwal.tools.chaos.env import ChaosEnv
 from streamwal.tools.chaos.result import ScenarioResult
 from streamwal.tools.chaos.scenarios import (
+    batches,
     broker,
     checkpoints,
     clock,
@@ -129,6 +130,16 @@ SCENARIOS: dict[str, Scenario] = {
             15.0,
             "idempotent retries and transactions through lost answers, takeovers and "
             "kill -9 of the owner: no duplicate, no partial or uncommitted transaction",
+        ),
+        Scenario(
+            "batch-appends",
+            batches.run,
+            12,
+            3,
+            15.0,
+            "batch appends and single appends through lost answers, takeovers and kill -9 "
+            "of the owner: each message as its own result says, a batch's landed messages "
+            "together and in order",
         ),
         Scenario(
             "cluster-kill-9",

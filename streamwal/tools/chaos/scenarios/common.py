@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import etcd3
 import grpc
@@ -17,12 +17,16 @@ from streamwal.tools.chaos.env import ChaosEnv, node_settings
 from streamwal.tools.chaos.nodes import NodeProcess
 from streamwal.tools.chaos.result import ScenarioResult
 from streamwal.tools.chaos.traffic import Traffic
+from streamwal.tools.faultproxy import FaultProxy
 from streamwal.tso.store import LeaderRecord
 
 __all__ = [
+    "ROTATING_FAULTS",
+    "RotatingFaults",
     "assign",
     "channel_per_node",
     "keep_flowing",
+    "keep_flowing_via",
     "leader_address",
     "move",
     "start_all",
@@ -155,6 +159,20 @@ async def keep_flowing(
     result.expect(resumed, f"{label}: {channel}: appends did not resume")
 
 
+async def keep_flowing_via(
+    result: ScenarioResult, traffic: Traffic, owner: str, via: str, label: str
+) -> None:
+    """:func:`keep_flowing`, with clients that reach the owner through its proxy
+    (``via``) while the channel is assigned at the owner's own address."""
+    if await traffic.wait_for_acks(5, timeout=20):
+        return
+    answer = await assign(owner, traffic.channel, timeout=90)
+    result.expect(not isinstance(answer, grpc.StatusCode), f"{label}: reassign: {answer}")
+    traffic.prefer(via)
+    resumed = await traffic.wait_for_acks(5, timeout=60)
+    result.expect(resumed, f"{label}: appends did not resume")
+
+
 async def move(result: ScenarioResult, traffic: Traffic, target: str, label: str) -> bool:
     """Assign ``traffic``'s channel to ``target`` (trying twice, as a coordinator would)."""
     for attempt in (1, 2):
@@ -180,3 +198,65 @@ async def wait_for_leader(
         if loop.time() > deadline:
             return None
         await asyncio.sleep(0.2)
+
+
+#: the faults :class:`RotatingFaults` cycles through, one a round
+ROTATING_FAULTS = ("lost-answers", "takeover", "kill-9-owner")
+
+
+class _Client(Protocol):
+    def prefer(self, address: str) -> None: ...
+
+
+class RotatingFaults:
+    """A channel that two nodes own in turn, each behind the fault proxy its clients go
+    through; each round one fault of :data:`ROTATING_FAULTS`: every client connection
+    cut at once (answers in flight lost), a takeover by the other node, or SIGKILL of
+    the owner and a takeover (the killed node then restarts)."""
+
+    def __init__(
+        self,
+        result: ScenarioResult,
+        movers: Sequence[NodeProcess],
+        proxies: Sequence[FaultProxy],
+        channel: str,
+    ) -> None:
+        self._result = result
+        self._movers = list(movers)
+        self._proxies = list(proxies)
+        self.channel = channel
+        self.via = [p.url_host for p in proxies]
+        self.owner = 0
+        self.done: dict[str, int] = {}
+
+    async def assign_first(self) -> None:
+        answer = await assign(self._movers[self.owner].address, self.channel)
+        self._result.expect(
+            not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}"
+        )
+
+    async def keep_flowing(self, traffic: Traffic, label: str) -> None:
+        await keep_flowing_via(
+            self._result, traffic, self._movers[self.owner].address, self.via[self.owner], label
+        )
+
+    async def inject(self, round_: int, clients: Sequence[_Client]) -> None:
+        """This round's fault; ``clients`` are pointed at the new owner after a takeover."""
+        fault = ROTATING_FAULTS[round_ % len(ROTATING_FAULTS)]
+        self.done[fault] = self.done.get(fault, 0) + 1
+        if fault == "lost-answers":
+            for proxy in self._proxies:
+                proxy.reset()
+        else:
+            victim, survivor = self._movers[self.owner], self._movers[1 - self.owner]
+            if fault == "kill-9-owner":
+                await victim.kill()
+            answer = await assign(survivor.address, self.channel)
+            if isinstance(answer, grpc.StatusCode):
+                self._result.problems.append(f"round {round_}: takeover: {answer.name}")
+            self.owner = 1 - self.owner
+            for client in clients:
+                client.prefer(self.via[self.owner])
+            if fault == "kill-9-owner":
+                await victim.start()
+        self._result.faults += 1

@@ -18,19 +18,16 @@ import asyncio
 import contextlib
 import time
 
-import grpc
-
 from streamwal.tools.chaos.env import ChaosEnv
 from streamwal.tools.chaos.result import ScenarioResult
-from streamwal.tools.chaos.scenarios.common import assign, tso_group
-from streamwal.tools.chaos.traffic import Traffic
+from streamwal.tools.chaos.scenarios.common import ROTATING_FAULTS, RotatingFaults, tso_group
 from streamwal.tools.chaos.txn_traffic import TxnTraffic, check_delivery
 from streamwal.tools.faultproxy import FaultProxy
 from streamwal.tools.verify import verify_channel
 
 __all__ = ["FAULTS", "run"]
 
-FAULTS = ("lost-answers", "takeover", "kill-9-owner")
+FAULTS = ROTATING_FAULTS
 _DUPLICATE_RULES = ("ack-duplicated", "idempotent-duplicated")
 
 
@@ -41,44 +38,25 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     movers = nodes[1:]
     async with contextlib.AsyncExitStack() as stack:
         proxies = [await stack.enter_async_context(FaultProxy(n.port)) for n in movers]
-        via = [p.url_host for p in proxies]
         channel = env.name("eos")
-        owner = 0
-        answer = await assign(movers[owner].address, channel)
-        result.expect(not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}")
+        faults = RotatingFaults(result, movers, proxies, channel)
+        via = faults.via
+        await faults.assign_first()
         traffic = env.traffic(channel, via, workers=3, idempotent=True)
-        traffic.prefer(via[owner])
+        traffic.prefer(via[0])
         await traffic.start()
         txns = TxnTraffic(channel, via, rng=env.rng)
-        txns.prefer(via[owner])
+        txns.prefer(via[0])
         await txns.start()
-        done: dict[str, int] = {}
         for round_ in range(rounds):
-            await _keep_flowing(result, traffic, movers[owner].address, via[owner], round_)
+            await faults.keep_flowing(traffic, f"round {round_}")
             await asyncio.sleep(env.rng.uniform(0.1, 0.4))
-            fault = FAULTS[round_ % len(FAULTS)]
-            done[fault] = done.get(fault, 0) + 1
-            if fault == "lost-answers":
-                for proxy in proxies:
-                    proxy.reset()
-            else:
-                victim, survivor = movers[owner], movers[1 - owner]
-                if fault == "kill-9-owner":
-                    await victim.kill()
-                answer = await assign(survivor.address, channel)
-                if isinstance(answer, grpc.StatusCode):
-                    result.problems.append(f"round {round_}: takeover: {answer.name}")
-                owner = 1 - owner
-                traffic.prefer(via[owner])
-                txns.prefer(via[owner])
-                if fault == "kill-9-owner":
-                    await victim.start()
-            result.faults += 1
+            await faults.inject(round_, [traffic, txns])
             result.rounds += 1
-        await _keep_flowing(result, traffic, movers[owner].address, via[owner], rounds)
+        await faults.keep_flowing(traffic, f"round {rounds}")
         await txns.stop()
         await env.check(result, [traffic])
-        delivery = await check_delivery(movers[owner].address, txns)
+        delivery = await check_delivery(movers[faults.owner].address, txns)
     result.problems.extend(delivery.problems)
     report = await verify_channel(
         env.pulsar_url, channel, delivered=delivery.delivered_ids, admin_url=env.admin_url
@@ -88,7 +66,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     duplicates = sum(1 for v in report.violations if v.rule in _DUPLICATE_RULES)
     result.figures.update(
         {
-            "faults": done,
+            "faults": faults.done,
             "duplicates found": duplicates,
             "idempotent appends acknowledged after a retry": traffic.retried,
             "idempotent appends in the log": report.idempotent,
@@ -103,17 +81,3 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result.expect(bool(txns.committed), "no transaction was committed")
     result.seconds = time.monotonic() - started
     return result
-
-
-async def _keep_flowing(
-    result: ScenarioResult, traffic: Traffic, owner: str, via: str, round_: int
-) -> None:
-    """:func:`~streamwal.tools.chaos.scenarios.common.keep_flowing`, with clients that
-    reach the owner through its proxy."""
-    if await traffic.wait_for_acks(5, timeout=20):
-        return
-    answer = await assign(owner, traffic.channel, timeout=90)
-    result.expect(not isinstance(answer, grpc.StatusCode), f"round {round_}: reassign: {answer}")
-    traffic.prefer(via)
-    resumed = await traffic.wait_for_acks(5, timeout=60)
-    result.expect(resumed, f"round {round_}: appends did not resume")
