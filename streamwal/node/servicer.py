@@ -86,6 +86,11 @@ _OUTCOMES = {
 _MAX_DETAILS = 1000
 
 
+# a message's own empty default, which it takes without checking; copying an empty
+# protobuf map instead costs an ABC walk per message
+_NO_PROPERTIES = MutableMessage(MessageType.INSERT).properties
+
+
 def message_of(
     m: pb.Message,
     *,
@@ -99,7 +104,7 @@ def message_of(
         type=parse_message_type(m.type),
         payload=bytes(m.payload),
         vchannel=m.vchannel,
-        properties=dict(m.properties),
+        properties=dict(m.properties) if m.properties else _NO_PROPERTIES,
         producer_id=producer_id,
         sequence=sequence,
         txn_id=txn_id,
