@@ -146,6 +146,30 @@ def _parsed(requests: AsyncIterator[Any], malformed: list[_Malformed]) -> AsyncI
     return frames()
 
 
+async def _admitted(
+    request: Any,
+    streaming: bool,
+    malformed: list[_Malformed],
+    context: grpc.aio.ServicerContext[Any, Any],
+) -> Any:
+    """What the handler reads: a request stream up to its first malformed frame (kept in
+    ``malformed``), or the one request; a malformed one request is refused here."""
+    if streaming:
+        return _parsed(request, malformed)
+    if isinstance(request, _Malformed):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.problem)
+    return request
+
+
+async def _refuse_rest(
+    malformed: list[_Malformed], context: grpc.aio.ServicerContext[Any, Any]
+) -> None:
+    """End the call with INVALID_ARGUMENT once the frames before a malformed one are
+    answered."""
+    if malformed:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
+
+
 class _Call:
     """One call's span, current while its handler runs."""
 
@@ -256,14 +280,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 # resetting this task's context fails; the call's task ends with the call
                 try:
                     malformed: list[_Malformed] = []
-                    if request_streaming:
-                        request = _parsed(request, malformed)
-                    elif isinstance(request, _Malformed):
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.problem)
+                    request = await _admitted(request, request_streaming, malformed, context)
                     async for response in behavior(request, context):
                         yield response
-                    if malformed:
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
+                    await _refuse_rest(malformed, context)
                 except Exception as exc:
                     call.failed(exc)
                     raise
@@ -276,13 +296,9 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             call = begin(method, context)
             try:
                 malformed: list[_Malformed] = []
-                if request_streaming:
-                    request = _parsed(request, malformed)
-                elif isinstance(request, _Malformed):
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.problem)
+                request = await _admitted(request, request_streaming, malformed, context)
                 response = await behavior(request, context)
-                if malformed:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
+                await _refuse_rest(malformed, context)
                 return response
             except Exception as exc:
                 call.failed(exc)

@@ -149,27 +149,32 @@ async def test_a_call_without_a_client_span_starts_its_own_trace(
     assert span.parent is None
 
 
-async def test_a_server_fault_is_an_error_status_with_its_code(
-    stub: pb_grpc.StreamingNodeStub, exporter: InMemorySpanExporter
+@pytest.mark.parametrize(
+    ("pchannel", "code", "status"),
+    [
+        # a server fault is an error, with the code and details
+        (
+            "down",
+            grpc.StatusCode.UNAVAILABLE,
+            (StatusCode.ERROR, "StatusCode.UNAVAILABLE:broker down"),
+        ),
+        # a refusal (the client's mistake) keeps its code, and no error status
+        ("gone", grpc.StatusCode.NOT_FOUND, (StatusCode.UNSET, None)),
+    ],
+)
+async def test_an_aborted_call_keeps_its_code(
+    stub: pb_grpc.StreamingNodeStub,
+    exporter: InMemorySpanExporter,
+    pchannel: str,
+    code: grpc.StatusCode,
+    status: tuple[StatusCode, str | None],
 ) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.Produce(_message("down"))
-    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        await stub.Produce(_message(pchannel))
+    assert err.value.code() == code
     span = await _only_server(exporter)
-    assert _code(span) == grpc.StatusCode.UNAVAILABLE.value[0]
-    assert span.status.status_code is StatusCode.ERROR
-    assert span.status.description == "StatusCode.UNAVAILABLE:broker down"
-
-
-async def test_a_refused_request_keeps_its_code_without_an_error_status(
-    stub: pb_grpc.StreamingNodeStub, exporter: InMemorySpanExporter
-) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.Produce(_message("gone"))
-    assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    span = await _only_server(exporter)
-    assert _code(span) == grpc.StatusCode.NOT_FOUND.value[0]
-    assert span.status.status_code is StatusCode.UNSET  # the client's mistake, not a fault
+    assert _code(span) == code.value[0]
+    assert (span.status.status_code, span.status.description) == status
 
 
 async def test_an_escaped_exception_is_recorded_as_unknown(
