@@ -3,8 +3,8 @@ requests, each method's handler wrapped once for the server's life.
 
 OpenTelemetry's generic ``aio_server_interceptor`` rebuilt every handler on every call,
 split the method name in its filter, and proxied the servicer context to learn the
-status; under many small ``Produce`` calls that cost the node as much as the handler
-and its append (docs/performance.md). This does the same observable job more cheaply:
+status: costs every small ``Produce`` paid (the profile is in docs/performance.md).
+This does the same observable job with less work per call:
 
 - the W3C trace context (and baggage: the global propagator) is read from the call's
   metadata, and a SERVER span named after the full method (``/package.Service/Method``)
@@ -26,7 +26,8 @@ request stream: the frames before it are answered, then the call ends with
 INVALID_ARGUMENT (aborting from inside the input would race the handler's answers).
 
 Handlers are looked up once per method and cached: the server's handlers are fixed
-once it starts, so this must be the last interceptor of the chain.
+once it starts, so this must be the last interceptor of the chain. Handlers are async
+(coroutines or async generators), as all of the node's are.
 """
 
 from __future__ import annotations
