@@ -42,9 +42,14 @@ async def answer_in_order(
     async def feed() -> None:
         try:
             async for request in requests:
-                await pending.put((request, asyncio.ensure_future(start(request))))
+                item = (request, asyncio.ensure_future(start(request)))
+                if pending.full():
+                    await pending.put(item)
+                else:  # no coroutine to make and run for the common case
+                    pending.put_nowait(item)
         finally:
-            # the queue may be full and nobody left to empty it (the call ended)
+            # the queue may be full and nobody left to empty it (the call ended); when it
+            # is, the loop below finds the feeder done once it has emptied it
             with contextlib.suppress(asyncio.QueueFull):
                 pending.put_nowait(None)
 
@@ -57,12 +62,8 @@ async def answer_in_order(
             elif feeder.done():
                 break  # it ended without its sentinel (the queue was full)
             else:
-                got = asyncio.ensure_future(pending.get())
-                await asyncio.wait({got, feeder}, return_when=asyncio.FIRST_COMPLETED)
-                if not got.done():
-                    got.cancel()
-                    continue
-                item = got.result()
+                # the queue is empty, so the feeder's sentinel fits when it ends
+                item = await pending.get()
             if item is None:
                 break
             request, task = item
@@ -86,8 +87,13 @@ async def _answer(
     failed: Callable[[Req, BaseException], Resp],
     answer_timeout: float,
 ) -> Resp:
+    """``task``'s answer. Not shielded: on a timeout, or when the call ends, the append is
+    cancelled anyway; one timer, not ``wait_for``'s extra future and callbacks."""
     try:
-        return await asyncio.wait_for(asyncio.shield(task), answer_timeout)
+        if not task.done():
+            async with asyncio.timeout(answer_timeout):
+                await task
+        return task.result()
     except TimeoutError:
         task.cancel()
         return failed(request, NoAnswerError(f"the WAL did not answer within {answer_timeout:g}s"))

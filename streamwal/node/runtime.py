@@ -32,7 +32,6 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
 from streamwal import __version__
 from streamwal.adaptors.pulsar import PulsarOpener
@@ -45,7 +44,7 @@ from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
 from streamwal.node.health import HealthService
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import MalformedRequestInterceptor
+from streamwal.node.server_tracing import ServerInterceptor
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.tso import (
     ClientTLS,
@@ -175,15 +174,9 @@ class Node:
     async def start(self) -> None:
         cfg = self.config
         self._server = grpc.aio.server(
-            interceptors=[
-                # health probes are not traced: they would flood the traces, and the
-                # interceptor iterates every streaming handler, which breaks the
-                # health service's Watch (it writes with context.write)
-                aio_server_interceptor(  # type: ignore[no-untyped-call]
-                    filter_=filters.negate(filters.health_check())
-                ),
-                MalformedRequestInterceptor(),
-            ],
+            # one span per call (health checks none) and typed refusals of malformed
+            # requests, in one wrapper per method
+            interceptors=[ServerInterceptor()],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

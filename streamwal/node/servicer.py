@@ -7,7 +7,7 @@ bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting 
 carries its write outcome (not written, or unknown: ``streaming.proto``), in band on
 a stream and as trailing metadata of ``Produce``. Anything unexpected is logged and
 returned as INTERNAL, and the node keeps serving. Request bytes that are not the
-expected protobuf message get INVALID_ARGUMENT (:class:`MalformedRequestInterceptor`;
+expected protobuf message get INVALID_ARGUMENT (:mod:`streamwal.node.server_tracing`;
 gRPC alone answers UNKNOWN).
 
 Every handler tags its server span with the node id (``streamwal.node.id``): the
@@ -16,7 +16,6 @@ span's resource cannot say which node served when one process hosts several.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
@@ -55,7 +54,6 @@ from streamwal.wal.message_id import MessageId
 from streamwal.wal.retention import time_tick_lag_ms
 
 __all__ = [
-    "MalformedRequestInterceptor",
     "StreamingNodeServicer",
     "abort_append",
     "consumed_of",
@@ -88,6 +86,11 @@ _OUTCOMES = {
 _MAX_DETAILS = 1000
 
 
+# a message's own empty default, which it takes without checking; copying an empty
+# protobuf map instead costs an ABC walk per message
+_NO_PROPERTIES = MutableMessage(MessageType.INSERT).properties
+
+
 def message_of(
     m: pb.Message,
     *,
@@ -101,7 +104,7 @@ def message_of(
         type=parse_message_type(m.type),
         payload=bytes(m.payload),
         vchannel=m.vchannel,
-        properties=dict(m.properties),
+        properties=dict(m.properties) if m.properties else _NO_PROPERTIES,
         producer_id=producer_id,
         sequence=sequence,
         txn_id=txn_id,
@@ -451,111 +454,3 @@ def consumed_of(
     if msg.properties:  # filling an empty map still costs a call per message
         consumed.properties.update(msg.properties)
     return consumed
-
-
-class _Malformed:
-    """Stands for request bytes that did not parse (the handler aborts on it)."""
-
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
-
-
-def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
-    def parse_or_mark(data: bytes) -> Any:
-        try:
-            return parse(data)
-        except Exception as exc:  # protobuf's DecodeError, or anything a parser raises
-            return _Malformed(f"malformed request: {type(exc).__name__}")
-
-    return parse_or_mark
-
-
-class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Answers INVALID_ARGUMENT to request bytes that are not the method's message.
-
-    gRPC reports a request that fails to deserialize as UNKNOWN, which a client cannot
-    act on; this parses leniently and lets the handler abort with a typed code.
-    """
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
-            return handler
-        changes: dict[str, Any] = {"request_deserializer": _lenient(handler.request_deserializer)}
-        if handler.unary_unary is not None:
-            changes["unary_unary"] = _checked_unary(handler.unary_unary)
-        if handler.unary_stream is not None:
-            changes["unary_stream"] = _checked_unary_stream(handler.unary_stream)
-        if handler.stream_stream is not None:
-            changes["stream_stream"] = _checked_stream(handler.stream_stream)
-        if handler.stream_unary is not None:
-            changes["stream_unary"] = _checked_stream(handler.stream_unary)
-        return handler._replace(**changes)
-
-
-async def _refuse(context: grpc.aio.ServicerContext[Any, Any], request: Any) -> None:
-    if isinstance(request, _Malformed):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.problem)
-
-
-def _checked_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
-    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await _refuse(context, request)
-        return await behavior(request, context)
-
-    return checked
-
-
-def _checked_unary_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
-    """Keeps the handler's style: a generator yields its responses, a coroutine
-    (the health service's ``Watch``) writes them with ``context.write``."""
-    if not inspect.isasyncgenfunction(behavior):
-        return _checked_unary(behavior)
-
-    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await _refuse(context, request)
-        async for response in behavior(request, context):
-            yield response
-
-    return checked
-
-
-def _checked_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
-    """A malformed frame ends the input the handler sees; once the handler has
-    answered everything before it, the call ends with INVALID_ARGUMENT. Aborting from
-    inside the input iterator instead would race the handler's answers (and could leave
-    a streaming handler waiting on a call that had ended)."""
-
-    def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        malformed: list[_Malformed] = []
-
-        async def parsed() -> AsyncIterator[Any]:
-            async for request in requests:
-                if isinstance(request, _Malformed):
-                    malformed.append(request)
-                    return
-                yield request
-
-        if inspect.isasyncgenfunction(behavior):
-
-            async def answers() -> AsyncIterator[Any]:
-                async for response in behavior(parsed(), context):
-                    yield response
-                if malformed:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
-
-            return answers()
-
-        async def answer() -> Any:
-            response = await behavior(parsed(), context)
-            if malformed:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
-            return response
-
-        return answer()
-
-    return checked

@@ -104,9 +104,11 @@ class _ForeignDetachFilter(logging.Filter):
     """Turns OpenTelemetry's "Failed to detach context" traceback into one DEBUG line
     when the token was made in another context, and only then.
 
-    The gRPC server instrumentation keeps a span current across the yields of a
-    streaming handler. When a client goes away mid-stream, grpcio drops the handler's
-    generator unfinished, and asyncio closes it later in a task of its own: the span
+    An instrumentation that keeps a span current across the yields of a streaming
+    handler (OpenTelemetry's generic gRPC server interceptor did; the node's own,
+    :mod:`streamwal.node.server_tracing`, leaves a stream's context attached instead)
+    resets it when the generator ends. When a client goes away mid-stream, grpcio drops
+    the generator unfinished, and asyncio closes it later in a task of its own: the span
     still ends, but resetting the context var from that task raises ``ValueError`` and
     the API logs a traceback per killed stream, which says nothing about the node.
     """
