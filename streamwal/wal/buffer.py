@@ -242,19 +242,33 @@ class BufferCursor:
                     f"write-ahead buffer of {buffer.channel!r} no longer holds everything "
                     f"after time tick {self._after} (it starts above {buffer._floor})"
                 )
-            if self._next_seq < buffer._base_seq:
-                self._next_seq = buffer._base_seq
-            index = self._next_seq - buffer._base_seq
-            if index < len(buffer._entries):
-                entry = buffer._entries[index]
-                self._next_seq += 1
-                if entry.time_tick <= self._after:
-                    continue
-                self._after = entry.time_tick
+            entry = self._take()
+            if entry is not None:
                 return entry
             if buffer._sealed:
                 raise BufferSealedError(f"write-ahead buffer of {buffer.channel!r} is sealed")
             await buffer._changed()
+
+    def ready(self) -> BufferEntry | None:
+        """The entry :meth:`next` would return now, without waiting; ``None`` when it
+        would wait or raise (a reader then calls :meth:`next`, which says why). Lets a
+        reader take what the buffer holds without an await per entry."""
+        if self._closed or self._buffer._floor > self._after:
+            return None
+        return self._take()
+
+    def _take(self) -> BufferEntry | None:
+        buffer = self._buffer
+        if self._next_seq < buffer._base_seq:
+            self._next_seq = buffer._base_seq
+        entries = buffer._entries
+        while (index := self._next_seq - buffer._base_seq) < len(entries):
+            entry = entries[index]
+            self._next_seq += 1
+            if entry.time_tick > self._after:
+                self._after = entry.time_tick
+                return entry
+        return None
 
     def close(self) -> None:
         """Stop the cursor; a task waiting in :meth:`next` gets ``ClosedError``."""

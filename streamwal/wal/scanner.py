@@ -43,7 +43,7 @@ from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
 from streamwal.wal.config import Backoff
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.metrics import record_scanner_lag
+from streamwal.wal.metrics import record_scanner_lag, record_scanner_lags
 from streamwal.wal.txn_assembly import TxnAssembler
 
 __all__ = ["Scanner"]
@@ -151,9 +151,44 @@ class Scanner:
             if self._cursor is None:
                 await self._maybe_switch_to_buffer()
             if in_order:
-                released = self._txns.feed(msg)
-                if released and self._wanted(released[-1]):
-                    self._ready.extend(released)
+                self._release(msg)
+
+    async def next_batch(self, limit: int) -> list[ImmutableMessage]:
+        """The next message (waiting for it, as ``__anext__``) and, up to ``limit`` in
+        all, those after it that the buffer already holds: one await per batch rather
+        than per message, for a reader that forwards many at a time (``ConsumeBatch``).
+        The messages, their order, the watermark and the errors are those of
+        ``__anext__`` called as often."""
+        batch = [await self.__anext__()]
+        if limit > 1:
+            self._take_ready(batch, limit)
+        return batch
+
+    def _take_ready(self, batch: list[ImmutableMessage], limit: int) -> None:
+        """Add to ``batch``, up to ``limit`` in all, what ``__anext__`` would return
+        without waiting; stop where it would wait, raise or read the backend."""
+        start = len(batch)
+        ready = self._ready
+        cursor = self._cursor
+        while len(batch) < limit and not self._closed:
+            if ready:
+                batch.append(ready.popleft())
+                continue
+            entry = cursor.ready() if cursor is not None else None
+            if entry is None:
+                break
+            msg = entry.message
+            if msg is None:
+                self.watermark = max(self.watermark, entry.time_tick)
+            elif self._consume(msg):
+                self._release(msg)
+        record_scanner_lags(self.channel, [msg.time_tick for msg in batch[start:]])
+
+    def _release(self, msg: ImmutableMessage) -> None:
+        """Feed an in-order message to the transaction assembly; queue what it releases."""
+        released = self._txns.feed(msg)
+        if released and self._wanted(released[-1]):
+            self._ready.extend(released)
 
     def _check_open(self) -> None:
         if self._closed:

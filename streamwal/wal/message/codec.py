@@ -17,6 +17,7 @@ from streamwal.wal.message.message import (
     RESERVED_PREFIX,
     ImmutableMessage,
     MutableMessage,
+    built_immutable,
 )
 from streamwal.wal.message.message_type import MessageType
 from streamwal.wal.message_id import MessageId
@@ -131,19 +132,19 @@ def _decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> Imm
     for key, value in user.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise DecodeError(f"message {raw.message_id}: property {key!r} is not a string")
-    return ImmutableMessage(
-        message_id=raw.message_id,
-        type=msg_type,
-        payload=bytes(raw.payload),
-        time_tick=time_tick,
-        last_confirmed=last_confirmed,
-        source=source,
-        vchannel=vchannel,
-        properties=user,
-        version=version,
-        producer_id=producer_id,
-        sequence=sequence,
-        txn_id=txn_id,
+    return built_immutable(
+        raw.message_id,
+        msg_type,
+        bytes(raw.payload),
+        time_tick,
+        last_confirmed,
+        source,
+        vchannel,
+        user,
+        version,
+        producer_id,
+        sequence,
+        txn_id,
     )
 
 
