@@ -249,13 +249,25 @@ class BufferCursor:
                 raise BufferSealedError(f"write-ahead buffer of {buffer.channel!r} is sealed")
             await buffer._changed()
 
-    def ready(self) -> BufferEntry | None:
-        """The entry :meth:`next` would return now, without waiting; ``None`` when it
-        would wait or raise (a reader then calls :meth:`next`, which says why). Lets a
-        reader take what the buffer holds without an await per entry."""
-        if self._closed or self._buffer._floor > self._after:
-            return None
-        return self._take()
+    def take_ready(self, limit: int) -> list[BufferEntry]:
+        """The entries :meth:`next` would return now, without waiting, at most
+        ``limit``; none when it would wait or raise (a reader then calls :meth:`next`,
+        which says why). Lets a reader take what the buffer holds without an await or
+        a call per entry."""
+        taken: list[BufferEntry] = []
+        buffer = self._buffer
+        if self._closed or buffer._floor > self._after:
+            return taken
+        entries, after = buffer._entries, self._after
+        index = max(self._next_seq, buffer._base_seq) - buffer._base_seq
+        while index < len(entries) and len(taken) < limit:
+            entry = entries[index]
+            index += 1
+            if entry.time_tick > after:
+                after = entry.time_tick
+                taken.append(entry)
+        self._next_seq, self._after = buffer._base_seq + index, after
+        return taken
 
     def _take(self) -> BufferEntry | None:
         buffer = self._buffer

@@ -151,7 +151,9 @@ class Scanner:
             if self._cursor is None:
                 await self._maybe_switch_to_buffer()
             if in_order:
-                self._release(msg)
+                released = self._txns.feed(msg)
+                if released and self._wanted(released[-1]):
+                    self._ready.extend(released)
 
     async def next_batch(self, limit: int) -> list[ImmutableMessage]:
         """The next message (waiting for it, as ``__anext__``) and, up to ``limit`` in
@@ -166,29 +168,28 @@ class Scanner:
 
     def _take_ready(self, batch: list[ImmutableMessage], limit: int) -> None:
         """Add to ``batch``, up to ``limit`` in all, what ``__anext__`` would return
-        without waiting; stop where it would wait, raise or read the backend."""
+        without waiting; stop where it would wait, raise or read the backend. Entries
+        are taken from the buffer at most as many as there is room for: each gives at
+        most one message (a commit gives its transaction, which may go past ``limit``
+        and waits in ``_ready`` for the next call, as it would for ``__anext__``)."""
         start = len(batch)
-        ready = self._ready
-        cursor = self._cursor
-        while len(batch) < limit and not self._closed:
-            if ready:
+        ready, cursor, txns = self._ready, self._cursor, self._txns
+        while not self._closed:
+            while ready and len(batch) < limit:
                 batch.append(ready.popleft())
-                continue
-            entry = cursor.ready() if cursor is not None else None
-            if entry is None:
+            room = limit - len(batch)
+            entries = cursor.take_ready(room) if cursor is not None and room > 0 else ()
+            if not entries:
                 break
-            msg = entry.message
-            if msg is None:
-                self.watermark = max(self.watermark, entry.time_tick)
-            elif self._consume(msg):
-                self._release(msg)
+            for entry in entries:
+                msg = entry.message
+                if msg is None:
+                    self.watermark = max(self.watermark, entry.time_tick)
+                elif self._consume(msg):
+                    released = txns.feed(msg)
+                    if released and self._wanted(released[-1]):
+                        ready.extend(released)
         record_scanner_lags(self.channel, [msg.time_tick for msg in batch[start:]])
-
-    def _release(self, msg: ImmutableMessage) -> None:
-        """Feed an in-order message to the transaction assembly; queue what it releases."""
-        released = self._txns.feed(msg)
-        if released and self._wanted(released[-1]):
-            self._ready.extend(released)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -124,29 +124,41 @@ def _persisted(position: int, time_tick: int) -> ImmutableMessage:
     )
 
 
-async def test_a_cursor_says_ready_only_what_next_returns_at_once() -> None:
+async def test_a_cursor_hands_out_only_what_next_returns_at_once() -> None:
     buffer = WriteAheadBuffer(_persisted(0, 100), capacity_bytes=10_000, keepalive=60.0)
     cursor = buffer.read_after(99)
-    entry = cursor.ready()
-    assert entry is not None and entry.time_tick == 100  # the first message
-    assert cursor.ready() is None  # next() would wait
+    assert [e.time_tick for e in cursor.take_ready(10)] == [100]  # the first message
+    assert cursor.take_ready(10) == []  # next() would wait
     buffer.append_time_tick(105)
     buffer.append(_persisted(1, 106))
-    assert [e.time_tick for e in (cursor.ready(), cursor.ready())] == [105, 106]  # type: ignore[union-attr]
-    assert cursor.ready() is None
     buffer.append(_persisted(2, 107))
-    buffer.mark_gap(108)
-    assert cursor.ready() is None  # next() says why
+    assert [e.time_tick for e in cursor.take_ready(2)] == [105, 106]  # at most the limit
+    assert [e.time_tick for e in cursor.take_ready(2)] == [107]
+    late = buffer.read_after(105)  # starts after an entry: skips what is at or below
+    assert [e.time_tick for e in late.take_ready(10)] == [106, 107]
+    buffer.append(_persisted(3, 108))
+    buffer.mark_gap(109)
+    assert cursor.take_ready(10) == []  # next() says why
     with pytest.raises(EvictedError):
         await cursor.next()
-    sealed = buffer.read_after(108)
+    sealed = buffer.read_after(109)
     buffer.seal()
-    assert sealed.ready() is None
+    assert sealed.take_ready(10) == []
     with pytest.raises(BufferSealedError):
         await sealed.next()
     closed = WriteAheadBuffer(_persisted(0, 100), capacity_bytes=10_000, keepalive=60.0)
     reader = closed.read_after(99)
     reader.close()
-    assert reader.ready() is None
+    assert reader.take_ready(10) == []
     with pytest.raises(ClosedError):
         await reader.next()
+
+
+async def test_a_cursor_behind_evicted_entries_takes_from_the_oldest_kept() -> None:
+    buffer = WriteAheadBuffer(_persisted(0, 100), capacity_bytes=300, keepalive=60.0)
+    cursor = buffer.read_after(99)
+    for i in range(1, 10):
+        buffer.append(_persisted(i, 100 + i))
+    assert cursor.take_ready(10) == []  # evicted: next() raises
+    kept = buffer.read_after(buffer.floor)
+    assert [e.time_tick for e in kept.take_ready(100)] == [e.time_tick for e in buffer._entries]
