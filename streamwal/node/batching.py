@@ -20,6 +20,7 @@ from streamwal.errors import (
     InvalidInputError,
     StreamwalError,
 )
+from streamwal.node.frames import batch_of
 from streamwal.node.pipeline import answer_in_order
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.read_ahead import ReadAhead
@@ -27,7 +28,6 @@ from streamwal.node.servicer import (
     StreamingNodeServicer,
     _append_error,
     abort_append,
-    consumed_of,
     message_of,
     receipt_of,
     status_of,
@@ -133,11 +133,7 @@ class NodeServicer(StreamingNodeServicer):
                     return  # the channel or the node closed: end the stream cleanly
                 except (StreamwalError, Exception) as exc:
                     await _abort(context, exc)
-                frame = pb.ConsumedBatch()
-                add = frame.messages.add
-                for msg in msgs:
-                    consumed_of(msg, add)
-                yield frame
+                yield batch_of(msgs)
         finally:
             await ahead.close()
 

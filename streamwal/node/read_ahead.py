@@ -1,6 +1,7 @@
 """Reading a scanner ahead of the frames that carry its messages (``ConsumeBatch``).
 
-A task keeps the scanner going into a bounded buffer while a frame is being sent;
+A task keeps the scanner going into a bounded buffer while a frame is being sent, taking
+what the scanner has ready in one go (:meth:`~streamwal.wal.scanner.Scanner.next_batch`);
 :meth:`ReadAhead.take` hands out what is ready, never waiting to fill a frame. A deque
 and two events rather than ``asyncio.Queue``: a frame is taken in bulk, and its byte
 bound needs to look at the next message before taking it, which a queue cannot.
@@ -35,11 +36,11 @@ class ReadAhead:
     async def _run(self) -> None:
         items = self._items
         try:
-            async for msg in self._scanner:
+            while True:
                 if len(items) >= self._limit:
                     self._space.clear()
                     await self._space.wait()
-                items.append(msg)
+                items.extend(await self._scanner.next_batch(self._limit - len(items)))
                 self._ready.set()
         except Exception as exc:  # after the messages before it, in order
             self._error = exc

@@ -17,7 +17,7 @@ span's resource cannot say which node served when one process hosts several.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
 import grpc
@@ -41,6 +41,7 @@ from streamwal.errors import (
     short_repr,
 )
 from streamwal.node.channels import ChannelManager
+from streamwal.node.frames import consumed_of
 from streamwal.node.outcome import OUTCOME_KEY
 from streamwal.node.pipeline import answer_in_order
 from streamwal.node.proto import streaming_pb2 as pb
@@ -49,7 +50,7 @@ from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.node.txn_service import TxnRpcs
 from streamwal.node.txn_service import produce_response as receipt_of
 from streamwal.wal.backend import BackendOpener, DeliveryPolicy
-from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
+from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.retention import time_tick_lag_ms
 
@@ -430,27 +431,3 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
             truncated_before=point.to_bytes() if point is not None else b"",
             truncated_before_text=str(point) if point is not None else "",
         )
-
-
-def consumed_of(
-    msg: ImmutableMessage,
-    make: Callable[..., pb.ConsumedMessage] = pb.ConsumedMessage,
-) -> pb.ConsumedMessage:
-    """``msg`` as sent; ``make`` may add it to a batch in place (``batch.messages.add``),
-    which saves copying it there."""
-    consumed = make(
-        message_id=msg.message_id.to_bytes(),
-        message_id_text=str(msg.message_id),
-        time_tick=msg.time_tick,
-        type=msg.type.wire_name,
-        payload=msg.payload,
-        vchannel=msg.vchannel,
-        source_node_id=msg.source,
-        last_confirmed_id=msg.last_confirmed.to_bytes(),
-        producer_id=msg.producer_id,
-        sequence=msg.sequence,
-        txn_id=msg.txn_id,
-    )
-    if msg.properties:  # filling an empty map still costs a call per message
-        consumed.properties.update(msg.properties)
-    return consumed

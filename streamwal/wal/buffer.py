@@ -242,19 +242,45 @@ class BufferCursor:
                     f"write-ahead buffer of {buffer.channel!r} no longer holds everything "
                     f"after time tick {self._after} (it starts above {buffer._floor})"
                 )
-            if self._next_seq < buffer._base_seq:
-                self._next_seq = buffer._base_seq
-            index = self._next_seq - buffer._base_seq
-            if index < len(buffer._entries):
-                entry = buffer._entries[index]
-                self._next_seq += 1
-                if entry.time_tick <= self._after:
-                    continue
-                self._after = entry.time_tick
+            entry = self._take()
+            if entry is not None:
                 return entry
             if buffer._sealed:
                 raise BufferSealedError(f"write-ahead buffer of {buffer.channel!r} is sealed")
             await buffer._changed()
+
+    def take_ready(self, limit: int) -> list[BufferEntry]:
+        """The entries :meth:`next` would return now, without waiting, at most
+        ``limit``; none when it would wait or raise (a reader then calls :meth:`next`,
+        which says why). Lets a reader take what the buffer holds without an await or
+        a call per entry."""
+        taken: list[BufferEntry] = []
+        buffer = self._buffer
+        if self._closed or buffer._floor > self._after:
+            return taken
+        entries, after = buffer._entries, self._after
+        index = max(self._next_seq, buffer._base_seq) - buffer._base_seq
+        while index < len(entries) and len(taken) < limit:
+            entry = entries[index]
+            index += 1
+            if entry.time_tick > after:
+                after = entry.time_tick
+                taken.append(entry)
+        self._next_seq, self._after = buffer._base_seq + index, after
+        return taken
+
+    def _take(self) -> BufferEntry | None:
+        buffer = self._buffer
+        if self._next_seq < buffer._base_seq:
+            self._next_seq = buffer._base_seq
+        entries = buffer._entries
+        while (index := self._next_seq - buffer._base_seq) < len(entries):
+            entry = entries[index]
+            self._next_seq += 1
+            if entry.time_tick > self._after:
+                self._after = entry.time_tick
+                return entry
+        return None
 
     def close(self) -> None:
         """Stop the cursor; a task waiting in :meth:`next` gets ``ClosedError``."""

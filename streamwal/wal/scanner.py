@@ -43,7 +43,7 @@ from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
 from streamwal.wal.config import Backoff
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.metrics import record_scanner_lag
+from streamwal.wal.metrics import record_scanner_lag, record_scanner_lags
 from streamwal.wal.txn_assembly import TxnAssembler
 
 __all__ = ["Scanner"]
@@ -154,6 +154,42 @@ class Scanner:
                 released = self._txns.feed(msg)
                 if released and self._wanted(released[-1]):
                     self._ready.extend(released)
+
+    async def next_batch(self, limit: int) -> list[ImmutableMessage]:
+        """The next message (waiting for it, as ``__anext__``) and, up to ``limit`` in
+        all, those after it that the buffer already holds: one await per batch rather
+        than per message, for a reader that forwards many at a time (``ConsumeBatch``).
+        The messages, their order, the watermark and the errors are those of
+        ``__anext__`` called as often."""
+        batch = [await self.__anext__()]
+        if limit > 1:
+            self._take_ready(batch, limit)
+        return batch
+
+    def _take_ready(self, batch: list[ImmutableMessage], limit: int) -> None:
+        """Add to ``batch``, up to ``limit`` in all, what ``__anext__`` would return
+        without waiting; stop where it would wait, raise or read the backend. Entries
+        are taken from the buffer at most as many as there is room for: each gives at
+        most one message (a commit gives its transaction, which may go past ``limit``
+        and waits in ``_ready`` for the next call, as it would for ``__anext__``)."""
+        start = len(batch)
+        ready, cursor, txns = self._ready, self._cursor, self._txns
+        while not self._closed:
+            while ready and len(batch) < limit:
+                batch.append(ready.popleft())
+            room = limit - len(batch)
+            entries = cursor.take_ready(room) if cursor is not None and room > 0 else ()
+            if not entries:
+                break
+            for entry in entries:
+                msg = entry.message
+                if msg is None:
+                    self.watermark = max(self.watermark, entry.time_tick)
+                elif self._consume(msg):
+                    released = txns.feed(msg)
+                    if released and self._wanted(released[-1]):
+                        ready.extend(released)
+        record_scanner_lags(self.channel, [msg.time_tick for msg in batch[start:]])
 
     def _check_open(self) -> None:
         if self._closed:

@@ -130,3 +130,55 @@ async def test_a_partial_batch_names_what_landed_and_invalid_input_writes_nothin
         frames = await _read_data(client, channel, 5)
         data = [m.payload for frame in frames for m in frame if m.type != "TimeTick"]
         assert data == [b"p0", b"p1", b"p3", b"t0", b"t1"]
+
+
+async def test_frames_carry_every_field_as_produced(node: NodeProcess, channel: str) -> None:
+    """Properties (none, several), vchannels, idempotent and transactional appends and
+    payloads larger than a frame's byte bound, read back in frames and one by one."""
+    async with NodeClient(node.address) as client:
+        await client.assign(channel)
+        sent: list[tuple[Acked, bytes, str, dict[str, str]]] = []
+        for i in range(60):
+            payload = b"%d" % i * (1500 // len(b"%d" % i) if i % 7 == 0 else 1)
+            vchannel = ("", "va", "vb")[i % 3]
+            properties = {} if i % 2 else {"i": str(i), "empty": "", "ü": "✓"}
+            acked = await client.produce(channel, payload, vchannel=vchannel, properties=properties)
+            sent.append((acked, payload, vchannel, properties))
+        txn = await client.begin_txn(channel, "va")
+        inside = await client.produce(channel, b"in-txn", vchannel="va", txn_id=txn)
+        await client.commit_txn(channel, txn)
+
+        frames: list[list[Consumed]] = []
+        async for frame in client.consume_batches(channel, policy("all"), max_bytes=1000):
+            frames.append(frame)
+            if any(m.payload == b"in-txn" for m in frame):
+                break
+        read = [m for frame in frames for m in frame]
+        data = [m for m in read if m.type == "Insert"]
+        assert [
+            (
+                m.message_id,
+                m.time_tick,
+                m.payload,
+                m.vchannel,
+                m.properties,
+                m.producer_id,
+                m.sequence,
+            )
+            for m in data[:60]
+        ] == [
+            (a.message_id, a.time_tick, p, v, props, a.producer_id, a.sequence)
+            for a, p, v, props in sent
+        ]
+        assert all(m.txn_id is None for m in data[:60])
+        (in_txn,) = [m for m in data if m.payload == b"in-txn"]
+        assert (in_txn.message_id, in_txn.txn_id) == (inside.message_id, txn)
+        assert any(len(frame) > 1 for frame in frames)
+        for frame in frames:  # a payload over the bound goes alone
+            assert len(frame) == 1 or all(len(m.payload) < 1000 for m in frame)
+        single = []
+        async for m in client.consume(channel, policy("all")):
+            single.append(m)
+            if len(single) == len(read):
+                break
+        assert single == read

@@ -29,6 +29,7 @@ class _Scanner:
         self.closed = False
         self.gate = asyncio.Event()
         self.pause_at: int | None = None
+        self._iterator: AsyncIterator[_Msg] | None = None
 
     async def _messages(self) -> AsyncIterator[_Msg]:
         for i, size in enumerate(self.sizes):
@@ -42,6 +43,12 @@ class _Scanner:
 
     def __aiter__(self) -> AsyncIterator[_Msg]:
         return self._messages()
+
+    async def next_batch(self, limit: int) -> list[_Msg]:
+        """One message at a time, as the async iterator hands them out."""
+        if self._iterator is None:
+            self._iterator = self._messages()
+        return [await anext(self._iterator)]
 
     async def close(self) -> None:
         self.closed = True
@@ -99,4 +106,35 @@ async def test_reading_ahead_stops_at_the_limit() -> None:
     assert len(await ahead.take(4, 1000)) == 4
     await asyncio.sleep(0.01)
     assert scanner.read <= 13
+    await ahead.close()
+
+
+class _BatchScanner(_Scanner):
+    """Hands out as many messages as asked at once, as a scanner over a full buffer."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        super().__init__(sizes)
+        self.asked: list[int] = []
+
+    async def next_batch(self, limit: int) -> list[_Msg]:
+        self.asked.append(limit)
+        if self.read >= len(self.sizes):
+            await asyncio.Event().wait()  # a log has no end
+        batch = [_Msg(b"x" * size) for size in self.sizes[self.read : self.read + limit]]
+        self.read += len(batch)
+        return batch
+
+
+async def test_batches_from_the_scanner_keep_to_the_limit_and_the_order() -> None:
+    scanner = _BatchScanner(list(range(1, 51)))
+    ahead = _ahead(scanner, limit=8)
+    await asyncio.sleep(0.01)
+    assert scanner.read == 8 and scanner.asked == [8]
+    taken = [await ahead.take(3, 1000) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    assert scanner.read <= 14
+    while sum(len(t) for t in taken) < 50:
+        taken.append(await asyncio.wait_for(ahead.take(5, 1000), 1))
+    assert [n for t in taken for n in _sizes(t)] == list(range(1, 51))
+    assert all(0 < asked <= 8 for asked in scanner.asked)
     await ahead.close()

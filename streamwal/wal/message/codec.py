@@ -17,6 +17,7 @@ from streamwal.wal.message.message import (
     RESERVED_PREFIX,
     ImmutableMessage,
     MutableMessage,
+    built_immutable,
 )
 from streamwal.wal.message.message_type import MessageType
 from streamwal.wal.message_id import MessageId
@@ -131,19 +132,19 @@ def _decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> Imm
     for key, value in user.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise DecodeError(f"message {raw.message_id}: property {key!r} is not a string")
-    return ImmutableMessage(
-        message_id=raw.message_id,
-        type=msg_type,
-        payload=bytes(raw.payload),
-        time_tick=time_tick,
-        last_confirmed=last_confirmed,
-        source=source,
-        vchannel=vchannel,
-        properties=user,
-        version=version,
-        producer_id=producer_id,
-        sequence=sequence,
-        txn_id=txn_id,
+    return built_immutable(
+        raw.message_id,
+        msg_type,
+        bytes(raw.payload),
+        time_tick,
+        last_confirmed,
+        source,
+        vchannel,
+        user,
+        version,
+        producer_id,
+        sequence,
+        txn_id,
     )
 
 
@@ -182,6 +183,10 @@ def _last_confirmed(
                 f"message {raw.message_id}: a {msg_type} needs {KEY_LAST_CONFIRMED!r}"
             )
         return raw.message_id  # an owner's first time tick confirms itself
+    global _last_decoded
+    last = _last_decoded
+    if last is not None and last[0] is message_id_from_bytes and last[1] == text:
+        return last[2]
     if not isinstance(text, str) or not _HEX.fullmatch(text):
         raise DecodeError(
             f"message {raw.message_id}: {KEY_LAST_CONFIRMED!r} is not lowercase hex: {text!r}"
@@ -189,4 +194,12 @@ def _last_confirmed(
     message_id = message_id_from_bytes(bytes.fromhex(text))
     if not isinstance(message_id, MessageId):
         raise DecodeError(f"message {raw.message_id}: {KEY_LAST_CONFIRMED!r} is not a message id")
+    _last_decoded = (message_id_from_bytes, text, message_id)
     return message_id
+
+
+# The last last-confirmed id decoded, with its decoder and text: the messages of a burst
+# share one (each confirms what was persisted before the burst), and decoding it (hex,
+# the backend's id, the checks) was a quarter of a catch-up read's decoding. Ids are
+# immutable values, so messages may share the object; one tuple, replaced whole.
+_last_decoded: tuple[MessageIdDecoder, str, MessageId] | None = None

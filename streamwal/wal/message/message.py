@@ -15,7 +15,13 @@ from streamwal.errors import InvalidInputError
 from streamwal.wal.message.message_type import MessageType
 from streamwal.wal.message_id import MessageId
 
-__all__ = ["MAX_TIME_TICK", "RESERVED_PREFIX", "ImmutableMessage", "MutableMessage"]
+__all__ = [
+    "MAX_TIME_TICK",
+    "RESERVED_PREFIX",
+    "ImmutableMessage",
+    "MutableMessage",
+    "built_immutable",
+]
 
 RESERVED_PREFIX = "_"
 """Property keys starting with this belong to the wire format, never to users."""
@@ -182,20 +188,20 @@ class MutableMessage:
         each field through ``object.__setattr__`` and then runs ``__post_init__``, which
         cost the append path (one per message) more than twice as much.
         """
-        msg = _new_immutable(ImmutableMessage)
-        _set_message_id(msg, message_id)
-        _set_type(msg, self.type)
-        _set_payload(msg, self.payload)
-        _set_time_tick(msg, time_tick)
-        _set_last_confirmed(msg, message_id if last_confirmed is None else last_confirmed)
-        _set_source(msg, source)
-        _set_vchannel(msg, self.vchannel)
-        _set_properties(msg, self.properties)  # already frozen by MutableMessage
-        _set_version(msg, self.version)
-        _set_producer_id(msg, self.producer_id)
-        _set_sequence(msg, self.sequence)
-        _set_txn_id(msg, self.txn_id)
-        return msg
+        return built_immutable(
+            message_id,
+            self.type,
+            self.payload,
+            time_tick,
+            message_id if last_confirmed is None else last_confirmed,
+            source,
+            self.vchannel,
+            self.properties,  # already frozen by MutableMessage
+            self.version,
+            self.producer_id,
+            self.sequence,
+            self.txn_id,
+        )
 
 
 _MUTABLE_FIELDS = tuple(f.name for f in fields(MutableMessage))
@@ -253,3 +259,40 @@ _set_version = _slot_setter("version")
 _set_producer_id = _slot_setter("producer_id")
 _set_sequence = _slot_setter("sequence")
 _set_txn_id = _slot_setter("txn_id")
+
+
+def built_immutable(
+    message_id: MessageId,
+    type: MessageType,
+    payload: bytes,
+    time_tick: int,
+    last_confirmed: MessageId,
+    source: int,
+    vchannel: str,
+    properties: Mapping[str, str],
+    version: int,
+    producer_id: int | None,
+    sequence: int | None,
+    txn_id: int | None,
+) -> ImmutableMessage:
+    """``ImmutableMessage(...)`` of fields the caller has checked (the WAL that stamped
+    them, the decoder that parsed them), built through the slots: the dataclass
+    ``__init__`` of a frozen class sets each field through ``object.__setattr__``, a
+    cost of every message appended or read. ``properties`` are frozen (and their keys
+    checked) as ``__post_init__`` does."""
+    if not isinstance(properties, MappingProxyType):
+        properties = _frozen_properties(properties)
+    msg = _new_immutable(ImmutableMessage)
+    _set_message_id(msg, message_id)
+    _set_type(msg, type)
+    _set_payload(msg, payload)
+    _set_time_tick(msg, time_tick)
+    _set_last_confirmed(msg, last_confirmed)
+    _set_source(msg, source)
+    _set_vchannel(msg, vchannel)
+    _set_properties(msg, properties)
+    _set_version(msg, version)
+    _set_producer_id(msg, producer_id)
+    _set_sequence(msg, sequence)
+    _set_txn_id(msg, txn_id)
+    return msg
