@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace) -> int:
     telemetry = setup_telemetry(config)
     code = 1
     try:
-        code = asyncio.run(_serve(config))
+        code = asyncio.run(_serve(config, telemetry.metrics_port))
     except BaseException:  # reported here: os._exit below would swallow it
         traceback.print_exc()
     finally:
@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
         os._exit(code)
 
 
-async def _serve(config: Any) -> int:
+async def _serve(config: Any, metrics_port: int | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -63,7 +63,12 @@ async def _serve(config: Any) -> int:
     except (StreamwalError, OSError) as exc:
         print(f"cannot start the node: {exc}", file=sys.stderr)
         return 1
-    print(f"streamwal node {config.node.id} ready on {node.address}", flush=True)
+    # the port, where the configuration let the OS pick it (``:0``), is only known here
+    metrics = ""
+    if metrics_port is not None:
+        host = config.node.metrics_listen.rpartition(":")[0] or "0.0.0.0"
+        metrics = f" (metrics on http://{host}:{metrics_port}/metrics)"
+    print(f"streamwal node {config.node.id} ready on {node.address}{metrics}", flush=True)
     await stop.wait()
     _log.info("signal received: stopping gracefully")
     await node.close()

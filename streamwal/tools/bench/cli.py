@@ -100,7 +100,13 @@ def _target(args: argparse.Namespace) -> BenchTarget:
     from streamwal.tools.stack import Stack
 
     info = asyncio.run(Stack().up(["etcd", "pulsar"]))
-    return BenchTarget(info.pulsar_url, info.etcd_endpoint, info.pulsar_admin_url, _progress)
+    return BenchTarget(
+        info.pulsar_url,
+        info.etcd_endpoint,
+        info.pulsar_admin_url,
+        _progress,
+        otlp_endpoint=info.otlp_endpoint,
+    )
 
 
 def _topics(target: BenchTarget) -> set[str] | None:

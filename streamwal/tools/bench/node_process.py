@@ -6,7 +6,10 @@ event loop and GIL must not be the ones the bench's callers run on, or the figur
 would mix the client's CPU with the node's. The node is configured from the
 environment only, so nothing the caller's shell sets for another node
 (``STREAMWAL_*__*``, ``OTEL_*``) leaks in: it runs on the bench's broker and etcd, with
-an in-process TSO under its own key prefix, no metrics port and no trace export.
+an in-process TSO under its own key prefix. Its telemetry is on as a deployed node's
+is: metrics recorded and served (on a port the OS picks), and traces exported over OTLP
+to the target's collector when it has one (the local stack's does), so the figures
+include what tracing and metrics cost.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from streamwal.tools.bench.target import CLIENT_LOG, BenchTarget
 __all__ = ["BenchNode", "BenchNodeError"]
 
 _READY = re.compile(rb"ready on (\S+)")
+_METRICS = re.compile(rb"ready on \S+ \(metrics on (\S+)\)")
 _STOP_TIMEOUT_S = 30.0
 
 
@@ -42,13 +46,13 @@ def _environment(target: BenchTarget, node_id: int, key_prefix: str) -> dict[str
         **inherited,
         "STREAMWAL_NODE__ID": str(node_id),
         "STREAMWAL_NODE__LISTEN": "127.0.0.1:0",
-        "STREAMWAL_NODE__METRICS_LISTEN": "",
+        "STREAMWAL_NODE__METRICS_LISTEN": "127.0.0.1:0",
         "STREAMWAL_PULSAR__SERVICE_URL": target.pulsar_url,
         "STREAMWAL_PULSAR__CLIENT_LOG_FILE": CLIENT_LOG,
         "STREAMWAL_ETCD__ENDPOINTS": target.etcd_endpoint,
         "STREAMWAL_TSO__MODE": "in-process",
         "STREAMWAL_TSO__KEY_PREFIX": key_prefix,
-        "STREAMWAL_TELEMETRY__OTLP_ENDPOINT": "",
+        "STREAMWAL_TELEMETRY__OTLP_ENDPOINT": target.otlp_endpoint or "",
         "STREAMWAL_TELEMETRY__LOG_LEVEL": "WARNING",
     }
 
@@ -75,6 +79,8 @@ class BenchNode:
         self._ready_timeout_s = ready_timeout_s
         self._proc: asyncio.subprocess.Process | None = None
         self.address = ""
+        self.metrics_url = ""
+        """Where the node serves its metrics (Prometheus text), once it is ready."""
         self.exit_code: int | None = None
 
     async def __aenter__(self) -> BenchNode:
@@ -123,6 +129,8 @@ class BenchNode:
                     f"the node was not ready in {self._ready_timeout_s:g} s:\n{self.log_tail()}"
                 )
             await asyncio.sleep(0.1)
+        metrics = _METRICS.search(self.log_path.read_bytes())
+        self.metrics_url = metrics.group(1).decode() if metrics else ""
         return found.group(1).decode()
 
     async def kill(self) -> None:

@@ -27,3 +27,6 @@ class BenchTarget:
     etcd_endpoint: str
     pulsar_admin_url: str | None = None
     progress: Callable[[str], None] = field(default=_silent, compare=False)
+    #: where a node the bench starts exports its traces (OTLP/gRPC), as a deployed
+    #: node does; ``None``: its spans are made and dropped
+    otlp_endpoint: str | None = None
