@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,68 @@ async def test_two_ups_at_once_start_the_server_once(tmp_path: Path) -> None:
         assert entry is not None and is_alive(entry.pid)
     finally:
         await first.down()
+
+
+class FlakyStart(SlowServer):
+    """Answers, but its first ``bad_starts`` starts show a problem in their output."""
+
+    name = "slow-server"
+    start_attempts = 3
+
+    def __init__(self, paths: StackPaths, port: int, bad_starts: int) -> None:
+        super().__init__(paths, port)
+        self.bad_starts = bad_starts
+        self.outputs: list[str] = []
+
+    def command(self) -> list[str]:
+        start = len(self.outputs) + 1
+        flaw = "print('bookie lost', flush=True)\n" if start <= self.bad_starts else ""
+        script = f"print('start {start}', flush=True)\n{flaw}" + _SERVER
+        return [sys.executable, "-c", script, "0.2", str(self.port)]
+
+    async def start_problem(self, output: Callable[[], str]) -> str | None:
+        await asyncio.sleep(0.3)  # the flaw line is printed before the port opens anyway
+        text = output()
+        self.outputs.append(text)
+        return "it lost its bookie" if "bookie lost" in text else None
+
+
+def _flaky_stack(tmp_path: Path, bad_starts: int) -> tuple[Stack, FlakyStart, list[str]]:
+    paths = StackPaths(cache=tmp_path / "cache", stack=tmp_path / "stack")
+    messages: list[str] = []
+    stack = Stack(paths, progress=messages.append)
+    service = FlakyStart(paths, free_port(), bad_starts)
+    stack.services = {**stack.services, "slow-server": service}
+    return stack, service, messages
+
+
+async def test_up_starts_again_a_server_whose_start_shows_a_problem(tmp_path: Path) -> None:
+    """Each start is judged on its own output only: the second start's output does
+    not hold the first one's problem line, though both go to the same file."""
+    stack, service, messages = _flaky_stack(tmp_path, bad_starts=1)
+    try:
+        await stack.up(["slow-server"])
+        assert [("start 1" in o, "start 2" in o) for o in service.outputs] == [
+            (True, False),
+            (False, True),
+        ]
+        assert (
+            "slow-server: it lost its bookie; stopping it and starting it again (start 2 of 3)"
+            in messages
+        )
+        entry = stack.running("slow-server")
+        assert entry is not None and is_alive(entry.pid)
+        assert sum("started (pid" in m for m in messages) == 2, messages
+        log = tmp_path / "stack" / "slow-server" / "slow-server.log"
+        assert "start 1" in log.read_text()  # the first start's output is kept
+    finally:
+        await stack.down()
+
+
+async def test_up_fails_when_every_start_shows_the_problem(tmp_path: Path) -> None:
+    stack, service, _ = _flaky_stack(tmp_path, bad_starts=3)
+    with pytest.raises(StackError, match="it lost its bookie; it was there after 3 starts"):
+        await stack.up(["slow-server"])
+    assert len(service.outputs) == 3
+    assert stack.running("slow-server") is None  # stopped and forgotten
+    assert not port_in_use(service.port)

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from streamwal.tools.stack.service import Progress, Service
@@ -75,6 +76,21 @@ STOCK_INACTIVE_CHECK = {
     "brokerDeduplicationSnapshotIntervalSeconds": 5,
     "brokerDeduplicationSnapshotFrequencyInSeconds": 5,
 }
+
+#: what the broker writes when its BookKeeper client finds no bookie registered
+BOOKIE_LOST_SIGNS = ("BookieIdNotResolvedException", "allBookies []")
+
+#: seconds a broker restarted on old data is watched after it first answers
+RESTART_SETTLE_SECONDS = 4.0
+
+
+def bookie_lost(output: str) -> str | None:
+    """The first sign in ``output`` that the broker lost sight of its bookie, if any."""
+    for sign in BOOKIE_LOST_SIGNS:
+        if sign in output:
+            return sign
+    return None
+
 
 _JVM_FLAGS = [
     "--add-opens", "java.base/java.io=ALL-UNNAMED",
@@ -163,10 +179,42 @@ class PulsarService(Service):
         self.broker_port = broker_port
         self.web_port = web_port
         self.stock = stock
+        self._old_data = False
 
     @property
     def ports(self) -> dict[str, int]:
         return {"broker": self.broker_port, "web": self.web_port}
+
+    #: a restart on old data can leave the broker unable to find its own bookie:
+    #: tried this many starts before ``up`` gives up
+    start_attempts = 3
+
+    async def start_problem(self, output: Callable[[], str]) -> str | None:
+        """On old data, watch the broker for a while after it first answers.
+
+        The bookie's registration is an "ephemeral" node of the RocksDB metadata store,
+        which outlives the process; after a restart, the old node and the new lock on
+        it can keep deleting each other (the ResourceLock loop of apache/pulsar#17759).
+        The broker's BookKeeper client then sees no bookie at times, and writes fail
+        with "Not enough non-faulty bookies" long after ``probe`` first succeeded.
+        """
+        if not self._old_data:
+            return None
+        deadline = time.monotonic() + RESTART_SETTLE_SECONDS
+        while True:
+            seen = bookie_lost(output())
+            if seen is not None:
+                return (
+                    f"the broker cannot find the bookie it runs ({seen!r} in its output), "
+                    "so its writes fail; a restart on old data can do this "
+                    "(`streamwal stack clean` starts it on empty data)"
+                )
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.5)
+        if not await self.probe():
+            return "the broker stopped answering right after it started"
+        return None
 
     @property
     def url(self) -> str:
@@ -252,6 +300,7 @@ class PulsarService(Service):
 
     def prepare(self) -> None:
         data = self.workdir / "data"
+        self._old_data = (data / "metadata").exists()
         data.mkdir(parents=True, exist_ok=True)
         conf = self.workdir / "standalone.conf"
         conf.write_text(

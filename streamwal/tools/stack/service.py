@@ -71,6 +71,19 @@ class Service(abc.ABC):
     async def probe(self) -> bool:
         """``True`` when the server really answers; must not raise."""
 
+    #: how many times ``up`` starts the server while :meth:`start_problem` finds one
+    start_attempts: int = 1
+
+    async def start_problem(self, output: Callable[[], str]) -> str | None:
+        """A fault the server shows only once it answers, found by asking it or in
+        ``output()``, what this start has written to its output file; ``None`` when
+        there is none.
+
+        ``up`` stops a server with a problem and starts it again, up to
+        :attr:`start_attempts` times, then fails with the problem. Must not raise.
+        """
+        return None
+
     @property
     def workdir(self) -> Path:
         return self.paths.service_dir(self.name)

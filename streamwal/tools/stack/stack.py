@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from streamwal.tools.stack.process import (
     is_alive,
     pid_matches,
     port_in_use,
+    rotate_log,
     start_detached,
     stop_process,
 )
@@ -188,10 +190,35 @@ class Stack:
         return self.info()
 
     async def _start(self, service: Service) -> None:
+        attempts = max(1, service.start_attempts)
+        for attempt in range(1, attempts + 1):
+            pid, marker, output = await self._launch(service)
+            problem = await service.start_problem(output)
+            if problem is None:
+                return
+            await asyncio.to_thread(stop_process, pid, marker)
+            self._forget(service.name)
+            if attempt == attempts:
+                raise StackError(f"{service.name}: {problem}; it was there after {attempts} starts")
+            self.progress(
+                f"{service.name}: {problem}; stopping it and starting it again "
+                f"(start {attempt + 1} of {attempts})"
+            )
+
+    def _forget(self, name: str) -> None:
+        state = self._load_state()
+        state.pop(name, None)
+        self._save_state(state)
+
+    async def _launch(self, service: Service) -> tuple[int, str, Callable[[], str]]:
+        """Start the server and wait until it answers; returns its pid, its marker and
+        a reader of what it has written to its output file since this start."""
         service.workdir.mkdir(parents=True, exist_ok=True)
         service.prepare()
         marker = uuid.uuid4().hex
         log = service.workdir / f"{service.name}.log"
+        rotate_log(log)  # here rather than in start_detached, so the offset stays true
+        offset = log.stat().st_size if log.exists() else 0
         started = time.monotonic()
         pid = start_detached(
             service.command(),
@@ -232,6 +259,7 @@ class Stack:
                 next_report += 10.0
             await asyncio.sleep(0.5)
         self.progress(f"{service.name}: ready in {time.monotonic() - started:.1f}s")
+        return pid, marker, functools.partial(_read_from, log, offset)
 
     # ---- clean -------------------------------------------------------------------------
     async def clean(self) -> list[str]:
@@ -328,6 +356,15 @@ def human_bytes(size: int) -> str:
         value /= 1024
         index += 1
     return f"{size} B" if index == 0 else f"{value:.1f} {units[index]}"
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _tail(path: Path, lines: int = 20) -> str:
