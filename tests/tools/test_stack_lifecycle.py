@@ -136,7 +136,6 @@ async def test_two_ups_at_once_start_the_server_once(tmp_path: Path) -> None:
 class FlakyStart(SlowServer):
     """Answers, but its first ``bad_starts`` starts show a problem in their output."""
 
-    name = "slow-server"
     start_attempts = 3
 
     def __init__(self, paths: StackPaths, port: int, bad_starts: int) -> None:

@@ -192,12 +192,11 @@ class Stack:
     async def _start(self, service: Service) -> None:
         attempts = max(1, service.start_attempts)
         for attempt in range(1, attempts + 1):
-            pid, marker, output = await self._launch(service)
+            output = await self._launch(service)
             problem = await service.start_problem(output)
             if problem is None:
                 return
-            await asyncio.to_thread(stop_process, pid, marker)
-            self._forget(service.name)
+            await self._down([service.name])  # stops it and drops its state entry
             if attempt == attempts:
                 raise StackError(f"{service.name}: {problem}; it was there after {attempts} starts")
             self.progress(
@@ -205,14 +204,9 @@ class Stack:
                 f"(start {attempt + 1} of {attempts})"
             )
 
-    def _forget(self, name: str) -> None:
-        state = self._load_state()
-        state.pop(name, None)
-        self._save_state(state)
-
-    async def _launch(self, service: Service) -> tuple[int, str, Callable[[], str]]:
-        """Start the server and wait until it answers; returns its pid, its marker and
-        a reader of what it has written to its output file since this start."""
+    async def _launch(self, service: Service) -> Callable[[], str]:
+        """Start the server and wait until it answers; returns a reader of what it has
+        written to its output file since this start."""
         service.workdir.mkdir(parents=True, exist_ok=True)
         service.prepare()
         marker = uuid.uuid4().hex
@@ -259,7 +253,7 @@ class Stack:
                 next_report += 10.0
             await asyncio.sleep(0.5)
         self.progress(f"{service.name}: ready in {time.monotonic() - started:.1f}s")
-        return pid, marker, functools.partial(_read_from, log, offset)
+        return functools.partial(_read_from, log, offset)
 
     # ---- clean -------------------------------------------------------------------------
     async def clean(self) -> list[str]:
