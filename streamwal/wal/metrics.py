@@ -15,12 +15,13 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 __all__ = [
     "record_append",
+    "record_append_batch",
+    "record_delivered",
     "record_evictions",
     "record_fenced",
     "record_first_time_tick_attempt",
     "record_open",
     "record_scanner_lag",
-    "record_scanner_lags",
 ]
 
 _meter = metrics.get_meter(__name__)
@@ -74,6 +75,14 @@ _append_duration = _meter.create_histogram(
     description="Latency of one append",
     explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
 )
+# one sample per batch: its messages are answered together, so N samples of one value
+# would say nothing more and cost a batch about 11 us a message
+_append_batch_duration = _meter.create_histogram(
+    "streamwal.wal.append_batch.duration",
+    unit="s",
+    description="Latency of one batch append (append_many), every message of it landed",
+    explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+)
 _fenced = _meter.create_counter(
     "streamwal.wal.fenced", unit="{event}", description="Times an owner was fenced"
 )
@@ -88,11 +97,20 @@ _open_duration = _meter.create_histogram(
     description="Opening a channel for writing: fence to first time tick persisted",
     explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
 )
+# One lag sample per delivery (a message, or a batch: its oldest message, as Kafka's
+# records-lag-max), not per message: a histogram sample costs a batched reader more
+# than the rest of its work per message. The messages are counted in plain ints.
 _scanner_lag = _meter.create_histogram(
     "streamwal.wal.scanner.lag",
     unit="s",
-    description="How old a message is when a scanner delivers it (wall clock - time tick)",
+    description=(
+        "How old the oldest message of a delivery (one message, or a batch) is when a "
+        "scanner delivers it (wall clock - time tick); one sample per delivery"
+    ),
     explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+)
+_delivered_counts = _per_channel_counter(
+    "streamwal.wal.scanner.delivered", "{message}", "Messages delivered by scanners"
 )
 
 _backlog_messages = _meter.create_gauge(
@@ -116,15 +134,39 @@ _truncations = _meter.create_counter(
 _LOGICAL_BITS = 18  # hybrid timestamps: physical milliseconds << 18 | logical
 
 
+def _attrs(channel: str) -> dict[str, str]:
+    """The channel's attribute set, made once: the SDK hashes what it is given."""
+    attrs = _channel_attrs.get(channel)
+    if attrs is None:
+        attrs = _channel_attrs[channel] = {"channel": channel}
+    return attrs
+
+
 def record_append(channel: str, size: int, seconds: float, outcome: str) -> None:
     key = (channel, outcome)
     _append_counts[key] = _append_counts.get(key, 0) + 1
     if outcome == "ok":
         _append_byte_counts[channel] = _append_byte_counts.get(channel, 0) + size
-        attrs = _channel_attrs.get(channel)
-        if attrs is None:
-            attrs = _channel_attrs[channel] = {"channel": channel}
-        _append_duration.record(seconds, attrs)
+        _append_duration.record(seconds, _attrs(channel))
+
+
+def record_append_batch(
+    channel: str, sizes: Iterable[int], outcomes: Iterable[str], seconds: float
+) -> None:
+    """A batch's messages counted one by one (as :func:`record_append` counts them), and
+    one latency sample for the batch when all of it landed."""
+    all_ok = True
+    landed = 0
+    for size, outcome in zip(sizes, outcomes, strict=True):
+        key = (channel, outcome)
+        _append_counts[key] = _append_counts.get(key, 0) + 1
+        if outcome == "ok":
+            landed += size
+        else:
+            all_ok = False
+    _append_byte_counts[channel] = _append_byte_counts.get(channel, 0) + landed
+    if all_ok:
+        _append_batch_duration.record(seconds, _attrs(channel))
 
 
 def record_evictions(channel: str, count: int) -> None:
@@ -144,20 +186,16 @@ def record_open(channel: str, seconds: float, outcome: str) -> None:
 
 
 def record_scanner_lag(channel: str, time_tick: int) -> None:
-    physical_ms = time_tick >> _LOGICAL_BITS
-    lag = max(0.0, time.time() - physical_ms / 1000)
-    _scanner_lag.record(lag, {"channel": channel})
+    """A delivery whose oldest message has ``time_tick``: one lag sample, one message
+    counted; :func:`record_delivered` counts the rest of a batch."""
+    lag = max(0.0, time.time() - (time_tick >> _LOGICAL_BITS) / 1000)
+    _scanner_lag.record(lag, _attrs(channel))
+    _delivered_counts[channel] = _delivered_counts.get(channel, 0) + 1
 
 
-def record_scanner_lags(channel: str, time_ticks: Iterable[int]) -> None:
-    """:func:`record_scanner_lag` for messages delivered together: one clock read and one
-    attribute set for them all, which cost a batched reader as much as the rest of its
-    work per message."""
-    now = time.time()
-    attributes = {"channel": channel}
-    record = _scanner_lag.record
-    for time_tick in time_ticks:
-        record(max(0.0, now - (time_tick >> _LOGICAL_BITS) / 1000), attributes)
+def record_delivered(channel: str, count: int) -> None:
+    """Messages delivered along with one that :func:`record_scanner_lag` sampled."""
+    _delivered_counts[channel] = _delivered_counts.get(channel, 0) + count
 
 
 def record_consumer_lag(

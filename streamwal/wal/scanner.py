@@ -43,7 +43,7 @@ from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
 from streamwal.wal.config import Backoff
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.metrics import record_scanner_lag, record_scanner_lags
+from streamwal.wal.metrics import record_delivered, record_scanner_lag
 from streamwal.wal.txn_assembly import TxnAssembler
 
 __all__ = ["Scanner"]
@@ -189,7 +189,8 @@ class Scanner:
                     released = txns.feed(msg)
                     if released and self._wanted(released[-1]):
                         ready.extend(released)
-        record_scanner_lags(self.channel, [msg.time_tick for msg in batch[start:]])
+        if len(batch) > start:  # one delivery: __anext__ sampled its oldest message
+            record_delivered(self.channel, len(batch) - start)
 
     def _check_open(self) -> None:
         if self._closed:

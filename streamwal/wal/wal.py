@@ -30,7 +30,7 @@ from streamwal.wal.interceptors import AppendResult, InterceptorChain, Intercept
 from streamwal.wal.interceptors.txn import TxnInterceptor
 from streamwal.wal.message import MessageIdDecoder, MutableMessage
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.metrics import record_append
+from streamwal.wal.metrics import record_append, record_append_batch
 from streamwal.wal.mvcc import MVCCManager
 from streamwal.wal.retention import Checkpoint, QuotaExplainer, RetentionState
 from streamwal.wal.scanner import Scanner
@@ -363,8 +363,12 @@ class WAL(_Readable):
         started = time.perf_counter()
         outcomes = await self._chain.append_many(batch)
         seconds = time.perf_counter() - started
-        for msg, outcome in zip(batch, outcomes, strict=True):
-            record_append(self._channel, len(msg.payload), seconds, _outcome_label(outcome))
+        record_append_batch(
+            self._channel,
+            [len(msg.payload) for msg in batch],
+            [_outcome_label(outcome) for outcome in outcomes],
+            seconds,
+        )
         results = [o for o in outcomes if isinstance(o, AppendResult)]
         if len(results) == len(outcomes):
             return results

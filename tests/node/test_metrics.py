@@ -13,6 +13,7 @@ import pytest
 
 from streamwal.node.client import NodeClient, policy
 from streamwal.tools.stack import StackInfo
+from streamwal.wal.message import MessageType
 from tests.node.processes import NodeProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -112,3 +113,61 @@ async def test_metrics_after_traffic(
     assert value(m1, "streamwal_tso_allocation_fetch_duration_seconds_count") >= 1
     assert value(m2, "streamwal_wal_appends_total", channel=channel, outcome="ok") == 10
     assert 0 < value(m2, "streamwal_wal_buffer_size_bytes", channel=channel) <= 2048
+
+
+async def test_batches_are_sampled_once(
+    stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
+) -> None:
+    """A batch append is one latency sample and a batched read delivers many messages per
+    lag sample (its oldest message's), while every message is counted: a histogram costs
+    a batch one sample, not one each."""
+    port = free_port()
+    node = NodeProcess(
+        tmp_path,
+        1,
+        {
+            "pulsar": {"service_url": stack.pulsar_url},
+            "etcd": {"endpoints": [stack.etcd_endpoint]},
+            "node": {"metrics_listen": f"127.0.0.1:{port}"},
+            "tso": {"key_prefix": etcd_prefix("lag")},
+        },
+    )
+    await node.start()
+    channel = f"lag-{unique}"
+    inserts = 300
+    try:
+        async with NodeClient(node.address) as client:
+            await client.assign(channel)
+            await client.produce_batch(channel, [b"m%d" % i for i in range(inserts)])
+            before = scrape(port)
+            seen = read = frames = 0
+            async for frame in client.consume_batches(channel, policy("all"), timeout=30):
+                frames += 1
+                read += len(frame)
+                seen += sum(1 for m in frame if m.type == MessageType.INSERT.wire_name)
+                if seen == inserts:
+                    break
+            await asyncio.sleep(0.5)  # the read-ahead may deliver a little more, then waits
+            after = scrape(port)
+    finally:
+        await node.terminate()
+
+    def delta(name: str) -> float:
+        return value(after, name, channel=channel) - (
+            value(before, name, channel=channel) if _has(before, name, channel) else 0.0
+        )
+
+    assert value(before, "streamwal_wal_appends_total", channel=channel, outcome="ok") == inserts
+    assert value(before, "streamwal_wal_append_bytes_total", channel=channel) == sum(
+        len(b"m%d" % i) for i in range(inserts)
+    )
+    assert value(before, "streamwal_wal_append_batch_duration_seconds_count", channel=channel) == 1
+    assert not _has(before, "streamwal_wal_append_duration_seconds_count", channel)
+    delivered = delta("streamwal_wal_scanner_delivered_total")
+    samples = delta("streamwal_wal_scanner_lag_seconds_count")
+    assert delivered >= read > inserts  # the first time tick and the batch's, too
+    assert 1 <= samples < delivered / 4, (samples, delivered, frames)
+
+
+def _has(samples: dict[str, float], name: str, channel: str) -> bool:
+    return any(k.startswith(name) and f'channel="{channel}"' in k for k in samples)
