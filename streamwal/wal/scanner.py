@@ -41,7 +41,7 @@ from streamwal.errors import (
 from streamwal.wal.backend import BackendScanner, BackendWAL, DeliveryPolicy
 from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
 from streamwal.wal.config import Backoff
-from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
+from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_delivered, record_scanner_lag
 from streamwal.wal.txn_assembly import TxnAssembler
@@ -174,6 +174,7 @@ class Scanner:
         and waits in ``_ready`` for the next call, as it would for ``__anext__``)."""
         start = len(batch)
         ready, cursor, txns = self._ready, self._cursor, self._txns
+        min_time_tick, vchannel = self._min_time_tick, self.vchannel
         while not self._closed:
             while ready and len(batch) < limit:
                 batch.append(ready.popleft())
@@ -185,6 +186,26 @@ class Scanner:
                 msg = entry.message
                 if msg is None:
                     self.watermark = max(self.watermark, entry.time_tick)
+                    continue
+                time_tick, last = msg.time_tick, self._last_time_tick
+                if (
+                    msg.txn_id is None
+                    and msg.type is not MessageType.BEGIN_TXN
+                    and last is not None
+                    and time_tick > last
+                    and not ready
+                    and not txns.held
+                ):
+                    # most messages: in order, outside a transaction, none held; what
+                    # _consume, TxnAssembler.feed and _wanted do for them, inline
+                    self._consumed_id = msg.message_id
+                    self._last_time_tick = time_tick
+                    if time_tick > self.watermark:
+                        self.watermark = time_tick
+                    if (min_time_tick is None or time_tick >= min_time_tick) and (
+                        vchannel is None or msg.applies_to(vchannel)
+                    ):
+                        batch.append(msg)
                 elif self._consume(msg):
                     released = txns.feed(msg)
                     if released and self._wanted(released[-1]):

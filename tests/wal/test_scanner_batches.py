@@ -79,6 +79,18 @@ async def test_batches_are_the_messages_one_by_one_reads_give(
         assert scanner.source == "buffer"
         await scanner.close()
     await reference.close()
+    # from a time tick in the middle: the policy's floor filters batches as it does one by one
+    everything = len(expected)
+    middle = expected[everything // 2].time_tick
+    reference = await wal.read(DeliveryPolicy.start_from_time_tick(middle), vchannel)
+    expected = await _one_by_one(reference, last)
+    assert 0 < len(expected) < everything
+    for limit in (1, 3, 1000):
+        scanner = await wal.read(DeliveryPolicy.start_from_time_tick(middle), vchannel)
+        assert await _batched(scanner, last, limit) == expected
+        assert scanner.watermark == reference.watermark
+        await scanner.close()
+    await reference.close()
 
 
 async def test_a_batch_holds_what_is_ready_and_waits_only_for_its_first(
