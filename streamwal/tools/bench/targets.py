@@ -48,6 +48,7 @@ def _append(result: dict[str, Any]) -> list[Target]:
     return [
         _check("append", "throughput WAL/raw, 128 B x 32", cell["throughput_ratio"], ">=", 0.9),
         _check("append", "p99 latency WAL/raw, 128 B x 32", cell["p99_ratio"], "<=", 1.2),
+        _check("append", "p999 latency WAL/raw, 128 B x 32", cell["p999_ratio"], "<=", 2.0),
     ]
 
 
