@@ -118,6 +118,7 @@ class LocalCluster:
             node_id=node_id,
             log_path=self.workdir / f"node-{node_id}-{next(self._starts)}.log",
             extra_env=self._env,
+            keep_log=True,  # the cluster's folder keeps every node's story
         )
         await node.__aenter__()
         self.nodes[node_id] = node

@@ -36,6 +36,7 @@ async def test_a_stop_cancelled_midway_still_reaps_the_node(
     with pytest.raises(asyncio.CancelledError):
         await stopping
     assert proc.returncode is not None  # waited for, not left to the garbage collector
+    assert node.log_path.exists()  # a stop that did not finish keeps what explains it
 
 
 async def test_the_node_records_metrics_and_exports_traces_as_a_deployed_node_does(
@@ -63,6 +64,8 @@ async def test_the_node_records_metrics_and_exports_traces_as_a_deployed_node_do
             await client.produce(channel, b"traced and counted")
         text = await asyncio.to_thread(_get, node.metrics_url)
         assert "streamwal_wal_append_duration" in text, text[:2000]
+    assert node.exit_code == 0
+    assert not node.log_path.exists()  # a clean stop leaves no file behind
     # the node's spans reached Jaeger through the collector
     traces = await find_traces(
         stack.jaeger_url, service, operation="wal.open", min_spans=1, timeout=60

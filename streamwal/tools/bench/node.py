@@ -13,8 +13,13 @@ hits all three; the figures are the medians:
   append in flight on its own stream, like the other two sides, so latencies compare.
 
 ``unary/WAL`` and ``stream/WAL`` are what the gRPC layer costs: serialisation, the
-loopback socket, the servicer, and the node's tracing (on, nothing exported, as a node
-runs by default). The node's WAL runs in another process than its callers while the
+loopback socket, the servicer, and the node's telemetry (on, as a deployed node's is).
+Two more sides, interleaved with those, measure the floor of that cost: ``echo_unary``
+and ``echo_stream`` drive a gRPC echo server in another child process
+(:mod:`streamwal.tools.bench.grpc_echo`) with the same requests, callers and calls in
+flight, and nothing behind them. ``echo_*/WAL`` is the most a node on grpc.aio could
+reach on this machine; ``unary/echo_unary`` and ``stream/echo_stream`` how much of it
+the node reaches. The node's WAL runs in another process than its callers while the
 direct WAL shares this one with its callers: on a machine with spare cores that favours
 the node, so a ratio near 1 at high concurrency is no proof that gRPC is free.
 
@@ -32,11 +37,12 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.node.client import AppendStream, NodeClient, policy
+from streamwal.node.client import NodeClient, policy
 from streamwal.tools.bench.append import timed_appends
+from streamwal.tools.bench.grpc_echo import EchoServer
 from streamwal.tools.bench.node_process import BenchNode
 from streamwal.tools.bench.scan import fill_wal, timed_scan
 from streamwal.tools.bench.stats import median_of, ratio
@@ -52,11 +58,17 @@ __all__ = ["DEFAULT_NODE_CONCURRENCY", "DEFAULT_NODE_PAYLOADS", "run_node_bench"
 
 DEFAULT_NODE_PAYLOADS = (128,)
 DEFAULT_NODE_CONCURRENCY = (1, 32)
-SIDES = ("wal", "unary", "stream")
+SIDES = ("wal", "unary", "stream", "echo_unary", "echo_stream")
 
 _FILL_CALLERS = 8
 _FILL_BATCH = 500
 _READ_TIMEOUT_S = 300.0
+
+
+class _Stream(Protocol):
+    async def append(self, payload: bytes, /) -> object: ...
+
+    async def close(self) -> None: ...
 
 
 class _StreamPool:
@@ -67,7 +79,7 @@ class _StreamPool:
     append at a time.
     """
 
-    def __init__(self, streams: list[AppendStream]) -> None:
+    def __init__(self, streams: Sequence[_Stream]) -> None:
         self._free = list(streams)
         self._all = list(streams)
 
@@ -105,6 +117,7 @@ async def run_node_bench(
         deleted_afterwards(target.etcd_endpoint, (wal_prefix, node_prefix)),
         node,
         NodeClient(node.address) as client,
+        EchoServer() as echo,
         InProcessTSO(tso_config) as tso,
         PulsarOpener(config) as opener,
     ):
@@ -112,8 +125,8 @@ async def run_node_bench(
         for size in payloads:
             for conc in concurrency:
                 cell = await _cell(
-                    client, opener, tso, f"{run}-{size}-{conc}", size, conc, seconds, repeats,
-                    warmup_s,
+                    client, echo, opener, tso, f"{run}-{size}-{conc}", size, conc, seconds,
+                    repeats, warmup_s,
                 )  # fmt: skip
                 cells.append(cell)
                 target.progress(
@@ -121,7 +134,9 @@ async def run_node_bench(
                     f"unary {cell['unary']['per_s']:>7.0f}/s ({cell['unary_throughput_ratio']}) "
                     f"stream {cell['stream']['per_s']:>7.0f}/s "
                     f"({cell['stream_throughput_ratio']}); p99 wal {cell['wal']['p99_ms']} "
-                    f"unary {cell['unary']['p99_ms']} stream {cell['stream']['p99_ms']} ms"
+                    f"unary {cell['unary']['p99_ms']} stream {cell['stream']['p99_ms']} ms; "
+                    f"gRPC echo unary {cell['echo_unary']['per_s']:.0f}/s "
+                    f"stream {cell['echo_stream']['per_s']:.0f}/s"
                 )
         consume = await _consume(
             client, opener, tso, run, consume_messages, min(payloads), consume_repeats
@@ -145,6 +160,7 @@ async def run_node_bench(
 
 async def _cell(
     client: NodeClient,
+    echo: EchoServer,
     opener: PulsarOpener,
     tso: InProcessTSO,
     name: str,
@@ -164,6 +180,8 @@ async def _cell(
         held.push_async_callback(client.remove, node_channel)
         pool = _StreamPool([client.open_stream(node_channel) for _ in range(conc)])
         held.push_async_callback(pool.close)
+        echo_pool = _StreamPool([echo.open_stream() for _ in range(conc)])
+        held.push_async_callback(echo_pool.close)
 
         async def wal_append(data: bytes, wal: WAL = wal) -> object:
             return await wal.append(MutableMessage(MessageType.INSERT, data))
@@ -171,7 +189,13 @@ async def _cell(
         async def unary_append(data: bytes) -> object:
             return await client.produce(node_channel, data)
 
-        appends = {"wal": wal_append, "unary": unary_append, "stream": pool.append}
+        appends = {
+            "wal": wal_append,
+            "unary": unary_append,
+            "stream": pool.append,
+            "echo_unary": echo.unary,
+            "echo_stream": echo_pool.append,
+        }
         for append in appends.values():
             await timed_appends(append, payload, conc, warmup_s)
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
@@ -184,6 +208,9 @@ async def _cell(
         cell[f"{side}_throughput_ratio"] = ratio(medians[side]["per_s"], medians["wal"]["per_s"])
         cell[f"{side}_p50_ratio"] = ratio(medians[side]["p50_ms"], medians["wal"]["p50_ms"])
         cell[f"{side}_p99_ratio"] = ratio(medians[side]["p99_ms"], medians["wal"]["p99_ms"])
+        floor = medians[f"echo_{side}"]["per_s"]
+        cell[f"echo_{side}_throughput_ratio"] = ratio(floor, medians["wal"]["per_s"])
+        cell[f"{side}_vs_echo_ratio"] = ratio(medians[side]["per_s"], floor)
     cell["runs"] = runs
     return cell
 

@@ -61,7 +61,10 @@ class BenchNode:
     """``async with BenchNode(target, key_prefix=..., log_path=...) as node``; ``node.address``.
 
     The node listens on a port the OS picks and says which in its "ready on" line.
-    Leaving the block stops it with SIGTERM (a graceful stop), SIGKILL if it hangs.
+    Leaving the block stops it with SIGTERM (a graceful stop), SIGKILL if it hangs. Its
+    output file goes with a node that stopped cleanly (exit code 0, the block left
+    without an error) unless ``keep_log``: a bench leaves nothing behind it but what
+    explains a failure.
     """
 
     def __init__(
@@ -73,9 +76,11 @@ class BenchNode:
         node_id: int = 1,
         ready_timeout_s: float = 60.0,
         extra_env: Mapping[str, str] | None = None,
+        keep_log: bool = False,
     ) -> None:
         self._env = {**_environment(target, node_id, key_prefix), **(extra_env or {})}
         self.log_path = log_path
+        self._keep_log = keep_log
         self._ready_timeout_s = ready_timeout_s
         self._proc: asyncio.subprocess.Process | None = None
         self.address = ""
@@ -110,6 +115,8 @@ class BenchNode:
         tb: TracebackType | None,
     ) -> None:
         await self._stop()
+        if exc is None and self.exit_code == 0 and not self._keep_log:
+            self.log_path.unlink(missing_ok=True)
 
     def log_tail(self, lines: int = 20) -> str:
         text = self.log_path.read_text(errors="replace")

@@ -230,10 +230,19 @@ def _node_md(r: dict[str, Any]) -> list[str]:
                 [c["payload_bytes"], c["concurrency"], label, f["per_s"],
                  c[f"{side}_throughput_ratio"], f["p50_ms"], f["p99_ms"], c[f"{side}_p99_ratio"]]
             )  # fmt: skip
+        for side, label in (("unary", "gRPC echo, unary"), ("stream", "gRPC echo, stream")):
+            f = c.get(f"echo_{side}")
+            if f is not None:  # reports made before the floor was measured lack it
+                rows.append(
+                    [c["payload_bytes"], c["concurrency"], label, f["per_s"],
+                     c[f"echo_{side}_throughput_ratio"], f["p50_ms"], f["p99_ms"], "-"]
+                )  # fmt: skip
     lines = [
         f"One node in a child process, driven through NodeClient; {r['repeats']} interleaved "
         f"runs of {r['seconds_per_run']:g} s per cell (WAL direct, Produce, ProduceStream with "
-        "one stream per caller), medians; latencies in ms; ratios node/WAL.",
+        "one stream per caller, and a gRPC echo server with nothing behind it, called the "
+        "same ways: the floor of what gRPC costs), medians; latencies in ms; ratios to the "
+        "WAL direct.",
         "",
     ]
     lines += _table(
