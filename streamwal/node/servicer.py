@@ -51,6 +51,7 @@ from streamwal.node.txn_service import TxnRpcs
 from streamwal.node.txn_service import produce_response as receipt_of
 from streamwal.wal.backend import BackendOpener, DeliveryPolicy
 from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.message.message import built_mutable
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.retention import time_tick_lag_ms
 
@@ -101,14 +102,14 @@ def message_of(
 ) -> MutableMessage:
     """The message a client sent; :class:`InvalidInputError` for an unknown type (or
     for a producer id without a sequence, or the other way round)."""
-    return MutableMessage(
-        type=parse_message_type(m.type),
-        payload=bytes(m.payload),
-        vchannel=m.vchannel,
-        properties=dict(m.properties) if m.properties else _NO_PROPERTIES,
-        producer_id=producer_id,
-        sequence=sequence,
-        txn_id=txn_id,
+    return built_mutable(
+        parse_message_type(m.type),
+        bytes(m.payload),
+        m.vchannel,
+        dict(m.properties) if m.properties else _NO_PROPERTIES,
+        producer_id,
+        sequence,
+        txn_id,
     )
 
 

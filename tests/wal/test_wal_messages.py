@@ -10,6 +10,7 @@ from streamwal.adaptors.memory import MemoryMessageId
 from streamwal.errors import DecodeError, InvalidInputError
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, decode, encode
+from streamwal.wal.message.message import built_mutable
 
 
 def _persist(msg: MutableMessage, offset: int = 7) -> tuple[BackendMessage, ImmutableMessage]:
@@ -227,3 +228,44 @@ def test_persisted_as_sets_every_field_like_the_constructor(
     assert built == expected
     assert msg.persisted_as(here, 99, None, 7).last_confirmed == here
     assert built.estimated_size == expected.estimated_size
+
+
+@pytest.mark.parametrize("vchannel", ["", "v1"])
+@pytest.mark.parametrize("properties", [{}, {"k": "v"}])
+@pytest.mark.parametrize("ids", [(None, None, None), (3, 4, None), (None, None, 9), (3, 4, 9)])
+def test_built_mutable_and_stamping_agree_with_the_constructor(
+    vchannel: str, properties: dict[str, str], ids: tuple[int | None, ...]
+) -> None:
+    """``built_mutable``, ``stamped`` and the ``with_*`` copies fill the slots directly;
+    each must give what ``__init__`` gives."""
+    producer_id, sequence, txn_id = ids
+    fields = {
+        "vchannel": vchannel,
+        "properties": properties,
+        "producer_id": producer_id,
+        "sequence": sequence,
+        "txn_id": txn_id,
+    }
+    built = built_mutable(MessageType.INSERT, b"p", **fields)  # type: ignore[arg-type]
+    assert built == MutableMessage(MessageType.INSERT, b"p", **fields)  # type: ignore[arg-type]
+    confirmed = MemoryMessageId(4)
+    stamped = built.stamped(99, confirmed, 7)
+    assert stamped == MutableMessage(
+        MessageType.INSERT, b"p", time_tick=99, last_confirmed=confirmed, source=7, **fields  # type: ignore[arg-type]
+    )
+    assert built.with_time_tick(5).time_tick == 5 and built.with_time_tick(5).payload == b"p"
+    if txn_id is None:
+        assert built.with_txn(11) == MutableMessage(
+            MessageType.INSERT, b"p", **{**fields, "txn_id": 11}  # type: ignore[arg-type]
+        )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"properties": {"_t": "x"}}, {"properties": {"": "x"}}, {"producer_id": 1}, {"sequence": 2}],
+)
+def test_built_mutable_refuses_what_the_constructor_refuses(kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidInputError):
+        MutableMessage(MessageType.INSERT, b"p", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        built_mutable(MessageType.INSERT, b"p", **kwargs)  # type: ignore[arg-type]

@@ -10,7 +10,10 @@ have committed); the others are *abandoned*.
 
 :func:`check_delivery` reads the whole vchannel through a node and checks what it
 delivers: every committed transaction whole, together and once; an unknown one whole
-or not at all; nothing of an abandoned one.
+or not at all; nothing of an abandoned one. It reads twice, with ``Consume`` (one
+message per frame) and ``ConsumeBatch`` (what the scanner has ready, many per frame, by
+another path through the scanner): both must deliver the same messages in the same
+order.
 """
 
 from __future__ import annotations
@@ -138,15 +141,23 @@ async def check_delivery(address: str, traffic: TxnTraffic, timeout: float = 60.
     up to a sentinel appended now; check it against ``traffic``'s records."""
     check = DeliveryCheck()
     sentinel = f"{traffic.channel}/txn-sentinel".encode()
-    delivered: list[Consumed] = []
     async with NodeClient(address, timeout=timeout, tracing=False) as client:
         await client.produce(traffic.channel, sentinel, vchannel=VCHANNEL)
         async with asyncio.timeout(timeout):
-            async for m in client.consume(traffic.channel, policy("all"), vchannel=VCHANNEL):
-                delivered.append(m)
-                if m.payload == sentinel:
-                    break
-    check.delivered_ids = [m.message_id for m in delivered]
+            delivered = await _read(client, traffic.channel, sentinel, batched=False)
+            in_batches = await _read(client, traffic.channel, sentinel, batched=True)
+    one_by_one = [m.message_id for m in delivered]
+    batched = [m.message_id for m in in_batches]
+    if batched != one_by_one:
+        at = next(
+            (i for i, (a, b) in enumerate(zip(one_by_one, batched, strict=False)) if a != b),
+            min(len(one_by_one), len(batched)),
+        )
+        check.problems.append(
+            f"ConsumeBatch delivered {len(batched)} messages and Consume {len(one_by_one)}: "
+            f"they differ from message {at} on"
+        )
+    check.delivered_ids = one_by_one
     data = [m.payload for m in delivered if m.type == "Insert" and m.payload != sentinel]
     position = {payload: i for i, payload in enumerate(data)}
     counts = Counter(data)
@@ -165,6 +176,25 @@ async def check_delivery(address: str, traffic: TxnTraffic, timeout: float = 60.
         if shown:
             check.problems.append(f"abandoned transaction delivered: {shown[0]!r}")
     return check
+
+
+async def _read(
+    client: NodeClient, channel: str, sentinel: bytes, *, batched: bool
+) -> list[Consumed]:
+    """What a reader of the vchannel gets from the start up to the sentinel."""
+    delivered: list[Consumed] = []
+    if batched:
+        async for frame in client.consume_batches(channel, policy("all"), vchannel=VCHANNEL):
+            for m in frame:
+                delivered.append(m)
+                if m.payload == sentinel:
+                    return delivered
+    else:
+        async for m in client.consume(channel, policy("all"), vchannel=VCHANNEL):
+            delivered.append(m)
+            if m.payload == sentinel:
+                return delivered
+    raise RuntimeError(f"the read of {channel!r} ended before its sentinel")
 
 
 def _whole(

@@ -7,7 +7,7 @@ can be shared between tasks and retried without one attempt leaking into another
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -21,6 +21,7 @@ __all__ = [
     "ImmutableMessage",
     "MutableMessage",
     "built_immutable",
+    "built_mutable",
 ]
 
 RESERVED_PREFIX = "_"
@@ -151,16 +152,36 @@ class MutableMessage:
         """All three WAL stamps at once (the append path's one copy)."""
         _check_time_tick(time_tick)
         _check_node_id(source)
-        return self._replace(time_tick=time_tick, last_confirmed=last_confirmed, source=source)
+        return _built(
+            self.type,
+            self.payload,
+            self.vchannel,
+            self.properties,
+            self.version,
+            time_tick,
+            last_confirmed,
+            source,
+            self.producer_id,
+            self.sequence,
+            self.txn_id,
+        )
 
     def _replace(self, **changes: Any) -> MutableMessage:
-        # Copy without re-validating the fields that did not change (the append hot path).
-        clone = object.__new__(MutableMessage)
-        for name in _MUTABLE_FIELDS:
-            object.__setattr__(
-                clone, name, changes[name] if name in changes else getattr(self, name)
-            )
-        return clone
+        # Copy without re-validating the fields that did not change.
+        get = changes.get
+        return _built(
+            get("type", self.type),
+            get("payload", self.payload),
+            get("vchannel", self.vchannel),
+            get("properties", self.properties),
+            get("version", self.version),
+            get("time_tick", self.time_tick),
+            get("last_confirmed", self.last_confirmed),
+            get("source", self.source),
+            get("producer_id", self.producer_id),
+            get("sequence", self.sequence),
+            get("txn_id", self.txn_id),
+        )
 
     def into_immutable(self, message_id: MessageId) -> ImmutableMessage:
         """What this stamped message is once persisted at ``message_id``.
@@ -204,7 +225,84 @@ class MutableMessage:
         )
 
 
-_MUTABLE_FIELDS = tuple(f.name for f in fields(MutableMessage))
+def _mutable_setter(name: str) -> Callable[[MutableMessage, Any], None]:
+    setter: Callable[[MutableMessage, Any], None] = MutableMessage.__dict__[name].__set__
+    return setter
+
+
+_new = object.__new__
+_m_type = _mutable_setter("type")
+_m_payload = _mutable_setter("payload")
+_m_vchannel = _mutable_setter("vchannel")
+_m_properties = _mutable_setter("properties")
+_m_version = _mutable_setter("version")
+_m_time_tick = _mutable_setter("time_tick")
+_m_last_confirmed = _mutable_setter("last_confirmed")
+_m_source = _mutable_setter("source")
+_m_producer_id = _mutable_setter("producer_id")
+_m_sequence = _mutable_setter("sequence")
+_m_txn_id = _mutable_setter("txn_id")
+
+
+def _built(
+    type: MessageType,
+    payload: bytes,
+    vchannel: str,
+    properties: Mapping[str, str],
+    version: int,
+    time_tick: int | None,
+    last_confirmed: MessageId | None,
+    source: int | None,
+    producer_id: int | None,
+    sequence: int | None,
+    txn_id: int | None,
+) -> MutableMessage:
+    """A ``MutableMessage`` of checked fields, through its slots (a stamp per append)."""
+    msg = _new(MutableMessage)
+    _m_type(msg, type)
+    _m_payload(msg, payload)
+    _m_vchannel(msg, vchannel)
+    _m_properties(msg, properties)
+    _m_version(msg, version)
+    _m_time_tick(msg, time_tick)
+    _m_last_confirmed(msg, last_confirmed)
+    _m_source(msg, source)
+    _m_producer_id(msg, producer_id)
+    _m_sequence(msg, sequence)
+    _m_txn_id(msg, txn_id)
+    return msg
+
+
+def built_mutable(
+    type: MessageType,
+    payload: bytes,
+    vchannel: str = "",
+    properties: Mapping[str, str] = _EMPTY,
+    producer_id: int | None = None,
+    sequence: int | None = None,
+    txn_id: int | None = None,
+) -> MutableMessage:
+    """``MutableMessage(...)`` for a decoder whose fields already have their types (the
+    node's, from protobuf: ``type`` a :class:`MessageType`, ``payload`` bytes,
+    ``vchannel`` a str, the ids unsigned 64-bit ints): what the dataclass checks of the
+    values still holds (:class:`~streamwal.errors.InvalidInputError` for a reserved
+    property key, or a producer id without a sequence), at a third of its cost per
+    message."""
+    if producer_id is not None or sequence is not None or txn_id is not None:
+        _check_exactly_once(producer_id, sequence, txn_id)
+    return _built(
+        type,
+        payload,
+        vchannel,
+        _frozen_properties(properties),
+        1,
+        None,
+        None,
+        None,
+        producer_id,
+        sequence,
+        txn_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)
