@@ -74,11 +74,7 @@ class NodeServicer(StreamingNodeServicer):
             if any(isinstance(e, ChannelFencedError) for e in exc.failed.values()):
                 await self._channels.report_fenced(request.pchannel)
             results = exc.results  # type: ignore[assignment]
-        return pb.ProduceBatchResponse(
-            results=[
-                receipt_of(r) if isinstance(r, AppendResult) else _append_error(r) for r in results
-            ]
-        )
+        return _batch_response(results)
 
     async def ProduceBatch(
         self, request: pb.ProduceBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -136,6 +132,18 @@ class NodeServicer(StreamingNodeServicer):
                 yield batch_of(msgs)
         finally:
             await ahead.close()
+
+
+def _batch_response(results: list[AppendResult | StreamwalError]) -> pb.ProduceBatchResponse:
+    """One answer per message, each filled where the frame adds it."""
+    frame = pb.ProduceBatchResponse()
+    add = frame.results.add
+    for r in results:
+        if isinstance(r, AppendResult):
+            receipt_of(r, add())
+        else:
+            add().CopyFrom(_append_error(r))
+    return frame
 
 
 def _bound(asked: int, default_and_cap: tuple[int, int]) -> int:
