@@ -108,5 +108,24 @@ class NodeProcess:
             self.proc.kill()
 
 
+def metrics_node(
+    workdir: Path, pulsar_url: str, etcd_endpoint: str, key_prefix: str
+) -> tuple[NodeProcess, int]:
+    """A node of its own (in-process TSO under ``key_prefix``) that serves ``/metrics``;
+    the node, not started, and its metrics port."""
+    port = free_port()
+    node = NodeProcess(
+        workdir,
+        1,
+        {
+            "pulsar": {"service_url": pulsar_url},
+            "etcd": {"endpoints": [etcd_endpoint]},
+            "node": {"metrics_listen": f"127.0.0.1:{port}"},
+            "tso": {"key_prefix": key_prefix},
+        },
+    )
+    return node, port
+
+
 def wait_port_closed(port: int) -> bool:
     return not port_in_use(port)

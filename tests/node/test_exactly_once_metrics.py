@@ -10,7 +10,7 @@ import pytest
 
 from streamwal.node.client import NodeClient
 from streamwal.tools.stack import StackInfo
-from tests.node.processes import NodeProcess, free_port
+from tests.node.processes import metrics_node
 from tests.node.test_metrics import scrape, value
 
 pytestmark = pytest.mark.integration
@@ -19,16 +19,8 @@ pytestmark = pytest.mark.integration
 async def test_duplicates_and_transactions_are_counted(
     stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
-    port = free_port()
-    node = NodeProcess(
-        tmp_path,
-        1,
-        {
-            "pulsar": {"service_url": stack.pulsar_url},
-            "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "node": {"metrics_listen": f"127.0.0.1:{port}"},
-            "tso": {"key_prefix": etcd_prefix("eos-metrics")},
-        },
+    node, port = metrics_node(
+        tmp_path, stack.pulsar_url, stack.etcd_endpoint, etcd_prefix("eos-metrics")
     )
     await node.start()
     channel = f"eos-metrics-{unique}"

@@ -14,7 +14,7 @@ import pytest
 from streamwal.node.client import NodeClient, policy
 from streamwal.tools.stack import StackInfo
 from streamwal.wal.message import MessageType
-from tests.node.processes import NodeProcess, free_port
+from tests.node.processes import NodeProcess, free_port, metrics_node
 
 pytestmark = pytest.mark.integration
 
@@ -121,16 +121,8 @@ async def test_batches_are_sampled_once(
     """A batch append is one latency sample and a batched read delivers many messages per
     lag sample (its oldest message's), while every message is counted: a histogram costs
     a batch one sample, not one each."""
-    port = free_port()
-    node = NodeProcess(
-        tmp_path,
-        1,
-        {
-            "pulsar": {"service_url": stack.pulsar_url},
-            "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "node": {"metrics_listen": f"127.0.0.1:{port}"},
-            "tso": {"key_prefix": etcd_prefix("lag")},
-        },
+    node, port = metrics_node(
+        tmp_path, stack.pulsar_url, stack.etcd_endpoint, etcd_prefix("lag")
     )
     await node.start()
     channel = f"lag-{unique}"

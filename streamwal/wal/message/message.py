@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from streamwal.errors import InvalidInputError
 from streamwal.wal.message.message_type import MessageType
@@ -225,23 +225,27 @@ class MutableMessage:
         )
 
 
-def _mutable_setter(name: str) -> Callable[[MutableMessage, Any], None]:
-    setter: Callable[[MutableMessage, Any], None] = MutableMessage.__dict__[name].__set__
+_Msg = TypeVar("_Msg")
+
+
+def _slot_setter(cls: type[_Msg], name: str) -> Callable[[_Msg, Any], None]:
+    """The setter of ``cls``'s slot ``name``: builds a frozen message field by field."""
+    setter: Callable[[_Msg, Any], None] = cls.__dict__[name].__set__
     return setter
 
 
 _new = object.__new__
-_m_type = _mutable_setter("type")
-_m_payload = _mutable_setter("payload")
-_m_vchannel = _mutable_setter("vchannel")
-_m_properties = _mutable_setter("properties")
-_m_version = _mutable_setter("version")
-_m_time_tick = _mutable_setter("time_tick")
-_m_last_confirmed = _mutable_setter("last_confirmed")
-_m_source = _mutable_setter("source")
-_m_producer_id = _mutable_setter("producer_id")
-_m_sequence = _mutable_setter("sequence")
-_m_txn_id = _mutable_setter("txn_id")
+_m_type = _slot_setter(MutableMessage, "type")
+_m_payload = _slot_setter(MutableMessage, "payload")
+_m_vchannel = _slot_setter(MutableMessage, "vchannel")
+_m_properties = _slot_setter(MutableMessage, "properties")
+_m_version = _slot_setter(MutableMessage, "version")
+_m_time_tick = _slot_setter(MutableMessage, "time_tick")
+_m_last_confirmed = _slot_setter(MutableMessage, "last_confirmed")
+_m_source = _slot_setter(MutableMessage, "source")
+_m_producer_id = _slot_setter(MutableMessage, "producer_id")
+_m_sequence = _slot_setter(MutableMessage, "sequence")
+_m_txn_id = _slot_setter(MutableMessage, "txn_id")
 
 
 def _built(
@@ -339,24 +343,19 @@ class ImmutableMessage:
         return not self.vchannel or self.vchannel == vchannel
 
 
-def _slot_setter(name: str) -> Callable[[ImmutableMessage, Any], None]:
-    setter: Callable[[ImmutableMessage, Any], None] = ImmutableMessage.__dict__[name].__set__
-    return setter
-
-
 _new_immutable = object.__new__
-_set_message_id = _slot_setter("message_id")
-_set_type = _slot_setter("type")
-_set_payload = _slot_setter("payload")
-_set_time_tick = _slot_setter("time_tick")
-_set_last_confirmed = _slot_setter("last_confirmed")
-_set_source = _slot_setter("source")
-_set_vchannel = _slot_setter("vchannel")
-_set_properties = _slot_setter("properties")
-_set_version = _slot_setter("version")
-_set_producer_id = _slot_setter("producer_id")
-_set_sequence = _slot_setter("sequence")
-_set_txn_id = _slot_setter("txn_id")
+_set_message_id = _slot_setter(ImmutableMessage, "message_id")
+_set_type = _slot_setter(ImmutableMessage, "type")
+_set_payload = _slot_setter(ImmutableMessage, "payload")
+_set_time_tick = _slot_setter(ImmutableMessage, "time_tick")
+_set_last_confirmed = _slot_setter(ImmutableMessage, "last_confirmed")
+_set_source = _slot_setter(ImmutableMessage, "source")
+_set_vchannel = _slot_setter(ImmutableMessage, "vchannel")
+_set_properties = _slot_setter(ImmutableMessage, "properties")
+_set_version = _slot_setter(ImmutableMessage, "version")
+_set_producer_id = _slot_setter(ImmutableMessage, "producer_id")
+_set_sequence = _slot_setter(ImmutableMessage, "sequence")
+_set_txn_id = _slot_setter(ImmutableMessage, "txn_id")
 
 
 def built_immutable(
