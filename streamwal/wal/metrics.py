@@ -76,7 +76,7 @@ _append_duration = _meter.create_histogram(
     explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
 )
 # one sample per batch: its messages are answered together, so N samples of one value
-# would say nothing more and cost a batch about 11 us a message
+# would say nothing more and cost a batch one SDK record per message
 _append_batch_duration = _meter.create_histogram(
     "streamwal.wal.append_batch.duration",
     unit="s",

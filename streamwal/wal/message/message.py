@@ -288,10 +288,10 @@ def built_mutable(
 ) -> MutableMessage:
     """``MutableMessage(...)`` for a decoder whose fields already have their types (the
     node's, from protobuf: ``type`` a :class:`MessageType`, ``payload`` bytes,
-    ``vchannel`` a str, the ids unsigned 64-bit ints): what the dataclass checks of the
-    values still holds (:class:`~streamwal.errors.InvalidInputError` for a reserved
-    property key, or a producer id without a sequence), at a third of its cost per
-    message."""
+    ``vchannel`` a str, the ids unsigned 64-bit ints). The checks of values the decoder
+    cannot guarantee still hold (:class:`~streamwal.errors.InvalidInputError` for a
+    reserved property key, or a producer id without a sequence); the type checks of
+    ``__post_init__``, once per message a node receives, are left out."""
     if producer_id is not None or sequence is not None or txn_id is not None:
         _check_exactly_once(producer_id, sequence, txn_id)
     return _built(
