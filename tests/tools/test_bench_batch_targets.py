@@ -19,6 +19,19 @@ def test_node_targets_need_the_full_size_cell() -> None:
         "Produce/WAL, 128 B x 32": False,
         "ConsumeBatch/WAL scanner": True,
     }
+    assert {t.name: t.ceiling for t in evaluate({"node": full})} == dict.fromkeys(met)
+    ceilings = {"ceiling_stream_throughput_ratio": 0.8, "ceiling_unary_throughput_ratio": 0.6}
+    measured = {
+        **full,
+        "cells": [
+            {**cell, "stream_throughput_ratio": 0.95, "unary_throughput_ratio": 0.4, **ceilings}
+        ],
+    }
+    assert {t.name: t.ceiling for t in evaluate({"node": measured})} == {
+        "ProduceStream/WAL, 128 B x 32": 0.8,
+        "Produce/WAL, 128 B x 32": 0.6,
+        "ConsumeBatch/WAL scanner": None,
+    }
     older = {**full, "consume": {}}  # a result from before ConsumeBatch: that one not met
     assert not {t.name: t.met for t in evaluate({"node": older})}["ConsumeBatch/WAL scanner"]
 

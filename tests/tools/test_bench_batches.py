@@ -79,8 +79,16 @@ async def test_node_channels_spread_appenders_over_every_channel(target: BenchTa
     )
     (point,) = result["points"]
     assert point["channels"] == 3 and point["appenders"] == 4
-    for side in ("node", "raw"):
+    for side in ("node", "raw", "ceiling"):
         assert point[side]["ops"] > 0 and _positive(point[side]["per_s"])
     assert _positive(point["node_vs_raw_ratio"])
-    assert [t.name for t in evaluate({"node-channels": result})] == ["node/raw, 3 channels"]
+    # the ceiling's streams waited the raw side's mean latency (appenders / appends/s)
+    (raw_run,) = point["runs"]["raw"]
+    (ceiling_run,) = point["runs"]["ceiling"]
+    asked_ms = 4 / raw_run["per_s"] * 1000
+    assert 0.5 * asked_ms <= ceiling_run["delay_ms"] <= 2 * asked_ms + 2
+    assert ceiling_run["p50_ms"] >= 0.5 * asked_ms
+    (judged,) = evaluate({"node-channels": result})
+    assert judged.name == "node/raw, 3 channels"
+    assert judged.ceiling == point["ceiling_vs_raw_ratio"] and _positive(judged.ceiling)
     assert "| 3 | 4 |" in _section("node-channels", result)

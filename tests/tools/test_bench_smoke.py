@@ -174,12 +174,19 @@ def test_node_command_reports_grpc_and_wal_figures(
         for side in ("unary", "stream"):
             assert _positive(cell[f"{side}_throughput_ratio"])
             assert _positive(cell[f"{side}_p99_ratio"])
+            assert _positive(cell[f"ceiling_{side}_throughput_ratio"])
+            # the ceiling waited the WAL's mean latency of its repeat before answering
+            (wal_run,) = cell["runs"]["wal"]
+            (ceiling_run,) = cell["runs"][f"ceiling_{side}"]
+            asked_ms = cell["concurrency"] / wal_run["per_s"] * 1000
+            assert 0.5 * asked_ms <= ceiling_run["delay_ms"] <= 2 * asked_ms + 2
     consume = result["consume"]
     assert consume["messages"] == 50
     assert all(_positive(consume[k]) for k in ("node_per_s", "wal_per_s", "node_vs_wal_ratio"))
     (md_file,) = tmp_path.glob("bench-*-node.md")
     md = md_file.read_text()
     assert "### Through the node (gRPC)" in md and "| 128 | 2 | ProduceStream |" in md
+    assert "| 128 | 2 | gRPC echo after the WAL's latency, stream |" in md
 
 
 def test_tso_targets_take_the_best_batched_concurrency() -> None:

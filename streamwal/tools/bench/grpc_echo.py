@@ -7,6 +7,15 @@ same run: a child process serves ``Produce``-shaped unary calls and a bidirectio
 stream with no work behind them (the reply is a fixed ``ProduceResponse``), and the
 bench drives them as it drives the node, with the same request messages, callers and
 one call or one stream message in flight per caller. No interceptors on either side.
+
+The same calls can also be answered after a wait (``set_delay``): the WAL's own latency
+of the run, with none of its work. A node whose WAL cost no CPU at all would still pay
+that wait plus gRPC's round trip for each append of a caller with one in flight, so the
+closed loop of those calls is the most such a node can reach against the WAL: the
+ceiling of the latency-bound targets on this machine. The wait is a timer, which the
+event loop fires late (``epoll`` rounds its timeout up to the millisecond); the server
+learns its lateness and asks for that much less, so the mean wait matches the delay
+asked for, and ``set_delay`` reports the mean it kept.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import struct
 import sys
 from types import TracebackType
 
@@ -36,6 +46,34 @@ def _same(data: bytes) -> bytes:
     return data
 
 
+class _Delay:
+    """The wait before a delayed answer: ``target`` on average, whatever the timer's lateness."""
+
+    def __init__(self) -> None:
+        self.target = 0.0
+        self._late = 0.0  # how much later than asked the timer fires, learnt
+        self._waited = 0.0
+        self._count = 0
+
+    async def wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.sleep(max(0.0, self.target - self._late))
+        waited = loop.time() - started
+        self._late += 0.05 * (waited - self.target)
+        self._waited += waited
+        self._count += 1
+
+    def reset(self, target: float) -> float:
+        """Set the next period's target; the mean wait of the period that ends."""
+        mean = self._waited / self._count if self._count else 0.0
+        self.target, self._waited, self._count = target, 0.0, 0
+        return mean
+
+
+_DELAY = _Delay()
+
+
 async def _unary(_request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
     return _REPLY
 
@@ -45,6 +83,23 @@ async def _stream(requests: object, _context: grpc.aio.ServicerContext[bytes, by
         yield _REPLY
 
 
+async def _unary_after(_request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    await _DELAY.wait()
+    return _REPLY
+
+
+async def _stream_after(
+    requests: object, _context: grpc.aio.ServicerContext[bytes, bytes]
+) -> object:
+    async for _ in requests:  # type: ignore[attr-defined]
+        await _DELAY.wait()
+        yield _REPLY
+
+
+async def _set_delay(request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    return struct.pack("<d", _DELAY.reset(struct.unpack("<d", request)[0]))
+
+
 async def _serve() -> None:
     server = grpc.aio.server()
     handler = grpc.method_handlers_generic_handler(
@@ -52,6 +107,11 @@ async def _serve() -> None:
         {
             "Produce": grpc.unary_unary_rpc_method_handler(_unary, _same, _same),
             "ProduceStream": grpc.stream_stream_rpc_method_handler(_stream, _same, _same),
+            "ProduceAfter": grpc.unary_unary_rpc_method_handler(_unary_after, _same, _same),
+            "ProduceStreamAfter": grpc.stream_stream_rpc_method_handler(
+                _stream_after, _same, _same
+            ),
+            "SetDelay": grpc.unary_unary_rpc_method_handler(_set_delay, _same, _same),
         },
     )
     server.add_generic_rpc_handlers((handler,))
@@ -72,9 +132,10 @@ def _request(payload: bytes) -> bytes:
 class EchoStream:
     """One stream; ``append`` has one message in flight (one caller per stream)."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, *, delayed: bool = False) -> None:
+        name = "ProduceStreamAfter" if delayed else "ProduceStream"
         method = channel.stream_stream(
-            f"/{_SERVICE}/ProduceStream", request_serializer=_same, response_deserializer=_same
+            f"/{_SERVICE}/{name}", request_serializer=_same, response_deserializer=_same
         )
         self._call = method()
 
@@ -91,12 +152,15 @@ class EchoStream:
 class EchoServer:
     """``async with EchoServer() as echo``: the server in a child process, and a channel
     to it; ``echo.unary(payload)`` and ``echo.open_stream()`` as the node's client uses
-    them. Leaving the block closes the channel and stops the child."""
+    them (``unary_after`` and ``open_stream(delayed=True)`` answer after the wait
+    ``set_delay`` set). Leaving the block closes the channel and stops the child."""
 
     def __init__(self) -> None:
         self._proc: asyncio.subprocess.Process | None = None
         self._channel: grpc.aio.Channel | None = None
         self._unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
+        self._unary_after: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
+        self._set_delay: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
 
     async def __aenter__(self) -> EchoServer:
         self._proc = await asyncio.create_subprocess_exec(
@@ -108,8 +172,11 @@ class EchoServer:
             if found is None:
                 raise RuntimeError(f"the gRPC echo server did not start: {line!r}")
             self._channel = grpc.aio.insecure_channel(found.group(1).decode())
-            self._unary = self._channel.unary_unary(
-                f"/{_SERVICE}/Produce", request_serializer=_same, response_deserializer=_same
+            self._unary, self._unary_after, self._set_delay = (
+                self._channel.unary_unary(
+                    f"/{_SERVICE}/{name}", request_serializer=_same, response_deserializer=_same
+                )
+                for name in ("Produce", "ProduceAfter", "SetDelay")
             )
         except BaseException:
             await self._stop()
@@ -129,10 +196,23 @@ class EchoServer:
             raise RuntimeError("EchoServer used outside its async with block")
         return pb.ProduceResponse.FromString(await self._unary(_request(payload)))
 
-    def open_stream(self) -> EchoStream:
+    async def unary_after(self, payload: bytes) -> object:
+        if self._unary_after is None:
+            raise RuntimeError("EchoServer used outside its async with block")
+        return pb.ProduceResponse.FromString(await self._unary_after(_request(payload)))
+
+    async def set_delay(self, seconds: float) -> float:
+        """Delayed answers wait ``seconds`` on average from now on; the mean wait they
+        had since the previous call (0 if none was answered)."""
+        if self._set_delay is None:
+            raise RuntimeError("EchoServer used outside its async with block")
+        waited: float = struct.unpack("<d", await self._set_delay(struct.pack("<d", seconds)))[0]
+        return waited
+
+    def open_stream(self, *, delayed: bool = False) -> EchoStream:
         if self._channel is None:
             raise RuntimeError("EchoServer used outside its async with block")
-        return EchoStream(self._channel)
+        return EchoStream(self._channel, delayed=delayed)
 
     async def _stop(self) -> None:
         if self._channel is not None:

@@ -19,7 +19,12 @@ and ``echo_stream`` drive a gRPC echo server in another child process
 (:mod:`streamwal.tools.bench.grpc_echo`) with the same requests, callers and calls in
 flight, and nothing behind them. ``echo_*/WAL`` is the most a node on grpc.aio could
 reach on this machine; ``unary/echo_unary`` and ``stream/echo_stream`` how much of it
-the node reaches. The node's WAL runs in another process than its callers while the
+the node reaches. Two more, ``ceiling_unary`` and ``ceiling_stream``, call the same
+server answering after a wait of the WAL's mean latency in the repeat (the WAL side's
+callers over its appends/s: a closed loop's mean): a node whose WAL cost no CPU at
+all. Each caller has one append in flight, so no node on grpc.aio can beat their
+closed loop here; ``ceiling_*/WAL`` is the most a latency-bound target can reach on
+this machine. The node's WAL runs in another process than its callers while the
 direct WAL shares this one with its callers: on a machine with spare cores that favours
 the node, so a ratio near 1 at high concurrency is no proof that gRPC is free.
 
@@ -58,7 +63,9 @@ __all__ = ["DEFAULT_NODE_CONCURRENCY", "DEFAULT_NODE_PAYLOADS", "run_node_bench"
 
 DEFAULT_NODE_PAYLOADS = (128,)
 DEFAULT_NODE_CONCURRENCY = (1, 32)
-SIDES = ("wal", "unary", "stream", "echo_unary", "echo_stream")
+SIDES = ("wal", "unary", "stream", "echo_unary", "echo_stream", "ceiling_unary", "ceiling_stream")
+#: the sides answered after the WAL's latency of the same repeat (see the module)
+_DELAYED = ("ceiling_unary", "ceiling_stream")
 
 _FILL_CALLERS = 8
 _FILL_BATCH = 500
@@ -136,7 +143,9 @@ async def run_node_bench(
                     f"({cell['stream_throughput_ratio']}); p99 wal {cell['wal']['p99_ms']} "
                     f"unary {cell['unary']['p99_ms']} stream {cell['stream']['p99_ms']} ms; "
                     f"gRPC echo unary {cell['echo_unary']['per_s']:.0f}/s "
-                    f"stream {cell['echo_stream']['per_s']:.0f}/s"
+                    f"stream {cell['echo_stream']['per_s']:.0f}/s; ceiling unary "
+                    f"{cell['ceiling_unary_throughput_ratio']} "
+                    f"stream {cell['ceiling_stream_throughput_ratio']}"
                 )
         consume = await _consume(
             client, opener, tso, run, consume_messages, min(payloads), consume_repeats
@@ -182,6 +191,8 @@ async def _cell(
         held.push_async_callback(pool.close)
         echo_pool = _StreamPool([echo.open_stream() for _ in range(conc)])
         held.push_async_callback(echo_pool.close)
+        delayed_pool = _StreamPool([echo.open_stream(delayed=True) for _ in range(conc)])
+        held.push_async_callback(delayed_pool.close)
 
         async def wal_append(data: bytes, wal: WAL = wal) -> object:
             return await wal.append(MutableMessage(MessageType.INSERT, data))
@@ -195,13 +206,20 @@ async def _cell(
             "stream": pool.append,
             "echo_unary": echo.unary,
             "echo_stream": echo_pool.append,
+            "ceiling_unary": echo.unary_after,
+            "ceiling_stream": delayed_pool.append,
         }
         for append in appends.values():
             await timed_appends(append, payload, conc, warmup_s)
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
         for _ in range(repeats):
             for side in SIDES:
-                runs[side].append(await timed_appends(appends[side], payload, conc, seconds))
+                if side in _DELAYED:  # the WAL side of this repeat ran first
+                    await echo.set_delay(conc / max(runs["wal"][-1]["per_s"], 1.0))
+                run = await timed_appends(appends[side], payload, conc, seconds)
+                if side in _DELAYED:
+                    run["delay_ms"] = round(await echo.set_delay(0.0) * 1000, 3)
+                runs[side].append(run)
     medians = {side: median_of(runs[side]) for side in SIDES}
     cell: dict[str, Any] = {"payload_bytes": size, "concurrency": conc, **medians}
     for side in ("unary", "stream"):
@@ -211,6 +229,9 @@ async def _cell(
         floor = medians[f"echo_{side}"]["per_s"]
         cell[f"echo_{side}_throughput_ratio"] = ratio(floor, medians["wal"]["per_s"])
         cell[f"{side}_vs_echo_ratio"] = ratio(medians[side]["per_s"], floor)
+        ceiling = medians[f"ceiling_{side}"]["per_s"]
+        cell[f"ceiling_{side}_throughput_ratio"] = ratio(ceiling, medians["wal"]["per_s"])
+        cell[f"{side}_vs_ceiling_ratio"] = ratio(medians[side]["per_s"], ceiling)
     cell["runs"] = runs
     return cell
 

@@ -7,6 +7,13 @@ channels; on the other each appends with ``send`` to one of N raw producers
 (:mod:`streamwal.tools.bench.raw`) on one client in this process. The two run in turn,
 ``repeats`` times, interleaved; appends/s are the medians. The WAL's own side of the
 same question is the ``channels`` suite (one process per point).
+
+A third side, after the raw one in each repeat, is the ceiling: as many streams to a
+gRPC echo server in another child (:mod:`streamwal.tools.bench.grpc_echo`), each
+answer sent after the raw side's mean latency of that repeat (its appenders over its
+appends/s). That is a node whose channels cost no CPU, so ``ceiling/raw`` is the most
+the node can reach here against raw producers in a closed loop of one append in
+flight per appender.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.node.client import AppendStream, NodeClient
 from streamwal.tools.bench.channels_worker import bounded
+from streamwal.tools.bench.grpc_echo import EchoServer
 from streamwal.tools.bench.node_process import BenchNode
 from streamwal.tools.bench.raw import raw_client, raw_producer
 from streamwal.tools.bench.stats import median_of, ratio, summarize
@@ -75,16 +83,18 @@ async def run_node_channels_bench(
             deleted_afterwards(target.etcd_endpoint, [node_prefix]),
             node,
             NodeClient(node.address) as client,
+            EchoServer() as echo,
         ):
             for n in channels:
                 point = await _point(
-                    client, raw, config, f"{run}-{n}", n, max(min_appenders, n), payload,
-                    seconds, repeats, warmup_s,
+                    client, echo, raw, config, f"{run}-{n}", n, max(min_appenders, n),
+                    payload, seconds, repeats, warmup_s,
                 )  # fmt: skip
                 points.append(point)
                 target.progress(
                     f"node channels {n:>4}: node {point['node']['per_s']:>7.0f}/s "
-                    f"raw {point['raw']['per_s']:>7.0f}/s ({point['node_vs_raw_ratio']})"
+                    f"raw {point['raw']['per_s']:>7.0f}/s ({point['node_vs_raw_ratio']}); "
+                    f"ceiling {point['ceiling_vs_raw_ratio']}"
                 )
     finally:
         await raw.close()
@@ -99,6 +109,7 @@ async def run_node_channels_bench(
 
 async def _point(
     client: NodeClient,
+    echo: EchoServer,
     raw: Any,
     config: PulsarConfig,
     name: str,
@@ -112,6 +123,7 @@ async def _point(
     names = [f"bench-nch-node-{name}-{i}" for i in range(n)]
     await bounded([lambda c=c: client.assign(c) for c in names])  # type: ignore[misc]
     streams: list[AppendStream] = [client.open_stream(names[i % n]) for i in range(appenders)]
+    echoes = [echo.open_stream(delayed=True) for _ in range(appenders)]
     producers = await bounded(
         [
             lambda i=i: raw_producer(raw, config.topic(f"bench-nch-raw-{name}-{i}"), config)  # type: ignore[misc]
@@ -121,24 +133,32 @@ async def _point(
     try:
         node_appends: list[Append] = [s.append for s in streams]
         raw_appends: list[Append] = [producers[i % n].send for i in range(appenders)]
-        sides = {"node": node_appends, "raw": raw_appends}
+        ceiling_appends: list[Append] = [e.append for e in echoes]
+        sides = {"node": node_appends, "raw": raw_appends, "ceiling": ceiling_appends}
         for appends in sides.values():
             await _spread(appends, payload, warmup_s)
-        runs: dict[str, list[dict[str, float]]] = {"node": [], "raw": []}
+        runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for _ in range(repeats):
             for side, appends in sides.items():
-                runs[side].append(await _spread(appends, payload, seconds))
+                if side == "ceiling":  # raw ran first in this repeat
+                    await echo.set_delay(appenders / max(runs["raw"][-1]["per_s"], 1.0))
+                run = await _spread(appends, payload, seconds)
+                if side == "ceiling":
+                    run["delay_ms"] = round(await echo.set_delay(0.0) * 1000, 3)
+                runs[side].append(run)
     finally:
-        await asyncio.gather(*(s.close() for s in streams))
+        await asyncio.gather(*(s.close() for s in streams), *(e.close() for e in echoes))
         await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
         await bounded([lambda c=c: client.remove(c) for c in names])  # type: ignore[misc]
-    node_f, raw_f = median_of(runs["node"]), median_of(runs["raw"])
+    node_f, raw_f, ceiling_f = (median_of(runs[side]) for side in ("node", "raw", "ceiling"))
     return {
         "channels": n,
         "appenders": appenders,
         "node": node_f,
         "raw": raw_f,
+        "ceiling": ceiling_f,
         "node_vs_raw_ratio": ratio(node_f["per_s"], raw_f["per_s"]),
+        "ceiling_vs_raw_ratio": ratio(ceiling_f["per_s"], raw_f["per_s"]),
         "p999_ratio": ratio(node_f["p999_ms"], raw_f["p999_ms"]),
         "runs": runs,
     }

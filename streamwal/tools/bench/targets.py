@@ -16,13 +16,20 @@ __all__ = ["Target", "evaluate"]
 
 @dataclass(frozen=True)
 class Target:
-    """One target: what is measured, the bound, the figure of this run, whether it holds."""
+    """One target: what is measured, the bound, the figure of this run, whether it holds.
+
+    ``ceiling``: where the run also measured the most any implementation could reach on
+    this machine (a latency-bound ratio's gRPC round trip after the WAL's own latency,
+    with no work behind it), that figure; a ceiling below the bound says the target
+    cannot be met here, whatever the node does.
+    """
 
     suite: str
     name: str
     bound: str
     value: float | None
     met: bool
+    ceiling: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -35,9 +42,16 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 }
 
 
-def _check(suite: str, name: str, value: float | None, op: str, bound: float) -> Target:
+def _check(
+    suite: str,
+    name: str,
+    value: float | None,
+    op: str,
+    bound: float,
+    ceiling: float | None = None,
+) -> Target:
     met = value is not None and not math.isnan(value) and _OPS[op](value, bound)
-    return Target(suite, name, f"{op} {bound:g}", value, met)
+    return Target(suite, name, f"{op} {bound:g}", value, met, ceiling)
 
 
 def _append(result: dict[str, Any]) -> list[Target]:
@@ -111,8 +125,10 @@ def _node(result: dict[str, Any]) -> list[Target]:
     cell, consume = cells[0], result["consume"]
     return [
         _check("node", "ProduceStream/WAL, 128 B x 32",
-               cell["stream_throughput_ratio"], ">=", 0.9),
-        _check("node", "Produce/WAL, 128 B x 32", cell["unary_throughput_ratio"], ">=", 0.5),
+               cell["stream_throughput_ratio"], ">=", 0.9,
+               cell.get("ceiling_stream_throughput_ratio")),
+        _check("node", "Produce/WAL, 128 B x 32", cell["unary_throughput_ratio"], ">=", 0.5,
+               cell.get("ceiling_unary_throughput_ratio")),
         _check("node", "ConsumeBatch/WAL scanner",
                consume.get("node_batch_vs_wal_ratio"), ">=", 0.8),
     ]  # fmt: skip
@@ -142,7 +158,7 @@ def _reads(result: dict[str, Any]) -> list[Target]:
 def _node_channels(result: dict[str, Any]) -> list[Target]:
     return [
         _check("node-channels", f"node/raw, {p['channels']} channels",
-               p["node_vs_raw_ratio"], ">=", 0.9)
+               p["node_vs_raw_ratio"], ">=", 0.9, p.get("ceiling_vs_raw_ratio"))
         for p in result["points"]
     ]  # fmt: skip
 
