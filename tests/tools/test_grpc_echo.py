@@ -8,7 +8,10 @@ import time
 import pytest
 
 from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.tools.bench.grpc_echo import EchoServer
+from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.telemetry_query import SpanSummary, find_traces, span_summaries
 
 pytestmark = pytest.mark.integration  # a child process with a gRPC server
 
@@ -49,3 +52,34 @@ async def test_calls_outside_the_block_are_refused() -> None:
         await echo.set_delay(0.01)
     with pytest.raises(RuntimeError, match="outside its async with block"):
         echo.open_stream(delayed=True)
+
+
+async def test_the_traced_server_spans_each_call_as_the_node_does(
+    telemetry_stack: StackInfo, unique: str
+) -> None:
+    service = f"streamwal-test-echo-{unique}"
+    async with EchoServer(
+        traced=True, otlp_endpoint=telemetry_stack.otlp_endpoint, service_name=service
+    ) as echo:
+        await echo.set_delay(0.001)
+        for _ in range(3):
+            await echo.unary_after(b"x" * 16)
+        stream = echo.open_stream(delayed=True)
+        await stream.append(b"y")
+        await stream.close()
+    # leaving the block stopped the child gracefully: its last spans were flushed
+    assert telemetry_stack.jaeger_url is not None
+    traces = await find_traces(telemetry_stack.jaeger_url, service, min_spans=4, timeout=30.0)
+    by_name: dict[str, list[SpanSummary]] = {}
+    for trace in traces:
+        for span in span_summaries(trace):
+            if span.service == service:
+                by_name.setdefault(span.operation, []).append(span)
+    unary = by_name.get("/streamwal.bench.Echo/ProduceAfter", [])
+    assert len(unary) == 3, sorted(by_name)
+    assert len(by_name.get("/streamwal.bench.Echo/ProduceStreamAfter", [])) == 1
+    for span in unary:
+        assert span.tags["span.kind"] == "server"
+        assert span.tags["rpc.method"] == "ProduceAfter"
+        assert span.tags[NODE_ID_ATTRIBUTE] == 1
+        assert span.duration_us >= 500  # it waited the delay inside the span

@@ -16,6 +16,12 @@ ceiling of the latency-bound targets on this machine. The wait is a timer, which
 event loop fires late (``epoll`` rounds its timeout up to the millisecond); the server
 learns its lateness and asks for that much less, so the mean wait matches the delay
 asked for, and ``set_delay`` reports the mean it kept.
+
+``EchoServer(traced=True)`` traces as a node does: the node's server interceptor makes
+a SERVER span per call (exported over OTLP when an endpoint is given, else made and
+dropped), each handler tags it with a node id, and the client side has the
+OpenTelemetry client interceptors ``NodeClient`` has. The node's targets are judged with
+its tracing on, so their ceiling is measured with it on too.
 """
 
 from __future__ import annotations
@@ -23,19 +29,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import signal
 import struct
 import sys
 from types import TracebackType
 
 import grpc
+from opentelemetry import trace
+from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 
-__all__ = ["EchoServer", "EchoStream"]
+__all__ = ["SERVICE_NAME", "EchoServer", "EchoStream"]
 
 _SERVICE = "streamwal.bench.Echo"
+#: the traced server's ``service.name``
+SERVICE_NAME = "streamwal-bench-echo"
 _READY = re.compile(rb"ready on (\S+)")
 _START_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 10.0
 # what a node answers an append with: an id, its text and a time tick
 _REPLY: bytes = pb.ProduceResponse(
     message_id=b"\x00" * 20, message_id_text="1234:5678:9", time_tick=465_000_000_000_000_000
@@ -74,16 +87,24 @@ class _Delay:
 _DELAY = _Delay()
 
 
+def _tag_span() -> None:
+    """What the node's servicer does on every call's span (one attribute)."""
+    trace.get_current_span().set_attribute(NODE_ID_ATTRIBUTE, 1)
+
+
 async def _unary(_request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    _tag_span()
     return _REPLY
 
 
 async def _stream(requests: object, _context: grpc.aio.ServicerContext[bytes, bytes]) -> object:
+    _tag_span()
     async for _ in requests:  # type: ignore[attr-defined]
         yield _REPLY
 
 
 async def _unary_after(_request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    _tag_span()
     await _DELAY.wait()
     return _REPLY
 
@@ -91,6 +112,7 @@ async def _unary_after(_request: bytes, _context: grpc.aio.ServicerContext[bytes
 async def _stream_after(
     requests: object, _context: grpc.aio.ServicerContext[bytes, bytes]
 ) -> object:
+    _tag_span()
     async for _ in requests:  # type: ignore[attr-defined]
         await _DELAY.wait()
         yield _REPLY
@@ -100,8 +122,29 @@ async def _set_delay(request: bytes, _context: grpc.aio.ServicerContext[bytes, b
     return struct.pack("<d", _DELAY.reset(struct.unpack("<d", request)[0]))
 
 
-async def _serve() -> None:
-    server = grpc.aio.server()
+def _interceptors(
+    traced: bool, otlp_endpoint: str, service_name: str
+) -> list[grpc.aio.ServerInterceptor]:
+    """The node's tracing (its interceptor, a provider exporting as its does), or none."""
+    if not traced:
+        return []
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from streamwal.node.server_tracing import ServerInterceptor
+    from streamwal.node.telemetry import span_exporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    if otlp_endpoint:
+        exporter = span_exporter(otlp_endpoint)
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=500))
+    trace.set_tracer_provider(provider)
+    return [ServerInterceptor(tracer_provider=provider)]
+
+
+async def _serve(traced: bool, otlp_endpoint: str, service_name: str) -> None:
+    server = grpc.aio.server(interceptors=_interceptors(traced, otlp_endpoint, service_name))
     handler = grpc.method_handlers_generic_handler(
         _SERVICE,
         {
@@ -153,9 +196,20 @@ class EchoServer:
     """``async with EchoServer() as echo``: the server in a child process, and a channel
     to it; ``echo.unary(payload)`` and ``echo.open_stream()`` as the node's client uses
     them (``unary_after`` and ``open_stream(delayed=True)`` answer after the wait
-    ``set_delay`` set). Leaving the block closes the channel and stops the child."""
+    ``set_delay`` set). ``traced``: both ends trace as a node and ``NodeClient`` do,
+    exporting to ``otlp_endpoint`` if given (see the module), as ``service_name``.
+    Leaving the block closes the channel and stops the child."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        traced: bool = False,
+        otlp_endpoint: str | None = None,
+        service_name: str = SERVICE_NAME,
+    ) -> None:
+        self._traced = traced
+        self._otlp_endpoint = otlp_endpoint or ""
+        self._service_name = service_name
         self._proc: asyncio.subprocess.Process | None = None
         self._channel: grpc.aio.Channel | None = None
         self._unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
@@ -163,15 +217,19 @@ class EchoServer:
         self._set_delay: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
 
     async def __aenter__(self) -> EchoServer:
+        args = ["--traced", self._otlp_endpoint, self._service_name] if self._traced else []
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", __name__, stdout=asyncio.subprocess.PIPE
+            sys.executable, "-m", __name__, *args, stdout=asyncio.subprocess.PIPE
         )
         try:
             line = await asyncio.wait_for(self._proc.stdout.readline(), _START_TIMEOUT_S)  # type: ignore[union-attr]
             found = _READY.search(line)
             if found is None:
                 raise RuntimeError(f"the gRPC echo server did not start: {line!r}")
-            self._channel = grpc.aio.insecure_channel(found.group(1).decode())
+            interceptors = aio_client_interceptors() if self._traced else None  # type: ignore[no-untyped-call]
+            self._channel = grpc.aio.insecure_channel(
+                found.group(1).decode(), interceptors=interceptors
+            )
             self._unary, self._unary_after, self._set_delay = (
                 self._channel.unary_unary(
                     f"/{_SERVICE}/{name}", request_serializer=_same, response_deserializer=_same
@@ -219,11 +277,20 @@ class EchoServer:
             await self._channel.close()
             self._channel = None
         proc = self._proc
-        if proc is not None and proc.returncode is None:
+        if proc is None or proc.returncode is not None:
+            return
+        # SIGINT ends the server's loop, and the exit flushes the spans it still holds
+        proc.send_signal(signal.SIGINT)
+        try:
+            await asyncio.wait_for(proc.wait(), _STOP_TIMEOUT_S)
+        except TimeoutError:
             proc.kill()
             await proc.wait()
 
 
 if __name__ == "__main__":
+    # ``--traced ENDPOINT SERVICE`` (ENDPOINT may be empty: spans made and dropped)
+    _traced = sys.argv[1:2] == ["--traced"] and len(sys.argv) == 4
+    _endpoint, _service = sys.argv[2:4] if _traced else ("", SERVICE_NAME)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve())
+        asyncio.run(_serve(_traced, _endpoint, _service))

@@ -19,14 +19,17 @@ and ``echo_stream`` drive a gRPC echo server in another child process
 (:mod:`streamwal.tools.bench.grpc_echo`) with the same requests, callers and calls in
 flight, and nothing behind them. ``echo_*/WAL`` is the most a node on grpc.aio could
 reach on this machine; ``unary/echo_unary`` and ``stream/echo_stream`` how much of it
-the node reaches. Two more, ``ceiling_unary`` and ``ceiling_stream``, call the same
-server answering after a wait of the WAL's mean latency in the repeat (the WAL side's
-callers over its appends/s: a closed loop's mean): a node whose WAL cost no CPU at
-all. Each caller has one append in flight, so no node on grpc.aio can beat their
-closed loop here; ``ceiling_*/WAL`` is the most a latency-bound target can reach on
-this machine. The node's WAL runs in another process than its callers while the
-direct WAL shares this one with its callers: on a machine with spare cores that favours
-the node, so a ratio near 1 at high concurrency is no proof that gRPC is free.
+the node reaches. Two more, ``ceiling_unary`` and ``ceiling_stream``, call another
+such server, answering after a wait of the WAL's mean latency in the repeat (the WAL side's
+callers over its appends/s: a closed loop's mean), traced as the node is (its server
+interceptor, exporting where the node exports, and NodeClient's client interceptors):
+a node whose WAL cost no CPU at all. Each caller has one append in flight, so no node
+on grpc.aio, traced, can beat their closed loop here; ``ceiling_*/WAL`` is the most a
+latency-bound target can reach on this machine.
+
+The node's WAL runs in another process than its callers while the direct WAL shares
+this one with its callers: on a machine with spare cores that favours the node, so a
+ratio near 1 at high concurrency is no proof that gRPC is free.
 
 ``consume``: ``messages`` inserts are read back from the start of a channel through
 ``Consume``, and the same from a directly opened WAL, messages/s (time ticks included,
@@ -59,7 +62,7 @@ from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
 
-__all__ = ["DEFAULT_NODE_CONCURRENCY", "DEFAULT_NODE_PAYLOADS", "run_node_bench"]
+__all__ = ["DEFAULT_NODE_CONCURRENCY", "DEFAULT_NODE_PAYLOADS", "run_node_bench", "tracing_of"]
 
 DEFAULT_NODE_PAYLOADS = (128,)
 DEFAULT_NODE_CONCURRENCY = (1, 32)
@@ -125,6 +128,7 @@ async def run_node_bench(
         node,
         NodeClient(node.address) as client,
         EchoServer() as echo,
+        EchoServer(traced=True, otlp_endpoint=target.otlp_endpoint) as ceiling,
         InProcessTSO(tso_config) as tso,
         PulsarOpener(config) as opener,
     ):
@@ -132,8 +136,8 @@ async def run_node_bench(
         for size in payloads:
             for conc in concurrency:
                 cell = await _cell(
-                    client, echo, opener, tso, f"{run}-{size}-{conc}", size, conc, seconds,
-                    repeats, warmup_s,
+                    client, (echo, ceiling), opener, tso, f"{run}-{size}-{conc}", size, conc,
+                    seconds, repeats, warmup_s,
                 )  # fmt: skip
                 cells.append(cell)
                 target.progress(
@@ -161,15 +165,22 @@ async def run_node_bench(
         "seconds_per_run": seconds,
         "repeats": repeats,
         "warmup_s": warmup_s,
-        "node": {"process": "child", "tracing": "on, not exported", "exit_code": node.exit_code},
+        "node": {"process": "child", "tracing": tracing_of(target), "exit_code": node.exit_code},
         "cells": cells,
         "consume": consume,
     }
 
 
+def tracing_of(target: BenchTarget) -> str:
+    """How the bench's node traces (as the ceiling's echo server does)."""
+    if target.otlp_endpoint:
+        return f"on, exported to {target.otlp_endpoint}"
+    return "on, not exported"
+
+
 async def _cell(
     client: NodeClient,
-    echo: EchoServer,
+    echoes: tuple[EchoServer, EchoServer],
     opener: PulsarOpener,
     tso: InProcessTSO,
     name: str,
@@ -180,6 +191,7 @@ async def _cell(
     warmup_s: float,
 ) -> dict[str, Any]:
     payload = b"n" * size
+    echo, ceiling = echoes  # the floor (untraced), the ceiling (traced, delayed)
     node_channel = f"bench-node-grpc-{name}"
     # each acquisition is released on the way out, whichever later one failed
     async with contextlib.AsyncExitStack() as held:
@@ -191,7 +203,7 @@ async def _cell(
         held.push_async_callback(pool.close)
         echo_pool = _StreamPool([echo.open_stream() for _ in range(conc)])
         held.push_async_callback(echo_pool.close)
-        delayed_pool = _StreamPool([echo.open_stream(delayed=True) for _ in range(conc)])
+        delayed_pool = _StreamPool([ceiling.open_stream(delayed=True) for _ in range(conc)])
         held.push_async_callback(delayed_pool.close)
 
         async def wal_append(data: bytes, wal: WAL = wal) -> object:
@@ -206,7 +218,7 @@ async def _cell(
             "stream": pool.append,
             "echo_unary": echo.unary,
             "echo_stream": echo_pool.append,
-            "ceiling_unary": echo.unary_after,
+            "ceiling_unary": ceiling.unary_after,
             "ceiling_stream": delayed_pool.append,
         }
         for append in appends.values():
@@ -215,10 +227,10 @@ async def _cell(
         for _ in range(repeats):
             for side in SIDES:
                 if side in _DELAYED:  # the WAL side of this repeat ran first
-                    await echo.set_delay(conc / max(runs["wal"][-1]["per_s"], 1.0))
+                    await ceiling.set_delay(conc / max(runs["wal"][-1]["per_s"], 1.0))
                 run = await timed_appends(appends[side], payload, conc, seconds)
                 if side in _DELAYED:
-                    run["delay_ms"] = round(await echo.set_delay(0.0) * 1000, 3)
+                    run["delay_ms"] = round(await ceiling.set_delay(0.0) * 1000, 3)
                 runs[side].append(run)
     medians = {side: median_of(runs[side]) for side in SIDES}
     cell: dict[str, Any] = {"payload_bytes": size, "concurrency": conc, **medians}
@@ -229,9 +241,9 @@ async def _cell(
         floor = medians[f"echo_{side}"]["per_s"]
         cell[f"echo_{side}_throughput_ratio"] = ratio(floor, medians["wal"]["per_s"])
         cell[f"{side}_vs_echo_ratio"] = ratio(medians[side]["per_s"], floor)
-        ceiling = medians[f"ceiling_{side}"]["per_s"]
-        cell[f"ceiling_{side}_throughput_ratio"] = ratio(ceiling, medians["wal"]["per_s"])
-        cell[f"{side}_vs_ceiling_ratio"] = ratio(medians[side]["per_s"], ceiling)
+        top = medians[f"ceiling_{side}"]["per_s"]
+        cell[f"ceiling_{side}_throughput_ratio"] = ratio(top, medians["wal"]["per_s"])
+        cell[f"{side}_vs_ceiling_ratio"] = ratio(medians[side]["per_s"], top)
     cell["runs"] = runs
     return cell
 

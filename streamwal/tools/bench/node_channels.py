@@ -11,9 +11,9 @@ same question is the ``channels`` suite (one process per point).
 A third side, after the raw one in each repeat, is the ceiling: as many streams to a
 gRPC echo server in another child (:mod:`streamwal.tools.bench.grpc_echo`), each
 answer sent after the raw side's mean latency of that repeat (its appenders over its
-appends/s). That is a node whose channels cost no CPU, so ``ceiling/raw`` is the most
-the node can reach here against raw producers in a closed loop of one append in
-flight per appender.
+appends/s), traced as the node is. That is a node whose channels cost no CPU, so
+``ceiling/raw`` is the most the node can reach here against raw producers in a closed
+loop of one append in flight per appender.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.node.client import AppendStream, NodeClient
 from streamwal.tools.bench.channels_worker import bounded
 from streamwal.tools.bench.grpc_echo import EchoServer
+from streamwal.tools.bench.node import tracing_of
 from streamwal.tools.bench.node_process import BenchNode
 from streamwal.tools.bench.raw import raw_client, raw_producer
 from streamwal.tools.bench.stats import median_of, ratio, summarize
@@ -83,7 +84,7 @@ async def run_node_channels_bench(
             deleted_afterwards(target.etcd_endpoint, [node_prefix]),
             node,
             NodeClient(node.address) as client,
-            EchoServer() as echo,
+            EchoServer(traced=True, otlp_endpoint=target.otlp_endpoint) as echo,
         ):
             for n in channels:
                 point = await _point(
@@ -102,7 +103,7 @@ async def run_node_channels_bench(
         "seconds_per_run": seconds,
         "repeats": repeats,
         "payload_bytes": payload_bytes,
-        "node": {"process": "child", "tracing": "on, not exported", "exit_code": node.exit_code},
+        "node": {"process": "child", "tracing": tracing_of(target), "exit_code": node.exit_code},
         "points": points,
     }
 
