@@ -67,11 +67,13 @@ def _resource(config: NodeConfig, one_node: bool) -> Resource:
 
 
 def span_exporter(endpoint: str) -> SpanExporter:
-    """OTLP/gRPC to ``endpoint``; TLS as the module docstring says."""
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    """OTLP/gRPC to ``endpoint``; TLS as the module docstring says. The SDK's exporter
+    with the node's own encoder (:mod:`streamwal.node.otlp_encoding`: the same message,
+    without a protobuf object per attribute)."""
+    from streamwal.node.otlp_encoding import FastOTLPSpanExporter
 
     # no ``insecure`` argument: the exporter then reads the scheme and OTEL_EXPORTER_OTLP_*
-    return OTLPSpanExporter(endpoint=endpoint)
+    return FastOTLPSpanExporter(endpoint=endpoint)
 
 
 def setup_telemetry(config: NodeConfig, *, one_node: bool = True) -> Telemetry:
