@@ -228,34 +228,28 @@ def _span(span: ReadableSpan) -> bytes:
     return b"".join(parts)
 
 
-def _same_as(kept: dict[int, Any], value: Any) -> Any:
-    """The first of this batch's values equal to ``value`` (it, if none): the SDK's
-    encoder groups equal resources (and scopes) together, not only the same object."""
-    first = kept.get(id(value))
-    if first is None:
-        first = next((v for v in kept.values() if v == value), value)
-        kept[id(value)] = first  # the spans keep ``value`` alive for this call
-    return first
-
-
 def encode_spans(spans: Sequence[ReadableSpan]) -> bytes:
     """The serialised ``ExportTraceServiceRequest`` of ``spans``."""
-    resources: dict[int, Resource] = {}
-    scopes_seen: dict[int, InstrumentationScope] = {}
-    grouped: dict[int, tuple[Resource, dict[int, tuple[InstrumentationScope | None, list[bytes]]]]]
-    grouped = {}
+    # Grouped as the SDK's encoder groups them: by resource (a dict: its hash, then
+    # equality; the first one seen stands for its group), then, within each, by scope.
+    # A resource's hash is a JSON dump of its attributes, so it is taken once per
+    # object of the batch, not once per span (the spans keep those objects alive, so
+    # their ids are theirs for this call).
+    canonical: dict[Resource, Resource] = {}
+    by_id: dict[int, Resource] = {}
+    grouped: dict[int, tuple[Resource, dict[InstrumentationScope | None, list[bytes]]]] = {}
     for span in spans:
-        resource = _same_as(resources, span.resource)
-        scope = span.instrumentation_scope or None
-        if scope is not None:
-            scope = _same_as(scopes_seen, scope)
+        resource = by_id.get(id(span.resource))
+        if resource is None:
+            resource = by_id[id(span.resource)] = canonical.setdefault(
+                span.resource, span.resource
+            )
         _, scopes = grouped.setdefault(id(resource), (resource, {}))
-        _, encoded = scopes.setdefault(id(scope), (scope, []))
-        encoded.append(_field(2, _span(span)))
+        scopes.setdefault(span.instrumentation_scope or None, []).append(_field(2, _span(span)))
     out = []
     for resource, scopes in grouped.values():
         body = [_resource(resource)]
-        for scope, encoded in scopes.values():
+        for scope, encoded in scopes.items():
             scope_body = _scope(scope) + b"".join(encoded)
             if scope is not None and scope.schema_url:
                 scope_body += _field(3, scope.schema_url.encode())

@@ -136,6 +136,23 @@ def test_spans_of_several_resources_and_equal_resources_group_as_the_sdk_does() 
     assert _same([]) == ExportTraceServiceRequest()
 
 
+def test_resources_and_scopes_equal_but_not_alike_stay_apart_as_in_the_sdk() -> None:
+    """``1 == True == 1.0``, but a resource's hash (a JSON dump) tells them apart, and a
+    scope's first-seen stand-in is per resource, as the SDK's nested dicts have it."""
+    scope_int = InstrumentationScope("s", attributes={"k": 1})
+    scope_bool = InstrumentationScope("s", attributes={"k": True})
+    spans = [
+        _bare_span({}, resource=Resource({"k": 1})),
+        _bare_span({}, resource=Resource({"k": True})),
+        _bare_span({}, resource=Resource({"k": 1.0})),
+        _bare_span({}, resource=Resource({"r": "a"}), instrumentation_scope=scope_int),
+        _bare_span({}, resource=Resource({"r": "b"}), instrumentation_scope=scope_bool),
+        _bare_span({}, resource=Resource({"r": "b"}), instrumentation_scope=scope_int),
+    ]
+    encoded = _same(spans)
+    assert len(encoded.resource_spans) == 5
+
+
 def _bare_span(attributes: dict[str, Any], **fields: Any) -> ReadableSpan:
     context = SpanContext(0x1234, 0x5678, is_remote=False)
     return ReadableSpan(
@@ -144,7 +161,7 @@ def _bare_span(attributes: dict[str, Any], **fields: Any) -> ReadableSpan:
         attributes=attributes,
         start_time=fields.pop("start_time", 1),
         end_time=fields.pop("end_time", 2),
-        resource=Resource.get_empty(),
+        resource=fields.pop("resource", Resource.get_empty()),
         **fields,
     )
 
