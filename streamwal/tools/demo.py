@@ -55,6 +55,7 @@ from streamwal.tools.stack.jaeger_ui import ui_is_real
 from streamwal.tools.stack.paths import ENV_JAEGER_UI_ASSETS
 from streamwal.tools.stack.stack import StackError
 from streamwal.tools.stack.telemetry_query import SpanSummary, get_trace, span_summaries
+from streamwal.tools.stack.topics import delete_topics
 from streamwal.tools.stack.tso_keys import deleted_afterwards
 from streamwal.tools.verify import read_topic
 
@@ -111,6 +112,20 @@ def warn(text: str) -> None:
     """Something the demo could not show; it goes on, but the reader must notice."""
     print(f"WARNING: {text}", flush=True)
     print(f"streamwal demo: warning: {text}", file=sys.stderr, flush=True)
+
+
+async def delete_demo_topics(info: StackInfo, channels: list[str]) -> None:
+    """The demo's channels off the dev broker once it has checked them: each run made
+    fresh ones, and the stack's disk is not the demo's to fill. Best effort: a topic
+    still in use, or a broker that does not answer, is left (and said)."""
+    topics = [f"persistent://public/default/{channel}" for channel in channels]
+    try:
+        deleted = await delete_topics(info.pulsar_admin_url, topics)
+    except (OSError, RuntimeError) as exc:
+        warn(f"could not delete the demo's topics: {exc}")
+        return
+    if deleted < len(topics):
+        warn(f"deleted {deleted} of the demo's {len(topics)} topics; the rest stay on the broker")
 
 
 async def _stack() -> tuple[StackInfo, bool]:
@@ -171,6 +186,7 @@ async def _demo() -> int:
                 say(f"== node 1 on {one.address} (runs the TSO), node 2 on {two.address}")
                 code, trace_id, move_trace_id = await _scenario(one, two, proxy, info, run)
     telemetry.shutdown()
+    await delete_demo_topics(info, [f"demo-a-{run}", f"demo-b-{run}"])
     if code != 0:
         say("== the demo FAILED (see the lines marked !! above)")
         return code

@@ -15,6 +15,7 @@ TTL + grace + 2 s or the checker found a violation; a missing trace is a WARNING
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 from streamwal.cluster.records import MoveReason
 from streamwal.tools.bench.target import BenchTarget
 from streamwal.tools.cluster_run import ChannelWriter, LocalCluster
-from streamwal.tools.demo import _link, _stack, _waterfall, say, warn
+from streamwal.tools.demo import _link, _stack, _waterfall, delete_demo_topics, say, warn
 from streamwal.tools.stack.jaeger_ui import ui_is_real
 from streamwal.tools.stack.telemetry_query import get_trace, span_summaries
 from streamwal.tools.verify import verify_channel
@@ -103,6 +104,9 @@ async def cluster_demo() -> int:
         await _show_failover(info.jaeger_url, move.trace_id, took)
     else:
         warn("no Jaeger to show the failover's trace in")
+    await delete_demo_topics(info, channels)
+    if code == 0:  # the nodes' logs explain a failure; after a success they go
+        shutil.rmtree(workdir, ignore_errors=True)
     return code
 
 

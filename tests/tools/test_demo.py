@@ -18,6 +18,7 @@ import pytest
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.stack.jaeger_ui import is_placeholder
 from streamwal.tools.stack.process import port_in_use
+from streamwal.tools.stack.topics import list_topics
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +59,11 @@ async def test_demo_passes_and_shows_a_real_trace(telemetry_stack: StackInfo) ->
     assert proc.returncode == 0, shown
     assert "WARNING" not in text, shown
     assert "node 1's client gets FAILED_PRECONDITION" in text, shown
+    # the demo's two channels were checked, then deleted off the dev broker
+    channels = set(re.findall(r"\bdemo-[ab]-[0-9a-f]{6}\b", text))
+    assert len(channels) == 2, shown
+    left = {t.rsplit("/", 1)[-1] for t in await list_topics(info.pulsar_admin_url)}
+    assert not channels & left, channels & left
     # a trace URL only where Jaeger has a UI to show it in; otherwise the demo says so
     ui_real = not is_placeholder(await asyncio.to_thread(_get, f"{info.jaeger_url}/"))
     if ui_real:

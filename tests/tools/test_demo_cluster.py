@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.topics import list_topics
 
 pytestmark = pytest.mark.integration
 
@@ -42,3 +43,10 @@ async def test_the_cluster_demo_kills_an_owner_and_shows_the_failover(
     assert re.search(r"failover trace: \S*[0-9a-f]{32}", text), shown
     assert "cluster.move" in text and "`- wal.open" in text, shown
     assert text.count(", 0 violations") == 4, shown
+    # after a success its channels and its nodes' logs go
+    channels = set(re.findall(r"\bdemo-cluster-\d{8}-\d\b", text))
+    assert len(channels) == 4, shown
+    left = {t.rsplit("/", 1)[-1] for t in await list_topics(telemetry_stack.pulsar_admin_url)}
+    assert not channels & left, channels & left
+    workdir = re.search(r"logs in (\S+)\)", text)
+    assert workdir and not await asyncio.to_thread(os.path.exists, workdir.group(1)), shown
