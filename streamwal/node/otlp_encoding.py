@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -56,8 +56,8 @@ _kv_cache: dict[tuple[int, str, type, object], bytes] = {}  # (field number, key
 # the encoded resources and scopes, by identity (the entry keeps its object, so its id
 # is not reused while cached): few, long-lived objects, whose hash is costly (the
 # resource's is a JSON dump of its attributes)
-_resource_cache: dict[int, tuple[Resource, bytes]] = {}
-_scope_cache: dict[int, tuple[InstrumentationScope, bytes]] = {}
+_resource_cache: dict[int, tuple[Any, bytes]] = {}
+_scope_cache: dict[int, tuple[Any, bytes]] = {}
 _EMPTY_SCOPE = b"\x0a\x00"  # a present, empty InstrumentationScope (field 1)
 
 
@@ -137,33 +137,39 @@ def _flags(context: SpanContext | None) -> int:
     return _HAS_IS_REMOTE | (_IS_REMOTE if context is not None and context.is_remote else 0)
 
 
-def _resource(resource: Resource) -> bytes:
-    entry = _resource_cache.get(id(resource))
-    if entry is None or entry[0] is not resource:
-        if len(_resource_cache) >= 64:
-            _resource_cache.clear()
-        entry = _resource_cache[id(resource)] = (
-            resource,
-            _field(1, _attributes(1, resource.attributes)),
-        )
+def _by_identity(
+    cache: dict[int, tuple[Any, bytes]], limit: int, obj: Any, encode: Callable[[Any], bytes]
+) -> bytes:
+    """``encode(obj)``, once per object while it stays in ``cache`` (see the caches)."""
+    entry = cache.get(id(obj))
+    if entry is None or entry[0] is not obj:
+        if len(cache) >= limit:
+            cache.clear()
+        entry = cache[id(obj)] = (obj, encode(obj))
     return entry[1]
+
+
+def _encode_resource(resource: Resource) -> bytes:
+    return _field(1, _attributes(1, resource.attributes))
+
+
+def _encode_scope(scope: InstrumentationScope) -> bytes:
+    body = b""
+    if scope.name:
+        body += _field(1, scope.name.encode())
+    if scope.version:
+        body += _field(2, scope.version.encode())
+    return _field(1, body + _attributes(3, scope.attributes))
+
+
+def _resource(resource: Resource) -> bytes:
+    return _by_identity(_resource_cache, 64, resource, _encode_resource)
 
 
 def _scope(scope: InstrumentationScope | None) -> bytes:
     if scope is None:
         return _EMPTY_SCOPE
-    entry = _scope_cache.get(id(scope))
-    if entry is None or entry[0] is not scope:
-        body = b""
-        if scope.name:
-            body += _field(1, scope.name.encode())
-        if scope.version:
-            body += _field(2, scope.version.encode())
-        body += _attributes(3, scope.attributes)
-        if len(_scope_cache) >= 256:
-            _scope_cache.clear()
-        entry = _scope_cache[id(scope)] = (scope, _field(1, body))
-    return entry[1]
+    return _by_identity(_scope_cache, 256, scope, _encode_scope)
 
 
 def _span(span: ReadableSpan) -> bytes:

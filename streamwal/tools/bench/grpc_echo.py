@@ -32,7 +32,9 @@ import re
 import signal
 import struct
 import sys
+from collections.abc import Awaitable, Callable
 from types import TracebackType
+from typing import TypeVar
 
 import grpc
 from opentelemetry import trace
@@ -192,6 +194,17 @@ class EchoStream:
         self._call.cancel()
 
 
+_T = TypeVar("_T")
+
+
+def _inside(part: _T | None) -> _T:
+    """``part`` of a started server (its channel, a method), which is ``None`` outside
+    the ``async with`` block."""
+    if part is None:
+        raise RuntimeError("EchoServer used outside its async with block")
+    return part
+
+
 class EchoServer:
     """``async with EchoServer() as echo``: the server in a child process, and a channel
     to it; ``echo.unary(payload)`` and ``echo.open_stream()`` as the node's client uses
@@ -250,27 +263,33 @@ class EchoServer:
         await self._stop()
 
     async def unary(self, payload: bytes) -> object:
-        if self._unary is None:
-            raise RuntimeError("EchoServer used outside its async with block")
-        return pb.ProduceResponse.FromString(await self._unary(_request(payload)))
+        return pb.ProduceResponse.FromString(await _inside(self._unary)(_request(payload)))
 
     async def unary_after(self, payload: bytes) -> object:
-        if self._unary_after is None:
-            raise RuntimeError("EchoServer used outside its async with block")
-        return pb.ProduceResponse.FromString(await self._unary_after(_request(payload)))
+        return pb.ProduceResponse.FromString(await _inside(self._unary_after)(_request(payload)))
 
     async def set_delay(self, seconds: float) -> float:
         """Delayed answers wait ``seconds`` on average from now on; the mean wait they
         had since the previous call (0 if none was answered)."""
-        if self._set_delay is None:
-            raise RuntimeError("EchoServer used outside its async with block")
-        waited: float = struct.unpack("<d", await self._set_delay(struct.pack("<d", seconds)))[0]
+        answer = await _inside(self._set_delay)(struct.pack("<d", seconds))
+        waited: float = struct.unpack("<d", answer)[0]
         return waited
 
+    async def timed_after(
+        self, delay_s: float, timed: Callable[[], Awaitable[dict[str, float]]]
+    ) -> dict[str, float]:
+        """``timed()`` (a timed run of delayed calls) with their answers waiting
+        ``delay_s``; its figures, with ``delay_ms`` the mean wait they kept."""
+        await self.set_delay(delay_s)
+        try:
+            figures = await timed()
+        finally:
+            waited = await self.set_delay(0.0)
+        figures["delay_ms"] = round(waited * 1000, 3)
+        return figures
+
     def open_stream(self, *, delayed: bool = False) -> EchoStream:
-        if self._channel is None:
-            raise RuntimeError("EchoServer used outside its async with block")
-        return EchoStream(self._channel, delayed=delayed)
+        return EchoStream(_inside(self._channel), delayed=delayed)
 
     async def _stop(self) -> None:
         if self._channel is not None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import statistics
 import time
 import uuid
@@ -226,12 +227,12 @@ async def _cell(
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
         for _ in range(repeats):
             for side in SIDES:
-                if side in _DELAYED:  # the WAL side of this repeat ran first
-                    await ceiling.set_delay(conc / max(runs["wal"][-1]["per_s"], 1.0))
-                run = await timed_appends(appends[side], payload, conc, seconds)
-                if side in _DELAYED:
-                    run["delay_ms"] = round(await ceiling.set_delay(0.0) * 1000, 3)
-                runs[side].append(run)
+                timed = functools.partial(timed_appends, appends[side], payload, conc, seconds)
+                if side in _DELAYED:  # after the WAL side of this repeat: its mean latency
+                    wal_latency_s = conc / max(runs["wal"][-1]["per_s"], 1.0)
+                    runs[side].append(await ceiling.timed_after(wal_latency_s, timed))
+                else:
+                    runs[side].append(await timed())
     medians = {side: median_of(runs[side]) for side in SIDES}
     cell: dict[str, Any] = {"payload_bytes": size, "concurrency": conc, **medians}
     for side in ("unary", "stream"):

@@ -19,6 +19,7 @@ loop of one append in flight per appender.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -141,12 +142,12 @@ async def _point(
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for _ in range(repeats):
             for side, appends in sides.items():
-                if side == "ceiling":  # raw ran first in this repeat
-                    await echo.set_delay(appenders / max(runs["raw"][-1]["per_s"], 1.0))
-                run = await _spread(appends, payload, seconds)
-                if side == "ceiling":
-                    run["delay_ms"] = round(await echo.set_delay(0.0) * 1000, 3)
-                runs[side].append(run)
+                timed = functools.partial(_spread, appends, payload, seconds)
+                if side == "ceiling":  # after the raw side of this repeat: its mean latency
+                    raw_latency_s = appenders / max(runs["raw"][-1]["per_s"], 1.0)
+                    runs[side].append(await echo.timed_after(raw_latency_s, timed))
+                else:
+                    runs[side].append(await timed())
     finally:
         await asyncio.gather(*(s.close() for s in streams), *(e.close() for e in echoes))
         await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)

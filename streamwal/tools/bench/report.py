@@ -230,23 +230,14 @@ def _node_md(r: dict[str, Any]) -> list[str]:
                 [c["payload_bytes"], c["concurrency"], label, f["per_s"],
                  c[f"{side}_throughput_ratio"], f["p50_ms"], f["p99_ms"], c[f"{side}_p99_ratio"]]
             )  # fmt: skip
-        for side, label in (("unary", "gRPC echo, unary"), ("stream", "gRPC echo, stream")):
-            f = c.get(f"echo_{side}")
-            if f is not None:  # reports made before the floor was measured lack it
-                rows.append(
-                    [c["payload_bytes"], c["concurrency"], label, f["per_s"],
-                     c[f"echo_{side}_throughput_ratio"], f["p50_ms"], f["p99_ms"], "-"]
-                )  # fmt: skip
-        for side, label in (
-            ("unary", "gRPC echo after the WAL's latency, unary"),
-            ("stream", "gRPC echo after the WAL's latency, stream"),
-        ):
-            f = c.get(f"ceiling_{side}")
-            if f is not None:  # reports made before the ceiling was measured lack it
-                rows.append(
-                    [c["payload_bytes"], c["concurrency"], label, f["per_s"],
-                     c[f"ceiling_{side}_throughput_ratio"], f["p50_ms"], f["p99_ms"], "-"]
-                )  # fmt: skip
+        for kind, what in (("echo", "gRPC echo"), ("ceiling", "gRPC echo after the WAL's latency")):
+            for side in ("unary", "stream"):
+                f = c.get(f"{kind}_{side}")
+                if f is not None:  # reports made before the floor or ceiling lack it
+                    rows.append(
+                        [c["payload_bytes"], c["concurrency"], f"{what}, {side}", f["per_s"],
+                         c[f"{kind}_{side}_throughput_ratio"], f["p50_ms"], f["p99_ms"], "-"]
+                    )  # fmt: skip
     lines = [
         f"One node in a child process, driven through NodeClient; {r['repeats']} interleaved "
         f"runs of {r['seconds_per_run']:g} s per cell (WAL direct, Produce, ProduceStream with "
