@@ -30,8 +30,10 @@ __all__ = [
     "ExclusivityNotEnforcedError",
     "InvalidInputError",
     "MisconfiguredError",
+    "NoSuchChannelError",
     "NotLeaderError",
     "OutcomeUnknownError",
+    "PortInUseError",
     "QuotaExceededError",
     "SequenceError",
     "SequenceGapError",
@@ -131,9 +133,19 @@ class ChannelFencedError(StreamwalError):
 class ChannelNotFoundError(StreamwalError, LookupError):
     """The channel is not open on this node."""
 
-    def __init__(self, channel: str) -> None:
+    def __init__(self, channel: str, message: str | None = None) -> None:
         self.channel = channel
-        super().__init__(f"channel {short_repr(channel)} is not open on this node")
+        super().__init__(message or f"channel {short_repr(channel)} is not open on this node")
+
+
+class NoSuchChannelError(ChannelNotFoundError):
+    """The channel does not exist at all (no topic on the broker, not in the cluster's
+    channel set), as opposed to not being open here right now: waiting cannot help,
+    so it is answered at once, and nothing was created to find out. The CLI exits 3."""
+
+    def __init__(self, channel: str, where: str) -> None:
+        self.where = where
+        super().__init__(channel, f"channel {short_repr(channel)} does not exist ({where})")
 
 
 class ClosedError(StreamwalError):
@@ -174,6 +186,19 @@ class MisconfiguredError(StreamwalError):
     Neither the caller's input nor a passing outage: retrying cannot help until an
     operator fixes the configuration, so a node answers FAILED_PRECONDITION.
     """
+
+
+class PortInUseError(MisconfiguredError):
+    """A port the node is configured to listen on is taken by another process.
+
+    Binding anyway (gRPC's SO_REUSEPORT would let it) makes two nodes share one
+    address, and a scrape of a shared metrics port reads the wrong node's metrics.
+    """
+
+    def __init__(self, what: str, address: str, detail: str) -> None:
+        self.what = what
+        self.address = address
+        super().__init__(f"{what} address {address} is already in use ({detail})")
 
 
 class ExclusivityNotEnforcedError(MisconfiguredError):
@@ -299,7 +324,8 @@ class TransactionNotFoundError(TransactionError):
 
 
 class TransactionExpiredError(TransactionError):
-    """The transaction had no keepalive within its timeout (TSO time): rolled back."""
+    """The transaction had no append or keepalive within its keepalive (elapsed time on
+    its owner): rolled back."""
 
     def __init__(self, txn_id: int) -> None:
         super().__init__(txn_id, "expired without a keepalive and was rolled back")

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
+from typing import TypeVar
 
 import grpc
 
@@ -34,18 +36,35 @@ from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.cluster.records import Assignment, ClusterKeys, NodeRecord, decode
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import (
+    BackendMismatchError,
+    ChannelFencedError,
     ChannelNotFoundError,
     InvalidInputError,
-    OutcomeUnknownError,
+    StreamwalError,
     UnavailableError,
     WriteOutcome,
 )
-from streamwal.node.client import Acked, NodeClient, give_up
+from streamwal.node.client import (
+    Acked,
+    BatchProduceError,
+    Consumed,
+    NodeClient,
+    final_error,
+    give_up,
+)
+from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import write_outcome
+from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.tso.tls import ClientTLS, open_channel
+from streamwal.wal.backend import DeliveryPolicy
+from streamwal.wal.message_id import MessageId
 
-__all__ = ["ClusterClient"]
+__all__ = ["ClusterClient", "Transaction", "WireMessageId"]
+
+_T = TypeVar("_T")
+# a transaction lives on one owner: its calls are retried there, not followed elsewhere
+_TXN_RETRIES = 3
 
 _FOLLOW = frozenset(
     {
@@ -205,47 +224,170 @@ class ClusterClient:
         type: str = "insert",
         vchannel: str = "",
         properties: Mapping[str, str] | None = None,
+        txn_id: int | None = None,
     ) -> Acked:
         """Append to ``channel`` on its owner, following moves (see the module docstring).
 
-        Raises the last ``grpc.aio.AioRpcError`` when the retry time is spent or the
-        node refused the append for good, :class:`ChannelNotFoundError` when no owner
-        appeared.
+        Raises a typed :class:`~streamwal.errors.StreamwalError` (see
+        :mod:`streamwal.node.client_errors`) when the retry time is spent or the node
+        refused the append for good: ``outcome`` not written only when no try of it
+        can have been written (its number is then handed back), else
+        :class:`~streamwal.errors.OutcomeUnknownError`.
+        :class:`ChannelNotFoundError` when no owner appeared and nothing was sent.
         """
+        producer_id = self.producer.producer_id
+        sequence = self.producer.next_sequence(channel)
+
+        async def one_try(node: NodeClient) -> Acked:
+            return await node.produce(
+                channel,
+                payload,
+                type=type,
+                vchannel=vchannel,
+                properties=properties,
+                txn_id=txn_id,
+                producer_id=producer_id,
+                sequence=sequence,
+            )
+
+        try:
+            return await self._following(channel, one_try)
+        except StreamwalError as exc:
+            self._give_up(channel, producer_id, sequence, exc)
+            raise
+
+    async def produce_batch(
+        self,
+        channel: str,
+        payloads: Sequence[bytes],
+        *,
+        type: str = "insert",
+        vchannel: str = "",
+    ) -> list[Acked]:
+        """Append ``payloads`` back to back on ``channel``'s owner, following moves as
+        :meth:`produce` does: the batch is numbered once, so a retried batch lands each
+        message once. A batch that landed in part raises
+        :class:`~streamwal.node.client.BatchProduceError` (which says what landed)."""
+        if not payloads:
+            return []
+        producer_id = self.producer.producer_id
+        first = self.producer.next_sequence(channel)
+        for _ in range(len(payloads) - 1):
+            self.producer.next_sequence(channel)
+
+        async def one_try(node: NodeClient) -> list[Acked]:
+            return await node.produce_batch(
+                channel, payloads, type=type, vchannel=vchannel, numbers=(producer_id, first)
+            )
+
+        try:
+            return await self._following(channel, one_try)
+        except StreamwalError as exc:
+            if isinstance(exc, BatchProduceError):
+                self.producer.renew()  # part of it is in the log
+            else:
+                self._give_up(channel, producer_id, first + len(payloads) - 1, exc)
+            raise
+
+    async def produce_stream(
+        self,
+        channel: str,
+        payloads: Sequence[bytes] | AsyncIterator[bytes],
+        *,
+        type: str = "insert",
+        vchannel: str = "",
+        in_flight: int = 64,
+    ) -> AsyncIterator[Acked]:
+        """Appends pipelined ``in_flight`` at a time, each numbered and followed across
+        moves as :meth:`produce` follows it; their acknowledgements in the order given.
+        The log order is the order given while nothing fails; an append retried after
+        a failure lands after the ones already sent behind it. The first append that
+        fails for good raises its error; every append acknowledged before it is in
+        the log, and unanswered appends after it were cancelled or may be in the log
+        (their outcomes: unknown)."""
+        pending: deque[asyncio.Task[Acked]] = deque()
+
+        async def source() -> AsyncIterator[bytes]:
+            if isinstance(payloads, Sequence):
+                for payload in payloads:
+                    yield payload
+            else:
+                async for payload in payloads:
+                    yield payload
+
+        try:
+            async for payload in source():
+                pending.append(
+                    asyncio.create_task(
+                        self.produce(channel, payload, type=type, vchannel=vchannel)
+                    )
+                )
+                if len(pending) >= in_flight:
+                    yield await pending.popleft()
+            while pending:
+                yield await pending.popleft()
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # ---- transactions ----------------------------------------------------------------
+    async def begin_txn(
+        self, channel: str, vchannel: str = "", *, keepalive_s: float = 0.0
+    ) -> Transaction:
+        """Open a transaction on ``channel``'s owner (following moves to find it); its
+        appends, keepalives, commit and rollback go to that owner. A move of the
+        channel ends it (:class:`~streamwal.errors.TransactionError` on its next call):
+        begin again on the new owner."""
+
+        async def one_try(node: NodeClient) -> Transaction:
+            txn_id = await node.begin_txn(channel, vchannel, keepalive_s, retries=_TXN_RETRIES)
+            return Transaction(self, node, channel, vchannel, txn_id)
+
+        return await self._following(channel, one_try)
+
+    # ---- reads -----------------------------------------------------------------------
+    async def consume(
+        self,
+        channel: str,
+        policy: DeliveryPolicy | None = None,
+        *,
+        vchannel: str = "",
+        stop: asyncio.Event | None = None,
+    ) -> AsyncIterator[Consumed]:
+        """Read ``channel`` from ``policy`` (:class:`~streamwal.DeliveryPolicy`, default
+        all) through its owner, following it across moves: after a move the read goes
+        on after the last message delivered, so nothing is skipped or repeated. It
+        follows the tail until ``stop`` is set or the caller stops iterating (``break``,
+        or ``aclose()``); a position from an :class:`Acked` is
+        ``DeliveryPolicy.start_from(WireMessageId(acked.message_id))``."""
+        wire = _wire_policy(policy or DeliveryPolicy.all())
+        last: bytes | None = None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._retry_for
         delay = 0.05
         refresh = False
-        producer_id = self.producer.producer_id
-        sequence = self.producer.next_sequence(channel)
-        sent: grpc.aio.AioRpcError | None = None  # a try that may have been written
-        while True:
+        while stop is None or not stop.is_set():
             try:
                 address = await self.owner(channel, refresh=refresh)
-                return await self._node(address).produce(
+                stream = self._node(address).consume(
                     channel,
-                    payload,
-                    type=type,
+                    wire if last is None else pb.DeliveryPolicy(start_after=last),
                     vchannel=vchannel,
-                    properties=properties,
-                    producer_id=producer_id,
-                    sequence=sequence,
                 )
-            except (ChannelNotFoundError, UnavailableError) as exc:
+                async with contextlib.aclosing(stream):
+                    async for message in _until(stream, stop):
+                        last = message.message_id
+                        deadline = loop.time() + self._retry_for
+                        delay = 0.05
+                        yield message
+                if stop is not None and stop.is_set():
+                    return
+                # the owner ended the read: the channel closed or moved there; follow it
+            except (ChannelNotFoundError, UnavailableError, ChannelFencedError) as exc:
                 if loop.time() + delay > deadline:
-                    self._give_up(channel, producer_id, sequence, sent)
-                    if sent is not None:  # an earlier try may be in the log
-                        raise OutcomeUnknownError(
-                            f"append to {channel!r}: an earlier try's outcome is unknown "
-                            f"({sent.code().name}), and then {exc}"
-                        ) from exc
                     raise
-            except grpc.aio.AioRpcError as exc:
-                outcome = write_outcome(exc)
-                if outcome is WriteOutcome.UNKNOWN:
-                    sent = exc
-                if not _worth_another_try(exc, outcome) or loop.time() + delay > deadline:
-                    self._give_up(channel, producer_id, sequence, exc)
+                if isinstance(exc, NodeCallError) and not _follow(exc):
                     raise
             self._owners.pop(channel, None)
             self.moves_followed += 1
@@ -253,22 +395,227 @@ class ClusterClient:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._max_backoff)
 
+    # ---- following the owner ---------------------------------------------------------
+    async def _following(self, channel: str, one_try: Callable[[NodeClient], Awaitable[_T]]) -> _T:
+        """``one_try`` on the channel's owner until it succeeds, fails for good or the
+        retry time is spent. A call that may have been served (unknown outcome) is
+        tried again only because every call made through here is idempotent; the
+        final error's outcome is the strongest of all tries: unknown if any try's was."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_for
+        delay = 0.05
+        refresh = False
+        unknown: NodeCallError | None = None  # a try that may have been written
+        maybe_written: set[int] = set()  # the same for a batch's messages
+        while True:
+            try:
+                address = await self.owner(channel, refresh=refresh)
+                return await one_try(self._node(address))
+            except (ChannelNotFoundError, UnavailableError) as exc:
+                if isinstance(exc, NodeCallError):
+                    if exc.outcome is WriteOutcome.UNKNOWN:
+                        unknown = exc
+                    if not _worth_another_try(exc) or loop.time() + delay > deadline:
+                        raise final_error(exc, unknown) from exc
+                elif loop.time() + delay > deadline:  # a look-up: nothing was sent
+                    if unknown is not None:
+                        raise NodeOutcomeUnknownError(
+                            unknown.code(),
+                            f"{channel!r}: an earlier try's outcome is unknown "
+                            f"({unknown.code().name}: {unknown.details()}), and then {exc}",
+                            WriteOutcome.UNKNOWN,
+                        ) from exc
+                    raise
+            except NodeCallError as exc:
+                if exc.outcome is WriteOutcome.UNKNOWN:
+                    unknown = exc
+                if not _worth_another_try(exc) or loop.time() + delay > deadline:
+                    raise final_error(exc, unknown) from exc
+            except BatchProduceError as exc:
+                # a numbered batch again lands each message once: the landed ones are
+                # answered with their first results, the unknown ones looked up
+                failed = exc.failed.values()
+                retry = all(isinstance(e, NodeCallError) and _worth_another_try(e) for e in failed)
+                maybe_written |= {
+                    i for i, e in exc.failed.items() if write_outcome(e) is WriteOutcome.UNKNOWN
+                }
+                if not retry or loop.time() + delay > deadline:
+                    raise _strongest(exc, maybe_written) from None
+            self._owners.pop(channel, None)
+            self.moves_followed += 1
+            refresh = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._max_backoff)
+
     def _give_up(
-        self, channel: str, producer_id: int, sequence: int, exc: grpc.aio.AioRpcError | None
+        self, channel: str, producer_id: int, sequence: int, exc: StreamwalError
     ) -> None:
-        """``exc``: the last try's error, or None when no try was sent at all."""
+        """Hand ``sequence`` back (known not written, the last numbered) or renew."""
         if producer_id != self.producer.producer_id:
             return  # renewed meanwhile by another append's give-up
-        if exc is None:
-            self.producer.give_up(channel, sequence, WriteOutcome.NOT_WRITTEN)
-        else:
+        if isinstance(exc, NodeCallError):
             give_up(self.producer, channel, sequence, exc)
+        else:
+            self.producer.give_up(channel, sequence, exc.outcome)
 
 
-def _worth_another_try(exc: grpc.aio.AioRpcError, outcome: WriteOutcome) -> bool:
+class Transaction:
+    """A transaction open on one owner (:meth:`ClusterClient.begin_txn`).
+
+    ``async with`` commits on a clean exit and rolls back on an error. Every call
+    raises a typed error: a :class:`~streamwal.errors.TransactionError` (nothing of
+    the transaction is or will be delivered; begin again) or one whose ``outcome``
+    says what a failed commit may have done (unknown: it may have committed).
+    """
+
+    def __init__(
+        self, client: ClusterClient, node: NodeClient, channel: str, vchannel: str, txn_id: int
+    ) -> None:
+        self.channel = channel
+        self.vchannel = vchannel
+        self.txn_id = txn_id
+        self._client = client
+        self._node = node
+
+    async def produce(
+        self, payload: bytes, *, type: str = "insert", properties: Mapping[str, str] | None = None
+    ) -> Acked:
+        """Append into the transaction (numbered and retried on its owner only)."""
+        return await self._node.produce(
+            self.channel,
+            payload,
+            type=type,
+            vchannel=self.vchannel,
+            properties=properties,
+            txn_id=self.txn_id,
+        )
+
+    async def keepalive(self) -> None:
+        await self._node.keepalive_txn(self.channel, self.txn_id, retries=_TXN_RETRIES)
+
+    async def commit(self) -> Acked:
+        """Where the commit landed; retried on the owner, which answers a repeated
+        commit with the first one's result."""
+        return await self._node.commit_txn(self.channel, self.txn_id, retries=_TXN_RETRIES)
+
+    async def rollback(self) -> Acked:
+        return await self._node.rollback_txn(self.channel, self.txn_id, retries=_TXN_RETRIES)
+
+    async def __aenter__(self) -> Transaction:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self.commit()
+        else:
+            with contextlib.suppress(StreamwalError):
+                await self.rollback()
+
+
+class WireMessageId(MessageId):
+    """A position as a client holds it (``Acked.message_id``, ``Consumed.message_id``):
+    the node's bytes, for a :class:`~streamwal.DeliveryPolicy` sent to the node. It has
+    no log order of its own: only the node's backend can compare positions."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = bytes(raw)
+
+    def sort_key(self) -> tuple[int, ...]:
+        raise BackendMismatchError("a client-side message id has no log order")
+
+    def to_bytes(self) -> bytes:
+        return self._raw
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WireMessageId) and other._raw == self._raw
+
+    def __hash__(self) -> int:
+        return hash(self._raw)
+
+    def __str__(self) -> str:
+        return self._raw.hex()
+
+
+def _wire_policy(policy: DeliveryPolicy) -> pb.DeliveryPolicy:
+    if policy.kind == DeliveryPolicy.ALL:
+        return pb.DeliveryPolicy(all=pb.Empty())
+    if policy.kind == DeliveryPolicy.LATEST:
+        return pb.DeliveryPolicy(latest=pb.Empty())
+    if policy.kind == DeliveryPolicy.START_FROM_TIME_TICK:
+        return pb.DeliveryPolicy(start_from_time_tick=policy.time_tick or 0)
+    if policy.kind == DeliveryPolicy.AFTER_CHECKPOINT:
+        return pb.DeliveryPolicy(after_checkpoint=policy.consumer or "")
+    if policy.message_id is None:
+        raise InvalidInputError(f"delivery policy {policy} needs a message id")
+    raw = policy.message_id.to_bytes()
+    if policy.kind == DeliveryPolicy.START_FROM:
+        return pb.DeliveryPolicy(start_from=raw)
+    return pb.DeliveryPolicy(start_after=raw)
+
+
+async def _until(
+    stream: AsyncIterator[Consumed], stop: asyncio.Event | None
+) -> AsyncIterator[Consumed]:
+    """``stream``'s messages until ``stop`` is set, even while none arrives."""
+    if stop is None:
+        async for message in stream:
+            yield message
+        return
+    stopped = asyncio.ensure_future(stop.wait())
+    following: asyncio.Future[Consumed] | None = None
+    try:
+        while not stop.is_set():
+            following = asyncio.ensure_future(anext(stream))
+            await asyncio.wait((following, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                return
+            try:
+                message = following.result()
+            except StopAsyncIteration:
+                return
+            following = None
+            yield message
+    finally:
+        stopped.cancel()
+        if following is not None and not following.done():
+            # the stream cannot be closed while a read of it is under way
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await following
+
+
+def _strongest(exc: BatchProduceError, maybe_written: set[int]) -> BatchProduceError:
+    """``exc`` with every message that an earlier try may have written said unknown."""
+    results: list[Acked | grpc.aio.AioRpcError] = list(exc.results)
+    for i, result in enumerate(results):
+        if (
+            i in maybe_written
+            and isinstance(result, grpc.aio.AioRpcError)
+            and write_outcome(result) is not WriteOutcome.UNKNOWN
+        ):
+            results[i] = NodeOutcomeUnknownError(
+                result.code(),
+                f"{result.details()} (an earlier try may have written it)",
+                WriteOutcome.UNKNOWN,
+            )
+    return BatchProduceError(results)
+
+
+def _follow(exc: NodeCallError) -> bool:
+    return exc.code() in _FOLLOW
+
+
+def _worth_another_try(exc: NodeCallError) -> bool:
     """A move (refused, not written) or an unknown outcome: the same numbers make a
     second try safe. Anything else (bad input, a sequence refused) fails the same way
     again."""
-    if outcome is WriteOutcome.UNKNOWN:
+    if exc.outcome is WriteOutcome.UNKNOWN:
         return exc.code() not in _FINAL
     return exc.code() in _FOLLOW

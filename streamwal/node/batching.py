@@ -54,10 +54,21 @@ class NodeServicer(StreamingNodeServicer):
             raise InvalidInputError(
                 f"a batch of {len(request.messages)} messages; at most {MAX_BATCH_MESSAGES}"
             )
+        numbered = request.HasField("producer_id")
+        if numbered != request.HasField("first_sequence"):
+            raise InvalidInputError("a batch's producer_id and first_sequence go together")
+        producer_id = request.producer_id if numbered else None
+        first = request.first_sequence
         msgs = []
         for index, m in enumerate(request.messages):
             try:
-                msgs.append(message_of(m))
+                msgs.append(
+                    message_of(
+                        m,
+                        producer_id=producer_id,
+                        sequence=first + index if numbered else None,
+                    )
+                )
             except InvalidInputError as exc:
                 raise InvalidInputError(f"message {index} of the batch: {exc}") from exc
         return msgs

@@ -1,13 +1,16 @@
-"""A small asyncio client of the streaming node, used by the demo, tests and benchmarks.
+"""The asyncio client of one streaming node.
 
-gRPC errors arrive as ``grpc.aio.AioRpcError``; :func:`status_of` gives their code so
-callers can act (NOT_FOUND: ask another node; FAILED_PRECONDITION: the channel moved),
-and :func:`~streamwal.node.outcome.write_outcome` says whether a failed append may be in the log.
+Every failure it raises is a typed :class:`~streamwal.errors.StreamwalError`
+(:mod:`streamwal.node.client_errors`): the library's type for the condition, with the
+append's write outcome (``outcome``) and the gRPC status (``code()``, ``details()``).
 Appends are idempotent by default (a :class:`~streamwal.node.idempotence.ProducerIdentity`
-numbers each): ``retries`` then covers unknown outcomes too (UNKNOWN, UNAVAILABLE,
-DEADLINE_EXCEEDED), with the same numbers, and the node answers a retry of an append
-it already has with the first result. With ``idempotent=False`` only appends the
-node answered "not written" are retried, since a retry could write the append twice.
+numbers each, on unary calls, streams and batches alike): ``retries`` then covers
+unknown outcomes too (UNKNOWN, UNAVAILABLE, DEADLINE_EXCEEDED), with the same numbers,
+and the node answers a retry of an append it already has with the first result. An
+append's outcome is the strongest of all its tries: once any try may have reached the
+node, the append is never reported "not written" and its number is never handed back,
+whatever the last try said. With ``idempotent=False`` only appends the node answered
+"not written" are retried, since a retry could write the append twice.
 A node with ``node.tls`` needs ``tls`` here, with a client certificate when the node
 requires one (``node.tls.ca_file``); a refused handshake shows up as UNAVAILABLE.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -25,7 +28,8 @@ import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 from opentelemetry.trace import TracerProvider
 
-from streamwal.errors import WriteOutcome
+from streamwal.errors import StreamwalError, WriteOutcome
+from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError, node_error
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import in_band_error, rpc_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
@@ -38,6 +42,7 @@ __all__ = [
     "BatchProduceError",
     "Consumed",
     "NodeClient",
+    "final_error",
     "policy",
     "status_of",
     "write_outcome",
@@ -88,6 +93,20 @@ def give_up(producer: ProducerIdentity, pchannel: str, sequence: int, exc: BaseE
         producer.give_up(pchannel, sequence, write_outcome(exc))
 
 
+def final_error(last: grpc.aio.AioRpcError, unknown: grpc.aio.AioRpcError | None) -> NodeCallError:
+    """The error an append ends with: its last try's, unless an earlier try's outcome
+    was unknown; then the append may be in the log whatever the last try said, and the
+    answer is :class:`~streamwal.node.client_errors.NodeOutcomeUnknownError`."""
+    if unknown is None or unknown is last or write_outcome(last) is WriteOutcome.UNKNOWN:
+        return node_error(last)
+    return NodeOutcomeUnknownError(
+        last.code(),
+        f"{last.details()} (an earlier try reached the node and its answer was lost "
+        f"({unknown.code().name}: {unknown.details()}): it may be in the log)",
+        WriteOutcome.UNKNOWN,
+    )
+
+
 def _may_retry(exc: grpc.aio.AioRpcError, idempotent: bool) -> bool:
     if idempotent:
         return exc.code() in _IDEMPOTENT_RETRY
@@ -95,14 +114,19 @@ def _may_retry(exc: grpc.aio.AioRpcError, idempotent: bool) -> bool:
     return code == grpc.StatusCode.UNAVAILABLE and write_outcome(exc) is WriteOutcome.NOT_WRITTEN
 
 
-class BatchProduceError(Exception):
+class BatchProduceError(StreamwalError):
     """Part of a batch failed: ``results`` holds, message by message in batch order,
-    the :class:`Acked` of each that is in the log and the error (an
-    :class:`grpc.aio.AioRpcError`, with its write outcome) of each that failed."""
+    the :class:`Acked` of each that is in the log and the typed error (with its write
+    outcome) of each that failed. ``outcome`` is unknown if any failed one's is."""
 
     def __init__(self, results: list[Acked | grpc.aio.AioRpcError]) -> None:
         self.results = results
         self.failed = {i: r for i, r in enumerate(results) if not isinstance(r, Acked)}
+        self.outcome = (
+            WriteOutcome.UNKNOWN
+            if any(write_outcome(e) is WriteOutcome.UNKNOWN for e in self.failed.values())
+            else WriteOutcome.NOT_WRITTEN
+        )
         first = min(self.failed)
         super().__init__(
             f"{len(results) - len(self.failed)} of {len(results)} messages landed; "
@@ -110,13 +134,35 @@ class BatchProduceError(Exception):
         )
 
 
-def _batch_acks(response: pb.ProduceBatchResponse, which: str) -> list[Acked]:
-    results: list[Acked | grpc.aio.AioRpcError] = [
-        in_band_error(r.error, f"message {i} of {which}")
-        if r.HasField("error")
-        else Acked(r.message_id, r.message_id_text, r.time_tick)
-        for i, r in enumerate(response.results)
-    ]
+def _acked(r: pb.ProduceResponse, numbers: tuple[int, int] | None) -> Acked:
+    if numbers is None:
+        return Acked(r.message_id, r.message_id_text, r.time_tick)
+    return Acked(r.message_id, r.message_id_text, r.time_tick, numbers[0], numbers[1])
+
+
+def _at(numbers: list[tuple[int, int] | None], index: int) -> tuple[int, int] | None:
+    return numbers[index] if index < len(numbers) else None
+
+
+def _numbers_of(request: pb.ProduceBatchRequest) -> list[tuple[int, int] | None]:
+    if not request.HasField("producer_id"):
+        return [None] * len(request.messages)
+    first = request.first_sequence
+    return [(request.producer_id, first + i) for i in range(len(request.messages))]
+
+
+def _batch_acks(
+    response: pb.ProduceBatchResponse, which: str, numbers: list[tuple[int, int] | None]
+) -> list[Acked]:
+    results: list[Acked | grpc.aio.AioRpcError] = []
+    for i, r in enumerate(response.results):
+        if r.HasField("error"):
+            error = in_band_error(r.error, f"message {i} of {which}")
+            if i < len(numbers) and numbers[i] is not None:
+                error.producer_id, error.sequence = numbers[i]  # type: ignore[misc]
+            results.append(error)
+        else:
+            results.append(_acked(r, _at(numbers, i)))
     acked = [r for r in results if isinstance(r, Acked)]
     if len(acked) < len(results):
         raise BatchProduceError(results)
@@ -209,19 +255,44 @@ class NodeClient:
     async def wait_ready(self, timeout: float = 30.0) -> None:
         await self._channel.channel_ready()
 
+    async def _unary(
+        self,
+        method: Any,
+        request: Any,
+        *,
+        retry: bool = False,
+        timeout: float | None = None,
+        retries: int | None = None,
+    ) -> Any:
+        """One unary call, its failure as a typed error. ``retry``: the call is safe to
+        repeat (the node answers a repeat as the first), so it is tried ``retries``
+        more times on a failure that another try may fix; its outcome is the strongest
+        of all tries, as for :meth:`produce`."""
+        attempt = 0
+        unknown: grpc.aio.AioRpcError | None = None
+        while True:
+            try:
+                return await method(request, timeout=timeout or self._timeout)
+            except grpc.aio.AioRpcError as exc:
+                if write_outcome(exc) is WriteOutcome.UNKNOWN:
+                    unknown = exc
+                budget = self._retries if retries is None else retries
+                if not retry or attempt >= budget or exc.code() not in _IDEMPOTENT_RETRY:
+                    raise final_error(exc, unknown) from exc
+                attempt += 1
+                await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
+
     async def assign(self, pchannel: str, timeout: float | None = None) -> pb.AssignChannelResponse:
-        return await self._stub.AssignChannel(  # type: ignore[no-any-return]
-            pb.AssignChannelRequest(pchannel=pchannel), timeout=timeout or self._timeout
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.AssignChannel, pb.AssignChannelRequest(pchannel=pchannel), timeout=timeout
         )
 
     async def remove(self, pchannel: str) -> None:
-        await self._stub.RemoveChannel(
-            pb.RemoveChannelRequest(pchannel=pchannel), timeout=self._timeout
-        )
+        await self._unary(self._stub.RemoveChannel, pb.RemoveChannelRequest(pchannel=pchannel))
 
     async def list_channels(self) -> pb.ListChannelsResponse:
-        return await self._stub.ListChannels(  # type: ignore[no-any-return]
-            pb.ListChannelsRequest(), timeout=self._timeout
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.ListChannels, pb.ListChannelsRequest()
         )
 
     async def produce(
@@ -259,14 +330,20 @@ class NodeClient:
                 sequence if sequence is not None else producer.next_sequence(pchannel)
             )
         attempt = 0
+        unknown: grpc.aio.AioRpcError | None = None  # a try that may have been written
         while True:
             try:
                 reply = await self._stub.Produce(request, timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
+                if write_outcome(exc) is WriteOutcome.UNKNOWN:
+                    unknown = exc
                 if attempt >= self._retries or not _may_retry(exc, producer is not None):
-                    if producer is not None and sequence is None:
-                        give_up(producer, pchannel, request.sequence, exc)
-                    raise
+                    error = final_error(exc, unknown)
+                    if producer is not None:
+                        error.producer_id, error.sequence = request.producer_id, request.sequence
+                        if sequence is None:
+                            give_up(producer, pchannel, request.sequence, error)
+                    raise error from exc
                 attempt += 1
                 await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
                 continue
@@ -280,61 +357,124 @@ class NodeClient:
                 request.sequence,
             )
 
-    async def begin_txn(self, pchannel: str, vchannel: str = "", keepalive_s: float = 0.0) -> int:
+    async def begin_txn(
+        self,
+        pchannel: str,
+        vchannel: str = "",
+        keepalive_s: float = 0.0,
+        *,
+        retries: int | None = None,
+    ) -> int:
         """Open a transaction on ``vchannel``; its id. ``keepalive_s`` 0: the node's
-        default. Its appends: :meth:`produce` with ``txn_id``."""
-        reply = await self._stub.BeginTxn(
+        default. Its appends: :meth:`produce` with ``txn_id``. Retried like an append: a
+        transaction begun by a try whose answer was lost is never used, and expires
+        after its keepalive with nothing delivered."""
+        reply = await self._unary(
+            self._stub.BeginTxn,
             pb.BeginTxnRequest(pchannel=pchannel, vchannel=vchannel, keepalive_s=keepalive_s),
-            timeout=self._timeout,
+            retry=True,
+            retries=retries,
         )
         return int(reply.txn_id)
 
-    async def commit_txn(self, pchannel: str, txn_id: int) -> Acked:
-        """Commit (ABORTED if it can no longer be). Not retried: a lost answer leaves
-        the caller to find out from a reader whether it committed."""
-        reply = await self._stub.CommitTxn(
-            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id), timeout=self._timeout
+    async def commit_txn(
+        self, pchannel: str, txn_id: int, *, retries: int | None = None
+    ) -> Acked:
+        """Commit; where the commit landed. Retried: the owner answers a repeated commit
+        with the first one's result. A typed error says what is known: not written
+        (the transaction was not committed and never will be: :class:`TransactionError`
+        subclasses, and ``outcome`` not written), or unknown (it may have committed)."""
+        reply = await self._unary(
+            self._stub.CommitTxn,
+            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id),
+            retry=True,
+            retries=retries,
         )
         return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
 
-    async def rollback_txn(self, pchannel: str, txn_id: int) -> Acked:
-        reply = await self._stub.RollbackTxn(
-            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id), timeout=self._timeout
+    async def rollback_txn(
+        self, pchannel: str, txn_id: int, *, retries: int | None = None
+    ) -> Acked:
+        reply = await self._unary(
+            self._stub.RollbackTxn,
+            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id),
+            retry=True,
+            retries=retries,
         )
         return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
 
-    async def keepalive_txn(self, pchannel: str, txn_id: int) -> None:
-        await self._stub.KeepAliveTxn(
-            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id), timeout=self._timeout
+    async def keepalive_txn(
+        self, pchannel: str, txn_id: int, *, retries: int | None = None
+    ) -> None:
+        await self._unary(
+            self._stub.KeepAliveTxn,
+            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id),
+            retry=True,
+            retries=retries,
         )
+
+    def _numbered(self, pchannel: str) -> tuple[int, int] | None:
+        producer = self.producer
+        if producer is None:
+            return None
+        return producer.producer_id, producer.next_sequence(pchannel)
+
+    def _failed(
+        self, pchannel: str, numbers: tuple[int, int] | None, error: NodeCallError
+    ) -> NodeCallError:
+        """Give a failed numbered append's number back (or renew the identity), and name
+        the numbers on its error so the caller can retry it."""
+        if numbers is not None and self.producer is not None:
+            error.producer_id, error.sequence = numbers
+            if numbers[0] == self.producer.producer_id:
+                give_up(self.producer, pchannel, numbers[1], error)
+        return error
 
     async def produce_stream(
         self, pchannel: str, payloads: Sequence[bytes], *, type: str = "insert"
     ) -> list[Acked]:
+        """Pipelined appends on one stream, numbered as :meth:`produce` numbers them.
+        The first failed append raises its typed error; appends before it are in the
+        log, and the ones after it were not all answered (the identity is renewed
+        unless it was the last one numbered and not written)."""
+        numbers: list[tuple[int, int] | None] = []
+
         async def requests() -> AsyncIterator[pb.ProduceRequest]:
             for payload in payloads:
-                yield pb.ProduceRequest(
+                request = pb.ProduceRequest(
                     pchannel=pchannel, message=pb.Message(type=type, payload=payload)
                 )
+                numbered = self._numbered(pchannel)
+                numbers.append(numbered)
+                if numbered is not None:
+                    request.producer_id, request.sequence = numbered
+                yield request
 
-        """Pipelined appends on one stream. The first failed append raises an
-        :class:`grpc.aio.AioRpcError` with the code a unary ``produce`` would have
-        got; appends before it are in the log."""
         call = self._stub.ProduceStream(requests(), timeout=self._timeout)
         acked: list[Acked] = []
         try:
             async for r in call:
                 if r.HasField("error"):
-                    raise in_band_error(r.error, f"append {len(acked) + 1} of {len(payloads)}")
-                acked.append(Acked(r.message_id, r.message_id_text, r.time_tick))
+                    failed = in_band_error(r.error, f"append {len(acked) + 1} of {len(payloads)}")
+                    raise self._failed(pchannel, _at(numbers, len(acked)), failed)
+                acked.append(_acked(r, _at(numbers, len(acked))))
+        except grpc.aio.AioRpcError as exc:
+            if isinstance(exc, NodeCallError):
+                raise
+            # the call ended: the unanswered appends may have been written
+            failed = node_error(exc)
+            raise self._failed(pchannel, _at(numbers, len(acked)), failed) from exc
         finally:
             call.cancel()
         return acked
 
     def open_stream(self, pchannel: str, *, type: str = "insert") -> AppendStream:
-        """A long-lived ``ProduceStream`` call taking one append at a time; see
-        :class:`AppendStream`. Needs a running event loop."""
-        return AppendStream(self._stub, pchannel, type=type, close_timeout=self._timeout)
+        """A long-lived ``ProduceStream`` call taking one append at a time, numbered
+        as :meth:`produce` numbers them; see :class:`AppendStream`. Needs a running
+        event loop."""
+        return AppendStream(
+            self._stub, pchannel, type=type, close_timeout=self._timeout, numbers=self
+        )
 
     async def consume(
         self,
@@ -344,7 +484,7 @@ class NodeClient:
         vchannel: str = "",
         limit: int | None = None,
         timeout: float | None = None,
-    ) -> AsyncIterator[Consumed]:
+    ) -> AsyncGenerator[Consumed, None]:
         call = self._stub.Consume(
             pb.ConsumeRequest(pchannel=pchannel, policy=delivery or policy(), vchannel=vchannel),
             timeout=timeout,
@@ -356,37 +496,107 @@ class NodeClient:
                 count += 1
                 if limit is not None and count >= limit:
                     return
+        except grpc.aio.AioRpcError as exc:
+            raise node_error(exc) from exc
         finally:
             call.cancel()
 
+    def _batch_request(
+        self, pchannel: str, payloads: Sequence[bytes], type: str, vchannel: str
+    ) -> tuple[pb.ProduceBatchRequest, tuple[int, int] | None]:
+        """A batch is numbered as one run of sequences, the first message's number
+        first: the node deduplicates each message as it would a unary append."""
+        request = _batch_request(pchannel, payloads, type, vchannel)
+        producer = self.producer
+        if producer is None or not payloads:
+            return request, None
+        first = producer.next_sequence(pchannel)
+        for _ in range(len(payloads) - 1):
+            producer.next_sequence(pchannel)
+        request.producer_id = producer.producer_id
+        request.first_sequence = first
+        return request, (producer.producer_id, first + len(payloads) - 1)
+
+    def _batch_failed(
+        self, pchannel: str, last: tuple[int, int] | None, error: StreamwalError
+    ) -> None:
+        """A batch that did not land whole: its numbers are handed back only if the
+        whole batch is known not written and was the last numbered."""
+        if last is None or self.producer is None or last[0] != self.producer.producer_id:
+            return
+        if isinstance(error, BatchProduceError):
+            self.producer.renew()  # part of it is in the log
+        else:
+            self.producer.give_up(pchannel, last[1], error.outcome)
+
     async def produce_batch(
-        self, pchannel: str, payloads: Sequence[bytes], *, type: str = "insert", vchannel: str = ""
+        self,
+        pchannel: str,
+        payloads: Sequence[bytes],
+        *,
+        type: str = "insert",
+        vchannel: str = "",
+        numbers: tuple[int, int] | None = None,
     ) -> list[Acked]:
         """One ``ProduceBatch`` call: the payloads land back to back, in order.
 
-        A batch refused whole (channel not here, invalid input) raises the
-        :class:`grpc.aio.AioRpcError` of that refusal; a partial failure raises
-        :class:`BatchProduceError`, which says what landed.
+        A batch refused whole (channel not here, invalid input) raises the typed error
+        of that refusal; a partial failure raises :class:`BatchProduceError`, which
+        says what landed. Idempotent batches are numbered message by message (the
+        numbers are on each :class:`Acked`); a caller that retries a batch itself,
+        maybe on another node, gives ``numbers`` (producer id, first sequence), the
+        same on every try, and each message lands once.
         """
-        request = _batch_request(pchannel, payloads, type, vchannel)
-        reply = await self._stub.ProduceBatch(request, timeout=self._timeout)
-        return _batch_acks(reply, "the batch")
+        if numbers is not None and self.producer is not None:
+            request = _batch_request(pchannel, payloads, type, vchannel)
+            request.producer_id, request.first_sequence = numbers
+            last = None  # the caller owns these numbers
+        else:
+            request, last = self._batch_request(pchannel, payloads, type, vchannel)
+        try:
+            reply = await self._stub.ProduceBatch(request, timeout=self._timeout)
+            return _batch_acks(reply, "the batch", _numbers_of(request))
+        except grpc.aio.AioRpcError as exc:
+            error = node_error(exc)
+            self._batch_failed(pchannel, last, error)
+            raise error from exc
+        except BatchProduceError as exc:
+            self._batch_failed(pchannel, last, exc)
+            raise
 
     async def produce_batches(
         self, pchannel: str, batches: Sequence[Sequence[bytes]], *, type: str = "insert"
     ) -> list[list[Acked]]:
         """Batches pipelined on one ``ProduceBatchStream`` call; the first batch with a
         failure raises (:class:`BatchProduceError`), the ones before it are in the log."""
+        requests_made: list[tuple[pb.ProduceBatchRequest, tuple[int, int] | None]] = []
 
         async def requests() -> AsyncIterator[pb.ProduceBatchRequest]:
             for batch in batches:
-                yield _batch_request(pchannel, batch, type, "")
+                made = self._batch_request(pchannel, batch, type, "")
+                requests_made.append(made)
+                yield made[0]
 
         call = self._stub.ProduceBatchStream(requests(), timeout=self._timeout)
         acked: list[list[Acked]] = []
         try:
             async for reply in call:
-                acked.append(_batch_acks(reply, f"batch {len(acked) + 1} of {len(batches)}"))
+                request, last = requests_made[len(acked)]
+                try:
+                    acked.append(
+                        _batch_acks(
+                            reply, f"batch {len(acked) + 1} of {len(batches)}", _numbers_of(request)
+                        )
+                    )
+                except BatchProduceError as exc:
+                    self._batch_failed(pchannel, last, exc)
+                    if self.producer is not None:
+                        self.producer.renew()  # later batches may be in flight
+                    raise
+        except grpc.aio.AioRpcError as exc:
+            if self.producer is not None and len(requests_made) > len(acked):
+                self.producer.renew()
+            raise node_error(exc) from exc
         finally:
             call.cancel()
         return acked
@@ -416,35 +626,37 @@ class NodeClient:
         try:
             async for frame in call:
                 yield [_consumed(m) for m in frame.messages]
+        except grpc.aio.AioRpcError as exc:
+            raise node_error(exc) from exc
         finally:
             call.cancel()
 
     async def mvcc(self, pchannel: str, vchannel: str) -> pb.GetMVCCResponse:
-        return await self._stub.GetMVCC(  # type: ignore[no-any-return]
-            pb.GetMVCCRequest(pchannel=pchannel, vchannel=vchannel), timeout=self._timeout
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.GetMVCC, pb.GetMVCCRequest(pchannel=pchannel, vchannel=vchannel)
         )
 
     async def checkpoint(
         self, pchannel: str, consumer: str, message_id: bytes, time_tick: int
     ) -> None:
         """Record ``consumer``'s checkpoint (OUT_OF_RANGE before the truncation point)."""
-        await self._stub.Checkpoint(
+        await self._unary(
+            self._stub.Checkpoint,
             pb.CheckpointRequest(
                 pchannel=pchannel, consumer=consumer, message_id=message_id, time_tick=time_tick
             ),
-            timeout=self._timeout,
         )
 
     async def remove_checkpoint(self, pchannel: str, consumer: str) -> None:
-        await self._stub.RemoveCheckpoint(
+        await self._unary(
+            self._stub.RemoveCheckpoint,
             pb.RemoveCheckpointRequest(pchannel=pchannel, consumer=consumer),
-            timeout=self._timeout,
         )
 
     async def retention(self, pchannel: str) -> pb.GetRetentionResponse:
         """The truncation point, storage used, and each consumer's checkpoint and lag."""
-        return await self._stub.GetRetention(  # type: ignore[no-any-return]
-            pb.GetRetentionRequest(pchannel=pchannel), timeout=self._timeout
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.GetRetention, pb.GetRetentionRequest(pchannel=pchannel)
         )
 
     async def truncate(
@@ -453,7 +665,7 @@ class NodeClient:
         request = pb.TruncateRequest(pchannel=pchannel)
         if retention_s is not None:
             request.retention_s = retention_s
-        return await self._stub.Truncate(request, timeout=self._timeout)  # type: ignore[no-any-return]
+        return await self._unary(self._stub.Truncate, request)  # type: ignore[no-any-return]
 
 
 class AppendStream:
@@ -464,10 +676,12 @@ class AppendStream:
     Concurrent ``append`` calls pipeline: the node starts them in the order they were
     made, which is their order in the log (except an append the node retries after a
     transient backend error, which lands after the ones behind it), and answers in
-    that order. A failed append
-    raises the :class:`grpc.aio.AioRpcError` a unary ``produce`` would have and the
+    that order. Appends are numbered by ``numbers`` (the :class:`NodeClient` that
+    opened the stream) as unary ones are, so each is deduplicated by the node and a
+    failed one can be retried with the numbers its error names. A failed append
+    raises the typed error a unary ``produce`` would have and the
     stream goes on; if the call itself ends, every unanswered append raises its error
-    (UNKNOWN when it ended without one: those appends may or may not be in the log).
+    (unknown outcome when it ended without one: those appends may be in the log).
     ``async with client.open_stream(channel) as stream``, or :meth:`close` when done.
     """
 
@@ -478,14 +692,16 @@ class AppendStream:
         *,
         type: str = "insert",
         close_timeout: float = 30.0,
+        numbers: NodeClient | None = None,
     ) -> None:
         self.pchannel = pchannel
         self._type = type
         self._close_timeout = close_timeout
+        self._numbers = numbers
         self._requests: asyncio.Queue[pb.ProduceRequest | None] = asyncio.Queue()
-        self._waiting: deque[asyncio.Future[Acked]] = deque()
+        self._waiting: deque[tuple[asyncio.Future[Acked], tuple[int, int] | None]] = deque()
         self._answered = 0
-        self._ended: grpc.aio.AioRpcError | None = None
+        self._ended: NodeCallError | None = None
         self._closing = False
         # no deadline: the stream lives as long as its owner wants it
         self._call = stub.ProduceStream(self._send())
@@ -510,14 +726,21 @@ class AppendStream:
         if self._ended is not None:
             raise self._ended
         waiter: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
-        # queued and awaited together, so the answers (in request order) match up
-        self._waiting.append(waiter)
-        self._requests.put_nowait(
-            pb.ProduceRequest(
-                pchannel=self.pchannel, message=pb.Message(type=self._type, payload=payload)
-            )
+        request = pb.ProduceRequest(
+            pchannel=self.pchannel, message=pb.Message(type=self._type, payload=payload)
         )
-        return await waiter
+        numbered = None if self._numbers is None else self._numbers._numbered(self.pchannel)
+        if numbered is not None:
+            request.producer_id, request.sequence = numbered
+        # queued and awaited together, so the answers (in request order) match up
+        self._waiting.append((waiter, numbered))
+        self._requests.put_nowait(request)
+        try:
+            return await waiter
+        except NodeCallError as exc:
+            if self._numbers is not None:
+                self._numbers._failed(self.pchannel, numbered, exc)
+            raise
 
     async def close(self) -> None:
         """Ends the stream once the appends made so far are answered (or the timeout
@@ -541,7 +764,7 @@ class AppendStream:
         ended = rpc_error(grpc.StatusCode.UNKNOWN, "the stream ended before this append's answer")
         try:
             async for r in self._call:
-                waiter = self._waiting.popleft()
+                waiter, numbered = self._waiting.popleft()
                 self._answered += 1
                 if waiter.done():  # its caller was cancelled; the append still counts
                     continue
@@ -550,9 +773,9 @@ class AppendStream:
                         in_band_error(r.error, f"append {self._answered} on the stream")
                     )
                 else:
-                    waiter.set_result(Acked(r.message_id, r.message_id_text, r.time_tick))
+                    waiter.set_result(_acked(r, numbered))
         except grpc.aio.AioRpcError as exc:
-            ended = exc
+            ended = node_error(exc)
         except asyncio.CancelledError:
             ended = rpc_error(grpc.StatusCode.CANCELLED, "the stream was closed")
             task = asyncio.current_task()
@@ -561,9 +784,9 @@ class AppendStream:
         finally:
             self._ended = ended
             while self._waiting:
-                waiter = self._waiting.popleft()
-                if not waiter.done():
-                    waiter.set_exception(ended)
+                waiter, _ = self._waiting.popleft()
+                if not waiter.done():  # one error each: a retry names its own numbers
+                    waiter.set_exception(node_error(ended, write_outcome(ended), ended.details()))
 
 
 def _slot_setter(name: str) -> Callable[[Consumed, Any], None]:

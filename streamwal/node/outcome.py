@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import grpc
 
-from streamwal.errors import WriteOutcome
+from streamwal.errors import StreamwalError, WriteOutcome
+from streamwal.node.client_errors import NodeCallError, node_error
 from streamwal.node.proto import streaming_pb2 as pb
 
 __all__ = ["OUTCOME_KEY", "in_band_error", "rpc_error", "write_outcome"]
@@ -33,6 +34,8 @@ _REFUSED_BEFORE_HANDLER = frozenset(
 def write_outcome(exc: BaseException) -> WriteOutcome:
     """The outcome of an append that failed with ``exc`` (a ``grpc.aio.AioRpcError``
     from :class:`~streamwal.node.client.NodeClient` or a raw stub)."""
+    if isinstance(exc, StreamwalError):
+        return exc.outcome
     if not isinstance(exc, grpc.aio.AioRpcError):
         return WriteOutcome.UNKNOWN
     for key, value in exc.trailing_metadata() or ():
@@ -55,17 +58,17 @@ _OUTCOMES = {pb.NOT_WRITTEN: WriteOutcome.NOT_WRITTEN, pb.OUTCOME_UNKNOWN: Write
 
 def rpc_error(
     code: grpc.StatusCode, details: str, outcome: WriteOutcome | None = None
-) -> grpc.aio.AioRpcError:
+) -> NodeCallError:
     """A failure as a client sees a failed call, so in-band and call errors are handled
-    alike (``outcome``: where :func:`write_outcome` finds it)."""
+    alike (``outcome``: where :func:`write_outcome` finds it), as its typed error."""
     empty = grpc.aio.Metadata()
     trailing = (
         grpc.aio.Metadata() if outcome is None else grpc.aio.Metadata((OUTCOME_KEY, outcome.value))
     )
-    return grpc.aio.AioRpcError(code, empty, trailing, details)
+    return node_error(grpc.aio.AioRpcError(code, empty, trailing, details))
 
 
-def in_band_error(error: pb.AppendError, which: str) -> grpc.aio.AioRpcError:
+def in_band_error(error: pb.AppendError, which: str) -> NodeCallError:
     """An in-band error as the status a unary ``produce`` would have raised, with the
     outcome where :func:`write_outcome` finds it (none from an older node: unknown)."""
     code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)

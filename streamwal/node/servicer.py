@@ -189,6 +189,7 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
         self._opener = opener
         self._answer_timeout = answer_timeout
         self._abort_with = _abort
+        self._abort_append = abort_append
 
     def _tag_span(self) -> None:
         """Name this node on the current (server) span; see the module docstring."""

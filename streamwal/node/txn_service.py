@@ -4,6 +4,13 @@ KeepAliveTxn), mixed into :class:`~streamwal.node.servicer.StreamingNodeServicer
 Each is one call to the channel's WAL; errors map to status codes as every other RPC
 (:func:`~streamwal.node.servicer.status_of`): a transaction that cannot go on is
 ``ABORTED``; a fence also drops the channel from this node.
+
+A failed ``CommitTxn`` or ``RollbackTxn`` ends as a failed ``Produce`` does, with its
+write outcome in the trailing metadata (:data:`~streamwal.node.outcome.OUTCOME_KEY`):
+an ``ABORTED`` alone cannot tell a commit that wrote nothing from one that may be in
+the log, and only the first may be given up on. A repeated commit or rollback of a
+transaction this owner ended is answered with the first result, so both are
+retriable.
 """
 
 from __future__ import annotations
@@ -39,10 +46,12 @@ def produce_response(
 
 
 class TxnRpcs:
-    """Needs ``_channels`` and ``_abort_with`` from the servicer it is mixed into."""
+    """Needs ``_channels``, ``_abort_with`` and ``_abort_append`` from the servicer it is
+    mixed into (they live there, which imports this module)."""
 
     _channels: ChannelManager
     _abort_with: Abort
+    _abort_append: Abort
 
     def _tag_span(self) -> None: ...
 
@@ -51,6 +60,7 @@ class TxnRpcs:
         pchannel: str,
         context: grpc.aio.ServicerContext[Any, Any],
         call: Callable[[WAL], Awaitable[Any]],
+        abort: Abort | None = None,
     ) -> Any:
         self._tag_span()
         try:
@@ -61,7 +71,7 @@ class TxnRpcs:
                 await self._channels.report_fenced(pchannel)
                 raise
         except Exception as exc:
-            await self._abort_with(context, exc)
+            await (abort or self._abort_with)(context, exc)
 
     async def BeginTxn(
         self, request: pb.BeginTxnRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -88,7 +98,9 @@ class TxnRpcs:
         context: grpc.aio.ServicerContext[Any, Any],
         end: Callable[[WAL, int], Awaitable[AppendResult]],
     ) -> pb.ProduceResponse:
-        result = await self._on_wal(request.pchannel, context, lambda wal: end(wal, request.txn_id))
+        result = await self._on_wal(
+            request.pchannel, context, lambda wal: end(wal, request.txn_id), self._abort_append
+        )
         return produce_response(result)
 
     async def KeepAliveTxn(

@@ -15,7 +15,16 @@ from pathlib import Path
 
 from streamwal.errors import InvalidInputError
 
-__all__ = ["Ack", "Failure", "digest", "read_acks", "write_acks"]
+__all__ = [
+    "TXN_ENDED",
+    "Ack",
+    "Failure",
+    "TxnOutcome",
+    "TxnRecord",
+    "digest",
+    "read_acks",
+    "write_acks",
+]
 
 
 def digest(payload: bytes) -> str:
@@ -45,6 +54,43 @@ class Failure:
 
     digest: str
     outcome: str
+
+
+class TxnOutcome:
+    """What a client was told of a transaction (:attr:`TxnRecord.outcome`)."""
+
+    COMMITTED = "committed"
+    """The commit was acknowledged: delivered whole, once."""
+    UNKNOWN = "unknown"
+    """The commit's outcome is unknown: delivered whole or not at all."""
+    ROLLED_BACK = "rolled-back"
+    """The rollback was acknowledged."""
+    EXPIRED = "expired"
+    """The owner answered that it outlived its keepalive and was rolled back."""
+    ABORTED = "aborted"
+    """The owner answered that it cannot commit (ended, not open there, an append of
+    unknown outcome): a :class:`~streamwal.errors.TransactionError`, not written."""
+    ABANDONED = "abandoned"
+    """No commit of it can have reached an owner and its rollback failed: it expires."""
+
+
+TXN_ENDED = frozenset(
+    {TxnOutcome.ROLLED_BACK, TxnOutcome.EXPIRED, TxnOutcome.ABORTED, TxnOutcome.ABANDONED}
+)
+"""Outcomes after which nothing of the transaction may ever be delivered."""
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """One transaction as its client saw it: the checker holds the log and a reader to
+    it (``txn_id`` is the id the owner answered, the time tick of its begin)."""
+
+    txn_id: int
+    outcome: str
+    commit: Ack | None = None
+    """Where the acknowledged commit landed (``outcome`` committed)."""
+    members: tuple[Ack, ...] = ()
+    """The appends into it that were acknowledged."""
 
 
 def write_acks(path: Path, acks: Iterable[Ack]) -> None:

@@ -16,7 +16,11 @@ and checks, in log order:
    ``ack-missing`` (no streamwal message at that id), ``ack-changed`` (a different
    time tick or payload there), ``ack-duplicated`` (the payload is persisted more
    than once: clients that record acknowledgements give each append a unique
-   payload, so a second copy means an append was persisted twice).
+   payload, so a second copy means an append was persisted twice),
+   ``ack-position-shared`` (two acknowledgements of different payloads name one
+   position: a later append was answered with an earlier one's result, as when a
+   client hands back the number of an append that did land and reuses it; the log
+   holds one of them at most, so the other is acknowledged and never written).
 5. failed appends a client recorded (payload digest, outcome): ``not-written-persisted``
    when an append answered "not written" is in the log (a client that retried it
    would have written it twice); appends answered "unknown" are counted, with how many
@@ -31,7 +35,10 @@ and checks, in log order:
 7. the exactly-once rules of :mod:`streamwal.tools.txn_check`: a retried idempotent
    append persisted twice, a committed transaction that is incomplete, a message of a
    transaction that is not open; and, given the ids a reader ``delivered``, a
-   transaction delivered without its commit or in part.
+   transaction delivered without its commit, in part or twice; given what clients
+   were told of their transactions (``txns``), a commit acknowledged and not in the
+   log whole, or not delivered, and a transaction rolled back or expired that
+   commits or is delivered.
 
 A truncated log (``truncated_before``) is checked from its truncation point: entries
 before it are not read (the broker may not have deleted them yet), acknowledgements
@@ -55,7 +62,7 @@ from itertools import pairwise
 from typing import Any
 
 from streamwal.errors import DecodeError, WriteOutcome
-from streamwal.tools.acks import Ack, Failure, digest
+from streamwal.tools.acks import Ack, Failure, TxnRecord, digest
 from streamwal.tools.txn_check import TXN_RULES, check_exactly_once
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
@@ -71,6 +78,7 @@ RULES = (
     "ack-missing",
     "ack-changed",
     "ack-duplicated",
+    "ack-position-shared",
     "not-written-persisted",
     "batch-split",
     *TXN_RULES,
@@ -112,6 +120,10 @@ class HistoryReport:
     """Messages with a producer id and sequence number."""
     transactions: dict[str, int] = field(default_factory=dict)
     """Transactions by how they ended (committed, rolled-back, cut, open)."""
+    txn_outcomes: dict[str, int] = field(default_factory=dict)
+    """Transactions clients recorded, by what they were told."""
+    txn_outcomes_committed: dict[str, int] = field(default_factory=dict)
+    """Of those, the ones the log commits, by what the client was told."""
 
     @property
     def ok(self) -> bool:
@@ -149,6 +161,14 @@ class HistoryReport:
             ),
             f"idempotent appends: {self.idempotent}; transactions: "
             + (", ".join(f"{n} {how}" for how, n in sorted(self.transactions.items())) or "none"),
+            "transactions clients recorded: "
+            + (
+                ", ".join(
+                    f"{n} {told} ({self.txn_outcomes_committed.get(told, 0)} committed in the log)"
+                    for told, n in sorted(self.txn_outcomes.items())
+                )
+                or "none"
+            ),
             f"violations: {len(self.violations)}"
             + (
                 " (" + ", ".join(f"{r}: {n}" for r, n in self.by_rule().items()) + "; "
@@ -186,6 +206,8 @@ class HistoryReport:
             "failures_in_log": dict(self.failures_in_log),
             "idempotent": self.idempotent,
             "transactions": dict(self.transactions),
+            "txn_outcomes": dict(self.txn_outcomes),
+            "txn_outcomes_committed": dict(self.txn_outcomes_committed),
             "violations": [
                 {"rule": v.rule, "message_id": v.message_id, "detail": v.detail}
                 for v in self.violations
@@ -209,11 +231,12 @@ def check_history(
     truncated_before: MessageId | None = None,
     delivered: Iterable[bytes] | None = None,
     batches: Iterable[Sequence[str]] = (),
+    txns: Iterable[TxnRecord] = (),
 ) -> HistoryReport:
-    """Check ``entries`` (the whole log, in order), ``acks``, ``failures`` and
-    ``batches`` against it; see the module. ``truncated_before``: the channel's
-    truncation point, if it was truncated. ``delivered``: the message ids a reader of
-    the whole channel delivered.
+    """Check ``entries`` (the whole log, in order), ``acks``, ``failures``,
+    ``batches`` and ``txns`` against it; see the module. ``truncated_before``: the
+    channel's truncation point, if it was truncated. ``delivered``: the message ids a
+    reader of the whole channel delivered.
     """
     report = HistoryReport()
     if truncated_before is not None:
@@ -272,12 +295,18 @@ def check_history(
         violation = _owner_violation(msg.source, msg.last_confirmed, current, past_nodes)
         if violation is not None:
             report.violations.append(Violation(violation[0], text_id, violation[1]))
-    exactly_once = check_exactly_once(decoded, delivered, truncated=truncated_before is not None)
+    exactly_once = check_exactly_once(
+        decoded, delivered, truncated=truncated_before is not None, records=txns
+    )
     report.idempotent = exactly_once.idempotent
     report.transactions = exactly_once.transactions
+    report.txn_outcomes = exactly_once.txn_outcomes
+    report.txn_outcomes_committed = exactly_once.txn_outcomes_committed
     report.violations.extend(Violation(*v) for v in exactly_once.violations)
     log_violations = len(report.violations)
     acked_ids: set[str] = set()
+    acks = list(acks)
+    report.violations.extend(_shared_positions(acks, message_id_from_bytes))
     for ack in acks:
         if truncated_before is not None and _before(ack, truncated_before, message_id_from_bytes):
             report.acks_truncated += 1
@@ -329,6 +358,23 @@ def check_history(
             )
     report.violations.extend(_batch_violations(batches, positions, copies))
     return report
+
+
+def _shared_positions(
+    acks: Sequence[Ack], message_id_from_bytes: MessageIdDecoder
+) -> Iterable[Violation]:
+    """``ack-position-shared``: one per position acknowledged to appends of different
+    payloads (the same append acknowledged twice, by a retry, is one payload)."""
+    payloads: dict[bytes, set[str]] = {}
+    for ack in acks:
+        payloads.setdefault(ack.message_id, set()).add(ack.digest)
+    for message_id, digests in payloads.items():
+        if len(digests) > 1:
+            yield Violation(
+                "ack-position-shared",
+                _readable(message_id, message_id_from_bytes),
+                f"{len(digests)} appends of different payloads acknowledged at this position",
+            )
 
 
 def _batch_violations(

@@ -15,7 +15,24 @@ And, given what a reader delivered (message ids, in delivery order):
 
 - ``txn-delivered-uncommitted``: a delivered message of a transaction that did not
   commit (rolled back, expired, cut by a change of owner, or still open);
-- ``txn-delivered-partial``: a committed transaction delivered only in part.
+- ``txn-delivered-partial``: a committed transaction delivered only in part;
+- ``txn-delivered-twice``: a message of a transaction delivered more than once.
+
+And, given what clients were told of their transactions (:class:`TxnRecord`):
+
+- ``txn-commit-lost``: an acknowledged commit that is not in the log as that
+  transaction's complete commit at the acknowledged position, or an append
+  acknowledged into it that is not one of its messages (a reader would not get it);
+- ``txn-ended-committed``: a transaction its client was told was rolled back or
+  expired (or aborted, or abandoned with no commit sent) committed in the log;
+- with what a reader delivered, ``txn-commit-undelivered``: an acknowledged commit
+  of which nothing was delivered; ``txn-ended-delivered``: a message of a transaction
+  its client was told was rolled back or expired, delivered.
+
+A client that retried a commit whose answer was lost, and then heard "not written"
+from a later try, would have told its caller the transaction did not commit while
+its first try had committed it: these rules compare each answer with the log, so
+such a lie is reported whichever answer the client gave.
 
 A log checked from a truncation point may begin inside a transaction: its messages
 before its begin are counted, not reported.
@@ -26,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from streamwal.tools.acks import TXN_ENDED, TxnOutcome, TxnRecord
 from streamwal.wal.interceptors.txn.session import parse_decimal_payload
 from streamwal.wal.message import ImmutableMessage, MessageType
 
@@ -37,6 +55,11 @@ TXN_RULES = (
     "txn-orphan",
     "txn-delivered-uncommitted",
     "txn-delivered-partial",
+    "txn-delivered-twice",
+    "txn-commit-lost",
+    "txn-ended-committed",
+    "txn-commit-undelivered",
+    "txn-ended-delivered",
 )
 
 
@@ -44,6 +67,7 @@ TXN_RULES = (
 class _Txn:
     members: list[bytes] = field(default_factory=list)  # message ids, begin first
     committed: bool = False
+    commit_id: bytes | None = None  # its complete commit's
 
 
 @dataclass
@@ -54,6 +78,10 @@ class ExactlyOnceReport:
     idempotent: int = 0
     transactions: dict[str, int] = field(default_factory=dict)
     """Transactions by how they ended: committed, rolled-back, cut (owner change), open."""
+    txn_outcomes: dict[str, int] = field(default_factory=dict)
+    """Transactions clients recorded, by what they were told (:class:`TxnOutcome`)."""
+    txn_outcomes_committed: dict[str, int] = field(default_factory=dict)
+    """Of those, the ones the log commits, by what the client was told."""
 
 
 def check_exactly_once(
@@ -61,6 +89,7 @@ def check_exactly_once(
     delivered: Iterable[bytes] | None = None,
     *,
     truncated: bool = False,
+    records: Iterable[TxnRecord] = (),
 ) -> ExactlyOnceReport:
     report = ExactlyOnceReport()
     seen_sequences: dict[tuple[int, int], str] = {}
@@ -127,6 +156,7 @@ def check_exactly_once(
                 )
             else:
                 txn.committed = True
+                txn.commit_id = msg.message_id.to_bytes()
             end(txn_id, "committed")
         else:
             txn.members.append(msg.message_id.to_bytes())
@@ -135,9 +165,58 @@ def check_exactly_once(
         ended_how["open"] = len(open_txns)
         ended.update(open_txns)
     report.transactions = ended_how
+    told = list(records)
+    _check_records(report, told, ended, truncated)
     if delivered is not None:
-        _check_delivered(report, delivered, by_id, ended)
+        _check_delivered(report, delivered, by_id, ended, told)
     return report
+
+
+def _check_records(
+    report: ExactlyOnceReport, records: list[TxnRecord], txns: dict[int, _Txn], truncated: bool
+) -> None:
+    """Each client's answer against the log: a commit acknowledged is there whole at its
+    position; a transaction it was told ended is not committed."""
+    for record in records:
+        outcomes = report.txn_outcomes
+        outcomes[record.outcome] = outcomes.get(record.outcome, 0) + 1
+        txn = txns.get(record.txn_id)
+        if txn is not None and txn.committed:
+            counted = report.txn_outcomes_committed
+            counted[record.outcome] = counted.get(record.outcome, 0) + 1
+        if record.outcome == TxnOutcome.COMMITTED:
+            problem = _commit_problem(record, txn, truncated)
+            if problem is not None:
+                at = record.commit.message_id.hex() if record.commit else str(record.txn_id)
+                report.violations.append(("txn-commit-lost", at, problem))
+        elif record.outcome in TXN_ENDED and txn is not None and txn.committed:
+            at = (txn.commit_id or b"").hex()
+            report.violations.append(
+                (
+                    "txn-ended-committed",
+                    at,
+                    f"transaction {record.txn_id} commits in the log; its client was told "
+                    f"{record.outcome}",
+                )
+            )
+
+
+def _commit_problem(record: TxnRecord, txn: _Txn | None, truncated: bool) -> str | None:
+    txn_id = record.txn_id
+    if txn is None:
+        return None if truncated else f"transaction {txn_id} is not in the log"
+    if not txn.committed:
+        return f"transaction {txn_id} does not commit in the log"
+    if record.commit is not None and record.commit.message_id != txn.commit_id:
+        return f"transaction {txn_id}'s commit is not at the acknowledged position"
+    members = set(txn.members)
+    lost = [a for a in record.members if a.message_id not in members]
+    if lost:
+        return (
+            f"{len(lost)} append(s) acknowledged into transaction {txn_id} are not "
+            "among its messages"
+        )
+    return None
 
 
 def _check_delivered(
@@ -145,13 +224,31 @@ def _check_delivered(
     delivered: Iterable[bytes],
     by_id: dict[bytes, int],
     txns: dict[int, _Txn],
+    records: list[TxnRecord],
 ) -> None:
     got: dict[int, set[bytes]] = {}
+    ended = {r.txn_id: r.outcome for r in records if r.outcome in TXN_ENDED}
     for message_id in delivered:
         txn_id = by_id.get(message_id)
         if txn_id is None:
             continue
         txn = txns[txn_id]
+        if message_id in got.get(txn_id, ()):
+            report.violations.append(
+                (
+                    "txn-delivered-twice",
+                    message_id.hex(),
+                    f"a message of transaction {txn_id} delivered more than once",
+                )
+            )
+        if txn_id in ended:
+            report.violations.append(
+                (
+                    "txn-ended-delivered",
+                    message_id.hex(),
+                    f"delivered, but its client was told transaction {txn_id} {ended[txn_id]}",
+                )
+            )
         if not txn.committed:
             report.violations.append(
                 (
@@ -169,5 +266,21 @@ def _check_delivered(
                     "txn-delivered-partial",
                     txn.members[0].hex(),
                     f"transaction {txn_id}: {len(ids)} of {len(txn.members)} messages delivered",
+                )
+            )
+    for record in records:
+        told = txns.get(record.txn_id)
+        if (
+            record.outcome == TxnOutcome.COMMITTED
+            and told is not None
+            and told.committed
+            and record.txn_id not in got
+        ):
+            report.violations.append(
+                (
+                    "txn-commit-undelivered",
+                    (told.commit_id or b"").hex(),
+                    f"transaction {record.txn_id}'s commit was acknowledged and a reader "
+                    "got nothing of it",
                 )
             )

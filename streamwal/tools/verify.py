@@ -23,7 +23,7 @@ from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.errors import StreamwalError
-from streamwal.tools.acks import Ack, Failure, read_acks
+from streamwal.tools.acks import Ack, Failure, TxnRecord, read_acks
 from streamwal.tools.history_check import HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage, validate_channel_name
 
@@ -82,11 +82,13 @@ async def verify_channel(
     admin_url: str | None = None,
     delivered: Iterable[bytes] | None = None,
     batches: Iterable[Sequence[str]] = (),
+    txns: Iterable[TxnRecord] = (),
 ) -> HistoryReport:
     """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and
     ``acks``, and the failed appends ``failures``; ``delivered``: the message ids a
     reader of the whole channel delivered (transaction rules); ``batches``: each batch
-    a client sent, as its payloads' digests in order (the ``batch-split`` rule).
+    a client sent, as its payloads' digests in order (the ``batch-split`` rule);
+    ``txns``: what clients were told of their transactions.
 
     With an admin API (``admin_url``, or derived from ``service_url``), a truncated
     channel is checked from its truncation point.
@@ -110,6 +112,7 @@ async def verify_channel(
         truncated_before=truncated,
         delivered=delivered,
         batches=batches,
+        txns=txns,
     )
 
 

@@ -86,7 +86,8 @@ class WALConfig:
     - ``idempotence_rebuild_timeout``: bound of that read (appends with a producer id
       wait for it).
     - ``txn_keepalive``: a transaction's timeout when its begin names none: without an
-      append or a keepalive for that long in TSO time, it is rolled back.
+      append or a keepalive for that long (elapsed time on the owner, not TSO time), it
+      is rolled back.
     """
 
     first_time_tick_backoff: Backoff = field(

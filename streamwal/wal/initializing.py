@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from opentelemetry import trace
@@ -76,8 +77,13 @@ async def open_wal(
     allocator: TimestampAllocator,
     node_id: int,
     config: WALConfig | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
 ) -> WAL:
     """Take ``channel`` over for ``node_id`` and return its started WAL.
+
+    ``clock``: the owner's monotonic clock in seconds (transaction keepalives), for
+    tests that move time without sleeping.
 
     Retries until the first time tick is persisted; ends early with
     :class:`~streamwal.errors.ChannelFencedError` if a newer owner exists, with
@@ -100,7 +106,12 @@ async def open_wal(
             try:
                 first = await _first_time_tick_within_quota(backend, allocator, node_id, config)
                 params = build_interceptor_params(
-                    first.message, ChannelInfo(channel, node_id), backend, allocator, config
+                    first.message,
+                    ChannelInfo(channel, node_id),
+                    backend,
+                    allocator,
+                    config,
+                    clock=clock,
                 )
                 wal = WAL(params, opener.message_id_from_bytes, open_attempts=first.attempts)
                 await wal.start()
@@ -295,6 +306,8 @@ def build_interceptor_params(
     backend: BackendWAL,
     allocator: TimestampAllocator,
     config: WALConfig,
+    *,
+    clock: Callable[[], float] = time.monotonic,
 ) -> InterceptorParams:
     """The write-ahead buffer and MVCC start at the first time tick; ``wal`` is pending."""
     buffer = WriteAheadBuffer(
@@ -312,6 +325,7 @@ def build_interceptor_params(
         allocator=allocator,
         config=config,
         wal=asyncio.get_running_loop().create_future(),
+        clock=clock,
     )
 
 

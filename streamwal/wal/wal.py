@@ -271,8 +271,10 @@ class WAL(_Readable):
         Append into it with ``append(msg.with_txn(txn_id))`` (same vchannel), then
         :meth:`commit_txn` or :meth:`rollback_txn`. Readers deliver its messages only
         after the commit, together and in order. Without an append or
-        :meth:`keepalive_txn` for ``keepalive`` seconds of TSO time (default
-        ``WALConfig.txn_keepalive``) it is rolled back. A fence or close ends it
+        :meth:`keepalive_txn` for ``keepalive`` seconds (default
+        ``WALConfig.txn_keepalive``) on this owner's monotonic clock, never TSO time, it
+        is rolled back and its next call raises
+        :class:`~streamwal.errors.TransactionExpiredError`. A fence or close ends it
         (:class:`~streamwal.errors.TransactionAbortedError`).
         """
         self._check_writable()
@@ -289,14 +291,19 @@ class WAL(_Readable):
     async def commit_txn(self, txn_id: int) -> AppendResult:
         """Commit: wait for the transaction's appends in flight, write one ``CommitTxn``.
 
-        Raises :class:`~streamwal.errors.TransactionError` if it is no longer open (or
-        one of its appends has an unknown outcome: roll it back).
+        A repeat of a commit this owner made (recently) is answered with its result and
+        writes nothing, so a commit whose answer was lost can be retried. Raises
+        :class:`~streamwal.errors.TransactionError` if it is no longer open (or one of
+        its appends has an unknown outcome: it is rolled back); after a commit of unknown
+        outcome, its repeats raise ``TransactionAbortedError`` with an unknown
+        ``outcome``: the commit may be in the log.
         """
         self._check_open()
         return await self._txns.commit(self._chain.append, txn_id)
 
     async def rollback_txn(self, txn_id: int) -> AppendResult:
-        """Roll back: nothing of the transaction is ever delivered."""
+        """Roll back: nothing of the transaction is ever delivered. A repeat is answered
+        with the first rollback's result."""
         self._check_open()
         return await self._txns.rollback(self._chain.append, txn_id)
 

@@ -3,19 +3,21 @@ servicer and client over the in-process backend)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import grpc
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.errors import WriteOutcome
 from streamwal.node.channels import ChannelManager
 from streamwal.node.client import Consumed, NodeClient, policy
+from streamwal.node.outcome import OUTCOME_KEY, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.servicer import StreamingNodeServicer
 from streamwal.tso import LocalAllocator
-from streamwal.wal.message import decode
+from streamwal.wal.message import MessageType, decode
 from tests.wal.testkit import fast_config
 
 CHANNEL = "eos"
@@ -108,8 +110,10 @@ async def test_a_transaction_through_the_node(node: tuple[str, MemoryLogStore]) 
         assert [m.payload for m in read if m.type == "Insert"] == [b"t1", b"t2"]
         assert all(m.txn_id == txn for m in read[2:])
         assert read[-1].message_id == commit.message_id
+        # a repeated commit was ABORTED: now it is answered with the first result
+        assert (await client.commit_txn(CHANNEL, txn)).message_id == commit.message_id
         with pytest.raises(grpc.aio.AioRpcError) as ended:
-            await client.commit_txn(CHANNEL, txn)
+            await client.commit_txn(CHANNEL, dropped)
         assert ended.value.code() == grpc.StatusCode.ABORTED
         with pytest.raises(grpc.aio.AioRpcError) as bad:
             await client.produce(CHANNEL, b"x", type="committxn")
@@ -143,3 +147,65 @@ async def test_bad_numbers_and_unknown_transactions_get_typed_codes(
                 await call
             assert err.value.code() == code, err.value.details()
         assert len(store.entries(CHANNEL)) == before  # nothing written by any of them
+
+
+def _outcome_in_trailer(err: grpc.aio.AioRpcError) -> str | None:
+    return next((value for key, value in err.trailing_metadata() or () if key == OUTCOME_KEY), None)
+
+
+async def test_commit_and_rollback_answer_their_outcome_and_repeats_their_first_result(
+    node: tuple[str, MemoryLogStore],
+) -> None:
+    address, store = node
+    async with NodeClient(address, tracing=False) as client:
+        await client.assign(CHANNEL)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.StreamingNodeStub(channel)
+
+        async def begin_with(payload: bytes) -> int:
+            txn = (await stub.BeginTxn(pb.BeginTxnRequest(pchannel=CHANNEL, vchannel="v"))).txn_id
+            message = pb.Message(type="insert", payload=payload, vchannel="v")
+            await stub.Produce(pb.ProduceRequest(pchannel=CHANNEL, message=message, txn_id=txn))
+            return int(txn)
+
+        async def failure(call: Awaitable[object]) -> grpc.aio.AioRpcError:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            return err.value
+
+        kept = await begin_with(b"kept")
+        first = await stub.CommitTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=kept))
+        again = await stub.CommitTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=kept))
+        assert (again.message_id, again.time_tick) == (first.message_id, first.time_tick)
+        dropped = await begin_with(b"dropped")
+        undone = await stub.RollbackTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=dropped))
+        redone = await stub.RollbackTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=dropped))
+        assert (redone.message_id, redone.time_tick) == (undone.message_id, undone.time_tick)
+        markers = [decode(raw, MemoryMessageId.from_bytes).type for raw in store.entries(CHANNEL)]
+        assert markers.count(MessageType.COMMIT_TXN) == 1
+        assert markers.count(MessageType.ROLLBACK_TXN) == 1
+
+        # wrote nothing: ABORTED (an unknown transaction) or NOT_FOUND (no such channel)
+        for call, code in [
+            (stub.CommitTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=12345)),
+             grpc.StatusCode.ABORTED),
+            (stub.RollbackTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=12345)),
+             grpc.StatusCode.ABORTED),
+            (stub.CommitTxn(pb.TxnRequest(pchannel="nowhere", txn_id=kept)),
+             grpc.StatusCode.NOT_FOUND),
+        ]:  # fmt: skip
+            err = await failure(call)
+            assert err.code() == code, err.details()
+            assert _outcome_in_trailer(err) == "not-written"
+            assert write_outcome(err) is WriteOutcome.NOT_WRITTEN
+
+        # the commit lands and its answer is lost: it and its repeat say "unknown"
+        lost = await begin_with(b"lost")
+        store.faults.lose_answers = 1
+        err = await failure(stub.CommitTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=lost)))
+        assert err.code() == grpc.StatusCode.UNKNOWN
+        assert _outcome_in_trailer(err) == "unknown"
+        err = await failure(stub.CommitTxn(pb.TxnRequest(pchannel=CHANNEL, txn_id=lost)))
+        assert err.code() == grpc.StatusCode.ABORTED
+        assert _outcome_in_trailer(err) == "unknown"
+        assert write_outcome(err) is WriteOutcome.UNKNOWN

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import cast
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from streamwal.adaptors.pulsar import PulsarMessageId
-from streamwal.node.client import Consumed, NodeClient, policy
+from streamwal.node.client import NodeClient, policy
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.tools.acks import Ack, digest
@@ -264,7 +263,7 @@ async def test_clients_that_go_away_mid_stream_leave_the_node_serving_and_the_lo
             call.cancel()
         # and readers that vanish after one message
         readers = [
-            cast(AsyncGenerator[Consumed, None], client.consume(channel, policy("all")))
+            client.consume(channel, policy("all"))
             for _ in range(10)
         ]
         for reader in readers:

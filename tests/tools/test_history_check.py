@@ -154,6 +154,19 @@ def test_an_acknowledged_payload_persisted_twice_is_flagged() -> None:
     assert "persisted 2 times" in report.violations[0].detail
 
 
+def test_a_later_append_acknowledged_at_an_earlier_one_s_position_is_flagged() -> None:
+    """Issue 25: ``b`` landed, its answer was lost, its number was handed back and
+    ``c`` went out with it; the node answered ``c`` with ``b``'s result. The log
+    holds ``b`` once, so ``c`` is acknowledged and never written."""
+    log = [first_tick(0, 100, 1), data(1, 101, 1, 0, b"b")]
+    b = ack_of(log[1], 101)
+    c = Ack(b.message_id, 101, digest(b"c"))
+    report = check(log, [b, c])
+    assert rules(report) == [("ack-position-shared", "7:1"), ("ack-changed", "7:1")]
+    assert report.acked_violations == 2
+    assert check(log, [b, b]).ok  # one append acknowledged twice (a retry) is no violation
+
+
 def test_an_acknowledgement_pointing_at_a_foreign_entry_is_flagged() -> None:
     log = [first_tick(0, 100, 1), foreign(1)]
     report = check(log, [Ack(mid(1).to_bytes(), 101, digest(b"mine"))])
@@ -300,6 +313,18 @@ def test_failed_appends_are_counted_by_outcome_and_not_written_ones_must_be_abse
     wrong = check_history(log, PulsarMessageId.from_bytes, [], [Failure(landed, "not-written")])
     assert [v.rule for v in wrong.violations] == ["not-written-persisted"]
     assert wrong.failures_in_log == {"not-written": 1}
+
+
+def test_an_append_answered_not_written_whose_earlier_try_landed_is_flagged() -> None:
+    """An append whose first try landed (answer lost) and whose retry was refused
+    before it reached a node must be answered unknown, never "not written"."""
+    log = [first_tick(0, 100, 1), data(1, 101, 1, 0, b"b")]
+    report = check_history(
+        log, PulsarMessageId.from_bytes, [], [Failure(digest(b"b"), "not-written")]
+    )
+    assert rules(report) == [("not-written-persisted", digest(b"b")[:16])]
+    told_unknown = [Failure(digest(b"b"), "unknown")]
+    assert check_history(log, PulsarMessageId.from_bytes, [], told_unknown).ok
 
 
 def _batch_log() -> list[BackendMessage]:

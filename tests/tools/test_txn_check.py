@@ -10,6 +10,7 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.node.cli import main
+from streamwal.tools.acks import Ack, TxnOutcome, TxnRecord, digest
 from streamwal.tools.history_check import HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import MessageType, MutableMessage, encode
@@ -44,9 +45,13 @@ def rollback(txn: int) -> MutableMessage:
     return MutableMessage(MessageType.ROLLBACK_TXN, b"", "v", txn_id=txn)
 
 
-def check(log: list[BackendMessage], delivered: list[int] | None = None) -> HistoryReport:
+def check(
+    log: list[BackendMessage],
+    delivered: list[int] | None = None,
+    txns: list[TxnRecord] | None = None,
+) -> HistoryReport:
     ids = None if delivered is None else [mid(e).to_bytes() for e in delivered]
-    return check_history(log, PulsarMessageId.from_bytes, delivered=ids)
+    return check_history(log, PulsarMessageId.from_bytes, delivered=ids, txns=txns or [])
 
 
 def rules(report: HistoryReport) -> list[tuple[str, str]]:
@@ -134,3 +139,83 @@ def test_verify_checks_what_a_reader_delivered(
     assert main(["verify", "--channel", "chk", "--delivered", str(delivered), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert [v["rule"] for v in report["violations"]] == ["txn-delivered-uncommitted"]
+
+
+def acked(entry: int, tt: int, payload: bytes) -> Ack:
+    return Ack(mid(entry).to_bytes(), tt, digest(payload))
+
+
+def told(txn: int, outcome: str) -> TxnRecord:
+    """What the client of :func:`clean_log` was told of ``txn``, with the positions
+    its acknowledgements named (101's commit and appends; nothing for the others)."""
+    if outcome != TxnOutcome.COMMITTED:
+        return TxnRecord(txn, outcome)
+    members = (acked(2, 102, b"a"), acked(4, 104, b"b"))
+    return TxnRecord(txn, outcome, acked(5, 105, b"2"), members)
+
+
+EVERY_DELIVERY = [0, 3, 1, 2, 4, 5, 11]
+
+
+def test_what_clients_were_told_matches_a_clean_log() -> None:
+    records = [
+        told(101, TxnOutcome.COMMITTED),
+        told(106, TxnOutcome.ROLLED_BACK),
+        told(109, TxnOutcome.ABANDONED),
+    ]
+    report = check(clean_log(), EVERY_DELIVERY, records)
+    assert report.ok, report.summary()
+    assert report.txn_outcomes == {"committed": 1, "rolled-back": 1, "abandoned": 1}
+    assert report.txn_outcomes_committed == {"committed": 1}
+    assert "1 committed (1 committed in the log)" in report.summary()
+
+
+def test_an_acknowledged_commit_the_log_does_not_hold() -> None:
+    not_committed = check(clean_log(), txns=[TxnRecord(106, TxnOutcome.COMMITTED)])
+    assert [v.rule for v in not_committed.violations] == ["txn-commit-lost"]
+    assert "does not commit" in not_committed.violations[0].detail
+    elsewhere = TxnRecord(101, TxnOutcome.COMMITTED, acked(8, 108, b"2"))
+    found = check(clean_log(), txns=[elsewhere]).violations
+    assert [(v.rule, v.message_id) for v in found] == [("txn-commit-lost", mid(8).to_bytes().hex())]
+    never_begun = check(clean_log(), txns=[TxnRecord(4242, TxnOutcome.COMMITTED)])
+    assert [v.rule for v in never_begun.violations] == ["txn-commit-lost"]
+
+
+def test_an_append_acknowledged_into_a_committed_transaction_and_not_in_it() -> None:
+    record = told(101, TxnOutcome.COMMITTED)
+    lost = TxnRecord(101, record.outcome, record.commit, (*record.members, acked(3, 103, b"x")))
+    found = check(clean_log(), txns=[lost]).violations
+    assert [v.rule for v in found] == ["txn-commit-lost"]
+    assert "1 append(s) acknowledged" in found[0].detail
+
+
+def test_a_transaction_told_rolled_back_or_expired_that_commits() -> None:
+    for outcome in (TxnOutcome.ROLLED_BACK, TxnOutcome.EXPIRED, TxnOutcome.ABORTED):
+        found = rules(check(clean_log(), txns=[TxnRecord(101, outcome)]))
+        assert found == [("txn-ended-committed", mid(5).to_bytes().hex())], outcome
+    # an unknown commit may have committed: no violation either way
+    assert check(clean_log(), txns=[TxnRecord(101, TxnOutcome.UNKNOWN)]).ok
+
+
+def test_an_acknowledged_commit_a_reader_did_not_get() -> None:
+    found = rules(check(clean_log(), [0, 3, 11], [told(101, TxnOutcome.COMMITTED)]))
+    assert found == [("txn-commit-undelivered", mid(5).to_bytes().hex())]
+
+
+def test_a_transaction_message_delivered_twice() -> None:
+    found = rules(check(clean_log(), [*EVERY_DELIVERY, 2]))
+    assert found == [("txn-delivered-twice", mid(2).to_bytes().hex())]
+
+
+def test_delivering_a_transaction_told_rolled_back_or_expired() -> None:
+    for outcome in (TxnOutcome.ROLLED_BACK, TxnOutcome.EXPIRED):
+        found = rules(check(clean_log(), [7], [TxnRecord(106, outcome)]))
+        assert ("txn-ended-delivered", mid(7).to_bytes().hex()) in found, outcome
+    # told expired while the log commits it: both the commit and its delivery are wrong
+    found = rules(check(clean_log(), EVERY_DELIVERY, [TxnRecord(101, TxnOutcome.EXPIRED)]))
+    assert found == [
+        ("txn-ended-committed", mid(5).to_bytes().hex()),
+        ("txn-ended-delivered", mid(1).to_bytes().hex()),
+        ("txn-ended-delivered", mid(2).to_bytes().hex()),
+        ("txn-ended-delivered", mid(4).to_bytes().hex()),
+    ]

@@ -2,37 +2,25 @@
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 
 from streamwal.adaptors.memory import MemoryLogStore
+from streamwal.tools.chaos.spans import capture_spans
 from streamwal.wal import WAL, WALConfig, open_wal
 from tests.wal.testkit import BatchAllocator, CounterTSO, OpenOwner, RecordingOpener, fast_config
 
 
-@pytest.fixture(scope="session")
-def span_exporter() -> InMemorySpanExporter:
-    """Spans of the whole session; installs an SDK provider unless one already exists."""
-    exporter = InMemorySpanExporter()
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
-
-
 @pytest.fixture
-def spans(span_exporter: InMemorySpanExporter) -> Callable[[], list[ReadableSpan]]:
-    """The spans finished since the test started, oldest first."""
-    span_exporter.clear()
-    return lambda: list(span_exporter.get_finished_spans())
+def spans() -> Iterator[Callable[[], list[ReadableSpan]]]:
+    """The spans finished since the test started, oldest first. Kept during the test
+    only: an exporter on the session's provider would keep every later test's spans."""
+    with capture_spans() as capture:
+        yield capture.get_finished_spans
 
 
 @pytest.fixture
@@ -72,6 +60,7 @@ async def open_owner(
         config: WALConfig | None = None,
         allocator: BatchAllocator | None = None,
         opener: RecordingOpener | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> WAL:
         wal = await open_wal(
             opener if opener is not None else RecordingOpener(store),
@@ -79,6 +68,7 @@ async def open_owner(
             allocator if allocator is not None else BatchAllocator(tso),
             node_id,
             config if config is not None else fast_config(),
+            clock=clock,
         )
         opened.append(wal)
         return wal

@@ -2,11 +2,12 @@
 
 The machine drives owners of one channel on the in-process backend against a model:
 idempotent appends, their retries, ambiguous failures (persisted, answer lost),
-transactions begun, appended into, committed, rolled back and expired (TSO time),
-and changes of owner. After every step a reader of the whole log must deliver
-exactly the model's messages, in order: each acknowledged append once, each
-committed transaction whole at its commit, nothing of a transaction that did not
-commit. LastConfirmed must never pass the begin of a transaction still open.
+transactions begun, appended into, committed, rolled back and expired (elapsed time
+on the owner's clock, while TSO time jumps on), and changes of owner. After every
+step a reader of the whole log must deliver exactly the model's messages, in order:
+each acknowledged append once, each committed transaction whole at its commit,
+nothing of a transaction that did not commit. LastConfirmed must never pass the begin
+of a transaction still open.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from streamwal.errors import (
 )
 from streamwal.wal import WAL, DeliveryPolicy, MessageType, MutableMessage, open_wal
 from streamwal.wal.interceptors import AppendResult
-from tests.wal.testkit import BatchAllocator, CounterTSO, RecordingOpener, fast_config, log_messages
+from tests.wal.testkit import (
+    BatchAllocator,
+    CounterTSO,
+    ManualClock,
+    RecordingOpener,
+    fast_config,
+    log_messages,
+)
 
 CHANNEL = "exactly-once"
 VCHANNEL = "v1"
@@ -55,6 +63,7 @@ class ExactlyOnce(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.store = MemoryLogStore()
         self.tso = CounterTSO()
+        self.clock = ManualClock()
         self.node_id = 0
         self.wal: WAL = self._run(self._open())
         self.producers = {pid: _Producer() for pid in (1, 2)}
@@ -75,6 +84,7 @@ class ExactlyOnce(RuleBasedStateMachine):
             BatchAllocator(self.tso),
             self.node_id,
             fast_config(txn_keepalive=KEEPALIVE_S),
+            clock=self.clock,
         )
 
     def _payload(self, kind: str) -> bytes:
@@ -148,9 +158,9 @@ class ExactlyOnce(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.open_txns))
     @rule()
     def expire(self) -> None:
-        """TSO time passes the keepalive; the next message carries it to the owner."""
-        self.tso._next += round(KEEPALIVE_S * 2000) << 18
-        self._run(self.wal.params.allocator.sync())
+        """Elapsed time passes the keepalive; the next message expires them. (Was TSO
+        time moving on: that was the wrong rule, see ``tso_jump``.)"""
+        self.clock.advance(KEEPALIVE_S * 2)
         payload = self._payload("tick")
         self._run(self.wal.append(MutableMessage(MessageType.INSERT, payload, VCHANNEL)))
         self.expected.append(payload)
@@ -159,6 +169,16 @@ class ExactlyOnce(RuleBasedStateMachine):
                 self._run(self.wal.commit_txn(txn.txn_id))
             self.expired.add(txn.txn_id)
         self.open_txns.clear()
+
+    @rule()
+    def tso_jump(self) -> None:
+        """TSO time jumps far past the keepalive (a new cached block): nothing expires."""
+        self.tso._next += round(KEEPALIVE_S * 100_000) << 18
+        self._run(self.wal.params.allocator.sync())
+        payload = self._payload("jump")
+        self._run(self.wal.append(MutableMessage(MessageType.INSERT, payload, VCHANNEL)))
+        self.expected.append(payload)
+        assert self.wal.open_transactions == len(self.open_txns)
 
     # -- changes of owner ---------------------------------------------------------------
 

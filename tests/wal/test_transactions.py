@@ -1,5 +1,6 @@
-"""Transactions on the in-process backend: delivery at commit, rollback, expiry in TSO
-time, LastConfirmed held at the begin, and a change of owner."""
+"""Transactions on the in-process backend: delivery at commit, rollback, expiry in
+elapsed time on the owner (whatever TSO time does), repeated commits and rollbacks,
+LastConfirmed held at the begin, and a change of owner."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from streamwal.errors import (
     TransactionError,
     TransactionExpiredError,
     TransactionNotFoundError,
+    UnavailableError,
+    WriteOutcome,
 )
 from streamwal.wal import WAL, DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.scanner import Scanner
-from tests.wal.testkit import CounterTSO, OpenOwner, log_messages, wait_until
+from tests.wal.testkit import CounterTSO, ManualClock, OpenOwner, log_messages, wait_until
 
 VCHANNEL = "v1"
 
@@ -115,17 +118,20 @@ async def test_last_confirmed_never_passes_the_begin_of_an_open_transaction(
     assert by_id[after.message_id].last_confirmed > begin.message_id  # released at commit
 
 
-async def test_a_transaction_without_keepalive_expires_in_tso_time(
-    open_owner: OpenOwner, tso: CounterTSO, store: MemoryLogStore, channel: str
+async def test_a_transaction_without_keepalive_expires_in_elapsed_time(
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str
 ) -> None:
-    wal = await open_owner()
+    """Was "expires in TSO time" (TSO moved 100 ms on): the rule was the wrong one. Now
+    elapsed time on the owner's clock passes the keepalive, TSO time does not matter."""
+    clock = ManualClock()
+    wal = await open_owner(clock=clock)
     txn = await wal.begin_txn(VCHANNEL, keepalive=0.05)
     await wal.append(_insert(b"t1", txn))
     await wal.keepalive_txn(txn)
-    await wal.append(_insert(b"plain"))  # TSO time has not moved: still open
+    await wal.append(_insert(b"plain"))  # no time has passed: still open
     assert wal.open_transactions == 1
-    await _advance_tso(wal, tso, 100)
-    await wal.append(_insert(b"plain2"))
+    clock.advance(0.1)
+    await wal.append(_insert(b"plain2"))  # the round after the deadline expires it
     with pytest.raises(TransactionExpiredError):
         await wal.commit_txn(txn)
     await wait_until(
@@ -137,12 +143,72 @@ async def test_a_transaction_without_keepalive_expires_in_tso_time(
 
 
 async def test_appends_keep_a_transaction_alive(open_owner: OpenOwner, tso: CounterTSO) -> None:
-    wal = await open_owner()
+    clock = ManualClock()
+    wal = await open_owner(clock=clock)
     txn = await wal.begin_txn(VCHANNEL, keepalive=0.05)
     for i in range(3):
-        await _advance_tso(wal, tso, 30)  # less than the keepalive since the last append
+        clock.advance(0.03)  # less than the keepalive since the last append
+        await _advance_tso(wal, tso, 30)
         await wal.append(_insert(f"t{i}".encode(), txn))
     await wal.commit_txn(txn)
+
+
+async def test_tso_jumps_do_not_expire_a_live_transaction(
+    open_owner: OpenOwner, tso: CounterTSO
+) -> None:
+    """Timestamps come in cached blocks: TSO time jumps at each new block by far more
+    than the keepalive. A transaction kept alive within its keepalive of elapsed time
+    stays open, whatever the time ticks say."""
+    clock = ManualClock()
+    wal = await open_owner(clock=clock)
+    scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
+    await _take(scanner, 1)  # the first time tick
+    txn = await wal.begin_txn(VCHANNEL, keepalive=1.5)
+    for i in range(4):
+        await _advance_tso(wal, tso, 60_000)  # a minute of TSO time at once
+        clock.advance(1.0)
+        await wal.append(_insert(f"plain{i}".encode()))  # carries the jump to the owner
+        if i % 2:
+            await wal.keepalive_txn(txn)
+        else:
+            await wal.append(_insert(f"t{i}".encode(), txn))
+        assert wal.open_transactions == 1
+    clock.advance(1.4)  # still within the keepalive since the last keepalive
+    await _advance_tso(wal, tso, 60_000)
+    commit = await wal.commit_txn(txn)
+    delivered = await _take(scanner, 8)
+    assert _data(delivered) == [b"plain0", b"plain1", b"plain2", b"plain3", b"t0", b"t2"]
+    assert delivered[-1].message_id == commit.message_id
+
+
+async def test_a_dead_transaction_expires_while_tso_time_stands_still(
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str
+) -> None:
+    """Within one cached block TSO time stands still: a transaction left alone for longer
+    than its keepalive of elapsed time expires all the same, on its next call."""
+    clock = ManualClock()
+    wal = await open_owner(clock=clock)
+    first_tick = log_messages(store, channel)[0].time_tick
+    dead = await wal.begin_txn(VCHANNEL, keepalive=1.5)
+    await wal.append(_insert(b"d1", dead))
+    clock.advance(3.5)  # nothing at all in between: no time tick noticed it
+    with pytest.raises(TransactionExpiredError):
+        await wal.commit_txn(dead)
+    for late in (wal.keepalive_txn(dead), wal.append(_insert(b"d2", dead))):
+        with pytest.raises(TransactionExpiredError):
+            await late
+    assert wal.open_transactions == 0
+    log = log_messages(store, channel)
+    assert (log[-1].time_tick - first_tick) >> 18 == 0  # TSO time did not move a millisecond
+    await wait_until(
+        lambda: any(m.type is MessageType.ROLLBACK_TXN for m in log_messages(store, channel))
+    )
+    assert not any(m.type is MessageType.COMMIT_TXN for m in log_messages(store, channel))
+    await wal.append(_insert(b"after"))
+    scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
+    assert _data(await _take(scanner, 2)) == [b"after"]
+    await _nothing_more(scanner)
+    assert scanner.dropped_transactions == 1
 
 
 async def test_a_change_of_owner_ends_the_transactions_in_flight(
@@ -221,9 +287,10 @@ async def test_bad_transaction_calls_get_typed_errors(open_owner: OpenOwner) -> 
     for keepalive in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(InvalidInputError):
             await wal.begin_txn(VCHANNEL, keepalive=keepalive)
-    await wal.commit_txn(txn)
+    first = await wal.commit_txn(txn)
+    assert await wal.commit_txn(txn) == first  # was TransactionNotFoundError: now a repeat
     with pytest.raises(TransactionNotFoundError):
-        await wal.commit_txn(txn)
+        await wal.rollback_txn(txn)
 
 
 async def test_one_span_per_transaction_from_begin_to_end(
@@ -277,3 +344,77 @@ async def test_nothing_goes_into_a_transaction_being_committed(
         await wal.append(_insert(b"late", txn))
     await pending
     await commit
+
+
+async def test_a_repeated_commit_or_rollback_is_answered_with_the_first_result(
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str
+) -> None:
+    wal = await open_owner()
+    txn = await wal.begin_txn(VCHANNEL)
+    await wal.append(_insert(b"t1", txn))
+    store.faults.append_delay = 0.02
+    first, concurrent = await asyncio.gather(wal.commit_txn(txn), wal.commit_txn(txn))
+    store.faults.append_delay = 0.0
+    assert concurrent == first  # a repeat during the commit waits for it
+    assert await wal.commit_txn(txn) == first
+    dropped = await wal.begin_txn(VCHANNEL)
+    store.faults.fail_appends = 100
+    with pytest.raises(UnavailableError):  # not written: a repeat writes it
+        await wal.rollback_txn(dropped)
+    store.faults.fail_appends = 0
+    store.faults.append_delay = 0.02
+    rolled_back, concurrent_rollback = await asyncio.gather(
+        wal.rollback_txn(dropped), wal.rollback_txn(dropped)
+    )
+    store.faults.append_delay = 0.0
+    assert concurrent_rollback == rolled_back
+    assert await wal.rollback_txn(dropped) == rolled_back
+    log = log_messages(store, channel)
+    assert [m.type for m in log if m.txn_id == txn].count(MessageType.COMMIT_TXN) == 1
+    assert [m.type for m in log if m.txn_id == dropped] == [MessageType.ROLLBACK_TXN]
+    with pytest.raises(TransactionNotFoundError):
+        await wal.commit_txn(dropped)
+
+
+async def test_a_commit_not_written_may_be_retried(
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str
+) -> None:
+    wal = await open_owner()
+    txn = await wal.begin_txn(VCHANNEL)
+    await wal.append(_insert(b"t1", txn))
+    store.faults.fail_appends = 100
+    with pytest.raises(UnavailableError) as refused:  # the append's retries ran out
+        await wal.commit_txn(txn)
+    assert refused.value.outcome is WriteOutcome.NOT_WRITTEN
+    store.faults.fail_appends = 0
+    commit = await wal.commit_txn(txn)
+    scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
+    delivered = await _take(scanner, 4)
+    assert _data(delivered) == [b"t1"]
+    assert delivered[-1].message_id == commit.message_id
+
+
+async def test_a_repeat_of_a_commit_of_unknown_outcome_says_it_may_be_in_the_log(
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str
+) -> None:
+    wal = await open_owner()
+    txn = await wal.begin_txn(VCHANNEL)
+    await wal.append(_insert(b"t1", txn))
+    store.faults.lose_answers = 1  # the commit lands; its answer is lost
+    with pytest.raises(OutcomeUnknownError):
+        await wal.commit_txn(txn)
+    with pytest.raises(TransactionAbortedError, match="unknown outcome") as repeat:
+        await wal.commit_txn(txn)
+    assert repeat.value.outcome is WriteOutcome.UNKNOWN  # not "not written": it is there
+    assert any(m.type is MessageType.COMMIT_TXN for m in log_messages(store, channel))
+
+
+async def test_by_default_keepalive_is_measured_on_the_real_monotonic_clock(
+    open_owner: OpenOwner,
+) -> None:
+    wal = await open_owner()
+    txn = await wal.begin_txn(VCHANNEL, keepalive=0.05)
+    await wal.append(_insert(b"t1", txn))
+    await asyncio.sleep(0.1)  # TSO time stands still meanwhile: only the clock moves
+    with pytest.raises(TransactionExpiredError):
+        await wal.commit_txn(txn)

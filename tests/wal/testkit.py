@@ -48,6 +48,19 @@ class CounterTSO:
         return self._next - 1
 
 
+class ManualClock:
+    """A monotonic clock that moves only when told: elapsed time without sleeping."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 class BatchAllocator:
     """Serves timestamps from a fetched batch; ``sync()`` drops the batch.
 

@@ -62,12 +62,16 @@ class ProduceResponse(_message.Message):
     def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., error: _Optional[_Union[AppendError, _Mapping]] = ...) -> None: ...
 
 class ProduceBatchRequest(_message.Message):
-    __slots__ = ("pchannel", "messages")
+    __slots__ = ("pchannel", "messages", "producer_id", "first_sequence")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, pchannel: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    producer_id: int
+    first_sequence: int
+    def __init__(self, pchannel: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_id: _Optional[int] = ..., first_sequence: _Optional[int] = ...) -> None: ...
 
 class ProduceBatchResponse(_message.Message):
     __slots__ = ("results",)

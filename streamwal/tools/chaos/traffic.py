@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -39,7 +39,7 @@ from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.tools.acks import Ack, Failure, digest
 
-__all__ = ["CHANNEL_OPTIONS", "EXPECTED_CODES", "Traffic"]
+__all__ = ["CHANNEL_OPTIONS", "EXPECTED_CODES", "Traffic", "wait_for_count"]
 
 CHANNEL_OPTIONS = [
     # a connection of its own, retried quickly: a restarted node is found again at once
@@ -124,17 +124,7 @@ class Traffic:
 
     async def wait_for_acks(self, more: int, timeout: float) -> bool:
         """Wait until ``more`` new acknowledgements arrived; ``False`` if not in time."""
-        target = len(self.acks) + more
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while len(self.acks) < target:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            self._acked.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._acked.wait(), remaining)
-        return True
+        return await wait_for_count(lambda: len(self.acks), self._acked, more, timeout)
 
     def _stub(self, address: str) -> pb_grpc.StreamingNodeStub:
         stub = self._stubs.get(address)
@@ -264,3 +254,21 @@ class Traffic:
         self._stubs = {}
         for channel in channels.values():
             await channel.close()
+
+
+async def wait_for_count(
+    count: Callable[[], int], grew: asyncio.Event, more: int, timeout: float
+) -> bool:
+    """Wait until ``count()`` grew by ``more`` (``grew`` is set on each growth);
+    ``False`` if not within ``timeout``."""
+    target = count() + more
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while count() < target:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return False
+        grew.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(grew.wait(), remaining)
+    return True

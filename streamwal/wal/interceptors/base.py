@@ -9,6 +9,7 @@ order is declared once, in :mod:`streamwal.wal.interceptors.chain`.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
@@ -62,7 +63,9 @@ class InterceptorParams:
 
     ``wal`` resolves to the WAL once it is ready, for interceptors that need it later.
     ``holds``: where open transactions hold LastConfirmed back (the time-tick
-    interceptor stamps no message past them).
+    interceptor stamps no message past them). ``clock``: the owner's monotonic clock in
+    seconds, which transaction keepalives are measured on (TSO time jumps with the
+    allocator's cached blocks); injectable so tests need not sleep.
     """
 
     channel: ChannelInfo
@@ -74,6 +77,7 @@ class InterceptorParams:
     config: WALConfig
     wal: asyncio.Future[WAL]
     holds: ConfirmHolds = field(default_factory=ConfirmHolds)
+    clock: Callable[[], float] = time.monotonic
 
 
 class Sink(Protocol):

@@ -99,11 +99,17 @@ class InterceptorChain:
     ) -> list[AppendResult | StreamwalError]:
         """Append a batch in order, one outcome per message: back to back when only the
         persisting interceptor takes part in plain appends and every message is plain
-        (no producer id, no transaction), else one after the other through the chain."""
-        if self._back_to_back is not None and all(
-            m.producer_id is None and m.txn_id is None for m in msgs
-        ):
-            return await self._back_to_back(msgs)
+        (no producer id, no transaction), or numbered and new to the idempotence
+        interceptor; else one after the other through the chain."""
+        back_to_back = self._back_to_back
+        if back_to_back is not None and all(m.txn_id is None for m in msgs):
+            if all(m.producer_id is None for m in msgs):
+                return await back_to_back(msgs)
+            idempotence = self.find(IdempotenceInterceptor)
+            if idempotence is not None:
+                outcomes = await idempotence.append_new_batch(msgs, back_to_back)
+                if outcomes is not None:
+                    return outcomes
         return await self._append_one_by_one(msgs)
 
     async def _append_one_by_one(

@@ -81,6 +81,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "checkpoints",
         "exactly-once",
         "batch-appends",
+        "client-retries",
         "cluster-kill-9",
         "cluster-zombie",
         "cluster-etcd-restart",

@@ -139,3 +139,18 @@ async def test_cluster_zombie_cut_off_from_etcd_only(stack: StackInfo, tmp_path:
 async def test_cluster_etcd_restart_moves_no_channel(stack: StackInfo, tmp_path: Path) -> None:
     result = await _quick("cluster-etcd-restart", stack, tmp_path)
     assert result.figures["appends resumed after etcd, max (s)"] < 30
+
+
+async def test_client_retries_through_lost_answers_and_kill_9(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    """Issue 25: every answer the clients give holds, whatever their retry budget."""
+    result = await _quick("client-retries", stack, tmp_path)
+    answers = result.figures["answers [count, landed]"]
+    acknowledged, landed = answers["acknowledged"]
+    assert acknowledged == landed > 0
+    assert answers["not-written"][1] == 0  # nothing answered "not written" is in the log
+    assert result.figures["faults"] == {"lost-answers": 1, "kill-9-owner": 1}
+    writers = result.figures["answers by writer [count, landed]"]
+    assert all(told["acknowledged"][0] > 0 for told in writers.values()), writers
+    assert result.figures["transactions told"].get("committed", 0) > 0

@@ -16,6 +16,7 @@ from streamwal.tools.chaos.scenarios import (
     batches,
     broker,
     checkpoints,
+    client_retries,
     clock,
     cluster,
     etcd,
@@ -140,6 +141,17 @@ SCENARIOS: dict[str, Scenario] = {
             "batch appends and single appends through lost answers, takeovers and kill -9 "
             "of the owner: each message as its own result says, a batch's landed messages "
             "together and in order",
+        ),
+        Scenario(
+            "client-retries",
+            client_retries.run,
+            10,
+            2,
+            20.0,
+            "ClusterClient (retry budgets down to one try) and NodeClient (0 and 2 retries): "
+            "unary, stream, batch appends and transactions through lost answers and kill -9 "
+            "of the owner; every acknowledgement in the log once at its position, nothing "
+            "answered not written there",
         ),
         Scenario(
             "cluster-kill-9",

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
 
 from streamwal.errors import OutcomeUnknownError, StreamwalError, WriteOutcome, outcome_of
 from streamwal.wal.backend import DeliveryPolicy
@@ -149,6 +150,54 @@ class IdempotenceInterceptor(InterceptorBase):
             raise
         finally:
             self._table.finish(producer_id, seq, result, unknown_after)
+
+    async def append_new_batch(
+        self,
+        msgs: Sequence[MutableMessage],
+        back_to_back: Callable[
+            [Sequence[MutableMessage]], Awaitable[list[AppendResult | StreamwalError]]
+        ],
+    ) -> list[AppendResult | StreamwalError] | None:
+        """A batch of numbered messages none of which this owner has seen, persisted
+        back to back; ``None`` (nothing done) if any is a duplicate, in flight, of
+        unknown outcome, refused or repeated within the batch: the caller then takes
+        the batch one message at a time through the chain, which handles each case."""
+        rebuild = self._rebuild
+        if rebuild is not None and not rebuild.done():
+            await asyncio.shield(rebuild)
+        numbers: list[tuple[int, int]] = []
+        for msg in msgs:
+            producer_id, seq = msg.producer_id, msg.sequence
+            if producer_id is None or seq is None or msg.txn_id is not None:
+                return None
+            try:
+                decision = self._table.decide(producer_id, seq)
+            except StreamwalError:
+                return None
+            if decision.result is not None or decision.pending is not None:
+                return None
+            if decision.look_after is not None:  # decide took it out: put it back
+                self._table.finish(producer_id, seq, None, decision.look_after)
+                return None
+            numbers.append((producer_id, seq))
+        if len(set(numbers)) != len(numbers):
+            return None
+        for producer_id, seq in numbers:  # no await since decide: still all new
+            self._table.begin(producer_id, seq)
+        sent_after = self._last_id
+        outcomes: list[AppendResult | StreamwalError] | None = None
+        try:
+            outcomes = await back_to_back(msgs)
+            return outcomes
+        finally:
+            for index, (producer_id, seq) in enumerate(numbers):
+                outcome = None if outcomes is None else outcomes[index]
+                if isinstance(outcome, AppendResult):
+                    self._table.finish(producer_id, seq, outcome)
+                elif outcome is None or outcome_of(outcome) is WriteOutcome.UNKNOWN:
+                    self._table.finish(producer_id, seq, None, sent_after)
+                else:
+                    self._table.finish(producer_id, seq, None)
 
     async def _look_up(self, producer_id: int, seq: int, after: MessageId) -> AppendResult | None:
         """Where an earlier attempt of ``seq`` landed, if it did. Raises

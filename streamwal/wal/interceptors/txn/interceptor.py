@@ -4,10 +4,26 @@ The owner keeps each open transaction (:class:`TxnSession`) and holds LastConfir
 its begin (:mod:`streamwal.wal.interceptors.holds`) until it ends. A commit waits for
 the transaction's appends in flight, then writes one ``CommitTxn``; an append with an
 unknown outcome forbids the commit (it could deliver the transaction incomplete).
-Without an append or a keepalive for its keepalive in TSO time, a transaction is
-rolled back (a ``RollbackTxn`` is written). A fence or a close ends every open
-transaction (:class:`~streamwal.errors.TransactionAbortedError`); the next owner knows
-nothing of them, and readers never deliver a transaction without its commit.
+
+Keepalive is measured on the owner's monotonic clock (``InterceptorParams.clock``), not
+in TSO time: timestamps come out of cached blocks, so TSO time stands still and then
+jumps, which expired live transactions early and kept dead ones open. Its begin, each
+append into it and each keepalive push a transaction's deadline to now + its
+keepalive. Past the deadline, whichever comes first of its next call (append,
+keepalive, commit, rollback) and the channel's next message or time tick expires it: a
+``RollbackTxn`` is written and its calls get
+:class:`~streamwal.errors.TransactionExpiredError`. Readers never look at the clock:
+they deliver at the commit and drop at the rollback, so what the log says does not
+depend on whose clock decided.
+
+A fence or a close ends every open transaction
+(:class:`~streamwal.errors.TransactionAbortedError`); the next owner knows nothing of
+them, and readers never deliver a transaction without its commit.
+
+The owner remembers the result of its last commits and rollbacks (bounded): repeating
+one is answered with the first result and writes nothing, so a client may retry a
+commit whose answer it lost. A repeat after a commit of unknown outcome gets a
+``TransactionAbortedError`` whose outcome is unknown: the commit may be in the log.
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ import contextlib
 import logging
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 
 from opentelemetry import trace
 
@@ -43,7 +60,6 @@ from streamwal.wal.interceptors.txn.session import (
     TxnState,
     decimal_payload,
     parse_decimal_payload,
-    physical_ms,
 )
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
 
@@ -52,6 +68,7 @@ __all__ = ["TxnInterceptor"]
 _log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
 _ENDED_KEPT = 4096  # ended transaction ids remembered, to answer why they ended
+_RESULTS_KEPT = 4096  # commit and rollback results remembered, to answer their repeats
 
 
 class TxnInterceptor(InterceptorBase):
@@ -66,7 +83,12 @@ class TxnInterceptor(InterceptorBase):
         self._open: dict[int, TxnSession] = {}
         self._spans: dict[int, trace.Span] = {}
         self._ended: OrderedDict[int, TransactionError] = OrderedDict()
-        self._now = params.first_message.time_tick
+        self._committed: OrderedDict[int, AppendResult] = OrderedDict()
+        self._rolled_back: OrderedDict[int, AppendResult] = OrderedDict()
+        self._rolling_back: dict[int, asyncio.Event] = {}
+        # rolled back at the caller's request, the marker not written: a repeat writes it
+        self._unwritten_rollbacks: OrderedDict[int, TxnSession] = OrderedDict()
+        self._clock: Callable[[], float] = params.clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped: str | None = None
 
@@ -92,11 +114,21 @@ class TxnInterceptor(InterceptorBase):
         return result.time_tick
 
     def keep_alive(self, txn_id: int) -> None:
-        self._session(txn_id).keep_alive(self._now)
+        self._session(txn_id).keep_alive(self._clock())
 
     async def commit(self, append: AppendFunc, txn_id: int) -> AppendResult:
+        while True:
+            done = self._committed.get(txn_id)
+            if done is not None:
+                return done
+            under_way = self._open.get(txn_id)
+            if under_way is None or under_way.state is not TxnState.COMMITTING:
+                break
+            await under_way.committed.wait()  # a repeat: answered as the first one is
         session = self._session(txn_id)
         session.state = TxnState.COMMITTING
+        session.committed = asyncio.Event()
+        sent = False
         try:
             await session.idle.wait()
             if session.state is not TxnState.COMMITTING:  # ended while waiting
@@ -112,27 +144,59 @@ class TxnInterceptor(InterceptorBase):
                 session.vchannel,
                 txn_id=txn_id,
             )
+            sent = True
             return await append(msg)
         except BaseException as exc:
-            if session.state is TxnState.COMMITTING:
-                if outcome_of(exc) is WriteOutcome.NOT_WRITTEN:
+            if not sent or outcome_of(exc) is WriteOutcome.NOT_WRITTEN:
+                if session.state is TxnState.COMMITTING:
                     session.state = TxnState.OPEN  # the caller may commit again
-                else:
-                    reason = "the commit has an unknown outcome"
-                    self._end(session, "aborted", TransactionAbortedError(txn_id, reason))
+                    session.keep_alive(self._clock())
+            elif txn_id not in self._committed:
+                # also when a fence ended it meanwhile: a repeat must not hear "not written"
+                error = _commit_unknown(txn_id)
+                self._end(session, "aborted", error)
+                self._ended[txn_id] = error
             raise
+        finally:
+            session.committed.set()
 
     async def rollback(self, append: AppendFunc, txn_id: int) -> AppendResult:
-        session = self._session(txn_id)
+        while True:
+            done = self._rolled_back.get(txn_id)
+            if done is not None:
+                return done
+            under_way = self._rolling_back.get(txn_id)
+            if under_way is None:
+                break
+            await under_way.wait()  # a repeat: answered as the first one is
+        session = self._unwritten_rollbacks.pop(txn_id, None) or self._session(txn_id)
         self._end(session, "rolled_back", TransactionNotFoundError(txn_id))
-        return await append(_rollback(session))
+        decided = self._rolling_back[txn_id] = asyncio.Event()
+        try:
+            result = await append(_rollback(session))
+        except BaseException as exc:
+            if outcome_of(exc) is WriteOutcome.NOT_WRITTEN:  # a repeat writes it
+                self._unwritten_rollbacks[txn_id] = session
+                while len(self._unwritten_rollbacks) > _RESULTS_KEPT:
+                    self._unwritten_rollbacks.popitem(last=False)
+            raise
+        finally:
+            del self._rolling_back[txn_id]
+            decided.set()
+        _remember(self._rolled_back, txn_id, result)
+        return result
 
     def _session(self, txn_id: int) -> TxnSession:
+        """The open transaction, or the typed error its next call gets (expiry included:
+        a dead transaction is not kept open until the next time tick notices it)."""
         session = self._open.get(txn_id)
         if session is None or session.state is TxnState.ENDED:
             raise self._ended_error(txn_id)
         if session.state is TxnState.COMMITTING:
             raise TransactionError(txn_id, "a commit is under way: nothing more goes in")
+        if session.expired(self._clock()):
+            self._expire(session)
+            raise self._ended_error(txn_id)
         return session
 
     def _ended_error(self, txn_id: int) -> TransactionError:
@@ -149,6 +213,7 @@ class TxnInterceptor(InterceptorBase):
                 f"transaction {msg.txn_id} is on vchannel {session.vchannel!r}, "
                 f"not {msg.vchannel!r}"
             )
+        session.keep_alive(self._clock())
         session.in_flight += 1
         session.idle.clear()
         try:
@@ -165,17 +230,12 @@ class TxnInterceptor(InterceptorBase):
     # -- hooks, in log order ---------------------------------------------------------
 
     def on_persisted(self, msg: ImmutableMessage) -> None:
-        self._advance(msg.time_tick)
         kind = msg.type
         if kind is MessageType.BEGIN_TXN:
-            keepalive_ms = parse_decimal_payload(msg.payload) or 1
+            keepalive = (parse_decimal_payload(msg.payload) or 1) / 1000
             txn_id = msg.time_tick
             self._open[txn_id] = TxnSession(
-                txn_id,
-                msg.vchannel,
-                keepalive_ms,
-                msg.message_id,
-                physical_ms(msg.time_tick) + keepalive_ms,
+                txn_id, msg.vchannel, keepalive, msg.message_id, self._clock() + keepalive
             )
             self.params.holds.hold(txn_id, msg.message_id)
             record_txn_begin(self._channel)
@@ -186,24 +246,28 @@ class TxnInterceptor(InterceptorBase):
             self._spans[txn_id] = span
         elif msg.txn_id is not None:
             session = self._open.get(msg.txn_id)
-            if session is None:
-                return
-            if kind is MessageType.COMMIT_TXN:
-                self._end(session, "committed", TransactionNotFoundError(msg.txn_id))
-            elif kind is not MessageType.ROLLBACK_TXN:
-                session.committed_messages += 1
-                session.keep_alive(msg.time_tick)
+            if session is not None:
+                if kind is MessageType.COMMIT_TXN:
+                    result = AppendResult(msg.message_id, msg.time_tick)
+                    _remember(self._committed, msg.txn_id, result)
+                    self._end(session, "committed", TransactionNotFoundError(msg.txn_id))
+                elif kind is not MessageType.ROLLBACK_TXN:
+                    session.committed_messages += 1
+                    session.keep_alive(self._clock())
+        self._sweep()
 
     def on_time_tick(self, time_tick: int) -> None:
-        self._advance(time_tick)
+        self._sweep()
 
-    def _advance(self, time_tick: int) -> None:
-        self._now = max(self._now, time_tick)
+    def _sweep(self) -> None:
+        """Expire what is past its deadline, so its hold on LastConfirmed goes and its
+        rollback is written without waiting for a call on it (the periodic time tick
+        brings this round on an idle channel)."""
         if not self._open:
             return
-        now_ms = physical_ms(self._now)
+        now = self._clock()
         for session in list(self._open.values()):
-            if session.state is TxnState.OPEN and session.deadline_ms < now_ms:
+            if session.expired(now):
                 self._expire(session)
 
     def _expire(self, session: TxnSession) -> None:
@@ -262,6 +326,20 @@ class TxnInterceptor(InterceptorBase):
 
 
 _UNKNOWN = "an append in it has an unknown outcome: rolled back, begin again"
+
+
+def _commit_unknown(txn_id: int) -> TransactionAbortedError:
+    """Its outcome is the commit's: whoever repeats it learns the commit may be in the
+    log (a reader tells), not that nothing was written."""
+    error = TransactionAbortedError(txn_id, "the commit has an unknown outcome")
+    error.outcome = WriteOutcome.UNKNOWN
+    return error
+
+
+def _remember(results: OrderedDict[int, AppendResult], txn_id: int, result: AppendResult) -> None:
+    results[txn_id] = result
+    while len(results) > _RESULTS_KEPT:
+        results.popitem(last=False)
 
 
 def _rollback(session: TxnSession) -> MutableMessage:

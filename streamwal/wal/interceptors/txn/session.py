@@ -4,8 +4,13 @@ A transaction lives on one vchannel. Its id is the time tick of its ``BeginTxn``
 message; every message in it carries the id (``_tx``). The ``BeginTxn`` payload is its
 keepalive in milliseconds, the ``CommitTxn`` payload the number of messages committed
 (both decimal ASCII), so a reader can tell a committed transaction is complete.
-Deadlines are in TSO physical milliseconds (a hybrid timestamp shifted right by its
-18 logical bits), as Milvus measures its transaction keepalive.
+
+Deadlines are in seconds of the owner's monotonic clock, not in TSO time: a node hands
+timestamps out of cached blocks, so TSO time stands still within a block and jumps at
+the next one, far more than a keepalive either way. Only the owner reads the keepalive
+in the ``BeginTxn`` payload (when the begin persists); readers need no clock, as they
+deliver a transaction at its commit and drop it at its rollback or at a new owner's
+first time tick.
 """
 
 from __future__ import annotations
@@ -17,13 +22,7 @@ from dataclasses import dataclass, field
 from streamwal.errors import TransactionError
 from streamwal.wal.message_id import MessageId
 
-__all__ = ["TxnSession", "TxnState", "decimal_payload", "parse_decimal_payload", "physical_ms"]
-
-_LOGICAL_BITS = 18  # the hybrid timestamp layout of docs/wire-format.md
-
-
-def physical_ms(time_tick: int) -> int:
-    return time_tick >> _LOGICAL_BITS
+__all__ = ["TxnSession", "TxnState", "decimal_payload", "parse_decimal_payload"]
 
 
 def decimal_payload(value: int) -> bytes:
@@ -48,18 +47,27 @@ class TxnSession:
 
     txn_id: int
     vchannel: str
-    keepalive_ms: int
+    keepalive: float  # seconds
     begin_id: MessageId
-    deadline_ms: int
+    deadline: float  # the owner's monotonic clock
     state: TxnState = TxnState.OPEN
     committed_messages: int = 0
     in_flight: int = 0
     unknown: bool = False  # an append in it has an unknown outcome: no commit
     error: TransactionError | None = None  # why it ended, for later calls
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    committed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a commit under way is decided: a repeated commit waits for it rather
+    than being refused, as the client may only be retrying a commit it timed out on."""
 
     def __post_init__(self) -> None:
         self.idle.set()
 
-    def keep_alive(self, time_tick: int) -> None:
-        self.deadline_ms = max(self.deadline_ms, physical_ms(time_tick) + self.keepalive_ms)
+    def keep_alive(self, now: float) -> None:
+        self.deadline = max(self.deadline, now + self.keepalive)
+
+    def expired(self, now: float) -> bool:
+        """Past its deadline with nothing under way: an append in flight or a commit
+        is the client still at work, so neither is cut short (the append pushes the
+        deadline on once it lands)."""
+        return self.state is TxnState.OPEN and self.in_flight == 0 and self.deadline < now
