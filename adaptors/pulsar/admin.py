@@ -18,7 +18,7 @@ from typing import Any
 
 from streamwal.errors import MisconfiguredError, UnavailableError
 
-__all__ = ["PulsarAdmin", "admin_url_for"]
+__all__ = ["PulsarAdmin", "admin_url_for", "require_topic"]
 
 #: Pulsar's standard binary ports and the admin port beside each; the local stack's too
 _ADMIN_PORTS = {6650: ("http", 8080), 6651: ("https", 8443), 16650: ("http", 18080)}
@@ -64,6 +64,9 @@ class PulsarAdmin:
             if allow_insecure:
                 self._context.check_hostname = False
                 self._context.verify_mode = ssl.CERT_NONE
+        self._opener = urllib.request.build_opener(
+            _NoRedirect(), urllib.request.HTTPSHandler(context=self._context)
+        )
 
     @staticmethod
     def topic_path(topic: str) -> str:
@@ -89,10 +92,8 @@ class PulsarAdmin:
         headers = dict(self._headers)
         if data is not None:
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout, context=self._context) as r:
-                raw = r.read()
+            raw = self._send(method, url, data, headers)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
@@ -117,9 +118,48 @@ class PulsarAdmin:
             return raw.decode(errors="replace")
 
 
+    def _send(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> bytes:
+        """One request, following redirects with the same method and body. A broker
+        answers a topic's admin call with ``307`` to the topic's owner; urllib follows
+        that only for GET, so behind a load-balanced admin address every write to a
+        topic another broker owns would fail."""
+        for _ in range(_MAX_REDIRECTS):
+            request = urllib.request.Request(url, data=data, method=method, headers=headers)
+            try:
+                with self._opener.open(request, timeout=self._timeout) as r:
+                    return bytes(r.read())
+            except urllib.error.HTTPError as exc:
+                location = exc.headers.get("Location") if exc.code in _REDIRECTS else None
+                if not location:
+                    raise
+                url = urllib.parse.urljoin(url, location)
+        raise UnavailableError(f"admin {method} {url}: more than {_MAX_REDIRECTS} redirects")
+
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_REDIRECTS = 5
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are followed by :meth:`PulsarAdmin._send`, for every method."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 def _reason(exc: urllib.error.HTTPError) -> str:
     try:
         body = exc.read().decode(errors="replace")
         return str(json.loads(body).get("reason", body))[:300]
     except (ValueError, AttributeError, OSError):
         return str(exc.reason)[:300]
+
+
+async def require_topic(admin: PulsarAdmin, topic: str, channel: str) -> None:
+    """:class:`NoSuchChannelError` unless ``topic`` exists. Asked of the admin API,
+    which answers 404 for a missing topic: a reader or producer would create it (the
+    broker auto-creates topics), turning a typo into a new, empty channel."""
+    from streamwal.errors import NoSuchChannelError
+
+    if await admin.get(f"{PulsarAdmin.topic_path(topic)}/subscriptions") is None:
+        raise NoSuchChannelError(channel, f"no topic {topic} on the broker")
