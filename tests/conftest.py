@@ -18,6 +18,9 @@ from streamwal.tools.stack import Stack, StackInfo
 from streamwal.tools.stack.topics import delete_created, list_topics
 from tests.etcd_keys import EtcdPrefixes
 
+# memory and time bounds per test, children killed, the resources summary (issue 26)
+pytest_plugins = ["tests.guard"]
+
 
 @pytest.fixture(scope="session")
 def local_stack() -> Stack:

@@ -185,9 +185,11 @@ class ChannelWriter:
                 acked = await self.client.produce(self.channel, payload)
             except grpc.aio.AioRpcError as exc:
                 self.failures.append(Failure(digest(payload), write_outcome(exc).value))
+                await asyncio.sleep(self._pause)  # an append refused at once must not spin
                 continue
             except StreamwalError as exc:  # no owner found in time: nothing was sent
                 self.failures.append(Failure(digest(payload), exc.outcome.value))
+                await asyncio.sleep(self._pause)
                 continue
             self.acks.append(Ack(acked.message_id, acked.time_tick, digest(payload)))
             self.ack_times.append(time.monotonic())

@@ -1,9 +1,11 @@
-"""How the cluster tools time a failover (no cluster needed)."""
+"""How the cluster tools time a failover and pace their writers (no cluster needed)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from streamwal.errors import ChannelNotFoundError
 from streamwal.tools.cluster_run import ChannelWriter
 
 
@@ -16,3 +18,26 @@ def test_a_failover_ends_at_the_first_ack_of_an_append_sent_after_the_kill() -> 
     assert writer.first_ack_after(2.0) == 5.5
     assert writer.first_ack_after(0.5) == 2.01
     assert writer.first_ack_after(6.0) is None
+
+
+class _Refusing:
+    """A cluster client whose every append fails at once (no owner, nothing sent)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def produce(self, channel: str, payload: bytes) -> Any:
+        self.calls += 1
+        raise ChannelNotFoundError(channel)
+
+
+async def test_a_writer_whose_appends_fail_at_once_pauses_instead_of_spinning() -> None:
+    # issue 26: a writer that retried at once recorded failures (and spans) as fast as
+    # the loop ran, for as long as the fault lasted
+    client = _Refusing()
+    writer = ChannelWriter(client, "c", pause_s=0.05)  # type: ignore[arg-type]
+    writer.start()
+    await asyncio.sleep(0.5)
+    await writer.stop()
+    assert 3 <= client.calls <= 15
+    assert len(writer.failures) == client.calls

@@ -15,7 +15,7 @@ import yaml
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
 from streamwal.node.runtime import Node
-from streamwal.tools.chaos.spans import install_span_capture
+from streamwal.tools.chaos.spans import capture_spans
 from streamwal.tools.stack import StackInfo
 from tests.node.processes import NodeProcess, serve_once
 
@@ -95,8 +95,6 @@ async def test_spans_and_records_of_an_in_process_node_never_hold_secrets(
     etcd_prefix: Callable[[str], str],
 ) -> None:
     token, password = _secrets()
-    exporter = install_span_capture()
-    exporter.clear()
     config = load_config(
         environ={
             "STREAMWAL_NODE__ID": "7",
@@ -112,12 +110,13 @@ async def test_spans_and_records_of_an_in_process_node_never_hold_secrets(
     )
     channel = f"secrets-spans-{unique}"
     caplog.set_level(logging.DEBUG)
-    async with Node(config) as node, NodeClient(node.address) as client:
-        opened = await client.assign(channel)
-        await client.produce(channel, b"payload")
-        with pytest.raises(grpc.aio.AioRpcError):
-            await client.assign("bad name!")
-    spans = exporter.get_finished_spans()
+    with capture_spans() as capture:
+        async with Node(config) as node, NodeClient(node.address) as client:
+            opened = await client.assign(channel)
+            await client.produce(channel, b"payload")
+            with pytest.raises(grpc.aio.AioRpcError):
+                await client.assign("bad name!")
+    spans = capture.get_finished_spans()
     assert any(s.name == "wal.open" for s in spans)
     assert any(format(s.context.trace_id, "032x") == opened.trace_id for s in spans if s.context)
     dumped = "\n".join(s.to_json() for s in spans)

@@ -15,6 +15,7 @@ import os
 import time
 
 import grpc
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from streamwal.node.config import load_config
@@ -22,7 +23,7 @@ from streamwal.node.runtime import Node
 from streamwal.tools.chaos.env import ChaosEnv
 from streamwal.tools.chaos.result import ScenarioResult
 from streamwal.tools.chaos.scenarios.common import assign, channel_per_node, keep_flowing, tso_group
-from streamwal.tools.chaos.spans import captured_spans, install_span_capture
+from streamwal.tools.chaos.spans import SpanCapture, capture_spans
 
 __all__ = ["run"]
 
@@ -30,7 +31,13 @@ __all__ = ["run"]
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("broker-restart")
     started = time.monotonic()
-    install_span_capture()
+    with capture_spans() as spans:
+        await _rounds(env, rounds, result, spans)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def _rounds(env: ChaosEnv, rounds: int, result: ScenarioResult, spans: SpanCapture) -> None:
     pulsar = await env.private_pulsar()
     nodes = await tso_group(env, 2, pulsar_url=pulsar.url)
     config = load_config(
@@ -63,7 +70,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
             if isinstance(answer, grpc.StatusCode):
                 result.problems.append(f"round {round_}: open during the outage: {answer.name}")
             else:
-                _check_trace(result, round_, answer.trace_id, answer.attempts)
+                _check_trace(result, round_, spans.spans_of(answer.trace_id), answer.attempts)
                 t = env.traffic(channel, [local.address], workers=1)
                 home[channel] = local.address
                 await t.start()
@@ -72,14 +79,13 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
                 await keep_flowing(result, t, home[t.channel], f"round {round_}, after", 60)
             result.rounds += 1
         await env.check(result, traffic, pulsar_url=pulsar.url)
-    result.seconds = time.monotonic() - started
-    return result
 
 
-def _check_trace(result: ScenarioResult, round_: int, trace_id: str, attempts: int) -> None:
+def _check_trace(
+    result: ScenarioResult, round_: int, spans: list[ReadableSpan], attempts: int
+) -> None:
     result.figures.setdefault("open attempts", []).append(attempts)
     result.expect(attempts >= 2, f"round {round_}: the open took {attempts} attempt(s)")
-    spans = captured_spans(trace_id)
     opens = [s for s in spans if s.name == "wal.open"]
     tries = sorted(
         (s for s in spans if s.name == "wal.first_time_tick.attempt"),
