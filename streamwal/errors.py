@@ -23,6 +23,7 @@ __all__ = [
     "ChannelNotFoundError",
     "ClosedError",
     "ConfigError",
+    "CorruptedChunkError",
     "DecodeError",
     "DeposedError",
     "DuplicateNodeError",
@@ -178,6 +179,19 @@ class EvictedError(StreamwalError):
 
 class DecodeError(StreamwalError):
     """A persisted message is not a valid streamwal message (foreign producer, corrupt)."""
+
+
+class CorruptedChunkError(StreamwalError):
+    """A chunked message's records are malformed or one is missing: its payload cannot
+    be rebuilt, and skipping it would lose an acknowledged message without a trace, so
+    the read ends here (not retriable: the log will not change). ``message_id``: the
+    record where it showed."""
+
+    def __init__(self, channel: str, message_id: object, problem: str) -> None:
+        self.channel = channel
+        self.message_id = message_id
+        self.problem = problem
+        super().__init__(f"channel {short_repr(channel)}: chunk at {message_id}: {problem}")
 
 
 class MisconfiguredError(StreamwalError):

@@ -93,8 +93,14 @@ class _Log:
 class MemoryLogStore:
     """The shared 'broker': every opener on one store sees the same logs."""
 
-    def __init__(self, max_message_size: int = 5 * 1024 * 1024) -> None:
+    def __init__(
+        self, max_message_size: int = 5 * 1024 * 1024, max_entry_bytes: int | None = None
+    ) -> None:
         self.max_message_size = max_message_size
+        #: what the WAL may put in one entry before it chunks a message
+        #: (streamwal.wal.chunking); None: it never chunks, and a payload over
+        #: ``max_message_size`` is refused. Small values let tests chunk small payloads.
+        self.max_entry_bytes = max_entry_bytes
         self.faults = MemoryFaults()
         self._logs: dict[str, _Log] = {}
 
@@ -160,6 +166,10 @@ class MemoryBackendWAL:
     @property
     def access_mode(self) -> AccessMode:
         return self._mode
+
+    @property
+    def max_entry_bytes(self) -> int | None:
+        return self._store.max_entry_bytes
 
     def _check_open(self) -> None:
         if self._closed:

@@ -109,6 +109,8 @@ class PulsarOpener:
         self._closed = False
         self._channels: set[PulsarBackendWAL] = set()
         self._deduplication_checked = False
+        self._limits_read = False
+        self._broker_max_message_size: int | None = None
         admin_url = self.config.admin_url or admin_url_for(self.config.service_url)
         self.admin: PulsarAdmin | None = None
         if admin_url:
@@ -176,13 +178,51 @@ class PulsarOpener:
             on_close=self._channels.discard,
             writer_client=self._new_client() if mode is AccessMode.READ_WRITE else None,
         )
+        wal.message_size_limit = self.max_message_size
         self._channels.add(wal)
         return wal
 
     async def verify_broker(self) -> None:
-        """The self-checks a first write runs: exclusivity, then deduplication."""
+        """The self-checks a first write runs: exclusivity, then deduplication; and
+        the broker's message size limit, read once."""
         await self.verify_exclusivity()
         await self.verify_deduplication()
+        await self.read_broker_limits()
+
+    async def read_broker_limits(self) -> None:
+        """Read the broker's ``maxMessageSize`` (runtime configuration, admin API) once.
+
+        The client refuses an entry over what the broker announced on connecting, but
+        does not tell the application that number; chunking must stay under it, so it
+        is asked here, before this opener's first write. Without an admin API, or if
+        the broker will not say (no admin rights), ``max_message_size`` of the
+        configuration stands, and a warning says so.
+        """
+        if self._limits_read:
+            return
+        self._limits_read = True
+        if self.admin is None:
+            return
+        try:
+            runtime = await self.admin.get("brokers/configuration/runtime")
+            announced = int(runtime["maxMessageSize"])
+        except (StreamwalError, KeyError, TypeError, ValueError) as exc:
+            _log.warning(
+                "the broker's maxMessageSize could not be read (%r); chunking keeps "
+                "pulsar.max_message_size = %d",
+                exc,
+                self.config.max_message_size,
+            )
+            return
+        if announced > 0:
+            self._broker_max_message_size = announced
+
+    def max_message_size(self) -> int:
+        """The largest entry this opener sends: the configured ``max_message_size``, or
+        the broker's limit if that is smaller."""
+        announced = self._broker_max_message_size
+        configured = self.config.max_message_size
+        return configured if announced is None else min(configured, announced)
 
     async def verify_deduplication(self) -> None:
         """Probe once per opener that the namespace drops a resent sequence id.
@@ -318,12 +358,32 @@ class PulsarOpener:
             return await probe(topic)
         except TimeoutError as exc:
             raise UnavailableError(
-                f"broker {self.config.service_url} did not answer the {label} within {bound:g}s"
+                f"broker {self.config.service_url} did not answer the {label} on {topic} "
+                f"within {bound:g}s{await self._unreachable()}"
             ) from exc
         except PulsarException as exc:
-            raise translate(exc, channel=f"({what} probe)", what="probe") from exc
+            error = translate(exc, channel=topic, what=label)
+            if type(error) is UnavailableError:  # the client's timeout may hide a refusal
+                error = UnavailableError(f"{error}{await self._unreachable()}")
+            raise error from exc
         finally:
             await self._delete_probe(topic)
+
+    async def _unreachable(self) -> str:
+        """Why the broker did not answer, when a plain connection tells: the client
+        reports a refused connection as a timeout once its retries ran out."""
+        for host_port in self.config.service_url.partition("://")[2].split(","):
+            host, _, port = host_port.strip().rstrip("/").rpartition(":")
+            try:
+                _reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host.strip("[]"), int(port)), timeout=2.0
+                )
+            except ConnectionRefusedError:
+                return f" (connection refused at {host}:{port}: nothing listens there)"
+            except (OSError, TimeoutError, ValueError) as exc:
+                return f" (cannot connect to {host}:{port}: {type(exc).__name__}: {exc})"
+            writer.close()
+        return ""
 
     def _refused(self) -> ExclusivityNotEnforcedError:
         # a fresh error each time: re-raising one instance would grow its traceback

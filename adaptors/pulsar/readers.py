@@ -14,6 +14,7 @@ from streamwal.adaptors.pulsar.scanner import PulsarScanner, to_backend_message
 from streamwal.adaptors.pulsar.state import ChannelState
 from streamwal.errors import ClosedError, InvalidInputError, TruncatedError
 from streamwal.wal.backend import DeliveryPolicy
+from streamwal.wal.message_id import MessageId
 
 __all__ = ["Readers"]
 
@@ -59,7 +60,9 @@ class Readers(ChannelState):
         except BaseException:
             await reader.close()
             raise
-        if first.message_id != start:
+        if first.message_id != start and not (
+            policy.kind == DeliveryPolicy.START_FROM and _starts_entry(start, first.message_id)
+        ):
             await reader.close()
             raise InvalidInputError(f"message id {start} is not in channel {self._channel!r}")
         keep = first if policy.kind == DeliveryPolicy.START_FROM else None
@@ -72,3 +75,16 @@ class Readers(ChannelState):
             )
         except PulsarException as exc:
             raise translate(exc, channel=self._channel, what="create reader") from exc
+
+
+def _starts_entry(start: PulsarMessageId, found: MessageId) -> bool:
+    """``start`` names a whole entry (no batch index: the admin API's ids, such as
+    :meth:`position_at`'s) and ``found`` is that entry's first message. A producer
+    with batching writes ``ledger:entry:0``; reading from ``ledger:entry`` is reading
+    from it (the rebuild after a restart read from the owner's first time tick so)."""
+    return (
+        isinstance(found, PulsarMessageId)
+        and start.batch_index < 0
+        and found.batch_index == 0
+        and (found.ledger, found.entry) == (start.ledger, start.entry)
+    )

@@ -24,7 +24,7 @@ from opentelemetry import propagate, trace
 from streamwal.cluster.membership import Session
 from streamwal.cluster.metrics import record_balancer_term, record_channels_per_node, record_move
 from streamwal.cluster.placement import Decision, plan_round
-from streamwal.cluster.records import Assignment, ClusterKeys, Move, encode, now_ms
+from streamwal.cluster.records import Assignment, ClusterKeys, Move, MoveReason, encode, now_ms
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import DeposedError, UnavailableError
@@ -34,6 +34,7 @@ __all__ = ["Balancer"]
 _log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
 _KEPT_MOVES = 100
+_MAX_HEAL_DOUBLINGS = 4
 
 
 class Balancer:
@@ -47,6 +48,7 @@ class Balancer:
         grace_s: float,
         max_moves: int,
         interval_s: float,
+        open_failure_bound_s: float = 10.0,
     ) -> None:
         self._store = store
         self._keys = keys
@@ -58,6 +60,9 @@ class Balancer:
         self._term = 0
         self._lease: int | None = None
         self._absent_since: dict[int, int] = {}
+        self._heal_ms = int(open_failure_bound_s * 1000)
+        #: open-failed moves of a channel in a row (reset once it serves): its backoff
+        self._heals: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -94,6 +99,7 @@ class Balancer:
     def _step_down(self) -> None:
         self._term, self._lease = 0, None
         self._absent_since.clear()
+        self._heals.clear()
         record_balancer_term(0, self._session.record.id)
 
     async def _round(self) -> None:
@@ -113,20 +119,31 @@ class Balancer:
                 del self._absent_since[node]
         for node in assigned - set(view.nodes):
             self._absent_since.setdefault(node, now)
+        for channel in list(self._heals):
+            if view.serving(channel) or channel not in view.channels:
+                del self._heals[channel]
         decisions = plan_round(
             view,
             now_ms=now,
             absent_since_ms=self._absent_since,
             grace_ms=self._grace_ms,
             max_moves=self._max_moves,
+            heal_after_ms=self._heal_after_ms,
         )
         for decision in decisions:
-            await self._apply(view, decision)
+            if await self._apply(view, decision) and decision.reason == MoveReason.OPEN_FAILED:
+                self._heals[decision.channel] = self._heals.get(decision.channel, 0) + 1
         counts = Counter(a.node for a in view.assignments.values())
         record_channels_per_node({n: counts.get(n, 0) for n in view.nodes})
         if len(view.moves) > _KEPT_MOVES:
             for key, _move in view.moves[: len(view.moves) - _KEPT_MOVES]:
                 await self._store.delete(key)
+
+    def _heal_after_ms(self, channel: str) -> int:
+        """The bound, doubled per open-failed move in a row (a broker that fails every
+        node's opens must not make the channel bounce faster and faster)."""
+        doublings: int = min(self._heals.get(channel, 0), _MAX_HEAL_DOUBLINGS)
+        return self._heal_ms << doublings
 
     async def _campaign(self) -> bool:
         lease = self._session.lease_id
@@ -144,7 +161,7 @@ class Balancer:
             await self._store.create_all_if_absent(self._keys.seeded, entries)
         return True
 
-    async def _apply(self, view: ClusterView, decision: Decision) -> None:
+    async def _apply(self, view: ClusterView, decision: Decision) -> bool:
         key = self._keys.assign + decision.channel
         expect = {key: view.assignment_revisions.get(decision.channel, 0)}
         attributes: dict[str, str | int] = {
@@ -167,6 +184,7 @@ class Balancer:
                 self._term,
                 at,
                 trace_id,
+                decision.detail,
             )
             puts = [(self._keys.move(time.time_ns(), decision.channel), encode(move))]
             deletes: list[str] = []
@@ -191,9 +209,11 @@ class Balancer:
         if written:
             record_move(decision.reason)
             _log.info(
-                "cluster: %s -> node %s (%s, term %d)",
+                "cluster: %s -> node %s (%s, term %d)%s",
                 decision.channel,
                 decision.node,
                 decision.reason,
                 self._term,
+                f": {decision.detail}" if decision.detail else "",
             )
+        return written

@@ -40,6 +40,7 @@ from streamwal.errors import (
     ChannelFencedError,
     ChannelNotFoundError,
     InvalidInputError,
+    NoSuchChannelError,
     StreamwalError,
     UnavailableError,
     WriteOutcome,
@@ -165,7 +166,8 @@ class ClusterClient:
 
     async def owner(self, channel: str, *, refresh: bool = False) -> str:
         """The address of the node that owns ``channel``; :class:`ChannelNotFoundError`
-        while it has no live owner."""
+        while it has no live owner, :class:`NoSuchChannelError` (at once, not retried)
+        when the cluster's channel set does not hold it."""
         if not refresh and channel in self._owners:
             return self._owners[channel]
         if self._store is None:
@@ -174,7 +176,8 @@ class ClusterClient:
             return address
         raw = await self._store.get(self._keys.assign + channel)
         if raw is None:
-            raise ChannelNotFoundError(channel)
+            await self._require_in_set(channel)
+            raise ChannelNotFoundError(channel, f"channel {channel!r} has no owner yet")
         assignment = decode(Assignment, raw)
         raw_node = await self._store.get(self._keys.node(assignment.node))
         if raw_node is None:
@@ -182,6 +185,18 @@ class ClusterClient:
         address = decode(NodeRecord, raw_node).address
         self._owners[channel] = address
         return address
+
+    async def _require_in_set(self, channel: str) -> None:
+        """:class:`NoSuchChannelError` when the cluster's set is written (``seeded``) and
+        lacks ``channel``: waiting would not make it appear. Before the first balancer
+        seeded the set, a configured channel may still come."""
+        assert self._store is not None
+        if await self._store.get(self._keys.channels + channel) is not None:
+            return
+        if await self._store.get(self._keys.seeded) is not None:
+            raise NoSuchChannelError(
+                channel, f"not in the channel set of the cluster under {self._keys.root}"
+            )
 
     async def _route(self, channel: str) -> str:
         """Ask the nodes in turn, starting with the last one that answered."""
@@ -385,7 +400,7 @@ class ClusterClient:
                     return
                 # the owner ended the read: the channel closed or moved there; follow it
             except (ChannelNotFoundError, UnavailableError, ChannelFencedError) as exc:
-                if loop.time() + delay > deadline:
+                if loop.time() + delay > deadline or isinstance(exc, NoSuchChannelError):
                     raise
                 if isinstance(exc, NodeCallError) and not _follow(exc):
                     raise
@@ -412,6 +427,8 @@ class ClusterClient:
                 address = await self.owner(channel, refresh=refresh)
                 return await one_try(self._node(address))
             except (ChannelNotFoundError, UnavailableError) as exc:
+                if isinstance(exc, NoSuchChannelError):
+                    raise
                 if isinstance(exc, NodeCallError):
                     if exc.outcome is WriteOutcome.UNKNOWN:
                         unknown = exc

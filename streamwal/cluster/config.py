@@ -35,6 +35,10 @@ class ClusterSettings:
     #: how often the balancer plans, and how often a node reads its assignments
     round_interval_s: float = 0.5
     poll_interval_s: float = 0.2
+    #: how long an owner may keep failing to open a channel before the balancer moves
+    #: it to another ready node; doubled for each such move of the same channel in a
+    #: row (up to 16 times), so a broken broker does not make channels bounce
+    open_failure_bound_s: float = 10.0
 
     def check(self) -> None:
         prefix = self.key_prefix
@@ -49,7 +53,7 @@ class ClusterSettings:
             raise ConfigError("cluster.grace_period_s", "must be >= 0")
         if self.max_moves_per_round < 1:
             raise ConfigError("cluster.max_moves_per_round", "must be >= 1")
-        for name in ("round_interval_s", "poll_interval_s"):
+        for name in ("round_interval_s", "poll_interval_s", "open_failure_bound_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"cluster.{name}", "must be > 0")
         for i, channel in enumerate(self.channels):

@@ -7,7 +7,9 @@ failover measured in lease TTLs. When etcd does not answer, nothing changes here
 node keeps serving what it has until the broker fences it (docs/deploy.md).
 
 Each open reports ``opening``, then ``serving`` or ``failed`` (with the error) to
-``status/<channel>``; a failed open is tried again after a pause. Opening runs
+``status/<channel>``; a failed open is tried again after a pause. The reports carry
+since when (and how often) the opens of this assignment fail, so the balancer can
+move a channel this node cannot open (:mod:`.placement`). Opening runs
 inside the trace context the balancer wrote, so ``wal.open`` joins its decision.
 """
 
@@ -51,7 +53,10 @@ class Follower:
         #: channels this node opened because the plan said so, by assignment revision
         self._followed: dict[str, int] = {}
         self._opening: dict[str, asyncio.Task[None]] = {}
-        self._reported: dict[str, tuple[str, int]] = {}
+        self._reported: dict[str, tuple[str, int, int]] = {}
+        #: per channel: (assignment revision, first failure ms, failures) while failing
+        self._failing: dict[str, tuple[int, int, int]] = {}
+        self._last_error: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.last_view: ClusterView | None = None
@@ -111,6 +116,7 @@ class Follower:
             with contextlib.suppress(ChannelNotFoundError):
                 await self._channels.remove(channel)
             self._reported.pop(channel, None)
+            self._failing.pop(channel, None)
             _log.info("cluster: channel %s moved away from node %d; closed", channel, self._node_id)
 
     async def _open(self, assignment: Assignment, revision: int) -> None:
@@ -126,22 +132,34 @@ class Follower:
 
     async def _open_and_report(self, assignment: Assignment, revision: int) -> None:
         channel = assignment.channel
-        await self._report(channel, "opening", "", revision)
+        failing = self._failing.get(channel)
+        # a retry keeps the last error in view: "opening" alone would hide why
+        last = self._last_error.get(channel, "") if failing and failing[0] == revision else ""
+        await self._report(channel, "opening", last, revision)
         try:
             await self._channels.assign(channel)
         except (StreamwalError, OSError) as exc:
             _log.warning("cluster: opening %s failed: %s", channel, exc)
-            await self._report(channel, "failed", f"{type(exc).__name__}: {exc}", revision)
+            held = self._failing.get(channel)
+            since, failures = (now_ms(), 0) if held is None or held[0] != revision else held[1:]
+            self._failing[channel] = (revision, since, failures + 1)
+            error = self._last_error[channel] = f"{type(exc).__name__}: {exc}"
+            await self._report(channel, "failed", error, revision)
             await asyncio.sleep(_RETRY_FAILED_S)
             return
+        self._failing.pop(channel, None)
         self._followed[channel] = revision
         await self._report(channel, "serving", "", revision)
         if assignment.lost_at_ms is not None:
             record_failover((now_ms() - assignment.lost_at_ms) / 1000, channel)
 
     async def _report(self, channel: str, state: str, reason: str, revision: int) -> None:
-        if self._reported.get(channel) == (state, revision):
+        failing = self._failing.get(channel)
+        since, failures = (None, 0) if failing is None or failing[0] != revision else failing[1:]
+        if self._reported.get(channel) == (state, revision, failures):
             return
-        status = ChannelStatus(channel, self._node_id, state, reason, now_ms(), revision)
+        status = ChannelStatus(
+            channel, self._node_id, state, reason, now_ms(), revision, since, failures
+        )
         await self._store.put(self._keys.status + channel, encode(status))
-        self._reported[channel] = (state, revision)
+        self._reported[channel] = (state, revision, failures)

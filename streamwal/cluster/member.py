@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import replace
 
 from streamwal.cluster.balancer import Balancer
 from streamwal.cluster.config import ClusterSettings
@@ -39,11 +40,12 @@ class ClusterMember:
         address: str,
         version: str,
         channels: ChannelManager,
+        not_ready: str = "",
     ) -> None:
         self._settings = settings
         self._store = store
         self._keys = ClusterKeys(settings.key_prefix)
-        record = NodeRecord(node_id, address, version, now_ms())
+        record = NodeRecord(node_id, address, version, now_ms(), not not_ready, not_ready)
         self._session = Session(store, self._keys, record, settings.lease_ttl_s)
         self._follower = Follower(
             store, self._keys, node_id, channels, interval_s=settings.poll_interval_s
@@ -58,6 +60,7 @@ class ClusterMember:
                 grace_s=settings.grace_period_s,
                 max_moves=settings.max_moves_per_round,
                 interval_s=settings.round_interval_s,
+                open_failure_bound_s=settings.open_failure_bound_s,
             )
         self._closed = False
 
@@ -76,6 +79,14 @@ class ClusterMember:
         await self._follower.start()
         if self._balancer is not None:
             await self._balancer.start()
+
+    async def set_ready(self, ready: bool, why: str = "") -> None:
+        """Say in the node's record whether it can take channels (and why not): the
+        balancer gives channels to ready nodes only."""
+        record = self._session.record
+        if record.ready == ready and record.not_ready == why:
+            return
+        await self._session.update(replace(record, ready=ready, not_ready="" if ready else why))
 
     async def leave(self, wait_s: float) -> None:
         """Drain this node (bounded by ``wait_s``), then :meth:`close`."""

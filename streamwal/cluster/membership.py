@@ -58,6 +58,7 @@ class Session:
         if self._closed:
             raise ClosedError("session is closed")
         deadline = time.monotonic() + self._ttl + 1.0
+        waiting = False
         while True:
             try:
                 await self._register()
@@ -65,7 +66,13 @@ class Session:
             except DuplicateNodeError as exc:
                 if time.monotonic() > deadline:
                     raise
-                _log.info("cluster: %s; waiting for its lease to run out", exc)
+                if not waiting:  # once: the retries every half second say nothing new
+                    _log.info(
+                        "cluster: %s; waiting for its lease to run out (up to %.0fs)",
+                        exc,
+                        deadline - time.monotonic(),
+                    )
+                    waiting = True
                 await asyncio.sleep(0.5)
         self._task = asyncio.create_task(self._keep_alive(), name="cluster-session")
 
@@ -89,6 +96,15 @@ class Session:
         _log.info(
             "cluster: node %d registered (lease %x, ttl %ds)", self.record.id, lease, self._ttl
         )
+
+    async def update(self, record: NodeRecord) -> None:
+        """Publish ``record`` (the node's readiness changed) on the current lease; a
+        later registration (after a lost lease) writes it too."""
+        self.record = record
+        self._value = encode(record)
+        lease = self.lease_id
+        if lease is not None:
+            await self._store.put(self._keys.node(record.id), self._value, lease=lease)
 
     async def _keep_alive(self) -> None:
         interval = self._ttl / 3

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from streamwal.cluster.records import ClusterKeys, Drain, encode
 from streamwal.cluster.store import ClusterStore
@@ -14,7 +15,15 @@ from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import InvalidInputError, UnavailableError
 from streamwal.wal.backend import validate_channel_name
 
-__all__ = ["add_channels", "drain_node", "remove_channels", "render_status"]
+__all__ = [
+    "add_channels",
+    "channel_state",
+    "drain_node",
+    "remove_channels",
+    "render_status",
+    "status_json",
+    "undrain_node",
+]
 
 
 async def add_channels(store: ClusterStore, keys: ClusterKeys, channels: Iterable[str]) -> None:
@@ -64,6 +73,92 @@ async def drain_node(
         await asyncio.sleep(poll_s)
 
 
+async def undrain_node(store: ClusterStore, keys: ClusterKeys, node: int) -> None:
+    """End a drain before the node restarts: the balancer may place channels on it
+    again (a joining node's bounded steps). :class:`InvalidInputError` when no drain
+    of ``node`` is recorded."""
+    view = await read_view(store, keys)
+    if node not in view.drains:
+        draining = ", ".join(str(n) for n in sorted(view.drains)) or "none"
+        raise InvalidInputError(f"node {node} is not drained (drained: {draining})")
+    await store.delete(keys.drain + str(node))
+
+
+def channel_state(view: ClusterView, channel: str) -> str:
+    """What a reader of the status should believe: an owner that is gone serves
+    nothing, whatever its last report said (status keys outlive their node)."""
+    held = view.assignments.get(channel)
+    if held is None:
+        return "unassigned"
+    if held.node not in view.nodes:
+        return "not serving (node gone)"
+    status = view.current_status(channel)
+    return "waiting" if status is None else status.state
+
+
+def status_json(view: ClusterView, keys: ClusterKeys, *, moves: int = 10) -> dict[str, Any]:
+    """``streamwal cluster status --json``; the schema is in docs/deploy.md. Times are
+    Unix milliseconds; absent values are ``null``."""
+    draining = view.draining()
+    counts: dict[int, int] = {}
+    for a in view.assignments.values():
+        counts[a.node] = counts.get(a.node, 0) + 1
+    channels = []
+    for channel in sorted(view.channels | set(view.assignments)):
+        held = view.assignments.get(channel)
+        status = view.current_status(channel)
+        channels.append(
+            {
+                "name": channel,
+                "in_set": channel in view.channels,
+                "owner": None if held is None else held.node,
+                "owner_live": held is not None and held.node in view.nodes,
+                "state": channel_state(view, channel),
+                "serving": view.serving(channel),
+                "since_ms": None if status is None else status.at_ms,
+                "reason": "" if status is None else status.reason,
+                "failing_since_ms": None if status is None else status.failing_since_ms,
+                "failures": 0 if status is None else status.failures,
+                "assigned_at_ms": None if held is None else held.at_ms,
+                "assigned_because": None if held is None else held.reason,
+            }
+        )
+    return {
+        "schema": 1,
+        "keys": keys.root,
+        "revision": view.revision,
+        "balancer": {"node": view.balancer_node, "term": view.term},
+        "nodes": [
+            {
+                "id": node_id,
+                "address": node.address,
+                "version": node.version,
+                "started_at_ms": node.started_at_ms,
+                "lease": format(view.node_leases[node_id], "x"),
+                "ready": node.ready,
+                "not_ready": node.not_ready,
+                "draining": node_id in draining,
+                "channels": counts.get(node_id, 0),
+            }
+            for node_id, node in sorted(view.nodes.items())
+        ],
+        "channels": channels,
+        "moves": [
+            {
+                "at_ms": m.at_ms,
+                "channel": m.channel,
+                "from": m.previous,
+                "to": None if m.node < 0 else m.node,
+                "reason": m.reason,
+                "detail": m.detail,
+                "term": m.term,
+                "trace_id": m.trace_id,
+            }
+            for _key, m in view.moves[-moves:]
+        ],
+    }
+
+
 def _ago(at_ms: int, now_ms: int) -> str:
     return f"{max(0, now_ms - at_ms) / 1000:.1f}s ago"
 
@@ -82,6 +177,8 @@ def render_status(view: ClusterView, *, moves: int = 10) -> str:
         counts[a.node] = counts.get(a.node, 0) + 1
     for node_id, node in sorted(view.nodes.items()):
         flag = "  draining" if node_id in draining else ""
+        if not node.ready:
+            flag += f"  NOT READY ({node.not_ready})"
         lease = view.node_leases[node_id]
         lines.append(
             f"  {node_id:>4}  {node.address:<22} v{node.version:<8} lease {lease:x}"
@@ -90,18 +187,17 @@ def render_status(view: ClusterView, *, moves: int = 10) -> str:
     lines.append(f"channels ({len(view.channels)}):")
     for channel in sorted(view.channels | set(view.assignments)):
         held = view.assignments.get(channel)
-        s = view.statuses.get(channel)
+        s = view.current_status(channel)
         owner = "-" if held is None else str(held.node)
         alive = "" if held is None or held.node in view.nodes else " (gone)"
-        state = "unassigned"
-        if held is not None:
-            state = "waiting"
-            if (
-                s is not None
-                and s.node == held.node
-                and s.assignment_revision == view.assignment_revisions[channel]
-            ):
-                state = s.state + (f" ({s.reason})" if s.reason else "")
+        state = channel_state(view, channel)
+        if s is not None and held is not None and held.node in view.nodes:
+            state += f" for {max(0, now - s.at_ms) / 1000:.1f}s"
+            if s.failures:
+                assert s.failing_since_ms is not None
+                state += f", {s.failures} failed opens since {_ago(s.failing_since_ms, now)}"
+            if s.reason:
+                state += f" ({s.reason})"
         lines.append(f"  {channel:<32} node {owner}{alive:<8} {state}")
     lines.append(f"last moves ({min(moves, len(view.moves))} of {len(view.moves)} kept):")
     for _key, m in view.moves[-moves:]:
@@ -109,6 +205,6 @@ def render_status(view: ClusterView, *, moves: int = 10) -> str:
         target = "(removed)" if m.node < 0 else str(m.node)
         lines.append(
             f"  {_ago(m.at_ms, now):>10}  {m.channel:<32} {source} -> {target}  {m.reason}"
-            f"  term {m.term}  trace {m.trace_id}"
+            f"  term {m.term}  trace {m.trace_id}" + (f"  ({m.detail})" if m.detail else "")
         )
     return "\n".join(lines)

@@ -3,7 +3,12 @@
 Order of concerns in one round: channels removed from the set lose their assignment;
 channels without an owner get one; channels of a node gone for longer than the grace
 period, or of a draining node, move at once (unbounded: they take no writes until
-moved). Only when nothing else moves and every assigned channel serves, at most
+moved). A channel whose owner has failed to open it (or has been opening it) for
+longer than its bound
+(``heal_after_ms``: the balancer backs it off for a channel that keeps failing) moves
+to another node, so one node that cannot reach its broker does not keep a channel
+unserved. Only a ready node (it reached its broker) is a target. Only when nothing
+else moves and every assigned channel serves, at most
 ``max_moves`` channels move from the fullest node to the emptiest, so a joining node
 fills in bounded steps and never triggers a storm. A target is always the node with
 the fewest channels (ties: the lowest id), so counts stay within one of each other.
@@ -11,10 +16,10 @@ the fewest channels (ties: the lowest id), so counts stay within one of each oth
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from streamwal.cluster.records import MoveReason
+from streamwal.cluster.records import ChannelStatus, MoveReason
 from streamwal.cluster.view import ClusterView
 
 __all__ = ["Decision", "plan_round"]
@@ -28,6 +33,8 @@ class Decision:
     reason: str
     previous: int | None
     lost_at_ms: int | None = None
+    #: recorded with the move (an open-failed move: the owner's last error)
+    detail: str = ""
 
 
 def plan_round(
@@ -37,10 +44,11 @@ def plan_round(
     absent_since_ms: Mapping[int, int],
     grace_ms: int,
     max_moves: int,
+    heal_after_ms: Callable[[str], int] | None = None,
 ) -> list[Decision]:
     live = set(view.nodes)
     draining = view.draining()
-    targets = sorted(live - draining)
+    targets = sorted(view.ready_nodes() - draining)
     counts = {node: 0 for node in targets}
     for assignment in view.assignments.values():
         if assignment.node in counts and assignment.channel in view.channels:
@@ -51,14 +59,23 @@ def plan_round(
         if channel not in view.channels
     ]
 
-    def place(channel: str, reason: str, previous: int | None, lost_at: int | None = None) -> None:
-        if not counts:
+    def place(
+        channel: str,
+        reason: str,
+        previous: int | None,
+        lost_at: int | None = None,
+        detail: str = "",
+    ) -> None:
+        candidates = counts
+        if reason == MoveReason.OPEN_FAILED:  # anywhere but where it keeps failing
+            candidates = {n: c for n, c in counts.items() if n != previous}
+        if not candidates:
             return
-        target = min(counts, key=lambda n: (counts[n], n))
+        target = min(candidates, key=lambda n: (candidates[n], n))
         counts[target] += 1
         if previous in counts:
             counts[previous] -= 1
-        decisions.append(Decision(channel, target, reason, previous, lost_at))
+        decisions.append(Decision(channel, target, reason, previous, lost_at, detail))
 
     for channel in sorted(view.channels):
         current = view.assignments.get(channel)
@@ -70,6 +87,10 @@ def plan_round(
                 place(channel, MoveReason.NODE_LOST, current.node, lost_at)
         elif current.node in draining:
             place(channel, MoveReason.DRAIN, current.node)
+        elif heal_after_ms is not None:
+            detail = _failing(view.current_status(channel), now_ms, heal_after_ms(channel))
+            if detail:
+                place(channel, MoveReason.OPEN_FAILED, current.node, detail=detail)
     if decisions or len(counts) < 2:
         return decisions
     if not all(view.serving(c) for c in view.channels if c in view.assignments):
@@ -89,3 +110,19 @@ def plan_round(
         counts[emptiest] += 1
         decisions.append(Decision(channel, emptiest, MoveReason.NODE_JOINED, fullest))
     return decisions
+
+
+def _failing(status: ChannelStatus | None, now_ms: int, bound_ms: int) -> str:
+    """Why the owner counts as unable to open the channel (``""``: it does not): its
+    opens have failed for ``bound_ms``, or one open has run that long unanswered (an
+    open against a broker that refuses connections retries rather than fails)."""
+    if status is None or status.state == "serving":
+        return ""
+    if status.failing_since_ms is not None and now_ms - status.failing_since_ms >= bound_ms:
+        failing_s = (now_ms - status.failing_since_ms) / 1000
+        detail = f"{status.failures} failed opens in {failing_s:.1f}s"
+        return detail + (f", last: {status.reason}" if status.reason else "")
+    if status.state == "opening" and now_ms - status.at_ms >= bound_ms:
+        detail = f"opening for {(now_ms - status.at_ms) / 1000:.1f}s without an answer"
+        return detail + (f" (last error: {status.reason})" if status.reason else "")
+    return ""

@@ -8,7 +8,8 @@ Layout under ``<prefix>/cluster/``:
 ``seeded``           set once the configured channel set was written
 ``channels/<name>``  the channel set
 ``assign/<name>``    which node owns a channel, written by a balancer under its term
-``status/<name>``    what the owner reports: opening, serving or failed (reason)
+``status/<name>``    what the owner reports: opening, serving or failed (reason,
+                     since when its opens fail)
 ``drain/<id>``       an operator asked to empty this node (for this start of it)
 ``moves/<time>``     the last moves with their reasons (the balancer trims them)
 """
@@ -50,6 +51,7 @@ class MoveReason:
     NODE_JOINED = "node-joined"  # rebalancing onto a node with fewer channels
     DRAIN = "drain"
     OPERATOR = "operator"  # the channel was removed from the set
+    OPEN_FAILED = "open-failed"  # its owner kept failing to open it past the bound
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,11 @@ class NodeRecord:
     address: str
     version: str
     started_at_ms: int
+    #: able to serve (reached the broker): only a ready node is given channels; a
+    #: record written before readiness existed decodes as ready
+    ready: bool = True
+    #: why not, when not ready (``cluster status`` shows it)
+    not_ready: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,11 @@ class ChannelStatus:
     at_ms: int
     #: the etcd revision of the assignment this status answers
     assignment_revision: int
+    #: when the owner's opens of this assignment began failing (cleared once it
+    #: serves): the balancer moves the channel once this is older than its bound
+    failing_since_ms: int | None = None
+    #: failed opens of this assignment so far
+    failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,8 @@ class Move:
     term: int
     at_ms: int
     trace_id: str = ""
+    #: what made the move necessary beyond its reason (an open-failed move: the error)
+    detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -47,16 +47,35 @@ class ClusterView:
         }
 
     def serving(self, channel: str) -> bool:
-        """The assigned owner reports serving this very assignment."""
+        """The assigned owner is live and reports serving this very assignment (a
+        status key outlives its node: it is not on the node's lease)."""
         status = self.statuses.get(channel)
         assignment = self.assignments.get(channel)
         return (
             status is not None
             and assignment is not None
+            and assignment.node in self.nodes
             and status.state == "serving"
             and status.node == assignment.node
             and status.assignment_revision == self.assignment_revisions.get(channel)
         )
+
+    def ready_nodes(self) -> set[int]:
+        """Live nodes that can take channels (they reached their broker)."""
+        return {node for node, record in self.nodes.items() if record.ready}
+
+    def current_status(self, channel: str) -> ChannelStatus | None:
+        """The owner's report on the channel's current assignment (``None``: none yet)."""
+        status = self.statuses.get(channel)
+        assignment = self.assignments.get(channel)
+        if (
+            status is None
+            or assignment is None
+            or status.node != assignment.node
+            or status.assignment_revision != self.assignment_revisions.get(channel)
+        ):
+            return None
+        return status
 
     def owner_address(self, channel: str) -> str | None:
         assignment = self.assignments.get(channel)

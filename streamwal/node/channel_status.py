@@ -1,8 +1,9 @@
 """``streamwal channel status NAME``: a channel's truncation point, storage and consumers.
 
 Read from the broker (the admin API and a plain reader), not from a node, so it works
-on a channel nobody owns, from any shell that reaches the broker. Exit codes: 0, or 2
-when the broker or its admin API cannot be read.
+on a channel nobody owns, from any shell that reaches the broker. Exit codes: 0, 2
+when the broker or its admin API cannot be read, 3 when the channel does not exist
+(asked of the admin API first: a reader would create the topic).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 import pulsar
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
+from streamwal.adaptors.pulsar.admin import require_topic
 from streamwal.adaptors.pulsar.scanner import to_backend_message
-from streamwal.errors import DecodeError, StreamwalError
+from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
 from streamwal.tso.timestamp import physical_datetime
 from streamwal.wal.initializing import open_read_only
 from streamwal.wal.message import decode
@@ -44,6 +46,8 @@ def register(sub: Any) -> None:
 async def channel_status(config: PulsarConfig, channel: str) -> dict[str, Any]:
     """What ``status`` prints, as data."""
     async with PulsarOpener(config) as opener:
+        if opener.admin is not None:
+            await require_topic(opener.admin, config.topic(channel), channel)
         reader = await open_read_only(opener, channel)
         try:
             state = await reader.retention()
@@ -138,6 +142,9 @@ def _run(args: argparse.Namespace) -> int:
             namespace=args.namespace,
         )
         status = asyncio.run(channel_status(config, args.name))
+    except NoSuchChannelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     except (StreamwalError, OSError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -31,9 +31,11 @@ from opentelemetry.trace import TracerProvider
 from streamwal.errors import StreamwalError, WriteOutcome
 from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError, node_error
 from streamwal.node.idempotence import ProducerIdentity
+from streamwal.node.limits import grpc_message_limit
 from streamwal.node.outcome import in_band_error, rpc_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.tracing import name_client_span
 from streamwal.tso.tls import ClientTLS, open_channel
 
 __all__ = [
@@ -230,11 +232,13 @@ class NodeClient:
         self._timeout = timeout
         self._retries = retries
         interceptors = (
-            aio_client_interceptors(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
+            aio_client_interceptors(  # type: ignore[no-untyped-call]
+                tracer_provider=tracer_provider, request_hook=name_client_span
+            )
             if tracing
             else []
         )
-        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        options = [("grpc.max_receive_message_length", grpc_message_limit())]
         self._channel = open_channel(address, tls, options=options, interceptors=interceptors)
         self._stub = pb_grpc.StreamingNodeStub(self._channel)
 

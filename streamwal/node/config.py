@@ -33,6 +33,7 @@ import yaml
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.cluster.config import ClusterSettings
 from streamwal.errors import ConfigError
+from streamwal.node.tracing import DEFAULT_RATIO, DEFAULT_SAMPLER, SAMPLERS
 from streamwal.tso.config import TsoConfig
 from streamwal.wal.config import WALConfig
 
@@ -44,6 +45,7 @@ __all__ = [
     "NodeSettings",
     "TSOSettings",
     "TelemetrySettings",
+    "TracingSettings",
     "load_config",
     "tso_config",
 ]
@@ -262,8 +264,9 @@ def tso_config(etcd: EtcdSettings, tso: TSOSettings) -> TsoConfig:
 
 @dataclass(frozen=True)
 class TelemetrySettings:
-    #: ``OTEL_SERVICE_NAME`` wins when set
-    service_name: str = "streamwal"
+    #: the logical service (``service.name``); each node is told apart by
+    #: ``service.instance.id`` = ``node-<id>``. ``OTEL_SERVICE_NAME`` wins when set
+    service_name: str = "streamwal-node"
     #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` wins when set; empty and unset: no export.
     #: ``http://host:4317`` is plain text; ``https://`` or no scheme is TLS (see
     #: streamwal/node/telemetry.py for the standard variables that configure it)
@@ -280,6 +283,53 @@ class TelemetrySettings:
 
 
 @dataclass(frozen=True)
+class TracingSettings:
+    """Which new traces are kept; ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG``
+    win when set, as in every OpenTelemetry SDK. A channel's lifecycle spans and the
+    children of a caller's sampled span are kept whatever these say
+    (:mod:`streamwal.node.tracing`)."""
+
+    #: a standard name: always_on, always_off, traceidratio, parentbased_always_on,
+    #: parentbased_always_off, parentbased_traceidratio
+    sampler: str = DEFAULT_SAMPLER
+    #: the share of new root traces the ratio-based samplers keep, 0..1
+    ratio: float = DEFAULT_RATIO
+
+    def check(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(
+                "tracing.sampler", f"expected one of {', '.join(SAMPLERS)}, got {self.sampler!r}"
+            )
+        if not 0.0 <= self.ratio <= 1.0:
+            raise ConfigError("tracing.ratio", f"must be within 0..1, got {self.ratio!r}")
+
+
+def _standard_sampler(settings: TracingSettings, environ: Mapping[str, str]) -> TracingSettings:
+    """``OTEL_TRACES_SAMPLER``/``_ARG`` over the file's ``tracing:``; a bad value names
+    the variable (other SDKs fall back silently, which hides a typo until traces are
+    missing)."""
+    name = environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    arg = environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    if not name and not arg:
+        return settings
+    if name and name not in SAMPLERS:
+        raise ConfigError(
+            "OTEL_TRACES_SAMPLER", f"expected one of {', '.join(SAMPLERS)}, got {name!r}"
+        )
+    ratio = settings.ratio
+    if arg:
+        try:
+            ratio = float(arg)
+        except ValueError:
+            raise ConfigError(
+                "OTEL_TRACES_SAMPLER_ARG", f"expected a number, got {arg!r}"
+            ) from None
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError("OTEL_TRACES_SAMPLER_ARG", f"must be within 0..1, got {arg!r}")
+    return TracingSettings(sampler=name or settings.sampler, ratio=ratio)
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     node: NodeSettings = field(default_factory=NodeSettings)
     #: the library's config: the section's keys are its fields (see PulsarConfig)
@@ -291,11 +341,13 @@ class NodeConfig:
     #: the library's config: the section's keys are its fields (see WALConfig)
     wal: WALConfig = field(default_factory=WALConfig)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    #: sampling of traces (``OTEL_TRACES_SAMPLER``/``_ARG`` win)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     #: membership, balancing and failover through etcd (off: channels are assigned by RPC)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     def __post_init__(self) -> None:
-        for section in (self.node, self.etcd, self.tso, self.telemetry, self.cluster):
+        for section in (self.node, self.etcd, self.tso, self.telemetry, self.tracing, self.cluster):
             section.check()
         if (
             self.cluster.enabled
@@ -509,5 +561,8 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError("config", f"{path} must hold a mapping of sections")
         data = loaded
-    data = _merge(data, _env_overrides(os.environ if environ is None else environ))
-    return typing.cast(NodeConfig, _build("", NodeConfig, data))
+    environ = os.environ if environ is None else environ
+    data = _merge(data, _env_overrides(environ))
+    config = typing.cast(NodeConfig, _build("", NodeConfig, data))
+    tracing = _standard_sampler(config.tracing, environ)
+    return config if tracing == config.tracing else dataclasses.replace(config, tracing=tracing)

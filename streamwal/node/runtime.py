@@ -1,8 +1,17 @@
 """One streaming node: TSO access, the Pulsar opener, its channels and its gRPC server.
 
-Start order: TSO (in-process oracle campaigns, or a remote allocator), the backend
-opener, the gRPC server, then with ``cluster.enabled`` the node's cluster membership
-(:mod:`streamwal.cluster`). Stop order (bounded at each step): a cluster node first
+Start order: the gRPC port (a taken port fails the start: SO_REUSEPORT is off, so
+two nodes never share an address), TSO (in-process oracle campaigns, or a remote
+allocator), the backend opener, the gRPC server, then with ``cluster.enabled`` the
+node's cluster membership (:mod:`streamwal.cluster`), registered as not ready.
+
+Readiness: the node is ready once it reached the broker (the opener's self-checks,
+which a first write needs anyway, pass). Until then gRPC health is NOT_SERVING,
+``/readyz`` says why, and its cluster record says it cannot take channels, so the
+balancer gives it none: a node with a wrong broker URL serves nothing rather than
+holding channels it cannot open. It keeps trying, with a growing pause.
+
+Stop order (bounded at each step): a cluster node first
 drains itself and leaves (its channels move while it still serves them); health NOT_SERVING and
 stop accepting; let in-flight RPCs finish within the grace period; close every WAL
 (each waits for its in-flight appends); close the opener; close the TSO.
@@ -24,28 +33,41 @@ one node's clock back while it runs. Never set it in production.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.trace import TracerProvider
 
 from streamwal import __version__
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.cluster.member import ClusterMember
 from streamwal.cluster.routing import add_routing_servicer
 from streamwal.cluster.store import ClusterStore
-from streamwal.errors import ClosedError, NotLeaderError, UnavailableError
+from streamwal.errors import (
+    ClosedError,
+    NotLeaderError,
+    PortInUseError,
+    StreamwalError,
+    UnavailableError,
+)
 from streamwal.node.batching import NodeServicer
 from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
+from streamwal.node.endpoints import Readiness, check_port_free
 from streamwal.node.health import HealthService
+from streamwal.node.limits import grpc_message_limit
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.server_tracing import ServerInterceptor
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
+from streamwal.node.tracing import routed_to
 from streamwal.tso import (
     ClientTLS,
     Clock,
@@ -62,7 +84,12 @@ __all__ = ["Node", "client_tls"]
 _log = logging.getLogger(__name__)
 
 SERVICE_NAME = "streamwal.v1.StreamingNode"
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+ROUTING_SERVICE = "streamwal.cluster.v1.ClusterRouting"
+TSO_SERVICE = "streamwal.tso.v1.TSO"
+#: pauses between tries to reach the broker while not ready: first, longest
+_BROKER_RETRY_S = (1.0, 15.0)
+#: how often the node's watch updates its health and liveness heartbeat
+_WATCH_S = 0.5
 TEST_CLOCK_ENV = "STREAMWAL_TEST_CLOCK_FILE"
 
 
@@ -128,8 +155,22 @@ class _CandidateSource:
 class Node:
     """``async with Node(config) as node``; ``node.port`` is the bound gRPC port."""
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        readiness: Readiness | None = None,
+    ) -> None:
+        """``tracer_provider``: this node's own, in a process that hosts several nodes
+        (:meth:`~streamwal.node.telemetry.Telemetry.node_tracer_provider`), so its spans
+        name it; ``None``: the process's global provider (``streamwal serve``).
+        ``readiness``: what ``/readyz`` reads (``streamwal serve`` binds it first)."""
         self.config = config
+        self.readiness = readiness or Readiness()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready_event = asyncio.Event()
+        self._tracer_provider = tracer_provider
         self._oracle: TimestampOracle | None = None
         self._candidate: _CandidateSource | None = None
         self._remote: RemoteSource | None = None
@@ -172,21 +213,38 @@ class Node:
         return lambda: LocalAllocator(source, batch)
 
     async def start(self) -> None:
+        # the tasks started here (the server's, the cluster member's) make their spans
+        # with this node's provider when it has one
+        with routed_to(self._tracer_provider):
+            await self._start()
+
+    async def _start(self) -> None:
         cfg = self.config
+        interceptor = ServerInterceptor(
+            tracer_provider=self._tracer_provider,
+            span_attributes={NODE_ID_ATTRIBUTE: cfg.node.id},
+            route=self._tracer_provider is not None,
+        )
         self._server = grpc.aio.server(
             # one span per call (health checks none) and typed refusals of malformed
             # requests, in one wrapper per method
-            interceptors=[ServerInterceptor()],
+            interceptors=[interceptor],
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                # derived from the largest message the WAL takes: one setting
+                ("grpc.max_receive_message_length", grpc_message_limit(cfg.wal.max_message_bytes)),
+                ("grpc.max_send_message_length", grpc_message_limit(cfg.wal.max_message_bytes)),
                 # a client that vanished without closing its connection (host gone,
                 # link cut) is found out by an unanswered ping, and its streams end
                 ("grpc.keepalive_time_ms", 30_000),
                 ("grpc.keepalive_timeout_ms", 10_000),
+                # a second node on a taken port must fail, not share it
+                ("grpc.so_reuseport", 0),
             ],
         )
         self._port = self._bind(self._server)
+        self.readiness.block("broker", f"not reached yet ({cfg.pulsar.service_url})")
+        if cfg.cluster.enabled:
+            self.readiness.block("cluster", "not registered yet")
         try:
             if cfg.tso.mode == "in-process":
                 await self._start_oracle(self._server)
@@ -206,14 +264,20 @@ class Node:
                 add_routing_servicer(self._server, lambda: cluster.latest_view)
             else:
                 add_routing_servicer(self._server, None)
-            await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-            await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+            for service in self._services():  # SERVING once ready (_reach_broker)
+                await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
             await self._server.start()
             if self._cluster is not None:
                 await self._cluster.start()
+                self.readiness.clear("cluster")
         except BaseException:
             await self.close()
             raise
+        self.readiness.clear("start")
+        self._tasks = [
+            asyncio.create_task(self._reach_broker(), name="node-reach-broker"),
+            asyncio.create_task(self._watch(), name="node-watch"),
+        ]
         _log.info(
             "node %d serving on %s, advertised as %s (tso %s)",
             cfg.node.id,
@@ -230,7 +294,81 @@ class Node:
             address=self.address,
             version=__version__,
             channels=self.channels,
+            not_ready="broker: not reached yet",
         )
+
+    def _services(self) -> list[str]:
+        """The health names of what this node serves ("" is the whole node)."""
+        return ["", SERVICE_NAME, ROUTING_SERVICE]
+
+    @property
+    def ready(self) -> bool:
+        return self._ready_event.is_set()
+
+    async def wait_ready(self) -> None:
+        await self._ready_event.wait()
+
+    async def _reach_broker(self) -> None:
+        """Run the broker self-checks until they pass, then turn ready (see the module
+        docstring); each new reason to wait is logged once."""
+        assert self._opener is not None
+        pause, longest = _BROKER_RETRY_S
+        said = ""
+        while not self._closed:
+            try:
+                await self._opener.verify_broker()
+                break
+            except (StreamwalError, OSError) as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                self.readiness.block("broker", why)
+                if self._cluster is not None:
+                    with contextlib.suppress(StreamwalError):
+                        await self._cluster.set_ready(False, f"broker: {why}")
+                # each try probes a fresh topic: the same failure names another one
+                same = re.sub(r"-probe-[0-9a-f]+", "-probe", why)
+                if same != said:
+                    _log.warning(
+                        "node %d not ready: broker: %s (trying again, every %.0fs at most)",
+                        self.config.node.id,
+                        why,
+                        longest,
+                    )
+                    said = same
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, longest)
+        if self._closed:
+            return
+        self.readiness.clear("broker")
+        if self._cluster is not None:
+            while not self._closed:
+                try:
+                    await self._cluster.set_ready(True)
+                    break
+                except StreamwalError as exc:
+                    self.readiness.block("cluster", f"readiness not published: {exc}")
+                    await asyncio.sleep(1.0)
+            self.readiness.clear("cluster")
+        for service in self._services():
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._ready_event.set()
+        _log.info(
+            "node %d ready: broker %s reached", self.config.node.id, self.config.pulsar.service_url
+        )
+
+    async def _watch(self) -> None:
+        """The liveness heartbeat, and the TSO service's health following leadership."""
+        serving_tso: bool | None = None
+        while not self._closed:
+            self.readiness.beat()
+            if self._oracle is not None and self._oracle.is_serving != serving_tso:
+                serving_tso = self._oracle.is_serving
+                status = (
+                    health_pb2.HealthCheckResponse.SERVING
+                    if serving_tso
+                    else health_pb2.HealthCheckResponse.NOT_SERVING
+                )
+                await self._health.set(TSO_SERVICE, status)
+            await asyncio.sleep(_WATCH_S)
 
     async def _start_oracle(self, server: grpc.aio.Server) -> None:
         """Campaign; wait until this node serves or another node is known to lead."""
@@ -249,17 +387,27 @@ class Node:
 
     def _bind(self, server: grpc.aio.Server) -> int:
         listen = self.config.node.listen
+        # checked first: gRPC's own refusal is a core log line and a vague RuntimeError
+        check_port_free("gRPC", listen)
         tls = self.config.node.tls
-        if tls.cert_file and tls.key_file:
-            creds = server_credentials(tls.cert_file, tls.key_file, tls.ca_file)
-            return int(server.add_secure_port(listen, creds))
-        return int(server.add_insecure_port(listen))
+        try:
+            if tls.cert_file and tls.key_file:
+                creds = server_credentials(tls.cert_file, tls.key_file, tls.ca_file)
+                return int(server.add_secure_port(listen, creds))
+            return int(server.add_insecure_port(listen))
+        except RuntimeError as exc:  # taken between the check and the bind
+            raise PortInUseError("gRPC", listen, str(exc)) from None
 
     async def close(self, grace: float | None = None) -> None:
         """Graceful stop; see the module docstring for the order. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         grace = self.config.node.shutdown_grace_s if grace is None else grace
         if self._cluster is not None:
             # still serving: the channels move while clients can reach them here

@@ -1,4 +1,11 @@
-"""``streamwal serve``: run one node until SIGTERM or SIGINT, then stop gracefully."""
+"""``streamwal serve``: run one node until SIGTERM or SIGINT, then stop gracefully.
+
+A start that cannot work stops at once with one line on stderr and exit code 1: a
+taken gRPC or metrics port, a node id a live node holds, an etcd that does not
+answer. The HTTP port (``/metrics``, ``/livez``, ``/readyz``) is bound first, so a
+probe reads "not ready" and why while the node starts. The ``ready on`` line is
+printed when the node can serve (it reached its broker), not when it listens.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from typing import Any
 
 from streamwal.errors import StreamwalError
 from streamwal.node.config import ConfigError, load_config
+from streamwal.node.endpoints import HttpEndpoints, Readiness
 from streamwal.node.runtime import Node
 from streamwal.node.telemetry import setup_telemetry
 
@@ -43,13 +51,24 @@ def _run(args: argparse.Namespace) -> int:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2
     logging.getLogger().setLevel(config.telemetry.log_level.upper())
-    telemetry = setup_telemetry(config)
+    readiness = Readiness()
+    endpoints: HttpEndpoints | None = None
+    if config.node.metrics_listen:
+        endpoints = HttpEndpoints(config.node.metrics_listen, readiness)
+        try:
+            endpoints.start()
+        except (StreamwalError, OSError) as exc:
+            print(f"cannot start the node: {exc}", file=sys.stderr)
+            return 1
+    telemetry = setup_telemetry(config, serve_metrics=False)
     code = 1
     try:
-        code = asyncio.run(_serve(config, telemetry.metrics_port))
+        code = asyncio.run(_serve(config, endpoints, readiness))
     except BaseException:  # reported here: os._exit below would swallow it
         traceback.print_exc()
     finally:
+        if endpoints is not None:
+            endpoints.close()
         telemetry.shutdown()
         # Everything is closed and flushed by now. The Pulsar C++ client can abort
         # (SIGABRT) while the interpreter tears its threads down, turning a clean
@@ -60,12 +79,12 @@ def _run(args: argparse.Namespace) -> int:
         os._exit(code)
 
 
-async def _serve(config: Any, metrics_port: int | None) -> int:
+async def _serve(config: Any, endpoints: HttpEndpoints | None, readiness: Readiness) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    node = Node(config)
+    node = Node(config, readiness=readiness)
     try:
         await node.start()
     except (StreamwalError, OSError) as exc:
@@ -75,11 +94,21 @@ async def _serve(config: Any, metrics_port: int | None) -> int:
     gc.set_threshold(*_GC_THRESHOLDS)
     # the port, where the configuration let the OS pick it (``:0``), is only known here
     metrics = ""
-    if metrics_port is not None:
-        host = config.node.metrics_listen.rpartition(":")[0] or "0.0.0.0"
-        metrics = f" (metrics on http://{host}:{metrics_port}/metrics)"
-    print(f"streamwal node {config.node.id} ready on {node.address}{metrics}", flush=True)
-    await stop.wait()
+    if endpoints is not None:
+        metrics = f" (metrics on http://{endpoints.host}:{endpoints.port}/metrics)"
+    print(
+        f"streamwal node {config.node.id} listening on {node.address}; "
+        "it serves once it reaches the broker",
+        flush=True,
+    )
+    ready = asyncio.ensure_future(node.wait_ready())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait((ready, stopped), return_when=asyncio.FIRST_COMPLETED)
+    if ready.done():
+        print(f"streamwal node {config.node.id} ready on {node.address}{metrics}", flush=True)
+    else:
+        ready.cancel()
+    await stopped
     _log.info("signal received: stopping gracefully")
     await node.close()
     return 0

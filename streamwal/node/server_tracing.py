@@ -17,7 +17,16 @@ This does the same observable job with less work per call:
   and, for the codes that mean a server fault, an ERROR status ``"<code>:<details>"``;
   an exception is recorded on the span, and one that escapes the handler without a
   status is UNKNOWN, which is what gRPC answers;
-- health checks make no span: they would flood the traces.
+- a call refused because this node does not own the channel (fenced by a newer owner,
+  or not here) is marked ERROR too, with the domain error (its type and message) as
+  the exception: the gRPC conventions leave FAILED_PRECONDITION and NOT_FOUND unset on
+  a server, but a fenced write is what an operator reading a move looks for, and
+  gRPC's own ``AbortError`` (how a handler ends a call with a status) names nothing;
+- health checks make no span: they would flood the traces; TSO calls make one only
+  when they join a caller's trace (a timestamp batch fetched in the background would
+  otherwise be a one-span trace of its own per fetch);
+- with ``route=True`` (a process hosting several nodes) the spans library code starts
+  during the call go to this node's provider (:mod:`streamwal.node.tracing`).
 
 Request bytes that are not the method's message get INVALID_ARGUMENT (gRPC alone
 answers UNKNOWN, which a client cannot act on): requests are parsed leniently and the
@@ -32,6 +41,7 @@ once it starts, so this must be the last interceptor of the chain. Handlers are 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -46,11 +56,17 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-__all__ = ["HEALTH_SERVICE", "ServerInterceptor"]
+from streamwal.errors import ChannelFencedError, ChannelNotFoundError
+from streamwal.node.tracing import route_call, unroute
+
+__all__ = ["HEALTH_SERVICE", "REFUSALS", "TSO_SERVICE", "ServerInterceptor"]
 
 _log = logging.getLogger(__name__)
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
+TSO_SERVICE = "tso.v1.TSO"
+#: domain errors whose refusal marks the server span ERROR (see the module docstring)
+REFUSALS: tuple[type[Exception], ...] = (ChannelFencedError, ChannelNotFoundError)
 
 # the OpenTelemetry semantic-convention names the gRPC instrumentation uses
 RPC_SYSTEM = "rpc.system"
@@ -122,6 +138,8 @@ class _Method:
 
     name: str
     attributes: dict[str, AttributeValue]
+    #: a span only inside a caller's trace
+    joined_only: bool = False
 
     @classmethod
     def of(cls, full_method: str) -> _Method:
@@ -171,21 +189,37 @@ async def _refuse_rest(
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, malformed[0].problem)
 
 
+def _domain_error(exc: Exception) -> Exception:
+    """What a call failed of: the error a handler was answering when it aborted (gRPC's
+    ``AbortError`` chains it as its context), else what it raised."""
+    if isinstance(exc, grpc.aio.AbortError) and isinstance(exc.__context__, Exception):
+        return exc.__context__
+    return exc
+
+
 class _Call:
     """One call's span, current while its handler runs."""
 
-    __slots__ = ("escaped", "span", "token")
+    __slots__ = ("escaped", "refused", "route", "span", "token")
 
-    def __init__(self, span: Span, token: object | None) -> None:
+    def __init__(self, span: Span, token: object | None, route: object | None = None) -> None:
         self.span = span
         self.token = token
+        self.route = route
         self.escaped: Exception | None = None
+        self.refused: Exception | None = None
 
     def failed(self, exc: Exception) -> None:
-        """Record what the handler raised (``context.abort`` raises too)."""
+        """Record what the handler raised (``context.abort`` raises too), as the domain
+        error it answered where there is one."""
         self.escaped = exc
-        if type(exc) is not Exception:  # a bare ``Exception`` says nothing more
-            self.span.record_exception(exc)
+        error = _domain_error(exc)
+        if isinstance(error, grpc.aio.AbortError):
+            return  # a bare abort: the status says it all
+        if isinstance(error, REFUSALS):
+            self.refused = error
+        if type(error) is not Exception:  # a bare ``Exception`` says nothing more
+            self.span.record_exception(error)
 
     def end(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         span = self.span
@@ -198,17 +232,26 @@ class _Call:
             span.set_attribute(RPC_GRPC_STATUS_CODE, code.value[0])
             if code in _SERVER_FAULTS:
                 span.set_status(Status(StatusCode.ERROR, f"{code}:{details}"))
+            elif self.refused is not None:
+                refused = self.refused
+                span.set_status(Status(StatusCode.ERROR, f"{type(refused).__name__}: {refused}"))
         span.end()
 
     def detach(self) -> None:
         if self.token is not None:
             otel_context.detach(self.token)  # type: ignore[arg-type]
+        if self.route is not None:
+            unroute(self.route)
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """``grpc.aio.server(interceptors=[ServerInterceptor()])``; see the module docstring.
 
-    ``untraced``: services whose calls make no span (their requests are still checked).
+    ``untraced``: services whose calls make no span (their requests are still checked);
+    ``joined_only``: services whose calls make one only inside a caller's trace;
+    ``span_attributes``: on every call's span (a node names itself);
+    ``route``: spans started during a call go to ``tracer_provider`` (a process hosting
+    several nodes, each with a provider of its own).
     """
 
     def __init__(
@@ -216,9 +259,15 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         *,
         tracer_provider: TracerProvider | None = None,
         untraced: Collection[str] = (HEALTH_SERVICE,),
+        joined_only: Collection[str] = (TSO_SERVICE,),
+        span_attributes: dict[str, AttributeValue] | None = None,
+        route: bool = False,
     ) -> None:
         self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
         self._untraced = frozenset(untraced)
+        self._joined_only = frozenset(joined_only)
+        self._span_attributes = dict(span_attributes or {})
+        self._route = tracer_provider if route else None
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -238,6 +287,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _wrap(self, full_method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         service = full_method.lstrip("/").partition("/")[0]
         method = None if service in self._untraced else _Method.of(full_method)
+        if method is not None:
+            method.attributes.update(self._span_attributes)
+            if service in self._joined_only:
+                method = dataclasses.replace(method, joined_only=True)
         changes: dict[str, Any] = {}
         if handler.request_deserializer is not None:
             changes["request_deserializer"] = _lenient(handler.request_deserializer)
@@ -248,8 +301,9 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return handler._replace(**changes)
 
     def _begin(self, method: _Method | None, context: grpc.aio.ServicerContext[Any, Any]) -> _Call:
+        route = route_call(self._route) if self._route is not None else None
         if method is None:
-            return _Call(trace.INVALID_SPAN, None)
+            return _Call(trace.INVALID_SPAN, None, route)
         attributes = dict(method.attributes)
         parent = None
         metadata = context.invocation_metadata()
@@ -259,11 +313,14 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             agent = carrier.get("user-agent")
             if agent:
                 attributes[RPC_USER_AGENT] = agent
+        if method.joined_only and not trace.get_current_span(parent).get_span_context().is_valid:
+            return _Call(trace.INVALID_SPAN, None, route)
         attributes.update(_peer_attributes(context.peer()))
         span = self._tracer.start_span(
             method.name, context=parent, kind=SpanKind.SERVER, attributes=attributes
         )
-        return _Call(span, otel_context.attach(trace.set_span_in_context(span, parent)))
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        return _Call(span, token, route)
 
     def _wrapped(
         self, behavior: Behavior, method: _Method | None, request_streaming: bool

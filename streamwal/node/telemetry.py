@@ -1,105 +1,169 @@
 """Wiring the OpenTelemetry SDK at node start-up (library code uses the API only).
 
-Traces: a ``TracerProvider`` whose resource carries ``service.name`` (from
-``OTEL_SERVICE_NAME``, else the config) and ``streamwal.node.id``; spans are
-batched to an OTLP/gRPC exporter when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or the config
-names an endpoint. TLS follows the OpenTelemetry rules, read by the exporter
-itself: an ``https://`` endpoint is TLS; otherwise ``OTEL_EXPORTER_OTLP_INSECURE``
-decides when set, and when unset an ``http://`` endpoint (the local stack's
-collector) is plain text and any other is TLS. ``OTEL_EXPORTER_OTLP_CERTIFICATE``
-and the client certificate and key variables configure that TLS. Metrics: a
-``MeterProvider`` read by the Prometheus exporter and served on ``/metrics``. A
-telemetry failure is logged, never raised into the node.
+Traces: a ``TracerProvider`` whose resource follows the semantic conventions:
+``service.name`` is the logical service (``OTEL_SERVICE_NAME``, else
+``telemetry.service_name``, ``streamwal-node``), ``service.instance.id`` is
+``node-<id>`` and ``streamwal.node.id`` the id, so Jaeger shows each node as a process
+of its own. Every span the node's provider starts carries ``streamwal.node.id`` too
+(:class:`~streamwal.node.tracing.NodeIdProcessor`): the one key the Find box and
+``streamwal trace`` read. New root traces are sampled as ``tracing:`` (or
+``OTEL_TRACES_SAMPLER``/``_ARG``) says, lifecycle spans always
+(:mod:`streamwal.node.tracing`). Spans are batched to the SDK's OTLP/gRPC exporter
+when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or the config names an endpoint. TLS follows the
+OpenTelemetry rules, read by the exporter itself: an ``https://`` endpoint is TLS;
+otherwise ``OTEL_EXPORTER_OTLP_INSECURE`` decides when set, and when unset an
+``http://`` endpoint (the local stack's collector) is plain text and any other is TLS.
+``OTEL_EXPORTER_OTLP_CERTIFICATE`` and the client certificate and key variables
+configure that TLS. Metrics: a ``MeterProvider`` read by the Prometheus exporter and
+served on ``/metrics``. A telemetry failure is logged, never raised into the node.
 
-The node id is also a span attribute (:data:`NODE_ID_ATTRIBUTE`) on the spans of the
-node's gRPC service. A resource belongs to a process, and one process may host
-several nodes (the demo runs two): such a process sets telemetry up with
-``one_node=False``, its resource names no node, and only the span attribute says
-which node did the work. In a ``streamwal serve`` process both agree.
+One process may host several nodes (the demo runs two beside its client): it sets
+telemetry up with ``one_node=False``; its own resource then names its role
+(``streamwal-client``), and :meth:`Telemetry.node_tracer_provider` gives each node a
+provider whose resource names that node, sharing the exporter and the sampler.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import Sampler
 
-from streamwal.node.config import NodeConfig
+from streamwal import __version__
+from streamwal.node.config import NodeConfig, TracingSettings
+from streamwal.node.tracing import (
+    ClientSpanNamer,
+    LifecycleSampler,
+    NodeIdProcessor,
+    RoutingTracerProvider,
+    base_sampler,
+)
 
-__all__ = ["NODE_ID_ATTRIBUTE", "Telemetry", "setup_telemetry", "span_exporter"]
+__all__ = [
+    "CLIENT_SERVICE",
+    "NODE_ID_ATTRIBUTE",
+    "Telemetry",
+    "node_resource",
+    "sampler_of",
+    "setup_telemetry",
+    "span_exporter",
+]
 
 _log = logging.getLogger(__name__)
 
-#: The node id, as a resource attribute and as an attribute of the service's spans.
+#: The node id, as a resource attribute and as an attribute of every span a node makes.
 NODE_ID_ATTRIBUTE = "streamwal.node.id"
+#: ``service.name`` of a process that calls nodes (the demo's driver, tools)
+CLIENT_SERVICE = "streamwal-client"
 
 
 @dataclass
 class Telemetry:
     tracer_provider: TracerProvider | None
     metrics_port: int | None
+    #: whether ``tracer_provider``'s resource is a node's (``streamwal serve``)
+    one_node: bool = True
+    _sampler: Sampler | None = None
+    _processors: list[SpanProcessor] = field(default_factory=list)
+    _nodes: dict[int, TracerProvider] = field(default_factory=dict)
+
+    def node_tracer_provider(self, config: NodeConfig) -> TracerProvider | None:
+        """The provider a node of this process makes its spans with (give it to
+        :class:`~streamwal.node.runtime.Node`); ``None`` when tracing is off."""
+        if self.tracer_provider is None or self.one_node:
+            return self.tracer_provider
+        found = self._nodes.get(config.node.id)
+        if found is None:
+            found = TracerProvider(resource=node_resource(config), sampler=self._sampler)
+            found.add_span_processor(NodeIdProcessor(NODE_ID_ATTRIBUTE, config.node.id))
+            found.add_span_processor(ClientSpanNamer())
+            for processor in self._processors:
+                found.add_span_processor(processor)
+            self._nodes[config.node.id] = found
+        return found
 
     def shutdown(self) -> None:
         if self.tracer_provider is not None:
             try:
+                for provider in self._nodes.values():
+                    provider.force_flush(timeout_millis=5000)
                 self.tracer_provider.force_flush(timeout_millis=5000)
-                self.tracer_provider.shutdown()
+                self.tracer_provider.shutdown()  # the shared exporter with it
             except Exception:
                 _log.warning("flushing traces failed", exc_info=True)
 
 
-def _resource(config: NodeConfig, one_node: bool) -> Resource:
-    name = os.environ.get("OTEL_SERVICE_NAME") or config.telemetry.service_name
-    if not one_node:
-        return Resource.create({"service.name": name})
+def node_resource(config: NodeConfig) -> Resource:
+    """One node, by the resource conventions (see the module docstring)."""
     return Resource.create(
         {
-            "service.name": name,
+            "service.name": os.environ.get("OTEL_SERVICE_NAME") or config.telemetry.service_name,
             "service.instance.id": f"node-{config.node.id}",
+            "service.version": __version__,
             NODE_ID_ATTRIBUTE: config.node.id,
         }
     )
 
 
+def _process_resource(service: str) -> Resource:
+    return Resource.create({"service.name": service, "service.version": __version__})
+
+
+def sampler_of(settings: TracingSettings) -> Sampler:
+    """The standard sampler ``settings`` names, with the lifecycle spans kept."""
+    return LifecycleSampler(base_sampler(settings.sampler, settings.ratio))
+
+
 def span_exporter(endpoint: str) -> SpanExporter:
-    """OTLP/gRPC to ``endpoint``; TLS as the module docstring says. The SDK's exporter
-    with the node's own encoder (:mod:`streamwal.node.otlp_encoding`: the same message,
-    without a protobuf object per attribute)."""
-    from streamwal.node.otlp_encoding import FastOTLPSpanExporter
+    """The SDK's OTLP/gRPC exporter to ``endpoint``; TLS as the module docstring says."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
     # no ``insecure`` argument: the exporter then reads the scheme and OTEL_EXPORTER_OTLP_*
-    return FastOTLPSpanExporter(endpoint=endpoint)
+    return OTLPSpanExporter(endpoint=endpoint)
 
 
-def setup_telemetry(config: NodeConfig, *, one_node: bool = True) -> Telemetry:
+def setup_telemetry(
+    config: NodeConfig,
+    *,
+    one_node: bool = True,
+    service: str = CLIENT_SERVICE,
+    serve_metrics: bool = True,
+) -> Telemetry:
     """Install the global tracer and meter providers for this process.
 
-    ``one_node=False``: the process hosts several nodes, so the resource names none
-    of them (``config.node.id`` would be wrong for all but one).
+    ``one_node=False``: the process hosts several nodes, so its resource names none of
+    them (``config.node.id`` would be wrong for all but one) but its role, ``service``;
+    each node takes a provider of its own from :meth:`Telemetry.node_tracer_provider`.
+    ``serve_metrics=False``: the caller serves the registry itself (``streamwal serve``
+    does, beside its probes: :mod:`streamwal.node.endpoints`).
     """
     _quiet_foreign_detach()
-    resource = _resource(config, one_node)
-    tracer_provider: TracerProvider | None = None
+    resource = node_resource(config) if one_node else _process_resource(service)
+    telemetry = Telemetry(tracer_provider=None, metrics_port=None, one_node=one_node)
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or config.telemetry.otlp_endpoint
     if config.telemetry.tracing:
-        tracer_provider = TracerProvider(resource=resource)
+        sampler = telemetry._sampler = sampler_of(config.tracing)
+        provider = telemetry.tracer_provider = TracerProvider(resource=resource, sampler=sampler)
+        if one_node:
+            provider.add_span_processor(NodeIdProcessor(NODE_ID_ATTRIBUTE, config.node.id))
+        provider.add_span_processor(ClientSpanNamer())
         if endpoint:
             try:
-                exporter = span_exporter(endpoint)
-                tracer_provider.add_span_processor(
-                    BatchSpanProcessor(exporter, schedule_delay_millis=500)
-                )
+                processor = BatchSpanProcessor(span_exporter(endpoint), schedule_delay_millis=500)
+                provider.add_span_processor(processor)
+                telemetry._processors.append(processor)
                 _log.info("exporting traces over OTLP to %s", endpoint)
             except Exception:
                 _log.warning("cannot export traces to %s", endpoint, exc_info=True)
-        trace.set_tracer_provider(tracer_provider)
-    metrics_port = _setup_metrics(config, resource)
-    return Telemetry(tracer_provider=tracer_provider, metrics_port=metrics_port)
+        trace.set_tracer_provider(provider if one_node else RoutingTracerProvider(provider))
+    telemetry.metrics_port = _setup_metrics(config, resource, serve_metrics)
+    return telemetry
 
 
 class _ForeignDetachFilter(logging.Filter):
@@ -136,8 +200,15 @@ def _quiet_foreign_detach() -> None:
         logger.addFilter(_DETACH_FILTER)
 
 
-def _setup_metrics(config: NodeConfig, resource: Resource) -> int | None:
+def _setup_metrics(config: NodeConfig, resource: Resource, serve: bool = True) -> int | None:
     if not config.node.metrics_listen:
+        return None
+    if not serve:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from opentelemetry.sdk.metrics import MeterProvider
+
+        reader = PrometheusMetricReader()
+        metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
         return None
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader

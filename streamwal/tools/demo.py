@@ -10,13 +10,19 @@ shows each attempt. Then channels are written, one is moved to node 2 (node 1 is
 fenced and its client gets FAILED_PRECONDITION), everything is read back, and the
 checker verifies the log against the acknowledgements the client recorded.
 
-Both nodes run in this one process and so share one tracer provider; its resource
-names no node (``setup_telemetry(one_node=False)``), and each node's gRPC server
-spans carry its id as the ``streamwal.node.id`` span attribute. The move runs under
-one ``streamwal.move`` span, so Jaeger holds it as one trace from the request to
-node 2's first time tick and node 1's refused write. At its end the demo prints, from
-Jaeger, the open's and the move's waterfalls with the node of each span; it gives
-their Jaeger URLs only when that Jaeger serves a UI, and otherwise says there is none.
+Both nodes run in this one process beside the demo's client, yet Jaeger shows three
+processes: the demo's own spans are ``streamwal-client``'s, and each node makes its
+spans with a provider of its own (``setup_telemetry(one_node=False)`` and
+:meth:`~streamwal.node.telemetry.Telemetry.node_tracer_provider`), whose resource names
+it (``streamwal-node``, ``service.instance.id`` ``node-<id>``) and which puts
+``streamwal.node.id`` on every span. Sampling is the default a deployment gets: the
+open and the move are lifecycle spans, kept whatever the ratio, and the demo's single
+appends are sampled like anyone's. The move runs under one ``cluster.move`` span (the
+balancer's name; its reason here is the operator's request), so Jaeger holds it as one
+trace from the request to node 2's first time tick and node 1's refused write. At
+its end the demo prints, from Jaeger, the open's and the move's waterfalls with the
+node of each span; it gives their Jaeger URLs only when that Jaeger serves a UI, and
+otherwise says there is none.
 
 Exit status 1 (and a line marked ``!!``) when what the demo shows did not happen:
 node 1 could still write, or its client got anything but FAILED_PRECONDITION, or
@@ -59,16 +65,16 @@ from streamwal.tools.stack.topics import delete_topics
 from streamwal.tools.stack.tso_keys import deleted_afterwards
 from streamwal.tools.verify import read_topic
 
-__all__ = ["MOVE_FROM_ATTRIBUTE", "MOVE_OPERATION", "MOVE_TO_ATTRIBUTE", "register"]
+__all__ = ["MOVE_OPERATION", "MOVE_REASON", "register"]
 
-#: the span of a whole move, from the request to the old owner's refused write
-MOVE_OPERATION = "streamwal.move"
-MOVE_FROM_ATTRIBUTE = "streamwal.move.from_node"
-MOVE_TO_ATTRIBUTE = "streamwal.move.to_node"
+#: the span of a whole move, from the request to the old owner's refused write: the
+#: balancer's name for a move, with its attributes (docs/traces.md)
+MOVE_OPERATION = "cluster.move"
+#: why the demo moves the channel, as ``streamwal.cluster.reason`` says it
+MOVE_REASON = "operator request"
 
 _tracer = get_tracer(__name__)
 
-_SERVICE = "streamwal-demo"
 _UNREACHABLE_S = 3.0
 _READ_BACK_S = 30.0
 _TRACE_WAIT_S = 20.0
@@ -153,7 +159,6 @@ async def _demo() -> int:
         "STREAMWAL_ETCD__ENDPOINTS": info.etcd_endpoint,
         "STREAMWAL_TSO__KEY_PREFIX": f"/streamwal-demo-{run}",
         "STREAMWAL_PULSAR__OPERATION_TIMEOUT_S": "1",
-        "STREAMWAL_TELEMETRY__SERVICE_NAME": _SERVICE,
         "STREAMWAL_TELEMETRY__OTLP_ENDPOINT": (info.otlp_endpoint or "") if traced else "",
     }
     base = load_config(environ={**os.environ, **env})
@@ -171,7 +176,7 @@ async def _demo() -> int:
                 "STREAMWAL_PULSAR__SERVICE_URL": f"pulsar://{proxy.url_host}",
             }
         )
-        async with Node(one_cfg) as one:
+        async with Node(one_cfg, tracer_provider=telemetry.node_tracer_provider(one_cfg)) as one:
             two_cfg = load_config(
                 environ={
                     **os.environ,
@@ -182,7 +187,9 @@ async def _demo() -> int:
                     "STREAMWAL_TSO__REMOTE_ADDRESSES": one.address,
                 }
             )
-            async with Node(two_cfg) as two:
+            async with Node(
+                two_cfg, tracer_provider=telemetry.node_tracer_provider(two_cfg)
+            ) as two:
                 say(f"== node 1 on {one.address} (runs the TSO), node 2 on {two.address}")
                 code, trace_id, move_trace_id = await _scenario(one, two, proxy, info, run)
     telemetry.shutdown()
@@ -231,7 +238,12 @@ async def _scenario(
         say(f"== moving {a} to node 2 (node 2 opens it: the broker fences node 1)")
         # one trace for the whole move: the request, node 2's open and first time tick,
         # and node 1's refused write
-        move: Attributes = {"wal.channel": a, MOVE_FROM_ATTRIBUTE: 1, MOVE_TO_ATTRIBUTE: 2}
+        move: Attributes = {
+            "streamwal.channel": a,
+            "streamwal.cluster.reason": MOVE_REASON,
+            "streamwal.cluster.from": 1,
+            "streamwal.cluster.to": 2,
+        }
         with _tracer.start_as_current_span(MOVE_OPERATION, attributes=move):
             moved = await c2.assign(a)
             say(
@@ -313,7 +325,7 @@ def _server_node(spans: list[SpanSummary]) -> Any:
 
 
 def _open_node(spans: list[SpanSummary]) -> Any:
-    return next((s.tags.get("wal.node_id") for s in spans if s.operation == "wal.open"), None)
+    return next((s.tags.get(NODE_ID_ATTRIBUTE) for s in spans if s.operation == "wal.open"), None)
 
 
 async def _show_traces(jaeger_url: str, trace_id: str, move_trace_id: str) -> None:
@@ -333,11 +345,17 @@ async def _show_traces(jaeger_url: str, trace_id: str, move_trace_id: str) -> No
             "   the waterfalls above are the traces; `streamwal trace show TRACE_ID` prints "
             "one again, and `streamwal trace opens` ranks recent opens"
         )
-        say(
-            f"   for the UI: set {ENV_JAEGER_UI_ASSETS} to built jaeger-ui assets (a folder or "
-            "an archive) and restart Jaeger, or install the stack where Jaeger's release "
-            "archive can be downloaded (it has the UI built in)"
-        )
+        if os.environ.get(ENV_JAEGER_UI_ASSETS):
+            say(
+                f"   {ENV_JAEGER_UI_ASSETS} is set, but the running Jaeger was started without "
+                "it: restart Jaeger (`streamwal stack down --only jaeger && streamwal stack up`)"
+            )
+        else:
+            say(
+                f"   for the UI: set {ENV_JAEGER_UI_ASSETS} to built jaeger-ui assets (a folder "
+                "or an archive) and restart Jaeger, or install the stack where Jaeger's release "
+                "archive can be downloaded (it has the UI built in)"
+            )
     sys.stdout.flush()
 
 

@@ -1,7 +1,8 @@
 """``streamwal verify``: check a channel's whole log with a plain Pulsar reader.
 
 Exit codes: 0 when the log holds no violation, 1 when it does (the summary names the
-first offending message ids), 2 when the log or the acknowledgements could not be read.
+first offending message ids), 2 when the log or the acknowledgements could not be read,
+3 when the channel does not exist (checked on the admin API; nothing is created).
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ import pulsar
 from pulsar import asyncio as pulsar_asyncio
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
-from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
+from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for, require_topic
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.adaptors.pulsar.scanner import to_backend_message
-from streamwal.errors import StreamwalError
+from streamwal.errors import NoSuchChannelError, StreamwalError
 from streamwal.tools.acks import Ack, Failure, TxnRecord, read_acks
 from streamwal.tools.history_check import HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage, validate_channel_name
+from streamwal.wal.chunking import reassemble
 
 __all__ = ["read_delivered", "read_topic", "register", "verify_channel"]
 
@@ -83,6 +85,7 @@ async def verify_channel(
     delivered: Iterable[bytes] | None = None,
     batches: Iterable[Sequence[str]] = (),
     txns: Iterable[TxnRecord] = (),
+    must_exist: bool = False,
 ) -> HistoryReport:
     """Check ``channel``'s whole log against the acknowledgements of ``acks_file`` and
     ``acks``, and the failed appends ``failures``; ``delivered``: the message ids a
@@ -91,7 +94,8 @@ async def verify_channel(
     ``txns``: what clients were told of their transactions.
 
     With an admin API (``admin_url``, or derived from ``service_url``), a truncated
-    channel is checked from its truncation point.
+    channel is checked from its truncation point, and with ``must_exist`` a channel
+    without a topic raises :class:`NoSuchChannelError` (the reader would create it).
     """
     validate_channel_name(channel)
     config = PulsarConfig(service_url=service_url, tenant=tenant, namespace=namespace)
@@ -99,9 +103,12 @@ async def verify_channel(
     admin = admin_url or admin_url_for(service_url)
     truncated = None
     if admin is not None:
+        if must_exist:
+            await require_topic(PulsarAdmin(admin), topic, channel)
         retention = TopicRetention(PulsarAdmin(admin), topic, channel, config.cursor_subscription)
         truncated = await retention.truncation_point()
-    entries = await read_topic(service_url, topic)
+    # chunked messages whole (CorruptedChunkError if one cannot be rebuilt)
+    entries = list(reassemble(channel, await read_topic(service_url, topic)))
     recorded = list(read_acks(acks_file)) if acks_file else []
     recorded.extend(acks)
     return check_history(
@@ -133,8 +140,12 @@ def _run(args: argparse.Namespace) -> int:
                 namespace=args.namespace,
                 admin_url=args.admin,
                 delivered=read_delivered(args.delivered) if args.delivered else None,
+                must_exist=True,
             )
         )
+    except NoSuchChannelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     except (StreamwalError, OSError, TimeoutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -53,6 +53,9 @@ def settle_future(
 
 
 CHANNEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+#: Pulsar reads ``<topic>-partition-<n>`` as a partition of ``<topic>``: a producer on
+#: such a name waits for a partitioned topic that never comes (AssignChannel hung)
+_PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
 
 
 def validate_channel_name(name: str) -> str:
@@ -62,6 +65,11 @@ def validate_channel_name(name: str) -> str:
             f"invalid channel name {short_repr(name) if isinstance(name, str) else name!r}: "
             "use 1-200 of [A-Za-z0-9_.-], "
             "starting with a letter or digit"
+        )
+    if _PARTITION_SUFFIX.search(name):
+        raise InvalidInputError(
+            f"invalid channel name {short_repr(name)}: a name ending in -partition-<n> "
+            "is read by Pulsar as a partition of another topic"
         )
     return name
 

@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 
 from streamwal.errors import ConfigError
 
-__all__ = ["Backoff", "WALConfig"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "Backoff", "WALConfig"]
+
+#: the default largest message (its payload): what a node's gRPC limits are sized for
+#: when they cannot see the node's own setting (a client's)
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 def _positive(name: str, value: float) -> None:
@@ -85,6 +89,10 @@ class WALConfig:
       older than that, after a change of owner, may be appended again.
     - ``idempotence_rebuild_timeout``: bound of that read (appends with a producer id
       wait for it).
+    - ``max_message_bytes``: the largest payload of one message (64 MiB): larger is
+      refused with :class:`~streamwal.errors.InvalidInputError`. A message too large
+      for one backend entry is written as chunks (:mod:`streamwal.wal.chunking`); the
+      node's gRPC message limits derive from this value.
     - ``txn_keepalive``: a transaction's timeout when its begin names none: without an
       append or a keepalive for that long (elapsed time on the owner, not TSO time), it
       is rolled back.
@@ -108,6 +116,7 @@ class WALConfig:
     idempotence_rebuild_window: float = 600.0
     idempotence_rebuild_timeout: float = 30.0
     txn_keepalive: float = 10.0
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         for name in ("first_time_tick_backoff", "append_backoff", "scanner_backoff"):
@@ -132,6 +141,14 @@ class WALConfig:
         ):
             raise ConfigError(
                 "retention", f"must be None or a number of seconds >= 0, got {self.retention!r}"
+            )
+        if (
+            not isinstance(self.max_message_bytes, int)
+            or isinstance(self.max_message_bytes, bool)
+            or self.max_message_bytes < 1
+        ):
+            raise ConfigError(
+                "max_message_bytes", f"must be a positive int, got {self.max_message_bytes!r}"
             )
         if not isinstance(self.buffer_capacity_bytes, int) or self.buffer_capacity_bytes < 1:
             raise ConfigError(

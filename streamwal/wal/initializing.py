@@ -27,6 +27,7 @@ from streamwal.errors import (
 from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import AccessMode, BackendOpener, BackendWAL, validate_channel_name
 from streamwal.wal.buffer import WriteAheadBuffer
+from streamwal.wal.chunking import with_chunking
 from streamwal.wal.config import Backoff, WALConfig
 from streamwal.wal.interceptors import ChannelInfo, InterceptorParams
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, encode
@@ -56,7 +57,8 @@ _log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
 
 ATTR_CHANNEL = "wal.channel"
-ATTR_NODE_ID = "wal.node_id"
+#: the node id under the one key every span of a node carries (docs/traces.md)
+ATTR_NODE_ID = "streamwal.node.id"
 ATTR_ATTEMPTS = "wal.attempts"
 ATTR_FIRST_TIME_TICK = "wal.first_time_tick"
 ATTR_ATTEMPT = "wal.attempt"
@@ -102,7 +104,7 @@ async def open_wal(
     outcome = "error"
     try:
         with _tracer.start_as_current_span("wal.open", attributes=attributes):
-            backend = await opener.open(channel, AccessMode.READ_WRITE)
+            backend = with_chunking(await opener.open(channel, AccessMode.READ_WRITE))
             try:
                 first = await _first_time_tick_within_quota(backend, allocator, node_id, config)
                 params = build_interceptor_params(
@@ -249,10 +251,12 @@ async def _traced_attempt(
 ) -> ImmutableMessage | Exception:
     """One attempt in its own span; the error is returned, cancellation raised.
 
-    The span names its node itself: a move's trace holds spans of several nodes, and a
-    reader of one attempt must not have to walk up to ``wal.open`` to learn whose it is.
+    The span names its node and channel itself: a move's trace holds spans of several
+    nodes, and a reader of one attempt (or a search for a channel's failed attempts)
+    must not have to walk up to ``wal.open`` to learn whose it is.
     """
     attributes: Attributes = {
+        ATTR_CHANNEL: backend.channel,
         ATTR_ATTEMPT: attempt,
         ATTR_BACKOFF_MS: waited * 1000,
         ATTR_NODE_ID: node_id,
@@ -334,7 +338,7 @@ async def open_read_only(
 ) -> ReadOnlyWAL:
     """Open ``channel`` for reading only: no ownership, no fence, backend reads only."""
     validate_channel_name(channel)
-    backend = await opener.open(channel, AccessMode.READ_ONLY)
+    backend = with_chunking(await opener.open(channel, AccessMode.READ_ONLY))
     return ReadOnlyWAL(
         backend, opener.message_id_from_bytes, config if config is not None else WALConfig()
     )

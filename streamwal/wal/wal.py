@@ -326,7 +326,7 @@ class WAL(_Readable):
         Cancelling the caller does not cancel an entry already handed to the backend.
         """
         self._check_writable()
-        _check_message(msg)
+        _check_message(msg, self._config.max_message_bytes)
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -360,9 +360,10 @@ class WAL(_Readable):
         """
         self._check_writable()
         batch = list(msgs)
+        limit = self._config.max_message_bytes
         for index, msg in enumerate(batch):
             try:
-                _check_message(msg)
+                _check_message(msg, limit)
             except InvalidInputError as exc:
                 raise InvalidInputError(f"message {index} of the batch: {exc}") from exc
         if not batch:
@@ -396,11 +397,16 @@ class WAL(_Readable):
         return self
 
 
-def _check_message(msg: object) -> None:
+def _check_message(msg: object, max_bytes: int) -> None:
     if not isinstance(msg, MutableMessage):
         raise InvalidInputError(f"append takes a MutableMessage, got {type(msg).__name__}")
     if msg.type.is_system or msg.type.is_txn_marker:
         raise InvalidInputError(f"{msg.type} messages are written by the WAL itself")
+    if len(msg.payload) > max_bytes:
+        raise InvalidInputError(
+            f"a payload of {len(msg.payload)} bytes is over the largest message this WAL "
+            f"takes, {max_bytes} bytes (wal.max_message_bytes)"
+        )
 
 
 def _outcome_label(outcome: AppendResult | StreamwalError) -> str:

@@ -72,6 +72,9 @@ async def test_a_node_registers_refuses_a_live_duplicate_and_leaves_at_once(
     with pytest.raises(RuntimeError, match="node id 1 is already registered by a live node"):
         await twin.start(timeout=30)
     assert twin.proc is not None and twin.proc.returncode == 1
+    # the wait for the other lease is said once, not at each retry (issue 28)
+    assert twin.log_text().count("waiting for its lease to run out") == 1, twin.log_text()
+    assert twin.log_text().count("cannot start the node") == 1
     assert await cluster.nodes[1].terminate() == 0
     view = await cluster.view()  # revoked on the way out, not left to expire
     assert view.nodes == {} and view.balancer_node is None

@@ -77,3 +77,44 @@ def test_a_channel_removed_from_the_set_loses_its_assignment() -> None:
     view = _view([1], {"a": 1})
     view.channels.clear()
     assert _plan(view) == [("a", None, MoveReason.OPERATOR)]
+
+
+def test_a_node_that_is_not_ready_is_given_no_channel() -> None:
+    view = _view([1, 2], {"a": None, "b": None, "c": 1, "d": 1})
+    view.nodes[2] = NodeRecord(2, "h:2", "0", 1, ready=False, not_ready="broker: refused")
+    plan = _plan(view)
+    assert [node for _, node, _ in plan] == [1, 1]  # no node-joined step onto node 2 either
+
+
+def _failing_view(state: str, *, since: int | None, at: int) -> ClusterView:
+    view = _view([1, 2], {"a": 1, "b": 2})
+    failures = 0 if since is None else 3
+    view.statuses["a"] = ChannelStatus("a", 1, state, "UnavailableError: x", at, 1, since, failures)
+    return view
+
+
+def _heal(view: ClusterView, now: int, bound: int = 3000) -> list[tuple[str, int | None, str]]:
+    decisions = plan_round(
+        view,
+        now_ms=now,
+        absent_since_ms={},
+        grace_ms=1000,
+        max_moves=1,
+        heal_after_ms=lambda _c: bound,
+    )
+    return [(d.channel, d.node, d.reason) for d in decisions]
+
+
+def test_a_channel_whose_opens_keep_failing_moves_after_the_bound_to_another_node() -> None:
+    view = _failing_view("failed", since=10_000, at=12_000)
+    assert _heal(view, now=12_999) == []
+    assert _heal(view, now=13_000) == [("a", 2, MoveReason.OPEN_FAILED)]
+    # an open that never answers counts from its start
+    stuck = _failing_view("opening", since=None, at=10_000)
+    assert _heal(stuck, now=12_000) == []
+    assert _heal(stuck, now=13_500) == [("a", 2, MoveReason.OPEN_FAILED)]
+    # nowhere else to go: it stays
+    alone = _failing_view("failed", since=10_000, at=12_000)
+    del alone.nodes[2], alone.assignments["b"], alone.statuses["b"]
+    alone.channels.discard("b")
+    assert _heal(alone, now=20_000) == []

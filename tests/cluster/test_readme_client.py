@@ -3,9 +3,7 @@ of a self-managing cluster, and everything it wrote is read back."""
 
 from __future__ import annotations
 
-import asyncio
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +12,8 @@ import pytest
 from streamwal.tools.stack import StackInfo
 from tests.cluster.harness import TestCluster
 from tests.cluster.test_cluster_nodes import make_cluster as make_cluster
+from tests.node.processes import run_python
+from tests.node.processes import shown as shown_of
 
 pytestmark = pytest.mark.integration
 
@@ -38,25 +38,14 @@ async def test_the_readme_cluster_client_snippet_runs(
     await cluster.start(1)
     await cluster.wait_balanced()
     channel = cluster.channels[0]
-    code = client_snippet().replace('"orders"', repr(channel))
+    snippet = client_snippet().replace('"orders"', repr(channel))
     addresses = [p.address for p in cluster.nodes.values()]
-    code += f"\n\nasyncio.run(main({addresses!r}))\n"
+    snippet += f"\n\nasyncio.run(main({addresses!r}))\n"
     script = tmp_path / "client.py"
-    script.write_text(code)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(script),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0, err.decode()
-    lines = out.decode().splitlines()
+    script.write_text(snippet)
+    code, out, err = await run_python(str(script), timeout=120)
+    assert code == 0, shown_of(out, err)
+    lines = out.splitlines()
     payloads = [line.split()[0] for line in lines if line.startswith("b'")]
     # everything written is read back, in the order written; the transaction's
     # message with its commit; the read ended when the snippet asked it to

@@ -58,7 +58,15 @@ class NodeProcess:
         self.log_path = workdir / f"node-{node_id}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    async def start(self, env: dict[str, str] | None = None, timeout: float = 60.0) -> None:
+    async def start(
+        self,
+        env: dict[str, str] | None = None,
+        timeout: float = 60.0,
+        *,
+        until: bytes = b"ready on",
+    ) -> None:
+        """Start ``streamwal serve`` and wait for ``until`` in its log: by default its
+        ready line; ``b"listening on"`` for a node that is not expected to be ready."""
         log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [
@@ -75,7 +83,7 @@ class NodeProcess:
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while b"ready on" not in self.log_path.read_bytes():
+        while until not in self.log_path.read_bytes():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"node {self.node_id} exited:\n{self.log_text()[-3000:]}")
             if loop.time() > deadline:
@@ -129,3 +137,29 @@ def metrics_node(
 
 def wait_port_closed(port: int) -> bool:
     return not port_in_use(port)
+
+
+async def run_python(*args: str, timeout: float) -> tuple[int, str, str]:
+    """``python ARGS`` in a child process, killed if it outlives ``timeout``: its exit
+    code, its output and its error output (decoded). A test that fails shows the tail
+    of both through :func:`shown`."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def shown(out: str, err: str, out_chars: int = 4000, err_chars: int = 2000) -> str:
+    """The tails of a child's output and error output, for an assertion message."""
+    return f"stdout:\n{out[-out_chars:]}\nstderr:\n{err[-err_chars:]}"

@@ -48,7 +48,7 @@ async def test_assign_with_the_broker_unreachable_is_unavailable(
             },
         },
     )
-    await node.start()
+    await node.start(until=b"listening on")  # never ready: it cannot reach its broker
     try:
         async with NodeClient(node.address) as client:
             started = time.monotonic()

@@ -122,6 +122,7 @@ _INVALID = [
     ("tso:\n  batch_size: 0\n", "tso.batch_size"),
     ("tso:\n  batch_size: 262144\n", "tso.batch_size"),
     ("wal:\n  buffer_capacity_bytes: 0\n", "wal.buffer_capacity_bytes"),
+    ("wal:\n  max_message_bytes: 0\n", "wal.max_message_bytes"),
     ("wal:\n  buffer_keepalive: .nan\n", "wal.buffer_keepalive"),
     ("wal:\n  buffer_keepalive: -.inf\n", "wal.buffer_keepalive"),
     ("wal:\n  time_tick_interval: 0\n", "wal.time_tick_interval"),
@@ -175,6 +176,8 @@ _INVALID = [
     ),
     ("telemetry:\n  tracing: sometimes\n", "telemetry.tracing"),
     ("telemetry:\n  log_level: LOUD\n", "telemetry.log_level"),
+    ("tracing:\n  sampler: sometimes\n", "tracing.sampler"),
+    ("tracing:\n  ratio: 1.5\n", "tracing.ratio"),
     ("cluster:\n  enabled: maybe\n", "cluster.enabled"),
     ("cluster:\n  key_prefix: streamwal/\n", "cluster.key_prefix"),
     ("cluster:\n  lease_ttl_s: 0\n", "cluster.lease_ttl_s"),
@@ -184,6 +187,7 @@ _INVALID = [
     ("cluster:\n  max_moves_per_round: 0\n", "cluster.max_moves_per_round"),
     ("cluster:\n  round_interval_s: 0\n", "cluster.round_interval_s"),
     ("cluster:\n  poll_interval_s: -0.1\n", "cluster.poll_interval_s"),
+    ("cluster:\n  open_failure_bound_s: 0\n", "cluster.open_failure_bound_s"),
     (
         "node:\n  listen: 0.0.0.0:7000\ntso:\n  mode: remote\n  remote_addresses: [h:1]\n"
         "cluster:\n  enabled: true\n",

@@ -38,6 +38,8 @@ async def node(stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> As
             "pulsar": {"service_url": stack.pulsar_url},
             "etcd": {"endpoints": [stack.etcd_endpoint]},
             "tso": {"mode": "in-process", "key_prefix": prefixes.new("hostile")},
+            # gRPC's limits derive from it: 16 MiB keeps a 20 MiB request over them
+            "wal": {"max_message_bytes": 16 * 1024 * 1024},
         },
     )
     try:

@@ -53,6 +53,9 @@ async def test_metrics_after_traffic(
         "pulsar": {"service_url": stack.pulsar_url},
         "etcd": {"endpoints": [stack.etcd_endpoint]},
         "wal": {"buffer_capacity_bytes": 2048},  # small: traffic must evict
+        # no append's trace is sampled: the metrics below must count every one anyway,
+        # the refused one included
+        "tracing": {"sampler": "parentbased_traceidratio", "ratio": 0.0},
     }
     one = NodeProcess(
         tmp_path,
@@ -106,6 +109,8 @@ async def test_metrics_after_traffic(
     )
     assert under_a_second == 40
     assert value(m1, "streamwal_wal_fenced_total", channel=channel) == 1
+    failed = value(m1, "streamwal_wal_appends_total", channel=channel) - 40
+    assert failed == 1, "the refused (unsampled) append is counted"
     assert value(m1, "streamwal_wal_first_time_tick_attempts_total", outcome="ok") == 1
     assert value(m1, "streamwal_wal_open_duration_seconds_count", outcome="ok") == 1
     assert value(m1, "streamwal_wal_scanner_lag_seconds_count", channel=channel) >= 41

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import sys
 import urllib.request
 
 import pytest
@@ -19,6 +17,8 @@ from streamwal.tools.stack import StackInfo
 from streamwal.tools.stack.jaeger_ui import is_placeholder
 from streamwal.tools.stack.process import port_in_use
 from streamwal.tools.stack.topics import list_topics
+from tests.node.processes import run_python
+from tests.node.processes import shown as shown_of
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +26,12 @@ pytestmark = pytest.mark.integration
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as response:
         return bytes(response.read())
+
+
+def move_channel(text: str) -> str:
+    found = re.search(r"== moving (demo-a-[0-9a-f]{6}) to node 2", text)
+    assert found, text
+    return found.group(1)
 
 
 def _get_json(url: str) -> dict[str, object]:
@@ -37,26 +43,12 @@ def _get_json(url: str) -> dict[str, object]:
 async def test_demo_passes_and_shows_a_real_trace(telemetry_stack: StackInfo) -> None:
     info = telemetry_stack
     assert info.jaeger_url
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "streamwal.node.cli",
-        "demo",
-        "--part",
-        "move",  # the cluster part has its own test (test_demo_cluster.py)
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=os.environ.copy(),
+    # the cluster part has its own test (test_demo_cluster.py)
+    code, text, err = await run_python(
+        "-m", "streamwal.node.cli", "demo", "--part", "move", timeout=180
     )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 180)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    text = out.decode(errors="replace")
-    shown = f"stdout:\n{text[-4000:]}\nstderr:\n{err.decode(errors='replace')[-2000:]}"
-    assert proc.returncode == 0, shown
+    shown = shown_of(text, err)
+    assert code == 0, shown
     assert "WARNING" not in text, shown
     assert "node 1's client gets FAILED_PRECONDITION" in text, shown
     # the demo's two channels were checked, then deleted off the dev broker
@@ -99,7 +91,7 @@ async def test_demo_passes_and_shows_a_real_trace(telemetry_stack: StackInfo) ->
     assert move, shown
     # the move is one trace: the request, node 2's open down to its first time tick,
     # node 1's refused write; each node-side span names its node
-    wanted = {"streamwal.move", "wal.open", "wal.first_time_tick.attempt"}
+    wanted = {"cluster.move", "wal.open", "wal.first_time_tick.attempt"}
     for _ in range(20):
         body = await asyncio.to_thread(_get_json, f"{info.jaeger_url}/api/traces/{move.group(1)}")
         data = body.get("data")
@@ -114,7 +106,8 @@ async def test_demo_passes_and_shows_a_real_trace(telemetry_stack: StackInfo) ->
         await asyncio.sleep(0.5)
     assert wanted <= {op for op, _ in spans}, spans
     (first,) = [t for op, t in spans if op == "wal.first_time_tick.attempt"]
-    assert int(first["wal.node_id"]) == 2 and "wal.time_tick" in first, first
+    assert int(first["streamwal.node.id"]) == 2 and "wal.time_tick" in first, first
+    assert first["wal.channel"] == move_channel(text), first
     assert [int(t["streamwal.node.id"]) for t in refused] == [1], refused
     assert isinstance(data, list)
     servers = [
@@ -124,8 +117,33 @@ async def test_demo_passes_and_shows_a_real_trace(telemetry_stack: StackInfo) ->
         and span["operationName"].endswith("/AssignChannel")
     ]
     assert [int(t["streamwal.node.id"]) for t in servers] == [2], servers
-    for process in data[0]["processes"].values():
-        assert "streamwal.node.id" not in {t["key"] for t in process.get("tags", [])}, process
+    # three processes: the demo's client and each node, told apart by their resource
+    processes = {
+        (p["serviceName"], tags.get("service.instance.id") if "streamwal.node.id" in tags else None)
+        for p in data[0]["processes"].values()
+        for tags in [{t["key"]: t["value"] for t in p.get("tags", [])}]
+    }
+    assert processes == {
+        ("streamwal-client", None),
+        ("streamwal-node", "node-1"),
+        ("streamwal-node", "node-2"),
+    }, processes
+    # node 1's refused write is an error on its server span, with the domain error
+    (refused_span,) = [
+        span
+        for span in data[0]["spans"]
+        if span["operationName"].endswith("/Produce")
+        and {t["key"]: t["value"] for t in span["tags"]}["span.kind"] == "server"
+    ]
+    refused_tags = {t["key"]: t["value"] for t in refused_span["tags"]}
+    assert refused_tags.get("otel.status_code") == "ERROR", refused_tags
+    kinds = [
+        {f["key"]: f["value"] for f in log["fields"]}.get("exception.type", "")
+        for log in refused_span["logs"]
+    ]
+    assert kinds and all(k.endswith("ChannelFencedError") for k in kinds), kinds
+    (decision,) = [t for op, t in spans if op == "cluster.move"]
+    assert decision["streamwal.cluster.reason"] == "operator request", decision
     # the shared stack is still up
     for endpoint in (info.pulsar_url, info.etcd_endpoint):
         assert port_in_use(int(endpoint.rsplit(":", 1)[1])), endpoint

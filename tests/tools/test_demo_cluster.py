@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import sys
 
 import pytest
 
 from streamwal.tools.stack import StackInfo
 from streamwal.tools.stack.topics import list_topics
+from tests.node.processes import run_python
+from tests.node.processes import shown as shown_of
 
 pytestmark = pytest.mark.integration
 
@@ -18,21 +19,11 @@ pytestmark = pytest.mark.integration
 async def test_the_cluster_demo_kills_an_owner_and_shows_the_failover(
     telemetry_stack: StackInfo,
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "streamwal.node.cli", "demo", "--part", "cluster"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=os.environ.copy(),
+    code, text, err = await run_python(
+        "-m", "streamwal.node.cli", "demo", "--part", "cluster", timeout=240
     )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 240)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    text = out.decode(errors="replace")
-    shown = f"stdout:\n{text[-4000:]}\nstderr:\n{err.decode(errors='replace')[-2000:]}"
-    assert proc.returncode == 0, shown
+    shown = shown_of(text, err)
+    assert code == 0, shown
     assert "WARNING" not in text and "!!" not in text, shown
     moved = re.search(
         r"moved to node \d \(node-lost, term \d+\); first acknowledged append "

@@ -212,7 +212,11 @@ def fake_topic(monkeypatch: pytest.MonkeyPatch) -> list[BackendMessage]:
         assert topic == "persistent://public/default/chk"
         return list(log)
 
+    async def require_topic(admin: object, topic: str, channel: str) -> None:
+        assert topic == "persistent://public/default/chk"  # the fake topic exists
+
     monkeypatch.setattr(streamwal.tools.verify, "read_topic", read_topic)
+    monkeypatch.setattr(streamwal.tools.verify, "require_topic", require_topic)
     return log
 
 

@@ -1,11 +1,12 @@
 """One trace from Jaeger, arranged as a tree a person reads top to bottom.
 
-Jaeger's JSON gives spans in no useful order, with the node a span ran on spread
-over three places (the server span's ``streamwal.node.id``, the WAL's
-``wal.node_id``, the process resource). :func:`trace_view` puts the spans in tree
-order (each parent before its children, siblings by start time), settles each
-span's node, status and exception messages, and keeps only the WAL attributes a
-reader needs to follow an open or a move.
+Jaeger's JSON gives spans in no useful order, with the node a span ran on in two
+places (the span's ``streamwal.node.id``, the process resource).
+:func:`trace_view` puts the spans in tree order (each parent before its children,
+siblings by start time), settles each span's node, status and exception messages,
+and keeps every attribute: the ones a reader follows an open or a move by under short
+names first, then the rest under their own (only Jaeger's and OpenTelemetry's
+bookkeeping tags, which the status and kind columns already show, are left out).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "KEY_ATTRIBUTES",
     "TraceSpan",
     "TraceView",
+    "attributes_of",
     "error_messages",
     "status_of",
     "trace_view",
@@ -30,8 +32,11 @@ __all__ = [
 #: span attribute -> the short name the waterfall and ``--json`` use, in display order
 KEY_ATTRIBUTES: Mapping[str, str] = {
     "wal.channel": "channel",
-    "streamwal.move.from_node": "from_node",
-    "streamwal.move.to_node": "to_node",
+    "streamwal.channel": "channel",
+    "streamwal.cluster.reason": "reason",
+    "streamwal.cluster.from": "from",
+    "streamwal.cluster.to": "to",
+    "streamwal.cluster.term": "term",
     "wal.attempt": "attempt",
     "wal.backoff_ms": "backoff_ms",
     "wal.attempts": "attempts",
@@ -45,8 +50,22 @@ _GRPC_ABORT = "AbortError"
 #: gRPC status numbers -> names; OK (0) is no error
 _GRPC_CODES = {code.value[0]: code.name for code in grpc.StatusCode if code.value[0] != 0}
 
-#: where a span's node is written, most specific first (process tags come after)
-_NODE_TAGS = ("streamwal.node.id", "wal.node_id")
+#: where a span's node is written (the span's tags first, then its process's)
+_NODE_TAGS = ("streamwal.node.id",)
+#: tags the columns already show, or Jaeger's own bookkeeping
+_SHOWN_ELSEWHERE = frozenset(
+    {
+        "span.kind",
+        "otel.status_code",
+        "otel.status_description",
+        "error",
+        "internal.span.format",
+        "otel.scope.name",
+        "otel.scope.version",
+        "otel.library.name",
+        "otel.library.version",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -158,12 +177,22 @@ def _view(span: SpanSummary, depth: int, node: str | None, start: int) -> TraceS
         duration_us=span.duration_us,
         status=status_of(span),
         errors=error_messages(span),
-        attributes={
-            short: _plain(short, span.tags[key])
-            for key, short in KEY_ATTRIBUTES.items()
-            if key in span.tags
-        },
+        attributes=attributes_of(span),
     )
+
+
+def attributes_of(span: SpanSummary) -> dict[str, Any]:
+    """Every attribute of ``span``: the key ones by short name, in display order, then
+    the others by full name, sorted."""
+    found = {
+        short: _plain(short, span.tags[key])
+        for key, short in KEY_ATTRIBUTES.items()
+        if key in span.tags
+    }
+    for key in sorted(span.tags):
+        if key not in KEY_ATTRIBUTES and key not in _SHOWN_ELSEWHERE:
+            found[key] = _plain(key, span.tags[key])
+    return found
 
 
 def status_of(span: SpanSummary) -> str:
@@ -208,7 +237,7 @@ def _int(value: Any) -> int | None:
 
 def _plain(name: str, value: Any) -> Any:
     """Jaeger sends large integers as text: give them back as numbers."""
-    if name in {"channel", "message_id"}:
+    if name in {"channel", "message_id", "reason"} or "." in name:
         return str(value)
     if isinstance(value, str) and value.isdigit():
         return int(value)

@@ -69,7 +69,7 @@ def opens_in(trace: Trace) -> list[OpenSummary]:
             key=lambda s: (s.start_us, s.span_id),
         )
         failed = [s for s in attempts if status_of(s) == "error"]
-        node = span.tags.get("wal.node_id")
+        node = span.tags.get("streamwal.node.id", span.process_tags.get("streamwal.node.id"))
         out.append(
             OpenSummary(
                 trace_id=str(trace.get("traceID", "")),

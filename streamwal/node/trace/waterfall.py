@@ -2,7 +2,8 @@
 
 Made for a shell on a server with no browser: plain ASCII, fixed columns first
 (start offset, duration, status, node, a timeline bar), then the span's place in
-the tree, its operation, service and the WAL's attributes. Pure functions of a
+the tree, its operation, service and the key attributes (channel, attempt, reason...);
+its errors on the lines below, then every other attribute on one more. Pure functions of a
 :class:`~streamwal.node.trace.model.TraceView`, so a test can check the text line by line.
 """
 
@@ -16,6 +17,7 @@ from streamwal.node.trace.model import TraceSpan, TraceView
 __all__ = ["format_duration", "render_waterfall", "status_label"]
 
 _BAR_WIDTH = 24
+_NODE_KEY = "streamwal.node.id"
 _STATUS = {"ok": "ok", "error": "ERROR", "unset": "-"}
 
 
@@ -47,11 +49,17 @@ def render_waterfall(view: TraceView, *, bar_width: int = _BAR_WIDTH) -> list[st
     blank = " " * len(_columns(view.spans[0], view, bar_width)) if view.spans else ""
     for span in view.spans:
         label = f"{_tree(span.depth)}{span.operation}  [{span.service}]"
-        attributes = " ".join(f"{k}={_value(v)}" for k, v in span.attributes.items())
+        key = [(k, v) for k, v in span.attributes.items() if "." not in k]
+        # the node column shows the node id already
+        rest = [(k, v) for k, v in span.attributes.items() if "." in k and k != _NODE_KEY]
+        attributes = " ".join(f"{k}={_value(v)}" for k, v in key)
         label += f"  {attributes}" if attributes else ""
         lines.append(_columns(span, view, bar_width) + label)
+        indent = f"{blank}{' ' * len(_tree(span.depth))}"
         for message in span.errors:
-            lines.append(f"{blank}{' ' * len(_tree(span.depth))}! {message}")
+            lines.append(f"{indent}! {message}")
+        if rest:
+            lines.append(f"{indent}  " + " ".join(f"{k}={_value(v)}" for k, v in rest))
     return lines
 
 

@@ -205,11 +205,20 @@ class JaegerService(Service):
                 install_release(self.release_url, self.paths, progress)
                 return
             except ReleaseError as exc:
-                progress(
-                    f"jaeger: the release cannot be used ({exc}); using the Go build, which "
-                    f"has no UI (set {ENV_JAEGER_UI_ASSETS} to built jaeger-ui assets)"
-                )
+                progress(f"jaeger: the release cannot be used ({exc}); {self._fallback_ui()}")
         build_go_tool(_SPEC, self.paths, progress)
+
+    def _fallback_ui(self) -> str:
+        """What the Go build will serve, in words: the given assets when there are any."""
+        if self._ui_assets:
+            return (
+                f"using the Go build with the UI assets {ENV_JAEGER_UI_ASSETS} names "
+                f"({self._ui_assets})"
+            )
+        return (
+            f"using the Go build, which has no UI (set {ENV_JAEGER_UI_ASSETS} to built "
+            "jaeger-ui assets)"
+        )
 
     def prepare(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -61,7 +61,7 @@ def open_trace(trace_id: str = "ab" * 16) -> dict[str, Any]:
     spans = [
         span(
             "a3", "wal.first_time_tick.attempt", 2100, 400, parent="o1",
-            tags={"wal.attempt": 3, "wal.backoff_ms": 40.0, "wal.node_id": 2,
+            tags={"wal.attempt": 3, "wal.backoff_ms": 40.0, "streamwal.node.id": 2,
                   "wal.time_tick": "465069542623887361", "wal.message_id": "12:0:-1"},
         ),
         span("c1", "/streamwal.v1.StreamingNode/AssignChannel", 0, 2600, process="p-client",
@@ -69,14 +69,16 @@ def open_trace(trace_id: str = "ab" * 16) -> dict[str, Any]:
         span("s1", "/streamwal.v1.StreamingNode/AssignChannel", 10, 2580, parent="c1",
              tags={"span.kind": "server", "streamwal.node.id": 2}),
         span("o1", "wal.open", 20, 2540, parent="s1",
-             tags={"wal.channel": "demo-a", "wal.node_id": 2, "wal.attempts": 3,
+             tags={"wal.channel": "demo-a", "streamwal.node.id": 2, "wal.attempts": 3,
                    "wal.first_time_tick": "465069542623887361", "wal.message_id": "12:0:-1",
                    "otel.status_code": "OK"}),
         span("a1", "wal.first_time_tick.attempt", 30, 1000, parent="o1",
-             tags={"wal.attempt": 1, "wal.backoff_ms": 0.0, "wal.node_id": 2, **failed(error)},
+             tags={"wal.attempt": 1, "wal.backoff_ms": 0.0, "streamwal.node.id": 2,
+                   **failed(error)},
              exception=("streamwal.errors.UnavailableError", "broker unreachable")),
         span("a2", "wal.first_time_tick.attempt", 1050, 1000, parent="o1",
-             tags={"wal.attempt": 2, "wal.backoff_ms": 20.0, "wal.node_id": 2, **failed(error)},
+             tags={"wal.attempt": 2, "wal.backoff_ms": 20.0, "streamwal.node.id": 2,
+                   **failed(error)},
              exception=("streamwal.errors.UnavailableError", "broker unreachable")),
     ]  # fmt: skip
     return {

@@ -55,6 +55,7 @@ class IdempotenceInterceptor(InterceptorBase):
         self._channel = params.channel.name
         self._last_id: MessageId = params.first_message.message_id
         self._rebuild: asyncio.Task[None] | None = None
+        self._last_waiter: asyncio.Future[None] | None = None
 
     @property
     def producers(self) -> ProducerTable:
@@ -113,13 +114,26 @@ class IdempotenceInterceptor(InterceptorBase):
     def on_persisted(self, msg: ImmutableMessage) -> None:
         self._last_id = msg.message_id
 
+    async def _after_rebuild(self) -> None:
+        """Wait for the rebuild, in arrival order: appends that waited pass one after the
+        other, and one arriving while any of them has not passed yet queues behind them
+        (the rebuild's end alone would let it overtake them, and the log order of a
+        client's pipelined appends is the order it sent them)."""
+        rebuild, ahead = self._rebuild, self._last_waiter
+        if (rebuild is None or rebuild.done()) and (ahead is None or ahead.done()):
+            return
+        passed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last_waiter = passed
+        try:
+            await asyncio.shield(ahead if ahead is not None and not ahead.done() else rebuild)  # type: ignore[arg-type]
+        finally:
+            passed.set_result(None)
+
     async def do_append(self, msg: MutableMessage, append: AppendFunc) -> AppendResult:
         producer_id, seq = msg.producer_id, msg.sequence
         if producer_id is None or seq is None:
             return await append(msg)
-        rebuild = self._rebuild
-        if rebuild is not None and not rebuild.done():
-            await asyncio.shield(rebuild)
+        await self._after_rebuild()
         while True:
             decision = self._table.decide(producer_id, seq)
             if decision.result is not None:
@@ -162,9 +176,7 @@ class IdempotenceInterceptor(InterceptorBase):
         back to back; ``None`` (nothing done) if any is a duplicate, in flight, of
         unknown outcome, refused or repeated within the batch: the caller then takes
         the batch one message at a time through the chain, which handles each case."""
-        rebuild = self._rebuild
-        if rebuild is not None and not rebuild.done():
-            await asyncio.shield(rebuild)
+        await self._after_rebuild()
         numbers: list[tuple[int, int]] = []
         for msg in msgs:
             producer_id, seq = msg.producer_id, msg.sequence
