@@ -8,6 +8,7 @@ are deleted when it ends (:mod:`streamwal.tools.stack.topics` says why).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,6 +21,25 @@ from tests.etcd_keys import EtcdPrefixes
 
 # memory and time bounds per test, children killed, the resources summary (issue 26)
 pytest_plugins = ["tests.guard"]
+
+# Hypothesis builds its Unicode tables the first time a text strategy is drawn from,
+# and caches them under .hypothesis/: on a fresh clone that took about 230 MB and a
+# second inside whichever test came first (over two minutes and +178 MB there once the
+# guard's tracemalloc was on). A child process builds the cache before any test runs.
+_WARM_HYPOTHESIS = (
+    "import warnings; from hypothesis import strategies as st; "
+    "warnings.simplefilter('ignore'); st.text(max_size=1).example()"
+)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    subprocess.run(
+        [sys.executable, "-c", _WARM_HYPOTHESIS],
+        cwd=session.config.rootpath,
+        check=False,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="session")
