@@ -18,6 +18,7 @@ from streamwal.errors import InvalidInputError
 __all__ = [
     "TXN_ENDED",
     "Ack",
+    "Delivery",
     "Failure",
     "TxnOutcome",
     "TxnRecord",
@@ -45,6 +46,16 @@ class Ack:
                 "digest": self.digest,
             }
         )
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A message a reader of the whole channel was handed: its id and its payload's
+    digest, what the checker holds against the log (a reader that hands over part of
+    a chunked message, or another payload, delivers something nobody wrote)."""
+
+    message_id: bytes
+    digest: str
 
 
 @dataclass(frozen=True)

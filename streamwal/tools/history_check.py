@@ -32,7 +32,14 @@ and checks, in log order:
    enters the log between them; a batch that failed part way may miss messages, but
    those that landed still sit together).
 
-7. the exactly-once rules of :mod:`streamwal.tools.txn_check`: a retried idempotent
+7. messages a reader of the whole channel was handed (``deliveries``: id and payload
+   digest): ``delivered-changed`` when one is not the log's whole message at its id
+   (no whole message there: part of a chunked message cut before its last chunk, or
+   nothing; or another payload, a chunked message rebuilt wrong), and
+   ``ack-undelivered`` when an acknowledged message is not among them (a reader that
+   dropped a whole chunked message as if it were unfinished).
+
+8. the exactly-once rules of :mod:`streamwal.tools.txn_check`: a retried idempotent
    append persisted twice, a committed transaction that is incomplete, a message of a
    transaction that is not open; and, given the ids a reader ``delivered``, a
    transaction delivered without its commit, in part or twice; given what clients
@@ -62,7 +69,7 @@ from itertools import pairwise
 from typing import Any
 
 from streamwal.errors import DecodeError, WriteOutcome
-from streamwal.tools.acks import Ack, Failure, TxnRecord, digest
+from streamwal.tools.acks import Ack, Delivery, Failure, TxnRecord, digest
 from streamwal.tools.txn_check import TXN_RULES, check_exactly_once
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
@@ -81,6 +88,8 @@ RULES = (
     "ack-position-shared",
     "not-written-persisted",
     "batch-split",
+    "delivered-changed",
+    "ack-undelivered",
     *TXN_RULES,
 )
 """Every rule name a :class:`Violation` can carry."""
@@ -124,6 +133,8 @@ class HistoryReport:
     """Transactions clients recorded, by what they were told."""
     txn_outcomes_committed: dict[str, int] = field(default_factory=dict)
     """Of those, the ones the log commits, by what the client was told."""
+    deliveries_checked: int = 0
+    """Messages a reader was handed, held against the log (``deliveries``)."""
 
     @property
     def ok(self) -> bool:
@@ -208,6 +219,7 @@ class HistoryReport:
             "transactions": dict(self.transactions),
             "txn_outcomes": dict(self.txn_outcomes),
             "txn_outcomes_committed": dict(self.txn_outcomes_committed),
+            "deliveries_checked": self.deliveries_checked,
             "violations": [
                 {"rule": v.rule, "message_id": v.message_id, "detail": v.detail}
                 for v in self.violations
@@ -232,11 +244,14 @@ def check_history(
     delivered: Iterable[bytes] | None = None,
     batches: Iterable[Sequence[str]] = (),
     txns: Iterable[TxnRecord] = (),
+    deliveries: Iterable[Delivery] | None = None,
 ) -> HistoryReport:
-    """Check ``entries`` (the whole log, in order), ``acks``, ``failures``,
-    ``batches`` and ``txns`` against it; see the module. ``truncated_before``: the
-    channel's truncation point, if it was truncated. ``delivered``: the message ids a
-    reader of the whole channel delivered.
+    """Check ``entries`` (the whole log, in order, chunked messages rebuilt),
+    ``acks``, ``failures``, ``batches``, ``txns`` and ``deliveries`` against it; see
+    the module. ``truncated_before``: the channel's truncation point, if it was
+    truncated. ``delivered``: the message ids a reader of the whole channel delivered
+    (transaction rules); ``deliveries``: what such a reader was handed, with payload
+    digests (``delivered-changed``, ``ack-undelivered``).
     """
     report = HistoryReport()
     if truncated_before is not None:
@@ -343,6 +358,14 @@ def check_history(
         - log_violations
         + sum(1 for v in report.violations[:log_violations] if v.message_id in acked_ids)
     )
+    if deliveries is not None:
+        handed = list(
+            _delivery_violations(
+                report, deliveries, acks, seen, truncated_before, message_id_from_bytes
+            )
+        )
+        report.violations.extend(handed)
+        report.acked_violations += sum(1 for v in handed if v.message_id in acked_ids)
     for failure in failures:
         report.failures[failure.outcome] = report.failures.get(failure.outcome, 0) + 1
         if failure.digest not in copies:
@@ -358,6 +381,48 @@ def check_history(
             )
     report.violations.extend(_batch_violations(batches, positions, copies))
     return report
+
+
+def _delivery_violations(
+    report: HistoryReport,
+    deliveries: Iterable[Delivery],
+    acks: Sequence[Ack],
+    seen: dict[bytes, tuple[int, str]],
+    truncated_before: MessageId | None,
+    message_id_from_bytes: MessageIdDecoder,
+) -> Iterable[Violation]:
+    """``delivered-changed`` per delivery that is not the log's whole message at its
+    id; ``ack-undelivered`` per acknowledged message (after the truncation point)
+    that no delivery names."""
+    handed: set[bytes] = set()
+    for delivery in deliveries:
+        point = Ack(delivery.message_id, 0, delivery.digest)
+        if truncated_before is not None and _before(point, truncated_before, message_id_from_bytes):
+            continue
+        report.deliveries_checked += 1
+        handed.add(delivery.message_id)
+        found = seen.get(delivery.message_id)
+        where = _readable(delivery.message_id, message_id_from_bytes)
+        if found is None:
+            yield Violation(
+                "delivered-changed",
+                where,
+                "delivered, yet the log holds no whole message at this id (a chunked "
+                "message cut before its last chunk, or nothing)",
+            )
+        elif found[1] != delivery.digest:
+            yield Violation(
+                "delivered-changed", where, "delivered with a payload other than the log's"
+            )
+    for ack in acks:
+        if truncated_before is not None and _before(ack, truncated_before, message_id_from_bytes):
+            continue
+        if ack.message_id not in handed:
+            yield Violation(
+                "ack-undelivered",
+                _readable(ack.message_id, message_id_from_bytes),
+                "acknowledged, and a reader of the whole channel was not handed it",
+            )
 
 
 def _shared_positions(

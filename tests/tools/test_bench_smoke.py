@@ -15,6 +15,7 @@ import pytest
 from streamwal.node.cli import main
 from streamwal.tools.bench.append import run_append_bench
 from streamwal.tools.bench.channels import run_channels_bench
+from streamwal.tools.bench.large import LARGE_SIDES, run_large_bench
 from streamwal.tools.bench.node import SIDES
 from streamwal.tools.bench.open import run_open_bench
 from streamwal.tools.bench.report import markdown, write
@@ -23,6 +24,7 @@ from streamwal.tools.bench.takeover import run_takeover_bench
 from streamwal.tools.bench.target import BenchTarget
 from streamwal.tools.bench.targets import evaluate
 from streamwal.tools.stack import StackInfo
+from streamwal.tools.stack.topics import list_topics
 
 
 @pytest.fixture
@@ -105,6 +107,29 @@ async def test_scan_reads_back_all_three_ways(target: BenchTarget) -> None:
     assert all(_positive(v) for v in result["per_s"].values())
     assert result["entries_read"] >= 200
     assert result["buffer_served_from_memory"] is True
+
+
+@pytest.mark.integration
+async def test_large_messages_measure_all_three_sides_and_drop_their_topics(
+    target: BenchTarget,
+) -> None:
+    """One size just above the stock broker's 5 MiB, so the WAL and the node chunk."""
+    assert target.pulsar_admin_url is not None
+    before = await list_topics(target.pulsar_admin_url)
+    result = await run_large_bench(
+        target, sizes=[6 * 1024 * 1024], seconds=0.2, repeats=1, warmup_s=0.05
+    )
+    (cell,) = result["cells"]
+    assert cell["raw_messages_per_message"] == 6
+    for side in LARGE_SIDES:
+        assert cell[side]["ops"] > 0 and _positive(cell[side]["mb_per_s"])
+        assert len(cell["runs"][side]) == 1
+    assert all(_positive(cell[k]) for k in ("wal_vs_raw_ratio", "node_vs_raw_ratio"))
+    assert result["node"]["exit_code"] == 0
+    left = {t for t in await list_topics(target.pulsar_admin_url) - before if "large" in t}
+    assert left == set()
+    doc = {**_synthetic_report(), "suites": {"large-messages": result}}
+    assert "| 6 | 1 | node |" in markdown(doc)
 
 
 @pytest.mark.integration

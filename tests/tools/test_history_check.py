@@ -11,9 +11,10 @@ import pytest
 import streamwal.tools.verify
 from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.node.cli import main
-from streamwal.tools.acks import Ack, Failure, digest, write_acks
+from streamwal.tools.acks import Ack, Delivery, Failure, digest, write_acks
 from streamwal.tools.history_check import RULES, HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage
+from streamwal.wal.chunking import reassemble, split
 from streamwal.wal.message import MessageType, MutableMessage, encode
 
 
@@ -366,3 +367,64 @@ def test_a_batch_out_of_its_order_in_the_log_is_a_split() -> None:
     log = _batch_log()
     report = check_history(log, PulsarMessageId.from_bytes, batches=[_digests(log, 3, 2, 4)])
     assert rules(report) == [("batch-split", "7:2")]
+
+
+def _chunked(
+    first_entry: int, tt: int, node: int, confirms: int, payload: bytes
+) -> list[BackendMessage]:
+    """The raw chunk records of one message, as the chunking layer writes them (a
+    1 KiB entry limit, so a few KiB make several chunks)."""
+    body, props = encode(
+        MutableMessage(MessageType.INSERT, payload).stamped(tt, mid(confirms), node)
+    )
+    chunks = split(body, props, 1024)
+    assert chunks is not None and len(chunks) >= 3
+    return [BackendMessage(mid(first_entry + i), p, c) for i, (p, c) in enumerate(chunks)]
+
+
+def _large_log() -> tuple[list[BackendMessage], bytes, bytes, int]:
+    """Node 1 writes a whole chunked message (from entry 1) and starts another, cut
+    after two chunks by node 2's takeover; node 2 appends a small one. The checker
+    gets the log rebuilt, as ``verify`` hands it over; the cut message's first entry
+    comes last."""
+    whole, cut = bytes(range(256)) * 12, bytes(reversed(range(256))) * 12
+    raw = [first_tick(0, 100, 1), *_chunked(1, 101, 1, 0, whole)]
+    cut_at = len(raw)
+    raw += _chunked(cut_at, 102, 1, 0, cut)[:2]
+    raw += [first_tick(len(raw), 200, 2)]
+    raw += [data(len(raw), 201, 2, len(raw) - 1)]
+    return list(reassemble("ch", raw)), whole, cut, cut_at
+
+
+def test_a_chunked_message_delivered_whole_passes_and_its_cut_one_is_never_in_the_log() -> None:
+    log, whole, _, cut_at = _large_log()
+    assert [m.message_id for m in log] == [mid(0), mid(1), mid(cut_at + 2), mid(cut_at + 3)]
+    acks = [Ack(mid(1).to_bytes(), 101, digest(whole)), ack_of(log[3], 201)]
+    handed = [Delivery(m.message_id.to_bytes(), digest(m.payload)) for m in log]
+    report = check_history(log, PulsarMessageId.from_bytes, acks, deliveries=handed)
+    assert report.ok, report.summary()
+    assert (report.acks_checked, report.deliveries_checked) == (2, 4)
+
+
+def test_part_of_a_cut_chunked_message_delivered_is_flagged() -> None:
+    """A reader that hands over what it had of a sequence the takeover cut."""
+    log, _, cut, cut_at = _large_log()
+    handed = [Delivery(m.message_id.to_bytes(), digest(m.payload)) for m in log]
+    handed.insert(2, Delivery(mid(cut_at).to_bytes(), digest(cut[:2048])))
+    report = check_history(log, PulsarMessageId.from_bytes, deliveries=handed)
+    assert rules(report) == [("delivered-changed", f"7:{cut_at}")]
+    assert report.acked_violations == 0
+
+
+def test_an_acknowledged_chunked_message_delivered_short_or_not_at_all_is_flagged() -> None:
+    log, whole, _, _ = _large_log()
+    acks = [Ack(mid(1).to_bytes(), 101, digest(whole))]
+    short = [Delivery(mid(1).to_bytes(), digest(whole[:-1]))]
+    report = check_history(log, PulsarMessageId.from_bytes, acks, deliveries=short)
+    assert rules(report) == [("delivered-changed", "7:1")]
+    assert report.acked_violations == 1
+    dropped = check_history(log, PulsarMessageId.from_bytes, acks, deliveries=[])
+    assert rules(dropped) == [("ack-undelivered", "7:1")]
+    assert {"delivered-changed", "ack-undelivered"} <= set(RULES)
+    # without a reader's deliveries the rules are not checked
+    assert check_history(log, PulsarMessageId.from_bytes, acks).ok

@@ -318,8 +318,16 @@ def _node_channels_md(r: dict[str, Any]) -> list[str]:
         "",
     ]
     return lines + _table(
-        ["channels", "appenders", "raw/s", "node/s", "node/raw", "ceiling/raw", "p999 raw",
-         "p999 node"],
+        [
+            "channels",
+            "appenders",
+            "raw/s",
+            "node/s",
+            "node/raw",
+            "ceiling/raw",
+            "p999 raw",
+            "p999 node",
+        ],
         rows,
     )
 
@@ -388,6 +396,25 @@ def _failover_md(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _large_md(r: dict[str, Any]) -> list[str]:
+    rows = [
+        [c["message_bytes"] // (1024 * 1024), c["concurrency"], side, c[side]["mb_per_s"],
+         c.get(f"{side}_vs_raw_ratio", 1.0), c[side]["p50_ms"], c[side]["p99_ms"]]
+        for c in r["cells"]
+        for side in ("raw", "wal", "node")
+    ]  # fmt: skip
+    lines = [
+        f"raw: the producer writing each message's bytes as "
+        f"{r['raw_message_bytes'] // 1024} KiB messages, sent at once; WAL: one append "
+        f"(chunked); node: one Produce (child process); {r['repeats']} interleaved runs of "
+        f"{r['seconds_per_run']:g} s, medians; MB = 10^6 bytes.",
+        "",
+    ]
+    return lines + _table(
+        ["message MiB", "callers", "path", "MB/s", "vs raw", "p50 ms", "p99 ms"], rows
+    )
+
+
 _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "append": ("Append: WAL vs raw producer", _append_md),
     "open": ("Open to ready", _open_md),
@@ -401,6 +428,7 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "pipelined": ("Pipelined: batches vs a send_async loop", _pipelined_md),
     "reads": ("Read paths vs a raw reader", _reads_md),
     "node-channels": ("Many channels through the node", _node_channels_md),
+    "large-messages": ("Large messages: chunked appends vs raw 1 MiB sends", _large_md),
 }
 
 

@@ -15,6 +15,12 @@ from streamwal.tools.bench.append import DEFAULT_CONCURRENCY, DEFAULT_PAYLOADS, 
 from streamwal.tools.bench.channels import DEFAULT_CHANNELS, run_channels_bench
 from streamwal.tools.bench.exactly_once import DEFAULT_EOS_CONCURRENCY, run_exactly_once_bench
 from streamwal.tools.bench.failover import run_failover_bench
+from streamwal.tools.bench.large import (
+    DEFAULT_LARGE_CONCURRENCY,
+    DEFAULT_LARGE_SIZES,
+    DEFAULT_RAW_MESSAGE_BYTES,
+    run_large_bench,
+)
 from streamwal.tools.bench.node import (
     DEFAULT_NODE_CONCURRENCY,
     DEFAULT_NODE_PAYLOADS,
@@ -286,6 +292,40 @@ async def _node_channels(target: BenchTarget, a: argparse.Namespace) -> dict[str
     )
 
 
+def _large_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--sizes",
+        type=_ints,
+        default=list(DEFAULT_LARGE_SIZES),
+        help=f"message sizes in bytes (default {_joined(DEFAULT_LARGE_SIZES)})",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=_ints,
+        default=list(DEFAULT_LARGE_CONCURRENCY),
+        help=f"concurrent callers (default {_joined(DEFAULT_LARGE_CONCURRENCY)})",
+    )
+    p.add_argument(
+        "--raw-message-bytes",
+        type=int,
+        default=DEFAULT_RAW_MESSAGE_BYTES,
+        help=f"the raw producer's message size (default {DEFAULT_RAW_MESSAGE_BYTES})",
+    )
+    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per cell")
+
+
+async def _large(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_large_bench(
+        target,
+        sizes=a.sizes,
+        concurrency=a.concurrency,
+        raw_message_bytes=a.raw_message_bytes,
+        seconds=a.seconds,
+        repeats=a.repeats,
+    )
+
+
 SUITES: dict[str, Suite] = {
     s.name: s
     for s in (
@@ -339,6 +379,12 @@ SUITES: dict[str, Suite] = {
             "appenders spread over 16 and 256 channels of one node vs raw producers",
             _node_channels_args,
             _node_channels,
+        ),
+        Suite(
+            "large-messages",
+            "16 MiB messages (chunked): MB/s through the WAL and a node vs raw 1 MiB sends",
+            _large_args,
+            _large,
         ),
     )
 }

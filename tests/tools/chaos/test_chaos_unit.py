@@ -82,6 +82,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "exactly-once",
         "batch-appends",
         "client-retries",
+        "large-messages",
         "cluster-kill-9",
         "cluster-zombie",
         "cluster-etcd-restart",

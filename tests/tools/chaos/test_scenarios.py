@@ -19,7 +19,10 @@ from streamwal.tools.stack import StackInfo
 pytestmark = pytest.mark.integration
 
 
-async def _run(name: str, rounds: int, stack: StackInfo, tmp_path: Path) -> ScenarioResult:
+async def _run(
+    name: str, rounds: int, stack: StackInfo, tmp_path: Path, *, drop_topics: bool = False
+) -> ScenarioResult:
+    """``drop_topics``: delete the run's topics afterwards (large ones fill the bookie)."""
     seed = random.SystemRandom().randrange(1 << 31)
     result = await run_scenario(
         SCENARIOS[name],
@@ -28,6 +31,7 @@ async def _run(name: str, rounds: int, stack: StackInfo, tmp_path: Path) -> Scen
         etcd_endpoint=stack.etcd_endpoint,
         workdir=tmp_path,
         seed=seed,
+        pulsar_admin_url=stack.pulsar_admin_url if drop_topics else None,
     )
     detail = f"seed {seed}, logs in {tmp_path}:\n" + "\n".join(
         result.violations[:20] + result.problems[:20]
@@ -154,3 +158,22 @@ async def test_client_retries_through_lost_answers_and_kill_9(
     writers = result.figures["answers by writer [count, landed]"]
     assert all(told["acknowledged"][0] > 0 for told in writers.values()), writers
     assert result.figures["transactions told"].get("committed", 0) > 0
+
+
+async def test_large_messages_through_kill_9_and_takeovers_between_chunks(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    """Issue 32: no part of a cut chunked message is delivered, every acknowledged
+    one is whole in the log and through Consume."""
+    name = "large-messages"
+    result = await _run(name, SCENARIOS[name].quick_rounds, stack, tmp_path, drop_topics=True)
+    assert result.figures["faults"] == {"kill-9-owner": 1, "takeover": 1}
+    assert result.figures["large appends acknowledged"] > 0
+    assert (
+        result.figures["large acknowledged and whole in the log"]
+        == (result.figures["large appends acknowledged"])
+    )
+    assert (
+        result.figures["messages delivered by Consume"]
+        > result.figures["large appends acknowledged"]
+    )

@@ -22,6 +22,7 @@ from streamwal.tools.chaos.scenarios import (
     etcd,
     exactly_once,
     kill,
+    large,
     network,
     stock,
     takeover,
@@ -152,6 +153,16 @@ SCENARIOS: dict[str, Scenario] = {
             "unary, stream, batch appends and transactions through lost answers and kill -9 "
             "of the owner; every acknowledgement in the log once at its position, nothing "
             "answered not written there",
+        ),
+        Scenario(
+            "large-messages",
+            large.run,
+            8,
+            2,
+            30.0,
+            "messages of 6-12 MiB (chunked) beside small ones; kill -9 of the owner and "
+            "takeovers the moment a message's first chunk lands: no part of a cut message "
+            "delivered, every acknowledged one whole in the log and through Consume",
         ),
         Scenario(
             "cluster-kill-9",
