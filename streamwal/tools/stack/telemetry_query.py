@@ -94,10 +94,12 @@ async def get_trace(
     operation: str | None = None,
     timeout: float = 30.0,
     interval: float = 0.5,
+    also: tuple[str, ...] = (),
 ) -> dict[str, Any] | None:
     """The trace ``GET /api/traces/<trace_id>`` returns, polled until Jaeger has it
-    (and, when ``operation`` is given, a span of that name: a trace's spans can
-    reach Jaeger in several batches).
+    (and, when ``operation`` is given, a span of that name, and one of each name in
+    ``also``: a trace's spans can reach Jaeger in several batches, from several
+    processes).
 
     ``None`` if it is not there within ``timeout`` seconds (Jaeger answers 404 for a
     trace it does not hold, or did not answer at all).
@@ -112,9 +114,8 @@ async def get_trace(
             data = await asyncio.to_thread(get_data, url)
             found: dict[str, Any] = data[0] if data else {}
             spans = found.get("spans")
-            if spans and (
-                operation is None or any(x.get("operationName") == operation for x in spans)
-            ):
+            wanted = {*also, *(() if operation is None else (operation,))}
+            if spans and wanted <= {x.get("operationName") for x in spans}:
                 return found
         except (OSError, ValueError):  # 404 until the spans arrive; URLError too
             pass
