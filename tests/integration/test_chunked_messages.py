@@ -4,7 +4,8 @@ reader that follows docs/wire-format.md alone.
 
 Memory: the suite fails a test whose RSS grows by more than 200 MB after teardown,
 so each test keeps one copy of its payloads plus a digest of each, drops every read's
-copy at once, and the 20 and 64 MiB cases go through the library only.
+copy at once, and the 20 and 64 MiB cases go through the library and through a node
+process (not a node in the suite's own process, which would hold every copy).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from streamwal.tools.verify import read_topic
 from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal.wal import DeliveryPolicy, MessageType, MutableMessage, open_read_only, open_wal
 from streamwal.wal.chunking import KEY_CHUNK_ID, reassemble
+from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration
 
@@ -191,8 +193,8 @@ async def node(stack: StackInfo, etcd_prefix: Callable[[str], str]) -> AsyncIter
 
 async def test_node_round_trips_beside_small_messages(node: Node, unique: str) -> None:
     channel = f"chunks-node-{unique}"
-    # 20 and 64 MiB go through the library only: an in-process node holds every copy
-    # (gRPC buffers, the write-ahead buffer, the read-ahead) in the suite's process
+    # 20 and 64 MiB go through a node process (below): an in-process node holds every
+    # copy (gRPC buffers, the write-ahead buffer, the read-ahead) in the suite's process
     sizes = [MiB, 5 * MiB, 6 * MiB]
     async with NodeClient(node.address, timeout=120) as client:
         await client.assign(channel)
@@ -230,3 +232,48 @@ async def test_node_round_trips_beside_small_messages(node: Node, unique: str) -
             if m.type.lower() == "insert":
                 assert m.message_id == expected[2][0]
                 break
+
+
+async def test_a_node_process_round_trips_20_and_64_mib(
+    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str], unique: str
+) -> None:
+    """The largest sizes through a real node process: its copies (gRPC buffers, the
+    write-ahead buffer) live in its own process, the suite's holds the client's."""
+    process = NodeProcess(
+        tmp_path,
+        42,
+        {
+            "pulsar": {"service_url": stack.pulsar_url},
+            "etcd": {"endpoints": [stack.etcd_endpoint]},
+            "tso": {"mode": "in-process", "key_prefix": etcd_prefix("chunk-proc")},
+        },
+    )
+    channel = f"chunks-proc-{unique}"
+    await process.start()
+    try:
+        async with NodeClient(process.address, timeout=120) as client:
+            await client.assign(channel)
+            expected = []
+            for i, size in enumerate([20 * MiB, 64 * MiB]):
+                for payload in (b"small-%d" % i, _payload(size, i)):
+                    acked = await client.produce(channel, payload)
+                    expected.append((acked.message_id, acked.time_tick, _sha(payload)))
+                    del payload
+                gc.collect()
+            got: list[tuple[bytes, int, str]] = []
+            async for m in client.consume(channel, policy("all"), timeout=120):
+                if m.type.lower() == "insert":
+                    got.append((m.message_id, m.time_tick, _sha(m.payload)))
+                del m
+                if len(got) == len(expected):
+                    break
+            assert got == expected
+            await client.remove(channel)
+    finally:
+        assert await process.terminate() == 0
+    # a plain reader following docs/wire-format.md rebuilds the same messages
+    plain = await asyncio.to_thread(
+        _plain_read, stack.pulsar_url, f"persistent://public/default/{channel}"
+    )
+    assert [sha for _, _, kind, sha in plain if kind == "Insert"] == [e[2] for e in expected]
+    assert [size for _, size, _, _ in plain if size > MiB] == [20 * MiB, 64 * MiB]
