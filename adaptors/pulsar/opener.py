@@ -51,6 +51,9 @@ from streamwal.errors import (
 )
 from streamwal.wal.backend import AccessMode, validate_channel_name
 
+#: the topic whose metadata :meth:`PulsarOpener.check_reachable` asks for (never created)
+REACHABILITY_TOPIC = "streamwal-reachability"
+
 __all__ = ["PulsarOpener", "client_logger"]
 
 _log = logging.getLogger(__name__)
@@ -130,11 +133,14 @@ class PulsarOpener:
 
     def _new_client(self) -> Any:
         """A client (no I/O: it connects on first use)."""
+        from streamwal.adaptors.pulsar.client_log import client_log_target
+
         cfg = self.config
         options: dict[str, Any] = {
             "operation_timeout_seconds": max(1, math.ceil(cfg.operation_timeout_s)),
             "connection_timeout_ms": int(cfg.operation_timeout_s * 1000),
-            "logger": client_logger(cfg.client_log_file),
+            # expected fence lines at DEBUG for library users (adaptors.pulsar.client_log)
+            "logger": client_log_target(cfg.client_log_file),
         }
         if cfg.auth_token:
             options["authentication"] = pulsar.AuthenticationToken(cfg.auth_token)
@@ -188,6 +194,31 @@ class PulsarOpener:
         await self.verify_exclusivity()
         await self.verify_deduplication()
         await self.read_broker_limits()
+
+    async def check_reachable(self) -> None:
+        """One round trip to the broker, cheap enough to repeat every few seconds: the
+        partitioned metadata of a topic nobody writes (the broker answers it from its
+        metadata store and creates nothing), bounded by the operation timeout. A node
+        serving channels asks it to notice that it lost its broker
+        (:class:`UnavailableError`), which its writers alone would only say per append.
+        """
+        topic = (
+            f"persistent://{self.config.tenant}/{self.config.namespace}/{REACHABILITY_TOPIC}"
+        )
+        try:
+            await asyncio.wait_for(
+                self.client.get_topic_partitions(topic), timeout=self.config.operation_timeout_s
+            )
+        except PulsarException as exc:
+            raise UnavailableError(
+                f"broker {self.config.service_url} did not answer a metadata request: "
+                f"{exc.error()}"
+            ) from exc
+        except TimeoutError as exc:
+            raise UnavailableError(
+                f"broker {self.config.service_url} did not answer a metadata request "
+                f"within {self.config.operation_timeout_s:g}s"
+            ) from exc
 
     async def read_broker_limits(self) -> None:
         """Read the broker's ``maxMessageSize`` (runtime configuration, admin API) once.

@@ -78,6 +78,8 @@ class ChannelState(RetentionDelegate):
         self._receipts: ReceiptQueue[AppendCallback | Edge] = ReceiptQueue(self._on_receipt)
         #: appends handed to the client and not answered yet (pulsar.max_pending_messages)
         self._in_flight = 0
+        #: producer creations given up on, closing what they create (.takeover)
+        self._reapers: set[asyncio.Future[None]] = set()
 
     @property
     def channel(self) -> str:

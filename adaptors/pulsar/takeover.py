@@ -12,6 +12,12 @@ the producer that writes is created afterwards in ``Exclusive`` mode. A reconnec
 ``Exclusive`` producer evicts nobody and is refused while any exclusive producer
 exists or once the epoch moved: a fenced owner cannot come back.
 
+A creation the opener stops waiting for is not over at the broker: the client keeps
+trying, and a fencer it creates late would evict the writer of the next attempt (its
+own node's), or hold the topic open until the connection closes. So a creation that
+timed out is handed to a reaper, which closes what it creates, and the next creation
+on the channel starts only once the reaper is done.
+
 Do not take one channel over from two nodes at the same time: the same broker can
 deadlock its I/O threads when a producer's creation fences another producer that its
 client is closing at that moment (lock order inversion between the topic and the
@@ -21,6 +27,7 @@ producer), which two overlapping takeovers make likely.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 import pulsar
@@ -44,6 +51,20 @@ _OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.Producer
 _WRITER_ATTEMPTS = 10
 _WRITER_RETRY_S = 0.05
 _WRITER_RETRY_WINDOW_S = 3.0
+#: how long a creation waits for an earlier, abandoned one to end (in operation timeouts)
+_SETTLE_TIMEOUTS = 2.0
+
+
+async def _reap(creation: Awaitable[Any]) -> None:
+    """Close the producer an abandoned creation makes, if it makes one."""
+    try:
+        producer = await creation
+    except Exception:
+        return  # refused or timed out at the client: nothing was created
+    try:
+        await producer.close()
+    except Exception:
+        pass  # fenced or disconnected already: gone from the topic either way
 
 
 class Takeover(ChannelState):
@@ -103,20 +124,16 @@ class Takeover(ChannelState):
         while True:
             attempt += 1
             try:
-                return await asyncio.wait_for(
-                    (self._writer_client or self._client).create_producer(
-                        self._topic,
-                        access_mode=pulsar.ProducerAccessMode.Exclusive,
-                        batching_enabled=self._config.batching,
-                        batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
-                        # room for many segments: one is cut at most once (.segments)
-                        batching_max_messages=64 * SEGMENT_MESSAGES,
-                        batching_max_allowed_size_in_bytes=8 * SEGMENT_BYTES,
-                        max_pending_messages=self._config.max_pending_messages,
-                        block_if_queue_full=False,
-                        send_timeout_millis=self._config.send_timeout_ms,
-                    ),
-                    timeout=self._config.operation_timeout_s + 1,
+                return await self._create_producer(
+                    access_mode=pulsar.ProducerAccessMode.Exclusive,
+                    batching_enabled=self._config.batching,
+                    batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
+                    # room for many segments: one is cut at most once (.segments)
+                    batching_max_messages=64 * SEGMENT_MESSAGES,
+                    batching_max_allowed_size_in_bytes=8 * SEGMENT_BYTES,
+                    max_pending_messages=self._config.max_pending_messages,
+                    block_if_queue_full=False,
+                    send_timeout_millis=self._config.send_timeout_ms,
                 )
             except PulsarException as exc:
                 out_of_time = asyncio.get_running_loop().time() >= deadline
@@ -128,16 +145,38 @@ class Takeover(ChannelState):
                     raise
                 await asyncio.sleep(_WRITER_RETRY_S)
 
+    async def _create_producer(self, **options: Any) -> Any:
+        """A producer of the topic, once every earlier creation given up on has ended
+        (see the module); a creation this one gives up on goes to a reaper."""
+        reapers = list(self._reapers)
+        if reapers:
+            bound = _SETTLE_TIMEOUTS * self._config.operation_timeout_s + 1
+            _, pending = await asyncio.wait(reapers, timeout=bound)
+            if pending:
+                raise UnavailableError(
+                    f"channel {self._channel!r}: an earlier producer creation on broker "
+                    f"{self._config.service_url} is still unanswered after {bound:g}s"
+                )
+        creation = asyncio.ensure_future(
+            (self._writer_client or self._client).create_producer(self._topic, **options)
+        )
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(creation), timeout=self._config.operation_timeout_s + 1
+            )
+        except (TimeoutError, asyncio.CancelledError):
+            if not creation.done() or (not creation.cancelled() and not creation.exception()):
+                reaper = asyncio.ensure_future(_reap(creation))
+                self._reapers.add(reaper)
+                reaper.add_done_callback(self._reapers.discard)
+            raise
+
     async def _fence_others(self) -> None:
         """Evict every producer of the topic and move its epoch on (see the module)."""
         try:
-            fencer = await asyncio.wait_for(
-                (self._writer_client or self._client).create_producer(
-                    self._topic,
-                    access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-                    batching_enabled=False,
-                ),
-                timeout=self._config.operation_timeout_s + 1,
+            fencer = await self._create_producer(
+                access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+                batching_enabled=False,
             )
         except PulsarException as exc:
             raise translate(exc, channel=self._channel, what="fence") from exc

@@ -60,6 +60,8 @@ class Balancer:
         self._term = 0
         self._lease: int | None = None
         self._absent_since: dict[int, int] = {}
+        #: live nodes holding channels while not ready (lost their broker): since when
+        self._unready_since: dict[int, int] = {}
         self._heal_ms = int(open_failure_bound_s * 1000)
         #: open-failed moves of a channel in a row (reset once it serves): its backoff
         self._heals: dict[str, int] = {}
@@ -99,6 +101,7 @@ class Balancer:
     def _step_down(self) -> None:
         self._term, self._lease = 0, None
         self._absent_since.clear()
+        self._unready_since.clear()
         self._heals.clear()
         record_balancer_term(0, self._session.record.id)
 
@@ -119,6 +122,12 @@ class Balancer:
                 del self._absent_since[node]
         for node in assigned - set(view.nodes):
             self._absent_since.setdefault(node, now)
+        unready = (assigned & set(view.nodes)) - view.ready_nodes()
+        for node in list(self._unready_since):
+            if node not in unready:
+                del self._unready_since[node]
+        for node in unready:
+            self._unready_since.setdefault(node, now)
         for channel in list(self._heals):
             if view.serving(channel) or channel not in view.channels:
                 del self._heals[channel]
@@ -126,6 +135,7 @@ class Balancer:
             view,
             now_ms=now,
             absent_since_ms=self._absent_since,
+            unready_since_ms=self._unready_since,
             grace_ms=self._grace_ms,
             max_moves=self._max_moves,
             heal_after_ms=self._heal_after_ms,

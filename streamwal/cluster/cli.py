@@ -1,12 +1,17 @@
-"""``streamwal cluster``: status, drain, undrain, channels add/remove.
+"""``streamwal cluster``: status, drain, undrain, channels add/remove, delete.
 
 The cluster is found from a node's file (``--config``: its ``etcd:`` and ``cluster:``
 sections) or from ``--etcd`` and ``--prefix``. These options go before the action or
 after it (``streamwal cluster status --config node1.yaml``): operators write both.
 
-Exit codes: 0; 1 when an action fails (etcd unreachable, a drain that timed out);
-3 when there is no cluster under the prefix (no node, no balancer, no channel set:
-most often a wrong ``--prefix`` or ``--config``).
+Deleting topics (``channels remove --delete-topics``, ``delete --delete-topics``) and
+deleting a cluster cannot be undone: on a terminal they ask first; elsewhere (a
+script, a pipe) they refuse unless ``--yes`` says the question was answered.
+
+Exit codes: 0; 1 when an action fails (etcd unreachable, a drain that timed out,
+live nodes under a cluster to delete, a deletion not confirmed); 3 when there is no
+cluster under the prefix (no node, no balancer, no channel set: most often a wrong
+``--prefix`` or ``--config``).
 """
 
 from __future__ import annotations
@@ -15,23 +20,35 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamwal.cluster.operations import (
     add_channels,
+    cluster_topics_channels,
+    delete_cluster_keys,
+    delete_topics,
     drain_node,
+    node_liveness,
     remove_channels,
     render_status,
+    require_no_live_nodes,
     status_json,
     undrain_node,
+    wait_unserved,
 )
 from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
-from streamwal.errors import StreamwalError
+from streamwal.errors import InvalidInputError, StreamwalError
+from streamwal.wal.backend import validate_channel_name
 
-__all__ = ["NoClusterError", "register"]
+if TYPE_CHECKING:
+    from streamwal.adaptors.pulsar.admin import PulsarAdmin
+    from streamwal.adaptors.pulsar.config import PulsarConfig
+
+__all__ = ["NoClusterError", "NotConfirmedError", "register"]
 
 #: exit code when nothing of a cluster is found under the prefix
 NO_CLUSTER = 3
@@ -40,6 +57,11 @@ NO_CLUSTER = 3
 class NoClusterError(StreamwalError):
     """Nothing of a cluster under the prefix: reading it as an empty cluster would
     hide a wrong ``--prefix`` or ``--config``."""
+
+
+class NotConfirmedError(InvalidInputError):
+    """A destructive action nobody confirmed: declined at the prompt, or asked where
+    no one can answer (stdin is not a terminal) without ``--yes``."""
 
 
 def _where(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -57,7 +79,7 @@ def _where(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 def register(sub: Any) -> None:
     cluster = sub.add_parser(
-        "cluster", help="a self-managing cluster: status, drain, undrain, channels"
+        "cluster", help="a self-managing cluster: status, drain, undrain, channels, delete"
     )
     _where(cluster, top=True)
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -87,6 +109,33 @@ def register(sub: Any) -> None:
         _where(p, top=False)
         p.add_argument("names", nargs="+")
         p.set_defaults(func=_run, op=name)
+        if name == "remove":
+            _deleting(p, what="wait until no node serves the channels, then delete their topics")
+    delete = actions.add_parser(
+        "delete", help="delete every key of the cluster (and, asked, its channels' topics)"
+    )
+    _where(delete, top=False)
+    _deleting(delete, what="also delete the topic of every channel in the set or assigned")
+    delete.add_argument(
+        "--force", action="store_true", help="delete even while live nodes are registered"
+    )
+    delete.set_defaults(func=_run, op="delete")
+
+
+def _deleting(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """The options of an action that may delete topics."""
+    parser.add_argument("--delete-topics", action="store_true", help=what)
+    parser.add_argument(
+        "--yes", action="store_true", help="do not ask (needed when stdin is not a terminal)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the channels to close"
+    )
+    parser.add_argument(
+        "--pulsar-admin-url",
+        help="the broker's admin API (default: the node file's pulsar.admin_url, or the "
+        "one beside pulsar.service_url)",
+    )
 
 
 def _store_and_keys(args: argparse.Namespace) -> tuple[ClusterStore, ClusterKeys]:
@@ -108,15 +157,121 @@ def _require_cluster(view: ClusterView, keys: ClusterKeys) -> None:
         )
 
 
+def _pulsar(args: argparse.Namespace) -> tuple[PulsarConfig, PulsarAdmin]:
+    """Where the channels' topics are: the node file's ``pulsar:`` section (tenant,
+    namespace, token, TLS), its admin URL overridden by ``--pulsar-admin-url``. With
+    ``--etcd`` and no file the URL must be given: a guess could delete topics on
+    another broker than the cluster's."""
+    from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
+    from streamwal.adaptors.pulsar.config import PulsarConfig
+    from streamwal.node.config import load_config
+
+    pulsar = PulsarConfig() if args.etcd else load_config(args.config).pulsar
+    url = args.pulsar_admin_url
+    if url is None and not args.etcd:
+        url = pulsar.admin_url or admin_url_for(pulsar.service_url)
+    if url is None:
+        raise InvalidInputError(
+            "--delete-topics: give --pulsar-admin-url (the broker's admin API)"
+            + ("" if args.etcd else f": none is known beside {pulsar.service_url}")
+        )
+    admin = PulsarAdmin(
+        url,
+        token=pulsar.auth_token,
+        trust_certs_file=pulsar.tls_trust_certs_file,
+        allow_insecure=pulsar.tls_allow_insecure,
+        timeout=pulsar.operation_timeout_s,
+    )
+    return pulsar, admin
+
+
+def _confirm(question: str, *, yes: bool) -> None:
+    """Ask ``question`` on a terminal; :class:`NotConfirmedError` unless answered yes
+    (or ``--yes`` was given). Not on a terminal there is nobody to ask, and a default
+    of yes would let a pipe or a cron job delete what nobody meant to."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise NotConfirmedError(
+            f"refusing to {question} without confirmation: stdin is not a terminal "
+            "(pass --yes to confirm)"
+        )
+    try:
+        answer = input(f"{question}? [y/N] ")
+    except (EOFError, KeyboardInterrupt):
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise NotConfirmedError("not confirmed: nothing was deleted")
+
+
+def _topic_lines(outcome: dict[str, bool]) -> list[str]:
+    return [
+        f"topic {topic} {'deleted' if deleted else 'already missing (nothing to delete)'}"
+        for topic, deleted in sorted(outcome.items())
+    ]
+
+
+async def _status(store: ClusterStore, keys: ClusterKeys, args: argparse.Namespace) -> str:
+    view = await read_view(store, keys)
+    _require_cluster(view, keys)
+    liveness = await node_liveness(store, view)
+    if args.json:
+        return json.dumps(status_json(view, keys, moves=args.moves, liveness=liveness), indent=2)
+    return render_status(view, moves=args.moves, liveness=liveness)
+
+
+async def _remove(store: ClusterStore, keys: ClusterKeys, args: argparse.Namespace) -> str:
+    """Remove channels; with ``--delete-topics`` also their topics, once no node
+    serves them (confirmed before anything changes, so a refusal leaves the set)."""
+    names = [validate_channel_name(c) for c in args.names]
+    if not args.delete_topics:
+        await remove_channels(store, keys, names)
+        return f"channels remove: {' '.join(names)}"
+    pulsar, admin = _pulsar(args)
+    topics = [pulsar.topic(c) for c in names]
+    _confirm(f"delete {len(topics)} topics ({', '.join(topics)})", yes=args.yes)
+    deadline = time.monotonic() + args.timeout
+    await remove_channels(store, keys, names)
+    await wait_unserved(store, keys, names, timeout_s=args.timeout)
+    outcome = await delete_topics(admin, topics, timeout_s=max(0.0, deadline - time.monotonic()))
+    return "\n".join([f"channels remove: {' '.join(names)}", *_topic_lines(outcome)])
+
+
+async def _delete(store: ClusterStore, keys: ClusterKeys, args: argparse.Namespace) -> str:
+    """Delete the cluster: topics first, so a topic deletion that fails leaves the
+    keys (the channel list) to try again with."""
+    _revision, entries = await store.read_prefix(keys.root)
+    if not entries:
+        raise NoClusterError(
+            f"no cluster under {keys.root} (no key at all): check --prefix (cluster.key_prefix) "
+            "and --etcd/--config"
+        )
+    view = await read_view(store, keys)
+    if not args.force:  # refused before anything is asked
+        require_no_live_nodes(view, keys)
+    topics: list[str] = []
+    admin: PulsarAdmin | None = None
+    if args.delete_topics:
+        pulsar, admin = _pulsar(args)
+        topics = [pulsar.topic(c) for c in sorted(cluster_topics_channels(view))]
+    what = f"delete the cluster under {keys.root} ({len(entries)} keys)"
+    if args.delete_topics:
+        what += f" and {len(topics)} topics ({', '.join(topics) or 'none'})"
+    _confirm(what, yes=args.yes)
+    lines: list[str] = []
+    if admin is not None:
+        lines = _topic_lines(await delete_topics(admin, topics, timeout_s=args.timeout))
+    deleted = await delete_cluster_keys(store, keys, force=args.force)
+    return "\n".join([f"deleted {deleted} keys under {keys.root}", *lines])
+
+
 async def _act(args: argparse.Namespace) -> str:
     store, keys = _store_and_keys(args)
     async with store:
         if args.op == "status":
-            view = await read_view(store, keys)
-            _require_cluster(view, keys)
-            if args.json:
-                return json.dumps(status_json(view, keys, moves=args.moves), indent=2)
-            return render_status(view, moves=args.moves)
+            return await _status(store, keys, args)
+        if args.op == "delete":
+            return await _delete(store, keys, args)
         _require_cluster(await read_view(store, keys), keys)
         if args.op == "drain":
             view = await drain_node(store, keys, args.node, timeout_s=args.timeout)
@@ -124,11 +279,10 @@ async def _act(args: argparse.Namespace) -> str:
         if args.op == "undrain":
             await undrain_node(store, keys, args.node)
             return f"node {args.node} undrained: the balancer moves channels onto it in steps"
-        if args.op == "add":
-            await add_channels(store, keys, args.names)
-        else:
-            await remove_channels(store, keys, args.names)
-        return f"channels {args.op}: {' '.join(args.names)}"
+        if args.op == "remove":
+            return await _remove(store, keys, args)
+        await add_channels(store, keys, args.names)
+        return f"channels add: {' '.join(args.names)}"
 
 
 def _run(args: argparse.Namespace) -> int:

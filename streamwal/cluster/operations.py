@@ -1,29 +1,59 @@
 """What an operator does to a running cluster: read its state, change its channel
-set, drain a node. Each is one function on a started :class:`ClusterStore`, so the
+set, drain a node, delete channels' topics or the whole cluster. Each is one function
+on a started :class:`ClusterStore` (and, for topics, a :class:`PulsarAdmin`), so the
 CLI, the demo and tests share them."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from streamwal.cluster.records import ClusterKeys, Drain, encode
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
-from streamwal.errors import InvalidInputError, UnavailableError
+from streamwal.errors import InvalidInputError, StreamwalError, UnavailableError
 from streamwal.wal.backend import validate_channel_name
 
+if TYPE_CHECKING:
+    from streamwal.adaptors.pulsar.admin import PulsarAdmin
+
 __all__ = [
+    "ChannelsStillServedError",
+    "LiveNodesError",
+    "NodeLiveness",
+    "TopicsInUseError",
     "add_channels",
     "channel_state",
+    "cluster_topics_channels",
+    "delete_cluster_keys",
+    "delete_topics",
     "drain_node",
+    "node_liveness",
     "remove_channels",
     "render_status",
+    "require_no_live_nodes",
     "status_json",
     "undrain_node",
+    "wait_unserved",
 ]
+
+
+class ChannelsStillServedError(UnavailableError):
+    """Removed channels still assigned to a live node after the bound: deleting their
+    topics now would pull the log from under a node that serves them."""
+
+
+class TopicsInUseError(UnavailableError):
+    """The broker kept refusing to delete topics a producer or reader still holds."""
+
+
+class LiveNodesError(StreamwalError):
+    """Live nodes are registered: deleting their cluster's keys under them would leave
+    nodes serving channels nobody can find, and their balancer would write keys
+    back."""
 
 
 async def add_channels(store: ClusterStore, keys: ClusterKeys, channels: Iterable[str]) -> None:
@@ -42,6 +72,141 @@ async def remove_channels(store: ClusterStore, keys: ClusterKeys, channels: Iter
     await store.create_all_if_absent(keys.seeded, {})
     for name in names:
         await store.delete(keys.channels + name)
+
+
+async def wait_unserved(
+    store: ClusterStore,
+    keys: ClusterKeys,
+    channels: Iterable[str],
+    *,
+    timeout_s: float,
+    poll_s: float = 0.2,
+) -> ClusterView:
+    """Wait until none of ``channels`` is assigned to a live node (the balancer
+    withdraws a removed channel in its next round, and the owner closes it on its next
+    poll); :class:`ChannelsStillServedError` after ``timeout_s``. An assignment left to
+    a node that is gone counts as withdrawn: with no node left, no balancer would ever
+    remove it, and the broker refuses the delete of a topic a stray process holds."""
+    names = set(channels)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = await read_view(store, keys)
+        held = {
+            c: a.node for c, a in view.assignments.items() if c in names and a.node in view.nodes
+        }
+        if not held:
+            return view
+        if time.monotonic() > deadline:
+            owners = ", ".join(f"{c} on node {n}" for c, n in sorted(held.items()))
+            balancer = "" if view.balancer_node is not None else " (no balancer is running)"
+            raise ChannelsStillServedError(
+                f"still assigned after {timeout_s:g}s: {owners}{balancer}; topics not "
+                "deleted (run the command again to retry)"
+            )
+        await asyncio.sleep(poll_s)
+
+
+async def delete_topics(
+    admin: PulsarAdmin,
+    topics: Iterable[str],
+    *,
+    timeout_s: float,
+    poll_s: float = 0.5,
+) -> dict[str, bool]:
+    """Delete each topic (full name) on the broker: ``True`` deleted, ``False`` it was
+    not there. The delete is not forced: the broker refuses it while a producer or
+    reader is attached, which is the proof that no node still serves the channel, so
+    a refusal is tried again until ``timeout_s`` (:class:`TopicsInUseError`)."""
+    wanted = sorted(set(topics))
+    present = await _existing(admin, wanted)
+    outcome = {topic: False for topic in wanted if topic not in present}
+    pending = [topic for topic in wanted if topic in present]
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, str] = {}
+    while pending:
+        for topic in list(pending):
+            try:
+                await admin.delete(admin.topic_path(topic))
+            except UnavailableError as exc:
+                last[topic] = str(exc)
+                continue
+            outcome[topic] = True
+            pending.remove(topic)
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            reasons = "; ".join(f"{t}: {last[t]}" for t in pending)
+            raise TopicsInUseError(
+                f"{len(pending)} topic(s) not deleted after {timeout_s:g}s ({reasons}); "
+                "run the command again to retry"
+            )
+        await asyncio.sleep(poll_s)
+    return outcome
+
+
+async def _existing(admin: PulsarAdmin, topics: list[str]) -> set[str]:
+    """Which of ``topics`` the broker has: one listing per namespace, so a missing
+    topic is told apart from a deleted one (the admin API answers both with nothing)."""
+    found: set[str] = set()
+    for namespace in {t.partition("://")[2].rpartition("/")[0] for t in topics}:
+        listed = await admin.get(f"persistent/{namespace}")
+        if isinstance(listed, list):
+            found.update(str(t) for t in listed)
+    return found
+
+
+def cluster_topics_channels(view: ClusterView) -> set[str]:
+    """Every channel a cluster knows: its set, and what is assigned (a channel removed
+    from the set keeps its assignment until a balancer withdraws it)."""
+    return view.channels | set(view.assignments)
+
+
+def require_no_live_nodes(view: ClusterView, keys: ClusterKeys) -> None:
+    """:class:`LiveNodesError` when ``view`` has registered nodes."""
+    if view.nodes:
+        live = ", ".join(f"{n} ({r.address})" for n, r in sorted(view.nodes.items()))
+        raise LiveNodesError(
+            f"{len(view.nodes)} live node(s) under {keys.root}: {live}; stop or drain them "
+            "first (or --force)"
+        )
+
+
+async def delete_cluster_keys(
+    store: ClusterStore, keys: ClusterKeys, *, force: bool = False
+) -> int:
+    """Delete every key under the cluster's root; how many went. :class:`LiveNodesError`
+    while nodes are registered (read again here, right before), unless ``force``."""
+    if not force:
+        require_no_live_nodes(await read_view(store, keys), keys)
+    return await store.delete_tree(keys.root)
+
+
+@dataclass(frozen=True)
+class NodeLiveness:
+    """When a node last renewed its session lease, as etcd tells it (to the second)."""
+
+    #: the TTL the lease was granted
+    ttl_s: int
+    #: what is left of it
+    remaining_s: int
+    renewed_at_ms: int
+
+
+async def node_liveness(store: ClusterStore, view: ClusterView) -> dict[int, NodeLiveness]:
+    """Each live node's last renewal, from its lease's granted and remaining TTL: a
+    node record says the node registered, not that it still renews (a hung process
+    stays listed for up to one TTL). Nodes whose lease ran out meanwhile are left out."""
+    ttls = await store.lease_ttls(view.node_leases.values())
+    now = time.time_ns() // 1_000_000
+    liveness: dict[int, NodeLiveness] = {}
+    for node_id, lease in view.node_leases.items():
+        ttl = ttls.get(lease)
+        if ttl is not None:
+            # etcd rounds the remaining TTL down to a whole second: the renewal lies in
+            # the second before now - (granted - remaining); take the middle of it
+            elapsed_ms = max(0, (ttl.granted_s - ttl.remaining_s) * 1000 - 500)
+            liveness[node_id] = NodeLiveness(ttl.granted_s, ttl.remaining_s, now - elapsed_ms)
+    return liveness
 
 
 async def drain_node(
@@ -96,9 +261,17 @@ def channel_state(view: ClusterView, channel: str) -> str:
     return "waiting" if status is None else status.state
 
 
-def status_json(view: ClusterView, keys: ClusterKeys, *, moves: int = 10) -> dict[str, Any]:
+def status_json(
+    view: ClusterView,
+    keys: ClusterKeys,
+    *,
+    moves: int = 10,
+    liveness: Mapping[int, NodeLiveness] | None = None,
+) -> dict[str, Any]:
     """``streamwal cluster status --json``; the schema is in docs/deploy.md. Times are
-    Unix milliseconds; absent values are ``null``."""
+    Unix milliseconds; absent values are ``null``. Fields are only ever added within
+    one ``schema`` number, so a reader of schema 1 keeps working."""
+    liveness = liveness or {}
     draining = view.draining()
     counts: dict[int, int] = {}
     for a in view.assignments.values():
@@ -135,6 +308,7 @@ def status_json(view: ClusterView, keys: ClusterKeys, *, moves: int = 10) -> dic
                 "version": node.version,
                 "started_at_ms": node.started_at_ms,
                 "lease": format(view.node_leases[node_id], "x"),
+                **_lease_json(liveness.get(node_id)),
                 "ready": node.ready,
                 "not_ready": node.not_ready,
                 "draining": node_id in draining,
@@ -159,11 +333,32 @@ def status_json(view: ClusterView, keys: ClusterKeys, *, moves: int = 10) -> dic
     }
 
 
+def _lease_json(live: NodeLiveness | None) -> dict[str, int | None]:
+    return {
+        "lease_ttl_s": None if live is None else live.ttl_s,
+        "lease_remaining_s": None if live is None else live.remaining_s,
+        "lease_renewed_at_ms": None if live is None else live.renewed_at_ms,
+    }
+
+
 def _ago(at_ms: int, now_ms: int) -> str:
     return f"{max(0, now_ms - at_ms) / 1000:.1f}s ago"
 
 
-def render_status(view: ClusterView, *, moves: int = 10) -> str:
+def _renewed(live: NodeLiveness | None, now_ms: int) -> str:
+    if live is None:
+        return "  lease expired"
+    return f" (ttl {live.ttl_s}s) renewed {_ago(live.renewed_at_ms, now_ms)}"
+
+
+def render_status(
+    view: ClusterView,
+    *,
+    moves: int = 10,
+    liveness: Mapping[int, NodeLiveness] | None = None,
+) -> str:
+    """The text of ``cluster status``; without ``liveness`` (no lease query made) the
+    nodes' renewal times are left out."""
     now = time.time_ns() // 1_000_000
     draining = view.draining()
     lines = [
@@ -180,8 +375,9 @@ def render_status(view: ClusterView, *, moves: int = 10) -> str:
         if not node.ready:
             flag += f"  NOT READY ({node.not_ready})"
         lease = view.node_leases[node_id]
+        renewed = "" if liveness is None else _renewed(liveness.get(node_id), now)
         lines.append(
-            f"  {node_id:>4}  {node.address:<22} v{node.version:<8} lease {lease:x}"
+            f"  {node_id:>4}  {node.address:<22} v{node.version:<8} lease {lease:x}{renewed}"
             f"  started {_ago(node.started_at_ms, now)}  channels {counts.get(node_id, 0)}{flag}"
         )
     lines.append(f"channels ({len(view.channels)}):")

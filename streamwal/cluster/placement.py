@@ -3,9 +3,10 @@
 Order of concerns in one round: channels removed from the set lose their assignment;
 channels without an owner get one; channels of a node gone for longer than the grace
 period, or of a draining node, move at once (unbounded: they take no writes until
-moved). A channel whose owner has failed to open it (or has been opening it) for
-longer than its bound
-(``heal_after_ms``: the balancer backs it off for a channel that keeps failing) moves
+moved). So do the channels of a live node that has not been ready for the grace period
+(it lost its broker: it says so in its record). A channel whose owner has failed to
+open it (or has been opening it) for longer than its bound (``heal_after_ms``: the
+balancer backs it off for a channel that keeps failing) moves
 to another node, so one node that cannot reach its broker does not keep a channel
 unserved. Only a ready node (it reached its broker) is a target. Only when nothing
 else moves and every assigned channel serves, at most
@@ -43,12 +44,14 @@ def plan_round(
     now_ms: int,
     absent_since_ms: Mapping[int, int],
     grace_ms: int,
+    unready_since_ms: Mapping[int, int] | None = None,
     max_moves: int,
     heal_after_ms: Callable[[str], int] | None = None,
 ) -> list[Decision]:
     live = set(view.nodes)
     draining = view.draining()
-    targets = sorted(view.ready_nodes() - draining)
+    ready = view.ready_nodes()
+    targets = sorted(ready - draining)
     counts = {node: 0 for node in targets}
     for assignment in view.assignments.values():
         if assignment.node in counts and assignment.channel in view.channels:
@@ -87,6 +90,11 @@ def plan_round(
                 place(channel, MoveReason.NODE_LOST, current.node, lost_at)
         elif current.node in draining:
             place(channel, MoveReason.DRAIN, current.node)
+        elif current.node not in ready and _unready_for(
+            current.node, unready_since_ms, now_ms, grace_ms
+        ):
+            why = view.nodes[current.node].not_ready
+            place(channel, MoveReason.NODE_NOT_READY, current.node, detail=why)
         elif heal_after_ms is not None:
             detail = _failing(view.current_status(channel), now_ms, heal_after_ms(channel))
             if detail:
@@ -110,6 +118,15 @@ def plan_round(
         counts[emptiest] += 1
         decisions.append(Decision(channel, emptiest, MoveReason.NODE_JOINED, fullest))
     return decisions
+
+
+def _unready_for(
+    node: int, unready_since_ms: Mapping[int, int] | None, now_ms: int, grace_ms: int
+) -> bool:
+    """Not ready for the grace period (before that its failing opens may still move
+    its channels, as they would on a ready node)."""
+    since = (unready_since_ms or {}).get(node, now_ms)
+    return now_ms - since >= grace_ms
 
 
 def _failing(status: ChannelStatus | None, now_ms: int, bound_ms: int) -> str:

@@ -52,6 +52,7 @@ class MoveReason:
     DRAIN = "drain"
     OPERATOR = "operator"  # the channel was removed from the set
     OPEN_FAILED = "open-failed"  # its owner kept failing to open it past the bound
+    NODE_NOT_READY = "node-not-ready"  # its owner lost its broker (not ready) past the grace
 
 
 @dataclass(frozen=True)

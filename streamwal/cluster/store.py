@@ -9,17 +9,19 @@ client keeps one set of TLS, auth and reconnect settings for the whole node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streamwal.errors import DeposedError
+import grpc
+
+from streamwal.errors import DeposedError, InvalidInputError
 from streamwal.tso.etcd_store import EtcdStore
 
 if TYPE_CHECKING:
     from streamwal.node.config import EtcdSettings
 
-__all__ = ["ClusterStore", "Entry"]
+__all__ = ["ClusterStore", "Entry", "LeaseTTL"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,15 @@ class Entry:
     create_revision: int
     mod_revision: int
     lease: int
+
+
+@dataclass(frozen=True)
+class LeaseTTL:
+    """etcd's answer for one lease: the TTL it was granted and what is left of it,
+    both in whole seconds (etcd counts no finer)."""
+
+    granted_s: int
+    remaining_s: int
 
 
 class ClusterStore(EtcdStore):
@@ -89,6 +100,44 @@ class ClusterStore(EtcdStore):
             client.delete(key)
 
         await self._call("delete", op, timeout)
+
+    async def delete_tree(self, prefix: str, *, timeout: float | None = None) -> int:
+        """Delete every key under ``prefix`` in one request; how many there were. The
+        count is etcd's own, so an operator is told what went, not what was read
+        before (a node may have written meanwhile)."""
+        if not prefix.strip("/"):
+            raise InvalidInputError(f"prefix: refusing to delete a root prefix: {prefix!r}")
+
+        def op(client: Any) -> int:
+            return int(client.delete_prefix(prefix).deleted)
+
+        return await self._call("delete prefix", op, timeout)
+
+    async def lease_ttls(
+        self, lease_ids: Iterable[int], *, timeout: float | None = None
+    ) -> dict[int, LeaseTTL | None]:
+        """Each lease's granted and remaining TTL (etcd's LeaseTimeToLive); ``None`` for
+        a lease that expired or was revoked. One call for all of them: ``cluster
+        status`` asks for every node at one moment."""
+        ids = list(lease_ids)
+
+        def op(client: Any) -> dict[int, LeaseTTL | None]:
+            answers: dict[int, LeaseTTL | None] = {}
+            for lease_id in ids:
+                try:
+                    info = client.get_lease_info(lease_id)
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.NOT_FOUND:
+                        raise
+                    answers[lease_id] = None
+                    continue
+                remaining = int(info.TTL)
+                answers[lease_id] = (
+                    None if remaining < 0 else LeaseTTL(int(info.grantedTTL), remaining)
+                )
+            return answers
+
+        return await self._call("lease time-to-live", op, timeout)
 
     async def campaign(
         self, key: str, value: bytes, lease: int, *, timeout: float | None = None

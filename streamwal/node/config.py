@@ -142,6 +142,10 @@ class ClientTLSFiles(TLSFiles):
             raise ConfigError(f"{key}.server_name", "needs TLS: set ca_file (or cert_file)")
 
 
+#: what ``node.log_format`` takes (streamwal.node.logs formats them)
+LOG_FORMATS = ("text", "json")
+
+
 @dataclass(frozen=True)
 class NodeSettings:
     id: int = 1
@@ -152,13 +156,27 @@ class NodeSettings:
     advertise_address: str = ""
     #: Prometheus /metrics; empty disables it
     metrics_listen: str = "127.0.0.1:9464"
+    #: a ready node that has not reached its broker for this long turns not ready
+    #: (gRPC health, /readyz, its cluster record: the balancer moves its channels)
+    broker_lost_after_s: float = 15.0
     tls: TLSFiles = field(default_factory=TLSFiles)
     #: how long SIGTERM waits for in-flight appends before closing channels
     shutdown_grace_s: float = 10.0
+    #: the node's lines on stderr (and in its Pulsar client log): ``text``, or ``json``
+    #: for a collector (one object per line: time, level, logger, node, message)
+    log_format: str = "text"
+    #: the folder of the node's Pulsar client log, ``pulsar-client-node-<id>.log``;
+    #: empty: the user's log folder. ``pulsar.client_log_file`` set to a path wins
+    log_dir: str = ""
 
     def check(self) -> None:
         if self.id < 0:
             raise ConfigError("node.id", f"must be >= 0, got {self.id}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(
+                "node.log_format",
+                f"expected one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}",
+            )
         _host_port("node.listen", self.listen)
         if self.advertise_address:
             _host_port("node.advertise_address", self.advertise_address)
@@ -172,6 +190,8 @@ class NodeSettings:
             _host_port("node.metrics_listen", self.metrics_listen)
         if self.shutdown_grace_s <= 0:
             raise ConfigError("node.shutdown_grace_s", "must be > 0")
+        if self.broker_lost_after_s <= 0:
+            raise ConfigError("node.broker_lost_after_s", "must be > 0")
         self.tls.check("node.tls", server=True)
 
 

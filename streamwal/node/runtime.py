@@ -88,6 +88,8 @@ ROUTING_SERVICE = "streamwal.cluster.v1.ClusterRouting"
 TSO_SERVICE = "streamwal.tso.v1.TSO"
 #: pauses between tries to reach the broker while not ready: first, longest
 _BROKER_RETRY_S = (1.0, 15.0)
+#: how often a ready node asks its broker at most (node.broker_lost_after_s / 3 if less)
+_BROKER_CHECK_S = 5.0
 #: how often the node's watch updates its health and liveness heartbeat
 _WATCH_S = 0.5
 TEST_CLOCK_ENV = "STREAMWAL_TEST_CLOCK_FILE"
@@ -303,14 +305,16 @@ class Node:
 
     @property
     def ready(self) -> bool:
-        return self._ready_event.is_set()
+        """Able to serve now: became ready, and has not lost its broker since."""
+        return self._ready_event.is_set() and self.readiness.ready
 
     async def wait_ready(self) -> None:
         await self._ready_event.wait()
 
     async def _reach_broker(self) -> None:
         """Run the broker self-checks until they pass, then turn ready (see the module
-        docstring); each new reason to wait is logged once."""
+        docstring); each new reason to wait is logged once. Then keep asking the
+        broker (:meth:`_keep_broker`)."""
         assert self._opener is not None
         pause, longest = _BROKER_RETRY_S
         said = ""
@@ -320,10 +324,7 @@ class Node:
                 break
             except (StreamwalError, OSError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
-                self.readiness.block("broker", why)
-                if self._cluster is not None:
-                    with contextlib.suppress(StreamwalError):
-                        await self._cluster.set_ready(False, f"broker: {why}")
+                await self._not_ready(why)
                 # each try probes a fresh topic: the same failure names another one
                 same = re.sub(r"-probe-[0-9a-f]+", "-probe", why)
                 if same != said:
@@ -338,6 +339,57 @@ class Node:
             pause = min(pause * 2, longest)
         if self._closed:
             return
+        await self._turn_ready()
+        _log.info(
+            "node %d ready: broker %s reached", self.config.node.id, self.config.pulsar.service_url
+        )
+        await self._keep_broker()
+
+    async def _keep_broker(self) -> None:
+        """Readiness that follows the broker: a node that has not reached it for
+        ``node.broker_lost_after_s`` turns not ready, so the balancer moves its
+        channels to nodes that can write them, and ready again once it answers.
+        One failed check is not enough: a broker restart or a moving bundle
+        answers a few seconds later, and channels should not bounce for that."""
+        assert self._opener is not None
+        bound = self.config.node.broker_lost_after_s
+        every = min(_BROKER_CHECK_S, bound / 3)
+        lost_since: float | None = None
+        ready = True
+        while not self._closed:
+            await asyncio.sleep(every)
+            try:
+                await self._opener.check_reachable()
+            except (StreamwalError, OSError) as exc:
+                now = time.monotonic()
+                lost_since = now if lost_since is None else lost_since
+                if ready and now - lost_since >= bound:
+                    why = f"lost for {now - lost_since:.0f}s: {type(exc).__name__}: {exc}"
+                    ready = False
+                    await self._not_ready(why)
+                    _log.warning("node %d not ready: broker: %s", self.config.node.id, why)
+                continue
+            lost_since = None
+            if not ready and not self._closed:
+                ready = True
+                await self._turn_ready()
+                _log.info(
+                    "node %d ready again: broker %s reached",
+                    self.config.node.id,
+                    self.config.pulsar.service_url,
+                )
+
+    async def _not_ready(self, why: str) -> None:
+        """``/readyz``, gRPC health and the cluster record say the node cannot serve."""
+        self.readiness.block("broker", why)
+        if self._ready_event.is_set():
+            for service in self._services():
+                await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self._cluster is not None:
+            with contextlib.suppress(StreamwalError):
+                await self._cluster.set_ready(False, f"broker: {why}")
+
+    async def _turn_ready(self) -> None:
         self.readiness.clear("broker")
         if self._cluster is not None:
             while not self._closed:
@@ -351,9 +403,6 @@ class Node:
         for service in self._services():
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._ready_event.set()
-        _log.info(
-            "node %d ready: broker %s reached", self.config.node.id, self.config.pulsar.service_url
-        )
 
     async def _watch(self) -> None:
         """The liveness heartbeat, and the TSO service's health following leadership."""

@@ -5,12 +5,17 @@ taken gRPC or metrics port, a node id a live node holds, an etcd that does not
 answer. The HTTP port (``/metrics``, ``/livez``, ``/readyz``) is bound first, so a
 probe reads "not ready" and why while the node starts. The ``ready on`` line is
 printed when the node can serve (it reached its broker), not when it listens.
+
+Its log lines name the node (several may share a host, a terminal, a collector), as
+text or JSON (``node.log_format``); its Pulsar client's log is a file of its own,
+named in the ``listening on`` line (:mod:`streamwal.node.logs`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -23,6 +28,7 @@ from typing import Any
 from streamwal.errors import StreamwalError
 from streamwal.node.config import ConfigError, load_config
 from streamwal.node.endpoints import HttpEndpoints, Readiness
+from streamwal.node.logs import ClientLogRelay, client_log_path, setup_node_logging
 from streamwal.node.runtime import Node
 from streamwal.node.telemetry import setup_telemetry
 
@@ -50,7 +56,21 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2
-    logging.getLogger().setLevel(config.telemetry.log_level.upper())
+    formatter = setup_node_logging(
+        config.node.id, config.node.log_format, config.telemetry.log_level
+    )
+    say = _Say(config.node.log_format)
+    client_log = client_log_path(config)
+    relay: ClientLogRelay | None = None
+    if client_log is not None:
+        relay = ClientLogRelay(client_log, config.node.id, formatter)
+        try:
+            target = relay.start()
+        except OSError as exc:
+            say.error(f"cannot start the node: Pulsar client log {client_log}: {exc}")
+            return 1
+        pulsar = dataclasses.replace(config.pulsar, client_log_file=target)
+        config = dataclasses.replace(config, pulsar=pulsar)
     readiness = Readiness()
     endpoints: HttpEndpoints | None = None
     if config.node.metrics_listen:
@@ -58,18 +78,23 @@ def _run(args: argparse.Namespace) -> int:
         try:
             endpoints.start()
         except (StreamwalError, OSError) as exc:
-            print(f"cannot start the node: {exc}", file=sys.stderr)
+            say.error(f"cannot start the node: {exc}")
+            if relay is not None:
+                relay.close()
             return 1
     telemetry = setup_telemetry(config, serve_metrics=False)
     code = 1
+    shown = "stderr (Python logging)" if client_log is None else str(client_log)
     try:
-        code = asyncio.run(_serve(config, endpoints, readiness))
+        code = asyncio.run(_serve(config, endpoints, readiness, say, shown))
     except BaseException:  # reported here: os._exit below would swallow it
-        traceback.print_exc()
+        say.exception("the node stopped on an unexpected error")
     finally:
         if endpoints is not None:
             endpoints.close()
         telemetry.shutdown()
+        if relay is not None:
+            relay.close()  # the clients' last lines, before os._exit
         # Everything is closed and flushed by now. The Pulsar C++ client can abort
         # (SIGABRT) while the interpreter tears its threads down, turning a clean
         # stop into a crash code; leave without running those destructors.
@@ -79,7 +104,33 @@ def _run(args: argparse.Namespace) -> int:
         os._exit(code)
 
 
-async def _serve(config: Any, endpoints: HttpEndpoints | None, readiness: Readiness) -> int:
+class _Say:
+    """A refused start's one line on stderr: plain text, as operators and scripts
+    read it, or a log record in JSON, where every line on stderr must parse."""
+
+    def __init__(self, log_format: str) -> None:
+        self.json = log_format == "json"
+
+    def error(self, message: str) -> None:
+        if self.json:
+            _log.error("%s", message)
+        else:
+            print(message, file=sys.stderr)
+
+    def exception(self, message: str) -> None:
+        if self.json:
+            _log.exception("%s", message)
+        else:
+            traceback.print_exc()
+
+
+async def _serve(
+    config: Any,
+    endpoints: HttpEndpoints | None,
+    readiness: Readiness,
+    say: _Say,
+    client_log: str,
+) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -88,7 +139,7 @@ async def _serve(config: Any, endpoints: HttpEndpoints | None, readiness: Readin
     try:
         await node.start()
     except (StreamwalError, OSError) as exc:
-        print(f"cannot start the node: {exc}", file=sys.stderr)
+        say.error(f"cannot start the node: {exc}")
         return 1
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLDS)
@@ -98,7 +149,7 @@ async def _serve(config: Any, endpoints: HttpEndpoints | None, readiness: Readin
         metrics = f" (metrics on http://{endpoints.host}:{endpoints.port}/metrics)"
     print(
         f"streamwal node {config.node.id} listening on {node.address}; "
-        "it serves once it reaches the broker",
+        f"it serves once it reaches the broker (Pulsar client log: {client_log})",
         flush=True,
     )
     ready = asyncio.ensure_future(node.wait_ready())

@@ -207,7 +207,7 @@ def _setup_metrics(config: NodeConfig, resource: Resource, serve: bool = True) -
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from opentelemetry.sdk.metrics import MeterProvider
 
-        reader = PrometheusMetricReader()
+        reader = PrometheusMetricReader(scope_info_enabled=False)  # no otel_scope_* labels
         metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
         return None
     try:
@@ -216,7 +216,7 @@ def _setup_metrics(config: NodeConfig, resource: Resource, serve: bool = True) -
         from prometheus_client import start_http_server
 
         host, _, port = config.node.metrics_listen.rpartition(":")
-        reader = PrometheusMetricReader()
+        reader = PrometheusMetricReader(scope_info_enabled=False)  # no otel_scope_* labels
         metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
         server, _thread = start_http_server(int(port), addr=host)
         bound = int(server.server_address[1])

@@ -46,11 +46,13 @@ async def wait_for_view(
 
 
 def balanced(view: ClusterView, channels: Iterable[str]) -> bool:
-    """Every channel serving on a live node, and no live node two channels above another."""
+    """Every channel serving on a live node, and no ready node two channels above
+    another (a node that is not ready is given nothing: it is not counted)."""
     channels = list(channels)
-    if not set(channels) <= set(view.assignments) or not view.nodes:
+    ready = view.ready_nodes()
+    if not set(channels) <= set(view.assignments) or not ready:
         return False
-    counts = [sum(1 for a in view.assignments.values() if a.node == n) for n in view.nodes]
+    counts = [sum(1 for a in view.assignments.values() if a.node == n) for n in ready]
     return max(counts) - min(counts) <= 1 and all(view.serving(c) for c in channels)
 
 

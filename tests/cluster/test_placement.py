@@ -86,6 +86,47 @@ def test_a_node_that_is_not_ready_is_given_no_channel() -> None:
     assert [node for _, node, _ in plan] == [1, 1]  # no node-joined step onto node 2 either
 
 
+def test_a_node_that_lost_its_broker_loses_its_channels_after_the_grace_period() -> None:
+    view = _view([1, 2, 3], {"a": 1, "b": 2, "c": 2})
+    view.nodes[2] = NodeRecord(2, "h:2", "0", 1, ready=False, not_ready="broker: lost for 15s")
+
+    def plan(unready_since: int) -> list[tuple[str, int | None, str, str]]:
+        decisions = plan_round(
+            view,
+            now_ms=10_000,
+            absent_since_ms={},
+            unready_since_ms={2: unready_since},
+            grace_ms=1000,
+            max_moves=1,
+        )
+        return [(d.channel, d.node, d.reason, d.detail) for d in decisions]
+
+    assert plan(9_500) == []  # not ready for less than the grace period: it stays
+    moved = plan(9_000)
+    assert sorted((c, r) for c, _, r, _ in moved) == [
+        ("b", MoveReason.NODE_NOT_READY),
+        ("c", MoveReason.NODE_NOT_READY),
+    ]
+    assert {node for _, node, _, _ in moved} == {1, 3}  # spread over the ready nodes
+    assert {detail for *_, detail in moved} == {"broker: lost for 15s"}
+    # within the grace period, a failing open still moves the channel as on a ready node
+    view.statuses["b"] = ChannelStatus("b", 2, "failed", "UnavailableError: x", 5_000, 2, 5_000, 4)
+    healed = plan_round(
+        view,
+        now_ms=10_000,
+        absent_since_ms={},
+        unready_since_ms={2: 9_500},
+        grace_ms=1000,
+        max_moves=1,
+        heal_after_ms=lambda _c: 3000,
+    )
+    assert [(d.channel, d.reason) for d in healed] == [("b", MoveReason.OPEN_FAILED)]
+    # nowhere to go (no other node is ready): nothing moves
+    for n in (1, 3):
+        view.nodes[n] = NodeRecord(n, f"h:{n}", "0", 1, ready=False, not_ready="broker: x")
+    assert plan(0) == []
+
+
 def _failing_view(state: str, *, since: int | None, at: int) -> ClusterView:
     view = _view([1, 2], {"a": 1, "b": 2})
     failures = 0 if since is None else 3

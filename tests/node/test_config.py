@@ -48,6 +48,10 @@ _INVALID = [
     ("node:\n  listen: ':::17001'\n", "node.advertise_address"),
     ("node:\n  shutdown_grace_s: 0\n", "node.shutdown_grace_s"),
     ("node:\n  shutdown_grace_s: .nan\n", "node.shutdown_grace_s"),
+    ("node:\n  broker_lost_after_s: 0\n", "node.broker_lost_after_s"),
+    ("node:\n  broker_lost_after_s: .nan\n", "node.broker_lost_after_s"),
+    ("node:\n  log_format: xml\n", "node.log_format"),
+    ("node:\n  log_dir: {a: b}\n", "node.log_dir"),
     (
         "node:\n  tls:\n    cert_file: /no/such/cert.pem\n    key_file: /no/such/key.pem\n",
         "node.tls.cert_file",

@@ -117,6 +117,8 @@ async def test_metrics_after_traffic(
     assert value(m1, "streamwal_wal_buffer_evictions_total", channel=channel) > 0
     assert value(m1, "streamwal_tso_allocation_fetch_duration_seconds_count") >= 1
     assert value(m2, "streamwal_wal_appends_total", channel=channel, outcome="ok") == 10
+    # series carry their own labels only, not the instrumentation scope's three
+    assert not [key for key in (*m1, *m2) if "otel_scope_" in key]
     assert 0 < value(m2, "streamwal_wal_buffer_size_bytes", channel=channel) <= 2048
 
 

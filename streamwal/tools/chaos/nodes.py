@@ -87,8 +87,9 @@ class NodeProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    async def start(self, timeout: float = 60.0) -> None:
-        """Start the node and wait until it serves; raises with the log's tail if it fails."""
+    async def start(self, timeout: float = 60.0, *, until: bytes = b"ready on") -> None:
+        """Start the node and wait until it serves (``until`` in its log: ``b"listening
+        on"`` for a node not expected to be ready); raises with the log's tail if it fails."""
         if self.running:
             return
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -96,7 +97,7 @@ class NodeProcess:
         self.starts += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while b"ready on" not in self._log_bytes(offset):
+        while until not in self._log_bytes(offset):
             if self._proc.poll() is not None:
                 raise RuntimeError(f"node {self.node_id} exited:\n{self.log_text()[-3000:]}")
             if loop.time() > deadline:

@@ -85,6 +85,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "large-messages",
         "cluster-kill-9",
         "cluster-zombie",
+        "cluster-broker-lost",
         "cluster-etcd-restart",
     }
     assert SCENARIOS["takeover-race"].rounds == 50

@@ -140,6 +140,14 @@ async def test_cluster_zombie_cut_off_from_etcd_only(stack: StackInfo, tmp_path:
     assert result.figures["acks on the cut-off node after its lease expired"] > 0
 
 
+async def test_cluster_node_losing_its_broker_and_a_node_with_a_wrong_one(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    result = await _quick("cluster-broker-lost", stack, tmp_path)
+    assert result.rounds == 2 and result.faults == 2
+    assert result.figures["cut to first append elsewhere, max (s)"] > 0
+
+
 async def test_cluster_etcd_restart_moves_no_channel(stack: StackInfo, tmp_path: Path) -> None:
     result = await _quick("cluster-etcd-restart", stack, tmp_path)
     assert result.figures["appends resumed after etcd, max (s)"] < 30

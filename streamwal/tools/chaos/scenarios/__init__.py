@@ -183,6 +183,16 @@ SCENARIOS: dict[str, Scenario] = {
             "it keeps appending until the new owner fences it",
         ),
         Scenario(
+            "cluster-broker-lost",
+            cluster.run_broker_lost,
+            4,
+            2,
+            40.0,
+            "self-managing cluster: one node's broker link cut (refused, blackholed) under "
+            "writes, and a node with a wrong broker address: the cut node turns not ready, "
+            "its channels serve on the others within the bound, the wrong one gets none",
+        ),
+        Scenario(
             "cluster-etcd-restart",
             cluster.run_etcd_restart,
             3,

@@ -11,6 +11,12 @@ moved, and until the new owner's open fences it the node keeps appending: every
 acknowledged append must be in the log, time ticks ordered across both owners. Then
 the link heals and the node registers again.
 
+``cluster-broker-lost``: node 4 starts with a wrong broker address (it must stay not
+ready and get nothing), and each round cuts node 3's broker link (a fault proxy,
+refusing or blackholing in turn) while writers keep going: node 3 turns not ready
+after ``node.broker_lost_after_s``, its channels serve on the others within the bound,
+and once the link heals it is ready again and takes channels back in steps.
+
 ``cluster-etcd-restart``: the cluster's own etcd is killed for less than the lease
 TTL and restarted; etcd renews leases on restart, so no node is seen lost and no
 channel moves, and appends resume.
@@ -28,16 +34,18 @@ from streamwal.cluster.records import ClusterKeys, MoveReason
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView
 from streamwal.tools.chaos.env import ChaosEnv, node_settings
-from streamwal.tools.chaos.nodes import NodeProcess
+from streamwal.tools.chaos.nodes import NodeProcess, free_port
 from streamwal.tools.chaos.result import ScenarioResult
 from streamwal.tools.cluster_run import ChannelWriter, balanced, wait_for_view
 from streamwal.tools.faultproxy import FaultProxy
 from streamwal.tools.verify import verify_channel
 
-__all__ = ["run_etcd_restart", "run_kill", "run_zombie"]
+__all__ = ["run_broker_lost", "run_etcd_restart", "run_kill", "run_zombie"]
 
 _TTL_S = 2
 _GRACE_S = 1.0
+#: node.broker_lost_after_s of the node whose broker link is cut
+_LOST_AFTER_S = 3.0
 
 
 class _Cluster:
@@ -52,7 +60,14 @@ class _Cluster:
         self.nodes: dict[int, NodeProcess] = {}
         self.writers: list[ChannelWriter] = []
 
-    def add(self, node_id: int, etcd_endpoint: str | None = None) -> NodeProcess:
+    def add(
+        self,
+        node_id: int,
+        etcd_endpoint: str | None = None,
+        *,
+        pulsar_url: str | None = None,
+        node: dict[str, Any] | None = None,
+    ) -> NodeProcess:
         tso = {"mode": "in-process", "key_prefix": self.prefix, "lease_ttl_s": 2}
         cluster: dict[str, Any] = {
             "enabled": True,
@@ -64,10 +79,14 @@ class _Cluster:
             "poll_interval_s": 0.2,
         }
         settings = node_settings(
-            self.env.pulsar_url, etcd_endpoint or self.etcd_endpoint, tso, cluster=cluster
+            pulsar_url or self.env.pulsar_url,
+            etcd_endpoint or self.etcd_endpoint,
+            tso,
+            cluster=cluster,
+            node=node or {},
         )
-        node = self.nodes[node_id] = self.env.node(node_id, settings)
-        return node
+        process = self.nodes[node_id] = self.env.node(node_id, settings)
+        return process
 
     async def start(self, count: int) -> None:
         await self.store.start()
@@ -128,14 +147,8 @@ async def run_kill(env: ChaosEnv, rounds: int) -> ScenarioResult:
                 await cluster.wait(
                     f"round {round_}: moved", lambda v, n=victim, m=moved: _moved_off(v, n, m)
                 )
-                deadline = time.monotonic() + 30
-                while any(writers[c].first_ack_after(killed_at) is None for c in moved):
-                    if time.monotonic() > deadline:
-                        result.problems.append(f"round {round_}: no append after the failover")
-                        break
-                    await asyncio.sleep(0.05)
-                firsts = [writers[c].first_ack_after(killed_at) for c in moved]
-                failovers += [f - killed_at for f in firsts if f is not None]
+                firsts = await _first_acks_after(writers, moved, killed_at, result, round_)
+                failovers += [f - killed_at for f in firsts]
                 await cluster.wait("lease gone", lambda v, n=victim: n not in v.nodes)
                 await cluster.nodes[victim].start()
                 result.rounds += 1
@@ -199,6 +212,99 @@ async def run_zombie(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result.figures["acks on the cut-off node after its lease expired"] = zombie_acks
     result.seconds = time.monotonic() - started
     return result
+
+
+async def run_broker_lost(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("cluster-broker-lost")
+    started = time.monotonic()
+    cluster = _Cluster(env, env.etcd_endpoint, 4, _TTL_S)
+    broker_port = int(env.pulsar_url.rsplit(":", 1)[1])
+    moved_in: list[float] = []
+    try:
+        async with FaultProxy(broker_port) as proxy:
+            cluster.add(
+                3,
+                pulsar_url=f"pulsar://{proxy.url_host}",
+                node={"broker_lost_after_s": _LOST_AFTER_S},
+            )
+            await cluster.start(3)
+            wrong = cluster.add(4, pulsar_url=f"pulsar://127.0.0.1:{free_port()}")
+            await wrong.start(until=b"listening on")
+            async with ClusterClient([env.etcd_endpoint], key_prefix=cluster.prefix) as client:
+                writers = cluster.write(client)
+                for round_ in range(rounds):
+                    view = await cluster.balanced()
+                    _wrong_node_idle(view, result, f"round {round_}")
+                    held = [c for c, a in view.assignments.items() if a.node == 3]
+                    if not held:
+                        result.problems.append(f"round {round_}: node 3 owns no channel")
+                        continue
+                    await asyncio.sleep(env.rng.uniform(0.2, 1.0))
+                    cut_at = time.monotonic()
+                    proxy.set_mode("refuse" if round_ % 2 == 0 else "blackhole")
+                    result.faults += 1
+                    view = await cluster.wait(
+                        f"round {round_}: node 3's channels moved",
+                        lambda v, h=held: _moved_off(v, 3, h),
+                    )
+                    firsts = await _first_acks_after(writers, held, cut_at, result, round_)
+                    moved_in += [f - cut_at for f in firsts]
+                    lost = [m for _k, m in view.moves if m.previous == 3 and m.channel in held]
+                    result.expect(
+                        bool(lost) and all(m.reason == MoveReason.NODE_NOT_READY for m in lost),
+                        f"round {round_}: moves off node 3: {[m.reason for m in lost]}",
+                    )
+                    result.expect(
+                        3 in view.nodes and not view.nodes[3].ready,
+                        f"round {round_}: node 3 is not reported not ready",
+                    )
+                    proxy.set_mode("pass")
+                    await cluster.wait(
+                        f"round {round_}: node 3 ready again",
+                        lambda v: 3 in v.nodes and v.nodes[3].ready,
+                    )
+                    result.rounds += 1
+                view = await cluster.balanced()
+                _wrong_node_idle(view, result, "at the end")
+                await cluster.check(result)
+    finally:
+        await cluster.close()
+    # not ready after lost_after (checked every lost_after / 3), the grace, an open
+    bound = _LOST_AFTER_S + _LOST_AFTER_S / 3 + 3.0 + _GRACE_S + 5.0
+    worst = max(moved_in, default=0.0)
+    result.figures["cut to first append elsewhere, max (s)"] = round(worst, 2)
+    result.expect(
+        worst <= bound, f"channels took {worst:.2f}s to serve elsewhere, above {bound:g}s"
+    )
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _wrong_node_idle(view: ClusterView, result: ScenarioResult, when: str) -> None:
+    """Node 4 (wrong broker address): registered, not ready, owning nothing."""
+    record = view.nodes.get(4)
+    result.expect(
+        record is not None and not record.ready,
+        f"{when}: the node with a wrong broker address is {record!r}",
+    )
+    owned = sorted(c for c, a in view.assignments.items() if a.node == 4)
+    result.expect(not owned, f"{when}: the node with a wrong broker address owns {owned}")
+
+
+async def _first_acks_after(
+    writers: dict[str, ChannelWriter],
+    channels: Sequence[str],
+    since: float,
+    result: ScenarioResult,
+    round_: int,
+) -> list[float]:
+    deadline = time.monotonic() + 30
+    while any(writers[c].first_ack_after(since) is None for c in channels):
+        if time.monotonic() > deadline:
+            result.problems.append(f"round {round_}: no append after the failover")
+            break
+        await asyncio.sleep(0.05)
+    return [t for c in channels if (t := writers[c].first_ack_after(since)) is not None]
 
 
 async def run_etcd_restart(env: ChaosEnv, rounds: int) -> ScenarioResult:
