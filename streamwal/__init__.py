@@ -9,8 +9,11 @@ The names here are the library's whole surface for a user::
 Everything else lives in sub-packages: :mod:`streamwal.wal` (the backend-neutral
 WAL and its backend contract), :mod:`streamwal.adaptors` (the Pulsar and in-memory
 backends, and the conformance suite), :mod:`streamwal.tso` (the timestamp oracle),
-:mod:`streamwal.node` (the gRPC service) and :mod:`streamwal.tools` (local stack,
-benchmarks, chaos).
+:mod:`streamwal.node` (the gRPC service and ``streamwal trace``),
+:mod:`streamwal.cluster` (the self-managing cluster) and :mod:`streamwal.verify`
+(``streamwal verify``). The developer tools (local stack, demo, benchmarks, chaos
+runner) are another distribution, ``streamwal-lab`` (package ``streamwal_lab``),
+which this package never imports.
 """
 
 from importlib.metadata import PackageNotFoundError, version

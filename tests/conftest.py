@@ -3,7 +3,7 @@
 Integration tests ask for ``stack`` (Pulsar + etcd) or ``telemetry_stack`` (also the
 collector and Jaeger). Each test names its topics and keys uniquely, so tests never
 see each other's data and the stack never needs wiping; the topics a session created
-are deleted when it ends (:mod:`streamwal.tools.stack.topics` says why).
+are deleted when it ends (:mod:`streamwal_lab.stack.topics` says why).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from streamwal.tools.stack import Stack, StackInfo
-from streamwal.tools.stack.topics import delete_created, list_topics
+from streamwal_lab.stack import Stack, StackInfo
+from streamwal_lab.stack.topics import delete_created, list_topics
 from tests.etcd_keys import EtcdPrefixes
 
 # memory and time bounds per test, children killed, the resources summary (issue 26)

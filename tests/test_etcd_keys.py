@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamwal.tools.stack import StackInfo
 from streamwal.tso.etcd_store import EtcdStore
+from streamwal_lab.stack import StackInfo
 from tests.etcd_keys import EtcdPrefixes
 
 pytestmark = pytest.mark.integration

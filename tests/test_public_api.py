@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import streamwal
-from streamwal.tools.stack import StackInfo
 from streamwal.tso.etcd_store import EtcdStore
+from streamwal_lab.stack import StackInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 

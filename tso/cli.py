@@ -3,8 +3,10 @@
 - ``tso now``: allocate one timestamp from the cluster on ``--etcd``/``--prefix``
   (through the leader's TSO service when one serves, else by briefly leading here);
 - ``tso parse TS``: explain a timestamp (no I/O);
-- ``tso serve``: run an oracle with its gRPC service until interrupted;
-- ``tso bench``: the TSO benchmark (also ``streamwal bench tso`` once wired).
+- ``tso serve``: run an oracle with its gRPC service until interrupted.
+
+The TSO benchmark is the lab's (``streamwal bench tso``, from ``streamwal-lab``): the
+product's command serves and explains timestamps, it does not measure them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import sys
 from typing import Any
 
 from streamwal.errors import DecodeError, StreamwalError, UnavailableError
-from streamwal.tools.bench import tso as bench
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
@@ -65,7 +66,7 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> TsoConfig:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("tso", help="timestamp oracle: allocate, explain, serve, bench")
+    parser = subparsers.add_parser("tso", help="timestamp oracle: allocate, explain, serve")
     parser.set_defaults(func=lambda _args: _usage(parser))
     sub = parser.add_subparsers(dest="tso_command", metavar="TSO_COMMAND")
 
@@ -87,10 +88,6 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--save-window", type=float, default=3.0, help="saved window, seconds")
     serve.add_argument("--update-interval", type=float, default=0.05, help="seconds")
     serve.set_defaults(func=_serve)
-
-    bench_parser = sub.add_parser("bench", help="the TSO benchmark (allocations/s, latency)")
-    bench.add_arguments(bench_parser)
-    bench_parser.set_defaults(func=bench.handler)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

@@ -1,17 +1,27 @@
-"""The read-back guard: place a segment that was cut more than once.
+"""The read-back guard: place appends whose receipts do not say where they landed.
 
-Both edges of such a segment landed, but not in a shape that places its middle
-entries. The first edge is answered, the log between the edges is read back, and the
-receipts that come meanwhile wait, because a foreign entry there means another
+A segment cut more than once: both edges landed, but not in a shape that places its
+middle entries. The first edge is answered, the log between the edges is read back,
+and the receipts that come meanwhile wait, because a foreign entry there means another
 producer wrote between this owner's entries (the interleaving guard of
 :mod:`.sending`).
+
+Appends answered without a position (``-1:-1``: after a reconnect the client sent
+them again and the broker's deduplication recognised copies of entries it holds):
+the log is read on from the last position this owner placed. Every entry there is
+this owner's (an exclusive producer, and the interleaving guard held up to that
+position), in send order, so the next entries must hold these appends' payloads:
+their ids are taken from there. If the log does not hold them there (it ends first,
+or holds something else), they are answered with an unknown position, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pulsar.asyncio import PulsarException
@@ -139,6 +149,10 @@ class ReadBack(Sending):
             if done is not None:
                 self._in_flight -= 1
                 _answer_guarded(done, message_id, error)
+        self._run_deferred()
+
+    def _run_deferred(self) -> None:
+        """The receipts that waited for a read-back, in order."""
         deferred, self._deferred = self._deferred, None
         while deferred:
             if self._deferred is not None:  # another read-back began: keep the order
@@ -149,6 +163,121 @@ class ReadBack(Sending):
             except Exception:  # one bad answer must not strand the receipts behind it
                 log.exception("channel %s: handling a deferred receipt failed", self._channel)
 
+    def _place_unpositioned(
+        self, dones: list[AppendCallback | None], payloads: list[bytes], last_id: Any
+    ) -> bool:
+        """Read the log on from the last placed position to find appends answered
+        without a position (see the module); ``last_id``: the last one's receipt, when
+        it has a position. False when there is no known position to read from."""
+        after = self._last_landed
+        if after is None or self._fenced is not None or self._unverified is not None:
+            return False
+        last = None if last_id is None else PulsarMessageId.from_pulsar(last_id)
+        log.info(
+            "channel %s: %d appends came back without a position (sent again after a "
+            "reconnect); reading the log on from %s to place them",
+            self._channel,
+            len(dones),
+            after,
+        )
+        record_segment(self._channel, READ_BACK)
+        self._deferred = deque()
+        task = asyncio.get_running_loop().create_task(self._messages_after(after, payloads))
+        self._readbacks.add(task)
+        task.add_done_callback(self._readbacks.discard)
+        task.add_done_callback(functools.partial(self._place_found, dones, last))
+        return True
+
+    def _place_found(
+        self,
+        dones: list[AppendCallback | None],
+        last: PulsarMessageId | None,
+        task: asyncio.Task[list[PulsarMessageId] | None],
+    ) -> None:
+        found = None
+        if not task.cancelled() and task.exception() is None:
+            found = task.result()
+        if found is not None and last is not None and not _same_position(found[-1], last):
+            found = None  # the last one's own receipt named another place
+        error: BaseException | None = None
+        if found is not None:
+            error = self._check_landed(found[0])
+        if found is None:
+            outcome = (
+                "cancelled (the channel closed)"
+                if task.cancelled()
+                else f"failed: {task.exception()!r}"
+                if task.exception() is not None
+                else "not found there"
+            )
+            log.warning(
+                "channel %s: %d appends answered without a position: reading the log: %s; "
+                "they are answered with an unknown position",
+                self._channel,
+                len(dones),
+                outcome,
+            )
+            record_segment(self._channel, UNPLACED)
+            self._last_landed = None  # what landed after it is unknown: the guard starts over
+            error = UnknownPositionError(
+                f"append on {self._channel!r}: the broker gave no position and reading the "
+                f"log {outcome}; whether it landed is unknown"
+            )
+        elif error is None:
+            self._last_landed = found[-1]
+        for i, done in enumerate(dones):
+            if done is None:
+                continue
+            self._in_flight -= 1
+            if error is None:
+                assert found is not None
+                _answer_guarded(done, found[i], None)
+            else:
+                _answer_guarded(done, None, error)
+        self._run_deferred()
+
+    @contextlib.asynccontextmanager
+    async def _reader_from(self, start: PulsarMessageId) -> AsyncIterator[Any]:
+        """A reader of the topic from ``start`` (inclusive), closed afterwards."""
+        timeout = self._config.operation_timeout_s
+        reader = await asyncio.wait_for(
+            self._client.create_reader(
+                self._topic, start.to_pulsar(), start_message_id_inclusive=True
+            ),
+            timeout,
+        )
+        try:
+            yield reader
+        finally:
+            try:
+                await asyncio.wait_for(reader.close(), timeout)
+            except (PulsarException, TimeoutError):
+                pass  # a reader the broker forgot: nothing to release here
+
+    async def _messages_after(
+        self, after: PulsarMessageId, payloads: list[bytes]
+    ) -> list[PulsarMessageId] | None:
+        """The ids of the messages right after ``after`` if they hold ``payloads`` in
+        order; ``None`` if the log ends first or holds anything else there."""
+        timeout = self._config.operation_timeout_s
+        found: list[PulsarMessageId] = []
+        async with self._reader_from(after) as reader:
+            skipped = False
+            while len(found) < len(payloads):
+                if not await asyncio.wait_for(reader.has_message_available(), timeout):
+                    return None
+                message = await asyncio.wait_for(reader.read_next(), timeout)
+                landed = PulsarMessageId.from_pulsar(message.message_id())
+                if landed.sort_key() <= after.sort_key() or (
+                    not skipped and _same_position(landed, after)
+                ):
+                    skipped = True
+                    continue  # ``after`` itself (the reader starts there, inclusive)
+                if message.data() != payloads[len(found)]:
+                    return None
+                found.append(landed)
+        return found
+
     async def _messages_between(
         self, first: PulsarMessageId, last: PulsarMessageId, payloads: list[bytes]
     ) -> list[PulsarMessageId] | None:
@@ -156,14 +285,8 @@ class ReadBack(Sending):
         ``first`` to ``last`` (``payloads``: the whole segment's, edges included);
         ``None`` if the log holds anything else there (a missing or foreign message)."""
         timeout = self._config.operation_timeout_s
-        reader = await asyncio.wait_for(
-            self._client.create_reader(
-                self._topic, first.to_pulsar(), start_message_id_inclusive=True
-            ),
-            timeout,
-        )
         found: list[PulsarMessageId] = []
-        try:
+        async with self._reader_from(first) as reader:
             for i, payload in enumerate(payloads):
                 message = await asyncio.wait_for(reader.read_next(), timeout)
                 landed = PulsarMessageId.from_pulsar(message.message_id())
@@ -177,9 +300,4 @@ class ReadBack(Sending):
                     return None  # the last edge came early: a middle message is missing
                 else:
                     found.append(landed)
-        finally:
-            try:
-                await asyncio.wait_for(reader.close(), timeout)
-            except (PulsarException, TimeoutError):
-                pass  # a reader the broker forgot: nothing to release here
         return found

@@ -52,6 +52,7 @@ __all__ = [
     "Edge",
     "Prepared",
     "Segment",
+    "Single",
     "batch_size",
     "positions",
     "size_of",
@@ -184,3 +185,14 @@ class Edge:
     def __init__(self, segment: Segment, is_last: bool) -> None:
         self.segment = segment
         self.is_last = is_last
+
+
+class Single:
+    """The token of an append sent alone (not in a segment): its payload is kept to
+    recognise it in the log if its receipt comes back without a position."""
+
+    __slots__ = ("done", "payload")
+
+    def __init__(self, done: AppendCallback, payload: bytes) -> None:
+        self.done = done
+        self.payload = payload

@@ -13,8 +13,13 @@ consecutive. A receipt whose entry is further on than the next one means another
 producer wrote in between: this producer was fenced and let back in (the race above;
 kept as a second line of defence). Such an append is persisted after a newer owner's
 messages, so it is answered as fenced (never acknowledged), and so is every later one.
-A receipt without a position (``-1:-1``, seen under connection resets) is answered
-with :class:`~streamwal.errors.UnknownPositionError`: neither acknowledged nor retried.
+A receipt without a position (``-1:-1``) is the broker's deduplication answering a
+message the client sent again after a reconnect (a topic unloaded or moved to another
+broker): the first copy is in the log, its receipt was lost with the connection. Such
+appends are placed by reading the log on from the last position this owner knows
+(:mod:`.readback`), so a topic move costs callers nothing; only when the log does not
+hold them there are they answered with :class:`~streamwal.errors.UnknownPositionError`
+(neither acknowledged nor retried).
 
 """
 
@@ -37,6 +42,7 @@ from streamwal.adaptors.pulsar.segments import (
     Edge,
     Prepared,
     Segment,
+    Single,
     positions,
     size_of,
 )
@@ -136,7 +142,7 @@ class Sending(ChannelState):
         native = producer._producer
         if segment is None:
             if last or not self._config.batching:
-                self._send_one(native, done, message)
+                self._send_one(native, Single(done, payload), message)
                 return
             segment = self._segment = Segment([done], [payload])
             self._segment_bytes = size
@@ -168,14 +174,14 @@ class Sending(ChannelState):
                 self._in_flight -= 1
                 done(None, error)
 
-    def _send_one(self, native: Any, done: AppendCallback, message: Any) -> None:
+    def _send_one(self, native: Any, single: Single, message: Any) -> None:
         try:
-            native.send_async(message, functools.partial(self._receipts.put, done))
+            native.send_async(message, functools.partial(self._receipts.put, single))
         except Exception as exc:  # the client refused it synchronously
             self._in_flight -= 1
-            done(None, translate(exc, channel=self._channel, what="append"))
+            single.done(None, translate(exc, channel=self._channel, what="append"))
 
-    def _on_receipt(self, token: AppendCallback | Edge, result: Any, message_id: Any) -> None:
+    def _on_receipt(self, token: Single | Edge, result: Any, message_id: Any) -> None:
         if self._deferred is not None:  # a read-back decides what the log holds first
             self._deferred.append(functools.partial(self._on_receipt, token, result, message_id))
             return
@@ -183,8 +189,15 @@ class Sending(ChannelState):
             if token.segment.record(token.is_last, (result, message_id)):
                 self._resolve(token.segment)
             return
+        single: Single = token  # type: ignore[assignment]
+        if (
+            result == _pulsar.Result.Ok
+            and message_id.ledger_id() < 0
+            and self._place_unpositioned([single.done], [single.payload], None)
+        ):
+            return
         self._in_flight -= 1
-        self._complete(token, result, message_id)  # type: ignore[arg-type]
+        self._complete(single.done, result, message_id)
 
     def _on_refused_edge(self, edge: Edge, error: StreamwalError) -> None:
         """An edge ``send_async`` refused: its outcome, taken in turn like a receipt."""
@@ -213,7 +226,11 @@ class Sending(ChannelState):
                     for done, message_id in zip(dones, landed, strict=True):
                         done(message_id, None)  # type: ignore[misc]
                     return
-                if self._read_back(segment, first_id, last_id):
+                if first_id.ledger_id() < 0 or last_id.ledger_id() < 0:
+                    last_known = None if last_id.ledger_id() < 0 else last_id
+                    if self._place_unpositioned(segment.dones, segment.payloads, last_known):
+                        return
+                elif self._read_back(segment, first_id, last_id):
                     return
             elif first_result == last_result:  # the batch failed as one
                 self._fail_all(dones, self._failure(first_result))
@@ -254,6 +271,14 @@ class Sending(ChannelState):
 
     def _read_back(self, segment: Segment, first_id: Any, last_id: Any) -> bool:
         """Place a segment cut more than once by reading it back; false if it cannot be
+        (:class:`~streamwal.adaptors.pulsar.readback.ReadBack` does)."""
+        return False
+
+    def _place_unpositioned(
+        self, dones: list[AppendCallback | None], payloads: list[bytes], last_id: Any
+    ) -> bool:
+        """Place appends the broker answered without a position (copies it already
+        held) by reading the log; false if they cannot be
         (:class:`~streamwal.adaptors.pulsar.readback.ReadBack` does)."""
         return False
 

@@ -19,9 +19,9 @@ from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.adaptors.pulsar.receipts import ReceiptQueue
 from streamwal.adaptors.pulsar.retention import RetentionDelegate, TopicRetention
 from streamwal.adaptors.pulsar.scanner import PulsarScanner
-from streamwal.adaptors.pulsar.segments import Edge, Prepared, Segment
+from streamwal.adaptors.pulsar.segments import Edge, Prepared, Segment, Single
 from streamwal.errors import ChannelFencedError, ClosedError, UnknownPositionError
-from streamwal.wal.backend import AccessMode, AppendCallback
+from streamwal.wal.backend import AccessMode
 
 __all__ = ["ChannelState", "log"]
 
@@ -75,7 +75,7 @@ class ChannelState(RetentionDelegate):
         self._readbacks: set[asyncio.Task[list[PulsarMessageId] | None]] = set()
         #: receipts waiting for a read-back to finish (None: none is running)
         self._deferred: deque[Callable[[], None]] | None = None
-        self._receipts: ReceiptQueue[AppendCallback | Edge] = ReceiptQueue(self._on_receipt)
+        self._receipts: ReceiptQueue[Single | Edge] = ReceiptQueue(self._on_receipt)
         #: appends handed to the client and not answered yet (pulsar.max_pending_messages)
         self._in_flight = 0
         #: producer creations given up on, closing what they create (.takeover)
@@ -101,6 +101,6 @@ class ChannelState(RetentionDelegate):
     def is_fenced(self) -> bool:
         return self._fenced is not None
 
-    def _on_receipt(self, token: AppendCallback | Edge, result: Any, message_id: Any) -> None:
+    def _on_receipt(self, token: Single | Edge, result: Any, message_id: Any) -> None:
         """A send receipt (:class:`~streamwal.adaptors.pulsar.sending.Sending` answers it)."""
         raise NotImplementedError

@@ -3,6 +3,13 @@
 Each command group lives in its own module and registers itself here through a
 ``register(subparsers)`` function that sets ``func`` on its parsers; a handler
 takes the parsed arguments and returns the process exit code.
+
+The product's commands are listed in :data:`_COMMAND_MODULES`. The developer tools
+(local stack, demo, benchmarks, chaos runner) are another distribution,
+``streamwal-lab``, which the product must not import: it adds its commands through
+the :data:`ENTRY_POINT_GROUP` entry points, each naming a module with the same
+``register(subparsers)``. Without the lab those commands still show in the help and,
+when run, name what to install instead of failing with a usage error.
 """
 
 from __future__ import annotations
@@ -13,52 +20,109 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from streamwal import __version__
 
-__all__ = ["main"]
+__all__ = ["ENTRY_POINT_GROUP", "LAB_COMMANDS", "main"]
+
+#: the entry-point group through which another distribution adds commands
+ENTRY_POINT_GROUP = "streamwal.commands"
+
+#: the lab's commands, named here only to say what to install when they are missing
+LAB_COMMANDS = ("stack", "demo", "bench", "chaos")
+
+_LAB_HINT = "pip install streamwal-lab (in a checkout of the repository: ./dev)"
 
 # Modules that add sub-commands; each exposes ``register(subparsers)``. The commands
-# a module adds, and the extra that installs what it imports, name the command when
-# that extra is missing.
-_COMMAND_MODULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+# a module adds, and the extra that installs what it imports (``None``: the core
+# install has it all), name the command when that extra is missing.
+_COMMAND_MODULES: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("streamwal.node.serve", ("serve",), "node"),
     ("streamwal.tso.cli", ("tso",), "node"),
     ("streamwal.node.channel_status", ("channel",), "node"),
     ("streamwal.cluster.cli", ("cluster",), "node"),
-    ("streamwal.tools.stack.cli", ("stack",), "tools"),
-    ("streamwal.tools.demo", ("demo",), "tools"),
-    ("streamwal.tools.verify", ("verify",), "tools"),
-    ("streamwal.tools.bench.cli", ("bench",), "tools"),
-    ("streamwal.tools.chaos.cli", ("chaos",), "tools"),
-    ("streamwal.node.trace.cli", ("trace",), "tools"),
+    ("streamwal.verify.cli", ("verify",), None),
+    ("streamwal.node.trace.cli", ("trace",), None),
 )
 
 
-#: commands whose extra is missing: name -> (extra, the module that is not installed)
-_MISSING: dict[str, tuple[str, str]] = {}
+#: commands that cannot run here: name -> the one line that says what to install
+_MISSING: dict[str, str] = {}
 
 
 def _needs_extra(sub: Any, commands: Sequence[str], extra: str, missing: str) -> None:
     """List ``commands`` in the help, marked with the extra that installs them."""
     for name in commands:
         sub.add_parser(name, help=f"(needs: pip install 'streamwal[{extra}]')", add_help=False)
-        _MISSING[name] = (extra, missing)
+        _MISSING[name] = (
+            f"streamwal {name}: this command needs the '{extra}' extra "
+            f"(module {missing!r} is not installed): pip install 'streamwal[{extra}]'"
+        )
 
 
-def _missing_extra(argv: Sequence[str]) -> int | None:
-    """Explain, instead of a traceback or a usage error, a command whose extra is missing."""
+def _needs_lab(sub: Any, name: str, missing: str | None) -> None:
+    """List the lab command ``name`` in the help, marked with what installs it."""
+    sub.add_parser(name, help="(needs: pip install streamwal-lab)", add_help=False)
+    if missing is None:
+        why = "this developer tool comes with the streamwal-lab distribution, not installed"
+    else:
+        why = f"the streamwal-lab distribution lacks module {missing!r} (install it again)"
+    _MISSING[name] = f"streamwal {name}: {why}: {_LAB_HINT}"
+
+
+def _missing_command(argv: Sequence[str]) -> int | None:
+    """Explain, instead of a traceback or a usage error, a command that cannot run here."""
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in _MISSING:
         return None
-    extra, missing = _MISSING[command]
-    print(
-        f"streamwal {command}: this command needs the '{extra}' extra "
-        f"(module {missing!r} is not installed): pip install 'streamwal[{extra}]'",
-        file=sys.stderr,
-    )
+    print(_MISSING[command], file=sys.stderr)
     return 2
+
+
+def _product_commands(sub: Any) -> None:
+    for name, commands, extra in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # command group not built yet
+                continue
+            if extra and exc.name and exc.name.split(".")[0] != "streamwal":
+                _needs_extra(sub, commands, extra, exc.name)
+                continue
+            raise
+        module.register(sub)
+
+
+def _plugin_entry_points() -> list[EntryPoint]:
+    """The installed distributions' commands, each name once, in a stable order."""
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep)
+    known = {name: i for i, name in enumerate(LAB_COMMANDS)}  # the lab's in its order
+    return [found[n] for n in sorted(found, key=lambda n: (known.get(n, len(known)), n))]
+
+
+def _plugin_commands(sub: Any) -> None:
+    """Register the commands other distributions (the lab) add; name the missing ones."""
+    taken = set(sub.choices)
+    for ep in _plugin_entry_points():
+        if ep.name in taken:  # a plugin never replaces a product command
+            continue
+        try:
+            module = ep.load()
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.split(".")[0] == "streamwal":
+                raise  # the product itself is broken: show it
+            _needs_lab(sub, ep.name, None if exc.name == ep.module.split(".")[0] else exc.name)
+            taken.add(ep.name)
+            continue
+        module.register(sub)
+        taken.add(ep.name)
+    for name in LAB_COMMANDS:
+        if name not in taken:
+            _needs_lab(sub, name, None)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -69,23 +133,15 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"streamwal {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, commands, extra in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # command group not built yet
-                continue
-            if exc.name and exc.name.split(".")[0] != "streamwal":
-                _needs_extra(sub, commands, extra, exc.name)
-                continue
-            raise
-        module.register(sub)
+    _MISSING.clear()  # what is missing is decided afresh for each parser
+    _product_commands(sub)
+    _plugin_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
-    missing = _missing_extra(sys.argv[1:] if argv is None else argv)
+    missing = _missing_command(sys.argv[1:] if argv is None else argv)
     if missing is not None:
         return missing
     args = parser.parse_args(argv)

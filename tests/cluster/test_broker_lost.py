@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from streamwal.cluster.records import MoveReason
-from streamwal.tools.faultproxy import FaultProxy
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.faultproxy import FaultProxy
+from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import TestCluster, owners
 from tests.node.processes import free_port
 

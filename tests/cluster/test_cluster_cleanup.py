@@ -19,8 +19,8 @@ import pytest
 
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.cluster import ClusterClient
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.topics import delete_topics, list_topics
+from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.topics import delete_topics, list_topics
 from tests.cluster.harness import LEASE_TTL_S, TestCluster
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import TestCluster, owners
 from tests.node.processes import free_port
 from tests.node.test_metrics import scrape, value

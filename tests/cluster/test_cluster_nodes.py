@@ -18,8 +18,8 @@ from streamwal.cluster.operations import drain_node
 from streamwal.cluster.records import Assignment, ClusterKeys, MoveReason, decode
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import ChannelNotFoundError, DeposedError, UnavailableError
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import verify_channel
+from streamwal.verify.cli import verify_channel
+from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import (
     GRACE_S,
     LEASE_TTL_S,

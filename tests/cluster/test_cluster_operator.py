@@ -19,7 +19,7 @@ import pytest
 from streamwal.cluster import ClusterClient
 from streamwal.cluster.records import MoveReason
 from streamwal.errors import NoSuchChannelError
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import TestCluster, owners
 from tests.node.processes import free_port
 

@@ -10,8 +10,8 @@ import pytest
 
 from streamwal.cluster.operations import drain_node
 from streamwal.cluster.records import MoveReason
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.telemetry_query import get_trace, span_summaries
+from streamwal.node.trace.query import get_trace, span_summaries
+from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import TestCluster
 
 pytestmark = pytest.mark.integration

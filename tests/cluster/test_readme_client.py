@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import TestCluster
 from tests.cluster.test_cluster_nodes import make_cluster as make_cluster
 from tests.node.processes import run_python

@@ -25,13 +25,13 @@ from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
 from streamwal.node.runtime import Node
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.history_check import check_history
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import read_topic
 from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import read_topic
+from streamwal.verify.history import check_history
 from streamwal.wal import DeliveryPolicy, MessageType, MutableMessage, open_read_only, open_wal
 from streamwal.wal.chunking import KEY_CHUNK_ID, reassemble
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

@@ -12,11 +12,11 @@ from collections.abc import Callable
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.tools.stack import StackInfo
 from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.jaeger_ui import ui_is_real
-from streamwal.tools.stack.paths import ENV_JAEGER_UI_ASSETS
+from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.jaeger_ui import ui_is_real
+from streamwal_lab.stack.paths import ENV_JAEGER_UI_ASSETS
 from tests.node.processes import run_python
 from tests.node.processes import shown as shown_of
 
@@ -148,7 +148,7 @@ async def test_an_operator_reads_the_open_and_the_move_in_jaegers_ui(
     try:
         from playwright.async_api import async_playwright
     except ImportError:
-        pytest.fail("playwright is not installed: pip install -e '.[dev]' (it drives Chromium)")
+        pytest.fail("playwright is not installed: pip install -e './lab[dev]' (it drives Chromium)")
     chromium = _chromium()
     open_id, move_id = await _demo_traces(jaeger_ui)
     async with async_playwright() as p:

@@ -12,12 +12,12 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import BatchAppendError, ChannelFencedError, WriteOutcome
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.history_check import check_history
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import read_topic
 from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import read_topic
+from streamwal.verify.history import check_history
 from streamwal.wal import AppendResult, MessageType, MutableMessage, open_wal
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 

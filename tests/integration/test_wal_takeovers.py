@@ -17,15 +17,15 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.errors import ChannelFencedError
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.history_check import check_history
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import read_topic
 from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import read_topic
+from streamwal.verify.history import check_history
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.scanner import Scanner
 from streamwal.wal.wal import WAL
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from streamwal.tools.stack.process import port_in_use
+from streamwal_lab.stack.process import port_in_use
 
 __all__ = ["NodeProcess", "free_port", "serve_once"]
 

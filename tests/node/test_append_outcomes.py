@@ -17,9 +17,9 @@ from streamwal.errors import WriteOutcome
 from streamwal.node.client import NodeClient, write_outcome
 from streamwal.node.outcome import OUTCOME_KEY
 from streamwal.node.proto import streaming_pb2 as pb
-from streamwal.tools.acks import Ack, Failure, digest
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import verify_channel
+from streamwal.verify.acks import Ack, Failure, digest
+from streamwal.verify.cli import verify_channel
+from streamwal_lab.stack import StackInfo
 from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess
 

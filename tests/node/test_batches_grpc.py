@@ -19,7 +19,7 @@ from streamwal.node.client import (
     policy,
     write_outcome,
 )
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

@@ -21,10 +21,10 @@ import pytest
 from pulsar import asyncio as pulsar_asyncio
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
-from streamwal.tools.chaos.services import PrivatePulsar
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.pulsar import BOOKIE_DISK
-from streamwal.tools.stack.stack import disk_usage
+from streamwal_lab.chaos.services import PrivatePulsar
+from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.pulsar import BOOKIE_DISK
+from streamwal_lab.stack.stack import disk_usage
 
 pytestmark = pytest.mark.integration
 

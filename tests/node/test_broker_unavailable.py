@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from streamwal.node.client import NodeClient
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess, free_port
 
 pytestmark = pytest.mark.integration

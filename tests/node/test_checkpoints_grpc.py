@@ -17,7 +17,7 @@ import pytest
 
 from streamwal.node.cli import main
 from streamwal.node.client import NodeClient, policy
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,9 @@ import grpc
 import pytest
 
 from streamwal.node.client import NodeClient
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import verify_channel
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import verify_channel
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

@@ -13,12 +13,12 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.idempotence import ProducerIdentity
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.faultproxy import FaultProxy
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import read_topic, verify_channel
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import read_topic, verify_channel
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.config import WALConfig
+from streamwal_lab.faultproxy import FaultProxy
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 from tests.node.test_node_e2e import two_nodes
 

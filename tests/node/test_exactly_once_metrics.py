@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamwal.node.client import NodeClient
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import metrics_node
 from tests.node.test_metrics import scrape, value
 

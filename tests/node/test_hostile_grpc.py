@@ -16,9 +16,9 @@ from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import verify_channel
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import verify_channel
+from streamwal_lab.stack import StackInfo
 from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess
 

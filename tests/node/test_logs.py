@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from streamwal.node.logs import NodeJsonFormatter
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess, free_port, run_python, serve_once, shown
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from streamwal.node.client import NodeClient, policy
-from streamwal.tools.stack import StackInfo
 from streamwal.wal.message import MessageType
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess, free_port, metrics_node
 
 pytestmark = pytest.mark.integration

@@ -16,9 +16,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.node.client import Consumed, NodeClient, policy, status_of
 from streamwal.node.runtime import SERVICE_NAME
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import verify_channel
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import verify_channel
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from streamwal.node.client import NodeClient
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess, free_port
 
 pytestmark = pytest.mark.integration

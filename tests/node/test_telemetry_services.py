@@ -16,11 +16,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from streamwal.tools.stack import Stack, StackInfo
-from streamwal.tools.stack.collector import CollectorService, collector_config_path
-from streamwal.tools.stack.jaeger import JaegerService
-from streamwal.tools.stack.paths import StackPaths
-from streamwal.tools.stack.telemetry_query import find_traces, span_tree_summary, spans_by_operation
+from streamwal.node.trace.query import find_traces, span_tree_summary, spans_by_operation
+from streamwal_lab.stack import Stack, StackInfo
+from streamwal_lab.stack.collector import CollectorService, collector_config_path
+from streamwal_lab.stack.jaeger import JaegerService
+from streamwal_lab.stack.paths import StackPaths
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import pytest
 
 from streamwal.errors import UnavailableError
 from streamwal.node.client import Acked, NodeClient, policy
-from streamwal.tools.stack import StackInfo
 from streamwal.tso import ClientTLS, RemoteSource
+from streamwal_lab.stack import StackInfo
 from tests.node.certs import TestCA
 from tests.node.processes import NodeProcess
 

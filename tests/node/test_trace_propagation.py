@@ -20,13 +20,13 @@ from opentelemetry.trace import Span
 
 from streamwal.node.client import NodeClient
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE, span_exporter
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.telemetry_query import (
+from streamwal.node.trace.query import (
     SpanSummary,
     get_trace,
     span_summaries,
     span_tree_summary,
 )
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

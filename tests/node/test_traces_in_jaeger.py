@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from streamwal.node.client import NodeClient
-from streamwal.tools.faultproxy import FaultProxy
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.telemetry_query import find_traces, span_summaries
+from streamwal.node.trace.query import find_traces, span_summaries
+from streamwal_lab.faultproxy import FaultProxy
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

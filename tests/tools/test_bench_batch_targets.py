@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamwal.tools.bench.targets import evaluate
+from streamwal_lab.bench.targets import evaluate
 
 
 def test_node_targets_need_the_full_size_cell() -> None:

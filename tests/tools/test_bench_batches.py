@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from streamwal.tools.bench.node_channels import run_node_channels_bench
-from streamwal.tools.bench.pipelined import SIDES, run_pipelined_bench
-from streamwal.tools.bench.reads import PATHS, run_reads_bench
-from streamwal.tools.bench.report import markdown
-from streamwal.tools.bench.target import BenchTarget
-from streamwal.tools.bench.targets import evaluate
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.topics import delete_created, list_topics
+from streamwal_lab.bench.node_channels import run_node_channels_bench
+from streamwal_lab.bench.pipelined import SIDES, run_pipelined_bench
+from streamwal_lab.bench.reads import PATHS, run_reads_bench
+from streamwal_lab.bench.report import markdown
+from streamwal_lab.bench.target import BenchTarget
+from streamwal_lab.bench.targets import evaluate
+from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.topics import delete_created, list_topics
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from streamwal.node.cli import main
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 

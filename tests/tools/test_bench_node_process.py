@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from streamwal.node.client import NodeClient
-from streamwal.tools.bench.node_process import BenchNode
-from streamwal.tools.bench.target import BenchTarget
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.telemetry_query import find_traces
+from streamwal.node.trace.query import find_traces
+from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.target import BenchTarget
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 

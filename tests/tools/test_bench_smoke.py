@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 
 from streamwal.node.cli import main
-from streamwal.tools.bench.append import run_append_bench
-from streamwal.tools.bench.channels import run_channels_bench
-from streamwal.tools.bench.large import LARGE_SIDES, run_large_bench
-from streamwal.tools.bench.node import SIDES
-from streamwal.tools.bench.open import run_open_bench
-from streamwal.tools.bench.report import markdown, write
-from streamwal.tools.bench.scan import run_scan_bench
-from streamwal.tools.bench.takeover import run_takeover_bench
-from streamwal.tools.bench.target import BenchTarget
-from streamwal.tools.bench.targets import evaluate
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.topics import list_topics
+from streamwal_lab.bench.append import run_append_bench
+from streamwal_lab.bench.channels import run_channels_bench
+from streamwal_lab.bench.large import LARGE_SIDES, run_large_bench
+from streamwal_lab.bench.node import SIDES
+from streamwal_lab.bench.open import run_open_bench
+from streamwal_lab.bench.report import markdown, write
+from streamwal_lab.bench.scan import run_scan_bench
+from streamwal_lab.bench.takeover import run_takeover_bench
+from streamwal_lab.bench.target import BenchTarget
+from streamwal_lab.bench.targets import evaluate
+from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.topics import list_topics
 
 
 @pytest.fixture
@@ -276,7 +276,7 @@ def test_a_missing_figure_fails_its_target_and_stays_valid_json(tmp_path: Path) 
 
 def test_plot_writes_readable_pngs(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from streamwal.tools.bench.plot import plot
+    from streamwal_lab.bench.plot import plot
 
     paths = plot(_synthetic_report(), tmp_path, "bench-test")
     assert sorted(p.name for p in paths) == [

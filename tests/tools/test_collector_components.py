@@ -1,9 +1,11 @@
 """``otel-collector.yaml`` runs on the stack's own collector and on a stock otelcol-contrib.
 
-The stack builds its collector with ocb from ``streamwal/tools/stack/otelcol-builder.yaml``; people
-outside the stack run the same file with ``otelcol-contrib``. Every component the file
-names must therefore be in both distributions. Checked statically, without a collector:
-the running collector is covered by ``test_telemetry_services.py``.
+The stack builds its collector with ocb from
+``lab/streamwal_lab/stack/otelcol-builder.yaml``; people outside the stack run the same
+file with ``otelcol-contrib``.
+Every component the file names must therefore be in both distributions. Checked
+statically, without a collector: the running collector is covered by
+``test_telemetry_services.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from streamwal.tools.stack.collector import COLLECTOR_VERSION, collector_config_path
+from streamwal_lab.stack.collector import COLLECTOR_VERSION, collector_config_path
 
 KINDS = ("receivers", "processors", "exporters", "extensions")
 
@@ -71,7 +73,7 @@ def _config() -> dict[str, Any]:
 
 
 def _manifest() -> dict[str, Any]:
-    text = resources.files("streamwal.tools.stack").joinpath("otelcol-builder.yaml").read_text()
+    text = resources.files("streamwal_lab.stack").joinpath("otelcol-builder.yaml").read_text()
     loaded: dict[str, Any] = yaml.safe_load(text)
     return loaded
 

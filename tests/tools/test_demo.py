@@ -13,10 +13,10 @@ import urllib.request
 
 import pytest
 
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.jaeger_ui import is_placeholder
-from streamwal.tools.stack.process import port_in_use
-from streamwal.tools.stack.topics import list_topics
+from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.jaeger_ui import is_placeholder
+from streamwal_lab.stack.process import port_in_use
+from streamwal_lab.stack.topics import list_topics
 from tests.node.processes import run_python
 from tests.node.processes import shown as shown_of
 

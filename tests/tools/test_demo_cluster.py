@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.topics import list_topics
+from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.topics import list_topics
 from tests.node.processes import run_python
 from tests.node.processes import shown as shown_of
 

@@ -9,9 +9,9 @@ import pytest
 
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
-from streamwal.tools.bench.grpc_echo import EchoServer
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.telemetry_query import SpanSummary, find_traces, span_summaries
+from streamwal.node.trace.query import SpanSummary, find_traces, span_summaries
+from streamwal_lab.bench.grpc_echo import EchoServer
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration  # a child process with a gRPC server
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.stack import ServiceState, StackPaths
-from streamwal.tools.stack.process import is_alive, rotate_log, start_detached
-from streamwal.tools.stack.pulsar import BOOKIE_DISK, PulsarService
-from streamwal.tools.stack.stack import disk_usage, human_bytes
+from streamwal_lab.stack import ServiceState, StackPaths
+from streamwal_lab.stack.process import is_alive, rotate_log, start_detached
+from streamwal_lab.stack.pulsar import BOOKIE_DISK, PulsarService
+from streamwal_lab.stack.stack import disk_usage, human_bytes
 
 MIB = 1 << 20
 

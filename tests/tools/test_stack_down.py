@@ -17,8 +17,8 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from streamwal.tools.stack import ServiceState, Stack, StackPaths
-from streamwal.tools.stack.process import is_alive, pid_matches, start_detached
+from streamwal_lab.stack import ServiceState, Stack, StackPaths
+from streamwal_lab.stack.process import is_alive, pid_matches, start_detached
 
 #: a process whose command line looks like the stack's etcd
 _LOOKALIKE = [

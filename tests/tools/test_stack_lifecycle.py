@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.stack import Service, Stack, StackPaths
-from streamwal.tools.stack.process import is_alive, port_in_use
-from streamwal.tools.stack.service import Progress
-from streamwal.tools.stack.stack import StackError
+from streamwal_lab.stack import Service, Stack, StackPaths
+from streamwal_lab.stack.process import is_alive, port_in_use
+from streamwal_lab.stack.service import Progress
+from streamwal_lab.stack.stack import StackError
 from tests.node.processes import free_port
 
 #: listens on argv[2] after argv[1] seconds, or exits with status 3 when the port is 0

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.stack import StackPaths
-from streamwal.tools.stack import pulsar as pulsar_module
-from streamwal.tools.stack.pulsar import PulsarService, bookie_lost
+from streamwal_lab.stack import StackPaths
+from streamwal_lab.stack import pulsar as pulsar_module
+from streamwal_lab.stack.pulsar import PulsarService, bookie_lost
 
 _LOST_RESOLVE = (
     "2026-12-01T13:28:52,038 - ERROR - [BookKeeperClientScheduler-OrderedScheduler-0-0:"

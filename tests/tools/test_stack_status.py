@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.stack import StackInfo
 
 SERVICES = ("etcd", "pulsar", "jaeger", "otel-collector")
 

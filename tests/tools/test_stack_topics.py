@@ -6,8 +6,8 @@ import pytest
 from pulsar import asyncio as pulsar_asyncio
 
 from streamwal.adaptors.pulsar.opener import client_logger
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.topics import delete_created, list_topics
+from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.topics import delete_created, list_topics
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.stack import Stack, StackInfo, StackPaths
-from streamwal.tools.stack.pulsar import PULSAR_VERSION, PulsarService
-from streamwal.tools.stack.stack import StackError
+from streamwal_lab.stack import Stack, StackInfo, StackPaths
+from streamwal_lab.stack.pulsar import PULSAR_VERSION, PulsarService
+from streamwal_lab.stack.stack import StackError
 from tests.node.processes import free_port
 
 

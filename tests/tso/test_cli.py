@@ -47,23 +47,3 @@ def test_now_allocates_increasing_timestamps(
     out = capsys.readouterr().out
     assert out.startswith("timestamp  ")
     assert "physical   " in out and "logical    " in out
-
-
-@pytest.mark.integration
-def test_bench_prints_one_json_object(
-    etcd_endpoint: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    args = ["tso", "bench", "--etcd", etcd_endpoint, "--duration", "0.05", "--samples", "5"]
-    assert main([*args, "--json"]) == 0
-    figures = json.loads(capsys.readouterr().out)
-    for key in (
-        "local_allocator_per_s",
-        "oracle_generate_per_s",
-        "grpc_batched_c1_per_s",
-        "grpc_batched_c4_per_s",
-        "grpc_batched_c16_per_s",
-        "grpc_unbatched_c16_rpc_per_s",
-        "fetch_inprocess_p50_ms",
-        "fetch_grpc_p99_ms",
-    ):
-        assert figures[key] > 0, key

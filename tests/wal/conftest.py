@@ -10,8 +10,8 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from streamwal.adaptors.memory import MemoryLogStore
-from streamwal.tools.chaos.spans import capture_spans
 from streamwal.wal import WAL, WALConfig, open_wal
+from streamwal_lab.chaos.spans import capture_spans
 from tests.wal.testkit import BatchAllocator, CounterTSO, OpenOwner, RecordingOpener, fast_config
 
 

@@ -1,9 +1,9 @@
 """``streamwal trace show TRACE_ID`` and ``streamwal trace opens``: traces from a shell.
 
-Both read Jaeger's query API (``--jaeger``, else ``$STREAMWAL_JAEGER_URL``, else the
-local stack's Jaeger) and print text for a person or, with ``--json``, the same data
-for tools. Exit status 1 with one ``error:`` line when Jaeger does not answer or
-does not hold the trace.
+Both read Jaeger's query API (``--jaeger``, else ``$STREAMWAL_JAEGER_URL``, else
+``http://127.0.0.1:16686``, where the lab's local stack serves it) and print text for a
+person or, with ``--json``, the same data for tools. Exit status 1 with one ``error:``
+line when Jaeger does not answer or does not hold the trace.
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ import sys
 from typing import Any
 
 from streamwal.errors import StreamwalError
-from streamwal.node.trace.jaeger import default_jaeger_url, fetch_trace
+from streamwal.node.trace.jaeger import (
+    DEFAULT_JAEGER_URL,
+    ENV_JAEGER_URL,
+    default_jaeger_url,
+    fetch_trace,
+)
 from streamwal.node.trace.model import trace_view
 from streamwal.node.trace.opens import recent_opens, render_opens
 from streamwal.node.trace.waterfall import render_waterfall
@@ -49,7 +54,10 @@ def register(sub: Any) -> None:
     opens.add_argument("--service", action="append", help="only these services (repeatable)")
     opens.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     for parser in (show, opens):
-        parser.add_argument("--jaeger", help="Jaeger query URL (default: the local stack's)")
+        parser.add_argument(
+            "--jaeger",
+            help=f"Jaeger query URL (default: ${ENV_JAEGER_URL}, else {DEFAULT_JAEGER_URL})",
+        )
         parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     show.set_defaults(func=_show)
     opens.set_defaults(func=_opens)

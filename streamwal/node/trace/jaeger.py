@@ -1,9 +1,9 @@
 """The few questions ``streamwal trace`` asks Jaeger's HTTP query API, with typed answers.
 
-Unlike the polling helpers tests use (:mod:`streamwal.tools.stack.telemetry_query`), each call
-here asks once: a person at a shell wants "not there" or "Jaeger is down" at once,
-as :class:`TraceNotFoundError` or :class:`~streamwal.errors.UnavailableError`, each
-saying what to do.
+Unlike the polling helpers of :mod:`streamwal.node.trace.query` (tests and the lab wait
+there for spans still on their way), each call here asks once: a person at a shell wants
+"not there" or "Jaeger is down" at once, as :class:`TraceNotFoundError` or
+:class:`~streamwal.errors.UnavailableError`, each saying what to do.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from streamwal.errors import InvalidInputError, StreamwalError, UnavailableError
-from streamwal.tools.stack.jaeger import JaegerService
-from streamwal.tools.stack.paths import StackPaths
-from streamwal.tools.stack.telemetry_query import HTTPStatusError, get_data
+from streamwal.node.trace.query import HTTPStatusError, get_data
 
 __all__ = [
+    "DEFAULT_JAEGER_URL",
     "ENV_JAEGER_URL",
     "TraceNotFoundError",
     "default_jaeger_url",
@@ -28,8 +27,12 @@ __all__ = [
     "search_traces",
 ]
 
-#: the query API to read from; the local stack's Jaeger when unset
+#: the query API to read from; :data:`DEFAULT_JAEGER_URL` when unset
 ENV_JAEGER_URL = "STREAMWAL_JAEGER_URL"
+#: Jaeger's own default query port on loopback, which is also where the lab's local
+#: stack serves it (a lab test checks the two agree): the product names the URL
+#: instead of asking the lab, which a production install does not have
+DEFAULT_JAEGER_URL = "http://127.0.0.1:16686"
 
 #: Jaeger's own traces (when it traces itself) are never a WAL's
 _OWN_SERVICES = frozenset({"jaeger", "jaeger-all-in-one"})
@@ -48,12 +51,12 @@ class TraceNotFoundError(StreamwalError, LookupError):
 
 
 def default_jaeger_url(explicit: str | None = None) -> str:
-    """``explicit``, else ``$STREAMWAL_JAEGER_URL``, else the local stack's Jaeger."""
+    """``explicit``, else ``$STREAMWAL_JAEGER_URL``, else :data:`DEFAULT_JAEGER_URL`."""
     if explicit:
         return explicit.rstrip("/")
     if os.environ.get(ENV_JAEGER_URL):
         return os.environ[ENV_JAEGER_URL].rstrip("/")
-    return JaegerService(StackPaths.default()).url
+    return DEFAULT_JAEGER_URL
 
 
 async def _ask(jaeger_url: str, path: str) -> list[Any]:
@@ -64,8 +67,8 @@ async def _ask(jaeger_url: str, path: str) -> list[Any]:
     except (OSError, ValueError) as exc:
         raise UnavailableError(
             f"Jaeger's query API at {jaeger_url} does not answer ({exc}); start the local "
-            f"stack with `streamwal stack up`, or name another Jaeger with --jaeger or "
-            f"${ENV_JAEGER_URL}"
+            f"stack with `streamwal stack up` (streamwal-lab), or name another Jaeger with "
+            f"--jaeger or ${ENV_JAEGER_URL}"
         ) from exc
 
 

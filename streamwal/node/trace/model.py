@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from streamwal.tools.stack.telemetry_query import SpanSummary, Trace, span_summaries
+from streamwal.node.trace.query import SpanSummary, Trace, span_summaries
 
 __all__ = [
     "KEY_ATTRIBUTES",

@@ -15,8 +15,8 @@ from typing import Any
 
 from streamwal.node.trace.jaeger import list_services, search_traces
 from streamwal.node.trace.model import error_messages, status_of
+from streamwal.node.trace.query import SpanSummary, Trace, span_summaries
 from streamwal.node.trace.waterfall import format_duration, status_label
-from streamwal.tools.stack.telemetry_query import SpanSummary, Trace, span_summaries
 
 __all__ = [
     "ATTEMPT_OPERATION",

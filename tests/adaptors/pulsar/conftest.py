@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
-from streamwal.tools.chaos.services import PrivatePulsar
-from streamwal.tools.stack import StackInfo
 from streamwal.tso import TsoConfig
+from streamwal_lab.chaos.services import PrivatePulsar
+from streamwal_lab.stack import StackInfo
 from tests.adaptors.pulsar.stock import StockNamespace
 
 

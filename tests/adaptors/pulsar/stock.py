@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
-from streamwal.tools.chaos.services import PrivatePulsar
 from streamwal.tso import TsoConfig
+from streamwal_lab.chaos.services import PrivatePulsar
 
 
 def stock_config(stock: PrivatePulsar, namespace: str, **overrides: object) -> PulsarConfig:

@@ -12,8 +12,8 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.testing import append_many, read_all, writable
 from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError
-from streamwal.tools.stack import StackInfo
 from streamwal.wal.backend import DeliveryPolicy
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 

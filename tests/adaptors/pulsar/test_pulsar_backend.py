@@ -22,8 +22,8 @@ from streamwal.adaptors.testing import (
     writable,
 )
 from streamwal.errors import DecodeError, UnavailableError
-from streamwal.tools.stack import StackInfo
 from streamwal.wal.backend import AccessMode, DeliveryPolicy
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 

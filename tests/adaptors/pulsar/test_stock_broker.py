@@ -19,13 +19,13 @@ import pytest
 from streamwal.adaptors.pulsar import PolicyAction, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import UnsafeBrokerPolicyError
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.chaos.services import PrivatePulsar
-from streamwal.tools.stack.pulsar import STOCK_INACTIVE_CHECK
-from streamwal.tools.verify import read_topic, verify_channel
 from streamwal.tso import InProcessTSO
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import read_topic, verify_channel
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import MessageType, MutableMessage
+from streamwal_lab.chaos.services import PrivatePulsar
+from streamwal_lab.stack.pulsar import STOCK_INACTIVE_CHECK
 from tests.adaptors.pulsar.stock import StockNamespace, stock_config
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.adaptors.testing import writable
 from streamwal.errors import ChannelFencedError
-from streamwal.tools.stack import StackInfo
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message_id import MessageId
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 

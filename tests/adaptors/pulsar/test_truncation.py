@@ -13,16 +13,16 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import QuotaExceededError, TruncatedError
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.chaos.services import PrivatePulsar
-from streamwal.tools.verify import verify_channel
 from streamwal.tso import InProcessTSO
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import verify_channel
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.wal import WAL
+from streamwal_lab.chaos.services import PrivatePulsar
 from tests.adaptors.pulsar.stock import StockNamespace
 
 pytestmark = pytest.mark.integration

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.stack.jaeger import JaegerService
-from streamwal.tools.stack.jaeger_release import (
+from streamwal_lab.stack.jaeger import JaegerService
+from streamwal_lab.stack.jaeger_release import (
     JAEGER_RELEASE,
     ChecksumMismatchError,
     ReleaseUnavailableError,
@@ -28,7 +28,7 @@ from streamwal.tools.stack.jaeger_release import (
     parse_checksums,
     release_binary,
 )
-from streamwal.tools.stack.paths import StackPaths
+from streamwal_lab.stack.paths import StackPaths
 
 PLATFORM = "linux-amd64"
 BINARY = b"#!/bin/sh\necho 'jaeger from the release'\n"

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.stack import StackInfo, StackPaths
-from streamwal.tools.stack.jaeger import JAEGER_VERSION, JaegerService
-from streamwal.tools.stack.jaeger_release import release_binary
-from streamwal.tools.stack.jaeger_ui import (
+from streamwal_lab.stack import StackInfo, StackPaths
+from streamwal_lab.stack.jaeger import JAEGER_VERSION, JaegerService
+from streamwal_lab.stack.jaeger_release import release_binary
+from streamwal_lab.stack.jaeger_ui import (
     UiAssetsError,
     is_placeholder,
     ui_assets_folder,

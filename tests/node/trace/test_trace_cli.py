@@ -22,9 +22,9 @@ import pytest
 
 from streamwal.node.client import NodeClient
 from streamwal.node.proto import streaming_pb2 as pb
-from streamwal.tools.faultproxy import FaultProxy
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.stack.telemetry_query import find_traces
+from streamwal.node.trace.query import find_traces
+from streamwal_lab.faultproxy import FaultProxy
+from streamwal_lab.stack import StackInfo
 from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess, free_port
 

@@ -17,13 +17,13 @@ from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
 from streamwal.errors import ChannelFencedError, UnknownPositionError
 from streamwal.node.runtime import _OffsetFileClock
-from streamwal.tools.chaos.cli import BEGIN, END, update_doc
-from streamwal.tools.chaos.env import ChaosEnv
-from streamwal.tools.chaos.result import ScenarioResult, failures_table, markdown_table, text_table
-from streamwal.tools.chaos.runner import run_scenario
-from streamwal.tools.chaos.scenarios import SCENARIOS, Scenario
-from streamwal.tools.history_check import HistoryReport, Violation
+from streamwal.verify.history import HistoryReport, Violation
 from streamwal.wal.backend import AccessMode, settle_future
+from streamwal_lab.chaos.cli import BEGIN, END, update_doc
+from streamwal_lab.chaos.env import ChaosEnv
+from streamwal_lab.chaos.result import ScenarioResult, failures_table, markdown_table, text_table
+from streamwal_lab.chaos.runner import run_scenario
+from streamwal_lab.chaos.scenarios import SCENARIOS, Scenario
 
 
 def test_a_result_absorbs_checker_reports_and_fails_on_violations_or_problems() -> None:

@@ -18,11 +18,11 @@ from pulsar.asyncio import PulsarException
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.node.client import NodeClient, policy
-from streamwal.tools.acks import Ack, digest
-from streamwal.tools.chaos.nodes import free_port
-from streamwal.tools.stack import StackInfo
-from streamwal.tools.verify import verify_channel
+from streamwal.verify.acks import Ack, digest
+from streamwal.verify.cli import verify_channel
 from streamwal.wal import open_read_only
+from streamwal_lab.chaos.nodes import free_port
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.tools.chaos import SCENARIOS, ScenarioResult, run_scenario
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.chaos import SCENARIOS, ScenarioResult, run_scenario
+from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import yaml
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
 from streamwal.node.runtime import Node
-from streamwal.tools.chaos.spans import capture_spans
-from streamwal.tools.stack import StackInfo
+from streamwal_lab.chaos.spans import capture_spans
+from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess, serve_once
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import weakref
 
 from opentelemetry import trace
 
-from streamwal.tools.chaos.spans import capture_spans
+from streamwal_lab.chaos.spans import capture_spans
 
 
 def _span(name: str) -> None:

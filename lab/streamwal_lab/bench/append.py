@@ -1,0 +1,183 @@
+"""The append suite: appends/s and latency, WAL against a raw producer, same broker.
+
+For each (payload size, concurrency) cell the raw producer and the WAL run in turn,
+``repeats`` times, interleaved (raw, WAL, raw, WAL...) so drift on a noisy machine hits
+both; the figures are the medians. The raw producer (:mod:`streamwal_lab.bench.raw`: batching
+with a 1 ms delay, a callback per message, the WAL's pending limit) runs on a client of
+its own. The ratio is what the WAL costs or saves over that: time ticks from the TSO,
+encoding, interceptors, ordered publication and the write-ahead buffer on one side;
+on the other, send receipts on the edges of segments of appends instead of one per
+message (:mod:`streamwal.adaptors.pulsar.segments`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
+from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.wal.initializing import open_wal
+from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.wal import WAL
+from streamwal_lab.bench.raw import RAW_BATCHING_DELAY_MS, raw_client, raw_producer
+from streamwal_lab.bench.stats import median_of, ratio, summarize
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.stack.tso_keys import deleted_afterwards
+
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_PAYLOADS", "run_append_bench"]
+
+DEFAULT_PAYLOADS = (128, 4096, 65536)
+DEFAULT_CONCURRENCY = (1, 8, 32, 128)
+
+Append = Callable[[bytes], Awaitable[object]]
+
+
+async def timed_appends(
+    append: Append, payload: bytes, concurrency: int, seconds: float
+) -> dict[str, float]:
+    """``concurrency`` tasks appending back to back for ``seconds``; throughput and latency.
+
+    ``gc_pause_ms``: time spent in the garbage collector meanwhile (it stops every
+    appender at once, so it shows in the tail latencies).
+    """
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    pauses = _GcPauses()
+
+    async def worker() -> None:
+        while loop.time() < deadline:
+            started = time.perf_counter()
+            await append(payload)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    with pauses:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    figures = summarize(latencies, time.perf_counter() - started)
+    figures["gc_pause_ms"] = round(pauses.total_s * 1000, 1)
+    return figures
+
+
+class _GcPauses:
+    """Adds up garbage-collection time while entered (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self._started = 0.0
+
+    def _callback(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.total_s += time.perf_counter() - self._started
+
+    def __enter__(self) -> _GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+async def run_append_bench(
+    target: BenchTarget,
+    *,
+    payloads: Sequence[int] = DEFAULT_PAYLOADS,
+    concurrency: Sequence[int] = DEFAULT_CONCURRENCY,
+    seconds: float = 2.0,
+    repeats: int = 5,
+    warmup_s: float = 0.3,
+) -> dict[str, Any]:
+    """Every cell of ``payloads`` x ``concurrency``; see the module docstring."""
+    run = uuid.uuid4().hex[:8]
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    cells: list[dict[str, Any]] = []
+    client = raw_client(target.pulsar_url)
+    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-{run}")
+    try:
+        async with (
+            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
+            InProcessTSO(tso_config) as tso,
+            PulsarOpener(config) as opener,
+        ):
+            for size in payloads:
+                for conc in concurrency:
+                    cell = await _cell(
+                        client, opener, tso, config, run, size, conc, seconds, repeats, warmup_s
+                    )
+                    cells.append(cell)
+                    target.progress(
+                        f"append {size:>6} B x{conc:<3}: raw {cell['raw']['per_s']:>8.0f}/s "
+                        f"wal {cell['wal']['per_s']:>8.0f}/s ratio {cell['throughput_ratio']}; "
+                        f"p99 raw {cell['raw']['p99_ms']} ms wal {cell['wal']['p99_ms']} ms"
+                    )
+    finally:
+        await client.close()
+    return {
+        "seconds_per_run": seconds,
+        "repeats": repeats,
+        "warmup_s": warmup_s,
+        "producer": {
+            "batching": config.batching,
+            "raw_batching_max_delay_ms": RAW_BATCHING_DELAY_MS,
+            "max_pending_messages": config.max_pending_messages,
+        },
+        "cells": cells,
+    }
+
+
+async def _cell(
+    client: Any,
+    opener: PulsarOpener,
+    tso: InProcessTSO,
+    config: PulsarConfig,
+    run: str,
+    size: int,
+    conc: int,
+    seconds: float,
+    repeats: int,
+    warmup_s: float,
+) -> dict[str, Any]:
+    payload = b"x" * size
+    producer = await raw_producer(client, config.topic(f"bench-raw-{run}-{size}-{conc}"), config)
+    channel = f"bench-wal-{run}-{size}-{conc}"
+    wal = await open_wal(opener, channel, tso.allocator(), node_id=1)
+    try:
+
+        async def raw_append(data: bytes) -> object:
+            return await producer.send(data)
+
+        async def wal_append(data: bytes, wal: WAL = wal) -> object:
+            return await wal.append(MutableMessage(MessageType.INSERT, data))
+
+        await timed_appends(raw_append, payload, conc, warmup_s)
+        await timed_appends(wal_append, payload, conc, warmup_s)
+        raw_runs, wal_runs = [], []
+        for _ in range(repeats):
+            raw_runs.append(await timed_appends(raw_append, payload, conc, seconds))
+            wal_runs.append(await timed_appends(wal_append, payload, conc, seconds))
+    finally:
+        await wal.close()
+        await producer.close()
+    raw, walf = median_of(raw_runs), median_of(wal_runs)
+    return {
+        "payload_bytes": size,
+        "concurrency": conc,
+        "raw": raw,
+        "wal": walf,
+        "throughput_ratio": ratio(walf["per_s"], raw["per_s"]),
+        "p50_ratio": ratio(walf["p50_ms"], raw["p50_ms"]),
+        "p99_ratio": ratio(walf["p99_ms"], raw["p99_ms"]),
+        "p999_ratio": ratio(walf["p999_ms"], raw["p999_ms"]),
+        "runs": {"raw": raw_runs, "wal": wal_runs},
+        # segments whose edge receipts did not place them (adaptors/pulsar/segments.py)
+        "wal_segments_read_back": segment_count(channel, READ_BACK),
+        "wal_segments_unplaced": segment_count(channel, UNPLACED),
+    }

@@ -1,0 +1,174 @@
+"""The large-messages suite: MB/s of messages larger than the broker takes in one entry.
+
+Issue 32: a message over the broker's ``maxMessageSize`` (5 MiB on a stock broker) is
+written as consecutive chunk records (:mod:`streamwal.wal.chunking`), each sent only
+once the one before it is persisted. What that costs is measured against the
+raw producer writing the same bytes as ``raw_message_bytes`` messages (1 MiB by
+default), all of one large message's pieces sent at once and awaited together: what
+an application that splits its data itself would do, with nothing keeping its pieces
+together or ordered against other writers.
+
+Three sides, on fresh topics of one run, ``repeats`` times, interleaved (raw, WAL,
+node, raw...) so drift on a noisy machine hits all three; the figures are medians:
+
+- ``raw``: :func:`~streamwal_lab.bench.raw.raw_producer`, one large message's bytes as
+  ``size / raw_message_bytes`` sends;
+- ``wal``: ``WAL.append`` of one message of ``size`` bytes, in this process;
+- ``node``: ``Produce`` of the same message through a node in a child process
+  (:mod:`streamwal_lab.bench.node_process`).
+
+``concurrency`` callers append back to back, each with one large message in flight.
+The suite deletes the topics it wrote (each run writes a few GiB to the bookie).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.node.client import NodeClient
+from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.wal.initializing import open_wal
+from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.wal import WAL
+from streamwal_lab.bench.append import Append, timed_appends
+from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.raw import raw_client, raw_producer
+from streamwal_lab.bench.stats import median_of, ratio
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.stack.topics import delete_topics
+from streamwal_lab.stack.tso_keys import deleted_afterwards
+
+__all__ = [
+    "DEFAULT_LARGE_CONCURRENCY",
+    "DEFAULT_LARGE_SIZES",
+    "DEFAULT_RAW_MESSAGE_BYTES",
+    "LARGE_SIDES",
+    "run_large_bench",
+]
+
+MiB = 1024 * 1024
+DEFAULT_LARGE_SIZES = (16 * MiB,)
+DEFAULT_LARGE_CONCURRENCY = (1,)
+DEFAULT_RAW_MESSAGE_BYTES = MiB
+LARGE_SIDES = ("raw", "wal", "node")
+
+
+async def run_large_bench(
+    target: BenchTarget,
+    *,
+    sizes: Sequence[int] = DEFAULT_LARGE_SIZES,
+    concurrency: Sequence[int] = DEFAULT_LARGE_CONCURRENCY,
+    raw_message_bytes: int = DEFAULT_RAW_MESSAGE_BYTES,
+    seconds: float = 2.0,
+    repeats: int = 3,
+    warmup_s: float = 0.3,
+) -> dict[str, Any]:
+    """Every cell of ``sizes`` x ``concurrency``; see the module docstring."""
+    run = uuid.uuid4().hex[:8]
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    wal_prefix, node_prefix = f"/bench-large-{run}-wal", f"/bench-large-{run}-node"
+    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=wal_prefix)
+    log_path = Path(CLIENT_LOG).parent / f"node-large-{run}.log"
+    cells: list[dict[str, Any]] = []
+    topics: list[str] = []
+    client = raw_client(target.pulsar_url)
+    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
+    try:
+        async with (
+            deleted_afterwards(target.etcd_endpoint, (wal_prefix, node_prefix)),
+            node,
+            NodeClient(node.address, tracing=False) as node_client,
+            InProcessTSO(tso_config) as tso,
+            PulsarOpener(config) as opener,
+        ):
+            for size in sizes:
+                for conc in concurrency:
+                    name = f"{run}-{size}-{conc}"
+                    topics += [config.topic(f"bench-large-{side}-{name}") for side in LARGE_SIDES]
+                    cell = await _cell(
+                        client, node_client, opener, tso, config, name, size, conc,
+                        raw_message_bytes, seconds, repeats, warmup_s,
+                    )  # fmt: skip
+                    cells.append(cell)
+                    target.progress(
+                        f"large {size / MiB:g} MiB x{conc}: raw {cell['raw']['mb_per_s']} MB/s, "
+                        f"wal {cell['wal']['mb_per_s']} ({cell['wal_vs_raw_ratio']}), "
+                        f"node {cell['node']['mb_per_s']} ({cell['node_vs_raw_ratio']})"
+                    )
+    finally:
+        await client.close()
+        if target.pulsar_admin_url is not None:
+            await delete_topics(target.pulsar_admin_url, topics)
+    return {
+        "seconds_per_run": seconds,
+        "repeats": repeats,
+        "warmup_s": warmup_s,
+        "raw_message_bytes": raw_message_bytes,
+        "node": {"process": "child", "exit_code": node.exit_code},
+        "cells": cells,
+    }
+
+
+def _with_mb(figures: dict[str, float], size: int) -> dict[str, float]:
+    """A timed run's figures with its MB/s (10^6 bytes: the unit disks and links use)."""
+    return {**figures, "mb_per_s": round(figures["per_s"] * size / 1e6, 1)}
+
+
+async def _cell(
+    client: Any,
+    node_client: NodeClient,
+    opener: PulsarOpener,
+    tso: InProcessTSO,
+    config: PulsarConfig,
+    name: str,
+    size: int,
+    conc: int,
+    raw_message_bytes: int,
+    seconds: float,
+    repeats: int,
+    warmup_s: float,
+) -> dict[str, Any]:
+    payload = bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
+    pieces = [payload[i : i + raw_message_bytes] for i in range(0, size, raw_message_bytes)]
+    producer = await raw_producer(client, config.topic(f"bench-large-raw-{name}"), config)
+    wal = await open_wal(opener, f"bench-large-wal-{name}", tso.allocator(), node_id=1)
+    channel = f"bench-large-node-{name}"
+    await node_client.assign(channel)
+    try:
+
+        async def raw_append(_: bytes) -> object:
+            return await asyncio.gather(*(producer.send(p) for p in pieces))
+
+        async def wal_append(data: bytes, wal: WAL = wal) -> object:
+            return await wal.append(MutableMessage(MessageType.INSERT, data))
+
+        async def node_append(data: bytes) -> object:
+            return await node_client.produce(channel, data)
+
+        appends: dict[str, Append] = {"raw": raw_append, "wal": wal_append, "node": node_append}
+        for append in appends.values():
+            await timed_appends(append, payload, conc, warmup_s)
+        runs: dict[str, list[dict[str, float]]] = {side: [] for side in LARGE_SIDES}
+        for _ in range(repeats):
+            for side in LARGE_SIDES:
+                figures = await timed_appends(appends[side], payload, conc, seconds)
+                runs[side].append(_with_mb(figures, size))
+    finally:
+        await wal.close()
+        await producer.close()
+    medians = {side: median_of(runs[side]) for side in LARGE_SIDES}
+    return {
+        "message_bytes": size,
+        "concurrency": conc,
+        "raw_messages_per_message": len(pieces),
+        **medians,
+        "wal_vs_raw_ratio": ratio(medians["wal"]["mb_per_s"], medians["raw"]["mb_per_s"]),
+        "node_vs_raw_ratio": ratio(medians["node"]["mb_per_s"], medians["raw"]["mb_per_s"]),
+        "node_vs_wal_ratio": ratio(medians["node"]["mb_per_s"], medians["wal"]["mb_per_s"]),
+        "runs": runs,
+    }

@@ -1,0 +1,166 @@
+"""The node-channels suite: appenders spread over many channels of one node, against raw.
+
+For each channel count N, ``max(min_appenders, N)`` appenders are spread round-robin
+over N channels: on one side each appender has its own ``ProduceStream`` to a node in a
+child process (:mod:`streamwal_lab.bench.node_process`, tracing on) that owns the N
+channels; on the other each appends with ``send`` to one of N raw producers
+(:mod:`streamwal_lab.bench.raw`) on one client in this process. The two run in turn,
+``repeats`` times, interleaved; appends/s are the medians. The WAL's own side of the
+same question is the ``channels`` suite (one process per point).
+
+A third side, after the raw one in each repeat, is the ceiling: as many streams to a
+gRPC echo server in another child (:mod:`streamwal_lab.bench.grpc_echo`), each
+answer sent after the raw side's mean latency of that repeat (its appenders over its
+appends/s), traced as the node is. That is a node whose channels cost no CPU, so
+``ceiling/raw`` is the most the node can reach here against raw producers in a closed
+loop of one append in flight per appender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from streamwal.adaptors.pulsar import PulsarConfig
+from streamwal.node.client import AppendStream, NodeClient
+from streamwal_lab.bench.channels_worker import bounded
+from streamwal_lab.bench.grpc_echo import EchoServer
+from streamwal_lab.bench.node import tracing_of
+from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.raw import raw_client, raw_producer
+from streamwal_lab.bench.stats import median_of, ratio, summarize
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.stack.tso_keys import deleted_afterwards
+
+__all__ = ["DEFAULT_NODE_CHANNELS", "run_node_channels_bench"]
+
+DEFAULT_NODE_CHANNELS = (16, 256)
+
+Append = Callable[[bytes], Awaitable[object]]
+
+
+async def _spread(appends: Sequence[Append], payload: bytes, seconds: float) -> dict[str, float]:
+    """One task per append function, each appending back to back for ``seconds``."""
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+
+    async def worker(append: Append) -> None:
+        while loop.time() < deadline:
+            started = time.perf_counter()
+            await append(payload)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(a) for a in appends))
+    return summarize(latencies, time.perf_counter() - started)
+
+
+async def run_node_channels_bench(
+    target: BenchTarget,
+    *,
+    channels: Sequence[int] = DEFAULT_NODE_CHANNELS,
+    min_appenders: int = 32,
+    payload_bytes: int = 128,
+    seconds: float = 2.0,
+    repeats: int = 3,
+    warmup_s: float = 0.3,
+) -> dict[str, Any]:
+    """Every channel count; see the module docstring."""
+    run = uuid.uuid4().hex[:8]
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    node_prefix = f"/bench-nch-{run}-node"
+    log_path = Path(CLIENT_LOG).parent / f"node-channels-{run}.log"
+    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
+    raw = raw_client(target.pulsar_url)
+    payload = b"c" * payload_bytes
+    points: list[dict[str, Any]] = []
+    try:
+        async with (
+            deleted_afterwards(target.etcd_endpoint, [node_prefix]),
+            node,
+            NodeClient(node.address) as client,
+            EchoServer(traced=True, otlp_endpoint=target.otlp_endpoint) as echo,
+        ):
+            for n in channels:
+                point = await _point(
+                    client, echo, raw, config, f"{run}-{n}", n, max(min_appenders, n),
+                    payload, seconds, repeats, warmup_s,
+                )  # fmt: skip
+                points.append(point)
+                target.progress(
+                    f"node channels {n:>4}: node {point['node']['per_s']:>7.0f}/s "
+                    f"raw {point['raw']['per_s']:>7.0f}/s ({point['node_vs_raw_ratio']}); "
+                    f"ceiling {point['ceiling_vs_raw_ratio']}"
+                )
+    finally:
+        await raw.close()
+    return {
+        "seconds_per_run": seconds,
+        "repeats": repeats,
+        "payload_bytes": payload_bytes,
+        "node": {"process": "child", "tracing": tracing_of(target), "exit_code": node.exit_code},
+        "points": points,
+    }
+
+
+async def _point(
+    client: NodeClient,
+    echo: EchoServer,
+    raw: Any,
+    config: PulsarConfig,
+    name: str,
+    n: int,
+    appenders: int,
+    payload: bytes,
+    seconds: float,
+    repeats: int,
+    warmup_s: float,
+) -> dict[str, Any]:
+    names = [f"bench-nch-node-{name}-{i}" for i in range(n)]
+    await bounded([lambda c=c: client.assign(c) for c in names])  # type: ignore[misc]
+    streams: list[AppendStream] = [client.open_stream(names[i % n]) for i in range(appenders)]
+    echoes = [echo.open_stream(delayed=True) for _ in range(appenders)]
+    producers = await bounded(
+        [
+            lambda i=i: raw_producer(raw, config.topic(f"bench-nch-raw-{name}-{i}"), config)  # type: ignore[misc]
+            for i in range(n)
+        ]
+    )
+    try:
+        node_appends: list[Append] = [s.append for s in streams]
+        raw_appends: list[Append] = [producers[i % n].send for i in range(appenders)]
+        ceiling_appends: list[Append] = [e.append for e in echoes]
+        sides = {"node": node_appends, "raw": raw_appends, "ceiling": ceiling_appends}
+        for appends in sides.values():
+            await _spread(appends, payload, warmup_s)
+        runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+        for _ in range(repeats):
+            for side, appends in sides.items():
+                timed = functools.partial(_spread, appends, payload, seconds)
+                if side == "ceiling":  # after the raw side of this repeat: its mean latency
+                    raw_latency_s = appenders / max(runs["raw"][-1]["per_s"], 1.0)
+                    runs[side].append(await echo.timed_after(raw_latency_s, timed))
+                else:
+                    runs[side].append(await timed())
+    finally:
+        await asyncio.gather(*(s.close() for s in streams), *(e.close() for e in echoes))
+        await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
+        await bounded([lambda c=c: client.remove(c) for c in names])  # type: ignore[misc]
+    node_f, raw_f, ceiling_f = (median_of(runs[side]) for side in ("node", "raw", "ceiling"))
+    return {
+        "channels": n,
+        "appenders": appenders,
+        "node": node_f,
+        "raw": raw_f,
+        "ceiling": ceiling_f,
+        "node_vs_raw_ratio": ratio(node_f["per_s"], raw_f["per_s"]),
+        "ceiling_vs_raw_ratio": ratio(ceiling_f["per_s"], raw_f["per_s"]),
+        "p999_ratio": ratio(node_f["p999_ms"], raw_f["p999_ms"]),
+        "runs": runs,
+    }

@@ -1,0 +1,137 @@
+"""The scan suite: reading a channel back, from Pulsar and from the write-ahead buffer.
+
+One WAL is filled with ``messages`` appends; then, ``repeats`` times each:
+
+- ``raw_reader``: a raw Pulsar reader from the earliest entry to the last (no decoding);
+- ``catch_up``: a scanner of a read-only WAL (no buffer: every message comes from the
+  broker and is decoded);
+- ``buffer_tail``: a scanner of the owner's WAL from its first time tick, which the
+  write-ahead buffer serves from memory (the path a tailing reader takes).
+
+The time includes opening the reader; figures are messages/s, medians of the repeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from typing import Any
+
+import pulsar
+
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.wal.backend import DeliveryPolicy
+from streamwal.wal.initializing import open_read_only, open_wal
+from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.scanner import SOURCE_BUFFER
+from streamwal.wal.wal import WAL, ReadOnlyWAL
+from streamwal_lab.bench.stats import ratio
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.stack.tso_keys import deleted_afterwards
+
+__all__ = ["fill_wal", "run_scan_bench", "timed_scan"]
+
+_FILL_APPENDERS = 64
+
+
+async def fill_wal(wal: WAL, messages: int, payload: bytes) -> None:
+    """``messages`` inserts of ``payload``, from many appenders at once (a quick fill)."""
+    remaining = iter(range(messages))
+
+    async def appender() -> None:
+        for _ in remaining:
+            await wal.append(MutableMessage(MessageType.INSERT, payload))
+
+    await asyncio.gather(*(appender() for _ in range(_FILL_APPENDERS)))
+
+
+async def timed_scan(
+    wal: WAL | ReadOnlyWAL, policy: DeliveryPolicy, inserts: int
+) -> tuple[float, int, str]:
+    """Seconds to read ``inserts`` data messages; messages read in all; the last source."""
+    started = time.perf_counter()
+    scanner = await wal.read(policy)
+    seen = read = 0
+    try:
+        async for msg in scanner:
+            read += 1
+            if msg.type is MessageType.INSERT:
+                seen += 1
+                if seen == inserts:
+                    break
+        return time.perf_counter() - started, read, scanner.source
+    finally:
+        await scanner.close()
+
+
+async def _raw_scan(client: Any, topic: str, entries: int) -> float:
+    started = time.perf_counter()
+    reader = await client.create_reader(topic, pulsar.MessageId.earliest)
+    try:
+        for _ in range(entries):
+            await reader.read_next()
+        return time.perf_counter() - started
+    finally:
+        await reader.close()
+
+
+async def run_scan_bench(
+    target: BenchTarget,
+    *,
+    messages: int = 20_000,
+    payload_bytes: int = 128,
+    repeats: int = 3,
+) -> dict[str, Any]:
+    """Fill one channel, then read it back three ways; see the module docstring."""
+    run = uuid.uuid4().hex[:8]
+    channel = f"bench-scan-{run}"
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-scan-{run}")
+    rates: dict[str, list[float]] = {"raw_reader": [], "catch_up": [], "buffer_tail": []}
+    async with (
+        deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
+        InProcessTSO(tso_config) as tso,
+        PulsarOpener(config) as opener,
+    ):
+        wal = await open_wal(opener, channel, tso.allocator(), 1)
+        try:
+            started = time.perf_counter()
+            await fill_wal(wal, messages, b"s" * payload_bytes)
+            fill_s = time.perf_counter() - started
+            target.progress(f"scan: {messages} messages appended in {fill_s:.1f} s")
+            read_only = await open_read_only(opener, channel)
+            try:
+                entries = 0
+                sources: set[str] = set()
+                for _ in range(repeats):
+                    secs, entries, _ = await timed_scan(read_only, DeliveryPolicy.all(), messages)
+                    rates["catch_up"].append(entries / secs)
+                    secs = await _raw_scan(opener.client, config.topic(channel), entries)
+                    rates["raw_reader"].append(entries / secs)
+                    policy = DeliveryPolicy.start_from_time_tick(wal.first_time_tick)
+                    secs, read, source = await timed_scan(wal, policy, messages)
+                    rates["buffer_tail"].append(read / secs)
+                    sources.add(source)
+            finally:
+                await read_only.close()
+        finally:
+            await wal.close()
+    medians = {name: round(statistics.median(values), 1) for name, values in rates.items()}
+    target.progress(
+        f"scan: raw {medians['raw_reader']:.0f}/s, catch-up {medians['catch_up']:.0f}/s, "
+        f"buffer {medians['buffer_tail']:.0f}/s"
+    )
+    return {
+        "messages": messages,
+        "payload_bytes": payload_bytes,
+        "repeats": repeats,
+        "entries_read": entries,
+        "fill_per_s": round(messages / fill_s, 1),
+        "per_s": medians,
+        "buffer_served_from_memory": sources == {SOURCE_BUFFER},
+        "catch_up_vs_raw_ratio": ratio(medians["catch_up"], medians["raw_reader"]),
+        "buffer_vs_catch_up_ratio": ratio(medians["buffer_tail"], medians["catch_up"]),
+    }

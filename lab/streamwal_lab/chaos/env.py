@@ -1,0 +1,146 @@
+"""What every scenario runs in: the stack's addresses, a work folder, a seeded RNG.
+
+A :class:`ChaosEnv` starts node processes, private brokers and private etcds for the
+scenario and stops every one of them in :meth:`ChaosEnv.close`, whatever happened.
+It also runs the history checker over channels once the traffic is stopped.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamwal.verify.cli import verify_channel
+from streamwal_lab.chaos.nodes import NodeProcess
+from streamwal_lab.chaos.result import ScenarioResult
+from streamwal_lab.chaos.services import PrivateEtcd, PrivatePulsar
+from streamwal_lab.chaos.traffic import Traffic
+from streamwal_lab.stack.topics import delete_topics
+from streamwal_lab.stack.tso_keys import delete_tso_keys
+
+__all__ = ["ChaosEnv", "node_settings"]
+
+
+def node_settings(
+    pulsar_url: str, etcd_endpoint: str, tso: Mapping[str, Any], **sections: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A node configuration tuned to notice faults quickly (short timeouts and backoffs)."""
+    settings: dict[str, Any] = {
+        "node": {"shutdown_grace_s": 3.0},
+        "pulsar": {"service_url": pulsar_url, "operation_timeout_s": 3.0},
+        "etcd": {"endpoints": [etcd_endpoint]},
+        "tso": dict(tso),
+        "wal": {
+            "first_time_tick_backoff": {"maximum": 0.5},
+            "append_backoff": {"maximum": 0.5, "max_attempts": 6},
+            "time_tick_interval": 0.1,
+        },
+        "telemetry": {"log_level": "INFO"},
+    }
+    for name, values in sections.items():
+        settings[name] = {**settings.get(name, {}), **values}
+    return settings
+
+
+@dataclass
+class ChaosEnv:
+    """The context of one scenario run; close it to stop everything it started."""
+
+    workdir: Path
+    pulsar_url: str
+    etcd_endpoint: str
+    rng: random.Random
+    say: Callable[[str], None] = lambda _: None
+    pulsar_admin_url: str | None = None
+    #: the admin API of the broker at ``pulsar_url`` (the shared one's or a private
+    #: stack's); the checker reads truncation points through it, truncating nodes use it
+    admin_url: str | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    _nodes: list[NodeProcess] = field(default_factory=list)
+    _pulsars: list[PrivatePulsar] = field(default_factory=list)
+    _etcds: list[PrivateEtcd] = field(default_factory=list)
+    _traffic: list[Traffic] = field(default_factory=list)
+    _names: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def name(self, what: str) -> str:
+        """A channel name or key prefix no other run uses."""
+        name = f"chaos-{what}-{self.run_id}"
+        self._names.append(name)
+        return name
+
+    def node(
+        self, node_id: int, settings: Mapping[str, Any], env: Mapping[str, str] | None = None
+    ) -> NodeProcess:
+        node = NodeProcess(self.workdir / "nodes", node_id, settings, env=env)
+        self._nodes.append(node)
+        return node
+
+    async def private_pulsar(self, *, stock: bool = False) -> PrivatePulsar:
+        """A broker of this run; ``stock``: with Pulsar's default policies."""
+        pulsar = PrivatePulsar(progress=self.say, stock=stock)
+        self._pulsars.append(pulsar)
+        await pulsar.start()
+        return pulsar
+
+    async def private_etcd(self) -> PrivateEtcd:
+        etcd = PrivateEtcd(self.workdir / f"etcd-{len(self._etcds)}")
+        self._etcds.append(etcd)
+        await etcd.start()
+        return etcd
+
+    def traffic(self, channel: str, addresses: Iterable[str], **options: Any) -> Traffic:
+        traffic = Traffic(channel, list(addresses), rng=self.rng, **options)
+        self._traffic.append(traffic)
+        return traffic
+
+    async def check(
+        self, result: ScenarioResult, traffic: Iterable[Traffic], pulsar_url: str | None = None
+    ) -> None:
+        """Stop ``traffic`` and run the checker on each channel once, against what all
+        of its clients recorded."""
+        traffic = list(traffic)
+        for t in traffic:
+            await t.stop()
+        by_channel: dict[str, list[Traffic]] = {}
+        for t in traffic:
+            result.expect(not t.unexpected, f"{t.channel}: unexpected codes {t.unexpected[:3]}")
+            result.expect(bool(t.acks), f"{t.channel}: no append was acknowledged")
+            by_channel.setdefault(t.channel, []).append(t)
+            codes = result.figures.setdefault("codes", {})
+            for code, count in t.codes.items():
+                codes[code] = codes.get(code, 0) + count
+        for channel, clients in by_channel.items():
+            report = await verify_channel(
+                pulsar_url or self.pulsar_url,
+                channel,
+                acks=[a for t in clients for a in t.acks],
+                failures=[f for t in clients for f in t.failures],
+                batches=[b for t in clients for b in t.batches],
+                admin_url=None if pulsar_url else self.admin_url,
+            )
+            result.absorb(channel, report)
+
+    async def close(self) -> None:
+        """Stop traffic, nodes, private brokers and etcds; safe to call after a failure."""
+        for t in self._traffic:
+            await t.stop()
+        for node in self._nodes:
+            await node.close()
+        for pulsar in self._pulsars:
+            await pulsar.close()
+        for etcd in self._etcds:
+            await etcd.close()
+        # TSO keys under the run's prefixes in the shared etcd (a name may also have
+        # been a channel: deleting a prefix nobody wrote under costs nothing)
+        await delete_tso_keys(self.etcd_endpoint, ["/" + n for n in self._names])
+        if self.pulsar_admin_url is not None:  # likewise the channels' topics
+            await delete_topics(
+                self.pulsar_admin_url, [f"persistent://public/default/{n}" for n in self._names]
+            )

@@ -1,0 +1,351 @@
+"""A self-managing cluster under faults: writers follow their channels through
+:class:`~streamwal.cluster.ClusterClient` while nodes die, lose etcd, or etcd restarts.
+
+``cluster-kill-9``: each round SIGKILLs the owner of a random channel; the balancer
+moves its channels after the lease TTL and the grace period; the figure is the time
+from the kill to the first acknowledged append on the new owner.
+
+``cluster-zombie``: each round blackholes one node's etcd traffic only (a fault proxy
+sits on its etcd link; its broker link stays up). Its lease expires, its channels are
+moved, and until the new owner's open fences it the node keeps appending: every
+acknowledged append must be in the log, time ticks ordered across both owners. Then
+the link heals and the node registers again.
+
+``cluster-broker-lost``: node 4 starts with a wrong broker address (it must stay not
+ready and get nothing), and each round cuts node 3's broker link (a fault proxy,
+refusing or blackholing in turn) while writers keep going: node 3 turns not ready
+after ``node.broker_lost_after_s``, its channels serve on the others within the bound,
+and once the link heals it is ready again and takes channels back in steps.
+
+``cluster-etcd-restart``: the cluster's own etcd is killed for less than the lease
+TTL and restarted; etcd renews leases on restart, so no node is seen lost and no
+channel moves, and appends resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from streamwal.cluster import ClusterClient
+from streamwal.cluster.records import ClusterKeys, MoveReason
+from streamwal.cluster.store import ClusterStore
+from streamwal.cluster.view import ClusterView
+from streamwal.verify.cli import verify_channel
+from streamwal_lab.chaos.env import ChaosEnv, node_settings
+from streamwal_lab.chaos.nodes import NodeProcess, free_port
+from streamwal_lab.chaos.result import ScenarioResult
+from streamwal_lab.cluster_run import ChannelWriter, balanced, wait_for_view
+from streamwal_lab.faultproxy import FaultProxy
+
+__all__ = ["run_broker_lost", "run_etcd_restart", "run_kill", "run_zombie"]
+
+_TTL_S = 2
+_GRACE_S = 1.0
+#: node.broker_lost_after_s of the node whose broker link is cut
+_LOST_AFTER_S = 3.0
+
+
+class _Cluster:
+    def __init__(self, env: ChaosEnv, etcd_endpoint: str, channels: int, ttl_s: int) -> None:
+        self.env = env
+        self.etcd_endpoint = etcd_endpoint
+        self.prefix = "/" + env.name("cluster")
+        self.keys = ClusterKeys(self.prefix)
+        self.channels = [env.name(f"cl{i}") for i in range(channels)]
+        self.ttl_s = ttl_s
+        self.store = ClusterStore([etcd_endpoint], unavailable_after_s=10.0)
+        self.nodes: dict[int, NodeProcess] = {}
+        self.writers: list[ChannelWriter] = []
+
+    def add(
+        self,
+        node_id: int,
+        etcd_endpoint: str | None = None,
+        *,
+        pulsar_url: str | None = None,
+        node: dict[str, Any] | None = None,
+    ) -> NodeProcess:
+        tso = {"mode": "in-process", "key_prefix": self.prefix, "lease_ttl_s": 2}
+        cluster: dict[str, Any] = {
+            "enabled": True,
+            "key_prefix": self.prefix,
+            "lease_ttl_s": self.ttl_s,
+            "grace_period_s": _GRACE_S,
+            "channels": self.channels,
+            "round_interval_s": 0.2,
+            "poll_interval_s": 0.2,
+        }
+        settings = node_settings(
+            pulsar_url or self.env.pulsar_url,
+            etcd_endpoint or self.etcd_endpoint,
+            tso,
+            cluster=cluster,
+            node=node or {},
+        )
+        process = self.nodes[node_id] = self.env.node(node_id, settings)
+        return process
+
+    async def start(self, count: int) -> None:
+        await self.store.start()
+        for node_id in range(1, count + 1):
+            await (self.nodes.get(node_id) or self.add(node_id)).start()
+
+    async def wait(self, what: str, check: Any, timeout: float = 90.0) -> ClusterView:
+        return await wait_for_view(self.store, self.keys, what, check, timeout)
+
+    async def balanced(self) -> ClusterView:
+        return await self.wait("balanced", lambda v: balanced(v, self.channels))
+
+    def write(self, client: ClusterClient) -> dict[str, ChannelWriter]:
+        writers = {c: ChannelWriter(client, c, pause_s=0.02) for c in self.channels}
+        for writer in writers.values():
+            writer.start()
+        self.writers = list(writers.values())
+        return writers
+
+    async def check(self, result: ScenarioResult) -> None:
+        for writer in self.writers:
+            await writer.stop()
+        for writer in self.writers:
+            result.expect(bool(writer.acks), f"{writer.channel}: no append was acknowledged")
+            report = await verify_channel(
+                self.env.pulsar_url, writer.channel, acks=writer.acks, failures=writer.failures
+            )
+            result.absorb(writer.channel, report)
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            await writer.stop()
+        await self.store.close()
+
+
+def _moved_off(view: ClusterView, node: int, channels: Sequence[str]) -> bool:
+    return all(view.serving(c) and view.assignments[c].node != node for c in channels)
+
+
+async def run_kill(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("cluster-kill-9")
+    started = time.monotonic()
+    cluster = _Cluster(env, env.etcd_endpoint, 4, _TTL_S)
+    failovers: list[float] = []
+    try:
+        await cluster.start(3)
+        view = await cluster.balanced()
+        async with ClusterClient([env.etcd_endpoint], key_prefix=cluster.prefix) as client:
+            writers = cluster.write(client)
+            for round_ in range(rounds):
+                view = await cluster.balanced()
+                victim = view.assignments[env.rng.choice(cluster.channels)].node
+                moved = [c for c, a in view.assignments.items() if a.node == victim]
+                await asyncio.sleep(env.rng.uniform(0.2, 1.0))
+                killed_at = time.monotonic()
+                await cluster.nodes[victim].kill()
+                result.faults += 1
+                await cluster.wait(
+                    f"round {round_}: moved", lambda v, n=victim, m=moved: _moved_off(v, n, m)
+                )
+                firsts = await _first_acks_after(writers, moved, killed_at, result, round_)
+                failovers += [f - killed_at for f in firsts]
+                await cluster.wait("lease gone", lambda v, n=victim: n not in v.nodes)
+                await cluster.nodes[victim].start()
+                result.rounds += 1
+            await cluster.balanced()
+            await cluster.check(result)
+    finally:
+        await cluster.close()
+    bound = _TTL_S + _GRACE_S + 2.0
+    worst = max(failovers, default=0.0)
+    result.figures["kill to first append, max (s)"] = round(worst, 2)
+    result.expect(worst <= bound, f"a failover took {worst:.2f}s, above {bound:g}s")
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def run_zombie(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("cluster-zombie")
+    started = time.monotonic()
+    cluster = _Cluster(env, env.etcd_endpoint, 4, _TTL_S)
+    etcd_port = int(env.etcd_endpoint.rsplit(":", 1)[1])
+    zombie_acks = 0
+    try:
+        async with FaultProxy(etcd_port) as proxy:
+            cluster.add(2, etcd_endpoint=proxy.url_host)
+            await cluster.start(3)
+            async with ClusterClient([env.etcd_endpoint], key_prefix=cluster.prefix) as client:
+                writers = cluster.write(client)
+                for round_ in range(rounds):
+                    view = await cluster.balanced()
+                    held = [c for c, a in view.assignments.items() if a.node == 2]
+                    if not held:
+                        result.problems.append(f"round {round_}: node 2 owns no channel")
+                        continue
+                    cut_at = time.monotonic()
+                    proxy.set_mode("blackhole")
+                    result.faults += 1
+                    view = await cluster.wait(
+                        f"round {round_}: node 2's channels moved",
+                        lambda v, h=held: _moved_off(v, 2, h),
+                    )
+                    moved_at = time.monotonic()
+                    # appends the cut-off node acknowledged after its lease had expired
+                    zombie_acks += sum(
+                        1
+                        for c in held
+                        for t in writers[c].ack_times
+                        if cut_at + cluster.ttl_s < t < moved_at
+                    )
+                    lost = [m for _k, m in view.moves if m.previous == 2 and m.channel in held]
+                    result.expect(
+                        bool(lost) and all(m.reason == MoveReason.NODE_LOST for m in lost),
+                        f"round {round_}: moves off node 2: {[m.reason for m in lost]}",
+                    )
+                    proxy.set_mode("pass")
+                    await cluster.wait(f"round {round_}: node 2 back", lambda v: 2 in v.nodes)
+                    result.rounds += 1
+                await cluster.balanced()
+                await cluster.check(result)
+    finally:
+        await cluster.close()
+    result.figures["acks on the cut-off node after its lease expired"] = zombie_acks
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def run_broker_lost(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("cluster-broker-lost")
+    started = time.monotonic()
+    cluster = _Cluster(env, env.etcd_endpoint, 4, _TTL_S)
+    broker_port = int(env.pulsar_url.rsplit(":", 1)[1])
+    moved_in: list[float] = []
+    try:
+        async with FaultProxy(broker_port) as proxy:
+            cluster.add(
+                3,
+                pulsar_url=f"pulsar://{proxy.url_host}",
+                node={"broker_lost_after_s": _LOST_AFTER_S},
+            )
+            await cluster.start(3)
+            wrong = cluster.add(4, pulsar_url=f"pulsar://127.0.0.1:{free_port()}")
+            await wrong.start(until=b"listening on")
+            async with ClusterClient([env.etcd_endpoint], key_prefix=cluster.prefix) as client:
+                writers = cluster.write(client)
+                for round_ in range(rounds):
+                    view = await cluster.balanced()
+                    _wrong_node_idle(view, result, f"round {round_}")
+                    held = [c for c, a in view.assignments.items() if a.node == 3]
+                    if not held:
+                        result.problems.append(f"round {round_}: node 3 owns no channel")
+                        continue
+                    await asyncio.sleep(env.rng.uniform(0.2, 1.0))
+                    cut_at = time.monotonic()
+                    proxy.set_mode("refuse" if round_ % 2 == 0 else "blackhole")
+                    result.faults += 1
+                    view = await cluster.wait(
+                        f"round {round_}: node 3's channels moved",
+                        lambda v, h=held: _moved_off(v, 3, h),
+                    )
+                    firsts = await _first_acks_after(writers, held, cut_at, result, round_)
+                    moved_in += [f - cut_at for f in firsts]
+                    lost = [m for _k, m in view.moves if m.previous == 3 and m.channel in held]
+                    result.expect(
+                        bool(lost) and all(m.reason == MoveReason.NODE_NOT_READY for m in lost),
+                        f"round {round_}: moves off node 3: {[m.reason for m in lost]}",
+                    )
+                    result.expect(
+                        3 in view.nodes and not view.nodes[3].ready,
+                        f"round {round_}: node 3 is not reported not ready",
+                    )
+                    proxy.set_mode("pass")
+                    await cluster.wait(
+                        f"round {round_}: node 3 ready again",
+                        lambda v: 3 in v.nodes and v.nodes[3].ready,
+                    )
+                    result.rounds += 1
+                view = await cluster.balanced()
+                _wrong_node_idle(view, result, "at the end")
+                await cluster.check(result)
+    finally:
+        await cluster.close()
+    # not ready after lost_after (checked every lost_after / 3), the grace, an open
+    bound = _LOST_AFTER_S + _LOST_AFTER_S / 3 + 3.0 + _GRACE_S + 5.0
+    worst = max(moved_in, default=0.0)
+    result.figures["cut to first append elsewhere, max (s)"] = round(worst, 2)
+    result.expect(
+        worst <= bound, f"channels took {worst:.2f}s to serve elsewhere, above {bound:g}s"
+    )
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _wrong_node_idle(view: ClusterView, result: ScenarioResult, when: str) -> None:
+    """Node 4 (wrong broker address): registered, not ready, owning nothing."""
+    record = view.nodes.get(4)
+    result.expect(
+        record is not None and not record.ready,
+        f"{when}: the node with a wrong broker address is {record!r}",
+    )
+    owned = sorted(c for c, a in view.assignments.items() if a.node == 4)
+    result.expect(not owned, f"{when}: the node with a wrong broker address owns {owned}")
+
+
+async def _first_acks_after(
+    writers: dict[str, ChannelWriter],
+    channels: Sequence[str],
+    since: float,
+    result: ScenarioResult,
+    round_: int,
+) -> list[float]:
+    deadline = time.monotonic() + 30
+    while any(writers[c].first_ack_after(since) is None for c in channels):
+        if time.monotonic() > deadline:
+            result.problems.append(f"round {round_}: no append after the failover")
+            break
+        await asyncio.sleep(0.05)
+    return [t for c in channels if (t := writers[c].first_ack_after(since)) is not None]
+
+
+async def run_etcd_restart(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("cluster-etcd-restart")
+    started = time.monotonic()
+    etcd = await env.private_etcd()
+    cluster = _Cluster(env, etcd.endpoint, 4, ttl_s=6)
+    resumed: list[float] = []
+    try:
+        await cluster.start(3)
+        view = await cluster.balanced()
+        async with ClusterClient([etcd.endpoint], key_prefix=cluster.prefix) as client:
+            writers = cluster.write(client)
+            for round_ in range(rounds):
+                view = await cluster.balanced()
+                owners = {c: a.node for c, a in view.assignments.items()}
+                moves = len(view.moves)
+                await etcd.kill()
+                result.faults += 1
+                await asyncio.sleep(2.0)  # well inside the 6 s lease
+                await etcd.start()
+                back = time.monotonic()
+                view = await cluster.balanced()
+                result.expect(
+                    {c: a.node for c, a in view.assignments.items()} == owners
+                    and len(view.moves) == moves,
+                    f"round {round_}: channels moved across an etcd restart",
+                )
+                deadline = time.monotonic() + 30
+                while any(w.first_ack_after(back) is None for w in writers.values()):
+                    if time.monotonic() > deadline:
+                        result.problems.append(f"round {round_}: appends did not resume")
+                        break
+                    await asyncio.sleep(0.05)
+                resumed.append(
+                    max((w.first_ack_after(back) or back) - back for w in writers.values())
+                )
+                result.rounds += 1
+            await cluster.check(result)
+    finally:
+        await cluster.close()
+    result.figures["appends resumed after etcd, max (s)"] = round(max(resumed, default=0), 2)
+    result.seconds = time.monotonic() - started
+    return result

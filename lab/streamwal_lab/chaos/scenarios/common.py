@@ -1,0 +1,262 @@
+"""Helpers the scenarios share: starting node groups, assigning, timing, the TSO leader."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import etcd3
+import grpc
+
+from streamwal.errors import DecodeError
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.tso.store import LeaderRecord
+from streamwal_lab.chaos.env import ChaosEnv, node_settings
+from streamwal_lab.chaos.nodes import NodeProcess
+from streamwal_lab.chaos.result import ScenarioResult
+from streamwal_lab.chaos.traffic import Traffic
+from streamwal_lab.faultproxy import FaultProxy
+
+__all__ = [
+    "ROTATING_FAULTS",
+    "RotatingFaults",
+    "assign",
+    "channel_per_node",
+    "keep_flowing",
+    "keep_flowing_via",
+    "leader_address",
+    "move",
+    "start_all",
+    "tso_group",
+    "wait_for_leader",
+]
+
+
+async def start_all(nodes: Sequence[NodeProcess]) -> None:
+    await asyncio.gather(*(n.start() for n in nodes))
+
+
+async def tso_group(
+    env: ChaosEnv,
+    count: int,
+    *,
+    pulsar_url: str | None = None,
+    etcd_endpoint: str | None = None,
+    prefix: str | None = None,
+    batch_size: int = 1000,
+    sections: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[NodeProcess]:
+    """Node 1 runs the oracle in-process; nodes 2..count take timestamps from it.
+
+    ``batch_size``: timestamps an allocator fetches at once (small: a TSO outage
+    stops appends sooner). ``sections``: more settings for every node.
+    """
+    pulsar = pulsar_url or env.pulsar_url
+    etcd = etcd_endpoint or env.etcd_endpoint
+    key_prefix = prefix or "/" + env.name("tso")
+    tso = {"mode": "in-process", "key_prefix": key_prefix, "batch_size": batch_size}
+    more = sections or {}
+    oracle = env.node(1, node_settings(pulsar, etcd, tso, **more))
+    await oracle.start()
+    remote = {"mode": "remote", "remote_addresses": [oracle.address], "batch_size": batch_size}
+    others = [env.node(i, node_settings(pulsar, etcd, remote, **more)) for i in range(2, count + 1)]
+    await start_all(others)
+    return [oracle, *others]
+
+
+async def assign(
+    address: str, pchannel: str, timeout: float = 60.0
+) -> pb.AssignChannelResponse | grpc.StatusCode:
+    """``AssignChannel`` on the node at ``address``: its answer, or the status code.
+
+    Waits for the node to be reachable (within ``timeout``), on a channel of its own:
+    gRPC shares connections to one address between channels, and one that saw the node
+    down keeps failing new calls at once until its reconnect backoff ends, even after
+    the node is back.
+    """
+    async with grpc.aio.insecure_channel(
+        address, options=[("grpc.use_local_subchannel_pool", 1)]
+    ) as channel:
+        stub = pb_grpc.StreamingNodeStub(channel)
+        try:
+            response: pb.AssignChannelResponse = await stub.AssignChannel(
+                pb.AssignChannelRequest(pchannel=pchannel),
+                timeout=timeout,
+                wait_for_ready=True,
+            )
+            return response
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+
+
+async def channel_per_node(
+    env: ChaosEnv,
+    result: ScenarioResult,
+    nodes: Sequence[NodeProcess],
+    tag: str,
+    *,
+    workers: int = 2,
+) -> tuple[dict[str, str], list[Traffic]]:
+    """One channel per node, assigned to it, with traffic that writes through it first.
+
+    Returns each channel's home (the address it was assigned to) and the started
+    traffic. Channels are named ``<tag>-<node id>``.
+    """
+    addresses = [n.address for n in nodes]
+    home: dict[str, str] = {}
+    traffic: list[Traffic] = []
+    for node in nodes:
+        channel = env.name(f"{tag}-{node.node_id}")
+        answer = await assign(node.address, channel)
+        result.expect(not isinstance(answer, grpc.StatusCode), f"assign {channel}: {answer}")
+        t = env.traffic(channel, addresses, workers=workers)
+        t.prefer(node.address)
+        home[channel] = node.address
+        await t.start()
+        traffic.append(t)
+    return home, traffic
+
+
+def leader_address(etcd_endpoint: str, key_prefix: str) -> str | None:
+    """The address the TSO leader key names (blocking: call through ``to_thread``)."""
+    host, _, port = etcd_endpoint.rpartition(":")
+    client = etcd3.client(host, int(port), timeout=2)
+    try:
+        raw, _ = client.get(f"{key_prefix}/tso/leader")
+    finally:
+        client.close()
+    if raw is None:
+        return None
+    with contextlib.suppress(DecodeError):
+        return LeaderRecord.decode(raw).address or None
+    return None
+
+
+async def keep_flowing(
+    result: ScenarioResult, traffic: Traffic, home: str, label: str, wait: float = 20.0
+) -> None:
+    """Expect appends on ``traffic``'s channel; if none come within ``wait`` seconds,
+    assign the channel to ``home`` again and expect them then.
+
+    That is what a coordinator does with a channel a node reports fenced in
+    ``ListChannels``: a writer that lost its producer registration on the broker (a
+    broker restart, a timed-out reconnect) is refused as fenced, safely, and stops.
+    """
+    if await traffic.wait_for_acks(5, timeout=wait):
+        return
+    key = "channels assigned again"
+    result.figures[key] = result.figures.get(key, 0) + 1
+    channel = traffic.channel
+    answer = await assign(home, channel, timeout=90)
+    ok = not isinstance(answer, grpc.StatusCode)
+    result.expect(ok, f"{label}: assigning {channel} again: {answer}")
+    if ok:
+        traffic.prefer(home)
+    resumed = await traffic.wait_for_acks(5, timeout=60)
+    result.expect(resumed, f"{label}: {channel}: appends did not resume")
+
+
+async def keep_flowing_via(
+    result: ScenarioResult, traffic: Traffic, owner: str, via: str, label: str
+) -> None:
+    """:func:`keep_flowing`, with clients that reach the owner through its proxy
+    (``via``) while the channel is assigned at the owner's own address."""
+    if await traffic.wait_for_acks(5, timeout=20):
+        return
+    answer = await assign(owner, traffic.channel, timeout=90)
+    result.expect(not isinstance(answer, grpc.StatusCode), f"{label}: reassign: {answer}")
+    traffic.prefer(via)
+    resumed = await traffic.wait_for_acks(5, timeout=60)
+    result.expect(resumed, f"{label}: appends did not resume")
+
+
+async def move(result: ScenarioResult, traffic: Traffic, target: str, label: str) -> bool:
+    """Assign ``traffic``'s channel to ``target`` (trying twice, as a coordinator would)."""
+    for attempt in (1, 2):
+        answer = await assign(target, traffic.channel, timeout=60)
+        if not isinstance(answer, grpc.StatusCode):
+            traffic.prefer(target)
+            return True
+        if attempt == 2:
+            result.problems.append(f"{label}: moving {traffic.channel}: {answer.name}")
+    return False
+
+
+async def wait_for_leader(
+    etcd_endpoint: str, key_prefix: str, candidates: list[str], timeout: float = 20.0
+) -> str | None:
+    """Poll the TSO leader key until it names one of ``candidates``; ``None`` if not in time."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        named = await asyncio.to_thread(leader_address, etcd_endpoint, key_prefix)
+        if named in candidates:
+            return named
+        if loop.time() > deadline:
+            return None
+        await asyncio.sleep(0.2)
+
+
+#: the faults :class:`RotatingFaults` cycles through, one a round
+ROTATING_FAULTS = ("lost-answers", "takeover", "kill-9-owner")
+
+
+class _Client(Protocol):
+    def prefer(self, address: str) -> None: ...
+
+
+class RotatingFaults:
+    """A channel that two nodes own in turn, each behind the fault proxy its clients go
+    through; each round one fault of :data:`ROTATING_FAULTS`: every client connection
+    cut at once (answers in flight lost), a takeover by the other node, or SIGKILL of
+    the owner and a takeover (the killed node then restarts)."""
+
+    def __init__(
+        self,
+        result: ScenarioResult,
+        movers: Sequence[NodeProcess],
+        proxies: Sequence[FaultProxy],
+        channel: str,
+    ) -> None:
+        self._result = result
+        self._movers = list(movers)
+        self._proxies = list(proxies)
+        self.channel = channel
+        self.via = [p.url_host for p in proxies]
+        self.owner = 0
+        self.done: dict[str, int] = {}
+
+    async def assign_first(self) -> None:
+        answer = await assign(self._movers[self.owner].address, self.channel)
+        self._result.expect(
+            not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}"
+        )
+
+    async def keep_flowing(self, traffic: Traffic, label: str) -> None:
+        await keep_flowing_via(
+            self._result, traffic, self._movers[self.owner].address, self.via[self.owner], label
+        )
+
+    async def inject(self, round_: int, clients: Sequence[_Client]) -> None:
+        """This round's fault; ``clients`` are pointed at the new owner after a takeover."""
+        fault = ROTATING_FAULTS[round_ % len(ROTATING_FAULTS)]
+        self.done[fault] = self.done.get(fault, 0) + 1
+        if fault == "lost-answers":
+            for proxy in self._proxies:
+                proxy.reset()
+        else:
+            victim, survivor = self._movers[self.owner], self._movers[1 - self.owner]
+            if fault == "kill-9-owner":
+                await victim.kill()
+            answer = await assign(survivor.address, self.channel)
+            if isinstance(answer, grpc.StatusCode):
+                self._result.problems.append(f"round {round_}: takeover: {answer.name}")
+            self.owner = 1 - self.owner
+            for client in clients:
+                client.prefer(self.via[self.owner])
+            if fault == "kill-9-owner":
+                await victim.start()
+        self._result.faults += 1

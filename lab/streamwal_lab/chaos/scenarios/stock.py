@@ -1,0 +1,92 @@
+"""A broker with Pulsar's own policies: a channel left without an owner keeps its log.
+
+A private broker runs with Pulsar's defaults: no retention, and topics with no
+subscription deleted once inactive (checked every 5 s, after 10 s: the one change).
+Deduplication is enabled on its namespace, as docs/deploy.md asks; nothing else is
+set. Node 1 runs the oracle; the channel lives on node 2 or 3. Each round SIGKILLs
+the channel's owner, leaves the channel without an owner past the inactivity window,
+then assigns it to the other node. A plain topic written beside it once at the start
+must be gone after the first wait (else the broker did not delete anything and the
+scenario proves nothing); the channel's topic must still be there each time, and the
+checker must find every acknowledged append in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from pulsar import asyncio as pulsar_asyncio
+
+from streamwal.adaptors.pulsar import PulsarConfig
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.adaptors.pulsar.opener import client_logger
+from streamwal_lab.chaos.env import ChaosEnv
+from streamwal_lab.chaos.result import ScenarioResult
+from streamwal_lab.chaos.scenarios.common import assign, keep_flowing, tso_group
+from streamwal_lab.stack.pulsar import STOCK_INACTIVE_CHECK
+
+__all__ = ["run"]
+
+#: the inactivity window plus two of the broker's checks
+OWNERLESS_S = (
+    STOCK_INACTIVE_CHECK["brokerDeleteInactiveTopicsMaxInactiveDurationSeconds"]
+    + 2 * STOCK_INACTIVE_CHECK["brokerDeleteInactiveTopicsFrequencySeconds"]
+)
+
+
+async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("stock-broker")
+    started = time.monotonic()
+    pulsar = await env.private_pulsar(stock=True)
+    admin = PulsarAdmin(pulsar.admin_url)
+    await admin.post("namespaces/public/default/deduplication", True)
+    nodes = await tso_group(
+        env, 3, pulsar_url=pulsar.url, sections={"pulsar": {"admin_url": pulsar.admin_url}}
+    )
+    movers = nodes[1:]
+    channel = env.name("stock")
+    topic = PulsarConfig(service_url=pulsar.url).topic(channel)
+    control = await _plain_topic(pulsar.url, env.name("stock-control"))
+    owner = 0
+    answer = await assign(movers[owner].address, channel)
+    result.expect(not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}")
+    traffic = env.traffic(channel, [n.address for n in movers], workers=2)
+    traffic.prefer(movers[owner].address)
+    await traffic.start()
+    for round_ in range(rounds):
+        await keep_flowing(result, traffic, movers[owner].address, f"round {round_}, before")
+        victim, survivor = movers[owner], movers[1 - owner]
+        await victim.kill()
+        result.faults += 1
+        await asyncio.sleep(OWNERLESS_S)
+        topics = set(await admin.get("persistent/public/default") or [])
+        if round_ == 0:
+            result.expect(control not in topics, "the broker kept an inactive plain topic")
+        result.expect(topic in topics, f"round {round_}: the channel's topic was deleted")
+        answer = await assign(survivor.address, channel)
+        if isinstance(answer, grpc.StatusCode):
+            result.problems.append(f"round {round_}: reopen on {survivor.address}: {answer}")
+        traffic.prefer(survivor.address)
+        await keep_flowing(result, traffic, survivor.address, f"round {round_}, after")
+        await victim.start()
+        owner = 1 - owner
+        result.rounds += 1
+    await env.check(result, [traffic], pulsar_url=pulsar.url)
+    result.figures["ownerless per round (s)"] = OWNERLESS_S
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def _plain_topic(url: str, name: str) -> str:
+    """A topic a plain producer wrote once and left: the broker's to delete."""
+    topic = f"persistent://public/default/{name}"
+    client = pulsar_asyncio.Client(url, logger=client_logger())
+    try:
+        producer = await client.create_producer(topic)
+        await producer.send(b"control")
+        await producer.close()
+    finally:
+        await client.close()
+    return topic
