@@ -1,15 +1,21 @@
 """streamwal: a write-ahead log for a streaming node, on Apache Pulsar.
 
-The names here are the library's whole surface for a user::
+The names here are what a user needs, and no more::
 
     opener = streamwal.PulsarOpener(streamwal.PulsarConfig(service_url=...))
     tso = streamwal.InProcessTSO(streamwal.TsoConfig(etcd_endpoints=(...,)))
     wal = await streamwal.open_wal(opener, "channel", tso.allocator(), node_id=1)
 
+or, through a cluster of nodes, ``streamwal.ClusterClient`` (loaded on first use, so
+that ``import streamwal`` does not load the cluster's client). The errors here are the
+root, :class:`StreamwalError`, and those a caller acts on; every error type is in
+:mod:`streamwal.errors`.
+
 Everything else lives in sub-packages: :mod:`streamwal.wal` (the backend-neutral
-WAL and its backend contract), :mod:`streamwal.adaptors` (the Pulsar and in-memory
-backends, and the conformance suite), :mod:`streamwal.tso` (the timestamp oracle),
-:mod:`streamwal.node` (the gRPC service and ``streamwal trace``),
+WAL and its backend contract: ``WAL``, ``AppendResult``, ``MessageId``, ...),
+:mod:`streamwal.adaptors` (the Pulsar and in-memory backends, and the conformance
+suite), :mod:`streamwal.tso` (the timestamp oracle: ``LocalAllocator``,
+``RemoteSource``), :mod:`streamwal.node` (the gRPC service and ``streamwal trace``),
 :mod:`streamwal.cluster` (the self-managing cluster) and :mod:`streamwal.verify`
 (``streamwal verify``). The developer tools (local stack, demo, benchmarks, chaos
 runner) are another distribution, ``streamwal-lab`` (package ``streamwal_lab``),
@@ -17,45 +23,33 @@ which this package never imports.
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
-from streamwal.adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.errors import (
+    BatchAppendError,
     ChannelFencedError,
-    ChannelNotFoundError,
     ClosedError,
-    ConfigError,
-    DecodeError,
-    EvictedError,
-    ExclusivityNotEnforcedError,
-    InvalidInputError,
-    MisconfiguredError,
-    NotLeaderError,
     OutcomeUnknownError,
-    QuotaExceededError,
+    SequenceError,
     StreamwalError,
-    TimestampRegressionError,
+    TransactionError,
     TruncatedError,
     UnavailableError,
-    UnknownPositionError,
-    UnsafeBrokerPolicyError,
-    WriteOutcome,
 )
-from streamwal.tso import InProcessTSO, LocalAllocator, RemoteSource, TsoConfig
+from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal.wal import (
-    WAL,
-    AppendResult,
-    Backoff,
     DeliveryPolicy,
     ImmutableMessage,
-    MessageId,
     MessageType,
     MutableMessage,
-    ReadOnlyWAL,
-    Scanner,
     WALConfig,
     open_read_only,
     open_wal,
 )
+
+if TYPE_CHECKING:
+    from streamwal.cluster import ClusterClient
 
 try:
     __version__ = version("streamwal")
@@ -63,44 +57,40 @@ except PackageNotFoundError:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
 __all__ = [
-    "WAL",
-    "AppendResult",
-    "Backoff",
+    "BatchAppendError",
     "ChannelFencedError",
-    "ChannelNotFoundError",
     "ClosedError",
-    "ConfigError",
-    "DecodeError",
+    "ClusterClient",
     "DeliveryPolicy",
-    "EvictedError",
-    "ExclusivityNotEnforcedError",
     "ImmutableMessage",
     "InProcessTSO",
-    "InvalidInputError",
-    "LocalAllocator",
-    "MessageId",
     "MessageType",
-    "MisconfiguredError",
     "MutableMessage",
-    "NotLeaderError",
     "OutcomeUnknownError",
-    "PolicyAction",
     "PulsarConfig",
     "PulsarOpener",
-    "QuotaExceededError",
-    "ReadOnlyWAL",
-    "RemoteSource",
-    "Scanner",
+    "SequenceError",
     "StreamwalError",
-    "TimestampRegressionError",
+    "TransactionError",
     "TruncatedError",
     "TsoConfig",
     "UnavailableError",
-    "UnknownPositionError",
-    "UnsafeBrokerPolicyError",
     "WALConfig",
-    "WriteOutcome",
     "__version__",
     "open_read_only",
     "open_wal",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``ClusterClient``, imported on first use (it loads the node's gRPC client)."""
+    if name == "ClusterClient":
+        from streamwal.cluster import ClusterClient
+
+        globals()[name] = ClusterClient
+        return ClusterClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -9,11 +9,18 @@ changing anything; it is read by the first-time-tick loop and the append retry.
 (the error was raised before the backend had it, or the backend knows it was refused),
 :attr:`WriteOutcome.UNKNOWN` when it may be in the log. Only a not-written append may be
 retried without risking a second copy, so an unknown outcome is never ``retriable``.
+
+``grpc_status`` names the gRPC status code a node answers the error with (a
+``grpc.StatusCode`` name, so this module needs no grpc), and :meth:`StreamwalError.status_details`
+the details it sends; a subclass inherits both or says otherwise. The node reads them
+(:func:`streamwal.node.servicer.grpc_status_for`); an error that is not a streamwal
+error is a bug, answered ``INTERNAL``.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import ClassVar, Literal
 
 __all__ = [
     "BackendMismatchError",
@@ -29,6 +36,7 @@ __all__ = [
     "DuplicateNodeError",
     "EvictedError",
     "ExclusivityNotEnforcedError",
+    "GrpcStatusName",
     "InvalidInputError",
     "MisconfiguredError",
     "NoSuchChannelError",
@@ -57,6 +65,14 @@ __all__ = [
 
 _SHOWN_CHARS = 64
 
+GrpcStatusName = Literal[
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED",
+]  # fmt: skip
+"""The names of ``grpc.StatusCode``'s members: a :attr:`StreamwalError.grpc_status`."""
+
 
 def short_repr(text: str, limit: int = _SHOWN_CHARS) -> str:
     """``repr(text)``, cut to about ``limit`` characters: an error echoing a caller's
@@ -78,6 +94,14 @@ class StreamwalError(Exception):
 
     retriable: bool = False
     outcome: WriteOutcome = WriteOutcome.NOT_WRITTEN
+    grpc_status: ClassVar[GrpcStatusName] = "UNAVAILABLE"
+    """The gRPC status a node answers this error with: unless a class says otherwise,
+    a passing condition (``UNAVAILABLE``: trying later may work)."""
+
+    def status_details(self) -> str:
+        """The details of the gRPC status a node answers this error with: the message,
+        unless the class adds what the code alone does not say."""
+        return str(self)
 
 
 def outcome_of(exc: BaseException) -> WriteOutcome:
@@ -90,6 +114,8 @@ def outcome_of(exc: BaseException) -> WriteOutcome:
 
 class InvalidInputError(StreamwalError, ValueError):
     """The caller passed something that can never succeed (bad name, oversized payload)."""
+
+    grpc_status = "INVALID_ARGUMENT"
 
 
 class ConfigError(InvalidInputError):
@@ -117,6 +143,8 @@ class ChannelFencedError(StreamwalError):
     that one gets the copy :meth:`in_flight` makes, whose outcome is unknown.
     """
 
+    grpc_status = "FAILED_PRECONDITION"
+
     def __init__(
         self, channel: str, reason: str = "", outcome: WriteOutcome = WriteOutcome.NOT_WRITTEN
     ) -> None:
@@ -133,6 +161,8 @@ class ChannelFencedError(StreamwalError):
 
 class ChannelNotFoundError(StreamwalError, LookupError):
     """The channel is not open on this node."""
+
+    grpc_status = "NOT_FOUND"
 
     def __init__(self, channel: str, message: str | None = None) -> None:
         self.channel = channel
@@ -151,6 +181,9 @@ class NoSuchChannelError(ChannelNotFoundError):
 
 class ClosedError(StreamwalError):
     """The object was closed (or is closing); no new work is accepted."""
+
+    def status_details(self) -> str:
+        return f"node shutting down: {self}"
 
 
 class NotLeaderError(StreamwalError):
@@ -201,6 +234,11 @@ class MisconfiguredError(StreamwalError):
     operator fixes the configuration, so a node answers FAILED_PRECONDITION.
     """
 
+    grpc_status = "FAILED_PRECONDITION"
+
+    def status_details(self) -> str:
+        return f"node misconfigured: {self}"
+
 
 class PortInUseError(MisconfiguredError):
     """A port the node is configured to listen on is taken by another process.
@@ -236,8 +274,10 @@ class UnsafeBrokerPolicyError(MisconfiguredError):
 class TruncatedError(StreamwalError):
     """A read or a checkpoint before the channel's truncation point: that part of the
     log is deleted (or may be at any moment). ``earliest`` is the first position still
-    kept; never an empty or partial result instead. gRPC: ``OUT_OF_RANGE``.
+    kept; never an empty or partial result instead.
     """
+
+    grpc_status = "OUT_OF_RANGE"
 
     def __init__(self, channel: str, asked: object, earliest: object) -> None:
         self.channel = channel
@@ -257,6 +297,8 @@ class QuotaExceededError(StreamwalError):
     the largest backlog. An append the client had already sent gets ``outcome``
     unknown: the broker may have persisted it before it stopped the producer.
     """
+
+    grpc_status = "RESOURCE_EXHAUSTED"  # a consumer or a truncation must act first
 
     def __init__(self, message: str, outcome: WriteOutcome = WriteOutcome.NOT_WRITTEN) -> None:
         self.outcome = outcome
@@ -281,6 +323,10 @@ class OutcomeUnknownError(UnavailableError):
 
     retriable = False
     outcome = WriteOutcome.UNKNOWN
+    grpc_status = "UNKNOWN"  # not UNAVAILABLE: that one says "retry"
+
+    def status_details(self) -> str:
+        return f"outcome unknown, it may be in the log: {self}"
 
 
 class UnknownPositionError(OutcomeUnknownError):
@@ -293,7 +339,9 @@ class UnknownPositionError(OutcomeUnknownError):
 class SequenceError(StreamwalError):
     """An idempotent append whose sequence number the WAL cannot place: nothing was
     appended. ``expected`` is the next sequence number the WAL would accept from
-    ``producer_id``. gRPC: ``FAILED_PRECONDITION``."""
+    ``producer_id``."""
+
+    grpc_status = "INVALID_ARGUMENT"
 
     def __init__(self, producer_id: int, sequence: int, expected: int, problem: str) -> None:
         self.producer_id = producer_id
@@ -322,7 +370,9 @@ class SequenceTooOldError(SequenceError):
 
 class TransactionError(StreamwalError):
     """A transaction cannot go on; nothing of it is (or will be) delivered unless it was
-    committed. The caller begins a new one. gRPC: ``ABORTED``."""
+    committed. The caller begins a new one."""
+
+    grpc_status = "ABORTED"
 
     def __init__(self, txn_id: int, problem: str) -> None:
         self.txn_id = txn_id

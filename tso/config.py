@@ -5,13 +5,21 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from streamwal.defaults import ETCD_ENDPOINT
 from streamwal.errors import ConfigError
 from streamwal.tso.timestamp import MAX_LOGICAL
 
-__all__ = ["DEFAULT_ETCD_ENDPOINT", "TsoConfig", "parse_endpoint"]
+__all__ = [
+    "DEFAULT_ETCD_ENDPOINT",
+    "OracleSettings",
+    "TsoConfig",
+    "key_prefix_path",
+    "parse_endpoint",
+]
 
-DEFAULT_ETCD_ENDPOINT = "127.0.0.1:12379"
+DEFAULT_ETCD_ENDPOINT = ETCD_ENDPOINT
 """The local stack's etcd."""
 
 
@@ -32,24 +40,90 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-@dataclass(frozen=True)
-class TsoConfig:
-    """Settings of one TSO cluster.
+def key_prefix_path(prefix: object, *, exact: bool = False) -> str:
+    """``prefix`` as the etcd path it names, ``/a/b``: the one rule for a key prefix.
+
+    It must hold a non-empty path without whitespace; leading and trailing slashes are
+    added or dropped (``"cluster-a/"`` is ``/cluster-a``). ``exact``: a node's file
+    says literally what it writes to, so the prefix must already start with ``/`` and
+    not end with one. Raises :class:`~streamwal.errors.ConfigError` naming ``key_prefix``.
+    """
+    valid = (
+        isinstance(prefix, str) and bool(prefix.strip("/")) and not any(c.isspace() for c in prefix)
+    )
+    if exact:
+        if not valid or not str(prefix).startswith("/") or str(prefix).endswith("/"):
+            raise ConfigError(
+                "key_prefix", f"expected a path like /streamwal (no trailing /), got {prefix!r}"
+            )
+    elif not valid:
+        raise ConfigError("key_prefix", f"must be a non-empty path: {prefix!r}")
+    return "/" + str(prefix).strip("/")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OracleSettings:
+    """The oracle's own tunables, declared once: :class:`TsoConfig` has them, and so
+    has a node's ``tso:`` section (``streamwal.node.config.TSOSettings``), which adds
+    what only a node decides (in-process or remote, TLS) and takes etcd's settings from
+    its ``etcd:`` section. Validated here, at construction, for both.
 
     ``key_prefix`` separates clusters sharing one etcd: the leader key and the saved
     window live under ``<key_prefix>/tso/``. ``save_window_s`` is how far ahead of the
     serving physical time the persisted bound runs; a new leader starts above it, so
-    a leader change never hands out a lower timestamp. ``unavailable_after_s`` bounds
-    how long a caller waits for a serving oracle (or etcd) before it gets
-    :class:`~streamwal.errors.UnavailableError`; ``etcd_timeout_s`` bounds one etcd request.
+    a leader change never hands out a lower timestamp.
     """
 
-    etcd_endpoints: tuple[str, ...] = (DEFAULT_ETCD_ENDPOINT,)
+    #: a node's file gives its prefix exactly (:func:`key_prefix_path`); a library
+    #: caller's is normalised
+    exact_key_prefix: ClassVar[bool] = False
+
     key_prefix: str = "/streamwal"
     lease_ttl_s: int = 3
     save_window_s: float = 3.0
     update_interval_s: float = 0.05
     batch_size: int = 1000
+
+    def __post_init__(self) -> None:
+        prefix = key_prefix_path(self.key_prefix, exact=self.exact_key_prefix)
+        if not self.exact_key_prefix:
+            object.__setattr__(self, "key_prefix", prefix)
+        if isinstance(self.lease_ttl_s, bool) or not isinstance(self.lease_ttl_s, int):
+            raise ConfigError("lease_ttl_s", f"must be whole seconds: {self.lease_ttl_s!r}")
+        if self.lease_ttl_s < 1:
+            raise ConfigError("lease_ttl_s", f"must be >= 1: {self.lease_ttl_s}")
+        for name in ("save_window_s", "update_interval_s"):
+            _positive_number(name, getattr(self, name))
+        if self.save_window_s * 1000 < 2:
+            raise ConfigError("save_window_s", f"must be at least 2 ms: {self.save_window_s}")
+        if self.save_window_s <= self.update_interval_s:
+            raise ConfigError(
+                "save_window_s",
+                f"must exceed update_interval_s ({self.save_window_s} <= {self.update_interval_s})",
+            )
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
+            raise ConfigError("batch_size", f"must be an integer: {self.batch_size!r}")
+        if not 1 <= self.batch_size < MAX_LOGICAL:
+            raise ConfigError("batch_size", f"must be in [1, {MAX_LOGICAL}): {self.batch_size}")
+
+
+def _positive_number(name: str, value: object) -> None:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(name, f"must be a positive number: {value!r}")
+
+
+@dataclass(frozen=True)
+class TsoConfig(OracleSettings):
+    """Settings of one TSO cluster: the oracle's own (:class:`OracleSettings`:
+    ``key_prefix``, ``lease_ttl_s``, ``save_window_s``, ``update_interval_s``,
+    ``batch_size``, keyword-only) and how it reaches etcd.
+
+    ``unavailable_after_s`` bounds how long a caller waits for a serving oracle (or
+    etcd) before it gets :class:`~streamwal.errors.UnavailableError`;
+    ``etcd_timeout_s`` bounds one etcd request.
+    """
+
+    etcd_endpoints: tuple[str, ...] = (DEFAULT_ETCD_ENDPOINT,)
     unavailable_after_s: float = 5.0
     etcd_timeout_s: float = 1.0
     #: etcd authentication (both or neither); the password never shows in repr
@@ -79,31 +153,9 @@ class TsoConfig:
         parsed = tuple(parse_endpoint(e) for e in endpoints)
         object.__setattr__(self, "etcd_endpoints", endpoints)
         object.__setattr__(self, "_endpoints_parsed", parsed)
-
-        prefix = self.key_prefix
-        if not isinstance(prefix, str) or not prefix.strip("/") or any(c.isspace() for c in prefix):
-            raise ConfigError("key_prefix", f"must be a non-empty path: {prefix!r}")
-        object.__setattr__(self, "key_prefix", "/" + prefix.strip("/"))
-
-        if isinstance(self.lease_ttl_s, bool) or not isinstance(self.lease_ttl_s, int):
-            raise ConfigError("lease_ttl_s", f"must be whole seconds: {self.lease_ttl_s!r}")
-        if self.lease_ttl_s < 1:
-            raise ConfigError("lease_ttl_s", f"must be >= 1: {self.lease_ttl_s}")
-        for name in ("save_window_s", "update_interval_s", "unavailable_after_s", "etcd_timeout_s"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise ConfigError(name, f"must be a positive number: {value!r}")
-        if self.save_window_s * 1000 < 2:
-            raise ConfigError("save_window_s", f"must be at least 2 ms: {self.save_window_s}")
-        if self.save_window_s <= self.update_interval_s:
-            raise ConfigError(
-                "save_window_s",
-                f"must exceed update_interval_s ({self.save_window_s} <= {self.update_interval_s})",
-            )
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
-            raise ConfigError("batch_size", f"must be an integer: {self.batch_size!r}")
-        if not 1 <= self.batch_size < MAX_LOGICAL:
-            raise ConfigError("batch_size", f"must be in [1, {MAX_LOGICAL}): {self.batch_size}")
+        super().__post_init__()
+        for name in ("unavailable_after_s", "etcd_timeout_s"):
+            _positive_number(name, getattr(self, name))
 
     @property
     def endpoints(self) -> tuple[tuple[str, int], ...]:

@@ -19,6 +19,7 @@ import etcd3
 import grpc
 from etcd3 import exceptions as etcd_exceptions
 
+from streamwal.backoff import Backoff
 from streamwal.errors import (
     ClosedError,
     DecodeError,
@@ -45,6 +46,8 @@ _GRPC_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 2_000),
 ]
+#: the waits between a call's tries, bounded by the call's ``unavailable_after_s``
+_RETRY_BACKOFF = Backoff(initial=0.05, maximum=0.5)
 # The etcd3 client marks a failed endpoint unusable for this long (its default is 300 s).
 _ENDPOINT_RETRY_S = 0.25
 
@@ -221,7 +224,7 @@ class EtcdStore:
         loop = asyncio.get_running_loop()
         bound = self._unavailable_after_s if timeout is None else timeout
         deadline = loop.time() + bound
-        delay = 0.05
+        delays = _RETRY_BACKOFF.delays()
         last: BaseException | None = None
         while True:
             remaining = deadline - loop.time()
@@ -246,8 +249,7 @@ class EtcdStore:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            await asyncio.sleep(min(delay, remaining))
-            delay = min(delay * 2, 0.5)
+            await asyncio.sleep(min(next(delays), remaining))
         raise UnavailableError(
             f"etcd {what}: no answer within {bound:.2f}s from {', '.join(self.endpoints)}"
             + (f" ({last!r})" if last is not None and str(last) else "")

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import grpc
 from grpc import aio
 
+from streamwal.backoff import Backoff
 from streamwal.errors import (
     ClosedError,
     InvalidInputError,
@@ -36,6 +37,9 @@ from streamwal.tso.tls import ClientTLS, open_channel
 __all__ = ["RemoteSource"]
 
 _log = logging.getLogger(__name__)
+
+#: the waits between a fetch's tries, bounded by the fetch's ``timeout_s``
+_RETRY_BACKOFF = Backoff(initial=0.02, maximum=0.25)
 
 _RETRY_CODES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
@@ -121,7 +125,7 @@ class RemoteSource:
         deadline = loop.time() + self._timeout_s
         request = tso_pb2.AllocTimestampRequest(count=count)
         last: StreamwalError | None = None
-        delay = 0.02
+        delays = _RETRY_BACKOFF.delays()
         redirects = 0
         while True:
             if self._closed:
@@ -163,8 +167,7 @@ class RemoteSource:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            await asyncio.sleep(min(delay, remaining))
-            delay = min(delay * 2, 0.25)
+            await asyncio.sleep(min(next(delays), remaining))
         if isinstance(last, NotLeaderError | TimestampOverflowError):
             raise last
         raise UnavailableError(

@@ -32,7 +32,7 @@ from streamwal.wal.backend import (
     validate_channel_name,
 )
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.retention import Checkpoint, ConsumerState, RetentionState
+from streamwal.wal.retention_contract import Checkpoint, ConsumerState, RetentionState
 
 __all__ = ["MemoryBackendWAL", "MemoryFaults", "MemoryLogStore", "MemoryMessageId", "MemoryOpener"]
 

@@ -16,12 +16,17 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from streamwal.defaults import PULSAR_BROKER_PORT, PULSAR_WEB_PORT
 from streamwal.errors import MisconfiguredError, UnavailableError
 
 __all__ = ["PulsarAdmin", "admin_url_for", "require_topic"]
 
 #: Pulsar's standard binary ports and the admin port beside each; the local stack's too
-_ADMIN_PORTS = {6650: ("http", 8080), 6651: ("https", 8443), 16650: ("http", 18080)}
+_ADMIN_PORTS = {
+    6650: ("http", 8080),
+    6651: ("https", 8443),
+    PULSAR_BROKER_PORT: ("http", PULSAR_WEB_PORT),
+}
 
 
 def admin_url_for(service_url: str) -> str | None:

@@ -11,7 +11,7 @@ DEBUG here, while any other warning or error of the client still reaches WARNING
 
 A node logs the client natively into a file instead (``PulsarConfig.client_log_file``):
 through Python, the client calls into the interpreter for every DEBUG line it might
-write, whatever the logger's level (docs/performance.md).
+write, whatever the logger's level (docs/performance.md, "What the design choices save").
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamwal.defaults import PULSAR_SERVICE_URL
 from streamwal.errors import ConfigError
 
 __all__ = ["PolicyAction", "PulsarAccessMode", "PulsarConfig"]
@@ -41,7 +42,7 @@ class PolicyAction(enum.Enum):
 class PulsarConfig:
     """How to reach the broker and how to write; validated at construction."""
 
-    service_url: str = "pulsar://127.0.0.1:16650"
+    service_url: str = PULSAR_SERVICE_URL
     tenant: str = "public"
     namespace: str = "default"
     access_mode: PulsarAccessMode = PulsarAccessMode.EXCLUSIVE_WITH_FENCING
@@ -78,8 +79,8 @@ class PulsarConfig:
     on_no_deduplication: PolicyAction = PolicyAction.REFUSE
     #: where the C++ client writes its warnings and errors, natively; None: through
     #: Python ``logging`` ("pulsar.client"), which takes the GIL for every line the
-    #: client emits (debug lines included, a few per message): measured, it doubled
-    #: the WAL's CPU per append under load
+    #: client emits (debug lines included, a few per message), a cost on every append
+    #: (docs/performance.md, "What the design choices save")
     client_log_file: str | None = None
 
     def __post_init__(self) -> None:

@@ -1,11 +1,11 @@
 """Send receipts from the Pulsar client's threads, handed to the event loop in bursts.
 
 The C++ client calls a send callback on its I/O thread, once per message. Waking the
-event loop once per receipt (``call_soon_threadsafe``: a self-pipe write, a loop
-iteration and a GIL hand-over each) cost the WAL about a fifth of its CPU per append
-under load. Receipts are queued instead, and the loop is woken only when the queue goes
-from empty to non-empty: one wake-up drains every receipt that arrived meanwhile, in
-the order the client produced them (one producer's receipts come in log order).
+event loop once per receipt (``call_soon_threadsafe``) would cost a self-pipe write, a
+loop iteration and a GIL hand-over per append (docs/performance.md, "What the design
+choices save"). Receipts are queued instead, and the loop is woken only when the queue
+goes from empty to non-empty: one wake-up drains every receipt that arrived meanwhile,
+in the order the client produced them (one producer's receipts come in log order).
 """
 
 from __future__ import annotations

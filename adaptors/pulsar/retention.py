@@ -34,7 +34,7 @@ from streamwal.errors import (
     UnavailableError,
 )
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.retention import (
+from streamwal.wal.retention_contract import (
     Checkpoint,
     ConsumerState,
     RetentionState,
@@ -70,7 +70,7 @@ def _from_admin(answer: Any) -> PulsarMessageId | None:
 
 
 class TopicRetention:
-    """:class:`~streamwal.wal.retention.BackendRetention` for one topic."""
+    """:class:`~streamwal.wal.retention_contract.BackendRetention` for one topic."""
 
     def __init__(
         self, admin: PulsarAdmin | None, topic: str, channel: str, wal_cursor: str
@@ -210,8 +210,8 @@ class TopicRetention:
 
 
 class RetentionDelegate:
-    """Gives a backend WAL the :class:`~streamwal.wal.retention.BackendRetention` ability of its
-    topic's :class:`TopicRetention` (kept in ``_retention``)."""
+    """Gives a backend WAL the :class:`~streamwal.wal.retention_contract.BackendRetention`
+    ability of its topic's :class:`TopicRetention` (kept in ``_retention``)."""
 
     _retention: TopicRetention
 

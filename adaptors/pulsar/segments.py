@@ -2,9 +2,8 @@
 
 Why: the client's binding calls a Python callback for every message, on its I/O
 thread, and each call takes the GIL from the event loop's thread in the middle of its
-work (two context switches, and the loop's own sends slowed down meanwhile). Measured
-on 128 B appends by 32 appenders, a receipt per message cost the loop and the client
-together 75-110 us of CPU per append.
+work (two context switches, and the loop's own sends slowed down meanwhile), for every
+append (what that cost: docs/performance.md, "What the design choices save").
 
 How every message still gets its own id: a channel's appends go to its producer in
 order, cut into segments (at most :data:`SEGMENT_MESSAGES` messages or about

@@ -50,7 +50,7 @@ from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
 from streamwal.node.runtime import Node
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE, setup_telemetry
-from streamwal.node.trace.model import status_of, trace_view
+from streamwal.node.trace.model import span_status, trace_view
 from streamwal.node.trace.opens import ATTEMPT_OPERATION
 from streamwal.node.trace.query import SpanSummary, get_trace, span_summaries
 from streamwal.node.trace.waterfall import render_waterfall
@@ -379,7 +379,7 @@ async def _show_open(jaeger_url: str, trace_id: str, ui_real: bool | None) -> No
         return
     spans = span_summaries(trace)
     attempts = [s for s in spans if s.operation == ATTEMPT_OPERATION]
-    failed = [s for s in attempts if status_of(s) == "error"]
+    failed = [s for s in attempts if span_status(s) == "error"]
     say(
         f"   served by node {_server_node(spans)}, opened as node {_open_node(spans)}: "
         f"{len(attempts)} first-time-tick attempts, {len(failed)} failed before the "

@@ -31,6 +31,7 @@ from typing import TypeVar
 
 import grpc
 
+from streamwal.backoff import Backoff
 from streamwal.cluster.proto import routing_pb2 as routing_pb
 from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.cluster.records import Assignment, ClusterKeys, NodeRecord, decode
@@ -64,6 +65,8 @@ from streamwal.wal.message_id import MessageId
 __all__ = ["ClusterClient", "Transaction", "WireMessageId"]
 
 _T = TypeVar("_T")
+#: the first wait before a look-up again (then doubled up to ``max_backoff_s``)
+_FIRST_BACKOFF_S = 0.05
 # a transaction lives on one owner: its calls are retried there, not followed elsewhere
 _TXN_RETRIES = 3
 
@@ -128,7 +131,10 @@ class ClusterClient:
         self._keys = ClusterKeys(key_prefix)
         self._tls = tls
         self._retry_for = retry_for_s
-        self._max_backoff = max_backoff_s
+        if not max_backoff_s > 0:
+            raise InvalidInputError(f"max_backoff_s: must be > 0, got {max_backoff_s!r}")
+        # looked up again after 50 ms, then twice as long each time up to max_backoff_s
+        self._backoff = Backoff(initial=min(_FIRST_BACKOFF_S, max_backoff_s), maximum=max_backoff_s)
         self._timeout = timeout
         self._tracing = tracing
         self._owners: dict[str, str] = {}
@@ -380,7 +386,8 @@ class ClusterClient:
         last: bytes | None = None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._retry_for
-        delay = 0.05
+        delays = self._backoff.delays()
+        delay = next(delays)
         refresh = False
         while stop is None or not stop.is_set():
             try:
@@ -394,7 +401,8 @@ class ClusterClient:
                     async for message in _until(stream, stop):
                         last = message.message_id
                         deadline = loop.time() + self._retry_for
-                        delay = 0.05
+                        delays = self._backoff.delays()
+                        delay = next(delays)
                         yield message
                 if stop is not None and stop.is_set():
                     return
@@ -408,7 +416,7 @@ class ClusterClient:
             self.moves_followed += 1
             refresh = True
             await asyncio.sleep(delay)
-            delay = min(delay * 2, self._max_backoff)
+            delay = next(delays)
 
     # ---- following the owner ---------------------------------------------------------
     async def _following(self, channel: str, one_try: Callable[[NodeClient], Awaitable[_T]]) -> _T:
@@ -418,7 +426,8 @@ class ClusterClient:
         final error's outcome is the strongest of all tries: unknown if any try's was."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._retry_for
-        delay = 0.05
+        delays = self._backoff.delays()
+        delay = next(delays)
         refresh = False
         unknown: NodeCallError | None = None  # a try that may have been written
         maybe_written: set[int] = set()  # the same for a batch's messages
@@ -462,7 +471,7 @@ class ClusterClient:
             self.moves_followed += 1
             refresh = True
             await asyncio.sleep(delay)
-            delay = min(delay * 2, self._max_backoff)
+            delay = next(delays)
 
     def _give_up(
         self, channel: str, producer_id: int, sequence: int, exc: StreamwalError

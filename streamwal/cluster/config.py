@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streamwal.errors import ConfigError
+from streamwal.tso.config import key_prefix_path
 from streamwal.wal.backend import validate_channel_name
 
 __all__ = ["ClusterSettings"]
@@ -41,12 +42,10 @@ class ClusterSettings:
     open_failure_bound_s: float = 10.0
 
     def check(self) -> None:
-        prefix = self.key_prefix
-        if not prefix.startswith("/") or prefix.endswith("/") or any(c.isspace() for c in prefix):
-            raise ConfigError(
-                "cluster.key_prefix",
-                f"expected a path like /streamwal (no trailing /), got {prefix!r}",
-            )
+        try:  # the rule of every etcd prefix a node's file gives: taken as written
+            key_prefix_path(self.key_prefix, exact=True)
+        except ConfigError as exc:
+            raise ConfigError("cluster.key_prefix", exc.problem) from None
         if self.lease_ttl_s < 1:
             raise ConfigError("cluster.lease_ttl_s", "must be >= 1")
         if self.grace_period_s < 0:

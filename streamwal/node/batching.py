@@ -3,7 +3,7 @@
 One message per awaited call leaves most of a broker's rate unused (a gRPC message,
 a task and a WAL call per log entry); these carry a batch per frame and map it to
 :meth:`~streamwal.wal.WAL.append_many` and to a read-ahead of the scanner. Errors map
-to status codes as for the single-message RPCs (:func:`status_of`).
+to status codes as for the single-message RPCs (:func:`grpc_status_for`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from streamwal.node.servicer import (
     StreamingNodeServicer,
     _append_error,
     abort_append,
+    grpc_status_for,
     message_of,
-    receipt_of,
-    status_of,
 )
+from streamwal.node.txn_service import produce_response
 from streamwal.wal.interceptors import AppendResult
 from streamwal.wal.message import MutableMessage
 
@@ -151,7 +151,7 @@ def _batch_response(results: list[AppendResult | StreamwalError]) -> pb.ProduceB
     add = frame.results.add
     for r in results:
         if isinstance(r, AppendResult):
-            receipt_of(r, add())
+            produce_response(r, add())
         else:
             add().CopyFrom(_append_error(r))
     return frame
@@ -168,6 +168,6 @@ def _refused(request: pb.ProduceBatchRequest, exc: BaseException) -> pb.ProduceB
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
-    code, details = status_of(exc)
+    code, details = grpc_status_for(exc)
     await context.abort(code, details)
     raise AssertionError("context.abort returned")  # it always raises

@@ -23,7 +23,7 @@ from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
 from streamwal.tso.timestamp import physical_datetime
 from streamwal.wal.initializing import open_read_only
 from streamwal.wal.message import decode
-from streamwal.wal.retention import time_tick_lag_ms
+from streamwal.wal.retention_contract import time_tick_lag_ms
 
 __all__ = ["channel_status", "register"]
 

@@ -28,10 +28,11 @@ import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 from opentelemetry.trace import TracerProvider
 
+from streamwal.backoff import Backoff
 from streamwal.errors import StreamwalError, WriteOutcome
 from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError, node_error
 from streamwal.node.idempotence import ProducerIdentity
-from streamwal.node.limits import grpc_message_limit
+from streamwal.node.limits import DEFAULT_GRPC_MESSAGE_LIMIT
 from streamwal.node.outcome import in_band_error, rpc_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
@@ -45,8 +46,8 @@ __all__ = [
     "Consumed",
     "NodeClient",
     "final_error",
+    "grpc_code_of",
     "policy",
-    "status_of",
     "write_outcome",
 ]
 
@@ -79,6 +80,9 @@ class Consumed:
     txn_id: int | None = None
 
 
+#: the waits between a call's tries (``retries`` bounds them): 50 ms, doubled up to 1 s
+_RETRY_BACKOFF = Backoff(initial=0.05, maximum=1.0)
+
 # an idempotent append is retried on these: the node answers a copy it has with the first
 _IDEMPOTENT_RETRY = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED}
@@ -89,7 +93,7 @@ def give_up(producer: ProducerIdentity, pchannel: str, sequence: int, exc: BaseE
     """Hand the number back, or renew the identity: a refused request (INVALID_ARGUMENT,
     such as a sequence gap) says the numbering itself is off, so its number is not
     reused."""
-    if status_of(exc) == grpc.StatusCode.INVALID_ARGUMENT:
+    if grpc_code_of(exc) == grpc.StatusCode.INVALID_ARGUMENT:
         producer.renew()
     else:
         producer.give_up(pchannel, sequence, write_outcome(exc))
@@ -171,7 +175,8 @@ def _batch_acks(
     return acked
 
 
-def status_of(exc: BaseException) -> grpc.StatusCode | None:
+def grpc_code_of(exc: BaseException) -> grpc.StatusCode | None:
+    """The gRPC status code a failed call raised, ``None`` for any other exception."""
     if isinstance(exc, grpc.aio.AioRpcError):
         return exc.code()
     return None
@@ -238,7 +243,7 @@ class NodeClient:
             if tracing
             else []
         )
-        options = [("grpc.max_receive_message_length", grpc_message_limit())]
+        options = [("grpc.max_receive_message_length", DEFAULT_GRPC_MESSAGE_LIMIT)]
         self._channel = open_channel(address, tls, options=options, interceptors=interceptors)
         self._stub = pb_grpc.StreamingNodeStub(self._channel)
 
@@ -273,6 +278,7 @@ class NodeClient:
         more times on a failure that another try may fix; its outcome is the strongest
         of all tries, as for :meth:`produce`."""
         attempt = 0
+        delays = _RETRY_BACKOFF.delays()
         unknown: grpc.aio.AioRpcError | None = None
         while True:
             try:
@@ -284,7 +290,7 @@ class NodeClient:
                 if not retry or attempt >= budget or exc.code() not in _IDEMPOTENT_RETRY:
                     raise final_error(exc, unknown) from exc
                 attempt += 1
-                await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
+                await asyncio.sleep(next(delays))
 
     async def assign(self, pchannel: str, timeout: float | None = None) -> pb.AssignChannelResponse:
         return await self._unary(  # type: ignore[no-any-return]
@@ -334,6 +340,7 @@ class NodeClient:
                 sequence if sequence is not None else producer.next_sequence(pchannel)
             )
         attempt = 0
+        delays = _RETRY_BACKOFF.delays()
         unknown: grpc.aio.AioRpcError | None = None  # a try that may have been written
         while True:
             try:
@@ -349,7 +356,7 @@ class NodeClient:
                             give_up(producer, pchannel, request.sequence, error)
                     raise error from exc
                 attempt += 1
-                await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
+                await asyncio.sleep(next(delays))
                 continue
             if producer is None:
                 return Acked(reply.message_id, reply.message_id_text, reply.time_tick)

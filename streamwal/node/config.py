@@ -4,13 +4,16 @@ Every key has a default that points at the local stack, so ``streamwal serve`` w
 no file runs against ``streamwal stack up``. The ``pulsar:`` and ``wal:`` sections
 build the library's own :class:`~streamwal.adaptors.pulsar.PulsarConfig` and
 :class:`~streamwal.wal.WALConfig`: same names, same units (seconds unless a name says
-``_ms``), their validation. The ``etcd:`` and ``tso:`` sections build the node's
-settings, and from them the library's :class:`~streamwal.tso.TsoConfig`, whose
-validation runs at load too. An environment variable ``STREAMWAL_<SECTION>__<KEY>``
-(for example ``STREAMWAL_PULSAR__AUTH_TOKEN``, ``STREAMWAL_WAL__APPEND_BACKOFF__MAX_ATTEMPTS``)
-overrides the file. Any invalid or unknown key raises :class:`ConfigError` naming it
-(``pulsar.service_url: ...``), and so does a ``STREAMWAL_*__*`` variable that names no
-key (``STREAMWAL_PULSAR__SERVICE_ULR: ...``). Secrets (Pulsar token, etcd password)
+``_ms``), their validation. The ``tso:`` section's oracle keys are the library's own
+(:class:`~streamwal.tso.config.OracleSettings`, which :class:`~streamwal.tso.TsoConfig`
+also is, declared and validated there once) beside the node's own (``mode``,
+``remote_addresses``, ``tls``); with the ``etcd:`` section they build the library's
+``TsoConfig``, whose validation runs at load too. An environment variable
+``STREAMWAL_<SECTION>__<KEY>`` (for example ``STREAMWAL_PULSAR__AUTH_TOKEN``,
+``STREAMWAL_WAL__APPEND_BACKOFF__MAX_ATTEMPTS``) overrides the file. Any invalid or
+unknown key raises :class:`ConfigError` naming it (``pulsar.service_url: ...``), and
+so does a ``STREAMWAL_*__*`` variable that names no key
+(``STREAMWAL_PULSAR__SERVICE_ULR: ...``). Secrets (Pulsar token, etcd password)
 never appear in ``repr`` or in error messages.
 """
 
@@ -25,16 +28,17 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import platformdirs
 import yaml
 
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.cluster.config import ClusterSettings
+from streamwal.defaults import ETCD_ENDPOINT, METRICS_LISTEN, NODE_LISTEN
 from streamwal.errors import ConfigError
 from streamwal.node.tracing import DEFAULT_RATIO, DEFAULT_SAMPLER, SAMPLERS
-from streamwal.tso.config import TsoConfig
+from streamwal.tso.config import OracleSettings, TsoConfig
 from streamwal.wal.config import WALConfig
 
 __all__ = [
@@ -149,13 +153,13 @@ LOG_FORMATS = ("text", "json")
 @dataclass(frozen=True)
 class NodeSettings:
     id: int = 1
-    listen: str = "127.0.0.1:17001"
+    listen: str = NODE_LISTEN
     #: host:port other nodes dial to reach this one; a leading in-process oracle
     #: publishes it in etcd for the other candidates. Empty: ``listen`` with the
     #: bound port, so ``listen`` must then name a concrete host, not 0.0.0.0
     advertise_address: str = ""
     #: Prometheus /metrics; empty disables it
-    metrics_listen: str = "127.0.0.1:9464"
+    metrics_listen: str = METRICS_LISTEN
     #: a ready node that has not reached its broker for this long turns not ready
     #: (gRPC health, /readyz, its cluster record: the balancer moves its channels)
     broker_lost_after_s: float = 15.0
@@ -198,7 +202,7 @@ class NodeSettings:
 @_redact
 @dataclass(frozen=True, repr=False)
 class EtcdSettings:
-    endpoints: tuple[str, ...] = ("127.0.0.1:12379",)
+    endpoints: tuple[str, ...] = (ETCD_ENDPOINT,)
     user: str | None = None
     password: str | None = None
     tls: TLSFiles = field(default_factory=TLSFiles)
@@ -217,7 +221,15 @@ class EtcdSettings:
 
 
 @dataclass(frozen=True)
-class TSOSettings:
+class TSOSettings(OracleSettings):
+    """The ``tso:`` section: what only a node decides, plus the oracle's own settings
+    (``key_prefix``, ``lease_ttl_s``, ``save_window_s``, ``update_interval_s``,
+    ``batch_size``), which :class:`~streamwal.tso.config.OracleSettings` declares and
+    validates for :class:`~streamwal.tso.TsoConfig` too. The key prefix is taken
+    exactly as written: the oracle's keys are ``<key_prefix>/tso/...``."""
+
+    exact_key_prefix: ClassVar[bool] = True
+
     #: ``in-process``: this node campaigns for the oracle on etcd and serves it;
     #: ``remote``: it asks the oracle's gRPC service at ``remote_addresses``.
     mode: str = "in-process"
@@ -226,12 +238,6 @@ class TSOSettings:
     #: node's own and its peers' services in in-process mode (a non-leader follows
     #: the leader through them); unset: plain text
     tls: ClientTLSFiles = field(default_factory=ClientTLSFiles)
-    # the oracle's own settings, as TsoConfig names them (TsoConfig validates them)
-    key_prefix: str = "/streamwal"
-    lease_ttl_s: int = 3
-    save_window_s: float = 3.0
-    update_interval_s: float = 0.05
-    batch_size: int = 1000
 
     def check(self) -> None:
         if self.mode not in ("in-process", "remote"):
@@ -240,13 +246,6 @@ class TSOSettings:
             raise ConfigError("tso.remote_addresses", "remote mode needs at least one address")
         for i, address in enumerate(self.remote_addresses):
             _host_port(f"tso.remote_addresses[{i}]", address)
-        # The literal etcd prefix: the oracle's keys are <key_prefix>/tso/... (TsoConfig
-        # would normalise "/prod/" to "/prod"; a node says what it writes to exactly)
-        prefix = self.key_prefix
-        if not prefix.startswith("/") or prefix.endswith("/") or any(c.isspace() for c in prefix):
-            raise ConfigError(
-                "tso.key_prefix", f"expected a path like /streamwal (no trailing /), got {prefix!r}"
-            )
         self.tls.check("tso.tls")
 
 
@@ -265,13 +264,10 @@ def tso_config(etcd: EtcdSettings, tso: TSOSettings) -> TsoConfig:
     """The library's oracle config from the ``etcd:`` and ``tso:`` sections; its
     validation errors name the node's keys."""
     try:
+        oracle = {f.name: getattr(tso, f.name) for f in dataclasses.fields(OracleSettings)}
         return TsoConfig(
+            **oracle,
             etcd_endpoints=etcd.endpoints,
-            key_prefix=tso.key_prefix,
-            lease_ttl_s=tso.lease_ttl_s,
-            save_window_s=tso.save_window_s,
-            update_interval_s=tso.update_interval_s,
-            batch_size=tso.batch_size,
             etcd_user=etcd.user,
             etcd_password=etcd.password,
             etcd_ca_file=etcd.tls.ca_file,

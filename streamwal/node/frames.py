@@ -2,9 +2,9 @@
 
 Every message a reader gets goes through here, so the conversion is written for its
 cost per message: fields are set one by one on a message the frame adds in place (the
-protobuf constructor's keyword arguments cost about twice as much, and an explicit
-``None`` for an unset optional field about as much as the rest together), fields at
-their default are left alone (proto3 writes nothing for them either way), and a frame
+protobuf constructor's keyword arguments, and explicit ``None`` for unset optional
+fields, cost more), fields at their default are left alone (proto3 writes nothing for
+them either way), and a frame
 encodes a last-confirmed id once for the messages in a row that share it.
 """
 

@@ -6,9 +6,9 @@ or a ``node`` field (``node.log_format: json``, one object per line, for collect
 that parse rather than grep).
 
 The Pulsar C++ client logs natively into a file: through Python it would call into
-the interpreter for every DEBUG line it might write (docs/performance.md). A native
-file logger cannot add the node's id to its lines, and one file shared by the nodes
-of a host (the old default) could not tell them apart. So the client writes, still
+the interpreter for every DEBUG line it might write (docs/performance.md, "What the
+design choices save"). A native file logger cannot add the node's id to its lines,
+and one file shared by the nodes of a host could not tell them apart. So the client writes, still
 natively and filtered at WARN in C++, into a pipe; a thread of the node reads the few
 lines that come through and appends each, with the node's id, in the node's format,
 to the node's own file (:class:`ClientLogRelay`).

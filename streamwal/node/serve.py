@@ -39,8 +39,9 @@ _log = logging.getLogger(__name__)
 # A node allocates a few objects per message, and its write-ahead buffers keep up to
 # 64 MiB of messages per channel alive: with CPython's default thresholds (700, 10, 10)
 # the collector runs every few hundred appends and stops the loop, which is most of a
-# streamed append's p999 (docs/performance.md). Messages hold no reference cycles, so
-# rarer young collections lose nothing; the objects of start-up are frozen out of them.
+# streamed append's p999 (docs/performance.md, "What the design choices save").
+# Messages hold no reference cycles, so rarer young collections lose nothing; the
+# objects of start-up are frozen out of them.
 _GC_THRESHOLDS = (50_000, 20, 100)
 
 

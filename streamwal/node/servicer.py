@@ -1,9 +1,10 @@
 """The ``StreamingNode`` gRPC service: requests in, WAL calls, typed status codes out.
 
-Errors map to codes a client can act on: channel not here → NOT_FOUND; fenced by
-another node → FAILED_PRECONDITION (and the channel is dropped from this node);
-bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting down
-→ UNAVAILABLE; an append that may be in the log → UNKNOWN. A failed append also
+Errors map to codes a client can act on, each error class naming its own
+(:attr:`~streamwal.errors.StreamwalError.grpc_status`): channel not here → NOT_FOUND;
+fenced by another node → FAILED_PRECONDITION (and the channel is dropped from this
+node); bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting
+down → UNAVAILABLE; an append that may be in the log → UNKNOWN. A failed append also
 carries its write outcome (not written, or unknown: ``streaming.proto``), in band on
 a stream and as trailing metadata of ``Produce``. Anything unexpected is logged and
 returned as INTERNAL, and the node keeps serving. Request bytes that are not the
@@ -25,16 +26,9 @@ from opentelemetry import trace
 
 from streamwal.errors import (
     ChannelFencedError,
-    ChannelNotFoundError,
     ClosedError,
     InvalidInputError,
-    MisconfiguredError,
-    OutcomeUnknownError,
-    QuotaExceededError,
-    SequenceError,
     StreamwalError,
-    TransactionError,
-    TruncatedError,
     UnavailableError,
     WriteOutcome,
     outcome_of,
@@ -47,22 +41,20 @@ from streamwal.node.pipeline import answer_in_order
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
-from streamwal.node.txn_service import TxnRpcs
-from streamwal.node.txn_service import produce_response as receipt_of
+from streamwal.node.txn_service import TxnRpcs, produce_response
 from streamwal.wal.backend import BackendOpener, DeliveryPolicy
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.message.message import built_mutable
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.retention import time_tick_lag_ms
+from streamwal.wal.retention_contract import time_tick_lag_ms
 
 __all__ = [
     "StreamingNodeServicer",
     "abort_append",
     "consumed_of",
+    "grpc_status_for",
     "message_of",
     "parse_message_type",
-    "receipt_of",
-    "status_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -113,41 +105,23 @@ def message_of(
     )
 
 
-def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The status a client gets for ``exc``; unexpected errors are logged here."""
-    code, details = _status_of(exc)
+def grpc_status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status code and details a client gets for ``exc``: the ones its class
+    names (:attr:`~streamwal.errors.StreamwalError.grpc_status`,
+    :meth:`~streamwal.errors.StreamwalError.status_details`), details cut to
+    ``_MAX_DETAILS``. Anything but a streamwal error is a bug: logged here, INTERNAL."""
+    if isinstance(exc, StreamwalError):
+        code, details = grpc.StatusCode[exc.grpc_status], exc.status_details()
+    else:
+        _log.error("unexpected error in a request", exc_info=exc)
+        code, details = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
     if len(details) > _MAX_DETAILS:
         details = details[:_MAX_DETAILS] + "..."
     return code, details
 
 
-def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    if isinstance(exc, ChannelNotFoundError):
-        return grpc.StatusCode.NOT_FOUND, str(exc)
-    if isinstance(exc, ChannelFencedError):
-        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
-    if isinstance(exc, InvalidInputError | SequenceError):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, TransactionError):
-        return grpc.StatusCode.ABORTED, str(exc)
-    if isinstance(exc, MisconfiguredError):  # the node's set-up, not the request: no retry
-        return grpc.StatusCode.FAILED_PRECONDITION, f"node misconfigured: {exc}"
-    if isinstance(exc, ClosedError):
-        return grpc.StatusCode.UNAVAILABLE, f"node shutting down: {exc}"
-    if isinstance(exc, TruncatedError):
-        return grpc.StatusCode.OUT_OF_RANGE, str(exc)
-    if isinstance(exc, QuotaExceededError):  # a consumer or truncation must act first
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
-    if isinstance(exc, OutcomeUnknownError):  # not UNAVAILABLE: that one says "retry"
-        return grpc.StatusCode.UNKNOWN, f"outcome unknown, it may be in the log: {exc}"
-    if isinstance(exc, StreamwalError):
-        return grpc.StatusCode.UNAVAILABLE, str(exc)
-    _log.error("unexpected error in a request", exc_info=exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
-
-
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
-    code, details = status_of(exc)
+    code, details = grpc_status_for(exc)
     await context.abort(code, details)
     raise AssertionError("context.abort returned")  # it always raises
 
@@ -155,14 +129,14 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException
 async def abort_append(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
     """End a failed unary append with its status and its write outcome (trailing
     metadata ``streamwal-write-outcome``)."""
-    code, details = status_of(exc)
+    code, details = grpc_status_for(exc)
     outcome = outcome_of(exc).value
     await context.abort(code, details, trailing_metadata=((OUTCOME_KEY, outcome),))
     raise AssertionError("context.abort returned")  # it always raises
 
 
 def _append_error(exc: BaseException) -> pb.ProduceResponse:
-    code, details = status_of(exc)
+    code, details = grpc_status_for(exc)
     return pb.ProduceResponse(
         error=pb.AppendError(
             code=code.value[0], message=details, outcome=_OUTCOMES[outcome_of(exc)]
@@ -213,7 +187,7 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
         except ChannelFencedError:
             await self._channels.report_fenced(request.pchannel)
             raise
-        return receipt_of(result)
+        return produce_response(result)
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -2,7 +2,7 @@
 KeepAliveTxn), mixed into :class:`~streamwal.node.servicer.StreamingNodeServicer`.
 
 Each is one call to the channel's WAL; errors map to status codes as every other RPC
-(:func:`~streamwal.node.servicer.status_of`): a transaction that cannot go on is
+(:func:`~streamwal.node.servicer.grpc_status_for`): a transaction that cannot go on is
 ``ABORTED``; a fence also drops the channel from this node.
 
 A failed ``CommitTxn`` or ``RollbackTxn`` ends as a failed ``Produce`` does, with its

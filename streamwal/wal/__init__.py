@@ -7,7 +7,6 @@ in :mod:`streamwal.wal.backend`.
 
 from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import AccessMode, BackendOpener, DeliveryPolicy
-from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.config import Backoff, WALConfig
 from streamwal.wal.initializing import (
     FirstTimeTick,
@@ -22,6 +21,7 @@ from streamwal.wal.message_id import MessageId
 from streamwal.wal.mvcc import MVCCManager, VChannelMVCC
 from streamwal.wal.scanner import Scanner
 from streamwal.wal.wal import WAL, ReadOnlyWAL
+from streamwal.wal.write_ahead_buffer import WriteAheadBuffer
 
 __all__ = [
     "WAL",

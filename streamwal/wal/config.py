@@ -8,9 +8,10 @@ append retry 10 ms x2 up to 5 s, scanner retry 100 ms x2 up to 5 s, a time tick 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from streamwal.backoff import Backoff
+from streamwal.backoff import check_positive as _positive
 from streamwal.errors import ConfigError
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "Backoff", "WALConfig"]
@@ -18,47 +19,6 @@ __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "Backoff", "WALConfig"]
 #: the default largest message (its payload): what a node's gRPC limits are sized for
 #: when they cannot see the node's own setting (a client's)
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-
-def _positive(name: str, value: float) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise ConfigError(name, f"must be a finite number, got {value!r}")
-    if value <= 0:
-        raise ConfigError(name, f"must be > 0, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """An exponential schedule: ``initial``, then x ``multiplier`` each time, capped at ``maximum``.
-
-    Seconds throughout. ``max_attempts`` bounds the attempts of a loop that uses it
-    (``None``: until success or cancellation).
-    """
-
-    initial: float
-    maximum: float
-    multiplier: float = 2.0
-    max_attempts: int | None = None
-
-    def __post_init__(self) -> None:
-        _positive("initial", self.initial)
-        _positive("maximum", self.maximum)
-        _positive("multiplier", self.multiplier)
-        if self.maximum < self.initial:
-            raise ConfigError("maximum", f"must be >= initial ({self.maximum} < {self.initial})")
-        if self.multiplier < 1:
-            raise ConfigError("multiplier", f"must be >= 1, got {self.multiplier}")
-        if self.max_attempts is not None and (
-            not isinstance(self.max_attempts, int) or self.max_attempts < 1
-        ):
-            raise ConfigError("max_attempts", f"must be >= 1 or None, got {self.max_attempts!r}")
-
-    def delays(self) -> Iterator[float]:
-        """The waits between attempts: initial, initial*m, ... capped at maximum, forever."""
-        delay = self.initial
-        while True:
-            yield delay
-            delay = min(delay * self.multiplier, self.maximum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +36,8 @@ class WALConfig:
     - ``close_timeout``: how long ``close()`` waits for each step (in-flight appends,
       the backend) before going on.
     - ``retention``: seconds of log kept in any case; the owner truncates what is older
-      and also behind every registered consumer's checkpoint (:mod:`streamwal.wal.retention`).
+      and also behind every registered consumer's checkpoint
+      (:mod:`streamwal.wal.retention_contract`).
       ``None`` (default): never truncate.
     - ``truncate_interval``: seconds between the owner's truncation rounds (which also
       record each consumer's lag), when ``retention`` is set.

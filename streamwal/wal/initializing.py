@@ -26,16 +26,16 @@ from streamwal.errors import (
 )
 from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import AccessMode, BackendOpener, BackendWAL, validate_channel_name
-from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.chunking import with_chunking
 from streamwal.wal.config import Backoff, WALConfig
 from streamwal.wal.interceptors import ChannelInfo, InterceptorParams
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, encode
 from streamwal.wal.metrics import record_first_time_tick_attempt, record_open
 from streamwal.wal.mvcc import MVCCManager
-from streamwal.wal.retention import BackendRetention
+from streamwal.wal.retention_contract import BackendRetention
 from streamwal.wal.truncation import Truncator
 from streamwal.wal.wal import WAL, ReadOnlyWAL
+from streamwal.wal.write_ahead_buffer import WriteAheadBuffer
 
 __all__ = [
     "ATTR_ATTEMPT",

@@ -39,12 +39,12 @@ from streamwal.errors import (
     StreamwalError,
 )
 from streamwal.wal.backend import BackendScanner, BackendWAL, DeliveryPolicy
-from streamwal.wal.buffer import BufferCursor, WriteAheadBuffer
 from streamwal.wal.config import Backoff
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_delivered, record_scanner_lag
 from streamwal.wal.txn_assembly import TxnAssembler
+from streamwal.wal.write_ahead_buffer import BufferCursor, WriteAheadBuffer
 
 __all__ = ["Scanner"]
 

@@ -3,7 +3,7 @@
 A round reads the channel's retention state (checkpoints, backlog, truncation point),
 records each registered consumer's lag, finds the retention boundary (the first entry
 published inside the window), and truncates before the older of that boundary and the
-slowest checkpoint (:func:`streamwal.wal.retention.truncation_target`). The loop runs every
+slowest checkpoint (:func:`streamwal.wal.retention_contract.truncation_target`). The loop runs every
 ``WALConfig.truncate_interval`` while ``retention`` is set; a failed round is logged
 and the next one tries again (nothing is lost by truncating later).
 """
@@ -20,7 +20,7 @@ from streamwal.errors import InvalidInputError, StreamwalError
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_consumer_lag, record_truncation
-from streamwal.wal.retention import (
+from streamwal.wal.retention_contract import (
     BackendRetention,
     RetentionState,
     time_tick_lag_ms,

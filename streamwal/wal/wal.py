@@ -24,7 +24,6 @@ from streamwal.errors import (
     StreamwalError,
 )
 from streamwal.wal.backend import BackendWAL, DeliveryPolicy
-from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.config import WALConfig
 from streamwal.wal.interceptors import AppendResult, InterceptorChain, InterceptorParams
 from streamwal.wal.interceptors.txn import TxnInterceptor
@@ -32,9 +31,10 @@ from streamwal.wal.message import MessageIdDecoder, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_append, record_append_batch
 from streamwal.wal.mvcc import MVCCManager
-from streamwal.wal.retention import Checkpoint, QuotaExplainer, RetentionState
+from streamwal.wal.retention_contract import Checkpoint, QuotaExplainer, RetentionState
 from streamwal.wal.scanner import Scanner
 from streamwal.wal.truncation import Truncator, retention_of
+from streamwal.wal.write_ahead_buffer import WriteAheadBuffer
 
 __all__ = ["WAL", "ReadOnlyWAL"]
 

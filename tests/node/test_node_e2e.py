@@ -14,7 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from streamwal.adaptors.pulsar import PulsarMessageId
-from streamwal.node.client import Consumed, NodeClient, policy, status_of
+from streamwal.node.client import Consumed, NodeClient, grpc_code_of, policy
 from streamwal.node.runtime import SERVICE_NAME
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import verify_channel
@@ -226,7 +226,7 @@ async def test_move_a_channel_while_producing_loses_nothing(
                 try:
                     a = await target.produce(channel, payload)
                 except grpc.aio.AioRpcError as exc:
-                    codes.append(status_of(exc))
+                    codes.append(grpc_code_of(exc))
                     refusals.append(exc.details() or "")
                     await moved.wait()
                     target = c2

@@ -25,7 +25,7 @@ from streamwal.node.client import NodeClient, write_outcome
 from streamwal.node.outcome import OUTCOME_KEY
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import _append_error, status_of
+from streamwal.node.servicer import _append_error, grpc_status_for
 from streamwal.node.telemetry import _quiet_foreign_detach
 
 
@@ -45,17 +45,17 @@ def test_the_node_says_unknown_only_of_appends_that_may_have_landed() -> None:
     assert outcome_of(RuntimeError("a bug")) is WriteOutcome.UNKNOWN
     assert not OutcomeUnknownError("x").retriable and UnavailableError("x").retriable
     # UNAVAILABLE means "retry later": an append that may be in the log does not get it
-    assert status_of(UnknownPositionError("-1:-1"))[0] == grpc.StatusCode.UNKNOWN
-    assert status_of(UnavailableError("x"))[0] == grpc.StatusCode.UNAVAILABLE
+    assert grpc_status_for(UnknownPositionError("-1:-1"))[0] == grpc.StatusCode.UNKNOWN
+    assert grpc_status_for(UnavailableError("x"))[0] == grpc.StatusCode.UNAVAILABLE
     in_band = _append_error(ChannelFencedError("c").in_flight()).error
     assert in_band.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
     assert in_band.outcome == pb.OUTCOME_UNKNOWN
 
 
 def test_error_texts_stay_short_whatever_the_name() -> None:
-    code, details = status_of(ChannelNotFoundError("n" * 10_000))
+    code, details = grpc_status_for(ChannelNotFoundError("n" * 10_000))
     assert code == grpc.StatusCode.NOT_FOUND and len(details) < 200
-    code, details = status_of(UnavailableError("x" * 100_000))
+    code, details = grpc_status_for(UnavailableError("x" * 100_000))
     assert len(details) <= 1003
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from streamwal.adaptors.memory.backend import MemoryMessageId
 from streamwal.errors import WriteOutcome
 from streamwal.wal.backend import BackendMessage, DeliveryPolicy
-from streamwal.wal.interceptors.timetick.readback import FenceReadback
+from streamwal.wal.interceptors.timetick.fence_readback import FenceReadback
 from streamwal.wal.message_id import MessageId
 
 OURS, THEIRS = 1, 2

@@ -17,8 +17,8 @@ from streamwal.wal import (
     MutableMessage,
     Scanner,
 )
-from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.message_id import MessageId
+from streamwal.wal.write_ahead_buffer import WriteAheadBuffer
 from tests.wal.testkit import OpenOwner, fast_config, log_messages
 
 

@@ -15,7 +15,7 @@ from streamwal.wal import (
     MutableMessage,
     WriteAheadBuffer,
 )
-from streamwal.wal.buffer import BufferCursor, BufferEntry
+from streamwal.wal.write_ahead_buffer import BufferCursor, BufferEntry
 
 
 def _msg(time_tick: int, offset: int | None = None, payload: bytes = b"") -> ImmutableMessage:

@@ -3,9 +3,9 @@
 
 The other chaos traffic drives raw stubs and never retries, so it checks the node;
 these check the clients' own retries: an append's answer must be the strongest of
-all its tries (issue 25: a client that judged an append by its last try answered
-"not written" for one whose lost-answer try had landed, handed its number back, and
-the next append was acknowledged at that one's position and never written). Each
+all its tries (issue 25: a client that judges an append by its last try answers
+"not written" for one whose lost-answer try landed, hands its number back, and the
+next append is acknowledged at that one's position and never written). Each
 writer is one kind of call with one retry budget, down to a single try; every
 acknowledgement, every "not written" and every "unknown" is recorded per writer,
 with the payload's digest, so the checker can hold each answer to the log and the

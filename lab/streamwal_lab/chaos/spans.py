@@ -5,8 +5,8 @@ most ``limit`` of them (the oldest go first), and nothing once the block is left
 
 Why not an exporter added for good: the SDK cannot remove a span processor, and an
 in-memory exporter left on the global provider keeps every span the process ends from
-then on. Under a test session that ran one scenario needing spans, every append of
-every later test was kept (issue 26: the pytest process grew to 22.9 GB). So one
+then on: a test session that ran one scenario needing spans would keep every append
+of every later test (issue 26; how much memory that took: docs/testing.md). So one
 processor is installed once per process, and it hands spans only to the captures
 open at that moment: none open, nothing is kept.
 """

@@ -8,11 +8,12 @@ import sys
 import uuid
 from pathlib import Path
 
+from streamwal.defaults import ETCD_CLIENT_PORT
 from streamwal_lab.stack.service import Progress, Service
 
 __all__ = ["CLIENT_PORT", "EtcdService", "etcd_binary"]
 
-CLIENT_PORT = 12379
+CLIENT_PORT = ETCD_CLIENT_PORT
 PEER_PORT = 12380
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from streamwal.defaults import JAEGER_QUERY_PORT
 from streamwal_lab.stack.gobuild import GoToolSpec, build_go_tool, go_problems
 from streamwal_lab.stack.jaeger_release import (
     JAEGER_RELEASE,
@@ -47,7 +48,7 @@ __all__ = [
 JAEGER_VERSION = "v1.76.0"
 OTLP_GRPC_PORT = 14317
 OTLP_HTTP_PORT = 14318
-QUERY_HTTP_PORT = 16686
+QUERY_HTTP_PORT = JAEGER_QUERY_PORT
 QUERY_GRPC_PORT = 16685
 HEALTH_PORT = 13134
 #: the folder of the GitHub release holding the v2 archives and their checksum file

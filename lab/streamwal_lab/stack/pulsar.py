@@ -20,13 +20,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from streamwal.defaults import PULSAR_BROKER_PORT, PULSAR_WEB_PORT
 from streamwal_lab.stack.service import Progress, Service
 
 __all__ = ["BOOKIE_DISK", "PULSAR_VERSION", "STOCK_INACTIVE_CHECK", "PulsarService"]
 
 PULSAR_VERSION = "4.0.7"
-BROKER_PORT = 16650
-WEB_PORT = 18080
+BROKER_PORT = PULSAR_BROKER_PORT
+WEB_PORT = PULSAR_WEB_PORT
 
 _POM = Path(__file__).with_name("pulsar-standalone-pom.xml")
 

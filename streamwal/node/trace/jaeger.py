@@ -14,6 +14,7 @@ import os
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from streamwal.defaults import JAEGER_URL
 from streamwal.errors import InvalidInputError, StreamwalError, UnavailableError
 from streamwal.node.trace.query import HTTPStatusError, get_data
 
@@ -30,9 +31,9 @@ __all__ = [
 #: the query API to read from; :data:`DEFAULT_JAEGER_URL` when unset
 ENV_JAEGER_URL = "STREAMWAL_JAEGER_URL"
 #: Jaeger's own default query port on loopback, which is also where the lab's local
-#: stack serves it (a lab test checks the two agree): the product names the URL
-#: instead of asking the lab, which a production install does not have
-DEFAULT_JAEGER_URL = "http://127.0.0.1:16686"
+#: stack serves it (both take it from :mod:`streamwal.defaults`): the product names the
+#: URL instead of asking the lab, which a production install does not have
+DEFAULT_JAEGER_URL = JAEGER_URL
 
 #: Jaeger's own traces (when it traces itself) are never a WAL's
 _OWN_SERVICES = frozenset({"jaeger", "jaeger-all-in-one"})

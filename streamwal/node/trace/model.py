@@ -25,7 +25,7 @@ __all__ = [
     "TraceView",
     "attributes_of",
     "error_messages",
-    "status_of",
+    "span_status",
     "trace_view",
 ]
 
@@ -175,7 +175,7 @@ def _view(span: SpanSummary, depth: int, node: str | None, start: int) -> TraceS
         kind=str(span.tags.get("span.kind", "internal")),
         offset_us=span.start_us - start,
         duration_us=span.duration_us,
-        status=status_of(span),
+        status=span_status(span),
         errors=error_messages(span),
         attributes=attributes_of(span),
     )
@@ -195,7 +195,7 @@ def attributes_of(span: SpanSummary) -> dict[str, Any]:
     return found
 
 
-def status_of(span: SpanSummary) -> str:
+def span_status(span: SpanSummary) -> str:
     """``error``, ``ok`` or ``unset`` from the OpenTelemetry status Jaeger keeps as tags."""
     code = str(span.tags.get("otel.status_code", "")).upper()
     if code == "ERROR" or span.tags.get("error") is True:
@@ -221,7 +221,7 @@ def error_messages(span: SpanSummary) -> tuple[str, ...]:
         found.append(f"{kind}: {message}" if kind and message else kind or message)
     if found:
         return tuple(found)
-    description = span.tags.get("otel.status_description") if status_of(span) == "error" else None
+    description = span.tags.get("otel.status_description") if span_status(span) == "error" else None
     code = _GRPC_CODES.get(_int(span.tags.get(_GRPC_STATUS)))
     if description:
         return (f"{code}: {description}" if code else str(description),)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from streamwal.node.trace.jaeger import list_services, search_traces
-from streamwal.node.trace.model import error_messages, status_of
+from streamwal.node.trace.model import error_messages, span_status
 from streamwal.node.trace.query import SpanSummary, Trace, span_summaries
 from streamwal.node.trace.waterfall import format_duration, status_label
 
@@ -68,7 +68,7 @@ def opens_in(trace: Trace) -> list[OpenSummary]:
             (s for s in spans if s.operation == ATTEMPT_OPERATION and s.parent_id == span.span_id),
             key=lambda s: (s.start_us, s.span_id),
         )
-        failed = [s for s in attempts if status_of(s) == "error"]
+        failed = [s for s in attempts if span_status(s) == "error"]
         node = span.tags.get("streamwal.node.id", span.process_tags.get("streamwal.node.id"))
         out.append(
             OpenSummary(
@@ -81,7 +81,7 @@ def opens_in(trace: Trace) -> list[OpenSummary]:
                 duration_us=span.duration_us,
                 attempts=_attempts(span, attempts),
                 failed_attempts=len(failed),
-                status=status_of(span),
+                status=span_status(span),
                 errors=tuple(_first_error(s) for s in failed),
             )
         )

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 from streamwal.errors import ChannelFencedError, StreamwalError
 from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import BackendWAL
-from streamwal.wal.buffer import WriteAheadBuffer
 from streamwal.wal.config import WALConfig
 from streamwal.wal.interceptors.holds import ConfirmHolds
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.mvcc import MVCCManager
+from streamwal.wal.write_ahead_buffer import WriteAheadBuffer
 
 if TYPE_CHECKING:
     from streamwal.wal.wal import WAL

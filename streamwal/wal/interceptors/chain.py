@@ -24,9 +24,9 @@ from streamwal.wal.interceptors.base import (
     InterceptorParams,
     Sink,
 )
-from streamwal.wal.interceptors.buffer import WriteAheadBufferInterceptor
+from streamwal.wal.interceptors.buffer_feed import WriteAheadBufferInterceptor
 from streamwal.wal.interceptors.idempotence import IdempotenceInterceptor
-from streamwal.wal.interceptors.mvcc import MvccInterceptor
+from streamwal.wal.interceptors.mvcc_feed import MvccInterceptor
 from streamwal.wal.interceptors.timetick import TimeTickInterceptor
 from streamwal.wal.interceptors.txn import TxnInterceptor
 from streamwal.wal.message import ImmutableMessage, MutableMessage

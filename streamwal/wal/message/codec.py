@@ -200,6 +200,6 @@ def _last_confirmed(
 
 # The last last-confirmed id decoded, with its decoder and text: the messages of a burst
 # share one (each confirms what was persisted before the burst), and decoding it (hex,
-# the backend's id, the checks) was a quarter of a catch-up read's decoding. Ids are
+# the backend's id, the checks) is a large part of a catch-up read's decoding. Ids are
 # immutable values, so messages may share the object; one tuple, replaced whole.
 _last_decoded: tuple[MessageIdDecoder, str, MessageId] | None = None

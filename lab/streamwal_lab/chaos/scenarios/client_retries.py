@@ -1,11 +1,11 @@
 """The clients' own retries through lost answers and kill -9: every answer holds.
 
-Issue 25: a client judged an append by its last try, so an append whose first try
-landed (answer lost) and whose retry found the node unreachable was answered "not
-written"; its number was handed back, the next append went out with it and was
-acknowledged at the first one's position, and never written. This scenario drives
-the real clients, with the retry budgets where that bites (down to a single try),
-and holds every answer they give to the log.
+What it guards against (issue 25): a client that judges an append by its last try
+answers "not written" for an append whose first try landed (answer lost) and whose
+retry found the node unreachable; it hands the number back, the next append goes out
+with it and is acknowledged at the first one's position, and never written. This
+scenario drives the real clients, with the retry budgets where that bites (down to a
+single try), and holds every answer they give to the log.
 
 Three nodes (node 1 runs the oracle and never owns the channel); the channel lives on
 node 2 or 3, each behind a fault proxy every client goes through. The scenario plays

@@ -32,7 +32,7 @@ from streamwal.wal.interceptors.base import (
 from streamwal.wal.interceptors.idempotence.window import ProducerTable
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.retention import BackendRetention
+from streamwal.wal.retention_contract import BackendRetention
 from streamwal.wal.tail import read_log
 
 __all__ = ["IdempotenceInterceptor"]

@@ -34,7 +34,7 @@ from streamwal.wal.interceptors.base import (
     InterceptorParams,
     Sink,
 )
-from streamwal.wal.interceptors.timetick.readback import FenceReadback
+from streamwal.wal.interceptors.timetick.fence_readback import FenceReadback
 from streamwal.wal.interceptors.timetick.sequencer import AckSequencer
 from streamwal.wal.interceptors.timetick.ticker import PeriodicTimeTicker
 from streamwal.wal.interceptors.timetick.writer import OrderedWriter

@@ -10,10 +10,10 @@ The critical section is guarded by :class:`_Gate`, not ``asyncio.Lock``: ``alloc
 suspends only when the allocator fetches a new batch, but once that happened under
 load, ``asyncio.Lock`` (fair: a free lock with waiters is handed to the first waiter)
 kept every later append queueing and suspending once, one hand-over per event-loop
-iteration, for as long as appends kept arriving (profiled: a third of the WAL's CPU per
-append). The gate lets a caller that finds it free in without suspending, keeps
-arrival order among those that wait, and lets every waiter through in one iteration
-after a release. When the gate is free and the allocator has a cached time tick
+iteration, for as long as appends kept arriving. The gate lets a caller that finds it
+free in without suspending, keeps arrival order among those that wait, and lets every
+waiter through in one iteration after a release. When the gate is free and the
+allocator has a cached time tick
 (:class:`~streamwal.timestamps.CachedTimestampAllocator`), an append does the whole
 section without entering it: nothing in it suspends then.
 """
@@ -57,8 +57,7 @@ class _Gate:
     they resume in queue order in the next event-loop iteration and, since a holder
     with a cached time tick never suspends, all pass in that one iteration.
     ``asyncio.Lock`` hands itself to one waiter per iteration, and under load every
-    later append queued behind that hand-over for as long as appends kept arriving
-    (profiled: a third of the WAL's CPU per append).
+    later append queued behind that hand-over for as long as appends kept arriving.
     """
 
     __slots__ = ("_held", "_waiters")
