@@ -175,15 +175,23 @@ class MemoryBackendWAL:
         if self._closed:
             raise ClosedError(f"channel {self._channel!r} is closed")
 
+    @property
+    def is_fenced(self) -> bool:
+        """This backend's own record: a newer owner took the log from this writer."""
+        return self._fenced is not None
+
+    def _check_not_fenced(self) -> None:
+        """The one place this writer learns it was fenced: a newer epoch of the log."""
+        if self._fenced is None and self._epoch is not None and self._epoch != self._log.epoch:
+            self._fenced = ChannelFencedError(self._channel, "a newer owner took the log")
+        if self._fenced is not None:
+            raise self._fenced
+
     async def ensure_writable(self) -> None:
         self._check_open()
         if self._mode is not AccessMode.READ_WRITE:
             raise InvalidInputError(f"channel {self._channel!r} was opened read-only")
-        if self._fenced is not None:
-            raise self._fenced
-        if self._epoch is not None and self._epoch != self._log.epoch:
-            self._fenced = ChannelFencedError(self._channel, "a newer owner took the log")
-            raise self._fenced
+        self._check_not_fenced()
         if self._store.faults.fail_ensure_writable > 0:
             self._store.faults.fail_ensure_writable -= 1
             raise UnavailableError("injected: backend unreachable")
@@ -224,15 +232,11 @@ class MemoryBackendWAL:
 
     def _append_now(self, payload: bytes, properties: Mapping[str, str]) -> MessageId:
         self._check_open()
-        if self._fenced is not None:
-            raise self._fenced
+        self._check_not_fenced()
         if self._epoch is None:
             raise UnavailableError(
                 f"channel {self._channel!r} has no writer; call ensure_writable first"
             )
-        if self._epoch != self._log.epoch:
-            self._fenced = ChannelFencedError(self._channel, "a newer owner took the log")
-            raise self._fenced
         if len(payload) > self._store.max_message_size:
             raise InvalidInputError(
                 f"payload of {len(payload)} bytes exceeds the maximum message size "

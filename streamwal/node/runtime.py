@@ -58,7 +58,6 @@ from streamwal.errors import (
     StreamwalError,
     UnavailableError,
 )
-from streamwal.node.batching import NodeServicer
 from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
 from streamwal.node.endpoints import Readiness, check_port_free
@@ -66,6 +65,7 @@ from streamwal.node.health import HealthService
 from streamwal.node.limits import grpc_message_limit
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.server_tracing import ServerInterceptor
+from streamwal.node.servicer import NodeServicer
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.node.tracing import routed_to
 from streamwal.tso import (

@@ -1,15 +1,30 @@
 """The ``StreamingNode`` gRPC service: requests in, WAL calls, typed status codes out.
 
+:class:`NodeServicer` is the whole service, one class: every RPC parses its request,
+runs its WAL call through one helper (:meth:`NodeServicer._call`), which maps an error
+to its status, and builds its answer. Parsing and answers with no call in them live in
+:mod:`streamwal.node.responses`.
+
 Errors map to codes a client can act on, each error class naming its own
 (:attr:`~streamwal.errors.StreamwalError.grpc_status`): channel not here → NOT_FOUND;
-fenced by another node → FAILED_PRECONDITION (and the channel is dropped from this
-node); bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node shutting
-down → UNAVAILABLE; an append that may be in the log → UNKNOWN. A failed append also
-carries its write outcome (not written, or unknown: ``streaming.proto``), in band on
-a stream and as trailing metadata of ``Produce``. Anything unexpected is logged and
-returned as INTERNAL, and the node keeps serving. Request bytes that are not the
-expected protobuf message get INVALID_ARGUMENT (:mod:`streamwal.node.server_tracing`;
-gRPC alone answers UNKNOWN).
+fenced by another node → FAILED_PRECONDITION (and, on a write, the channel is dropped
+from this node); bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node
+shutting down → UNAVAILABLE; an append that may be in the log → UNKNOWN; a transaction
+that cannot go on → ABORTED. A failed append also carries its write outcome (not
+written, or unknown: ``streaming.proto``), in band on a stream and as trailing metadata
+(:data:`~streamwal.node.outcome.OUTCOME_KEY`) of ``Produce``, ``ProduceBatch``,
+``CommitTxn`` and ``RollbackTxn``: an ``ABORTED`` commit alone cannot tell one that
+wrote nothing from one that may be in the log, and only the first may be given up on.
+A repeated commit or rollback of a transaction this owner ended is answered with the
+first result, so both are retriable. Anything unexpected is logged and returned as
+INTERNAL, and the node keeps serving. Request bytes that are not the expected protobuf
+message get INVALID_ARGUMENT (:mod:`streamwal.node.server_tracing`; gRPC alone answers
+UNKNOWN).
+
+The batched RPCs carry many messages per request on produce and per frame on consume:
+one message per awaited call leaves most of a broker's rate unused (a gRPC message, a
+task and a WAL call per log entry); a batch maps to :meth:`~streamwal.wal.WAL.append_many`
+and a consumed frame to a read-ahead of the scanner (:mod:`streamwal.node.read_ahead`).
 
 Every handler tags its server span with the node id (``streamwal.node.id``): the
 span's resource cannot say which node served when one process hosts several.
@@ -17,14 +32,16 @@ span's resource cannot say which node served when one process hosts several.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator
-from typing import Any, NoReturn
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
 from opentelemetry import trace
 
 from streamwal.errors import (
+    BatchAppendError,
     ChannelFencedError,
     ClosedError,
     InvalidInputError,
@@ -32,45 +49,57 @@ from streamwal.errors import (
     UnavailableError,
     WriteOutcome,
     outcome_of,
-    short_repr,
 )
 from streamwal.node.channels import ChannelManager
-from streamwal.node.frames import consumed_of
+from streamwal.node.frames import batch_of, consumed_of
 from streamwal.node.outcome import OUTCOME_KEY
 from streamwal.node.pipeline import answer_in_order
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.read_ahead import ReadAhead
+from streamwal.node.responses import (
+    delivery_policy,
+    frame_bounds,
+    message_id_of,
+    message_of,
+    messages_of,
+    produce_response,
+    retention_response,
+    truncate_response,
+)
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
-from streamwal.node.txn_service import TxnRpcs, produce_response
-from streamwal.wal.backend import BackendOpener, DeliveryPolicy
-from streamwal.wal.message import MessageType, MutableMessage
-from streamwal.wal.message.message import built_mutable
+from streamwal.wal import WAL
+from streamwal.wal.backend import BackendOpener
+from streamwal.wal.interceptors import AppendResult
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.retention_contract import time_tick_lag_ms
+from streamwal.wal.mvcc import VChannelMVCC
+from streamwal.wal.retention_contract import RetentionState
+from streamwal.wal.scanner import Scanner
 
-__all__ = [
-    "StreamingNodeServicer",
-    "abort_append",
-    "consumed_of",
-    "grpc_status_for",
-    "message_of",
-    "parse_message_type",
-]
+__all__ = ["NodeServicer", "grpc_status_for"]
 
 _log = logging.getLogger(__name__)
 
-# the names streaming.proto documents, and only those: a client that sends anything
-# else learns it now, not from a reader that finds another type than it meant
-_TYPES = {t.name.lower(): t for t in MessageType if not t.is_system and not t.is_txn_marker}
+_Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+_T = TypeVar("_T")
 
 
-def parse_message_type(name: str) -> MessageType:
-    found = _TYPES.get(name)
-    if found is None:
-        known = ", ".join(sorted(_TYPES))
-        raise InvalidInputError(f"unknown message type {short_repr(name)} (one of: {known})")
-    return found
+class _ChannelRequest(Protocol):
+    @property
+    def pchannel(self) -> str: ...
 
+
+_Req = TypeVar("_Req", bound=_ChannelRequest)
+
+# appends one produce stream holds at most (started, not yet answered)
+_STREAM_WINDOW = 256
+# batches one produce stream holds at most (started, not yet answered)
+_BATCH_WINDOW = 16
+# the longest a streamed append waits for the WAL; longer than any bounded WAL path
+# (send timeout, append retries), so it only ends a wait that would not end
+_ANSWER_TIMEOUT_S = 120.0
+
+# ---- errors to statuses -----------------------------------------------------------------
 
 _OUTCOMES = {
     WriteOutcome.NOT_WRITTEN: pb.NOT_WRITTEN,
@@ -78,31 +107,6 @@ _OUTCOMES = {
 }
 # status details travel as metadata, which gRPC limits (8 KiB by default)
 _MAX_DETAILS = 1000
-
-
-# a message's own empty default, which it takes without checking; copying an empty
-# protobuf map instead costs an ABC walk per message
-_NO_PROPERTIES = MutableMessage(MessageType.INSERT).properties
-
-
-def message_of(
-    m: pb.Message,
-    *,
-    producer_id: int | None = None,
-    sequence: int | None = None,
-    txn_id: int | None = None,
-) -> MutableMessage:
-    """The message a client sent; :class:`InvalidInputError` for an unknown type (or
-    for a producer id without a sequence, or the other way round)."""
-    return built_mutable(
-        parse_message_type(m.type),
-        bytes(m.payload),
-        m.vchannel,
-        dict(m.properties) if m.properties else _NO_PROPERTIES,
-        producer_id,
-        sequence,
-        txn_id,
-    )
 
 
 def grpc_status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -120,22 +124,20 @@ def grpc_status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return code, details
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
+async def _abort(context: _Context, exc: BaseException, *, outcome: bool = False) -> NoReturn:
+    """End the call with ``exc``'s status; ``outcome``: a failed append, whose write
+    outcome goes with it (trailing metadata ``streamwal-write-outcome``)."""
     code, details = grpc_status_for(exc)
-    await context.abort(code, details)
-    raise AssertionError("context.abort returned")  # it always raises
-
-
-async def abort_append(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> NoReturn:
-    """End a failed unary append with its status and its write outcome (trailing
-    metadata ``streamwal-write-outcome``)."""
-    code, details = grpc_status_for(exc)
-    outcome = outcome_of(exc).value
-    await context.abort(code, details, trailing_metadata=((OUTCOME_KEY, outcome),))
+    if outcome:
+        written = outcome_of(exc).value
+        await context.abort(code, details, trailing_metadata=((OUTCOME_KEY, written),))
+    else:
+        await context.abort(code, details)
     raise AssertionError("context.abort returned")  # it always raises
 
 
 def _append_error(exc: BaseException) -> pb.ProduceResponse:
+    """A failed append answered in band (a stream's frame, a batch's message)."""
     code, details = grpc_status_for(exc)
     return pb.ProduceResponse(
         error=pb.AppendError(
@@ -144,14 +146,28 @@ def _append_error(exc: BaseException) -> pb.ProduceResponse:
     )
 
 
-# appends one produce stream holds at most (started, not yet answered)
-_STREAM_WINDOW = 256
-# the longest a streamed append waits for the WAL; longer than any bounded WAL path
-# (send timeout, append retries), so it only ends a wait that would not end
-_ANSWER_TIMEOUT_S = 120.0
+def _batch_response(results: list[AppendResult | StreamwalError]) -> pb.ProduceBatchResponse:
+    """One answer per message, each filled where the frame adds it."""
+    frame = pb.ProduceBatchResponse()
+    add = frame.results.add
+    for r in results:
+        if isinstance(r, AppendResult):
+            produce_response(r, add())
+        else:
+            add().CopyFrom(_append_error(r))
+    return frame
 
 
-class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
+def _refused(request: pb.ProduceBatchRequest, exc: BaseException) -> pb.ProduceBatchResponse:
+    """A streamed batch refused whole: each of its messages answered with ``exc``."""
+    answer = _append_error(exc)
+    return pb.ProduceBatchResponse(results=[answer] * max(1, len(request.messages)))
+
+
+class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
+    """The node's service: the single-message RPCs, their batched forms, channels,
+    checkpoints and transactions."""
+
     def __init__(
         self,
         channels: ChannelManager,
@@ -162,41 +178,48 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
         self._channels = channels
         self._opener = opener
         self._answer_timeout = answer_timeout
-        self._abort_with = _abort
-        self._abort_append = abort_append
 
     def _tag_span(self) -> None:
         """Name this node on the current (server) span; see the module docstring."""
         trace.get_current_span().set_attribute(NODE_ID_ATTRIBUTE, self._channels.node_id)
 
-    # ---- produce --------------------------------------------------------------------
-    def _message(self, request: pb.ProduceRequest) -> MutableMessage:
-        if not request.HasField("message"):
-            raise InvalidInputError("a ProduceRequest needs a message")
-        return message_of(
-            request.message,
-            producer_id=request.producer_id if request.HasField("producer_id") else None,
-            sequence=request.sequence if request.HasField("sequence") else None,
-            txn_id=request.txn_id if request.HasField("txn_id") else None,
-        )
+    async def _call(
+        self,
+        request: _Req,
+        context: _Context | None,
+        call: Callable[[WAL, _Req], Awaitable[_T]],
+        *,
+        writes: bool = False,
+        outcome: bool = False,
+    ) -> _T:
+        """``call(wal, request)`` on the WAL of ``request.pchannel``, once the channel is
+        found (so NOT_FOUND comes before bad input); its answer, or the call ended with
+        the status its error names (:func:`grpc_status_for`).
 
-    async def _append(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
-        wal = await self._channels.get(request.pchannel)
+        ``writes``: a fence that refuses ``call`` also drops the channel from this node
+        (a read leaves that to ``ListChannels``). ``outcome``: the status carries the
+        write outcome (an append). Without a ``context`` (a produce stream, which
+        answers in band) the error is raised.
+        """
         try:
-            result = await wal.append(self._message(request))
-        except ChannelFencedError:
-            await self._channels.report_fenced(request.pchannel)
-            raise
-        return produce_response(result)
+            wal = await self._channels.get(request.pchannel)
+            try:
+                return await call(wal, request)
+            except ChannelFencedError:
+                if writes:
+                    await self._channels.report_fenced(request.pchannel)
+                raise
+        except Exception as exc:
+            if context is None:
+                raise
+            await _abort(context, exc, outcome=outcome)
 
+    # ---- produce --------------------------------------------------------------------
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
         self._tag_span()
-        try:
-            return await self._append(request)
-        except (StreamwalError, Exception) as exc:
-            await abort_append(context, exc)
+        return await self._call(request, context, self._append, writes=True, outcome=True)
 
     async def ProduceStream(
         self,
@@ -205,10 +228,10 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
     ) -> AsyncIterator[pb.ProduceResponse]:
         """Appends are pipelined: each is started in arrival order, which is its place
         in the log (the WAL's writer lets waiting appends through first come, first
-        served), and answered in that order. A failed append is answered in band
-        (``ProduceResponse.error``) and the stream goes on: ending the call while the
-        client still writes can surface in grpcio's asyncio client as INTERNAL instead
-        of the real code (grpc/grpc#36066).
+        served), and answered in that order (:mod:`streamwal.node.pipeline`). A failed
+        append is answered in band (``ProduceResponse.error``) and the stream goes on:
+        ending the call while the client still writes can surface in grpcio's asyncio
+        client as INTERNAL instead of the real code (grpc/grpc#36066).
 
         Every frame read is answered before the call ends, and the call ends once the
         input does: at most ``_STREAM_WINDOW`` appends are held per stream (no frame is
@@ -220,56 +243,109 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
         self._tag_span()
         async for answer in answer_in_order(
             requests,
-            self._append,
+            functools.partial(self._call, context=None, call=self._append, writes=True),
             lambda _, exc: _append_error(exc),
             window=_STREAM_WINDOW,
             answer_timeout=self._answer_timeout,
         ):
             yield answer
 
-    # ---- consume --------------------------------------------------------------------
-    def _policy(self, request: pb.ConsumeRequest) -> DeliveryPolicy:
-        which = request.policy.WhichOneof("policy") if request.HasField("policy") else "all"
-        if which in (None, "all"):
-            return DeliveryPolicy.all()
-        if which == "latest":
-            return DeliveryPolicy.latest()
-        if which == "start_from_time_tick":
-            return DeliveryPolicy.start_from_time_tick(request.policy.start_from_time_tick)
-        if which == "after_checkpoint":
-            return DeliveryPolicy.after_checkpoint(request.policy.after_checkpoint)
-        raw = getattr(request.policy, which)
-        try:
-            message_id = self._opener.message_id_from_bytes(bytes(raw))
-        except StreamwalError as exc:
-            raise InvalidInputError(f"invalid message id in {which}: {exc}") from exc
-        if which == "start_from":
-            return DeliveryPolicy.start_from(message_id)
-        return DeliveryPolicy.start_after(message_id)
+    async def _append(self, wal: WAL, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        if not request.HasField("message"):
+            raise InvalidInputError("a ProduceRequest needs a message")
+        message = message_of(
+            request.message,
+            producer_id=request.producer_id if request.HasField("producer_id") else None,
+            sequence=request.sequence if request.HasField("sequence") else None,
+            txn_id=request.txn_id if request.HasField("txn_id") else None,
+        )
+        return produce_response(await wal.append(message))
 
+    async def ProduceBatch(
+        self, request: pb.ProduceBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceBatchResponse:
+        """A batch refused whole ends the call with its status and outcome (trailing
+        metadata, as for ``Produce``); a partial failure answers each message."""
+        self._tag_span()
+        return await self._call(request, context, self._append_batch, writes=True, outcome=True)
+
+    async def ProduceBatchStream(
+        self,
+        requests: AsyncIterator[pb.ProduceBatchRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ProduceBatchResponse]:
+        """Batches pipelined in arrival order, answered in that order (as
+        ``ProduceStream``, at most ``_BATCH_WINDOW`` held); a batch refused whole answers
+        each of its messages with that error."""
+        self._tag_span()
+        async for answer in answer_in_order(
+            requests,
+            functools.partial(self._call, context=None, call=self._append_batch, writes=True),
+            _refused,
+            window=_BATCH_WINDOW,
+            answer_timeout=self._answer_timeout,
+        ):
+            yield answer
+
+    async def _append_batch(
+        self, wal: WAL, request: pb.ProduceBatchRequest
+    ) -> pb.ProduceBatchResponse:
+        msgs = messages_of(request)
+        try:
+            results: list[AppendResult | StreamwalError] = list(await wal.append_many(msgs))
+        except BatchAppendError as exc:  # a fence refusing part of it drops the channel too
+            if any(isinstance(e, ChannelFencedError) for e in exc.failed.values()):
+                await self._channels.report_fenced(request.pchannel)
+            results = exc.results  # type: ignore[assignment]
+        return _batch_response(results)
+
+    # ---- consume --------------------------------------------------------------------
     async def Consume(
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.ConsumedMessage]:
         self._tag_span()
-        try:
-            wal = await self._channels.get(request.pchannel)
-            scanner = await wal.read(self._policy(request), request.vchannel or None)
-        except (StreamwalError, Exception) as exc:
-            await _abort(context, exc)
+        scanner = await self._call(request, context, self._read)
         try:
             async for msg in scanner:
                 yield consumed_of(msg)
         except ClosedError:
             return  # the channel or the node closed: end the stream cleanly
-        except (StreamwalError, Exception) as exc:
+        except Exception as exc:
             await _abort(context, exc)
         finally:
             await scanner.close()
+
+    async def ConsumeBatch(
+        self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.ConsumedBatch]:
+        """``Consume`` with what is ready per frame: a read-ahead task keeps the scanner
+        going while a frame is sent, and a frame never waits to fill up."""
+        self._tag_span()
+        max_messages, max_bytes = frame_bounds(request)
+        scanner = await self._call(request, context, self._read)
+        ahead = ReadAhead(scanner, 2 * max_messages)
+        ahead.start()
+        try:
+            while True:
+                try:
+                    msgs = await ahead.take(max_messages, max_bytes)
+                except ClosedError:
+                    return  # the channel or the node closed: end the stream cleanly
+                except Exception as exc:
+                    await _abort(context, exc)
+                yield batch_of(msgs)
+        finally:
+            await ahead.close()
+
+    async def _read(self, wal: WAL, request: pb.ConsumeRequest) -> Scanner:
+        return await wal.read(delivery_policy(request, self._opener), request.vchannel or None)
 
     # ---- channels ----------------------------------------------------------------------
     async def AssignChannel(
         self, request: pb.AssignChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AssignChannelResponse:
+        """Opens the channel (no WAL yet to call): errors map as in :meth:`_call`, but
+        an open that gave up says so."""
         self._tag_span()
         span_context = trace.get_current_span().get_span_context()
         try:
@@ -281,7 +357,7 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
                 grpc.StatusCode.UNAVAILABLE,
                 f"opening channel {request.pchannel!r} gave up, retry later: {exc}",
             )
-        except (StreamwalError, Exception) as exc:
+        except Exception as exc:
             await _abort(context, exc)
         wal = opened.wal
         return pb.AssignChannelResponse(
@@ -296,10 +372,11 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
     async def RemoveChannel(
         self, request: pb.RemoveChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RemoveChannelResponse:
+        """Closes the channel's WAL, if it is here (no WAL call)."""
         self._tag_span()
         try:
             await self._channels.remove(request.pchannel)
-        except (StreamwalError, Exception) as exc:
+        except Exception as exc:
             await _abort(context, exc)
         return pb.RemoveChannelResponse()
 
@@ -324,86 +401,100 @@ class StreamingNodeServicer(TxnRpcs, pb_grpc.StreamingNodeServicer):  # type: ig
         self, request: pb.GetMVCCRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetMVCCResponse:
         self._tag_span()
-        try:
-            wal = await self._channels.get(request.pchannel)
-            state = wal.mvcc.get(request.vchannel) if request.vchannel else wal.mvcc.pchannel
-        except (StreamwalError, Exception) as exc:
-            await _abort(context, exc)
+        state = await self._call(request, context, self._mvcc_of)
         return pb.GetMVCCResponse(time_tick=state.time_tick, confirmed=state.confirmed)
 
-    # ---- checkpoints and truncation ---------------------------------------------------
-    def _message_id(self, raw: bytes) -> MessageId:
-        try:
-            return self._opener.message_id_from_bytes(bytes(raw))
-        except StreamwalError as exc:
-            raise InvalidInputError(f"invalid message id: {exc}") from exc
+    @staticmethod
+    async def _mvcc_of(wal: WAL, request: pb.GetMVCCRequest) -> VChannelMVCC:
+        return wal.mvcc.get(request.vchannel) if request.vchannel else wal.mvcc.pchannel
 
+    # ---- checkpoints and truncation ---------------------------------------------------
     async def Checkpoint(
         self, request: pb.CheckpointRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CheckpointResponse:
         self._tag_span()
-        try:
-            wal = await self._channels.get(request.pchannel)
-            message_id = self._message_id(request.message_id)
-            await wal.checkpoint(request.consumer, message_id, request.time_tick)
-        except (StreamwalError, Exception) as exc:
-            await _abort(context, exc)
+        await self._call(
+            request,
+            context,
+            lambda wal, r: wal.checkpoint(
+                r.consumer, message_id_of(self._opener, r.message_id), r.time_tick
+            ),
+        )
         return pb.CheckpointResponse()
 
     async def RemoveCheckpoint(
         self, request: pb.RemoveCheckpointRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CheckpointResponse:
         self._tag_span()
-        try:
-            wal = await self._channels.get(request.pchannel)
-            await wal.remove_checkpoint(request.consumer)
-        except (StreamwalError, Exception) as exc:
-            await _abort(context, exc)
+        await self._call(request, context, lambda wal, r: wal.remove_checkpoint(r.consumer))
         return pb.CheckpointResponse()
 
     async def GetRetention(
         self, request: pb.GetRetentionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetRetentionResponse:
         self._tag_span()
-        try:
-            wal = await self._channels.get(request.pchannel)
-            state = await wal.retention()
-        except (StreamwalError, Exception) as exc:
-            await _abort(context, exc)
-        latest = wal.mvcc.pchannel.time_tick
-        point = state.truncated_before
-        return pb.GetRetentionResponse(
-            truncated_before=point.to_bytes() if point is not None else b"",
-            truncated_before_text=str(point) if point is not None else "",
-            storage_bytes=-1 if state.storage_bytes is None else state.storage_bytes,
-            consumers=[
-                pb.ConsumerRetention(
-                    consumer=c.checkpoint.consumer,
-                    message_id=c.checkpoint.message_id.to_bytes(),
-                    message_id_text=str(c.checkpoint.message_id),
-                    time_tick=c.checkpoint.time_tick,
-                    backlog_messages=-1 if c.backlog_messages is None else c.backlog_messages,
-                    backlog_bytes=-1 if c.backlog_bytes is None else c.backlog_bytes,
-                    time_tick_lag_ms=time_tick_lag_ms(latest, c.checkpoint.time_tick),
-                )
-                for c in state.consumers
-            ],
-            latest_time_tick=latest,
-        )
+        state, latest = await self._call(request, context, self._retention_of)
+        return retention_response(state, latest)
+
+    @staticmethod
+    async def _retention_of(
+        wal: WAL, request: pb.GetRetentionRequest
+    ) -> tuple[RetentionState, int]:
+        """The retention state, and the channel's time tick just after it was read."""
+        state = await wal.retention()
+        return state, wal.mvcc.pchannel.time_tick
 
     async def Truncate(
         self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.TruncateResponse:
         self._tag_span()
-        try:
-            wal = await self._channels.get(request.pchannel)
-            window = request.retention_s if request.HasField("retention_s") else None
-            moved = await wal.truncate(window)
-            point = moved if moved is not None else (await wal.retention()).truncated_before
-        except (StreamwalError, Exception) as exc:
-            await _abort(context, exc)
-        return pb.TruncateResponse(
-            moved=moved is not None,
-            truncated_before=point.to_bytes() if point is not None else b"",
-            truncated_before_text=str(point) if point is not None else "",
+        moved, point = await self._call(request, context, self._truncate)
+        return truncate_response(moved, point)
+
+    @staticmethod
+    async def _truncate(
+        wal: WAL, request: pb.TruncateRequest
+    ) -> tuple[MessageId | None, MessageId | None]:
+        """Where the truncation moved to (``None``: it did not move), and where it is now."""
+        window = request.retention_s if request.HasField("retention_s") else None
+        moved = await wal.truncate(window)
+        point = moved if moved is not None else (await wal.retention()).truncated_before
+        return moved, point
+
+    # ---- transactions -----------------------------------------------------------------
+    async def BeginTxn(
+        self, request: pb.BeginTxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.BeginTxnResponse:
+        self._tag_span()
+        txn_id = await self._call(
+            request,
+            context,
+            lambda wal, r: wal.begin_txn(r.vchannel, r.keepalive_s or None),
+            writes=True,
         )
+        return pb.BeginTxnResponse(txn_id=txn_id)
+
+    async def CommitTxn(
+        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        self._tag_span()
+        result = await self._call(
+            request, context, lambda wal, r: wal.commit_txn(r.txn_id), writes=True, outcome=True
+        )
+        return produce_response(result)
+
+    async def RollbackTxn(
+        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        self._tag_span()
+        result = await self._call(
+            request, context, lambda wal, r: wal.rollback_txn(r.txn_id), writes=True, outcome=True
+        )
+        return produce_response(result)
+
+    async def KeepAliveTxn(
+        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.KeepAliveTxnResponse:
+        self._tag_span()
+        await self._call(request, context, lambda wal, r: wal.keepalive_txn(r.txn_id), writes=True)
+        return pb.KeepAliveTxnResponse()

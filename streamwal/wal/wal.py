@@ -226,7 +226,7 @@ class WAL(_Readable):
     @property
     def is_fenced(self) -> bool:
         """True once another owner took the channel; appends fail, reads go on."""
-        return self._chain.fenced is not None
+        return self._chain.fence.error is not None
 
     @property
     def mvcc(self) -> MVCCManager:
@@ -256,9 +256,7 @@ class WAL(_Readable):
 
     def _check_writable(self) -> None:
         self._check_open()
-        fenced = self._chain.fenced
-        if fenced is not None:
-            raise ChannelFencedError(self._channel, f"this owner was fenced: {fenced.reason}")
+        self._chain.fence.check()
 
     async def write_system(self, msg: MutableMessage) -> AppendResult:
         """Append a message the WAL writes itself (a transaction marker): for interceptors."""

@@ -19,10 +19,10 @@ from streamwal.cluster.client import WireMessageId
 from streamwal.cluster.proto import routing_pb2 as routing_pb
 from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.errors import TransactionError
-from streamwal.node.batching import NodeServicer
 from streamwal.node.channels import ChannelManager
 from streamwal.node.client import Consumed, NodeClient
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.servicer import NodeServicer
 from streamwal.tso import LocalAllocator
 from streamwal.wal.message import decode
 from tests.node.test_exactly_once_grpc import _Counter

@@ -17,7 +17,7 @@ from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.node.channels import ChannelManager
 from streamwal.node.client import NodeClient
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import StreamingNodeServicer
+from streamwal.node.servicer import NodeServicer
 from streamwal.tso import LocalAllocator
 from streamwal.wal.message import decode
 from tests.node.test_exactly_once_grpc import _Counter
@@ -42,7 +42,7 @@ async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
     opener = MemoryOpener(store)
     channels = ChannelManager(opener, lambda: LocalAllocator(_Counter()), 1, fast_config())
     server = grpc.aio.server()
-    pb_grpc.add_StreamingNodeServicer_to_server(StreamingNodeServicer(channels, opener), server)
+    pb_grpc.add_StreamingNodeServicer_to_server(NodeServicer(channels, opener), server)
     routing = _Routing()
     routing_grpc.add_ClusterRoutingServicer_to_server(routing, server)
     port = server.add_insecure_port("127.0.0.1:0")

@@ -15,7 +15,7 @@ from streamwal.node.client import Consumed, NodeClient, policy
 from streamwal.node.outcome import OUTCOME_KEY, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import StreamingNodeServicer
+from streamwal.node.servicer import NodeServicer
 from streamwal.tso import LocalAllocator
 from streamwal.wal.message import MessageType, decode
 from tests.wal.testkit import fast_config
@@ -44,7 +44,7 @@ async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
     source = _Counter()
     channels = ChannelManager(opener, lambda: LocalAllocator(source), 1, fast_config())
     server = grpc.aio.server()
-    pb_grpc.add_StreamingNodeServicer_to_server(StreamingNodeServicer(channels, opener), server)
+    pb_grpc.add_StreamingNodeServicer_to_server(NodeServicer(channels, opener), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

@@ -18,6 +18,7 @@ from streamwal.errors import ChannelFencedError, StreamwalError
 from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.config import WALConfig
+from streamwal.wal.fence import Fence
 from streamwal.wal.interceptors.holds import ConfirmHolds
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message_id import MessageId
@@ -81,13 +82,20 @@ class InterceptorParams:
 
 
 class Sink(Protocol):
-    """Where the persisting interceptor reports, in log order (the chain)."""
+    """Where the persisting interceptor reports, in log order (the chain).
+
+    ``fence`` is the WAL's one record of the fence: the persisting interceptor sets it
+    (``sink.fence.set(error)``), and whoever must know whether appends may go on asks it
+    rather than keep a flag of its own; interceptors that react are told through
+    :meth:`Interceptor.on_fenced`.
+    """
+
+    @property
+    def fence(self) -> Fence: ...
 
     def publish(self, msg: ImmutableMessage) -> None: ...
 
     def publish_time_tick(self, time_tick: int) -> None: ...
-
-    def fence(self, error: ChannelFencedError) -> None: ...
 
 
 class Interceptor(Protocol):
@@ -103,7 +111,9 @@ class Interceptor(Protocol):
 
     def on_time_tick(self, time_tick: int) -> None: ...
 
-    def on_fenced(self, error: ChannelFencedError) -> None: ...
+    def on_fenced(self, error: ChannelFencedError) -> None:
+        """Told once, when this owner is fenced (``sink.fence`` is already set)."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -4,7 +4,8 @@ Appends enter at the first interceptor and each wraps the ones after it; the las
 the time-tick interceptor, persists the message. Persisted messages, in-memory time
 ticks and the fence are then published to every interceptor in the same order, in log
 order: MVCC first, so a reader woken by the write-ahead buffer already finds MVCC up
-to date.
+to date. The chain owns the WAL's one record of the fence (:attr:`InterceptorChain.fence`,
+a :class:`~streamwal.wal.fence.Fence`), which its interceptors reach as ``sink.fence``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
-from streamwal.errors import ChannelFencedError, StreamwalError
+from streamwal.errors import StreamwalError
+from streamwal.wal.fence import Fence
 from streamwal.wal.interceptors.base import (
     AppendFunc,
     AppendResult,
@@ -30,7 +32,6 @@ from streamwal.wal.interceptors.mvcc_feed import MvccInterceptor
 from streamwal.wal.interceptors.timetick import TimeTickInterceptor
 from streamwal.wal.interceptors.txn import TxnInterceptor
 from streamwal.wal.message import ImmutableMessage, MutableMessage
-from streamwal.wal.metrics import record_fenced
 
 __all__ = ["INTERCEPTOR_ORDER", "InterceptorChain", "InterceptorFactory"]
 
@@ -55,8 +56,11 @@ class InterceptorChain:
         self, params: InterceptorParams, order: Sequence[InterceptorFactory] = INTERCEPTOR_ORDER
     ) -> None:
         self._channel = params.channel.name
-        self._fenced: ChannelFencedError | None = None
+        self.fence: Fence = Fence(self._channel)
+        """Whether this owner was fenced: the one record, set once, asked by all."""
         self._interceptors: list[Interceptor] = [factory(params, self) for factory in order]
+        for interceptor in self._interceptors:  # told once, in chain order
+            self.fence.listen(interceptor.on_fenced)
         append: AppendFunc = _unpersisted
         plain: AppendFunc = _unpersisted
         for interceptor in reversed(self._interceptors):
@@ -123,11 +127,6 @@ class InterceptorChain:
                 outcomes.append(exc)
         return outcomes
 
-    @property
-    def fenced(self) -> ChannelFencedError | None:
-        """The error that fenced this owner, if it was."""
-        return self._fenced
-
     async def start(self) -> None:
         for interceptor in self._interceptors:
             await interceptor.start()
@@ -147,19 +146,6 @@ class InterceptorChain:
                 _log.exception(
                     "channel %s: %r failed on tick %d", self._channel, interceptor, time_tick
                 )
-
-    def fence(self, error: ChannelFencedError) -> None:
-        """Fence the WAL for good (first call wins); tells every interceptor."""
-        if self._fenced is not None:
-            return
-        self._fenced = error
-        record_fenced(self._channel)
-        _log.warning("channel %s: fenced, appends stop: %s", self._channel, error)
-        for interceptor in self._interceptors:
-            try:
-                interceptor.on_fenced(error)
-            except Exception:
-                _log.exception("channel %s: %r failed on fence", self._channel, interceptor)
 
     async def close(self) -> None:
         """Close the interceptors, last first (the persisting one drains appends first)."""

@@ -7,10 +7,11 @@ log order (:mod:`.sequencer`), and runs the periodic time tick (:mod:`.ticker`).
 Retries: an append that fails with a retriable error is tried again after a backoff
 (``WALConfig.append_backoff``, bounded), after ``ensure_writable()``, with a fresh time
 tick, so it never enters the log behind a message with a higher one. A fenced error
-fences the WAL for good; from then on every append fails fast with
-:class:`~streamwal.errors.ChannelFencedError`. An append the fence caught in flight is
-looked up in the log (:mod:`.readback`): acknowledged if it landed, answered not
-written if it provably did not, unknown otherwise.
+fences the WAL for good (it is recorded in ``sink.fence``, the WAL's one record of the
+fence, which this interceptor asks rather than keeping a flag of its own); from then on
+every append fails fast with :class:`~streamwal.errors.ChannelFencedError`. An append
+the fence caught in flight is looked up in the log (:mod:`.fence_readback`): acknowledged if
+it landed, answered not written if it provably did not, unknown otherwise.
 """
 
 from __future__ import annotations
@@ -62,11 +63,15 @@ class TimeTickInterceptor(InterceptorBase):
             params.buffer.mark_gap,
         )
         self._writer = OrderedWriter(params, self._sequencer, self._check_usable)
+        self._fence = sink.fence
         self._ticker = PeriodicTimeTicker(
-            self._channel, self._writer, self._backend, sink, params.config.time_tick_interval
+            self._channel,
+            self._writer,
+            self._backend,
+            self._fence,
+            params.config.time_tick_interval,
         )
         self._readback = FenceReadback(self._channel, self._backend, params.channel.node_id)
-        self._fenced: ChannelFencedError | None = None
         self._closing = False
         self._wake = asyncio.Event()  # set on fence or close: retry waits end early
         self._active = 0
@@ -77,8 +82,7 @@ class TimeTickInterceptor(InterceptorBase):
         self._ticker.start()
 
     def _check_usable(self) -> None:
-        if self._fenced is not None:
-            raise ChannelFencedError(self._channel, "this owner was fenced")
+        self._fence.check()
         if self._closing:
             raise ClosedError(f"WAL of channel {self._channel!r} is closing")
 
@@ -105,7 +109,7 @@ class TimeTickInterceptor(InterceptorBase):
                     except ChannelFencedError as exc:
                         if exc.outcome is not WriteOutcome.UNKNOWN:
                             raise
-                        self.sink.fence(exc)
+                        self._fence.set(exc)
                         settled = await self._readback.settle(time_tick, sent_after)
                         if isinstance(settled, WriteOutcome):
                             if settled is WriteOutcome.NOT_WRITTEN:
@@ -113,7 +117,7 @@ class TimeTickInterceptor(InterceptorBase):
                             raise
                         return AppendResult(settled, time_tick)
                 except ChannelFencedError as exc:
-                    self.sink.fence(exc)
+                    self._fence.set(exc)
                     raise
                 except StreamwalError as exc:
                     if not self._retry_after(exc, attempt):
@@ -150,7 +154,7 @@ class TimeTickInterceptor(InterceptorBase):
                         await self._backend.ensure_writable()
                 except StreamwalError as exc:  # nothing of the rest reached the backend
                     if isinstance(exc, ChannelFencedError):
-                        self.sink.fence(exc)
+                        self._fence.set(exc)
                     elif self._retry_after(exc, attempt):
                         delays = await self._pause(exc, attempt, delays)
                         continue
@@ -188,7 +192,7 @@ class TimeTickInterceptor(InterceptorBase):
         try:
             return AppendResult(await future, time_tick)
         except ChannelFencedError as exc:
-            self.sink.fence(exc)
+            self._fence.set(exc)
             if exc.outcome is not WriteOutcome.UNKNOWN:
                 return exc
             settled = await self._readback.settle(time_tick, sent_after)
@@ -223,11 +227,10 @@ class TimeTickInterceptor(InterceptorBase):
         max_attempts = self.params.config.append_backoff.max_attempts
         if max_attempts is not None and attempt >= max_attempts:
             return False
-        return error.retriable and not self._closing and self._fenced is None
+        return error.retriable and not self._closing and self._fence.error is None
 
     def on_fenced(self, error: ChannelFencedError) -> None:
-        self._fenced = error
-        self._wake.set()
+        self._wake.set()  # a retry waiting for its backoff gives up now
 
     async def close(self) -> None:
         """Stop the ticker, refuse new attempts, wait (bounded) for appends in flight."""

@@ -23,7 +23,7 @@ import logging
 
 from streamwal.errors import ChannelFencedError, ClosedError
 from streamwal.wal.backend import BackendWAL
-from streamwal.wal.interceptors.base import Sink
+from streamwal.wal.fence import Fence
 from streamwal.wal.interceptors.timetick.writer import OrderedWriter
 
 __all__ = ["PeriodicTimeTicker"]
@@ -39,13 +39,13 @@ class PeriodicTimeTicker:
         channel: str,
         writer: OrderedWriter,
         backend: BackendWAL,
-        sink: Sink,
+        fence: Fence,
         interval: float,
     ) -> None:
         self._channel = channel
         self._writer = writer
         self._backend = backend
-        self._sink = sink
+        self._fence = fence
         self._interval = interval
         self._task: asyncio.Task[None] | None = None
 
@@ -84,7 +84,7 @@ class PeriodicTimeTicker:
                         self._writer.dirty = True  # the data still lacks a tick after it
                         raise
             except ChannelFencedError as exc:
-                self._sink.fence(exc)
+                self._fence.set(exc)
                 return
             except ClosedError:
                 return

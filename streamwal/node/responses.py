@@ -1,0 +1,194 @@
+"""The protobuf side of the node's service, with no call in it: messages parsed out of
+requests, answers built from what the WAL returned.
+
+:mod:`streamwal.node.servicer` calls these; they raise :class:`InvalidInputError` for
+a request that cannot be served and nothing else. Errors become statuses (and in-band
+answers) in the servicer, which maps them (:func:`~streamwal.node.servicer.grpc_status_for`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from streamwal.errors import InvalidInputError, StreamwalError, short_repr
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.wal.backend import BackendOpener, DeliveryPolicy
+from streamwal.wal.interceptors import AppendResult
+from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.message.message import built_mutable
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.retention_contract import RetentionState, time_tick_lag_ms
+
+__all__ = [
+    "MAX_BATCH_MESSAGES",
+    "delivery_policy",
+    "frame_bounds",
+    "message_id_of",
+    "message_of",
+    "messages_of",
+    "parse_message_type",
+    "produce_response",
+    "retention_response",
+    "truncate_response",
+]
+
+#: the most messages one ProduceBatchRequest may carry
+MAX_BATCH_MESSAGES: Final = 10_000
+_FRAME_MESSAGES = (256, 4096)  # ConsumeBatch: default and cap
+_FRAME_BYTES = (1 << 20, 4 << 20)
+
+# ---- requests in ----------------------------------------------------------------------
+
+# the names streaming.proto documents, and only those: a client that sends anything
+# else learns it now, not from a reader that finds another type than it meant
+_TYPES = {t.name.lower(): t for t in MessageType if not t.is_system and not t.is_txn_marker}
+
+
+def parse_message_type(name: str) -> MessageType:
+    found = _TYPES.get(name)
+    if found is None:
+        known = ", ".join(sorted(_TYPES))
+        raise InvalidInputError(f"unknown message type {short_repr(name)} (one of: {known})")
+    return found
+
+
+# a message's own empty default, which it takes without checking; copying an empty
+# protobuf map instead costs an ABC walk per message
+_NO_PROPERTIES = MutableMessage(MessageType.INSERT).properties
+
+
+def message_of(
+    m: pb.Message,
+    *,
+    producer_id: int | None = None,
+    sequence: int | None = None,
+    txn_id: int | None = None,
+) -> MutableMessage:
+    """The message a client sent; :class:`InvalidInputError` for an unknown type (or
+    for a producer id without a sequence, or the other way round)."""
+    return built_mutable(
+        parse_message_type(m.type),
+        bytes(m.payload),
+        m.vchannel,
+        dict(m.properties) if m.properties else _NO_PROPERTIES,
+        producer_id,
+        sequence,
+        txn_id,
+    )
+
+
+def messages_of(request: pb.ProduceBatchRequest) -> list[MutableMessage]:
+    """The messages of a batch, numbered from ``first_sequence`` when it has a producer."""
+    if len(request.messages) > MAX_BATCH_MESSAGES:
+        raise InvalidInputError(
+            f"a batch of {len(request.messages)} messages; at most {MAX_BATCH_MESSAGES}"
+        )
+    numbered = request.HasField("producer_id")
+    if numbered != request.HasField("first_sequence"):
+        raise InvalidInputError("a batch's producer_id and first_sequence go together")
+    producer_id = request.producer_id if numbered else None
+    first = request.first_sequence
+    msgs = []
+    for index, m in enumerate(request.messages):
+        try:
+            msgs.append(
+                message_of(
+                    m,
+                    producer_id=producer_id,
+                    sequence=first + index if numbered else None,
+                )
+            )
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"message {index} of the batch: {exc}") from exc
+    return msgs
+
+
+def message_id_of(opener: BackendOpener, raw: bytes) -> MessageId:
+    try:
+        return opener.message_id_from_bytes(bytes(raw))
+    except StreamwalError as exc:
+        raise InvalidInputError(f"invalid message id: {exc}") from exc
+
+
+def delivery_policy(request: pb.ConsumeRequest, opener: BackendOpener) -> DeliveryPolicy:
+    """Where a ``Consume`` or ``ConsumeBatch`` starts (everything when unset)."""
+    which = request.policy.WhichOneof("policy") if request.HasField("policy") else "all"
+    if which in (None, "all"):
+        return DeliveryPolicy.all()
+    if which == "latest":
+        return DeliveryPolicy.latest()
+    if which == "start_from_time_tick":
+        return DeliveryPolicy.start_from_time_tick(request.policy.start_from_time_tick)
+    if which == "after_checkpoint":
+        return DeliveryPolicy.after_checkpoint(request.policy.after_checkpoint)
+    raw = getattr(request.policy, which)
+    try:
+        message_id = opener.message_id_from_bytes(bytes(raw))
+    except StreamwalError as exc:
+        raise InvalidInputError(f"invalid message id in {which}: {exc}") from exc
+    if which == "start_from":
+        return DeliveryPolicy.start_from(message_id)
+    return DeliveryPolicy.start_after(message_id)
+
+
+def frame_bounds(request: pb.ConsumeRequest) -> tuple[int, int]:
+    """The most messages and about the most payload bytes one ``ConsumeBatch`` frame
+    carries: what the client asked, capped; a default when it asked nothing."""
+    max_messages = _bound(request.max_batch_messages, _FRAME_MESSAGES)
+    return max_messages, _bound(request.max_batch_bytes, _FRAME_BYTES)
+
+
+def _bound(asked: int, default_and_cap: tuple[int, int]) -> int:
+    default, cap = default_and_cap
+    return min(asked, cap) if asked > 0 else default
+
+
+# ---- answers out ----------------------------------------------------------------------
+
+
+def produce_response(
+    result: AppendResult, answer: pb.ProduceResponse | None = None
+) -> pb.ProduceResponse:
+    """The receipt of an append, filled into ``answer`` when given (a batch's frame adds
+    its answers in place: copying each into it costs half as much again)."""
+    if answer is None:
+        answer = pb.ProduceResponse()
+    message_id = result.message_id
+    answer.message_id = message_id.to_bytes()
+    answer.message_id_text = str(message_id)
+    answer.time_tick = result.time_tick
+    return answer
+
+
+def retention_response(state: RetentionState, latest: int) -> pb.GetRetentionResponse:
+    """``state`` as a client reads it; ``latest`` is the channel's time tick, which each
+    consumer's lag is measured from."""
+    point = state.truncated_before
+    return pb.GetRetentionResponse(
+        truncated_before=point.to_bytes() if point is not None else b"",
+        truncated_before_text=str(point) if point is not None else "",
+        storage_bytes=-1 if state.storage_bytes is None else state.storage_bytes,
+        consumers=[
+            pb.ConsumerRetention(
+                consumer=c.checkpoint.consumer,
+                message_id=c.checkpoint.message_id.to_bytes(),
+                message_id_text=str(c.checkpoint.message_id),
+                time_tick=c.checkpoint.time_tick,
+                backlog_messages=-1 if c.backlog_messages is None else c.backlog_messages,
+                backlog_bytes=-1 if c.backlog_bytes is None else c.backlog_bytes,
+                time_tick_lag_ms=time_tick_lag_ms(latest, c.checkpoint.time_tick),
+            )
+            for c in state.consumers
+        ],
+        latest_time_tick=latest,
+    )
+
+
+def truncate_response(moved: MessageId | None, point: MessageId | None) -> pb.TruncateResponse:
+    """``moved``: the new truncation point, if this call moved it; ``point``: where the
+    log is truncated now."""
+    return pb.TruncateResponse(
+        moved=moved is not None,
+        truncated_before=point.to_bytes() if point is not None else b"",
+        truncated_before_text=str(point) if point is not None else "",
+    )
