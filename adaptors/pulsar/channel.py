@@ -53,11 +53,13 @@ class PulsarBackendWAL(Readers, ReadBack, Takeover):
             await scanner.close()
         self._scanners.clear()
         self._end_iteration()  # accepted appends reach the client, which flushes them
-        readbacks = list(self._readbacks)
-        for task in readbacks:
-            task.cancel()
-        # their callbacks answer what the reads held back; they run before gather returns
-        await asyncio.gather(*readbacks, return_exceptions=True)
+        # their callbacks answer what the reads held back; they run before gather
+        # returns, and may start another read for a receipt that waited: until none is left
+        while self._readbacks:
+            readbacks = list(self._readbacks)
+            for task in readbacks:
+                task.cancel()
+            await asyncio.gather(*readbacks, return_exceptions=True)
         producer, self._producer = self._producer, None
         if producer is not None:
             try:

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import functools
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from pulsar.asyncio import PulsarException
@@ -46,6 +46,11 @@ def _answer_guarded(
         done(message_id, error)
     except Exception:
         log.exception("an append's callback raised")
+
+
+def _holds(message: Any, payload: bytes, properties: Mapping[str, str]) -> bool:
+    """A read message is the append sent with ``payload`` and ``properties``."""
+    return bool(message.data() == payload and message.properties() == dict(properties))
 
 
 def _same_position(landed: PulsarMessageId, receipt: PulsarMessageId) -> bool:
@@ -93,7 +98,7 @@ class ReadBack(Sending):
         record_segment(self._channel, READ_BACK)
         self._deferred = deque()
         task = asyncio.get_running_loop().create_task(
-            self._messages_between(first, last, segment.payloads)
+            self._messages_between(first, last, segment.payloads, segment.properties)
         )
         self._readbacks.add(task)
         task.add_done_callback(self._readbacks.discard)
@@ -164,15 +169,29 @@ class ReadBack(Sending):
                 log.exception("channel %s: handling a deferred receipt failed", self._channel)
 
     def _place_unpositioned(
-        self, dones: list[AppendCallback | None], payloads: list[bytes], last_id: Any
+        self,
+        dones: list[AppendCallback | None],
+        payloads: list[bytes],
+        properties: list[Mapping[str, str]],
+        first_id: Any,
+        last_id: Any,
     ) -> bool:
         """Read the log on from the last placed position to find appends answered
-        without a position (see the module); ``last_id``: the last one's receipt, when
-        it has a position. False when there is no known position to read from."""
+        without a position (see the module); ``first_id``/``last_id``: the first and
+        last one's receipts, when they have a position. False when there is no known
+        position to read from, or the channel is closing."""
         after = self._last_landed
-        if after is None or self._fenced is not None or self._unverified is not None:
+        if (
+            after is None
+            or self._closed
+            or self._fenced is not None
+            or self._unverified is not None
+        ):
             return False
-        last = None if last_id is None else PulsarMessageId.from_pulsar(last_id)
+        edges = tuple(
+            None if edge is None else PulsarMessageId.from_pulsar(edge)
+            for edge in (first_id, last_id)
+        )
         log.info(
             "channel %s: %d appends came back without a position (sent again after a "
             "reconnect); reading the log on from %s to place them",
@@ -182,23 +201,29 @@ class ReadBack(Sending):
         )
         record_segment(self._channel, READ_BACK)
         self._deferred = deque()
-        task = asyncio.get_running_loop().create_task(self._messages_after(after, payloads))
+        task = asyncio.get_running_loop().create_task(
+            self._messages_after(after, payloads, properties)
+        )
         self._readbacks.add(task)
         task.add_done_callback(self._readbacks.discard)
-        task.add_done_callback(functools.partial(self._place_found, dones, last))
+        task.add_done_callback(functools.partial(self._place_found, dones, edges))
         return True
 
     def _place_found(
         self,
         dones: list[AppendCallback | None],
-        last: PulsarMessageId | None,
+        edges: tuple[PulsarMessageId | None, ...],
         task: asyncio.Task[list[PulsarMessageId] | None],
     ) -> None:
         found = None
         if not task.cancelled() and task.exception() is None:
             found = task.result()
-        if found is not None and last is not None and not _same_position(found[-1], last):
-            found = None  # the last one's own receipt named another place
+        first, last = edges
+        if found is not None and (
+            (first is not None and not _same_position(found[0], first))
+            or (last is not None and not _same_position(found[-1], last))
+        ):
+            found = None  # an edge's own receipt named another place
         error: BaseException | None = None
         if found is not None:
             error = self._check_landed(found[0])
@@ -255,10 +280,15 @@ class ReadBack(Sending):
                 pass  # a reader the broker forgot: nothing to release here
 
     async def _messages_after(
-        self, after: PulsarMessageId, payloads: list[bytes]
+        self,
+        after: PulsarMessageId,
+        payloads: list[bytes],
+        properties: list[Mapping[str, str]],
     ) -> list[PulsarMessageId] | None:
-        """The ids of the messages right after ``after`` if they hold ``payloads`` in
-        order; ``None`` if the log ends first or holds anything else there."""
+        """The ids of the messages right after ``after`` if they hold ``payloads`` and
+        ``properties`` in order (the WAL's properties carry each message's time tick, so
+        two appends of the same bytes are not taken for each other); ``None`` if the log
+        ends first or holds anything else there."""
         timeout = self._config.operation_timeout_s
         found: list[PulsarMessageId] = []
         async with self._reader_from(after) as reader:
@@ -273,13 +303,18 @@ class ReadBack(Sending):
                 ):
                     skipped = True
                     continue  # ``after`` itself (the reader starts there, inclusive)
-                if message.data() != payloads[len(found)]:
+                at = len(found)
+                if not _holds(message, payloads[at], properties[at]):
                     return None
                 found.append(landed)
         return found
 
     async def _messages_between(
-        self, first: PulsarMessageId, last: PulsarMessageId, payloads: list[bytes]
+        self,
+        first: PulsarMessageId,
+        last: PulsarMessageId,
+        payloads: list[bytes],
+        properties: list[Mapping[str, str]],
     ) -> list[PulsarMessageId] | None:
         """The ids of the segment's middle messages as the log has them, reading from
         ``first`` to ``last`` (``payloads``: the whole segment's, edges included);
@@ -291,7 +326,7 @@ class ReadBack(Sending):
                 message = await asyncio.wait_for(reader.read_next(), timeout)
                 landed = PulsarMessageId.from_pulsar(message.message_id())
                 edge = first if i == 0 else last if i == len(payloads) - 1 else None
-                if message.data() != payload:
+                if not _holds(message, payload, properties[i]):
                     return None
                 if edge is not None:
                     if not _same_position(landed, edge):

@@ -63,8 +63,8 @@ __all__ = [
 SEGMENT_MESSAGES = 16
 SEGMENT_BYTES = 64 * 1024
 
-#: (callback, built client message, payload, size in bytes)
-Prepared = tuple[AppendCallback, Any, bytes, int]
+#: (callback, built client message, payload, size in bytes, properties)
+Prepared = tuple[AppendCallback, Any, bytes, int, Mapping[str, str]]
 
 
 def size_of(payload: bytes, properties: Mapping[str, str]) -> int:
@@ -157,12 +157,18 @@ class Segment:
     while being handed over: its batch indexes no longer match the entries.
     """
 
-    __slots__ = ("broken", "dones", "first", "last", "payloads")
+    __slots__ = ("broken", "dones", "first", "last", "payloads", "properties")
 
-    def __init__(self, dones: list[AppendCallback | None], payloads: list[bytes]) -> None:
+    def __init__(
+        self,
+        dones: list[AppendCallback | None],
+        payloads: list[bytes],
+        properties: list[Mapping[str, str]],
+    ) -> None:
         self.dones = dones
         #: kept to recognise the segment's messages if it must be read back
         self.payloads = payloads
+        self.properties = properties
         self.first: tuple[Any, Any] | BaseException | None = None
         self.last: tuple[Any, Any] | BaseException | None = None
         self.broken = False
@@ -187,11 +193,14 @@ class Edge:
 
 
 class Single:
-    """The token of an append sent alone (not in a segment): its payload is kept to
-    recognise it in the log if its receipt comes back without a position."""
+    """The token of an append sent alone (not in a segment): its payload and properties
+    are kept to recognise it in the log if its receipt comes back without a position."""
 
-    __slots__ = ("done", "payload")
+    __slots__ = ("done", "payload", "properties")
 
-    def __init__(self, done: AppendCallback, payload: bytes) -> None:
+    def __init__(
+        self, done: AppendCallback, payload: bytes, properties: Mapping[str, str]
+    ) -> None:
         self.done = done
         self.payload = payload
+        self.properties = properties

@@ -54,6 +54,7 @@ from streamwal.errors import (
     StreamwalError,
     UnavailableError,
     UnknownPositionError,
+    WriteOutcome,
 )
 from streamwal.wal.backend import AppendCallback, settle_future
 from streamwal.wal.message_id import MessageId
@@ -102,7 +103,10 @@ class Sending(ChannelState):
         except TypeError as exc:  # not bytes / str properties: this entry only
             raise InvalidInputError(f"append on {self._channel!r}: {exc}") from None
         self._in_flight += 1
-        held, self._held = self._held, (done, message, payload, size_of(payload, properties))
+        held, self._held = (
+            self._held,
+            (done, message, payload, size_of(payload, properties), properties),
+        )
         if held is None:
             asyncio.get_running_loop().call_soon(self._end_iteration)
         else:
@@ -122,7 +126,7 @@ class Sending(ChannelState):
         next one arrives or the loop iteration ends: only then is it known whether it
         is the last of its segment (:mod:`.segments`), which needs a callback.
         """
-        done, message, payload, size = entry
+        done, message, payload, size, properties = entry
         producer = self._producer
         segment = self._segment
         if producer is None:  # closed with this append accepted: close sends it first
@@ -133,6 +137,7 @@ class Sending(ChannelState):
                 segment.broken = True
                 segment.dones.append(None)
                 segment.payloads.append(payload)
+                segment.properties.append(properties)
                 self._segment = None
                 if segment.record(True, closed):
                     self._resolve(segment)
@@ -142,14 +147,15 @@ class Sending(ChannelState):
         native = producer._producer
         if segment is None:
             if last or not self._config.batching:
-                self._send_one(native, Single(done, payload), message)
+                self._send_one(native, Single(done, payload, properties), message)
                 return
-            segment = self._segment = Segment([done], [payload])
+            segment = self._segment = Segment([done], [payload], [properties])
             self._segment_bytes = size
             edge: Edge | None = Edge(segment, is_last=False)
         else:
             segment.dones.append(done)
             segment.payloads.append(payload)
+            segment.properties.append(properties)
             self._segment_bytes += size
             if (
                 last
@@ -193,7 +199,9 @@ class Sending(ChannelState):
         if (
             result == _pulsar.Result.Ok
             and message_id.ledger_id() < 0
-            and self._place_unpositioned([single.done], [single.payload], None)
+            and self._place_unpositioned(
+                [single.done], [single.payload], [single.properties], None, None
+            )
         ):
             return
         self._in_flight -= 1
@@ -227,8 +235,13 @@ class Sending(ChannelState):
                         done(message_id, None)  # type: ignore[misc]
                     return
                 if first_id.ledger_id() < 0 or last_id.ledger_id() < 0:
-                    last_known = None if last_id.ledger_id() < 0 else last_id
-                    if self._place_unpositioned(segment.dones, segment.payloads, last_known):
+                    if self._place_unpositioned(
+                        segment.dones,
+                        segment.payloads,
+                        segment.properties,
+                        None if first_id.ledger_id() < 0 else first_id,
+                        None if last_id.ledger_id() < 0 else last_id,
+                    ):
                         return
                 elif self._read_back(segment, first_id, last_id):
                     return
@@ -275,7 +288,12 @@ class Sending(ChannelState):
         return False
 
     def _place_unpositioned(
-        self, dones: list[AppendCallback | None], payloads: list[bytes], last_id: Any
+        self,
+        dones: list[AppendCallback | None],
+        payloads: list[bytes],
+        properties: list[Mapping[str, str]],
+        first_id: Any,
+        last_id: Any,
     ) -> bool:
         """Place appends the broker answered without a position (copies it already
         held) by reading the log; false if they cannot be
@@ -335,5 +353,11 @@ class Sending(ChannelState):
             log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
             self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
             return self._fenced.in_flight()
-        error = translate(PulsarException(result), channel=self._channel, what="append")
-        return after_send(error, result)
+        error = after_send(
+            translate(PulsarException(result), channel=self._channel, what="append"), result
+        )
+        if error.outcome is WriteOutcome.UNKNOWN:
+            # it may be in the log after the last placed position: what follows that
+            # position is no longer known to be this owner's next appends in order
+            self._last_landed = None
+        return error

@@ -55,14 +55,15 @@ _WRITER_RETRY_WINDOW_S = 3.0
 _SETTLE_TIMEOUTS = 2.0
 
 
-async def _reap(creation: Awaitable[Any]) -> None:
-    """Close the producer an abandoned creation makes, if it makes one."""
+async def _reap(creation: Awaitable[Any], timeout: float) -> None:
+    """Close the producer an abandoned creation makes, if it makes one (a close that
+    does not answer within ``timeout`` is left to the client: the reaper ends)."""
     try:
         producer = await creation
     except Exception:
         return  # refused or timed out at the client: nothing was created
     try:
-        await producer.close()
+        await asyncio.wait_for(producer.close(), timeout)
     except Exception:
         pass  # fenced or disconnected already: gone from the topic either way
 
@@ -166,7 +167,9 @@ class Takeover(ChannelState):
             )
         except (TimeoutError, asyncio.CancelledError):
             if not creation.done() or (not creation.cancelled() and not creation.exception()):
-                reaper = asyncio.ensure_future(_reap(creation))
+                reaper = asyncio.ensure_future(
+                    _reap(creation, self._config.operation_timeout_s)
+                )
                 self._reapers.add(reaper)
                 reaper.add_done_callback(self._reapers.discard)
             raise

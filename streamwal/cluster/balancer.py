@@ -123,6 +123,11 @@ class Balancer:
         for node in assigned - set(view.nodes):
             self._absent_since.setdefault(node, now)
         unready = (assigned & set(view.nodes)) - view.ready_nodes()
+        if not view.ready_nodes() - view.draining():
+            # nowhere to move to (every node lost the broker, say): the grace starts once
+            # a node is ready again, so the others get their time to come back before
+            # their channels all move onto the first one
+            unready = set()
         for node in list(self._unready_since):
             if node not in unready:
                 del self._unready_since[node]

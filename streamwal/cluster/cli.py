@@ -159,21 +159,26 @@ def _require_cluster(view: ClusterView, keys: ClusterKeys) -> None:
 
 def _pulsar(args: argparse.Namespace) -> tuple[PulsarConfig, PulsarAdmin]:
     """Where the channels' topics are: the node file's ``pulsar:`` section (tenant,
-    namespace, token, TLS), its admin URL overridden by ``--pulsar-admin-url``. With
-    ``--etcd`` and no file the URL must be given: a guess could delete topics on
-    another broker than the cluster's."""
+    namespace, token, TLS), its admin URL overridden by ``--pulsar-admin-url``. Without
+    the file there is no deleting: a guess could delete topics of the same names in
+    another tenant or on another broker than the cluster's."""
     from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
     from streamwal.adaptors.pulsar.config import PulsarConfig
     from streamwal.node.config import load_config
 
-    pulsar = PulsarConfig() if args.etcd else load_config(args.config).pulsar
-    url = args.pulsar_admin_url
-    if url is None and not args.etcd:
-        url = pulsar.admin_url or admin_url_for(pulsar.service_url)
+    if args.etcd and args.config is None:
+        # the topics' tenant and namespace are in the nodes' file: a guess
+        # (public/default) could delete another system's topics of the same names
+        raise InvalidInputError(
+            "--delete-topics needs --config (a node's file: it names the broker, tenant and "
+            "namespace of the channels' topics)"
+        )
+    pulsar = PulsarConfig() if args.config is None else load_config(args.config).pulsar
+    url = args.pulsar_admin_url or pulsar.admin_url or admin_url_for(pulsar.service_url)
     if url is None:
         raise InvalidInputError(
-            "--delete-topics: give --pulsar-admin-url (the broker's admin API)"
-            + ("" if args.etcd else f": none is known beside {pulsar.service_url}")
+            "--delete-topics: give --pulsar-admin-url (the broker's admin API): none is "
+            f"known beside {pulsar.service_url}"
         )
     admin = PulsarAdmin(
         url,

@@ -83,10 +83,10 @@ class ClusterMember:
     async def set_ready(self, ready: bool, why: str = "") -> None:
         """Say in the node's record whether it can take channels (and why not): the
         balancer gives channels to ready nodes only."""
-        record = self._session.record
-        if record.ready == ready and record.not_ready == why:
-            return
-        await self._session.update(replace(record, ready=ready, not_ready="" if ready else why))
+        record = replace(self._session.record, ready=ready, not_ready="" if ready else why)
+        if self._session.published == record:
+            return  # etcd has it already (a put that failed is tried again)
+        await self._session.update(record)
 
     async def leave(self, wait_s: float) -> None:
         """Drain this node (bounded by ``wait_s``), then :meth:`close`."""

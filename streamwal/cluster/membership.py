@@ -37,6 +37,8 @@ class Session:
         self._store = store
         self._keys = keys
         self.record = record
+        #: the record etcd holds, as far as this session knows (``None``: not written yet)
+        self.published: NodeRecord | None = None
         self._ttl = ttl_s
         self._value = encode(record)
         self._lease: int | None = None
@@ -93,18 +95,21 @@ class Session:
                     holder = decode(NodeRecord, current).address
             raise DuplicateNodeError(self.record.id, holder)
         self._lease, self._expiry = lease, started + self._ttl
+        self.published = self.record
         _log.info(
             "cluster: node %d registered (lease %x, ttl %ds)", self.record.id, lease, self._ttl
         )
 
     async def update(self, record: NodeRecord) -> None:
         """Publish ``record`` (the node's readiness changed) on the current lease; a
-        later registration (after a lost lease) writes it too."""
+        later registration (after a lost lease) writes it too. :attr:`published` says
+        what etcd was last told, so a failed put can be tried again."""
         self.record = record
         self._value = encode(record)
         lease = self.lease_id
         if lease is not None:
             await self._store.put(self._keys.node(record.id), self._value, lease=lease)
+            self.published = record
 
     async def _keep_alive(self) -> None:
         interval = self._ttl / 3

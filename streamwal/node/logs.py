@@ -16,7 +16,9 @@ to the node's own file (:class:`ClientLogRelay`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import logging
 import os
@@ -46,6 +48,9 @@ __all__ = [
 #: what the node's ``pulsar.client_log_file`` defaults to (streamwal.node.config):
 #: left so, the node writes its own file under ``node.log_dir`` instead
 _SHARED_CLIENT_LOG = "pulsar-client.log"
+#: the pipe's capacity: a burst of client lines (a reconnect storm) fits while the
+#: relay thread waits for the GIL
+_PIPE_BYTES = 1 << 20
 
 
 def default_log_dir() -> Path:
@@ -174,6 +179,8 @@ class ClientLogRelay:
             return str(self.path)
         self._wake = os.pipe()
         os.set_blocking(self._read_fd, False)
+        with contextlib.suppress(OSError, AttributeError):  # room for a burst (Linux)
+            fcntl.fcntl(self._write_fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
         self._thread = threading.Thread(
             target=self._pump, name=f"pulsar-client-log-node-{self.node_id}", daemon=True
         )
@@ -182,13 +189,17 @@ class ClientLogRelay:
 
     def close(self, timeout: float = 2.0) -> None:
         """Write out what the pipe holds, then stop (the clients' lines after this are lost)."""
+        running = False
         if self._thread is not None:
             os.write(self._wake[1], b"x")
             self._thread.join(timeout)
+            running = self._thread.is_alive()  # it closes the read end when it ends
             self._thread = None
-        for fd in (self._write_fd, self._read_fd, *self._wake):
+        read_fd = -1 if running else self._read_fd
+        for fd in (self._write_fd, read_fd, *self._wake):
             if fd >= 0:
-                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._read_fd = self._write_fd = -1
         self._wake = (-1, -1)
         if self._out is not None:
@@ -197,7 +208,20 @@ class ClientLogRelay:
 
     def _pump(self) -> None:
         """Relay lines until woken by :meth:`close`, then drain what is left. It
-        always reads on: a full pipe would stop the client's threads in a write."""
+        always reads on: a full pipe would stop the client's threads in a write. If it
+        stops for any other reason it closes the pipe's read end, so the client's
+        writes fail (the lines are lost) instead of blocking its threads."""
+        try:
+            self._pump_lines()
+        except Exception:
+            logging.getLogger(__name__).exception("the Pulsar client log relay stopped")
+        finally:
+            read_fd, self._read_fd = self._read_fd, -1
+            if read_fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(read_fd)
+
+    def _pump_lines(self) -> None:
         pending = b""
         stopping = False
         while True:
@@ -220,7 +244,10 @@ class ClientLogRelay:
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
-                    self._relay(line.decode("utf-8", errors="replace"))
+                    try:
+                        self._relay(line.decode("utf-8", errors="replace"))
+                    except Exception:  # one line the relay cannot write: the next may
+                        pass
             if stopping:
                 if pending:
                     self._relay(pending.decode("utf-8", errors="replace"))

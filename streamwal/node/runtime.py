@@ -356,6 +356,7 @@ class Node:
         every = min(_BROKER_CHECK_S, bound / 3)
         lost_since: float | None = None
         ready = True
+        why = ""
         while not self._closed:
             await asyncio.sleep(every)
             try:
@@ -366,8 +367,9 @@ class Node:
                 if ready and now - lost_since >= bound:
                     why = f"lost for {now - lost_since:.0f}s: {type(exc).__name__}: {exc}"
                     ready = False
-                    await self._not_ready(why)
                     _log.warning("node %d not ready: broker: %s", self.config.node.id, why)
+                if not ready:  # again each round: a publish that failed is tried again
+                    await self._not_ready(why)
                 continue
             lost_since = None
             if not ready and not self._closed:

@@ -117,7 +117,7 @@ async def test_remove_with_delete_topics_is_refused_unless_confirmed(
     await cluster.start(1)
     await cluster.wait_all_serving()
     (channel,) = cluster.channels
-    where = ("--etcd", stack.etcd_endpoint, "--prefix", cluster.prefix)
+    where = ("--config", str(cluster.nodes[1].config_path))
     admin = ("--pulsar-admin-url", stack.pulsar_admin_url)
     remove = ("cluster", "channels", "remove", "--delete-topics", channel, *where, *admin)
 
@@ -131,12 +131,14 @@ async def test_remove_with_delete_topics_is_refused_unless_confirmed(
     assert topic(channel) in await list_topics(stack.pulsar_admin_url)
     view = await cluster.view()
     assert channel in view.channels and view.serving(channel)
-    # with --etcd there is no node file to find the broker in: the URL must be given
+    # with --etcd there is no node file naming the topics' tenant and namespace: refused
     unknown = await _cli(
-        "cluster", "channels", "remove", "--delete-topics", "--yes", channel, *where
-    )
-    assert unknown.returncode == 1 and "--pulsar-admin-url" in unknown.stderr
+        "cluster", "channels", "remove", "--delete-topics", "--yes", channel,
+        "--etcd", stack.etcd_endpoint, "--prefix", cluster.prefix, *admin,
+    )  # fmt: skip
+    assert unknown.returncode == 1 and "--config" in unknown.stderr
     assert channel in (await cluster.view()).channels
+    assert topic(channel) in await list_topics(stack.pulsar_admin_url)
 
 
 async def test_delete_refuses_live_nodes_then_deletes_every_key_and_topic(

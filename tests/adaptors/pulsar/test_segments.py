@@ -75,7 +75,8 @@ class FakeProducer:
         self.refuse: set[int] = set()  # send_async raises for these
         self.drop: set[int] = set()  # refused through the (absent) callback only
         self.next_entry = 0
-        self.log: list[tuple[FakeId, bytes]] = []  # what landed, for readers
+        #: what landed, for readers
+        self.log: list[tuple[FakeId, bytes, dict[str, str]]] = []
         self.closed = False
 
     def send_async(self, message: Any, callback: Callback) -> None:
@@ -98,8 +99,10 @@ class FakeProducer:
         self.batches.append(self.open)
         self.open = []
 
-    def land(self, result: Any = OK, ledger: int = 7) -> int:
-        """The broker answers the oldest batch; returns the number of callbacks called."""
+    def land(self, result: Any = OK, ledger: int = 7, *, unpositioned: bool = False) -> int:
+        """The broker answers the oldest batch; returns the number of callbacks called.
+        ``unpositioned``: it lands, but its receipts carry no position (``-1:-1``, as
+        deduplication answers a copy it already holds)."""
         if not self.batches:
             self.close_batch()
         batch = self.batches.pop(0)
@@ -110,11 +113,14 @@ class FakeProducer:
         for i, (message, callback) in enumerate(batch):
             index = i if len(batch) > 1 else -1  # a batch of one may come without an index
             if result == OK:
-                self.log.append((FakeId(ledger, entry, index), message.data()))
+                landed_id = FakeId(ledger, entry, index)
+                self.log.append((landed_id, message.data(), message.properties()))
             if callback is not None:
                 called += 1
                 landed = (
-                    FakeId(ledger, entry, index, len(batch)) if result == OK else FakeId(-1, -1, -1)
+                    FakeId(-1, -1, index)
+                    if result != OK or unpositioned
+                    else FakeId(ledger, entry, index, len(batch))
                 )
                 callback(result, landed)
         return called
@@ -139,8 +145,8 @@ class FakeAsyncProducer:
 
 
 class FakeMessage:
-    def __init__(self, message_id: FakeId, data: bytes) -> None:
-        self._message_id, self._data = message_id, data
+    def __init__(self, message_id: FakeId, data: bytes, properties: dict[str, str]) -> None:
+        self._message_id, self._data, self._properties = message_id, data, properties
 
     def message_id(self) -> FakeId:
         return self._message_id
@@ -148,14 +154,25 @@ class FakeMessage:
     def data(self) -> bytes:
         return self._data
 
+    def properties(self) -> dict[str, str]:
+        return dict(self._properties)
+
 
 class FakeReader:
-    def __init__(self, messages: list[tuple[FakeId, bytes]]) -> None:
+    def __init__(self, messages: list[tuple[FakeId, bytes, dict[str, str]]]) -> None:
         self._messages = iter(messages)
         self.closed = False
 
     async def read_next(self) -> FakeMessage:
         return FakeMessage(*next(self._messages))
+
+    async def has_message_available(self) -> bool:
+        return self._left() > 0
+
+    def _left(self) -> int:
+        rest = list(self._messages)
+        self._messages = iter(rest)
+        return len(rest)
 
     async def close(self) -> None:
         self.closed = True
@@ -174,7 +191,7 @@ class FakeClient:
         assert start_message_id_inclusive
         key = (start.ledger_id(), start.entry_id(), start.batch_index())
         log = self.producer.log
-        at = next(i for i, (m, _) in enumerate(log) if m._parts >= key)
+        at = next(i for i, (m, *_) in enumerate(log) if m._parts >= key)
         reader = FakeReader(log[at:])
         self.readers.append(reader)
         return reader
@@ -441,7 +458,7 @@ def _answered_once_at_logged_ids(
 ) -> list[tuple[int, Any, Any]]:
     """Each append answered exactly once, and every id given is the log's id for that
     payload; the answers, for the checks particular to a test."""
-    landed = {data: PulsarMessageId.from_pulsar(m) for m, data in fake.log}
+    landed = {data: PulsarMessageId.from_pulsar(m) for m, data, _ in fake.log}
     out = []
     for i, got in answers.items():
         assert len(got) == 1, (i, got)
@@ -510,7 +527,7 @@ async def test_a_foreign_entry_inside_a_cut_segment_fences_before_anything_after
     first = await _append(wal, 4)
     second = await _append(wal, 3)
     fake.land()  # [a0]
-    fake.log.append((FakeId(7, fake.next_entry, -1), b"foreign"))  # another producer
+    fake.log.append((FakeId(7, fake.next_entry, -1), b"foreign", {}))  # another producer
     fake.next_entry += 1
     fake.land_all()  # [a1 a2], [a3 b0 b1 b2]
     outcomes = await _outcomes(first)
@@ -532,7 +549,7 @@ async def test_a_middle_batch_that_failed_alone_does_not_shift_the_ids_after_it(
     outcomes = await _outcomes(futures)
     assert outcomes[0] == PulsarMessageId(7, 0, 0)
     assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:])
-    landed = {m._parts for m, _ in fake.log}
+    landed = {m._parts for m, *_ in fake.log}
     assert (7, 0, 2) not in landed  # the id the one-cut shape would have handed out
     assert wal.is_fenced
 
@@ -625,7 +642,7 @@ async def test_read_backs_foreign_entries_and_closes_against_a_model(seed: int) 
         while fake.batches and rng.random() < 0.6:
             if fake.log and rng.random() < foreign_rate:  # between our entries
                 foreign.append(PulsarMessageId(7, fake.next_entry, -1))
-                fake.log.append((FakeId(7, fake.next_entry, -1), b"foreign"))
+                fake.log.append((FakeId(7, fake.next_entry, -1), b"foreign", {}))
                 fake.next_entry += 1
             fake.land()
     if not wal._closed:
@@ -691,3 +708,61 @@ async def test_every_failed_append_says_whether_it_may_be_in_the_log() -> None:
         assert fenced.outcome is WriteOutcome.UNKNOWN
     (after,) = await _outcomes(await _append(wal, 1))
     assert isinstance(after, ChannelFencedError) and after.outcome is WriteOutcome.NOT_WRITTEN
+
+
+async def test_appends_answered_without_a_position_are_placed_from_the_log() -> None:
+    """After a reconnect the broker answers copies it already holds with ``-1:-1``: the
+    appends are in the log right after the last placed one, and are answered with
+    their ids there."""
+    wal, fake = await _channel()
+    first = await _append(wal, 2)
+    fake.land()
+    assert await _outcomes(first) == _ids(0, 0, 1)
+    read_back = segment_count("c", READ_BACK)
+    segment = await _append(wal, 3)
+    fake.land(unpositioned=True)
+    assert await _outcomes(segment) == _ids(1, 0, 1, 2)
+    lone = asyncio.ensure_future(wal.append(b"lone", {"_t": "Insert"}))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    fake.land(unpositioned=True)
+    assert await _outcomes([lone]) == [PulsarMessageId(7, 2, -1)]
+    assert segment_count("c", READ_BACK) == read_back + 2
+    assert wal._in_flight == 0 and not wal.is_fenced
+    more = await _append(wal, 2)  # the guard goes on from the placed ids
+    fake.land()
+    assert await _outcomes(more) == _ids(3, 0, 1)
+
+
+async def test_the_same_bytes_with_other_properties_are_not_taken_for_the_append() -> None:
+    wal, fake = await _channel()
+    first = await _append(wal, 1)
+    fake.land()
+    await _outcomes(first)
+    # the next entry holds the same bytes as the unpositioned append, not its properties
+    fake.log.append((FakeId(7, fake.next_entry, -1), b"p0", {"_t": "Insert", "_tt": "1"}))
+    fake.next_entry += 1
+    again = await _append(wal, 1)
+    fake.land(unpositioned=True)
+    (outcome,) = await _outcomes(again)
+    assert isinstance(outcome, UnknownPositionError)
+    assert wal._in_flight == 0
+
+
+async def test_after_an_unknown_outcome_an_unpositioned_append_is_not_placed() -> None:
+    """An append whose send failed may still be in the log after the last placed one:
+    the entries there are no longer known to be the next appends in order."""
+    wal, fake = await _channel()
+    first = await _append(wal, 1)
+    fake.land()
+    await _outcomes(first)
+    lost = await _append(wal, 1)
+    fake.land(_pulsar.Result.Timeout)
+    (failed,) = await _outcomes(lost)
+    assert failed.outcome is WriteOutcome.UNKNOWN
+    fake.log.append((FakeId(7, fake.next_entry, -1), b"p0", {"_t": "Insert"}))  # it landed
+    fake.next_entry += 1
+    copy = await _append(wal, 1)  # the same bytes and properties as the lost one
+    fake.land(unpositioned=True)
+    (outcome,) = await _outcomes(copy)
+    assert isinstance(outcome, UnknownPositionError)  # not the lost append's id
