@@ -515,8 +515,10 @@ class Guard:
             # one that never does is blocked, and is raised into again each second
             seen_idle = seen_idle or _idle_in_select(sys._current_frames().get(self.main_ident))
             if now - last_check >= 1.0:
-                if not seen_idle:
-                    self._ask_main("raise", state.reason or "")
+                # a live loop: cancel the test's task again (the first signal may have
+                # landed in a busy task's callback, where asyncio logs what it raised and
+                # goes on); a blocked one: raise into it again
+                self._ask_main("cancel" if seen_idle else "raise", state.reason or "")
                 seen_idle, last_check = False, now
             if now > state.interrupted_at + self.settings.grace_s:
                 self._exit(state)
@@ -563,13 +565,16 @@ class Guard:
         loop = asyncio.events._get_running_loop()
         idle = _idle_in_select(frame)
         if action == "cancel":
-            state.dump = (
-                f"{reason}; the event loop was "
-                f"{'idle in its selector' if idle else 'busy or blocked'}.\n"
-                f"=== threads ===\n{_thread_stacks(skip_current=False)}"
-                f"=== asyncio tasks ===\n{_task_stacks(loop)}"
-            )
-            self._say(f"streamwal-guard: {state.item.nodeid}: {reason} (stacks in its report)")
+            if not state.dump:  # the first time: what every thread and task was doing
+                state.dump = (
+                    f"{reason}; the event loop was "
+                    f"{'idle in its selector' if idle else 'busy or blocked'}.\n"
+                    f"=== threads ===\n{_thread_stacks(skip_current=False)}"
+                    f"=== asyncio tasks ===\n{_task_stacks(loop)}"
+                )
+                self._say(
+                    f"streamwal-guard: {state.item.nodeid}: {reason} (stacks in its report)"
+                )
             if loop is not None and idle:
                 task = _root_task(loop, state.item)
                 if task is not None:
