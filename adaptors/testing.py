@@ -30,6 +30,7 @@ from streamwal.wal.backend import (
     BackendOpener,
     BackendWAL,
     DeliveryPolicy,
+    append_entry,
 )
 from streamwal.wal.message_id import MessageId
 
@@ -78,7 +79,8 @@ async def writable(opener: BackendOpener, channel: str) -> BackendWAL:
 
 async def append_many(wal: BackendWAL, prefix: str, count: int) -> list[MessageId]:
     futures: list[Awaitable[MessageId]] = [
-        wal.append(f"{prefix}-{i}".encode(), {"seq": str(i), "who": prefix}) for i in range(count)
+        append_entry(wal, f"{prefix}-{i}".encode(), {"seq": str(i), "who": prefix})
+        for i in range(count)
     ]
     return list(await asyncio.gather(*futures))
 
@@ -200,11 +202,11 @@ class ConformanceSuite:
         acked_a = await append_many(a, "a", 10)
         b = await writable(harness.node_b, channel)
         with pytest.raises(ChannelFencedError):
-            await a.append(b"a-late", {})
+            await append_entry(a, b"a-late", {})
         # fenced for good: every later append and re-open of the writer fails fast
         for _ in range(3):
             with pytest.raises(ChannelFencedError):
-                await a.append(b"a-later", {})
+                await append_entry(a, b"a-later", {})
         with pytest.raises(ChannelFencedError):
             await a.ensure_writable()
         acked_b = await append_many(b, "b", 5)
@@ -241,7 +243,7 @@ class ConformanceSuite:
             wal = first if term == 0 else await writable(opener, channel)
             if previous is not None:
                 with pytest.raises(ChannelFencedError):
-                    await previous.append(f"late-{term - 1}".encode(), {})
+                    await append_entry(previous, f"late-{term - 1}".encode(), {})
                 await previous.close()
             if term == 2:  # a reader that starts mid-way, from an acknowledged entry
                 scanner = await reader.read(DeliveryPolicy.start_from(acked[-1][1]))
@@ -280,7 +282,7 @@ class ConformanceSuite:
         channel = harness.channel()
         wal = await writable(harness.node_a, channel)
         with pytest.raises(InvalidInputError):
-            await wal.append(b"x" * (harness.max_message_size + 1), {})
+            await append_entry(wal, b"x" * (harness.max_message_size + 1), {})
         await append_many(wal, "ok", 2)  # the oversized one broke nothing
         with pytest.raises(InvalidInputError):
             await wal.read(DeliveryPolicy.start_from(harness.foreign_id))
@@ -293,8 +295,8 @@ class ConformanceSuite:
     async def test_a_property_that_is_not_a_string_is_typed(self, harness: BackendHarness) -> None:
         channel = harness.channel()
         wal = await writable(harness.node_a, channel)
-        bad = wal.append(b"bad", {"k": 1})  # type: ignore[dict-item]
-        good = wal.append(b"good", {"k": "v"})  # same burst: must not be stranded
+        bad = append_entry(wal, b"bad", {"k": 1})  # type: ignore[dict-item]
+        good = append_entry(wal, b"good", {"k": "v"})  # same burst: must not be stranded
         with pytest.raises(InvalidInputError):
             await bad
         await good
@@ -325,7 +327,7 @@ class ConformanceSuite:
         await wal.close()
         await wal.close()
         with pytest.raises(ClosedError):
-            await wal.append(b"x", {})
+            await append_entry(wal, b"x", {})
         with pytest.raises(ClosedError):
             await wal.read(DeliveryPolicy.all())
 

@@ -12,7 +12,7 @@ import asyncio
 import bisect
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 
 from streamwal.errors import (
@@ -199,18 +199,6 @@ class MemoryBackendWAL:
             self._log.epoch += 1
             self._epoch = self._log.epoch
 
-    def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[MessageId] = loop.create_future()
-        try:
-            result.set_result(self._append_now(payload, properties))
-        except Exception as exc:  # delivered through the future, like a broker error
-            result.set_exception(exc)
-        delay = self._store.faults.append_delay
-        if delay <= 0:
-            return result
-        return _delayed(result, delay)
-
     def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
         # persisted now, in call order; answered on a later loop iteration, as a broker
         # would (an appender that never suspends would starve the loop)
@@ -327,11 +315,6 @@ class MemoryBackendWAL:
         self._closed = True
         for scanner in list(self._scanners):
             await scanner.close()
-
-
-async def _delayed(result: asyncio.Future[MessageId], delay: float) -> MessageId:
-    await asyncio.sleep(delay)
-    return await result
 
 
 class MemoryOpener:

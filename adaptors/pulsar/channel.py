@@ -1,22 +1,35 @@
 """One channel (= one Pulsar topic) opened by a node.
 
-The channel is split by role, one module each: :mod:`.takeover` (the fence, then the
-writing producer), :mod:`.sending` (appends in call order with segment receipts, and
-the interleaving guard), :mod:`.readback` (placing a segment cut more than once) and
-:mod:`.readers` (scanners per delivery policy); :mod:`.state` holds what they share.
+The channel is composed of parts, one module each, as a producer is handed its
+accumulator and sender: :mod:`.takeover` (the fence, then the writing producer),
+:mod:`.sending` (appends in call order with segment receipts), :mod:`.readback`
+(placing appends whose receipts do not say where they landed), :mod:`.readers`
+(scanners per delivery policy), each handed :mod:`.state`, what they share; and
+:mod:`.retention` (checkpoints, truncation) of the topic. This class only builds them
+and routes the backend contract's calls to them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from pulsar.asyncio import PulsarException
 
+from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.adaptors.pulsar.readback import ReadBack
 from streamwal.adaptors.pulsar.readers import Readers
-from streamwal.adaptors.pulsar.takeover import Takeover
+from streamwal.adaptors.pulsar.retention import TopicRetention
+from streamwal.adaptors.pulsar.scanner import PulsarScanner
+from streamwal.adaptors.pulsar.sending import Sender
+from streamwal.adaptors.pulsar.state import ChannelState
+from streamwal.adaptors.pulsar.takeover import BeforeFirstWrite, PrepareTopic, Takeover
+from streamwal.errors import QuotaExceededError
+from streamwal.wal.backend import AccessMode, DeliveryPolicy
 from streamwal.wal.chunking import entry_budget
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.retention_contract import Checkpoint, RetentionState
 
 __all__ = ["ENVELOPE_RESERVE", "PulsarBackendWAL"]
 
@@ -27,13 +40,61 @@ __all__ = ["ENVELOPE_RESERVE", "PulsarBackendWAL"]
 ENVELOPE_RESERVE = 64 * 1024
 
 
-class PulsarBackendWAL(Readers, ReadBack, Takeover):
-    """A topic opened read-write (exclusive producer on demand) or read-only; its
-    checkpoints and truncation are :mod:`.retention`'s (through the shared state)."""
+class PulsarBackendWAL:
+    """A topic opened read-write (exclusive producer on demand) or read-only."""
 
     #: the largest entry the broker takes (the opener's reading of its
     #: ``maxMessageSize``); ``None``: the configured ``max_message_size``
     message_size_limit: Callable[[], int] | None = None
+
+    def __init__(
+        self,
+        client: Any,
+        config: PulsarConfig,
+        channel: str,
+        mode: AccessMode,
+        before_first_write: BeforeFirstWrite,
+        *,
+        prepare_topic: PrepareTopic,
+        retention: TopicRetention | None = None,
+        on_close: Callable[[PulsarBackendWAL], None] = lambda _: None,
+        writer_client: Any = None,
+        give_back_writer_client: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> None:
+        self._state = state = ChannelState(
+            client, config, channel, mode, writer_client=writer_client
+        )
+        self._retention = retention or TopicRetention(
+            None, state.topic, channel, config.cursor_subscription
+        )
+        self._on_close = on_close
+        self._give_back_writer_client = give_back_writer_client
+        self._closing: asyncio.Future[None] | None = None
+        self._readback = ReadBack(state)
+        self._sender = Sender(state, self._readback)
+        self._takeover = Takeover(
+            state, before_first_write, prepare_topic, self._retention.explain_quota
+        )
+        self._readers = Readers(state, self._retention)
+        self.submit = self._sender.submit
+        """Hand one append to the log now; ``done`` answers it (the contract's
+        ``submit``; a bound attribute: one frame less per append)."""
+
+    @property
+    def channel(self) -> str:
+        return self._state.channel
+
+    @property
+    def topic(self) -> str:
+        return self._state.topic
+
+    @property
+    def access_mode(self) -> AccessMode:
+        return self._state.mode
+
+    @property
+    def is_fenced(self) -> bool:
+        return self._state.fenced is not None
 
     @property
     def max_entry_bytes(self) -> int:
@@ -41,35 +102,72 @@ class PulsarBackendWAL(Readers, ReadBack, Takeover):
         :data:`ENVELOPE_RESERVE` (what the WAL chunks above, streamwal.wal.chunking)."""
         limit = self.message_size_limit
         return entry_budget(
-            self._config.max_message_size if limit is None else limit(), ENVELOPE_RESERVE
+            self._state.config.max_message_size if limit is None else limit(),
+            ENVELOPE_RESERVE,
         )
 
+    async def ensure_writable(self) -> None:
+        await self._takeover.ensure_writable()
+
+    async def read(self, policy: DeliveryPolicy) -> PulsarScanner:
+        return await self._readers.read(policy)
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        await self._retention.save_checkpoint(checkpoint)
+
+    async def remove_checkpoint(self, consumer: str) -> None:
+        await self._retention.remove_checkpoint(consumer)
+
+    async def retention_state(self) -> RetentionState:
+        return await self._retention.retention_state()
+
+    async def position_at(self, publish_time_ms: int) -> MessageId | None:
+        return await self._retention.position_at(publish_time_ms)
+
+    async def truncate(self, before: MessageId) -> None:
+        await self._retention.truncate(before)
+
+    async def explain_quota(self, error: QuotaExceededError) -> QuotaExceededError:
+        return await self._retention.explain_quota(error)
+
     async def close(self) -> None:
-        if self._closed:
+        """Close once; a second call (the opener's, at its own close) waits for the
+        first, and a cancelled caller leaves the close running to its end, so the
+        channel's writer client is always given back."""
+        if self._closing is None:
+            # at once, in the caller's step: every later call is refused, the accepted
+            # appends reach the client (which flushes them), and the reads placing
+            # appends stop, answering what they held back
+            self._state.closed = True
+            self._sender.end_iteration()
+            self._readback.cancel()
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        state = self._state
+        timeout = state.config.operation_timeout_s
+        try:
+            await self._readers.close()
+            await self._readback.close()
+            producer, state.producer = state.producer, None
+            if producer is not None:
+                try:
+                    await asyncio.wait_for(producer.close(), timeout=timeout)
+                except (PulsarException, TimeoutError):
+                    pass  # fenced or unreachable: nothing left to flush
+        finally:
+            await self._let_go_of_writer_client(timeout)
+            self._on_close(self)
+
+    async def _let_go_of_writer_client(self, timeout: float) -> None:
+        client = self._state.writer_client  # kept: a late creation must not fall back
+        if client is None:
             return
-        self._closed = True
-        self._on_close(self)
-        for scanner in list(self._scanners):
-            await scanner.close()
-        self._scanners.clear()
-        self._end_iteration()  # accepted appends reach the client, which flushes them
-        # their callbacks answer what the reads held back; they run before gather
-        # returns, and may start another read for a receipt that waited: until none is left
-        while self._readbacks:
-            readbacks = list(self._readbacks)
-            for task in readbacks:
-                task.cancel()
-            await asyncio.gather(*readbacks, return_exceptions=True)
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            try:
-                await asyncio.wait_for(producer.close(), timeout=self._config.operation_timeout_s)
-            except (PulsarException, TimeoutError):
-                pass  # fenced or unreachable: nothing left to flush
-        if self._writer_client is not None:
-            try:
-                await asyncio.wait_for(
-                    self._writer_client.close(), timeout=self._config.operation_timeout_s
-                )
-            except (PulsarException, TimeoutError):
-                pass  # unreachable broker: the client is gone either way
+        if self._give_back_writer_client is not None:
+            await self._give_back_writer_client(client)  # shared: closed by its last user
+            return
+        try:
+            await asyncio.wait_for(client.close(), timeout=timeout)
+        except (PulsarException, TimeoutError):
+            pass  # unreachable broker: the client is gone either way

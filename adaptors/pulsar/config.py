@@ -59,6 +59,9 @@ class PulsarConfig:
     batching: bool = True
     batching_max_delay_ms: int = 1
     max_pending_messages: int = 10_000
+    #: how many Pulsar clients the writing channels of one opener share (each its own
+    #: connection per broker and threads); 0: one per channel (adaptors.pulsar.clients)
+    writer_clients: int = 0
     auth_token: str | None = None
     tls_trust_certs_file: str | None = None
     tls_allow_insecure: bool = False
@@ -110,6 +113,8 @@ class PulsarConfig:
             raise ConfigError("max_message_size", "must be > 0")
         if self.max_pending_messages <= 0:
             raise ConfigError("max_pending_messages", "must be > 0")
+        if self.writer_clients < 0:
+            raise ConfigError("writer_clients", "must be >= 0 (0: one client per channel)")
         if self.batching_max_delay_ms < 0:
             raise ConfigError("batching_max_delay_ms", "must be >= 0")
         # pulsar+ssl:// without a trust file is fine: the client then verifies the broker

@@ -1,14 +1,9 @@
 """The Pulsar backend's entry point.
 
-Each channel opened for writing gets a Pulsar client of its own (as newest Milvus
-gives each WAL producer one). A client has one connection per broker, and a broker
-closes a whole connection when a message comes on it for a producer it no longer has
-("Received message, but the producer is not ready ... Closing the connection"): the
-sends a fenced producer had in flight. On a shared client every other channel's
-producer then reconnected and resent what it had in flight, which deduplication
-answered with no position, at each move of a written channel. The opener's own
-client serves readers (they send nothing a broker could refuse that way), the
-exclusivity check and tools.
+Channels opened for writing take their client from :mod:`.clients` (one each, or a
+few shared: ``pulsar.writer_clients``). The opener's own client serves readers (they
+send nothing a broker could refuse by closing their connection), the exclusivity
+check and tools.
 """
 
 from __future__ import annotations
@@ -28,6 +23,7 @@ from pulsar.asyncio import PulsarException
 from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
 from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
 from streamwal.adaptors.pulsar.client_check import check_client
+from streamwal.adaptors.pulsar.clients import WriterClients
 from streamwal.adaptors.pulsar.config import PolicyAction, PulsarConfig
 from streamwal.adaptors.pulsar.cursor import hold_log
 from streamwal.adaptors.pulsar.deduplication import deduplication_enforced
@@ -111,6 +107,9 @@ class PulsarOpener:
         self._verify_lock = asyncio.Lock()
         self._closed = False
         self._channels: set[PulsarBackendWAL] = set()
+        self._writer_clients = WriterClients(
+            self._new_client, self.config.writer_clients, self.config.operation_timeout_s
+        )
         self._deduplication_checked = False
         self._limits_read = False
         self._broker_max_message_size: int | None = None
@@ -182,7 +181,8 @@ class PulsarOpener:
                 self.admin, self.config.topic(channel), channel, self.config.cursor_subscription
             ),
             on_close=self._channels.discard,
-            writer_client=self._new_client() if mode is AccessMode.READ_WRITE else None,
+            writer_client=self._writer_clients.take() if mode is AccessMode.READ_WRITE else None,
+            give_back_writer_client=self._writer_clients.give_back,
         )
         wal.message_size_limit = self.max_message_size
         self._channels.add(wal)
@@ -431,6 +431,7 @@ class PulsarOpener:
         for channel in list(self._channels):
             await channel.close()
         self._channels.clear()
+        await self._writer_clients.close()
         client, self._client = self._client, None
         if client is not None:
             try:

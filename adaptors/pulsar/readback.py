@@ -3,8 +3,7 @@
 A segment cut more than once: both edges landed, but not in a shape that places its
 middle entries. The first edge is answered, the log between the edges is read back,
 and the receipts that come meanwhile wait, because a foreign entry there means another
-producer wrote between this owner's entries (the interleaving guard of
-:mod:`.sending`).
+producer wrote between this owner's entries (the interleaving guard of :mod:`.state`).
 
 Appends answered without a position (``-1:-1``: after a reconnect the client sent
 them again and the broker's deduplication recognised copies of entries it holds):
@@ -21,7 +20,7 @@ import asyncio
 import contextlib
 import functools
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 from pulsar.asyncio import PulsarException
@@ -29,8 +28,7 @@ from pulsar.asyncio import PulsarException
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
 from streamwal.adaptors.pulsar.segments import Segment
-from streamwal.adaptors.pulsar.sending import Sending
-from streamwal.adaptors.pulsar.state import log
+from streamwal.adaptors.pulsar.state import ChannelState, log
 from streamwal.errors import ChannelFencedError, UnknownPositionError
 from streamwal.wal.backend import AppendCallback
 from streamwal.wal.message_id import MessageId
@@ -61,10 +59,54 @@ def _same_position(landed: PulsarMessageId, receipt: PulsarMessageId) -> bool:
     )
 
 
-class ReadBack(Sending):
-    """Sending, with segments cut more than once placed by reading them back."""
+class ReadBack:
+    """Places appends by reading the log back; receipts wait while it reads."""
 
-    def _read_back(self, segment: Segment, first_id: Any, last_id: Any) -> bool:
+    def __init__(self, state: ChannelState) -> None:
+        self._state = state
+        #: reads placing appends, running
+        self.tasks: set[asyncio.Task[list[PulsarMessageId] | None]] = set()
+        #: receipts waiting for a read to finish (None: none is running)
+        self._deferred: deque[Callable[[], None]] | None = None
+
+    @property
+    def deferring(self) -> bool:
+        """A read is deciding what the log holds: receipts wait (:meth:`defer`)."""
+        return self._deferred is not None
+
+    def defer(self, receipt: Callable[[], None]) -> None:
+        """Hold ``receipt`` back until the running read is done (:attr:`deferring`)."""
+        assert self._deferred is not None
+        self._deferred.append(receipt)
+
+    def cancel(self) -> None:
+        """Cancel the reads running now (a read cancelled before its first step never
+        runs its body; its callback still answers what it held back)."""
+        for task in self.tasks:
+            task.cancel()
+
+    async def close(self) -> None:
+        """Cancel the reads; their callbacks answer what they held back and may start
+        another read for a receipt that waited: until none is left."""
+        while self.tasks:
+            tasks = list(self.tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _start(
+        self,
+        read: Coroutine[Any, Any, list[PulsarMessageId] | None],
+        then: Callable[[asyncio.Task[list[PulsarMessageId] | None]], None],
+    ) -> None:
+        self._deferred = deque()
+        task = asyncio.get_running_loop().create_task(read)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        # also when cancelled before its first step (close() in the same iteration)
+        task.add_done_callback(then)
+
+    def read_back(self, segment: Segment, first_id: Any, last_id: Any) -> bool:
         """Both edges landed, but not in a shape that places the middle (cut twice:
         the loop thread stalled for about the batching delay while sending it). Answer
         the first edge, and place the rest by reading the log between the edges;
@@ -78,32 +120,29 @@ class ReadBack(Sending):
         last = PulsarMessageId.from_pulsar(last_id)
         if first.ledger < 0 or first.entry < 0 or last.sort_key() <= first.sort_key():
             return False
+        state = self._state
         dones = segment.dones
-        error = self._check_landed(first)
+        error = state.check_landed(first)
         if error is not None:
-            self._fail_all(dones, error)
+            state.fail_all(dones, error)
             return True
         if dones[0] is not None:
-            self._in_flight -= 1
+            state.in_flight -= 1
             dones[0](first, None)
         rest = dones[1:]
         log.info(
             "channel %s: a segment of %d appends was cut more than once (%s .. %s); "
             "reading its middle back",
-            self._channel,
+            state.channel,
             len(dones),
             first,
             last,
         )
-        record_segment(self._channel, READ_BACK)
-        self._deferred = deque()
-        task = asyncio.get_running_loop().create_task(
-            self._messages_between(first, last, segment.payloads, segment.properties)
+        record_segment(state.channel, READ_BACK)
+        self._start(
+            self._messages_between(first, last, segment.payloads, segment.properties),
+            functools.partial(self._place_rest, rest, last),
         )
-        self._readbacks.add(task)
-        task.add_done_callback(self._readbacks.discard)
-        # also when cancelled before its first step (close() in the same iteration)
-        task.add_done_callback(functools.partial(self._place_rest, rest, last))
         return True
 
     def _place_rest(
@@ -123,7 +162,7 @@ class ReadBack(Sending):
             found = task.result()
             outcome = "placed" if found is not None else "not as sent"
         if found is not None:
-            self._last_landed = last  # everything between the edges is ours
+            self._state.last_landed = last  # everything between the edges is ours
             answers: list[tuple[MessageId | None, BaseException | None]] = [
                 (message_id, None) for message_id in [*found, last]
             ]
@@ -131,28 +170,28 @@ class ReadBack(Sending):
             log.warning(
                 "channel %s: reading a cut segment back: %s; its appends are answered "
                 "with an unknown position%s",
-                self._channel,
+                self._state.channel,
                 outcome,
-                "" if self._closed else ", and this owner stops writing",
+                "" if self._state.closed else ", and this owner stops writing",
             )
-            record_segment(self._channel, UNPLACED)
+            record_segment(self._state.channel, UNPLACED)
             unknown = UnknownPositionError(
-                f"append on {self._channel!r}: its segment was cut more than once and "
+                f"append on {self._state.channel!r}: its segment was cut more than once and "
                 f"reading it back {outcome}; whether it landed is unknown"
             )
-            if self._closed:
+            if self._state.closed:
                 # the guard cannot judge what lands after the gap, but nobody wrote
                 # there for all we know: unknown, not fenced
-                self._unverified = unknown
-            elif self._fenced is None:
+                self._state.unverified = unknown
+            elif self._state.fenced is None:
                 # cannot show that no other producer wrote between our entries
-                self._fenced = ChannelFencedError(
-                    self._channel, f"the log between our entries up to {last} is {outcome}"
+                self._state.fenced = ChannelFencedError(
+                    self._state.channel, f"the log between our entries up to {last} is {outcome}"
                 )
             answers = [(None, unknown)] * len(rest)
         for done, (message_id, error) in zip(rest, answers, strict=True):
             if done is not None:
-                self._in_flight -= 1
+                self._state.in_flight -= 1
                 _answer_guarded(done, message_id, error)
         self._run_deferred()
 
@@ -166,9 +205,9 @@ class ReadBack(Sending):
             try:
                 deferred.popleft()()
             except Exception:  # one bad answer must not strand the receipts behind it
-                log.exception("channel %s: handling a deferred receipt failed", self._channel)
+                log.exception("channel %s: handling a deferred receipt failed", self._state.channel)
 
-    def _place_unpositioned(
+    def place_unpositioned(
         self,
         dones: list[AppendCallback | None],
         payloads: list[bytes],
@@ -180,12 +219,13 @@ class ReadBack(Sending):
         without a position (see the module); ``first_id``/``last_id``: the first and
         last one's receipts, when they have a position. False when there is no known
         position to read from, or the channel is closing."""
-        after = self._last_landed
+        state = self._state
+        after = state.last_landed
         if (
             after is None
-            or self._closed
-            or self._fenced is not None
-            or self._unverified is not None
+            or state.closed
+            or state.fenced is not None
+            or state.unverified is not None
         ):
             return False
         edges = tuple(
@@ -195,18 +235,15 @@ class ReadBack(Sending):
         log.info(
             "channel %s: %d appends came back without a position (sent again after a "
             "reconnect); reading the log on from %s to place them",
-            self._channel,
+            state.channel,
             len(dones),
             after,
         )
-        record_segment(self._channel, READ_BACK)
-        self._deferred = deque()
-        task = asyncio.get_running_loop().create_task(
-            self._messages_after(after, payloads, properties)
+        record_segment(state.channel, READ_BACK)
+        self._start(
+            self._messages_after(after, payloads, properties),
+            functools.partial(self._place_found, dones, edges),
         )
-        self._readbacks.add(task)
-        task.add_done_callback(self._readbacks.discard)
-        task.add_done_callback(functools.partial(self._place_found, dones, edges))
         return True
 
     def _place_found(
@@ -226,7 +263,7 @@ class ReadBack(Sending):
             found = None  # an edge's own receipt named another place
         error: BaseException | None = None
         if found is not None:
-            error = self._check_landed(found[0])
+            error = self._state.check_landed(found[0])
         if found is None:
             outcome = (
                 "cancelled (the channel closed)"
@@ -238,22 +275,22 @@ class ReadBack(Sending):
             log.warning(
                 "channel %s: %d appends answered without a position: reading the log: %s; "
                 "they are answered with an unknown position",
-                self._channel,
+                self._state.channel,
                 len(dones),
                 outcome,
             )
-            record_segment(self._channel, UNPLACED)
-            self._last_landed = None  # what landed after it is unknown: the guard starts over
+            record_segment(self._state.channel, UNPLACED)
+            self._state.last_landed = None  # what landed after it is unknown: the guard starts over
             error = UnknownPositionError(
-                f"append on {self._channel!r}: the broker gave no position and reading the "
+                f"append on {self._state.channel!r}: the broker gave no position and reading the "
                 f"log {outcome}; whether it landed is unknown"
             )
         elif error is None:
-            self._last_landed = found[-1]
+            self._state.last_landed = found[-1]
         for i, done in enumerate(dones):
             if done is None:
                 continue
-            self._in_flight -= 1
+            self._state.in_flight -= 1
             if error is None:
                 assert found is not None
                 _answer_guarded(done, found[i], None)
@@ -264,10 +301,10 @@ class ReadBack(Sending):
     @contextlib.asynccontextmanager
     async def _reader_from(self, start: PulsarMessageId) -> AsyncIterator[Any]:
         """A reader of the topic from ``start`` (inclusive), closed afterwards."""
-        timeout = self._config.operation_timeout_s
+        timeout = self._state.config.operation_timeout_s
         reader = await asyncio.wait_for(
-            self._client.create_reader(
-                self._topic, start.to_pulsar(), start_message_id_inclusive=True
+            self._state.client.create_reader(
+                self._state.topic, start.to_pulsar(), start_message_id_inclusive=True
             ),
             timeout,
         )
@@ -289,7 +326,7 @@ class ReadBack(Sending):
         ``properties`` in order (the WAL's properties carry each message's time tick, so
         two appends of the same bytes are not taken for each other); ``None`` if the log
         ends first or holds anything else there."""
-        timeout = self._config.operation_timeout_s
+        timeout = self._state.config.operation_timeout_s
         found: list[PulsarMessageId] = []
         async with self._reader_from(after) as reader:
             skipped = False
@@ -319,7 +356,7 @@ class ReadBack(Sending):
         """The ids of the segment's middle messages as the log has them, reading from
         ``first`` to ``last`` (``payloads``: the whole segment's, edges included);
         ``None`` if the log holds anything else there (a missing or foreign message)."""
-        timeout = self._config.operation_timeout_s
+        timeout = self._state.config.operation_timeout_s
         found: list[PulsarMessageId] = []
         async with self._reader_from(first) as reader:
             for i, payload in enumerate(payloads):

@@ -10,6 +10,7 @@ from pulsar.asyncio import PulsarException
 
 from streamwal.adaptors.pulsar.errors import translate
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.adaptors.pulsar.scanner import PulsarScanner, to_backend_message
 from streamwal.adaptors.pulsar.state import ChannelState
 from streamwal.errors import ClosedError, InvalidInputError, TruncatedError
@@ -19,26 +20,36 @@ from streamwal.wal.message_id import MessageId
 __all__ = ["Readers"]
 
 
-class Readers(ChannelState):
+class Readers:
     """Opens scanners on the topic; closing the channel closes them."""
 
-    async def read(self, policy: DeliveryPolicy) -> PulsarScanner:
-        self._check_open()
-        scanner = await asyncio.wait_for(
-            self._open_reader(policy), timeout=self._config.operation_timeout_s + 1
-        )
-        if self._closed:  # closed while the reader was being created: nobody else would
+    def __init__(self, state: ChannelState, retention: TopicRetention) -> None:
+        self._state = state
+        self._retention = retention
+        self._scanners: set[PulsarScanner] = set()
+
+    async def close(self) -> None:
+        for scanner in list(self._scanners):
             await scanner.close()
-            raise ClosedError(f"channel {self._channel!r} is closed")
+        self._scanners.clear()
+
+    async def read(self, policy: DeliveryPolicy) -> PulsarScanner:
+        self._state.check_open()
+        scanner = await asyncio.wait_for(
+            self._open_reader(policy), timeout=self._state.config.operation_timeout_s + 1
+        )
+        if self._state.closed:  # closed while the reader was being created: nobody else would
+            await scanner.close()
+            raise ClosedError(f"channel {self._state.channel!r} is closed")
         scanner.on_close = self._scanners.discard
         self._scanners.add(scanner)
         return scanner
 
     async def _open_reader(self, policy: DeliveryPolicy) -> PulsarScanner:
         if policy.kind == DeliveryPolicy.ALL:
-            return PulsarScanner(await self._reader(pulsar.MessageId.earliest), self._channel)
+            return PulsarScanner(await self._reader(pulsar.MessageId.earliest), self._state.channel)
         if policy.kind == DeliveryPolicy.LATEST:
-            return PulsarScanner(await self._reader(pulsar.MessageId.latest), self._channel)
+            return PulsarScanner(await self._reader(pulsar.MessageId.latest), self._state.channel)
         if policy.kind not in (DeliveryPolicy.START_FROM, DeliveryPolicy.START_AFTER):
             raise InvalidInputError(f"the Pulsar backend cannot read from {policy}")
         start = policy.message_id
@@ -46,17 +57,19 @@ class Readers(ChannelState):
             raise InvalidInputError(f"{start!r} is not a Pulsar message id")
         truncated = await self._retention.truncation_point()
         if truncated is not None and start < truncated:
-            raise TruncatedError(self._channel, start, truncated)
+            raise TruncatedError(self._state.channel, start, truncated)
         # Open inclusive and check that the first entry is the one asked for: a
         # Pulsar reader silently moves to the next valid position otherwise.
         reader = await self._reader(start.to_pulsar(), inclusive=True)
         try:
             if not await reader.has_message_available():
-                raise InvalidInputError(f"message id {start} is not in channel {self._channel!r}")
+                raise InvalidInputError(
+                    f"message id {start} is not in channel {self._state.channel!r}"
+                )
             first = to_backend_message(await reader.read_next())
         except PulsarException as exc:
             await reader.close()
-            raise translate(exc, channel=self._channel, what="read") from exc
+            raise translate(exc, channel=self._state.channel, what="read") from exc
         except BaseException:
             await reader.close()
             raise
@@ -64,17 +77,17 @@ class Readers(ChannelState):
             policy.kind == DeliveryPolicy.START_FROM and _starts_entry(start, first.message_id)
         ):
             await reader.close()
-            raise InvalidInputError(f"message id {start} is not in channel {self._channel!r}")
+            raise InvalidInputError(f"message id {start} is not in channel {self._state.channel!r}")
         keep = first if policy.kind == DeliveryPolicy.START_FROM else None
-        return PulsarScanner(reader, self._channel, first=keep)
+        return PulsarScanner(reader, self._state.channel, first=keep)
 
     async def _reader(self, start: Any, inclusive: bool = False) -> Any:
         try:
-            return await self._client.create_reader(
-                self._topic, start, start_message_id_inclusive=inclusive
+            return await self._state.client.create_reader(
+                self._state.topic, start, start_message_id_inclusive=inclusive
             )
         except PulsarException as exc:
-            raise translate(exc, channel=self._channel, what="create reader") from exc
+            raise translate(exc, channel=self._state.channel, what="create reader") from exc
 
 
 def _starts_entry(start: PulsarMessageId, found: MessageId) -> bool:

@@ -207,28 +207,3 @@ class TopicRetention:
             await self.admin.post(f"{self._path}/trim")
         except UnavailableError:
             pass  # the broker's own retention check deletes the ledgers later
-
-
-class RetentionDelegate:
-    """Gives a backend WAL the :class:`~streamwal.wal.retention_contract.BackendRetention`
-    ability of its topic's :class:`TopicRetention` (kept in ``_retention``)."""
-
-    _retention: TopicRetention
-
-    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        await self._retention.save_checkpoint(checkpoint)
-
-    async def remove_checkpoint(self, consumer: str) -> None:
-        await self._retention.remove_checkpoint(consumer)
-
-    async def retention_state(self) -> RetentionState:
-        return await self._retention.retention_state()
-
-    async def position_at(self, publish_time_ms: int) -> MessageId | None:
-        return await self._retention.position_at(publish_time_ms)
-
-    async def truncate(self, before: MessageId) -> None:
-        await self._retention.truncate(before)
-
-    async def explain_quota(self, error: QuotaExceededError) -> QuotaExceededError:
-        return await self._retention.explain_quota(error)

@@ -1,41 +1,35 @@
-"""Sending appends with segment receipts, and the interleaving guard.
+"""Sending appends with segment receipts.
 
 Appends are handed to the C++ producer's ``send_async`` in call order, from the loop
-thread, so the order of ``submit``/``append`` calls is the order in the log and
-appends pipeline without a round trip each. Only the edges of each segment of appends
-carry a send callback (:mod:`.segments`); receipts come back in bursts
-(:mod:`.receipts`) and answer each entry's callback directly. A fencing result from
-the broker marks the channel fenced for good: the producer is dropped and every later
-append fails fast.
+thread, so the order of ``submit`` calls is the order in the log and appends pipeline
+without a round trip each. Only the edges of each segment of appends carry a send
+callback (:mod:`.segments`); receipts come back in bursts (:mod:`.receipts`) and answer
+each entry's callback directly. A fencing result from the broker marks the channel
+fenced for good: the producer is dropped and every later append fails fast.
 
-Interleaving guard: within one ledger, the entries of an exclusive producer are
-consecutive. A receipt whose entry is further on than the next one means another
-producer wrote in between: this producer was fenced and let back in (the race above;
-kept as a second line of defence). Such an append is persisted after a newer owner's
-messages, so it is answered as fenced (never acknowledged), and so is every later one.
-A receipt without a position (``-1:-1``) is the broker's deduplication answering a
-message the client sent again after a reconnect (a topic unloaded or moved to another
-broker): the first copy is in the log, its receipt was lost with the connection. Such
-appends are placed by reading the log on from the last position this owner knows
-(:mod:`.readback`), so a topic move costs callers nothing; only when the log does not
-hold them there are they answered with :class:`~streamwal.errors.UnknownPositionError`
-(neither acknowledged nor retried).
-
+Every receipt passes the interleaving guard (:mod:`.state`) before its append is
+acknowledged. A receipt without a position (``-1:-1``) is the broker's deduplication
+answering a message the client sent again after a reconnect (a topic unloaded or moved
+to another broker): the first copy is in the log, its receipt was lost with the
+connection. Such appends are placed by reading the log on from the last position this
+owner knows (:mod:`.readback`), so a topic move costs callers nothing; only when the
+log does not hold them there are they answered with
+:class:`~streamwal.errors.UnknownPositionError` (neither acknowledged nor retried).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import _pulsar
-from pulsar.asyncio import PulsarException
 
-from streamwal.adaptors.pulsar.errors import FENCING_RESULTS, after_send, translate
-from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.adaptors.pulsar.errors import translate
 from streamwal.adaptors.pulsar.metrics import UNPLACED, record_segment
+from streamwal.adaptors.pulsar.readback import ReadBack
+from streamwal.adaptors.pulsar.receipts import ReceiptQueue
 from streamwal.adaptors.pulsar.segments import (
     SEGMENT_BYTES,
     SEGMENT_MESSAGES,
@@ -48,27 +42,30 @@ from streamwal.adaptors.pulsar.segments import (
 )
 from streamwal.adaptors.pulsar.state import ChannelState, log
 from streamwal.errors import (
-    ChannelFencedError,
     ClosedError,
     InvalidInputError,
     StreamwalError,
     UnavailableError,
     UnknownPositionError,
-    WriteOutcome,
 )
-from streamwal.wal.backend import AppendCallback, settle_future
-from streamwal.wal.message_id import MessageId
+from streamwal.wal.backend import AppendCallback
 
-__all__ = ["Sending"]
+__all__ = ["Sender"]
 
 
-class Sending(ChannelState):
-    """The append path: hand appends to the client in order, answer them from receipts."""
+class Sender:
+    """The append path: hand appends to the client in order, answer them from receipts;
+    what receipts cannot place goes to the read-back."""
 
-    def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
-        future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
-        self.submit(payload, properties, functools.partial(settle_future, future))
-        return future
+    def __init__(self, state: ChannelState, readback: ReadBack) -> None:
+        self._state = state
+        self._readback = readback
+        #: the latest append, sent when the next one comes or the iteration ends
+        self._held: Prepared | None = None
+        #: the segment being sent (its first edge is out, its last is not yet)
+        self._segment: Segment | None = None
+        self._segment_bytes = 0
+        self._receipts: ReceiptQueue[Single | Edge] = ReceiptQueue(self._on_receipt)
 
     def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
         try:
@@ -77,22 +74,24 @@ class Sending(ChannelState):
             done(None, exc)
 
     def _enqueue(self, done: AppendCallback, payload: bytes, properties: Mapping[str, str]) -> None:
-        self._check_open()
-        if self._fenced is not None:
-            raise self._fenced
-        if self._producer is None:
+        state = self._state
+        state.check_open()
+        if state.fenced is not None:
+            raise state.fenced
+        if state.producer is None:
             raise UnavailableError(
-                f"channel {self._channel!r} has no producer; call ensure_writable first"
+                f"channel {state.channel!r} has no producer; call ensure_writable first"
             )
-        if len(payload) > self._config.max_message_size:
+        config = state.config
+        if len(payload) > config.max_message_size:
             raise InvalidInputError(
                 f"payload of {len(payload)} bytes exceeds the broker's maximum message size "
-                f"of {self._config.max_message_size} bytes"
+                f"of {config.max_message_size} bytes"
             )
-        limit = self._config.max_pending_messages
-        if self._in_flight >= limit:
+        limit = config.max_pending_messages
+        if state.in_flight >= limit:
             raise UnavailableError(
-                f"append on {self._channel!r}: {limit} appends are already in flight "
+                f"append on {state.channel!r}: {limit} appends are already in flight "
                 "(pulsar.max_pending_messages)"
             )
         try:
@@ -101,18 +100,18 @@ class Sending(ChannelState):
             builder.properties(properties)  # one call into the binding, not one per property
             message = builder.build()
         except TypeError as exc:  # not bytes / str properties: this entry only
-            raise InvalidInputError(f"append on {self._channel!r}: {exc}") from None
-        self._in_flight += 1
+            raise InvalidInputError(f"append on {state.channel!r}: {exc}") from None
+        state.in_flight += 1
         held, self._held = (
             self._held,
             (done, message, payload, size_of(payload, properties), properties),
         )
         if held is None:
-            asyncio.get_running_loop().call_soon(self._end_iteration)
+            asyncio.get_running_loop().call_soon(self.end_iteration)
         else:
             self._send(held, last=False)
 
-    def _end_iteration(self) -> None:
+    def end_iteration(self) -> None:
         """Send the append held back: the last of this event-loop iteration."""
         held, self._held = self._held, None
         if held is not None:
@@ -127,11 +126,11 @@ class Sending(ChannelState):
         is the last of its segment (:mod:`.segments`), which needs a callback.
         """
         done, message, payload, size, properties = entry
-        producer = self._producer
+        producer = self._state.producer
         segment = self._segment
         if producer is None:  # closed with this append accepted: close sends it first
-            self._in_flight -= 1
-            closed = ClosedError(f"channel {self._channel!r} is closed")
+            self._state.in_flight -= 1
+            closed = ClosedError(f"channel {self._state.channel!r} is closed")
             done(None, closed)
             if segment is not None:  # its last edge will never be sent
                 segment.broken = True
@@ -146,7 +145,7 @@ class Sending(ChannelState):
         # send_async enqueues synchronously, which is what orders the log.
         native = producer._producer
         if segment is None:
-            if last or not self._config.batching:
+            if last or not self._state.config.batching:
                 self._send_one(native, Single(done, payload, properties), message)
                 return
             segment = self._segment = Segment([done], [payload], [properties])
@@ -171,25 +170,25 @@ class Sending(ChannelState):
                 message, None if edge is None else functools.partial(self._receipts.put, edge)
             )
         except Exception as exc:  # the client refused it synchronously
-            error = translate(exc, channel=self._channel, what="append")
+            error = translate(exc, channel=self._state.channel, what="append")
             if edge is not None:
                 self._on_refused_edge(edge, error)
             else:
                 segment.broken = True
                 segment.dones[-1] = None
-                self._in_flight -= 1
+                self._state.in_flight -= 1
                 done(None, error)
 
     def _send_one(self, native: Any, single: Single, message: Any) -> None:
         try:
             native.send_async(message, functools.partial(self._receipts.put, single))
         except Exception as exc:  # the client refused it synchronously
-            self._in_flight -= 1
-            single.done(None, translate(exc, channel=self._channel, what="append"))
+            self._state.in_flight -= 1
+            single.done(None, translate(exc, channel=self._state.channel, what="append"))
 
     def _on_receipt(self, token: Single | Edge, result: Any, message_id: Any) -> None:
-        if self._deferred is not None:  # a read-back decides what the log holds first
-            self._deferred.append(functools.partial(self._on_receipt, token, result, message_id))
+        if self._readback.deferring:  # a read-back decides what the log holds first
+            self._readback.defer(functools.partial(self._on_receipt, token, result, message_id))
             return
         if type(token) is Edge:
             if token.segment.record(token.is_last, (result, message_id)):
@@ -199,18 +198,18 @@ class Sending(ChannelState):
         if (
             result == _pulsar.Result.Ok
             and message_id.ledger_id() < 0
-            and self._place_unpositioned(
+            and self._readback.place_unpositioned(
                 [single.done], [single.payload], [single.properties], None, None
             )
         ):
             return
-        self._in_flight -= 1
-        self._complete(single.done, result, message_id)
+        self._state.in_flight -= 1
+        self._state.complete(single.done, result, message_id)
 
     def _on_refused_edge(self, edge: Edge, error: StreamwalError) -> None:
         """An edge ``send_async`` refused: its outcome, taken in turn like a receipt."""
-        if self._deferred is not None:
-            self._deferred.append(functools.partial(self._on_refused_edge, edge, error))
+        if self._readback.deferring:
+            self._readback.defer(functools.partial(self._on_refused_edge, edge, error))
             return
         if edge.segment.record(edge.is_last, error):
             self._resolve(edge.segment)
@@ -225,17 +224,17 @@ class Sending(ChannelState):
             if first_result == ok and last_result == ok:
                 landed = positions(first_id, last_id, n)
                 if landed is not None:
-                    error = self._check_landed(landed[0])
+                    error = self._state.check_landed(landed[0])
                     if error is not None:
-                        self._fail_all(dones, error)
+                        self._state.fail_all(dones, error)
                         return
-                    self._in_flight -= n
-                    self._last_landed = landed[-1]
+                    self._state.in_flight -= n
+                    self._state.last_landed = landed[-1]
                     for done, message_id in zip(dones, landed, strict=True):
                         done(message_id, None)  # type: ignore[misc]
                     return
                 if first_id.ledger_id() < 0 or last_id.ledger_id() < 0:
-                    if self._place_unpositioned(
+                    if self._readback.place_unpositioned(
                         segment.dones,
                         segment.payloads,
                         segment.properties,
@@ -243,121 +242,34 @@ class Sending(ChannelState):
                         None if last_id.ledger_id() < 0 else last_id,
                     ):
                         return
-                elif self._read_back(segment, first_id, last_id):
+                elif self._readback.read_back(segment, first_id, last_id):
                     return
             elif first_result == last_result:  # the batch failed as one
-                self._fail_all(dones, self._failure(first_result))
+                self._state.fail_all(dones, self._state.failure(first_result))
                 return
         log.warning(
             "channel %s: a segment of %d appends did not land in one or two batches (first: "
             "%s, last: %s); its middle entries are answered with an unknown position",
-            self._channel,
+            self._state.channel,
             n,
             first,
             last,
         )
-        record_segment(self._channel, UNPLACED)
+        record_segment(self._state.channel, UNPLACED)
         unknown = UnknownPositionError(
-            f"append on {self._channel!r}: its segment was cut more than once or partly "
+            f"append on {self._state.channel!r}: its segment was cut more than once or partly "
             "refused by the client; whether it landed is unknown"
         )
         for i, done in enumerate(dones):
             if done is None:
                 continue
-            self._in_flight -= 1
+            self._state.in_flight -= 1
             edge = first if i == 0 else last if i == n - 1 else None
             if i == n - 1 and isinstance(edge, tuple):
-                self._last_landed = None  # the entries in between are unknown
+                self._state.last_landed = None  # the entries in between are unknown
             if isinstance(edge, tuple):
-                self._complete(done, *edge)
+                self._state.complete(done, *edge)
             elif isinstance(edge, BaseException):
                 done(None, edge)
             else:
                 done(None, unknown)
-
-    def _fail_all(self, dones: list[AppendCallback | None], error: StreamwalError) -> None:
-        """Answer every entry of a segment (those not answered already) with ``error``."""
-        for done in dones:
-            if done is not None:
-                self._in_flight -= 1
-                done(None, error)
-
-    def _read_back(self, segment: Segment, first_id: Any, last_id: Any) -> bool:
-        """Place a segment cut more than once by reading it back; false if it cannot be
-        (:class:`~streamwal.adaptors.pulsar.readback.ReadBack` does)."""
-        return False
-
-    def _place_unpositioned(
-        self,
-        dones: list[AppendCallback | None],
-        payloads: list[bytes],
-        properties: list[Mapping[str, str]],
-        first_id: Any,
-        last_id: Any,
-    ) -> bool:
-        """Place appends the broker answered without a position (copies it already
-        held) by reading the log; false if they cannot be
-        (:class:`~streamwal.adaptors.pulsar.readback.ReadBack` does)."""
-        return False
-
-    def _complete(self, done: AppendCallback, result: Any, message_id: Any) -> None:
-        if result == _pulsar.Result.Ok:
-            landed = PulsarMessageId.from_pulsar(message_id)
-            error = self._check_landed(landed)
-            if error is None:
-                done(landed, None)
-            else:
-                done(None, error)
-            return
-        done(None, self._failure(result))
-
-    def _check_landed(self, landed: PulsarMessageId) -> StreamwalError | None:
-        """The interleaving guard (module doc); ``None`` if ``landed`` may be acknowledged."""
-        if self._fenced is not None:
-            return self._fenced.in_flight()  # it landed, but is not acknowledged
-        if self._unverified is not None:
-            return self._unverified
-        if landed.ledger < 0 or landed.entry < 0:
-            # seen under connection resets: a receipt with no position (-1:-1); the
-            # entry it stands for may be in the log, so the guard starts over
-            self._last_landed = None
-            return UnknownPositionError(
-                f"append on {self._channel!r}: the broker gave no position ({landed})"
-            )
-        last = self._last_landed
-        if last is None or landed.ledger != last.ledger or landed.entry <= last.entry + 1:
-            if (
-                last is None
-                or landed.ledger != last.ledger
-                or (landed.entry, landed.batch_index) > (last.entry, last.batch_index)
-            ):  # fields, not MessageId ordering: two ABC checks less per receipt
-                self._last_landed = landed
-            return None
-        log.error(
-            "channel %s: another producer wrote between our entries %s and %s: "
-            "this owner was fenced and let back in; appends stop",
-            self._channel,
-            last,
-            landed,
-        )
-        self._fenced = ChannelFencedError(
-            self._channel, f"another producer wrote between {last} and {landed}"
-        )
-        return self._fenced.in_flight()
-
-    def _failure(self, result: Any) -> StreamwalError:
-        """The error of an append the client had accepted and then failed."""
-        if self._fenced is not None:
-            return self._fenced.in_flight()
-        if result in FENCING_RESULTS and not self._closed:
-            log.warning("channel %s: fenced by a newer owner (%s)", self._channel, result)
-            self._fenced = ChannelFencedError(self._channel, f"broker says {result}")
-            return self._fenced.in_flight()
-        error = after_send(
-            translate(PulsarException(result), channel=self._channel, what="append"), result
-        )
-        if error.outcome is WriteOutcome.UNKNOWN:
-            # it may be in the log after the last placed position: what follows that
-            # position is no longer known to be this owner's next appends in order
-            self._last_landed = None
-        return error

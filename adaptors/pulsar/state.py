@@ -1,36 +1,49 @@
-"""What every role of a Pulsar channel shares: its state, its logger, the open check.
+"""What the parts of one Pulsar channel share: its topic, its producer, its fence, and
+the interleaving guard that decides whether a landed append may be acknowledged.
 
-A channel (:class:`~streamwal.adaptors.pulsar.channel.PulsarBackendWAL`) is made of
-roles, one module each: taking the topic over (:mod:`.takeover`), sending with
-segment receipts (:mod:`.sending`), the read-back guard (:mod:`.readback`) and readers
-(:mod:`.readers`). They share the state set up here.
+A channel (:class:`~streamwal.adaptors.pulsar.channel.PulsarBackendWAL`) is composed of
+parts, one module each, every one handed this state: taking the topic over
+(:mod:`.takeover`), sending with segment receipts (:mod:`.sending`), placing appends
+whose receipts do not say where they landed (:mod:`.readback`) and readers
+(:mod:`.readers`). The guard lives here, beside the fence it sets, because both the
+sender and the read-back answer appends through it.
+
+Interleaving guard: within one ledger, the entries of an exclusive producer are
+consecutive. A receipt whose entry is further on than the next one means another
+producer wrote in between: this producer was fenced and let back in (kept as a second
+line of defence behind the takeover's fence). Such an append is persisted after a newer
+owner's messages, so it is answered as fenced (never acknowledged), and so is every
+later one.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+import _pulsar
+from pulsar.asyncio import PulsarException
+
 from streamwal.adaptors.pulsar.config import PulsarConfig
+from streamwal.adaptors.pulsar.errors import FENCING_RESULTS, after_send, translate
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
-from streamwal.adaptors.pulsar.receipts import ReceiptQueue
-from streamwal.adaptors.pulsar.retention import RetentionDelegate, TopicRetention
-from streamwal.adaptors.pulsar.scanner import PulsarScanner
-from streamwal.adaptors.pulsar.segments import Edge, Prepared, Segment, Single
-from streamwal.errors import ChannelFencedError, ClosedError, UnknownPositionError
-from streamwal.wal.backend import AccessMode
+from streamwal.errors import (
+    ChannelFencedError,
+    ClosedError,
+    StreamwalError,
+    UnknownPositionError,
+    WriteOutcome,
+)
+from streamwal.wal.backend import AccessMode, AppendCallback
 
 __all__ = ["ChannelState", "log"]
 
-#: one logger for every role of a channel
+#: one logger for every part of a channel
 log = logging.getLogger("streamwal.adaptors.pulsar.channel")
 
 
-class ChannelState(RetentionDelegate):
-    """The state of one channel, shared by its roles; see the module."""
+class ChannelState:
+    """The state of one channel, shared by its parts; see the module."""
 
     def __init__(
         self,
@@ -38,69 +51,97 @@ class ChannelState(RetentionDelegate):
         config: PulsarConfig,
         channel: str,
         mode: AccessMode,
-        before_first_write: Callable[[], Awaitable[None]],
         *,
-        prepare_topic: Callable[[str, str, Awaitable[None] | None], Awaitable[None]],
-        retention: TopicRetention | None = None,
-        on_close: Callable[[Any], None] = lambda _: None,
         writer_client: Any = None,
     ) -> None:
-        self._client = client
-        #: the producers' own client (adaptors.pulsar.opener says why), closed last
-        self._writer_client = writer_client
-        self._config = config
-        self._channel = channel
-        self._topic = config.topic(channel)
-        self._mode = mode
-        self._before_first_write = before_first_write
-        self._prepare_topic = prepare_topic
-        self._retention = retention or TopicRetention(
-            None, self._topic, channel, config.cursor_subscription
-        )
-        self._on_close = on_close
-        self._producer: Any = None
-        self._last_landed: PulsarMessageId | None = None
-        self._fenced: ChannelFencedError | None = None
+        self.client = client
+        #: the producers' client (adaptors.pulsar.clients), given back at close
+        self.writer_client = writer_client
+        self.config = config
+        self.channel = channel
+        self.topic = config.topic(channel)
+        self.mode = mode
+        self.producer: Any = None
+        #: this owner was fenced: set once, every later append fails with it
+        self.fenced: ChannelFencedError | None = None
         #: closed while a read-back ran: the log after its first edge is unverified
-        self._unverified: UnknownPositionError | None = None
-        self._closed = False
-        self._lock = asyncio.Lock()
-        self._scanners: set[PulsarScanner] = set()
-        #: the latest append, sent when the next one comes or the iteration ends
-        self._held: Prepared | None = None
-        #: the segment being sent (its first edge is out, its last is not yet)
-        self._segment: Segment | None = None
-        self._segment_bytes = 0
-        #: reads placing the middle of a segment that was cut more than once
-        self._readbacks: set[asyncio.Task[list[PulsarMessageId] | None]] = set()
-        #: receipts waiting for a read-back to finish (None: none is running)
-        self._deferred: deque[Callable[[], None]] | None = None
-        self._receipts: ReceiptQueue[Single | Edge] = ReceiptQueue(self._on_receipt)
+        self.unverified: UnknownPositionError | None = None
+        self.closed = False
+        #: the last position this owner placed, where the guard's next check starts
+        self.last_landed: PulsarMessageId | None = None
         #: appends handed to the client and not answered yet (pulsar.max_pending_messages)
-        self._in_flight = 0
-        #: producer creations given up on, closing what they create (.takeover)
-        self._reapers: set[asyncio.Future[None]] = set()
+        self.in_flight = 0
 
-    @property
-    def channel(self) -> str:
-        return self._channel
+    def check_open(self) -> None:
+        if self.closed:
+            raise ClosedError(f"channel {self.channel!r} is closed")
 
-    @property
-    def topic(self) -> str:
-        return self._topic
+    def check_landed(self, landed: PulsarMessageId) -> StreamwalError | None:
+        """The interleaving guard (module doc); ``None`` if ``landed`` may be acknowledged."""
+        if self.fenced is not None:
+            return self.fenced.in_flight()  # it landed, but is not acknowledged
+        if self.unverified is not None:
+            return self.unverified
+        if landed.ledger < 0 or landed.entry < 0:
+            # seen under connection resets: a receipt with no position (-1:-1); the
+            # entry it stands for may be in the log, so the guard starts over
+            self.last_landed = None
+            return UnknownPositionError(
+                f"append on {self.channel!r}: the broker gave no position ({landed})"
+            )
+        last = self.last_landed
+        if last is None or landed.ledger != last.ledger or landed.entry <= last.entry + 1:
+            if (
+                last is None
+                or landed.ledger != last.ledger
+                or (landed.entry, landed.batch_index) > (last.entry, last.batch_index)
+            ):  # fields, not MessageId ordering: two ABC checks less per receipt
+                self.last_landed = landed
+            return None
+        log.error(
+            "channel %s: another producer wrote between our entries %s and %s: "
+            "this owner was fenced and let back in; appends stop",
+            self.channel,
+            last,
+            landed,
+        )
+        self.fenced = ChannelFencedError(
+            self.channel, f"another producer wrote between {last} and {landed}"
+        )
+        return self.fenced.in_flight()
 
-    @property
-    def access_mode(self) -> AccessMode:
-        return self._mode
+    def failure(self, result: Any) -> StreamwalError:
+        """The error of an append the client had accepted and then failed."""
+        if self.fenced is not None:
+            return self.fenced.in_flight()
+        if result in FENCING_RESULTS and not self.closed:
+            log.warning("channel %s: fenced by a newer owner (%s)", self.channel, result)
+            self.fenced = ChannelFencedError(self.channel, f"broker says {result}")
+            return self.fenced.in_flight()
+        error = after_send(
+            translate(PulsarException(result), channel=self.channel, what="append"), result
+        )
+        if error.outcome is WriteOutcome.UNKNOWN:
+            # it may be in the log after the last placed position: what follows that
+            # position is no longer known to be this owner's next appends in order
+            self.last_landed = None
+        return error
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError(f"channel {self._channel!r} is closed")
+    def complete(self, done: AppendCallback, result: Any, message_id: Any) -> None:
+        """Answer one append from its own receipt, through the guard."""
+        if result == _pulsar.Result.Ok:
+            landed = PulsarMessageId.from_pulsar(message_id)
+            error = self.check_landed(landed)
+            if error is None:
+                done(landed, None)
+            else:
+                done(None, error)
+            return
+        done(None, self.failure(result))
 
-    @property
-    def is_fenced(self) -> bool:
-        return self._fenced is not None
-
-    def _on_receipt(self, token: Single | Edge, result: Any, message_id: Any) -> None:
-        """A send receipt (:class:`~streamwal.adaptors.pulsar.sending.Sending` answers it)."""
-        raise NotImplementedError
+    def fail_all(self, dones: list[AppendCallback | None], error: StreamwalError) -> None:
+        """Answer every append of a segment (those not answered already) with ``error``."""
+        for done in dones:
+            if done is not None:
+                self.in_flight -= 1
+                done(None, error)

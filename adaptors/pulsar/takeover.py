@@ -27,7 +27,7 @@ producer), which two overlapping takeovers make likely.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pulsar
@@ -45,7 +45,7 @@ from streamwal.errors import (
 )
 from streamwal.wal.backend import AccessMode
 
-__all__ = ["Takeover"]
+__all__ = ["BeforeFirstWrite", "ExplainQuota", "PrepareTopic", "Takeover"]
 
 _OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.ProducerBusy})
 _WRITER_ATTEMPTS = 10
@@ -56,61 +56,101 @@ _SETTLE_TIMEOUTS = 2.0
 
 
 async def _reap(creation: Awaitable[Any], timeout: float) -> None:
-    """Close the producer an abandoned creation makes, if it makes one (a close that
-    does not answer within ``timeout`` is left to the client: the reaper ends)."""
+    """Close the producer an abandoned creation makes, if it makes one."""
     try:
         producer = await creation
     except Exception:
         return  # refused or timed out at the client: nothing was created
+    await _close_unused(producer, timeout)
+
+
+async def _close_unused(producer: Any, timeout: float) -> None:
+    """Close a producer nobody writes with (a close that does not answer within
+    ``timeout`` is left to the client)."""
     try:
         await asyncio.wait_for(producer.close(), timeout)
     except Exception:
         pass  # fenced or disconnected already: gone from the topic either way
 
 
-class Takeover(ChannelState):
+#: what the opener runs before a channel's first write (its broker self-checks)
+BeforeFirstWrite = Callable[[], Awaitable[None]]
+#: the opener's preparation of a topic (cursor, policies), run beside the fence
+PrepareTopic = Callable[[str, str, Awaitable[None] | None], Awaitable[None]]
+#: the reason a quota refused a producer, asked of the topic's retention
+ExplainQuota = Callable[[QuotaExceededError], Awaitable[QuotaExceededError]]
+
+
+class Takeover:
     """Makes the channel writable: fence any earlier owner, then create the producer."""
 
+    def __init__(
+        self,
+        state: ChannelState,
+        before_first_write: BeforeFirstWrite,
+        prepare_topic: PrepareTopic,
+        explain_quota: ExplainQuota,
+    ) -> None:
+        self._state = state
+        self._before_first_write = before_first_write
+        self._prepare_topic = prepare_topic
+        self._explain_quota = explain_quota
+        self._lock = asyncio.Lock()
+        #: producer creations given up on, closing what they create (module doc)
+        self._reapers: set[asyncio.Future[None]] = set()
+
     async def ensure_writable(self) -> None:
-        self._check_open()
-        if self._mode is not AccessMode.READ_WRITE:
-            raise InvalidInputError(f"channel {self._channel!r} was opened read-only")
+        state = self._state
+        state.check_open()
+        if state.mode is not AccessMode.READ_WRITE:
+            raise InvalidInputError(f"channel {state.channel!r} was opened read-only")
         async with self._lock:
-            if self._fenced is not None:
-                raise self._fenced
-            if self._producer is not None:
+            if state.fenced is not None:
+                raise state.fenced
+            if state.producer is not None:
                 return
             await self._before_first_write()
-            fencing = self._config.access_mode is PulsarAccessMode.EXCLUSIVE_WITH_FENCING
+            state.check_open()  # closed meanwhile: take nothing over for nobody
+            fencing = state.config.access_mode is PulsarAccessMode.EXCLUSIVE_WITH_FENCING
             try:
                 await self._fence_and_prepare(fencing)
             except QuotaExceededError as exc:  # the fencer is a producer too
-                raise await self.explain_quota(exc) from exc
+                raise await self._explain_quota(exc) from exc
+            state.check_open()
             try:
-                self._producer = await self._create_writer(retry_owner_present=fencing)
+                producer = await self._create_writer(retry_owner_present=fencing)
             except PulsarException as exc:
                 if exc.error() in _OWNER_PRESENT:
                     if fencing:  # another node took the topic between our fence and now
-                        self._fenced = ChannelFencedError(
-                            self._channel, f"taken over during the open: broker says {exc.error()}"
+                        state.fenced = ChannelFencedError(
+                            state.channel,
+                            f"taken over during the open: broker says {exc.error()}",
                         )
-                        raise self._fenced from exc
+                        raise state.fenced from exc
                     raise UnavailableError(
-                        f"channel {self._channel!r}: an earlier owner still holds the topic "
+                        f"channel {state.channel!r}: an earlier owner still holds the topic "
                         "(access mode Exclusive waits for it to leave)"
                     ) from exc
-                error = translate(exc, channel=self._channel, what="create producer")
+                error = translate(exc, channel=state.channel, what="create producer")
                 if isinstance(error, ChannelFencedError):
-                    self._fenced = error
+                    state.fenced = error
                 if isinstance(error, QuotaExceededError):
-                    error = await self.explain_quota(error)
+                    error = await self._explain_quota(error)
                 raise error from exc
             except TimeoutError as exc:
                 raise UnavailableError(
-                    f"channel {self._channel!r}: broker {self._config.service_url} did not "
-                    f"answer within {self._config.operation_timeout_s:g}s"
+                    f"channel {state.channel!r}: broker {state.config.service_url} did not "
+                    f"answer within {state.config.operation_timeout_s:g}s"
                 ) from exc
-            log.info("channel %s: exclusive producer created on %s", self._channel, self._topic)
+            if state.closed:  # closed while it was created: nobody would ever close it
+                await _close_unused(producer, state.config.operation_timeout_s)
+                state.check_open()
+            state.producer = producer
+            log.info(
+                "channel %s: exclusive producer created on %s",
+                state.channel,
+                state.topic,
+            )
 
     async def _create_writer(self, *, retry_owner_present: bool) -> Any:
         """The writing producer (``Exclusive``); right after our own fence, the broker
@@ -119,7 +159,7 @@ class Takeover(ChannelState):
         operation timeout). A broker that has just restarted can take a second or more
         to let go of a fencer whose close it did not see; a real takeover by another
         node in the meantime is still reported as fenced, only later."""
-        window = min(self._config.operation_timeout_s, _WRITER_RETRY_WINDOW_S)
+        window = min(self._state.config.operation_timeout_s, _WRITER_RETRY_WINDOW_S)
         deadline = asyncio.get_running_loop().time() + window
         attempt = 0
         while True:
@@ -127,14 +167,14 @@ class Takeover(ChannelState):
             try:
                 return await self._create_producer(
                     access_mode=pulsar.ProducerAccessMode.Exclusive,
-                    batching_enabled=self._config.batching,
-                    batching_max_publish_delay_ms=self._config.batching_max_delay_ms,
+                    batching_enabled=self._state.config.batching,
+                    batching_max_publish_delay_ms=self._state.config.batching_max_delay_ms,
                     # room for many segments: one is cut at most once (.segments)
                     batching_max_messages=64 * SEGMENT_MESSAGES,
                     batching_max_allowed_size_in_bytes=8 * SEGMENT_BYTES,
-                    max_pending_messages=self._config.max_pending_messages,
+                    max_pending_messages=self._state.config.max_pending_messages,
                     block_if_queue_full=False,
-                    send_timeout_millis=self._config.send_timeout_ms,
+                    send_timeout_millis=self._state.config.send_timeout_ms,
                 )
             except PulsarException as exc:
                 out_of_time = asyncio.get_running_loop().time() >= deadline
@@ -151,24 +191,26 @@ class Takeover(ChannelState):
         (see the module); a creation this one gives up on goes to a reaper."""
         reapers = list(self._reapers)
         if reapers:
-            bound = _SETTLE_TIMEOUTS * self._config.operation_timeout_s + 1
+            bound = _SETTLE_TIMEOUTS * self._state.config.operation_timeout_s + 1
             _, pending = await asyncio.wait(reapers, timeout=bound)
             if pending:
                 raise UnavailableError(
-                    f"channel {self._channel!r}: an earlier producer creation on broker "
-                    f"{self._config.service_url} is still unanswered after {bound:g}s"
+                    f"channel {self._state.channel!r}: an earlier producer creation on broker "
+                    f"{self._state.config.service_url} is still unanswered after {bound:g}s"
                 )
         creation = asyncio.ensure_future(
-            (self._writer_client or self._client).create_producer(self._topic, **options)
+            (self._state.writer_client or self._state.client).create_producer(
+                self._state.topic, **options
+            )
         )
         try:
             return await asyncio.wait_for(
-                asyncio.shield(creation), timeout=self._config.operation_timeout_s + 1
+                asyncio.shield(creation), timeout=self._state.config.operation_timeout_s + 1
             )
         except (TimeoutError, asyncio.CancelledError):
             if not creation.done() or (not creation.cancelled() and not creation.exception()):
                 reaper = asyncio.ensure_future(
-                    _reap(creation, self._config.operation_timeout_s)
+                    _reap(creation, self._state.config.operation_timeout_s)
                 )
                 self._reapers.add(reaper)
                 reaper.add_done_callback(self._reapers.discard)
@@ -182,20 +224,20 @@ class Takeover(ChannelState):
                 batching_enabled=False,
             )
         except PulsarException as exc:
-            raise translate(exc, channel=self._channel, what="fence") from exc
+            raise translate(exc, channel=self._state.channel, what="fence") from exc
         except TimeoutError as exc:
             raise UnavailableError(
-                f"channel {self._channel!r}: broker {self._config.service_url} did not "
-                f"answer the fence within {self._config.operation_timeout_s:g}s"
+                f"channel {self._state.channel!r}: broker {self._state.config.service_url} did not "
+                f"answer the fence within {self._state.config.operation_timeout_s:g}s"
             ) from exc
         try:
-            await asyncio.wait_for(fencer.close(), timeout=self._config.operation_timeout_s)
+            await asyncio.wait_for(fencer.close(), timeout=self._state.config.operation_timeout_s)
         except PulsarException as exc:
             if exc.error() not in FENCING_RESULTS:  # fenced already: gone from the topic
-                raise translate(exc, channel=self._channel, what="fence") from exc
+                raise translate(exc, channel=self._state.channel, what="fence") from exc
         except TimeoutError as exc:
             raise UnavailableError(
-                f"channel {self._channel!r}: closing the fencer timed out"
+                f"channel {self._state.channel!r}: closing the fencer timed out"
             ) from exc
 
     async def _fence_and_prepare(self, fencing: bool) -> None:
@@ -203,5 +245,5 @@ class Takeover(ChannelState):
         policies): the opener runs both side by side, and both are done before the
         writer exists, so the cursor is there before the first time tick."""
         await self._prepare_topic(
-            self._channel, self._topic, self._fence_others() if fencing else None
+            self._state.channel, self._state.topic, self._fence_others() if fencing else None
         )

@@ -24,11 +24,6 @@ serving when it wins a later election. The oracle is served on ``node.listen``
 with the node's TLS settings; ``tso.tls`` says how this node dials it and its peers.
 The leader publishes :attr:`Node.address` (``node.advertise_address``, else the
 listen host with the bound port) in etcd: that is what the other candidates dial.
-
-Test only: when the environment variable ``STREAMWAL_TEST_CLOCK_FILE`` names a file,
-the in-process oracle reads its wall clock as the system clock plus the whole number
-of milliseconds in that file (re-read when the file changes), so fault tests can move
-one node's clock back while it runs. Never set it in production.
 """
 
 from __future__ import annotations
@@ -36,11 +31,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -73,7 +66,6 @@ from streamwal.tso import (
     Clock,
     LocalAllocator,
     RemoteSource,
-    SystemClock,
     TimestampOracle,
     add_tso_servicer,
 )
@@ -92,7 +84,6 @@ _BROKER_RETRY_S = (1.0, 15.0)
 _BROKER_CHECK_S = 5.0
 #: how often the node's watch updates its health and liveness heartbeat
 _WATCH_S = 0.5
-TEST_CLOCK_ENV = "STREAMWAL_TEST_CLOCK_FILE"
 
 
 def client_tls(files: ClientTLSFiles) -> ClientTLS | None:
@@ -105,34 +96,6 @@ def client_tls(files: ClientTLSFiles) -> ClientTLS | None:
         key_file=files.key_file,
         server_name=files.server_name,
     )
-
-
-class _OffsetFileClock(SystemClock):
-    """The system clock shifted by the milliseconds written in a file (fault tests only)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._stamp: tuple[int, int] | None = None
-        self._offset_ms = 0
-
-    def wall_ms(self) -> int:
-        try:
-            stat = self._path.stat()
-            stamp = (stat.st_mtime_ns, stat.st_size)
-            if stamp != self._stamp:
-                self._offset_ms = int(self._path.read_text().strip() or 0)
-                self._stamp = stamp
-        except (OSError, ValueError):
-            pass  # keep the last offset: a test clock never takes the node down
-        return time.time_ns() // 1_000_000 + self._offset_ms
-
-
-def _clock() -> Clock | None:
-    path = os.environ.get(TEST_CLOCK_ENV)
-    if not path:
-        return None
-    _log.warning("test clock: the TSO wall clock follows the offset in %s", path)
-    return _OffsetFileClock(Path(path))
 
 
 class _CandidateSource:
@@ -163,13 +126,17 @@ class Node:
         *,
         tracer_provider: TracerProvider | None = None,
         readiness: Readiness | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """``tracer_provider``: this node's own, in a process that hosts several nodes
         (:meth:`~streamwal.node.telemetry.Telemetry.node_tracer_provider`), so its spans
         name it; ``None``: the process's global provider (``streamwal serve``).
-        ``readiness``: what ``/readyz`` reads (``streamwal serve`` binds it first)."""
+        ``readiness``: what ``/readyz`` reads (``streamwal serve`` binds it first).
+        ``clock``: the in-process oracle's wall and monotonic clock (``None``: the
+        system's), so a fault test can move one node's clock."""
         self.config = config
         self.readiness = readiness or Readiness()
+        self._clock = clock
         self._tasks: list[asyncio.Task[None]] = []
         self._ready_event = asyncio.Event()
         self._tracer_provider = tracer_provider
@@ -424,7 +391,7 @@ class Node:
     async def _start_oracle(self, server: grpc.aio.Server) -> None:
         """Campaign; wait until this node serves or another node is known to lead."""
         oracle = self._oracle = TimestampOracle(
-            tso_config(self.config.etcd, self.config.tso), address=self.address, clock=_clock()
+            tso_config(self.config.etcd, self.config.tso), address=self.address, clock=self._clock
         )
         add_tso_servicer(server, oracle, span_attributes={NODE_ID_ATTRIBUTE: self.config.node.id})
         await oracle.start()

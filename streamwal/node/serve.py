@@ -31,8 +31,9 @@ from streamwal.node.endpoints import HttpEndpoints, Readiness
 from streamwal.node.logs import ClientLogRelay, client_log_path, setup_node_logging
 from streamwal.node.runtime import Node
 from streamwal.node.telemetry import setup_telemetry
+from streamwal.tso import Clock
 
-__all__ = ["register"]
+__all__ = ["add_arguments", "register", "run"]
 
 _log = logging.getLogger(__name__)
 
@@ -47,11 +48,19 @@ _GC_THRESHOLDS = (50_000, 20, 100)
 
 def register(sub: Any) -> None:
     serve = sub.add_parser("serve", help="run a streaming node")
-    serve.add_argument("--config", type=Path, help="node.yaml (default: the local stack)")
-    serve.set_defaults(func=_run)
+    add_arguments(serve)
+    serve.set_defaults(func=run)
 
 
-def _run(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``streamwal serve``, for an entry that starts a node its own way."""
+    parser.add_argument("--config", type=Path, help="node.yaml (default: the local stack)")
+
+
+def run(args: argparse.Namespace, *, clock: Clock | None = None) -> int:
+    """Run one node with the options of :func:`add_arguments` until a signal stops it;
+    the exit code. Leaves the process when done (``os._exit``). ``clock``: the
+    in-process oracle's (``None``: the system's), for an entry that injects another."""
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -87,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     code = 1
     shown = "stderr (Python logging)" if client_log is None else str(client_log)
     try:
-        code = asyncio.run(_serve(config, endpoints, readiness, say, shown))
+        code = asyncio.run(_serve(config, endpoints, readiness, say, shown, clock))
     except BaseException:  # reported here: os._exit below would swallow it
         say.exception("the node stopped on an unexpected error")
     finally:
@@ -131,12 +140,13 @@ async def _serve(
     readiness: Readiness,
     say: _Say,
     client_log: str,
+    clock: Clock | None,
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    node = Node(config, readiness=readiness)
+    node = Node(config, readiness=readiness, clock=clock)
     try:
         await node.start()
     except (StreamwalError, OSError) as exc:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -30,6 +31,7 @@ __all__ = [
     "BackendScanner",
     "BackendWAL",
     "DeliveryPolicy",
+    "append_entry",
     "settle_future",
     "validate_channel_name",
 ]
@@ -50,6 +52,16 @@ def settle_future(
         future.set_exception(RuntimeError("an append finished without an id or an error"))
     else:
         future.set_result(message_id)
+
+
+def append_entry(
+    backend: BackendWAL, payload: bytes, properties: Mapping[str, str]
+) -> asyncio.Future[MessageId]:
+    """Submit one entry and return a future of its id: the backend's one append, for
+    callers off the hot path (the first time tick, tools, tests)."""
+    future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+    backend.submit(payload, properties, functools.partial(settle_future, future))
+    return future
 
 
 CHANNEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
@@ -185,24 +197,20 @@ class BackendWAL(Protocol):
         """
         ...
 
-    def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
-        """Enqueue one entry now; await the result for its id.
+    def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
+        """Hand one entry to the log now; ``done`` answers it.
 
         The entry is handed to the log before this method returns, so entries
-        appended in call order are persisted in that order. That is what lets the
+        submitted in call order are persisted in that order. That is what lets the
         WAL pipeline appends and still keep time ticks increasing in log order.
-        Errors arrive through the awaitable: :class:`~streamwal.errors.ChannelFencedError`
-        (final), :class:`~streamwal.errors.UnavailableError` (retriable: call
+        ``done`` is called exactly once, on the event loop (possibly before ``submit``
+        returns, for an entry refused at once), with the entry's id or an error:
+        :class:`~streamwal.errors.ChannelFencedError` (final),
+        :class:`~streamwal.errors.UnavailableError` (retriable: call
         :meth:`ensure_writable` and try again), :class:`~streamwal.errors.InvalidInputError`.
-        """
-        ...
-
-    def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
-        """:meth:`append` with a callback instead of an awaitable: the WAL's path.
-
-        Same ordering promise; ``done`` is called exactly once, on the event loop
-        (possibly before ``submit`` returns, for an entry refused at once). Saving a
-        future and its callback hop per append is measurable at this rate.
+        A callback, not an awaitable, because a future and its wake-up per append are
+        measurable at the WAL's rate; :func:`append_entry` awaits one where that does
+        not matter.
         """
         ...
 

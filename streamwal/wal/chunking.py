@@ -31,14 +31,12 @@ The rules for readers:
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import functools
 import logging
 import math
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry import metrics
@@ -51,7 +49,6 @@ from streamwal.wal.backend import (
     BackendScanner,
     BackendWAL,
     DeliveryPolicy,
-    settle_future,
 )
 from streamwal.wal.message_id import MessageId
 
@@ -388,11 +385,6 @@ class ChunkingBackend:
 
     async def ensure_writable(self) -> None:
         await self._inner.ensure_writable()
-
-    def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
-        future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
-        self.submit(payload, properties, functools.partial(settle_future, future))
-        return future
 
     def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
         if self._pending is not None or self._waiting:

@@ -7,9 +7,9 @@ not know the WAL). The WAL records the first such error here, once, and never co
 backend's flag: whoever needs to know whether appends may go on asks this object. The
 interceptor chain owns it (``InterceptorChain.fence``) and hands it to the interceptors
 as their sink's ``fence``; the persisting interceptor and its periodic tick set it, the
-WAL and the persisting interceptor check it, and interceptors that must react (end the
-transactions, seal the write-ahead buffer, wake retries) are told once through their
-``on_fenced`` hook, in chain order.
+WAL and the persisting interceptor check it, and the log listeners that must react
+(seal the write-ahead buffer, end the transactions, wake retries) are told once through
+their ``on_fenced`` hook, in the order the chain declares.
 """
 
 from __future__ import annotations

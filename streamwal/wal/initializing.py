@@ -25,7 +25,13 @@ from streamwal.errors import (
     QuotaExceededError,
 )
 from streamwal.timestamps import TimestampAllocator
-from streamwal.wal.backend import AccessMode, BackendOpener, BackendWAL, validate_channel_name
+from streamwal.wal.backend import (
+    AccessMode,
+    BackendOpener,
+    BackendWAL,
+    append_entry,
+    validate_channel_name,
+)
 from streamwal.wal.chunking import with_chunking
 from streamwal.wal.config import Backoff, WALConfig
 from streamwal.wal.interceptors import ChannelInfo, InterceptorParams
@@ -294,7 +300,7 @@ async def _attempt(
     # left out and decoding derives it (see docs/wire-format.md).
     msg = MutableMessage(MessageType.TIME_TICK).stamped(time_tick, None, node_id)
     payload, properties = encode(msg)
-    message_id = await backend.append(payload, properties)  # directly: no interceptors yet
+    message_id = await append_entry(backend, payload, properties)  # directly: no interceptors yet
     span.set_attribute(ATTR_MESSAGE_ID, str(message_id))
     return msg.into_immutable(message_id)
 

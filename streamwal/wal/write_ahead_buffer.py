@@ -23,7 +23,13 @@ from typing import NamedTuple
 
 from opentelemetry import metrics
 
-from streamwal.errors import BufferSealedError, ClosedError, EvictedError, InvalidInputError
+from streamwal.errors import (
+    BufferSealedError,
+    ChannelFencedError,
+    ClosedError,
+    EvictedError,
+    InvalidInputError,
+)
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.message import ImmutableMessage
 from streamwal.wal.message_id import MessageId
@@ -60,7 +66,11 @@ class BufferEntry(NamedTuple):
 
 
 class WriteAheadBuffer:
-    """The in-memory tail of one channel, starting with the owner's first time tick."""
+    """The in-memory tail of one channel, starting with the owner's first time tick.
+
+    Fed as a :class:`~streamwal.wal.listener.LogListener` of the owner's log (after
+    MVCC, so the readers it wakes find MVCC up to date).
+    """
 
     def __init__(
         self,
@@ -148,6 +158,15 @@ class WriteAheadBuffer:
         if evicted:
             record_evictions(self.channel, evicted)
         return evicted
+
+    # the listener hooks are the methods themselves: one call less per append
+    on_persisted = append
+    on_time_tick = append_time_tick
+
+    def on_fenced(self, error: ChannelFencedError) -> None:
+        """Seal: the new owner's messages are in the backend only, so the readers, once
+        they drain this buffer, move on to it."""
+        self.seal()
 
     def mark_gap(self, time_tick: int) -> None:
         """The log may hold a message at ``time_tick`` that this buffer never got (an

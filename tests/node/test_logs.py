@@ -39,16 +39,17 @@ import asyncio, sys
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.testing import writable
 from streamwal.errors import ChannelFencedError, StreamwalError
+from streamwal.wal.backend import append_entry
 
 async def main(url, channel, dead_url):
     config = PulsarConfig(service_url=url)
     async with PulsarOpener(config) as first, PulsarOpener(config) as second:
         a = await writable(first, channel)
         for i in range(20):
-            await a.append(b"a-%d" % i, {})
+            await append_entry(a, b"a-%d" % i, {})
         b = await writable(second, channel)
         try:
-            await a.append(b"late", {})
+            await append_entry(a, b"late", {})
         except ChannelFencedError:
             print("fenced", flush=True)
         await a.close()

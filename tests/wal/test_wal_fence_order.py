@@ -10,7 +10,7 @@ import pytest
 from streamwal.adaptors.memory import MemoryLogStore
 from streamwal.errors import ChannelFencedError
 from streamwal.wal import WAL, AccessMode, MessageType, MutableMessage, encode
-from streamwal.wal.backend import BackendWAL
+from streamwal.wal.backend import BackendWAL, append_entry
 from tests.wal.testkit import (
     BatchAllocator,
     CounterTSO,
@@ -31,7 +31,7 @@ async def _allocate_then_fence(
     await asyncio.sleep(0.01)
     await backend.ensure_writable()
     msg = MutableMessage(MessageType.TIME_TICK).stamped(time_tick, None, node_id)
-    await backend.append(*encode(msg))
+    await append_entry(backend, *encode(msg))
     return time_tick
 
 

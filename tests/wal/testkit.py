@@ -131,12 +131,6 @@ class ProxyBackend:
             await asyncio.sleep(self.fence_delay)
         await self.inner.ensure_writable()
 
-    def append(self, payload: bytes, properties: Mapping[str, str]) -> Awaitable[MessageId]:
-        self.appends += 1
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        return self._track(self.inner.append(payload, properties))
-
     def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
         self.appends += 1
         self.in_flight += 1
@@ -147,12 +141,6 @@ class ProxyBackend:
             done(message_id, error)
 
         self.inner.submit(payload, properties, answered)
-
-    async def _track(self, result: Awaitable[MessageId]) -> MessageId:
-        try:
-            return await result
-        finally:
-            self.in_flight -= 1
 
     async def read(self, policy: DeliveryPolicy) -> BackendScanner:
         self.reads.append(policy)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from streamwal.verify.cli import verify_channel
-from streamwal_lab.chaos.nodes import NodeProcess
+from streamwal_lab.chaos.nodes import SERVE, NodeProcess
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.services import PrivateEtcd, PrivatePulsar
 from streamwal_lab.chaos.traffic import Traffic
@@ -76,9 +76,9 @@ class ChaosEnv:
         return name
 
     def node(
-        self, node_id: int, settings: Mapping[str, Any], env: Mapping[str, str] | None = None
+        self, node_id: int, settings: Mapping[str, Any], command: Sequence[str] = SERVE
     ) -> NodeProcess:
-        node = NodeProcess(self.workdir / "nodes", node_id, settings, env=env)
+        node = NodeProcess(self.workdir / "nodes", node_id, settings, command=command)
         self._nodes.append(node)
         return node
 

@@ -8,19 +8,18 @@ and peers find it again where they knew it. Nothing here outlives :meth:`close`,
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["NodeProcess", "die_with_parent", "free_port"]
+__all__ = ["SERVE", "NodeProcess", "die_with_parent", "free_port"]
 
 
 def free_port() -> int:
@@ -52,11 +51,17 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+#: the argv of a plain node, to which ``--config <file>`` is added
+SERVE: tuple[str, ...] = (sys.executable, "-m", "streamwal.node.cli", "serve")
+
+
 class NodeProcess:
     """One ``streamwal serve`` child; ``address`` is its gRPC endpoint.
 
-    ``settings`` is the node's configuration (sections as in ``node.yaml``); ``env``
-    is added to the child's environment (e.g. the test clock file).
+    ``settings`` is the node's configuration (sections as in ``node.yaml``);
+    ``command`` the argv that runs it, to which ``--config <file>`` is added (another
+    entry, e.g. :func:`~streamwal_lab.chaos.clock_node.clock_node_command`, for a node
+    built differently).
     """
 
     def __init__(
@@ -65,7 +70,7 @@ class NodeProcess:
         node_id: int,
         settings: Mapping[str, Any],
         *,
-        env: Mapping[str, str] | None = None,
+        command: Sequence[str] = SERVE,
     ) -> None:
         self.node_id = node_id
         self.port = free_port()
@@ -79,7 +84,7 @@ class NodeProcess:
         self.config_path = workdir / f"node-{node_id}.yaml"
         self.config_path.write_text(yaml.safe_dump(self.config))
         self.log_path = workdir / f"node-{node_id}.log"
-        self.env = dict(env or {})
+        self.command = list(command)
         self.starts = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -107,19 +112,9 @@ class NodeProcess:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         with open(self.log_path, "ab") as log:
-            serve = [
-                sys.executable,
-                "-m",
-                "streamwal.node.cli",
-                "serve",
-                "--config",
-                str(self.config_path),
-            ]
+            serve = [*self.command, "--config", str(self.config_path)]
             return subprocess.Popen(
-                [*die_with_parent(), *serve],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **self.env},
+                [*die_with_parent(), *serve], stdout=log, stderr=subprocess.STDOUT
             )
 
     def _log_bytes(self, offset: int) -> bytes:

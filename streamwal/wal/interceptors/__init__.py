@@ -1,5 +1,5 @@
-"""The WAL's interceptors; the chain order is declared in
-:mod:`streamwal.wal.interceptors.chain`."""
+"""The WAL's interceptors; the chain order and the order in which the log's listeners
+are told are declared in :mod:`streamwal.wal.interceptors.chain`."""
 
 from streamwal.wal.interceptors.base import (
     AppendFunc,

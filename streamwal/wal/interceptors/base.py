@@ -1,9 +1,11 @@
 """What an interceptor is, and what it is built from.
 
 An interceptor takes part in the append path (:meth:`Interceptor.do_append`, wrapping
-the ones after it in the chain) and is told, synchronously and in log order, of every
-persisted message, every in-memory time tick, and the channel being fenced. The chain
-order is declared once, in :mod:`streamwal.wal.interceptors.chain`.
+the ones after it in the chain). It is also a
+:class:`~streamwal.wal.listener.LogListener`: told, synchronously and in log order, of
+every persisted message, every in-memory time tick, and the channel being fenced,
+after MVCC and the write-ahead buffer. Both orders are declared once, in
+:mod:`streamwal.wal.interceptors.chain`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from streamwal.wal.backend import BackendWAL
 from streamwal.wal.config import WALConfig
 from streamwal.wal.fence import Fence
 from streamwal.wal.interceptors.holds import ConfirmHolds
+from streamwal.wal.listener import LogListener
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.mvcc import MVCCManager
@@ -86,8 +89,9 @@ class Sink(Protocol):
 
     ``fence`` is the WAL's one record of the fence: the persisting interceptor sets it
     (``sink.fence.set(error)``), and whoever must know whether appends may go on asks it
-    rather than keep a flag of its own; interceptors that react are told through
-    :meth:`Interceptor.on_fenced`.
+    rather than keep a flag of its own; the log listeners are told through
+    :meth:`~streamwal.wal.listener.LogListener.on_fenced`. ``publish`` and
+    ``publish_time_tick`` tell every log listener, in the declared order.
     """
 
     @property
@@ -98,21 +102,14 @@ class Sink(Protocol):
     def publish_time_tick(self, time_tick: int) -> None: ...
 
 
-class Interceptor(Protocol):
-    """One stage of the WAL. Hooks are synchronous and must not raise."""
+class Interceptor(LogListener, Protocol):
+    """One stage of the WAL, and a listener of its log. Hooks are synchronous and must
+    not raise."""
 
     async def start(self) -> None: ...
 
     async def do_append(self, msg: MutableMessage, append: AppendFunc) -> AppendResult:
         """Append ``msg``; ``append`` is the rest of the chain."""
-        ...
-
-    def on_persisted(self, msg: ImmutableMessage) -> None: ...
-
-    def on_time_tick(self, time_tick: int) -> None: ...
-
-    def on_fenced(self, error: ChannelFencedError) -> None:
-        """Told once, when this owner is fenced (``sink.fence`` is already set)."""
         ...
 
     async def close(self) -> None: ...
@@ -129,7 +126,8 @@ class BatchAppender(Protocol):
 
 
 class InterceptorBase:
-    """Does nothing at every hook; interceptors override what they need."""
+    """Does nothing at every hook; interceptors override what they need (the chain
+    tells an interceptor only of what it overrides)."""
 
     def __init__(self, params: InterceptorParams, sink: Sink) -> None:
         self.params = params

@@ -1,11 +1,13 @@
-"""The interceptor chain, and the one place its order is written.
+"""The interceptor chain, and the one place the WAL's two orders are written.
 
 Appends enter at the first interceptor and each wraps the ones after it; the last,
-the time-tick interceptor, persists the message. Persisted messages, in-memory time
-ticks and the fence are then published to every interceptor in the same order, in log
-order: MVCC first, so a reader woken by the write-ahead buffer already finds MVCC up
-to date. The chain owns the WAL's one record of the fence (:attr:`InterceptorChain.fence`,
-a :class:`~streamwal.wal.fence.Fence`), which its interceptors reach as ``sink.fence``.
+the time-tick interceptor, persists the message (:data:`INTERCEPTOR_ORDER`). Its
+sequencer then publishes persisted messages and in-memory time ticks, in log order,
+to the WAL's log listeners (:func:`log_listeners`): MVCC, the write-ahead buffer, then
+the interceptors. The chain owns the WAL's one record of the fence
+(:attr:`InterceptorChain.fence`, a :class:`~streamwal.wal.fence.Fence`), which its
+interceptors reach as ``sink.fence`` and which tells the log listeners, in the same
+order, once.
 """
 
 from __future__ import annotations
@@ -26,14 +28,13 @@ from streamwal.wal.interceptors.base import (
     InterceptorParams,
     Sink,
 )
-from streamwal.wal.interceptors.buffer_feed import WriteAheadBufferInterceptor
 from streamwal.wal.interceptors.idempotence import IdempotenceInterceptor
-from streamwal.wal.interceptors.mvcc_feed import MvccInterceptor
 from streamwal.wal.interceptors.timetick import TimeTickInterceptor
 from streamwal.wal.interceptors.txn import TxnInterceptor
+from streamwal.wal.listener import LogListener
 from streamwal.wal.message import ImmutableMessage, MutableMessage
 
-__all__ = ["INTERCEPTOR_ORDER", "InterceptorChain", "InterceptorFactory"]
+__all__ = ["INTERCEPTOR_ORDER", "InterceptorChain", "InterceptorFactory", "log_listeners"]
 
 _log = logging.getLogger(__name__)
 _I = TypeVar("_I")
@@ -43,10 +44,23 @@ InterceptorFactory = Callable[[InterceptorParams, Sink], Interceptor]
 INTERCEPTOR_ORDER: Final[tuple[InterceptorFactory, ...]] = (
     IdempotenceInterceptor,  # a duplicate is answered before anything else sees it
     TxnInterceptor,
-    MvccInterceptor,
-    WriteAheadBufferInterceptor,
     TimeTickInterceptor,  # persists: must stay last
 )
+
+
+def log_listeners(
+    params: InterceptorParams, interceptors: Sequence[Interceptor]
+) -> tuple[LogListener, ...]:
+    """Who is told of the log (persisted messages, in-memory time ticks, the fence),
+    in the order they are told."""
+    return (
+        # First: a reader the buffer wakes reads MVCC next, and must find it up to date.
+        params.mvcc,
+        # Wakes the tailing readers; sealed by the fence, so they move to the backend.
+        params.buffer,
+        # Then the interceptors that listen, in chain order; no reader depends on them.
+        *interceptors,
+    )
 
 
 class InterceptorChain:
@@ -58,38 +72,40 @@ class InterceptorChain:
         self._channel = params.channel.name
         self.fence: Fence = Fence(self._channel)
         """Whether this owner was fenced: the one record, set once, asked by all."""
+        self._buffer = params.buffer
         self._interceptors: list[Interceptor] = [factory(params, self) for factory in order]
-        for interceptor in self._interceptors:  # told once, in chain order
-            self.fence.listen(interceptor.on_fenced)
+        listeners = log_listeners(params, self._interceptors)
+        # Only the hooks a listener has are called: one call per listener that cares.
+        self._on_persisted = [
+            (listener, listener.on_persisted)
+            for listener in listeners
+            if _has_hook(listener, "on_persisted")
+        ]
+        self._on_time_tick = [
+            (listener, listener.on_time_tick)
+            for listener in listeners
+            if _has_hook(listener, "on_time_tick")
+        ]
+        for listener in listeners:  # told once, in listener order
+            if _has_hook(listener, "on_fenced"):
+                self.fence.listen(listener.on_fenced)
         append: AppendFunc = _unpersisted
         plain: AppendFunc = _unpersisted
         for interceptor in reversed(self._interceptors):
-            if not _passes_through(interceptor):  # skip pass-throughs
-                append = functools.partial(interceptor.do_append, append=append)
-                if not getattr(interceptor, "passes_plain", False):
-                    plain = functools.partial(interceptor.do_append, append=plain)
+            append = functools.partial(interceptor.do_append, append=append)
+            if not getattr(interceptor, "passes_plain", False):
+                plain = functools.partial(interceptor.do_append, append=plain)
         self.append: AppendFunc = append
         """Append through the chain (a plain attribute: no extra frame per append)."""
         self.append_plain: AppendFunc = plain
         """The same, without the interceptors that pass a plain message through unseen
         (``passes_plain``: no producer id, no transaction): for :meth:`WAL.append`."""
         last = self._interceptors[-1] if self._interceptors else None
-        wrapped = [
-            i
-            for i in self._interceptors[:-1]
-            if not _passes_through(i) and not getattr(i, "passes_plain", False)
-        ]
+        wrapped = [i for i in self._interceptors[:-1] if not getattr(i, "passes_plain", False)]
         self._back_to_back: (
             Callable[[Sequence[MutableMessage]], Awaitable[list[AppendResult | StreamwalError]]]
             | None
         ) = last.do_append_many if isinstance(last, BatchAppender) and not wrapped else None
-        # Only the interceptors that listen are called, once per persisted message.
-        self._persisted_hooks = [
-            (i, i.on_persisted)
-            for i in self._interceptors
-            if not isinstance(i, InterceptorBase)
-            or type(i).on_persisted is not InterceptorBase.on_persisted
-        ]
 
     def find(self, kind: type[_I]) -> _I | None:
         """The chain's interceptor of type ``kind``, if it has one."""
@@ -132,34 +148,40 @@ class InterceptorChain:
             await interceptor.start()
 
     def publish(self, msg: ImmutableMessage) -> None:
-        for interceptor, on_persisted in self._persisted_hooks:
+        """Tell every log listener that ``msg`` is persisted, in listener order."""
+        for listener, on_persisted in self._on_persisted:
             try:
                 on_persisted(msg)
             except Exception:
-                _log.exception("channel %s: %r failed on %s", self._channel, interceptor, msg)
+                _log.exception("channel %s: %r failed on %s", self._channel, listener, msg)
 
     def publish_time_tick(self, time_tick: int) -> None:
-        for interceptor in self._interceptors:
+        """Tell every log listener of an in-memory time tick, in listener order."""
+        for listener, on_time_tick in self._on_time_tick:
             try:
-                interceptor.on_time_tick(time_tick)
+                on_time_tick(time_tick)
             except Exception:
                 _log.exception(
-                    "channel %s: %r failed on tick %d", self._channel, interceptor, time_tick
+                    "channel %s: %r failed on tick %d", self._channel, listener, time_tick
                 )
 
     async def close(self) -> None:
-        """Close the interceptors, last first (the persisting one drains appends first)."""
+        """Close the interceptors, last first (the persisting one drains appends first),
+        then seal the write-ahead buffer: nothing more is published to it, and its
+        readers move on to the backend once they drain it."""
         for interceptor in reversed(self._interceptors):
             try:
                 await interceptor.close()
             except Exception:
                 _log.exception("channel %s: closing %r failed", self._channel, interceptor)
+        self._buffer.seal()
 
 
-def _passes_through(interceptor: Interceptor) -> bool:
-    return (
-        isinstance(interceptor, InterceptorBase)
-        and type(interceptor).do_append is InterceptorBase.do_append
+def _has_hook(listener: LogListener, hook: str) -> bool:
+    """False for an interceptor that keeps :class:`InterceptorBase`'s do-nothing ``hook``."""
+    return not (
+        isinstance(listener, InterceptorBase)
+        and getattr(type(listener), hook) is getattr(InterceptorBase, hook)
     )
 
 

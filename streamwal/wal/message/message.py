@@ -65,16 +65,20 @@ def _check_node_id(source: int | None) -> None:
         raise InvalidInputError(f"source node id must be an int >= 0, got {source!r}")
 
 
+_ID_LIMIT = 2**64
+_UNPAIRED = "a producer id and a sequence number go together (or neither)"
+
+
 def _check_id(name: str, value: int | None) -> None:
     if value is None:
         return
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**64:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _ID_LIMIT:
         raise InvalidInputError(f"{name} must be an int in [0, 2**64), got {value!r}")
 
 
 def _check_exactly_once(producer_id: int | None, sequence: int | None, txn_id: int | None) -> None:
     if (producer_id is None) != (sequence is None):
-        raise InvalidInputError("a producer id and a sequence number go together (or neither)")
+        raise InvalidInputError(_UNPAIRED)
     _check_id("producer id", producer_id)
     _check_id("sequence number", sequence)
     _check_id("transaction id", txn_id)
@@ -292,8 +296,11 @@ def built_mutable(
     cannot guarantee still hold (:class:`~streamwal.errors.InvalidInputError` for a
     reserved property key, or a producer id without a sequence); the type checks of
     ``__post_init__``, once per message a node receives, are left out."""
-    if producer_id is not None or sequence is not None or txn_id is not None:
-        _check_exactly_once(producer_id, sequence, txn_id)
+    if (producer_id is None) != (sequence is None):
+        raise InvalidInputError(_UNPAIRED)
+    # ids are uint64 on the wire, but a batch numbers its messages first + i
+    if sequence is not None and sequence >= _ID_LIMIT:
+        raise InvalidInputError(f"sequence number must be an int in [0, 2**64), got {sequence}")
     return _built(
         type,
         payload,

@@ -94,7 +94,7 @@ async def test_a_late_fencer_is_closed_before_the_next_try_fences() -> None:
     assert fencer.mode == _FENCING and fencer.closed
     assert writer.mode == pulsar.ProducerAccessMode.Exclusive
     assert not writer.evicted and topic.producers == {writer}
-    assert channel._producer is writer
+    assert channel._state.producer is writer
 
 
 async def test_a_creation_still_unanswered_holds_the_next_try_back() -> None:

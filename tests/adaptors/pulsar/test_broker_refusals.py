@@ -12,7 +12,7 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.testing import append_many, read_all, writable
 from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError
-from streamwal.wal.backend import DeliveryPolicy
+from streamwal.wal.backend import DeliveryPolicy, append_entry
 from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
@@ -48,9 +48,9 @@ async def test_a_terminated_topic_fences_its_owner_for_good(stack: StackInfo, un
         assert isinstance(last, dict) and last["entryId"] >= 0  # the broker's last entry
 
         with pytest.raises(ChannelFencedError, match="TopicTerminated"):
-            await asyncio.wait_for(wal.append(b"after-terminate", {}), 10)
+            await asyncio.wait_for(append_entry(wal, b"after-terminate", {}), 10)
         for _ in range(3):  # every later append fails at once, without the broker
-            refused = wal.append(b"later", {})
+            refused = append_entry(wal, b"later", {})
             assert asyncio.isfuture(refused) and refused.done()
             with pytest.raises(ChannelFencedError):
                 await refused
@@ -84,9 +84,9 @@ async def test_over_the_brokers_size_limit_is_invalid_input(
     async with PulsarOpener(config) as opener:
         wal = await writable(opener, channel)
         burst = [
-            wal.append(b"before", {}),
-            wal.append(b"x" * (BROKER_MAX_MESSAGE_SIZE + 1024), {}),
-            wal.append(b"after", {}),
+            append_entry(wal, b"before", {}),
+            append_entry(wal, b"x" * (BROKER_MAX_MESSAGE_SIZE + 1024), {}),
+            append_entry(wal, b"after", {}),
         ]
         before, too_big, after = await asyncio.gather(*burst, return_exceptions=True)
         assert isinstance(too_big, InvalidInputError), too_big
@@ -108,7 +108,7 @@ async def test_a_payload_at_the_configured_limit_is_refused_typed(
     async with PulsarOpener(config) as opener:
         wal = await writable(opener, f"at-limit-{unique}")
         with pytest.raises(InvalidInputError, match="MessageTooBig"):
-            await wal.append(b"x" * config.max_message_size, {})
+            await append_entry(wal, b"x" * config.max_message_size, {})
         await append_many(wal, "ok", 2)  # the channel still takes appends
         await wal.close()
 

@@ -22,7 +22,7 @@ from streamwal.adaptors.testing import (
     writable,
 )
 from streamwal.errors import DecodeError, UnavailableError
-from streamwal.wal.backend import AccessMode, DeliveryPolicy
+from streamwal.wal.backend import AccessMode, DeliveryPolicy, append_entry
 from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
@@ -139,7 +139,7 @@ async def test_a_burst_lands_as_batches_whose_ids_match_what_a_reader_sees(
         payloads = [f"small-{i}".encode() for i in range(count)]
         payloads[SEGMENT_MESSAGES + 7] = b"B" * (SEGMENT_BYTES + 1)
         acked = await asyncio.gather(
-            *(wal.append(p, {"i": str(i)}) for i, p in enumerate(payloads))
+            *(append_entry(wal, p, {"i": str(i)}) for i, p in enumerate(payloads))
         )
         entries = await read_all(opener, f"bursts-{unique}", count)
         assert [e.message_id for e in entries] == list(acked)
@@ -165,7 +165,7 @@ async def test_a_segment_cut_by_stalls_is_placed_by_reading_it_back(
         wal = await writable(opener, channel)
         appends = []
         for i in range(5):
-            appends.append(wal.append(f"stalled-{i}".encode(), {}))
+            appends.append(append_entry(wal, f"stalled-{i}".encode(), {}))
             time.sleep(0.01)
         acked = await asyncio.wait_for(asyncio.gather(*appends), 30)
         assert "reading its middle back" in caplog.text

@@ -32,7 +32,7 @@ from streamwal.errors import (
     UnknownPositionError,
     WriteOutcome,
 )
-from streamwal.wal.backend import AccessMode
+from streamwal.wal.backend import AccessMode, append_entry
 from streamwal.wal.message_id import MessageId
 
 OK = _pulsar.Result.Ok
@@ -214,13 +214,14 @@ async def _channel(**config: Any) -> tuple[PulsarBackendWAL, FakeProducer]:
         nothing,
         prepare_topic=no_preparation,
     )
-    wal._producer = FakeAsyncProducer(fake)
+    wal._state.producer = FakeAsyncProducer(fake)
     return wal, fake
 
 
 async def _append(wal: PulsarBackendWAL, count: int) -> list[asyncio.Future[MessageId]]:
     futures: list[asyncio.Future[MessageId]] = [
-        asyncio.ensure_future(wal.append(f"p{i}".encode(), {"_t": "Insert"})) for i in range(count)
+        asyncio.ensure_future(append_entry(wal, f"p{i}".encode(), {"_t": "Insert"}))
+        for i in range(count)
     ]
     await asyncio.sleep(0)  # the outbox goes out at the end of this iteration
     await asyncio.sleep(0)
@@ -241,12 +242,12 @@ async def test_a_burst_has_receipts_on_its_edges_only() -> None:
     assert [cb is not None for _, cb in fake.open] == [True, False, False, False, True]
     assert fake.land() == 2
     assert await _outcomes(futures) == _ids(0, 0, 1, 2, 3, 4)
-    assert wal._in_flight == 0
+    assert wal._state.in_flight == 0
 
 
 async def test_appends_go_out_as_they_come_but_one_is_held_back() -> None:
     wal, fake = await _channel()
-    futures = [wal.append(b"x", {}) for _ in range(3)]
+    futures = [append_entry(wal, b"x", {}) for _ in range(3)]
     assert len(fake.open) == 2  # the third waits: is it the last of the iteration?
     await asyncio.sleep(0)
     assert [cb is not None for _, cb in fake.open] == [True, False, True]
@@ -257,7 +258,7 @@ async def test_appends_go_out_as_they_come_but_one_is_held_back() -> None:
 async def test_one_append_per_iteration_has_its_own_receipt() -> None:
     wal, fake = await _channel()
     for i in range(3):
-        future = wal.append(b"x", {})
+        future = append_entry(wal, b"x", {})
         await asyncio.sleep(0)
         assert [cb is not None for _, cb in fake.open] == [True] * (i + 1)
     fake.close_batch()
@@ -320,8 +321,8 @@ async def test_a_segment_cut_twice_has_its_middle_read_back_from_the_log() -> No
     assert await _outcomes(futures) == _ids(0, -1) + _ids(1, 0, 1) + _ids(2, -1)
     assert segment_count("c", READ_BACK) == read_back + 1
     assert not wal.is_fenced  # the gap between the edges was not taken for another producer
-    assert all(reader.closed for reader in wal._client.readers)
-    assert wal._in_flight == 0
+    assert all(reader.closed for reader in wal._state.client.readers)
+    assert wal._state.in_flight == 0
     more = await _append(wal, 3)
     fake.land_all()
     assert await _outcomes(more) == _ids(3, 0, 1, 2)
@@ -348,7 +349,7 @@ async def test_a_refused_middle_message_fails_alone_and_makes_the_rest_unknown()
     assert isinstance(refused, UnavailableError)
     assert isinstance(third, UnknownPositionError)
     assert first == PulsarMessageId(7, 0, 0) and last == PulsarMessageId(7, 0, 2)
-    assert wal._in_flight == 0
+    assert wal._state.in_flight == 0
 
 
 @pytest.mark.parametrize("same_payloads", [False, True], ids=["distinct", "identical"])
@@ -364,14 +365,14 @@ async def test_a_message_dropped_without_a_word_is_not_taken_for_landed(
     fake.drop = {2}
     payloads = [b"same" if same_payloads else f"p{i}".encode() for i in range(5)]
     futures: list[asyncio.Future[MessageId]] = [
-        asyncio.ensure_future(wal.append(payload, {})) for payload in payloads
+        asyncio.ensure_future(append_entry(wal, payload, {})) for payload in payloads
     ]
     await asyncio.sleep(0)
     fake.land_all()
     outcomes = await _outcomes(futures)
     assert outcomes[0] == PulsarMessageId(7, 0, 0)
     assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:])
-    assert wal._in_flight == 0
+    assert wal._state.in_flight == 0
     assert segment_count("c", UNPLACED) == unplaced + 1
     # what lies between its entries is not what this owner sent: it stops writing
     assert wal.is_fenced
@@ -392,9 +393,9 @@ async def test_appends_beyond_the_pending_limit_are_refused_not_queued() -> None
 
 async def test_a_bad_property_fails_its_own_entry_only() -> None:
     wal, fake = await _channel()
-    good = asyncio.ensure_future(wal.append(b"a", {"k": "v"}))
-    bad = asyncio.ensure_future(wal.append(b"b", {"k": 5}))  # type: ignore[dict-item]
-    also = asyncio.ensure_future(wal.append(b"c", {"k": "v"}))
+    good = asyncio.ensure_future(append_entry(wal, b"a", {"k": "v"}))
+    bad = asyncio.ensure_future(append_entry(wal, b"b", {"k": 5}))  # type: ignore[dict-item]
+    also = asyncio.ensure_future(append_entry(wal, b"c", {"k": "v"}))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     fake.land_all()
@@ -427,7 +428,7 @@ async def test_closing_as_a_read_back_starts_still_answers_its_middle() -> None:
     outcomes = await _outcomes(futures)
     assert outcomes[0] == PulsarMessageId(7, 0, -1)
     assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:])
-    assert wal._in_flight == 0
+    assert wal._state.in_flight == 0
 
 
 async def test_closing_during_a_read_back_does_not_fence_a_healthy_channel() -> None:
@@ -446,7 +447,7 @@ async def test_closing_during_a_read_back_does_not_fence_a_healthy_channel() -> 
     assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:])
     later = await _outcomes(second)
     assert all(type(o) is UnknownPositionError for o in later), later
-    assert not wal.is_fenced and wal._in_flight == 0
+    assert not wal.is_fenced and wal._state.in_flight == 0
 
 
 def _record(into: list[tuple[Any, Any]], message_id: Any, error: Any) -> None:
@@ -506,13 +507,13 @@ async def test_random_cuts_refusals_and_failures_against_a_model(seed: int) -> N
         fake.land_all()
     for _ in range(3):
         await asyncio.sleep(0)
-    while wal._readbacks:
-        await asyncio.wait(list(wal._readbacks))
+    while wal._readback.tasks:
+        await asyncio.wait(list(wal._readback.tasks))
     await asyncio.sleep(0)
     for i, _, error in _answered_once_at_logged_ids(answers, fake, payloads):
         if error is not None and not troubled and not close:
             raise AssertionError((i, error))  # nothing went wrong: everything is placed
-    assert wal._in_flight == 0
+    assert wal._state.in_flight == 0
     # an edge refused by send_async itself resolves its segment out of log order and
     # can still trip the interleaving guard: only asserted without such refusals
     assert not wal.is_fenced or fake.refuse
@@ -534,7 +535,7 @@ async def test_a_foreign_entry_inside_a_cut_segment_fences_before_anything_after
     assert outcomes[0] == PulsarMessageId(7, 0, -1)
     assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:])
     assert all(isinstance(o, ChannelFencedError) for o in await _outcomes(second))
-    assert wal.is_fenced and wal._in_flight == 0
+    assert wal.is_fenced and wal._state.in_flight == 0
 
 
 async def test_a_middle_batch_that_failed_alone_does_not_shift_the_ids_after_it() -> None:
@@ -617,8 +618,8 @@ async def test_read_backs_foreign_entries_and_closes_against_a_model(seed: int) 
     rng = random.Random(seed)
     wal, fake = await _channel()
     client = SlowClient(fake, rng, fail=0.02 if rng.random() < 0.3 else 0.0)
-    wal._client = client
-    wal._producer = SlowClosingProducer(fake, rng)
+    wal._state.client = client
+    wal._state.producer = SlowClosingProducer(fake, rng)
     total = rng.randrange(1, 150)
     fake.cut_before = {i for i in range(total) if rng.random() < rng.choice([0.1, 0.3, 0.6])}
     foreign_rate = 0.05 if rng.random() < 0.3 else 0.0
@@ -633,7 +634,7 @@ async def test_read_backs_foreign_entries_and_closes_against_a_model(seed: int) 
         for _ in range(min(rng.randrange(1, 40), total - sent)):
             wal.submit(payloads[sent], {}, functools.partial(_record, answers[sent]))
             sent += 1
-        if close_at is not None and sent >= close_at and not wal._closed:
+        if close_at is not None and sent >= close_at and not wal._state.closed:
             await asyncio.sleep(0)
             fake.land_all()  # receipts queued; read-backs they start are cancelled at once
             await wal.close()
@@ -645,21 +646,21 @@ async def test_read_backs_foreign_entries_and_closes_against_a_model(seed: int) 
                 fake.log.append((FakeId(7, fake.next_entry, -1), b"foreign", {}))
                 fake.next_entry += 1
             fake.land()
-    if not wal._closed:
+    if not wal._state.closed:
         await asyncio.sleep(0)
         fake.land_all()
     for _ in range(10):
         await asyncio.sleep(0)
-        while wal._readbacks:
-            await asyncio.wait(list(wal._readbacks))
+        while wal._readback.tasks:
+            await asyncio.wait(list(wal._readback.tasks))
     for i, message_id, error in _answered_once_at_logged_ids(answers, fake, payloads):
         # (an edge dropped while the other landed resets the guard: not asserted then)
         if error is None and foreign and not fake.drop:
             assert message_id.sort_key() < foreign[0].sort_key(), i
-    assert wal._in_flight == 0
-    assert wal._deferred is None
+    assert wal._state.in_flight == 0
+    assert wal._readback._deferred is None
     healthy = not foreign and not fake.drop and not client.failed
-    assert not (healthy and wal.is_fenced), wal._fenced
+    assert not (healthy and wal.is_fenced), wal._state.fenced
     if healthy and close_at is None:
         assert all(error is None for got in answers.values() for _, error in got)
 
@@ -687,7 +688,7 @@ async def test_a_callback_that_raises_does_not_strand_receipts_behind_a_read_bac
     later = await _append(wal, 3)
     fake.land_all()
     assert await _outcomes(later) == _ids(2, 1, 2, 3)
-    assert len(answers) == 3 and wal._deferred is None and wal._in_flight == 0
+    assert len(answers) == 3 and wal._readback._deferred is None and wal._state.in_flight == 0
 
 
 async def test_every_failed_append_says_whether_it_may_be_in_the_log() -> None:
@@ -722,13 +723,13 @@ async def test_appends_answered_without_a_position_are_placed_from_the_log() -> 
     segment = await _append(wal, 3)
     fake.land(unpositioned=True)
     assert await _outcomes(segment) == _ids(1, 0, 1, 2)
-    lone = asyncio.ensure_future(wal.append(b"lone", {"_t": "Insert"}))
+    lone = asyncio.ensure_future(append_entry(wal, b"lone", {"_t": "Insert"}))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     fake.land(unpositioned=True)
     assert await _outcomes([lone]) == [PulsarMessageId(7, 2, -1)]
     assert segment_count("c", READ_BACK) == read_back + 2
-    assert wal._in_flight == 0 and not wal.is_fenced
+    assert wal._state.in_flight == 0 and not wal.is_fenced
     more = await _append(wal, 2)  # the guard goes on from the placed ids
     fake.land()
     assert await _outcomes(more) == _ids(3, 0, 1)
@@ -746,7 +747,7 @@ async def test_the_same_bytes_with_other_properties_are_not_taken_for_the_append
     fake.land(unpositioned=True)
     (outcome,) = await _outcomes(again)
     assert isinstance(outcome, UnknownPositionError)
-    assert wal._in_flight == 0
+    assert wal._state.in_flight == 0
 
 
 async def test_after_an_unknown_outcome_an_unpositioned_append_is_not_placed() -> None:

@@ -12,7 +12,7 @@ from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.adaptors.testing import writable
 from streamwal.errors import ChannelFencedError
-from streamwal.wal.backend import BackendMessage
+from streamwal.wal.backend import BackendMessage, append_entry
 from streamwal.wal.message_id import MessageId
 from streamwal_lab.stack import StackInfo
 
@@ -36,7 +36,7 @@ async def test_takeover_during_appends_loses_nothing_acknowledged(
             while True:
                 payload = f"a-{writer}-{seq}".encode()
                 try:
-                    message_id = await a.append(payload, {"who": "a"})
+                    message_id = await append_entry(a, payload, {"who": "a"})
                 except ChannelFencedError:
                     fenced.set()
                     return
@@ -55,10 +55,10 @@ async def test_takeover_during_appends_loses_nothing_acknowledged(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         with pytest.raises(ChannelFencedError):
-            await a.append(b"a-after-takeover", {"who": "a"})
-        acked_b = [await b.append(f"b-{i}".encode(), {"who": "b"}) for i in range(20)]
+            await append_entry(a, b"a-after-takeover", {"who": "a"})
+        acked_b = [await append_entry(b, f"b-{i}".encode(), {"who": "b"}) for i in range(20)]
         # B's last word: an entry of A landing late would be after it, or between B's
-        acked_b.append(await b.append(b"b-sentinel", {"who": "b"}))
+        acked_b.append(await append_entry(b, b"b-sentinel", {"who": "b"}))
         await a.close()  # A's producer is gone: nothing of A can land after this read
 
         log = await read_to_the_end(node_b, config.topic(channel))

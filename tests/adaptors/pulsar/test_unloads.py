@@ -11,38 +11,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import pulsar
 import pytest
 
-from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.adaptors.testing import writable
+from streamwal.wal.backend import append_entry
 from streamwal.wal.message_id import MessageId
 from streamwal_lab.stack import StackInfo
+from tests.adaptors.pulsar.topic_log import key, read_log
 
 pytestmark = pytest.mark.integration
 
 APPENDERS = 8
 UNLOADS = 10
-
-
-def _read_log(service_url: str, topic: str) -> dict[tuple[int, int, int], bytes]:
-    """Every message of the topic by (ledger, entry, batch index), with a plain reader."""
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    try:
-        reader = client.create_reader(topic, pulsar.MessageId.earliest)
-        log: dict[tuple[int, int, int], bytes] = {}
-        while reader.has_message_available():
-            message = reader.read_next(10_000)
-            log[_key(PulsarMessageId.from_pulsar(message.message_id()))] = message.data()
-        return log
-    finally:
-        client.close()
-
-
-def _key(at: MessageId) -> tuple[int, int, int]:
-    assert isinstance(at, PulsarMessageId)
-    return (at.ledger, at.entry, max(at.batch_index, 0))
 
 
 async def test_ten_unloads_under_eight_appenders_fail_no_append(
@@ -63,7 +45,7 @@ async def test_ten_unloads_under_eight_appenders_fail_no_append(
             while not stop.is_set():
                 payload = f"{writer}-{seq}".encode()
                 try:
-                    acked.append((await wal.append(payload, {"w": str(writer)}), payload))
+                    acked.append((await append_entry(wal, payload, {"w": str(writer)}), payload))
                 except Exception as exc:
                     failed.append(exc)
                 seq += 1
@@ -83,8 +65,8 @@ async def test_ten_unloads_under_eight_appenders_fail_no_append(
         with contextlib.suppress(Exception):
             await wal.close()
     assert not failed, f"{len(failed)} failed appends, first: {failed[0]!r}"
-    log = await asyncio.to_thread(_read_log, stack.pulsar_url, topic)
-    misplaced = [(at, payload) for at, payload in acked if log.get(_key(at)) != payload]
+    log = await asyncio.to_thread(read_log, stack.pulsar_url, topic)
+    misplaced = [(at, payload) for at, payload in acked if log.get(key(at)) != payload]
     assert not misplaced, f"{len(misplaced)} acknowledged appends not at their id: {misplaced[:3]}"
     assert len(log) == len(acked) == len(set(log.values()))  # each once, nothing else
     assert len({at for at, _ in acked}) == len(acked)

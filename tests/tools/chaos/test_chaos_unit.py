@@ -16,10 +16,10 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
 from streamwal.errors import ChannelFencedError, UnknownPositionError
-from streamwal.node.runtime import _OffsetFileClock
 from streamwal.verify.history import HistoryReport, Violation
 from streamwal.wal.backend import AccessMode, settle_future
 from streamwal_lab.chaos.cli import BEGIN, END, update_doc
+from streamwal_lab.chaos.clock_node import OffsetFileClock
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult, failures_table, markdown_table, text_table
 from streamwal_lab.chaos.runner import run_scenario
@@ -122,7 +122,7 @@ async def test_the_runner_turns_a_crash_or_an_overrun_into_a_problem(tmp_path: P
 
 def test_the_test_clock_follows_the_offset_file(tmp_path: Path) -> None:
     path = tmp_path / "clock.ms"
-    clock = _OffsetFileClock(path)
+    clock = OffsetFileClock(path)
     now = time.time_ns() // 1_000_000
     assert abs(clock.wall_ms() - now) < 1000  # no file: no offset
     path.write_text("-30000")
@@ -167,7 +167,7 @@ async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner()
 
     def answer(ledger: int, entry: int, batch: int = -1) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = loop.create_future()
-        backend._complete(
+        backend._state.complete(
             functools.partial(settle_future, future), _pulsar.Result.Ok, _Id(ledger, entry, batch)
         )
         return future
@@ -188,7 +188,7 @@ async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner()
     with pytest.raises(ChannelFencedError):
         after.result()
     failed: asyncio.Future[Any] = loop.create_future()
-    backend._complete(functools.partial(settle_future, failed), _pulsar.Result.Timeout, None)
+    backend._state.complete(functools.partial(settle_future, failed), _pulsar.Result.Timeout, None)
     with pytest.raises(ChannelFencedError):
         failed.result()
 

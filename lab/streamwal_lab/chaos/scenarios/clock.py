@@ -1,11 +1,12 @@
 """A clock jump back on the TSO leader, and a leader change to a node whose clock is behind.
 
 Nodes 1 and 2 run the oracle in-process, each with a test clock (the wall clock plus
-an offset read from a file, see :mod:`streamwal.node.runtime`). Each round moves the leader's
-clock back by 10 to 60 seconds while appends go on (its physical time must hold, not
-go back), puts the other candidate's clock behind as well, then kills the leader: the
-candidate takes over with a clock behind the saved window and must start above it.
-Every time tick in every channel must stay above the ones before it.
+an offset read from a file, see :mod:`streamwal_lab.chaos.clock_node`). Each round
+moves the leader's clock back by 10 to 60 seconds while appends go on (its physical
+time must hold, not go back), puts the other candidate's clock behind as well, then
+kills the leader: the candidate takes over with a clock behind the saved window and
+must start above it. Every time tick in every channel must stay above the ones before
+it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from streamwal.node.runtime import TEST_CLOCK_ENV
+from streamwal_lab.chaos.clock_node import clock_node_command
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios.common import (
@@ -37,7 +38,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     for path in clocks:
         path.write_text("0")
     nodes = await candidates(
-        env, prefix, ({TEST_CLOCK_ENV: str(clocks[0])}, {TEST_CLOCK_ENV: str(clocks[1])})
+        env, prefix, (clock_node_command(clocks[0]), clock_node_command(clocks[1]))
     )
     clock_of = {nodes[0].address: clocks[0], nodes[1].address: clocks[1]}
     home, traffic = await channel_per_node(env, result, nodes, "clock")

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 from streamwal_lab.chaos.env import ChaosEnv, node_settings
-from streamwal_lab.chaos.nodes import NodeProcess
+from streamwal_lab.chaos.nodes import SERVE, NodeProcess
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios.common import (
     channel_per_node,
@@ -30,14 +31,17 @@ __all__ = ["candidates", "run"]
 
 
 async def candidates(
-    env: ChaosEnv, key_prefix: str, envs: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    env: ChaosEnv,
+    key_prefix: str,
+    commands: tuple[Sequence[str], Sequence[str]] = (SERVE, SERVE),
 ) -> list[NodeProcess]:
-    """Nodes 1 and 2 run the oracle in-process; node 3 asks them (started, in order)."""
+    """Nodes 1 and 2 run the oracle in-process, each started with its ``commands``
+    entry; node 3 asks them (started, in order)."""
     tso = {"mode": "in-process", "key_prefix": key_prefix, "batch_size": 100}
     settings = node_settings(env.pulsar_url, env.etcd_endpoint, tso)
-    one = env.node(1, settings, env=envs[0])
+    one = env.node(1, settings, commands[0])
     await one.start()
-    two = env.node(2, settings, env=envs[1])
+    two = env.node(2, settings, commands[1])
     await two.start()
     remote = {"mode": "remote", "remote_addresses": [one.address, two.address], "batch_size": 100}
     three = env.node(3, node_settings(env.pulsar_url, env.etcd_endpoint, remote))

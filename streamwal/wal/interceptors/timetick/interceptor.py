@@ -95,12 +95,17 @@ class TimeTickInterceptor(InterceptorBase):
         try:
             while True:
                 attempt += 1
-                self._check_usable()
+                if attempt > 1:
+                    self._check_usable()
                 try:
                     if attempt > 1:
                         await self._backend.ensure_writable()
+                    # the fast lane checks where it stamps (.writer); the slow one first,
+                    # so a fenced or closing WAL never waits for an allocation
                     stamped = self._writer.write_now(msg)
                     if stamped is None:
+                        if attempt == 1:
+                            self._check_usable()
                         stamped = await self._writer.write(msg)
                     time_tick, future = stamped
                     sent_after = self._sequencer.last_confirmed

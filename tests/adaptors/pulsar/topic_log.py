@@ -1,0 +1,30 @@
+"""What a topic holds, read with a plain client: the yardstick of what a test's
+appends were acknowledged as."""
+
+from __future__ import annotations
+
+import pulsar
+
+from streamwal.adaptors.pulsar import PulsarMessageId
+from streamwal.wal.message_id import MessageId
+
+__all__ = ["key", "read_log"]
+
+
+def read_log(service_url: str, topic: str) -> dict[tuple[int, int, int], bytes]:
+    """Every message of the topic by (ledger, entry, batch index), with a plain reader."""
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        log: dict[tuple[int, int, int], bytes] = {}
+        while reader.has_message_available():
+            message = reader.read_next(10_000)
+            log[key(PulsarMessageId.from_pulsar(message.message_id()))] = message.data()
+        return log
+    finally:
+        client.close()
+
+
+def key(at: MessageId) -> tuple[int, int, int]:
+    assert isinstance(at, PulsarMessageId)
+    return (at.ledger, at.entry, max(at.batch_index, 0))
