@@ -262,6 +262,11 @@ class EchoServer:
     ) -> None:
         await self._stop()
 
+    @property
+    def pid(self) -> int:
+        """The server's process id, inside the block (its CPU time is read from it)."""
+        return _inside(self._proc).pid
+
     async def unary(self, payload: bytes) -> object:
         return pb.ProduceResponse.FromString(await _inside(self._unary)(_request(payload)))
 

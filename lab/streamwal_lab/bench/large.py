@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_RAW_MESSAGE_BYTES",
     "LARGE_SIDES",
     "run_large_bench",
+    "with_mb",
 ]
 
 MiB = 1024 * 1024
@@ -114,7 +115,7 @@ async def run_large_bench(
     }
 
 
-def _with_mb(figures: dict[str, float], size: int) -> dict[str, float]:
+def with_mb(figures: dict[str, float], size: int) -> dict[str, float]:
     """A timed run's figures with its MB/s (10^6 bytes: the unit disks and links use)."""
     return {**figures, "mb_per_s": round(figures["per_s"] * size / 1e6, 1)}
 
@@ -157,7 +158,7 @@ async def _cell(
         for _ in range(repeats):
             for side in LARGE_SIDES:
                 figures = await timed_appends(appends[side], payload, conc, seconds)
-                runs[side].append(_with_mb(figures, size))
+                runs[side].append(with_mb(figures, size))
     finally:
         await wal.close()
         await producer.close()

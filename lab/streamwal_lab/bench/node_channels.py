@@ -37,14 +37,16 @@ from streamwal_lab.bench.stats import median_of, ratio, summarize
 from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
-__all__ = ["DEFAULT_NODE_CHANNELS", "run_node_channels_bench"]
+__all__ = ["DEFAULT_NODE_CHANNELS", "run_node_channels_bench", "timed_spread"]
 
 DEFAULT_NODE_CHANNELS = (16, 256)
 
 Append = Callable[[bytes], Awaitable[object]]
 
 
-async def _spread(appends: Sequence[Append], payload: bytes, seconds: float) -> dict[str, float]:
+async def timed_spread(
+    appends: Sequence[Append], payload: bytes, seconds: float
+) -> dict[str, float]:
     """One task per append function, each appending back to back for ``seconds``."""
     latencies: list[float] = []
     loop = asyncio.get_running_loop()
@@ -138,11 +140,11 @@ async def _point(
         ceiling_appends: list[Append] = [e.append for e in echoes]
         sides = {"node": node_appends, "raw": raw_appends, "ceiling": ceiling_appends}
         for appends in sides.values():
-            await _spread(appends, payload, warmup_s)
+            await timed_spread(appends, payload, warmup_s)
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for _ in range(repeats):
             for side, appends in sides.items():
-                timed = functools.partial(_spread, appends, payload, seconds)
+                timed = functools.partial(timed_spread, appends, payload, seconds)
                 if side == "ceiling":  # after the raw side of this repeat: its mean latency
                     raw_latency_s = appenders / max(runs["raw"][-1]["per_s"], 1.0)
                     runs[side].append(await echo.timed_after(raw_latency_s, timed))

@@ -118,6 +118,13 @@ class BenchNode:
         if exc is None and self.exit_code == 0 and not self._keep_log:
             self.log_path.unlink(missing_ok=True)
 
+    @property
+    def pid(self) -> int:
+        """The node's process id, once started (its CPU time is read from it)."""
+        if self._proc is None:
+            raise RuntimeError("the node is not started")
+        return self._proc.pid
+
     def log_tail(self, lines: int = 20) -> str:
         text = self.log_path.read_text(errors="replace")
         return "\n".join(text.strip().splitlines()[-lines:])

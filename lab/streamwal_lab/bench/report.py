@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from streamwal_lab.bench.cpu import CPU_KEY
+
 __all__ = ["clean", "markdown", "write"]
 
 
@@ -415,6 +417,87 @@ def _large_md(r: dict[str, Any]) -> list[str]:
     )
 
 
+def _node_load_md(r: dict[str, Any]) -> list[str]:
+    lines = [
+        f"Two nodes in child processes: default trace sampling (node) and every call "
+        f"traced (100 %); {r['repeats']} interleaved runs of {r['seconds_per_run']:g} s per "
+        "cell, medians; latencies in ms; CPU: microseconds of the serving process per "
+        "append (per message in batches).",
+        "",
+    ]
+    lat = r.get("latency")
+    if lat is not None:
+        rows = [["WAL direct", lat["wal"]["per_s"], "-", lat["wal"]["p50_ms"],
+                 lat["wal"]["p99_ms"], "-", "-", "-", "-"]]  # fmt: skip
+        for kind, label in (("unary", "Produce"), ("stream", "ProduceStream")):
+            for node, sampling in (("node", ""), ("node_full", ", 100 %")):
+                side = f"{node}_{kind}"
+                f = lat[side]
+                rows.append(
+                    [f"{label}{sampling}", f["per_s"], lat[f"{side}_vs_wal_ratio"], f["p50_ms"],
+                     f["p99_ms"], lat[f"{side}_added_p50_ms"], lat[f"{side}_added_p99_ms"],
+                     f[CPU_KEY], lat[f"{side}_cpu_vs_echo_ratio"]]
+                )  # fmt: skip
+            echo = lat[f"echo_{kind}"]
+            rows.append(
+                [f"gRPC echo, {kind}", echo["per_s"], "-", echo["p50_ms"], echo["p99_ms"],
+                 "-", "-", echo[CPU_KEY], "-"]
+            )  # fmt: skip
+        lines += [f"Latency: {lat['callers']} callers, one append in flight each, "
+                  f"{lat['payload_bytes']} B; added: node minus WAL direct.", ""]  # fmt: skip
+        lines += _table(
+            ["path", "appends/s", "/WAL", "p50", "p99", "added p50", "added p99",
+             "CPU us", "CPU/echo"],
+            rows,
+        )  # fmt: skip
+    carried = r.get("carried", [])
+    if carried:
+        lines += [f"Carried load: {r['streams']} streams x {r['depth']} appends in flight "
+                  "against the WAL with as many in flight.", ""]  # fmt: skip
+        lines += _table(
+            ["payload B", "WAL/s", "node/s", "node/WAL", "100 %/s", "100 %/WAL",
+             "CPU us", "CPU us 100 %"],
+            [[c["payload_bytes"], c["wal"]["per_s"], c["node"]["per_s"], c["node_vs_wal_ratio"],
+              c["node_full"]["per_s"], c["node_full_vs_wal_ratio"], c["node"][CPU_KEY],
+              c["node_full"][CPU_KEY]] for c in carried],
+        )  # fmt: skip
+    large = r.get("large", [])
+    if large:
+        lines += [f"Large messages: {r['large_callers']} callers, Produce against the raw "
+                  "producer; MB = 10^6 bytes.", ""]  # fmt: skip
+        lines += _table(
+            ["message KiB", "raw MB/s", "node MB/s", "node/raw", "100 % MB/s", "100 %/raw",
+             "node p99 ms", "raw p99 ms"],
+            [[c["message_bytes"] // 1024, c["raw"]["mb_per_s"], c["node"]["mb_per_s"],
+              c["node_vs_raw_ratio"], c["node_full"]["mb_per_s"], c["node_full_vs_raw_ratio"],
+              c["node"]["p99_ms"], c["raw"]["p99_ms"]] for c in large],
+        )  # fmt: skip
+    channels = r.get("channels", [])
+    if channels:
+        lines += [f"Many channels, pipelined: streams spread over the channels, "
+                  f"{r['depth']} appends in flight each, against as many raw producers.",
+                  ""]  # fmt: skip
+        lines += _table(
+            ["channels", "streams", "raw/s", "node/s", "node/raw", "100 %/s", "100 %/raw"],
+            [[p["channels"], p["appenders"], p["raw"]["per_s"], p["node"]["per_s"],
+              p["node_vs_raw_ratio"], p["node_full"]["per_s"], p["node_full_vs_raw_ratio"]]
+             for p in channels],
+        )  # fmt: skip
+    b = r.get("batches")
+    if b is not None:
+        lines += [f"Batches: {b['callers']} callers x {b['batch']} messages of "
+                  f"{b['payload_bytes']} B (ProduceBatch, WAL.append_many).", ""]  # fmt: skip
+        lines += _table(
+            ["path", "messages/s", "/WAL", "batch p99 ms", "CPU us"],
+            [["WAL append_many", b["wal"]["per_s"], "-", b["wal"]["batch_p99_ms"], "-"],
+             ["node", b["node"]["per_s"], b["node_vs_wal_ratio"], b["node"]["batch_p99_ms"],
+              b["node"][CPU_KEY]],
+             ["node, 100 %", b["node_full"]["per_s"], b["node_full_vs_wal_ratio"],
+              b["node_full"]["batch_p99_ms"], b["node_full"][CPU_KEY]]],
+        )  # fmt: skip
+    return lines
+
+
 _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "append": ("Append: WAL vs raw producer", _append_md),
     "open": ("Open to ready", _open_md),
@@ -429,6 +512,7 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "reads": ("Read paths vs a raw reader", _reads_md),
     "node-channels": ("Many channels through the node", _node_channels_md),
     "large-messages": ("Large messages: chunked appends vs raw 1 MiB sends", _large_md),
+    "node-load": ("A node at load, default and full trace sampling", _node_load_md),
 }
 
 
@@ -443,11 +527,15 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     if report["targets"]:
+        # the column of figures measured beside on a node tracing every call, if any were
+        beside = any(t.get("full_sampling") is not None for t in report["targets"])
         lines += ["### Targets", ""]
         lines += _table(
-            ["suite", "target", "bound", "this run", "met", "ceiling here"],
+            ["suite", "target", "bound", "this run", "met", "ceiling here"]
+            + (["100 % sampling"] if beside else []),
             [
                 [t["suite"], t["name"], t["bound"], t["value"], t["met"], t.get("ceiling")]
+                + ([t.get("full_sampling")] if beside else [])
                 for t in report["targets"]
             ],
         )

@@ -27,6 +27,13 @@ from streamwal_lab.bench.node import (
     run_node_bench,
 )
 from streamwal_lab.bench.node_channels import DEFAULT_NODE_CHANNELS, run_node_channels_bench
+from streamwal_lab.bench.node_load import (
+    CELLS,
+    DEFAULT_LOAD_CHANNELS,
+    DEFAULT_LOAD_LARGE_SIZES,
+    DEFAULT_LOAD_PAYLOADS,
+    run_node_load_bench,
+)
 from streamwal_lab.bench.open import run_open_bench
 from streamwal_lab.bench.pipelined import DEFAULT_PIPELINED_PAYLOADS, run_pipelined_bench
 from streamwal_lab.bench.reads import run_reads_bench
@@ -326,6 +333,77 @@ async def _large(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def _cells(text: str) -> list[str]:
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [v for v in values if v not in CELLS]
+    if not values or unknown:
+        raise argparse.ArgumentTypeError(f"cells among {', '.join(CELLS)}, got {text!r}")
+    return values
+
+
+def _node_load_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cells",
+        type=_cells,
+        default=list(CELLS),
+        help=f"which cells (default {','.join(CELLS)})",
+    )
+    p.add_argument("--callers", type=int, default=32, help="latency cell: callers")
+    p.add_argument(
+        "--payloads",
+        type=_ints,
+        default=list(DEFAULT_LOAD_PAYLOADS),
+        help=f"carried cell: payload sizes (default {_joined(DEFAULT_LOAD_PAYLOADS)})",
+    )
+    p.add_argument("--streams", type=int, default=32, help="carried cell: streams")
+    p.add_argument(
+        "--depth", type=int, default=16, help="carried and channels cells: appends in flight"
+    )
+    p.add_argument(
+        "--large-sizes",
+        type=_ints,
+        default=list(DEFAULT_LOAD_LARGE_SIZES),
+        help=f"large cell: message sizes, up to 5 MiB "
+        f"(default {_joined(DEFAULT_LOAD_LARGE_SIZES)})",
+    )
+    p.add_argument("--large-callers", type=int, default=4, help="large cell: callers")
+    p.add_argument(
+        "--channels",
+        type=_ints,
+        default=list(DEFAULT_LOAD_CHANNELS),
+        help=f"channels cell: channel counts (default {_joined(DEFAULT_LOAD_CHANNELS)})",
+    )
+    p.add_argument(
+        "--min-appenders",
+        type=int,
+        default=32,
+        help="channels cell: streams (one a channel at least)",
+    )
+    p.add_argument("--batch", type=int, default=256, help="batches cell: messages per call")
+    p.add_argument("--batch-callers", type=int, default=4, help="batches cell: callers")
+    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per cell")
+
+
+async def _node_load(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_node_load_bench(
+        target,
+        cells=a.cells,
+        callers=a.callers,
+        payloads=a.payloads,
+        streams=a.streams,
+        depth=a.depth,
+        large_sizes=a.large_sizes,
+        large_callers=a.large_callers,
+        channels=a.channels,
+        min_appenders=a.min_appenders,
+        batch=a.batch,
+        batch_callers=a.batch_callers,
+        seconds=a.seconds,
+        repeats=a.repeats,
+    )
+
+
 SUITES: dict[str, Suite] = {
     s.name: s
     for s in (
@@ -385,6 +463,13 @@ SUITES: dict[str, Suite] = {
             "16 MiB messages (chunked): MB/s through the WAL and a node vs raw 1 MiB sends",
             _large_args,
             _large,
+        ),
+        Suite(
+            "node-load",
+            "a node at load, default and full trace sampling: added latency, carried load, "
+            "large messages, many channels pipelined, batches, CPU per append",
+            _node_load_args,
+            _node_load,
         ),
     )
 }

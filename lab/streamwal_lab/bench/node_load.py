@@ -1,0 +1,546 @@
+"""The node-load suite: what one node adds over its WAL, and what it carries, at load.
+
+The node suite answers one question per caller with one append in flight; this one
+asks what a deployed node is judged by: the latency it adds, the load it carries with
+many appends in flight, large messages, many channels pipelined, and the CPU each
+append costs it. Every cell runs its sides in turn, ``repeats`` times, interleaved, so
+a burst from another process hits every side; its figures are the medians and its
+ratios are taken between sides of the same run.
+
+Two nodes run as child processes (:mod:`streamwal_lab.bench.node_process`), alike but
+for tracing: ``node`` samples as a deployed node does by default (a share of new root
+traces), ``node_full`` traces every call (``OTEL_TRACES_SAMPLER=always_on``). Both
+export where the target's collector is. Each cell runs the two as sides of their own,
+interleaved with the others, so the cost of tracing everything is measured beside the
+default's in the same run rather than in another run on a differently loaded machine.
+Targets are judged on the default; the full-sampling figure is reported beside.
+
+The cells:
+
+- ``latency``: ``callers`` (32) callers, one append in flight each, 128 B: the WAL
+  appending directly in this process, ``Produce`` and ``ProduceStream`` (a stream per
+  caller) on each node, and the gRPC echo server (:mod:`streamwal_lab.bench.grpc_echo`,
+  untraced, nothing behind it) called the same two ways: its round trip is the floor of
+  what any grpc.aio servicer costs here. The node's added latency is its p50 (p99)
+  minus the WAL's; the p50 is judged against the echo's round trip, the p99 against
+  the WAL's own p99. The node's and the echo server's CPU per call come from the same
+  runs (:mod:`streamwal_lab.bench.cpu`): the echo server's is what gRPC itself costs a
+  process per call, so the node's over it is what the servicer, the WAL and telemetry
+  cost.
+- ``carried``: ``streams`` (32) ``ProduceStream`` calls with ``depth`` (16) appends in
+  flight on each, against the WAL with as many appends in flight: throughput once
+  latency no longer bounds it, at each payload size.
+- ``large``: ``Produce`` of 64 KiB and 1 MiB messages from ``large_callers`` callers,
+  against the raw producer (:mod:`streamwal_lab.bench.raw`) sending the same messages,
+  MB/s. Several callers: with one, the ratio is a round trip's (the latency cell's
+  question); the sizes stay within the broker's 5 MiB, so the node does not chunk (the
+  large-messages suite measures chunking); the raw side sends a message above 1 MiB as
+  1 MiB pieces at once, as that suite does.
+- ``channels``: ``max(min_appenders, N)`` streams spread round-robin over N channels
+  of each node, ``depth`` appends in flight on each, against N raw producers with the
+  same appends in flight: many channels with nobody waiting for one append at a time.
+- ``batches``: ``batch_callers`` callers sending ``ProduceBatch`` calls of ``batch``
+  128 B messages, against ``WAL.append_many`` alike (:mod:`streamwal_lab.bench.pipelined`
+  compares both with a raw ``send_async`` loop): the messages/s one node carries, the
+  figure its mark of 40,000/s on two cores is about, with its CPU per message.
+
+The suite deletes the topics and etcd keys it created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.node.client import AppendStream, NodeClient
+from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.wal.initializing import open_wal
+from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.wal import WAL
+from streamwal_lab.bench.append import Append
+from streamwal_lab.bench.channels_worker import bounded
+from streamwal_lab.bench.cpu import CPU_KEY, metered
+from streamwal_lab.bench.grpc_echo import EchoServer
+from streamwal_lab.bench.large import DEFAULT_RAW_MESSAGE_BYTES, with_mb
+from streamwal_lab.bench.node import tracing_of
+from streamwal_lab.bench.node_channels import timed_spread
+from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.pipelined import timed_batches
+from streamwal_lab.bench.raw import raw_client, raw_producer
+from streamwal_lab.bench.stats import median_of, ratio
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.stack.topics import delete_created, list_topics
+from streamwal_lab.stack.tso_keys import deleted_afterwards
+
+__all__ = [
+    "CELLS",
+    "DEFAULT_LOAD_CHANNELS",
+    "DEFAULT_LOAD_LARGE_SIZES",
+    "DEFAULT_LOAD_PAYLOADS",
+    "FULL_SAMPLING",
+    "NODES",
+    "carried_figures",
+    "latency_figures",
+    "run_node_load_bench",
+    "versus",
+]
+
+KiB = 1024
+MiB = 1024 * KiB
+CELLS = ("latency", "carried", "large", "channels", "batches")
+DEFAULT_LOAD_PAYLOADS = (128, 4 * KiB)
+DEFAULT_LOAD_LARGE_SIZES = (64 * KiB, MiB)
+DEFAULT_LOAD_CHANNELS = (16, 256)
+#: the node sides: default sampling, every call traced
+NODES = ("node", "node_full")
+#: what makes the second node trace every call (the standard variable wins over its config)
+FULL_SAMPLING = {"OTEL_TRACES_SAMPLER": "always_on"}
+_LATENCY_PAYLOAD = 128
+_KINDS = ("unary", "stream")
+_SUFFIX = {"node": "d", "node_full": "f"}
+
+Timed = Callable[[float], Awaitable[dict[str, float]]]
+
+
+async def interleaved(
+    sides: Mapping[str, Timed], repeats: int, seconds: float, warmup_s: float
+) -> dict[str, list[dict[str, float]]]:
+    """Every side warmed up once, then ``repeats`` rounds of each side in turn."""
+    for timed in sides.values():
+        await timed(warmup_s)
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
+    for _ in range(repeats):
+        for name, timed in sides.items():
+            runs[name].append(await timed(seconds))
+    return runs
+
+
+def _spread(appends: Sequence[Append], payload: bytes) -> Timed:
+    async def run(seconds: float) -> dict[str, float]:
+        return await timed_spread(appends, payload, seconds)
+
+    return run
+
+
+def versus(medians: Mapping[str, Mapping[str, float]], base: str, key: str) -> dict[str, float]:
+    """Each node side's ``key`` over the ``base`` side's: ``<side>_vs_<base>_ratio``."""
+    return {
+        f"{side}_vs_{base}_ratio": ratio(medians[side][key], medians[base][key])
+        for side in NODES
+        if side in medians
+    }
+
+
+def latency_figures(medians: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """The latency cell's derived figures, for each of ``unary``/``stream`` on each node
+    (``<node>_<kind>``): added p50/p99 (ms, node minus WAL), the added p50 over the echo
+    server's p50 of the same kind, the added p99 over the WAL's p99, appends/s over the
+    WAL's, and CPU per append over the echo server's CPU per call of the same kind."""
+    wal = medians["wal"]
+    out: dict[str, float] = {}
+    for node in NODES:
+        for kind in _KINDS:
+            side = f"{node}_{kind}"
+            if side not in medians:
+                continue
+            f, echo = medians[side], medians[f"echo_{kind}"]
+            added_p50 = round(f["p50_ms"] - wal["p50_ms"], 3)
+            added_p99 = round(f["p99_ms"] - wal["p99_ms"], 3)
+            out[f"{side}_added_p50_ms"] = added_p50
+            out[f"{side}_added_p99_ms"] = added_p99
+            out[f"{side}_added_p50_vs_echo_ratio"] = ratio(added_p50, echo["p50_ms"])
+            out[f"{side}_added_p99_vs_wal_ratio"] = ratio(added_p99, wal["p99_ms"])
+            out[f"{side}_vs_wal_ratio"] = ratio(f["per_s"], wal["per_s"])
+            out[f"{side}_cpu_vs_echo_ratio"] = ratio(f[CPU_KEY], echo[CPU_KEY])
+    return out
+
+
+def carried_figures(medians: Mapping[str, Mapping[str, float]], base: str) -> dict[str, float]:
+    """Appends/s (or MB/s, where measured) of each node side over ``base``'s."""
+    key = "mb_per_s" if "mb_per_s" in medians[base] else "per_s"
+    return versus(medians, base, key)
+
+
+async def run_node_load_bench(
+    target: BenchTarget,
+    *,
+    cells: Sequence[str] = CELLS,
+    callers: int = 32,
+    payloads: Sequence[int] = DEFAULT_LOAD_PAYLOADS,
+    streams: int = 32,
+    depth: int = 16,
+    large_sizes: Sequence[int] = DEFAULT_LOAD_LARGE_SIZES,
+    large_callers: int = 4,
+    channels: Sequence[int] = DEFAULT_LOAD_CHANNELS,
+    min_appenders: int = 32,
+    batch: int = 256,
+    batch_callers: int = 4,
+    seconds: float = 2.0,
+    repeats: int = 3,
+    warmup_s: float = 0.3,
+) -> dict[str, Any]:
+    """The chosen ``cells`` (see the module) on one set of processes."""
+    unknown = set(cells) - set(CELLS)
+    if unknown:
+        raise ValueError(f"unknown cells {sorted(unknown)}; known: {', '.join(CELLS)}")
+    run = uuid.uuid4().hex[:8]
+    admin = target.pulsar_admin_url
+    before = await list_topics(admin) if admin is not None else None
+    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    wal_prefix = f"/bench-nl-{run}-wal"
+    prefixes = {node: f"/bench-nl-{run}-{node}" for node in NODES}
+    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=wal_prefix)
+    logs = Path(CLIENT_LOG).parent
+    nodes = {
+        "node": BenchNode(
+            target, key_prefix=prefixes["node"], log_path=logs / f"node-load-{run}.log"
+        ),
+        "node_full": BenchNode(
+            target,
+            key_prefix=prefixes["node_full"],
+            log_path=logs / f"node-load-full-{run}.log",
+            node_id=2,
+            extra_env=FULL_SAMPLING,
+        ),
+    }
+    raw = raw_client(target.pulsar_url)
+    result: dict[str, Any] = {}
+    try:
+        async with (
+            deleted_afterwards(target.etcd_endpoint, (wal_prefix, *prefixes.values())),
+            nodes["node"],
+            nodes["node_full"],
+            NodeClient(nodes["node"].address) as default_client,
+            NodeClient(nodes["node_full"].address) as full_client,
+            EchoServer() as echo,
+            InProcessTSO(tso_config) as tso,
+            PulsarOpener(config) as opener,
+        ):
+            env = _Env(
+                target, run, config, opener, tso, raw, echo,
+                {"node": default_client, "node_full": full_client},
+                {name: node.pid for name, node in nodes.items()},
+                seconds, repeats, warmup_s,
+            )  # fmt: skip
+            if "latency" in cells:
+                result["latency"] = await _latency(env, callers)
+            if "carried" in cells:
+                result["carried"] = [await _carried(env, p, streams, depth) for p in payloads]
+            if "large" in cells:
+                result["large"] = [await _large(env, s, large_callers) for s in large_sizes]
+            if "channels" in cells:
+                result["channels"] = [
+                    await _channels(env, n, max(min_appenders, n), depth) for n in channels
+                ]
+            if "batches" in cells:
+                result["batches"] = await _batches(env, batch, batch_callers)
+    finally:
+        await raw.close()
+        if admin is not None and before is not None:
+            await delete_created(admin, before, lambda t: run in t)
+    return {
+        "seconds_per_run": seconds,
+        "repeats": repeats,
+        "warmup_s": warmup_s,
+        "callers": callers,
+        "streams": streams,
+        "depth": depth,
+        "large_callers": large_callers,
+        "batch": batch,
+        "batch_callers": batch_callers,
+        "nodes": {
+            "node": {"sampling": "default", "exit_code": nodes["node"].exit_code},
+            "node_full": {"sampling": "always_on", "exit_code": nodes["node_full"].exit_code},
+            "tracing": tracing_of(target),
+        },
+        **result,
+    }
+
+
+class _Env:
+    """What every cell runs against: the processes, clients and settings of the run."""
+
+    def __init__(
+        self,
+        target: BenchTarget,
+        run: str,
+        config: PulsarConfig,
+        opener: PulsarOpener,
+        tso: InProcessTSO,
+        raw: Any,
+        echo: EchoServer,
+        clients: dict[str, NodeClient],
+        pids: dict[str, int],
+        seconds: float,
+        repeats: int,
+        warmup_s: float,
+    ) -> None:
+        self.target, self.run, self.config, self.opener, self.tso = target, run, config, opener, tso
+        self.raw, self.echo, self.clients, self.pids = raw, echo, clients, pids
+        self.seconds, self.repeats, self.warmup_s = seconds, repeats, warmup_s
+
+    async def runs(self, sides: Mapping[str, Timed]) -> dict[str, list[dict[str, float]]]:
+        return await interleaved(sides, self.repeats, self.seconds, self.warmup_s)
+
+    async def wal(self, held: contextlib.AsyncExitStack, name: str) -> Append:
+        wal = await open_wal(self.opener, f"bench-nl-wal-{name}", self.tso.allocator(), node_id=1)
+        held.push_async_callback(wal.close)
+
+        async def append(data: bytes, wal: WAL = wal) -> object:
+            return await wal.append(MutableMessage(MessageType.INSERT, data))
+
+        return append
+
+    async def assigned(
+        self, held: contextlib.AsyncExitStack, names: Sequence[str]
+    ) -> dict[str, list[str]]:
+        """``names`` assigned on each node under a name of its own (node -> its names),
+        removed on the way out: a channel is a topic, and two nodes writing one would
+        fence each other."""
+        assigned: dict[str, list[str]] = {}
+        for node, client in self.clients.items():
+            own = assigned[node] = [f"{name}-{_SUFFIX[node]}" for name in names]
+            await bounded([lambda c=c, client=client: client.assign(c) for c in own])  # type: ignore[misc]
+            held.push_async_callback(
+                bounded,
+                [lambda c=c, client=client: client.remove(c) for c in own],  # type: ignore[misc]
+            )
+        return assigned
+
+    def streams(
+        self, held: contextlib.AsyncExitStack, node: str, names: Sequence[str], count: int
+    ) -> list[AppendStream]:
+        """``count`` streams to ``node``, round-robin over ``names``, closed on the way out."""
+        opened = [self.clients[node].open_stream(names[i % len(names)]) for i in range(count)]
+
+        async def close() -> None:
+            await asyncio.gather(*(s.close() for s in opened), return_exceptions=True)
+
+        held.push_async_callback(close)
+        return opened
+
+    def node_sides(
+        self,
+        held: contextlib.AsyncExitStack,
+        own: Mapping[str, Sequence[str]],
+        count: int,
+        depth: int,
+        payload: bytes,
+    ) -> dict[str, Timed]:
+        """Each node's side: ``count`` streams over its own channels, ``depth`` appends
+        in flight on each, metered by the node's CPU."""
+        sides: dict[str, Timed] = {}
+        for node in NODES:
+            opened = self.streams(held, node, own[node], count)
+            appends = [s.append for s in opened for _ in range(depth)]
+            sides[node] = metered(self.pids[node], _spread(appends, payload))
+        return sides
+
+
+def _pipelined_cell(
+    env: _Env, runs: Mapping[str, list[dict[str, float]]], base: str, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """A pipelined cell's medians and node/base ratios, announced on the way."""
+    medians = _medians(runs)
+    cell: dict[str, Any] = {**fields, **medians, **carried_figures(medians, base), "runs": runs}
+    what = ", ".join(f"{k} {v}" for k, v in fields.items())
+    env.target.progress(
+        f"node-load {what}: {base} {medians[base]['per_s']:.0f}/s, "
+        f"node {medians['node']['per_s']:.0f}/s ({cell[f'node_vs_{base}_ratio']}), at 100 % "
+        f"{medians['node_full']['per_s']:.0f}/s ({cell[f'node_full_vs_{base}_ratio']})"
+    )
+    return cell
+
+
+def _medians(runs: Mapping[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    return {side: median_of(r) for side, r in runs.items()}
+
+
+async def _latency(env: _Env, callers: int) -> dict[str, Any]:
+    payload = b"l" * _LATENCY_PAYLOAD
+    channel = f"bench-nl-lat-{env.run}"
+    async with contextlib.AsyncExitStack() as held:
+        wal_append = await env.wal(held, f"lat-{env.run}")
+        own = await env.assigned(held, [channel])
+        sides: dict[str, Timed] = {"wal": _spread([wal_append] * callers, payload)}
+        for node, client in env.clients.items():
+            (name,) = own[node]
+
+            async def unary(data: bytes, client: NodeClient = client, name: str = name) -> object:
+                return await client.produce(name, data)
+
+            streams = env.streams(held, node, own[node], callers)
+            pid = env.pids[node]
+            sides[f"{node}_unary"] = metered(pid, _spread([unary] * callers, payload))
+            sides[f"{node}_stream"] = metered(pid, _spread([s.append for s in streams], payload))
+        echo_streams = [env.echo.open_stream() for _ in range(callers)]
+
+        async def close_echo_streams() -> None:
+            await asyncio.gather(*(s.close() for s in echo_streams), return_exceptions=True)
+
+        held.push_async_callback(close_echo_streams)
+        sides["echo_unary"] = metered(env.echo.pid, _spread([env.echo.unary] * callers, payload))
+        sides["echo_stream"] = metered(
+            env.echo.pid, _spread([s.append for s in echo_streams], payload)
+        )
+        runs = await env.runs(sides)
+    medians = _medians(runs)
+    cell: dict[str, Any] = {
+        "payload_bytes": _LATENCY_PAYLOAD,
+        "callers": callers,
+        **medians,
+        **latency_figures(medians),
+        "runs": runs,
+    }
+    env.target.progress(
+        "node-load latency x{}: wal p50 {} p99 {} ms; node unary +{} / +{} ms, stream +{} / "
+        "+{} ms; echo unary p50 {} ms; CPU us/append unary {} stream {} (echo {} / {})".format(
+            callers, medians["wal"]["p50_ms"], medians["wal"]["p99_ms"],
+            cell["node_unary_added_p50_ms"], cell["node_unary_added_p99_ms"],
+            cell["node_stream_added_p50_ms"], cell["node_stream_added_p99_ms"],
+            medians["echo_unary"]["p50_ms"], medians["node_unary"][CPU_KEY],
+            medians["node_stream"][CPU_KEY], medians["echo_unary"][CPU_KEY],
+            medians["echo_stream"][CPU_KEY],
+        )
+    )  # fmt: skip
+    return cell
+
+
+async def _carried(env: _Env, size: int, streams: int, depth: int) -> dict[str, Any]:
+    payload = b"c" * size
+    name = f"{env.run}-{size}"
+    channel = f"bench-nl-load-{name}"
+    async with contextlib.AsyncExitStack() as held:
+        wal_append = await env.wal(held, f"load-{name}")
+        own = await env.assigned(held, [channel])
+        sides: dict[str, Timed] = {"wal": _spread([wal_append] * (streams * depth), payload)}
+        sides.update(env.node_sides(held, own, streams, depth, payload))
+        runs = await env.runs(sides)
+    fields = {"payload_bytes": size, "streams": streams, "depth": depth}
+    return _pipelined_cell(env, runs, "wal", fields)
+
+
+async def _large(env: _Env, size: int, callers: int) -> dict[str, Any]:
+    payload = bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
+    step = DEFAULT_RAW_MESSAGE_BYTES
+    pieces = [payload[i : i + step] for i in range(0, size, step)]
+    name = f"{env.run}-{size}"
+    channel = f"bench-nl-large-{name}"
+    async with contextlib.AsyncExitStack() as held:
+        producer = await raw_producer(env.raw, env.config.topic(f"bench-nl-raw-{name}"), env.config)
+        held.push_async_callback(producer.close)
+        own = await env.assigned(held, [channel])
+
+        async def raw_append(_: bytes) -> object:
+            return await asyncio.gather(*(producer.send(p) for p in pieces))
+
+        def in_mb(timed: Timed) -> Timed:
+            async def run(seconds: float) -> dict[str, float]:
+                return with_mb(await timed(seconds), size)
+
+            return run
+
+        sides: dict[str, Timed] = {"raw": in_mb(_spread([raw_append] * callers, payload))}
+        for node, client in env.clients.items():
+            (own_name,) = own[node]
+
+            async def unary(
+                data: bytes, client: NodeClient = client, name: str = own_name
+            ) -> object:
+                return await client.produce(name, data)
+
+            sides[node] = in_mb(metered(env.pids[node], _spread([unary] * callers, payload)))
+        runs = await env.runs(sides)
+    medians = _medians(runs)
+    cell: dict[str, Any] = {
+        "message_bytes": size,
+        "callers": callers,
+        "raw_messages_per_message": len(pieces),
+        **medians,
+        **carried_figures(medians, "raw"),
+        "runs": runs,
+    }
+    env.target.progress(
+        f"node-load large {size // KiB} KiB x{callers}: raw {medians['raw']['mb_per_s']} MB/s, "
+        f"node {medians['node']['mb_per_s']} ({cell['node_vs_raw_ratio']}), at 100 % "
+        f"{medians['node_full']['mb_per_s']} ({cell['node_full_vs_raw_ratio']})"
+    )
+    return cell
+
+
+async def _channels(env: _Env, n: int, appenders: int, depth: int) -> dict[str, Any]:
+    payload = b"m" * _LATENCY_PAYLOAD
+    name = f"{env.run}-{n}"
+    names = [f"bench-nl-ch-{name}-{i}" for i in range(n)]
+    async with contextlib.AsyncExitStack() as held:
+        producers = await bounded(
+            [
+                lambda i=i: raw_producer(  # type: ignore[misc]
+                    env.raw, env.config.topic(f"bench-nl-chraw-{name}-{i}"), env.config
+                )
+                for i in range(n)
+            ]
+        )
+
+        async def close_producers() -> None:
+            await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
+
+        held.push_async_callback(close_producers)
+        own = await env.assigned(held, names)
+        raw_appends: list[Append] = [
+            producers[i % n].send for i in range(appenders) for _ in range(depth)
+        ]
+        sides: dict[str, Timed] = {"raw": _spread(raw_appends, payload)}
+        sides.update(env.node_sides(held, own, appenders, depth, payload))
+        runs = await env.runs(sides)
+    fields = {"channels": n, "appenders": appenders, "depth": depth}
+    return _pipelined_cell(env, runs, "raw", fields)
+
+
+async def _batches(env: _Env, batch: int, callers: int) -> dict[str, Any]:
+    payload = b"b" * _LATENCY_PAYLOAD
+    channel = f"bench-nl-batch-{env.run}"
+    async with contextlib.AsyncExitStack() as held:
+        wal = await open_wal(
+            env.opener, f"bench-nl-wal-batch-{env.run}", env.tso.allocator(), node_id=1
+        )
+        held.push_async_callback(wal.close)
+        own = await env.assigned(held, [channel])
+        messages = [MutableMessage(MessageType.INSERT, payload)] * batch
+        payloads = [payload] * batch
+
+        def batches(send: Callable[[], Awaitable[object]]) -> Timed:
+            async def run(seconds: float) -> dict[str, float]:
+                return await timed_batches(send, batch, callers, seconds)
+
+            return run
+
+        sides: dict[str, Timed] = {"wal": batches(lambda: wal.append_many(messages))}
+        for node, client in env.clients.items():
+            (own_name,) = own[node]
+
+            async def send(client: NodeClient = client, name: str = own_name) -> object:
+                return await client.produce_batch(name, payloads)
+
+            sides[node] = metered(env.pids[node], batches(send), ops_key="messages")
+        runs = await env.runs(sides)
+    medians = _medians(runs)
+    cell: dict[str, Any] = {
+        "payload_bytes": _LATENCY_PAYLOAD,
+        "batch": batch,
+        "callers": callers,
+        **medians,
+        **carried_figures(medians, "wal"),
+        "runs": runs,
+    }
+    env.target.progress(
+        f"node-load batches {callers} x {batch}: wal {medians['wal']['per_s']:.0f}/s, "
+        f"node {medians['node']['per_s']:.0f}/s ({cell['node_vs_wal_ratio']}), at 100 % "
+        f"{medians['node_full']['per_s']:.0f}/s ({cell['node_full_vs_wal_ratio']})"
+    )
+    return cell
