@@ -88,6 +88,7 @@ _INVALID = [
     ("pulsar:\n  batching: often\n", "pulsar.batching"),
     ("pulsar:\n  batching_max_delay_ms: -1\n", "pulsar.batching_max_delay_ms"),
     ("pulsar:\n  max_pending_messages: 0\n", "pulsar.max_pending_messages"),
+    ("pulsar:\n  writer_clients: -1\n", "pulsar.writer_clients"),
     ("pulsar:\n  verify_exclusivity: perhaps\n", "pulsar.verify_exclusivity"),
     ("etcd:\n  endpoints: []\n", "etcd.endpoints"),
     ("etcd:\n  endpoints: ['host-without-port']\n", "etcd.endpoints[0]"),
