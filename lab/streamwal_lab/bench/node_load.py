@@ -343,12 +343,15 @@ class _Env:
 
 
 def _pipelined_cell(
-    env: _Env, runs: Mapping[str, list[dict[str, float]]], base: str, fields: dict[str, Any]
+    env: _Env,
+    runs: Mapping[str, list[dict[str, float]]],
+    base: str,
+    fields: dict[str, Any],
+    what: str,
 ) -> dict[str, Any]:
     """A pipelined cell's medians and node/base ratios, announced on the way."""
     medians = _medians(runs)
     cell: dict[str, Any] = {**fields, **medians, **carried_figures(medians, base), "runs": runs}
-    what = ", ".join(f"{k} {v}" for k, v in fields.items())
     env.target.progress(
         f"node-load {what}: {base} {medians[base]['per_s']:.0f}/s, "
         f"node {medians['node']['per_s']:.0f}/s ({cell[f'node_vs_{base}_ratio']}), at 100 % "
@@ -422,7 +425,7 @@ async def _carried(env: _Env, size: int, streams: int, depth: int) -> dict[str, 
         sides.update(env.node_sides(held, own, streams, depth, payload))
         runs = await env.runs(sides)
     fields = {"payload_bytes": size, "streams": streams, "depth": depth}
-    return _pipelined_cell(env, runs, "wal", fields)
+    return _pipelined_cell(env, runs, "wal", fields, f"carried {size} B, {streams} x {depth}")
 
 
 async def _large(env: _Env, size: int, callers: int) -> dict[str, Any]:
@@ -499,7 +502,7 @@ async def _channels(env: _Env, n: int, appenders: int, depth: int) -> dict[str, 
         sides.update(env.node_sides(held, own, appenders, depth, payload))
         runs = await env.runs(sides)
     fields = {"channels": n, "appenders": appenders, "depth": depth}
-    return _pipelined_cell(env, runs, "raw", fields)
+    return _pipelined_cell(env, runs, "raw", fields, f"channels {n}, {appenders} x {depth}")
 
 
 async def _batches(env: _Env, batch: int, callers: int) -> dict[str, Any]:
