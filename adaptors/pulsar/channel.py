@@ -17,6 +17,7 @@ from typing import Any
 
 from pulsar.asyncio import PulsarException
 
+from streamwal.adaptors.pulsar.clients import close_client
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.adaptors.pulsar.readback import ReadBack
 from streamwal.adaptors.pulsar.readers import Readers
@@ -166,8 +167,5 @@ class PulsarBackendWAL:
             return
         if self._give_back_writer_client is not None:
             await self._give_back_writer_client(client)  # shared: closed by its last user
-            return
-        try:
-            await asyncio.wait_for(client.close(), timeout=timeout)
-        except (PulsarException, TimeoutError):
-            pass  # unreachable broker: the client is gone either way
+        else:
+            await close_client(client, timeout)

@@ -21,7 +21,7 @@ from typing import Any
 
 from pulsar.asyncio import PulsarException
 
-__all__ = ["WriterClients"]
+__all__ = ["WriterClients", "close_client"]
 
 
 class WriterClients:
@@ -54,15 +54,16 @@ class WriterClients:
             self._users[client] = users - 1
             return
         del self._users[client]
-        await _close(client, self._close_timeout)
+        await close_client(client, self._close_timeout)
 
     async def close(self) -> None:
         clients, self._users = list(self._users), {}
         for client in clients:
-            await _close(client, self._close_timeout)
+            await close_client(client, self._close_timeout)
 
 
-async def _close(client: Any, timeout: float) -> None:
+async def close_client(client: Any, timeout: float) -> None:
+    """Close a Pulsar client, waiting at most ``timeout``."""
     try:
         await asyncio.wait_for(client.close(), timeout=timeout)
     except (PulsarException, TimeoutError):

@@ -90,8 +90,7 @@ class ReadBack:
         another read for a receipt that waited: until none is left."""
         while self.tasks:
             tasks = list(self.tasks)
-            for task in tasks:
-                task.cancel()
+            self.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _start(

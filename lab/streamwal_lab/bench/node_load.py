@@ -349,7 +349,7 @@ def _pipelined_cell(
     fields: dict[str, Any],
     what: str,
 ) -> dict[str, Any]:
-    """A pipelined cell's medians and node/base ratios, announced on the way."""
+    """A cell's medians and node/base throughput ratios, announced on the way."""
     medians = _medians(runs)
     cell: dict[str, Any] = {**fields, **medians, **carried_figures(medians, base), "runs": runs}
     env.target.progress(
@@ -532,18 +532,5 @@ async def _batches(env: _Env, batch: int, callers: int) -> dict[str, Any]:
 
             sides[node] = metered(env.pids[node], batches(send), ops_key="messages")
         runs = await env.runs(sides)
-    medians = _medians(runs)
-    cell: dict[str, Any] = {
-        "payload_bytes": _LATENCY_PAYLOAD,
-        "batch": batch,
-        "callers": callers,
-        **medians,
-        **carried_figures(medians, "wal"),
-        "runs": runs,
-    }
-    env.target.progress(
-        f"node-load batches {callers} x {batch}: wal {medians['wal']['per_s']:.0f}/s, "
-        f"node {medians['node']['per_s']:.0f}/s ({cell['node_vs_wal_ratio']}), at 100 % "
-        f"{medians['node_full']['per_s']:.0f}/s ({cell['node_full_vs_wal_ratio']})"
-    )
-    return cell
+    fields = {"payload_bytes": _LATENCY_PAYLOAD, "batch": batch, "callers": callers}
+    return _pipelined_cell(env, runs, "wal", fields, f"batches {callers} x {batch}")

@@ -16,8 +16,9 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarBackendWAL, PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
+from streamwal.adaptors.testing import writable
 from streamwal.errors import StreamwalError
-from streamwal.wal.backend import AccessMode, append_entry
+from streamwal.wal.backend import append_entry
 from streamwal.wal.message_id import MessageId
 from streamwal_lab.stack import StackInfo
 from tests.adaptors.pulsar.topic_log import key, read_log
@@ -58,8 +59,8 @@ async def _burst_until_fenced(wal: PulsarBackendWAL, stop: asyncio.Event) -> Non
 
 
 async def _writer(opener: PulsarOpener, channel: str) -> PulsarBackendWAL:
-    wal = await opener.open(channel, AccessMode.READ_WRITE)
-    await wal.ensure_writable()
+    wal = await writable(opener, channel)
+    assert isinstance(wal, PulsarBackendWAL)
     return wal
 
 
