@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -91,8 +92,22 @@ class PulsarAdmin:
     async def delete(self, path: str) -> Any:
         return await asyncio.to_thread(self._call, "DELETE", path, None)
 
-    def _call(self, method: str, path: str, body: Any) -> Any:
-        url = f"{self.url}/admin/v2/{path.lstrip('/')}"
+    async def lookup(self, topic: str) -> dict[str, str] | None:
+        """Which broker serves ``topic`` now (``brokerUrl``, ``httpUrl``), asking the
+        cluster to place it if nobody does; ``None`` if the topic cannot be served."""
+        path = f"/lookup/v2/topic/{self.topic_path(topic)}"
+        answer = await asyncio.to_thread(self._call, "GET", path, None, "")
+        return answer if isinstance(answer, dict) else None
+
+    async def bundle(self, topic: str) -> str | None:
+        """The bundle of its namespace ``topic`` falls in (``0x00000000_0x10000000``):
+        what a broker owns, and what an operator unloads to move the topic."""
+        path = f"/lookup/v2/topic/{self.topic_path(topic)}/bundle"
+        answer = await asyncio.to_thread(self._call, "GET", path, None, "")
+        return answer.strip().strip('"') if isinstance(answer, str) else None
+
+    def _call(self, method: str, path: str, body: Any, root: str = "/admin/v2") -> Any:
+        url = f"{self.url}{root}/{path.lstrip('/')}"
         data = None if body is None else json.dumps(body).encode()
         headers = dict(self._headers)
         if data is not None:
@@ -122,27 +137,56 @@ class PulsarAdmin:
         except ValueError:
             return raw.decode(errors="replace")
 
-
     def _send(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> bytes:
         """One request, following redirects with the same method and body. A broker
         answers a topic's admin call with ``307`` to the topic's owner; urllib follows
         that only for GET, so behind a load-balanced admin address every write to a
         topic another broker owns would fail."""
-        for _ in range(_MAX_REDIRECTS):
+        first, redirects = url, 0
+        pause = _MOVING_PAUSE_S
+        deadline = time.monotonic() + min(self._timeout, _MOVING_WAIT_S)
+        while True:
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
                 with self._opener.open(request, timeout=self._timeout) as r:
                     return bytes(r.read())
             except urllib.error.HTTPError as exc:
                 location = exc.headers.get("Location") if exc.code in _REDIRECTS else None
-                if not location:
+                if location:
+                    redirects += 1
+                    if redirects > _MAX_REDIRECTS:
+                        raise UnavailableError(
+                            f"admin {method} {url}: more than {_MAX_REDIRECTS} redirects"
+                        ) from None
+                    url = urllib.parse.urljoin(url, location)
+                    continue
+                if not _moving(exc) or time.monotonic() + pause > deadline:
                     raise
-                url = urllib.parse.urljoin(url, location)
-        raise UnavailableError(f"admin {method} {url}: more than {_MAX_REDIRECTS} redirects")
+            # the topic's bundle is between two brokers: ask again once it has landed,
+            # from the start (where the bundle lands decides where a redirect leads)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            url, redirects = first, 0
 
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 5
+#: how long a call waits for a topic whose bundle is moving between brokers
+_MOVING_WAIT_S = 10.0
+_MOVING_PAUSE_S = 0.1
+
+
+def _moving(exc: urllib.error.HTTPError) -> bool:
+    """The broker's answer while a topic's bundle is unloaded and not yet owned again:
+    412 "Can't find owner for topic", 500 "Failed to acquire ownership for namespace
+    bundle" or "Resource at /namespace/... is already locked" (two brokers claiming
+    it), or 503 (the bundle is being unloaded)."""
+    if exc.code == 503:
+        return True
+    reason = _reason(exc).lower()
+    if exc.code == 500 and "/namespace/" in reason and "already locked" in reason:
+        return True
+    return exc.code in (412, 500) and "owner" in reason
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -153,11 +197,17 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def _reason(exc: urllib.error.HTTPError) -> str:
+    """The broker's reason for an error answer (its body can be read once: kept)."""
+    known = getattr(exc, "_streamwal_reason", None)
+    if isinstance(known, str):
+        return known
     try:
         body = exc.read().decode(errors="replace")
-        return str(json.loads(body).get("reason", body))[:300]
+        reason = str(json.loads(body).get("reason", body))[:300]
     except (ValueError, AttributeError, OSError):
-        return str(exc.reason)[:300]
+        reason = str(exc.reason)[:300]
+    exc._streamwal_reason = reason  # type: ignore[attr-defined]
+    return reason
 
 
 async def require_topic(admin: PulsarAdmin, topic: str, channel: str) -> None:

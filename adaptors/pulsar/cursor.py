@@ -28,13 +28,38 @@ from streamwal.errors import UnavailableError
 __all__ = ["hold_log"]
 
 
+#: seconds one subscription attempt waits: the client, refused with "retryable" while
+#: the topic's bundle moves between brokers, can leave its own retry unscheduled until
+#: the whole timeout is over; a new attempt looks the topic up afresh
+_ATTEMPT_S = 2.0
+
+#: closes of consumers created after their attempt was given up on
+_late_closes: set[asyncio.Future[Any]] = set()
+
+
+def _close_when_made(creation: asyncio.Future[Any], timeout: float) -> None:
+    """Close the consumer an abandoned attempt makes, if it makes one."""
+
+    def made(done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        closing = asyncio.ensure_future(asyncio.wait_for(done.result().close(), timeout))
+        _late_closes.add(closing)
+        closing.add_done_callback(_late_closes.discard)
+        closing.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    creation.add_done_callback(made)
+
+
 async def hold_log(client: Any, topic: str, subscription: str, timeout: float) -> None:
     """Create the durable cursor at the log's earliest entry, if it is not there yet.
 
     Subscribing to an existing subscription changes nothing (its position is kept).
     """
-    try:
-        consumer = await asyncio.wait_for(
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        creation = asyncio.ensure_future(
             client.subscribe(
                 topic,
                 subscription,
@@ -42,15 +67,22 @@ async def hold_log(client: Any, topic: str, subscription: str, timeout: float) -
                 initial_position=pulsar.InitialPosition.Earliest,
                 receiver_queue_size=1,
                 consumer_name=f"{subscription}-holder",
-            ),
-            timeout=timeout,
+            )
         )
-    except PulsarException as exc:
-        raise translate(exc, channel=topic, what="create the WAL's subscription") from exc
-    except TimeoutError as exc:
-        raise UnavailableError(
-            f"{topic}: creating the WAL's subscription {subscription!r} timed out"
-        ) from exc
+        wait = max(0.0, min(_ATTEMPT_S, deadline - loop.time()))
+        try:
+            consumer = await asyncio.wait_for(asyncio.shield(creation), timeout=wait)
+            break
+        except PulsarException as exc:
+            raise translate(exc, channel=topic, what="create the WAL's subscription") from exc
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            _close_when_made(creation, timeout)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if loop.time() >= deadline:
+                raise UnavailableError(
+                    f"{topic}: creating the WAL's subscription {subscription!r} timed out"
+                ) from exc
     try:
         await asyncio.wait_for(consumer.close(), timeout=timeout)
     except (PulsarException, TimeoutError):

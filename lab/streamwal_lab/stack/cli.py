@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from streamwal_lab.stack.stack import Stack, StackError, disk_usage, human_bytes
+from streamwal_lab.stack.stack import PROFILES, Stack, StackError, disk_usage, human_bytes
 
 __all__ = ["register"]
 
@@ -34,6 +34,14 @@ def register(sub: Any) -> None:
     )
     clean.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clean.set_defaults(func=_clean)
+    for verb in (up, down, status, clean):
+        verb.add_argument(
+            "--profile",
+            choices=PROFILES,
+            default="standalone",
+            help="standalone: one broker beside etcd and telemetry (default); cluster: "
+            "ZooKeeper, 3 bookies, 2 brokers and an admin entry, in a folder of its own",
+        )
 
 
 def _names(args: argparse.Namespace) -> list[str] | None:
@@ -42,14 +50,23 @@ def _names(args: argparse.Namespace) -> list[str] | None:
 
 def _up(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    stack = Stack()
+    stack = Stack(profile=args.profile)
     print(f"stack folder: {stack.paths.stack}", file=sys.stderr)
     try:
-        info = asyncio.run(stack.up(_names(args)))
+        if args.profile == "cluster":
+            cluster = asyncio.run(stack.up_cluster(_names(args)))
+        else:
+            info = asyncio.run(stack.up(_names(args)))
     except StackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"stack up in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    if args.profile == "cluster":
+        print(f"  pulsar: {cluster.pulsar_url}")
+        print(f"  admin:  {cluster.admin_url} (any broker; brokers redirect to a topic's owner)")
+        for broker, url in zip(cluster.broker_ids, cluster.broker_admin_urls, strict=True):
+            print(f"  broker {broker}: admin {url}")
+        return 0
     print(f"  pulsar: {info.pulsar_url} (admin {info.pulsar_admin_url})")
     print(f"  etcd:   {info.etcd_endpoint}")
     if info.otlp_endpoint:
@@ -60,13 +77,13 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    stopped = asyncio.run(Stack().down(_names(args)))
+    stopped = asyncio.run(Stack(profile=args.profile).down(_names(args)))
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    stack = Stack()
+    stack = Stack(profile=args.profile)
     rows = stack.status()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -87,7 +104,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    stack = Stack()
+    stack = Stack(profile=args.profile)
     folder = stack.paths.stack
     if not args.yes:
         if not sys.stdin.isatty():

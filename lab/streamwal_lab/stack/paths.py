@@ -29,9 +29,13 @@ class StackPaths:
     stack: Path
 
     @classmethod
-    def default(cls, name: str | None = None) -> StackPaths:
+    def default(cls, name: str | None = None, *, profile: str = "standalone") -> StackPaths:
+        """A profile other than the standalone one keeps its data in a folder of its
+        own (``default-cluster``), so both can run side by side."""
         cache = Path(os.environ.get(ENV_CACHE_DIR) or platformdirs.user_cache_dir("streamwal"))
         stack_name = name or os.environ.get(ENV_STACK_NAME) or "default"
+        if profile != "standalone":
+            stack_name = f"{stack_name}-{profile}"
         return cls(cache=cache, stack=cache / "stacks" / stack_name)
 
     def artifact(self, *parts: str) -> Path:

@@ -16,6 +16,7 @@ import logging
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,14 @@ from pathlib import Path
 from streamwal.defaults import PULSAR_BROKER_PORT, PULSAR_WEB_PORT
 from streamwal_lab.stack.service import Progress, Service
 
-__all__ = ["BOOKIE_DISK", "PULSAR_VERSION", "STOCK_INACTIVE_CHECK", "PulsarService"]
+__all__ = [
+    "BOOKIE_DISK",
+    "JVM_OPENS",
+    "LOG4J2",
+    "PULSAR_VERSION",
+    "STOCK_INACTIVE_CHECK",
+    "PulsarService",
+]
 
 PULSAR_VERSION = "4.0.7"
 BROKER_PORT = PULSAR_BROKER_PORT
@@ -81,6 +89,9 @@ STOCK_INACTIVE_CHECK = {
 #: what the broker writes when its BookKeeper client finds no bookie registered
 BOOKIE_LOST_SIGNS = ("BookieIdNotResolvedException", "allBookies []")
 
+#: one Maven resolution at a time in this process
+_INSTALLING = threading.Lock()
+
 #: seconds a broker restarted on old data is watched after it first answers
 RESTART_SETTLE_SECONDS = 4.0
 
@@ -93,7 +104,8 @@ def bookie_lost(output: str) -> str | None:
     return None
 
 
-_JVM_FLAGS = [
+#: what every Pulsar, BookKeeper and ZooKeeper JVM of the stack needs on Java 17
+JVM_OPENS = [
     "--add-opens", "java.base/java.io=ALL-UNNAMED",
     "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
     "--add-opens", "java.base/java.nio=ALL-UNNAMED",
@@ -101,11 +113,15 @@ _JVM_FLAGS = [
     "--add-opens", "java.base/sun.net=ALL-UNNAMED",
     "--add-opens", "java.management/sun.management=ALL-UNNAMED",
     "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dlog4j2.formatMsgNoLookups=true",
+]  # fmt: skip
+
+_JVM_FLAGS = [
+    *JVM_OPENS,
     "-Dbookkeeper.metadata.bookie.drivers="
     "org.apache.pulsar.metadata.bookkeeper.PulsarMetadataBookieDriver",
     "-Dbookkeeper.metadata.client.drivers="
     "org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver",
-    "-Dlog4j2.formatMsgNoLookups=true",
     "-Xms256m", "-Xmx1g", "-XX:MaxDirectMemorySize=1g",
 ]  # fmt: skip
 
@@ -113,7 +129,7 @@ _JVM_FLAGS = [
 #: The broker logs every topic, cursor and admin request at INFO (a test run writes
 #: tens of MiB): INFO goes to a size-rolled ``broker.log`` (at most three files of 16 MiB), and
 #: only warnings and errors to stdout, whose file keeps start-up failures readable.
-_LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
+LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
 <Configuration status="warn">
   <Appenders>
     <Console name="CONSOLE" target="SYSTEM_OUT">
@@ -252,6 +268,11 @@ class PulsarService(Service):
         return problems
 
     def install(self, progress: Progress) -> None:
+        # the cluster profile's services share these jars and install them side by side
+        with _INSTALLING:
+            self._install(progress)
+
+    def _install(self, progress: Progress) -> None:
         if self._installed():
             return
         build = self.paths.artifact(f"pulsar-{self.version}")
@@ -333,7 +354,7 @@ class PulsarService(Service):
             )
         )
 
-        (self.workdir / "log4j2.xml").write_text(_LOG4J2)
+        (self.workdir / "log4j2.xml").write_text(LOG4J2)
 
     def command(self) -> list[str]:
         data = self.workdir / "data"

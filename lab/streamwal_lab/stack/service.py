@@ -84,6 +84,10 @@ class Service(abc.ABC):
         """
         return None
 
+    async def after_start(self, progress: Progress) -> None:
+        """Work that needs the server answering, done once per start by ``up`` (the
+        cluster's metadata, a namespace's policies); raises when it cannot be done."""
+
     @property
     def workdir(self) -> Path:
         return self.paths.service_dir(self.name)

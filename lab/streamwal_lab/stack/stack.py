@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from streamwal_lab.stack.cluster import ClusterInfo, cluster_info, cluster_services
 from streamwal_lab.stack.etcd import EtcdService
 from streamwal_lab.stack.paths import StackPaths
 from streamwal_lab.stack.process import (
@@ -34,7 +35,15 @@ from streamwal_lab.stack.process import (
 from streamwal_lab.stack.pulsar import PulsarService
 from streamwal_lab.stack.service import Progress, Service, ServiceState
 
-__all__ = ["Stack", "StackError", "StackInfo", "disk_usage", "human_bytes", "print_progress"]
+__all__ = [
+    "PROFILES",
+    "Stack",
+    "StackError",
+    "StackInfo",
+    "disk_usage",
+    "human_bytes",
+    "print_progress",
+]
 
 
 class StackError(RuntimeError):
@@ -68,21 +77,37 @@ def _optional_services() -> list[type[Service]]:
     return found
 
 
+#: what ``--profile`` chooses: one standalone broker beside etcd and telemetry, or a
+#: multi-broker Pulsar (:mod:`streamwal_lab.stack.cluster`) in a stack folder of its own
+PROFILES = ("standalone", "cluster")
+
+
 class Stack:
     """The set of local services; every method is safe to call on a stack that is up."""
 
-    def __init__(self, paths: StackPaths | None = None, progress: Progress = print_progress):
-        self.paths = paths or StackPaths.default()
+    def __init__(
+        self,
+        paths: StackPaths | None = None,
+        progress: Progress = print_progress,
+        *,
+        profile: str = "standalone",
+    ):
+        if profile not in PROFILES:
+            raise StackError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+        self.profile = profile
+        self.paths = paths or StackPaths.default(profile=profile)
         self.progress = progress
-        # start order: Jaeger before the collector that exports to it
-        self.services: dict[str, Service] = {
-            s.name: s
-            for s in [
+        services: list[Service]
+        if profile == "cluster":
+            services = cluster_services(self.paths)
+        else:
+            # start order: Jaeger before the collector that exports to it
+            services = [
                 EtcdService(self.paths),
                 *(cls(self.paths) for cls in _optional_services()),
                 PulsarService(self.paths),
             ]
-        }
+        self.services = {s.name: s for s in services}
 
     # ---- state -------------------------------------------------------------------
     @property
@@ -109,6 +134,8 @@ class Stack:
         return None
 
     def info(self) -> StackInfo:
+        if self.profile != "standalone":
+            raise StackError("the cluster profile's addresses are in ClusterInfo")
         pulsar = self.services["pulsar"]
         etcd = self.services["etcd"]
         assert isinstance(pulsar, PulsarService) and isinstance(etcd, EtcdService)
@@ -159,10 +186,21 @@ class Stack:
         """Install what is missing and start what is not running; reuse what is.
 
         Waits for an ``up`` or ``down`` of the same stack in another process."""
+        if self.profile != "standalone":
+            raise StackError(f"this stack runs the {self.profile} profile: use up_cluster()")
         async with self._exclusive("up"):
-            return await self._up(names)
+            await self._up(names)
+            return self.info()
 
-    async def _up(self, names: Iterable[str] | None) -> StackInfo:
+    async def up_cluster(self, names: Iterable[str] | None = None) -> ClusterInfo:
+        """:meth:`up` for the cluster profile."""
+        if self.profile != "cluster":
+            raise StackError(f"this stack runs the {self.profile} profile, not the cluster")
+        async with self._exclusive("up"):
+            await self._up(names)
+            return cluster_info()
+
+    async def _up(self, names: Iterable[str] | None) -> None:
         services = self._select(names)
         todo: list[Service] = []
         for service in services:
@@ -187,7 +225,6 @@ class Stack:
         await asyncio.gather(*(asyncio.to_thread(s.install, self.progress) for s in todo))
         for service in todo:  # one at a time, in dependency order
             await self._start(service)
-        return self.info()
 
     async def _start(self, service: Service) -> None:
         attempts = max(1, service.start_attempts)
@@ -195,6 +232,11 @@ class Stack:
             output = await self._launch(service)
             problem = await service.start_problem(output)
             if problem is None:
+                try:
+                    await service.after_start(self.progress)
+                except Exception as exc:
+                    await self._down([service.name])
+                    raise StackError(f"{service.name}: {exc}") from exc
                 return
             await self._down([service.name])  # stops it and drops its state entry
             if attempt == attempts:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
+
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.errors import StreamwalError
 
 __all__ = ["delete_created", "delete_topics", "list_topics"]
 
@@ -24,17 +25,6 @@ _NAMESPACE = "public/default"
 def _get_json(url: str, timeout: float) -> object:
     with urllib.request.urlopen(url, timeout=timeout) as reply:
         return json.loads(reply.read())
-
-
-def _delete(url: str, timeout: float) -> bool:
-    request = urllib.request.Request(url, method="DELETE")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout):
-            return True
-    except urllib.error.HTTPError:
-        return False  # in use (a producer or reader is still attached) or gone
-    except OSError:
-        return False  # the broker went away: nothing to clean up now
 
 
 async def list_topics(admin_url: str, namespace: str = _NAMESPACE, timeout: float = 30) -> set[str]:
@@ -54,14 +44,19 @@ async def delete_topics(
     Deletion is not forced: a topic with a producer or reader attached (a node still
     serving it) is left alone.
     """
-    base = admin_url.rstrip("/")
+    # through the client that follows a redirect to the topic's owner for every
+    # method: on a cluster, the broker asked is often not the one serving the topic
+    admin = PulsarAdmin(admin_url, timeout=timeout)
     gate = asyncio.Semaphore(parallel)
 
     async def one(topic: str) -> bool:
-        path = topic.removeprefix("persistent://")
-        url = f"{base}/admin/v2/persistent/{urllib.parse.quote(path)}"
         async with gate:
-            return await asyncio.to_thread(_delete, url, timeout)
+            try:
+                await admin.delete(PulsarAdmin.topic_path(topic))
+            except (StreamwalError, FileExistsError):
+                return False  # in use (a producer or reader is still attached), or
+                # the broker went away: nothing to clean up now
+            return True
 
     results = await asyncio.gather(*(one(t) for t in topics))
     return sum(results)

@@ -21,30 +21,13 @@ from streamwal.errors import StreamwalError
 from streamwal.wal.backend import append_entry
 from streamwal.wal.message_id import MessageId
 from streamwal_lab.stack import StackInfo
-from tests.adaptors.pulsar.topic_log import key, read_log
+from tests.adaptors.pulsar.topic_log import keep_appending, key, read_log
 
 pytestmark = pytest.mark.integration
 
 NEIGHBOURS = 3
 APPENDERS_EACH = 2
 MOVES = 20
-
-
-async def _keep_appending(
-    wal: PulsarBackendWAL,
-    name: str,
-    stop: asyncio.Event,
-    acked: list[tuple[MessageId, bytes]],
-    failed: list[BaseException],
-) -> None:
-    seq = 0
-    while not stop.is_set():
-        payload = f"{name}-{seq}".encode()
-        seq += 1
-        try:
-            acked.append((await append_entry(wal, payload, {}), payload))
-        except Exception as exc:
-            failed.append(exc)
 
 
 async def _burst_until_fenced(wal: PulsarBackendWAL, stop: asyncio.Event) -> None:
@@ -79,9 +62,7 @@ async def test_twenty_moves_of_one_channel_fail_no_append_of_its_neighbours(
         shared = {wal._state.writer_client for wal in [*neighbours, owner]}
         assert len(shared) == 1  # the moving channel and its neighbours share a client
         writers = [
-            asyncio.create_task(
-                _keep_appending(wal, f"{name}-{w}", stop, acked[name], failed[name])
-            )
+            asyncio.create_task(keep_appending(wal, f"{name}-{w}", stop, acked[name], failed[name]))
             for wal, name in zip(neighbours, names, strict=True)
             for w in range(APPENDERS_EACH)
         ]

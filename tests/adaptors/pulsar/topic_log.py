@@ -3,12 +3,15 @@ appends were acknowledged as."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pulsar
 
-from streamwal.adaptors.pulsar import PulsarMessageId
+from streamwal.adaptors.pulsar import PulsarBackendWAL, PulsarMessageId
+from streamwal.wal.backend import append_entry
 from streamwal.wal.message_id import MessageId
 
-__all__ = ["key", "read_log"]
+__all__ = ["keep_appending", "key", "read_log"]
 
 
 def read_log(service_url: str, topic: str) -> dict[tuple[int, int, int], bytes]:
@@ -28,3 +31,21 @@ def read_log(service_url: str, topic: str) -> dict[tuple[int, int, int], bytes]:
 def key(at: MessageId) -> tuple[int, int, int]:
     assert isinstance(at, PulsarMessageId)
     return (at.ledger, at.entry, max(at.batch_index, 0))
+
+
+async def keep_appending(
+    wal: PulsarBackendWAL,
+    name: str,
+    stop: asyncio.Event,
+    acked: list[tuple[MessageId, bytes]],
+    failed: list[BaseException],
+) -> None:
+    """Append ``name-0``, ``name-1``... until ``stop``; record each outcome."""
+    seq = 0
+    while not stop.is_set():
+        payload = f"{name}-{seq}".encode()
+        seq += 1
+        try:
+            acked.append((await append_entry(wal, payload, {}), payload))
+        except Exception as exc:
+            failed.append(exc)

@@ -1,0 +1,193 @@
+"""A channel's topic moving between brokers costs its appenders nothing, and a takeover
+fences the old owner whichever broker each of them reached (the cluster profile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+
+from streamwal.adaptors.pulsar import PulsarBackendWAL, PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.adaptors.testing import writable
+from streamwal.errors import StreamwalError
+from streamwal.wal.backend import append_entry
+from streamwal.wal.message_id import MessageId
+from streamwal.wal.retention_contract import Checkpoint
+from streamwal_lab.stack.bundles import move_topic, owner_of
+from streamwal_lab.stack.cluster import ClusterInfo
+from tests.adaptors.pulsar.topic_log import keep_appending, key, read_log
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+APPENDERS = 8
+MOVES = 6
+TAKEOVERS = 20
+
+
+def _config(cluster: ClusterInfo, admin_url: str | None = None) -> PulsarConfig:
+    return PulsarConfig(service_url=cluster.pulsar_url, admin_url=admin_url or cluster.admin_url)
+
+
+def _other(cluster: ClusterInfo, broker: str) -> str:
+    return next(b for b in cluster.broker_ids if b != broker)
+
+
+async def _writable(opener: PulsarOpener, channel: str) -> PulsarBackendWAL:
+    wal = await writable(opener, channel)
+    assert isinstance(wal, PulsarBackendWAL)
+    return wal
+
+
+def _assert_clean_log(
+    cluster: ClusterInfo, topic: str, acked: list[tuple[MessageId, bytes]]
+) -> dict[tuple[int, int, int], bytes]:
+    log = read_log(cluster.pulsar_url, topic)
+    misplaced = [(at, payload) for at, payload in acked if log.get(key(at)) != payload]
+    assert not misplaced, f"{len(misplaced)} acknowledged appends not at their id: {misplaced[:3]}"
+    assert len({at for at, _ in acked}) == len(acked)
+    return log
+
+
+async def test_a_channel_moved_between_brokers_under_load_fails_no_append(
+    pulsar_cluster: ClusterInfo, unique: str
+) -> None:
+    channel = f"cluster-moves-{unique}"
+    config = _config(pulsar_cluster)
+    topic = config.topic(channel)
+    admin = PulsarAdmin(pulsar_cluster.admin_url)
+    acked: list[tuple[MessageId, bytes]] = []
+    failed: list[BaseException] = []
+    owners: list[str] = []
+    stop = asyncio.Event()
+    async with PulsarOpener(config) as opener:
+        wal = await _writable(opener, channel)
+        owners.append(await owner_of(admin, topic))
+        writers = [
+            asyncio.create_task(keep_appending(wal, f"w{w}", stop, acked, failed))
+            for w in range(APPENDERS)
+        ]
+        try:
+            for _ in range(MOVES):
+                await asyncio.sleep(1.0)
+                before = len(acked)
+                destination = _other(pulsar_cluster, owners[-1])
+                await move_topic(admin, topic, destination)
+                owners.append(await owner_of(admin, topic))
+                await asyncio.sleep(1.0)
+                assert len(acked) > before, "appends stopped after a move"
+        finally:
+            stop.set()
+            await asyncio.gather(*writers)
+        with contextlib.suppress(Exception):
+            await wal.close()
+    assert owners == [owners[i % 2] for i in range(MOVES + 1)]  # moved every time
+    assert not failed, f"{len(failed)} failed appends, first: {failed[0]!r}"
+    log = await asyncio.to_thread(_assert_clean_log, pulsar_cluster, topic, acked)
+    assert len(log) == len(acked) == len(set(log.values()))  # each once, nothing else
+
+
+async def test_takeovers_during_bundle_moves_leave_one_writer_and_a_clean_log(
+    pulsar_cluster: ClusterInfo, unique: str
+) -> None:
+    """Each round: the owner writes, its topic starts moving to the other broker, and
+    another opener takes the channel over meanwhile. The new owner must write within
+    seconds; once it has, the old owner's next append must be refused (never
+    acknowledged, and not in the log); every acknowledgement of either is in the log at
+    its place."""
+    channel = f"cluster-takeovers-{unique}"
+    config = _config(pulsar_cluster)
+    topic = config.topic(channel)
+    admin = PulsarAdmin(pulsar_cluster.admin_url)
+    acked: list[tuple[MessageId, bytes]] = []
+    refused: list[bytes] = []
+    opened_in: list[float] = []
+    refused_in: list[float] = []
+    openers = [PulsarOpener(config), PulsarOpener(config)]
+    for opener in openers:
+        await opener.start()
+    try:
+        owner = await _writable(openers[0], channel)
+        for round_ in range(TAKEOVERS):
+            old = owner
+            sent = [f"r{round_}-old-{i}".encode() for i in range(16)]
+            pending = [asyncio.ensure_future(append_entry(old, p, {})) for p in sent]
+            broker = await owner_of(admin, topic)
+            move = asyncio.create_task(move_topic(admin, topic, _other(pulsar_cluster, broker)))
+            await asyncio.sleep(0.05 * (round_ % 4))
+            started = time.monotonic()
+            owner = await asyncio.wait_for(_writable(openers[(round_ + 1) % 2], channel), 30)
+            first = f"r{round_}-new".encode()
+            acked.append((await append_entry(owner, first, {}), first))
+            opened_in.append(time.monotonic() - started)
+            await move
+            late = f"r{round_}-late".encode()
+            started = time.monotonic()
+            with pytest.raises(StreamwalError):  # fenced, or an outcome never acknowledged
+                await append_entry(old, late, {})
+            refused_in.append(time.monotonic() - started)
+            refused.append(late)
+            for done, payload in zip(
+                await asyncio.gather(*pending, return_exceptions=True), sent, strict=True
+            ):
+                if isinstance(done, MessageId):
+                    acked.append((done, payload))
+                else:
+                    assert isinstance(done, StreamwalError), done
+            with contextlib.suppress(Exception):
+                await old.close()
+        await owner.close()
+    finally:
+        for opener in openers:
+            await opener.close()
+    print(
+        f"\n{TAKEOVERS} takeovers during moves: new owner writing after "
+        f"{sorted(opened_in)[TAKEOVERS // 2]:.2f} s (median), {max(opened_in):.2f} s (max); "
+        f"old owner refused after {sorted(refused_in)[TAKEOVERS // 2] * 1000:.0f} ms "
+        f"(median), {max(refused_in):.1f} s (max)"
+    )
+    assert max(opened_in) < 10, opened_in
+    log = await asyncio.to_thread(_assert_clean_log, pulsar_cluster, topic, acked)
+    assert not set(refused) & set(log.values()), "a refused append of an old owner is in the log"
+    assert len(log) == len(set(log.values()))  # nothing written twice
+
+
+async def test_checkpoints_and_truncation_through_a_broker_that_does_not_own_the_topic(
+    pulsar_cluster: ClusterInfo, unique: str
+) -> None:
+    """Every admin write of the WAL (a consumer's checkpoint, the truncation point, the
+    cursor's reset) reaches the topic's owner from a broker that redirects to it, also
+    right after the topic moved."""
+    channel = f"cluster-checkpoints-{unique}"
+    topic = _config(pulsar_cluster).topic(channel)
+    admin = PulsarAdmin(pulsar_cluster.admin_url)
+    async with PulsarOpener(_config(pulsar_cluster)) as opener:
+        wal = await _writable(opener, channel)
+        ids = [await append_entry(wal, f"m{i}".encode(), {}) for i in range(20)]
+        await wal.close()
+    owner = await owner_of(admin, topic)
+    away = pulsar_cluster.broker_admin_urls[
+        pulsar_cluster.broker_ids.index(_other(pulsar_cluster, owner))
+    ]
+    async with PulsarOpener(_config(pulsar_cluster, admin_url=away)) as opener:
+        wal = await _writable(opener, channel)
+        await wal.save_checkpoint(Checkpoint("flusher", ids[10], 10))
+        await wal.truncate(ids[5])
+        state = await wal.retention_state()
+        assert state.truncated_before == ids[5]
+        checkpoint = state.checkpoint_of("flusher")
+        assert checkpoint is not None and checkpoint.message_id == ids[10]
+        # the topic goes to the broker the admin address names and comes back: that
+        # broker owned it for a while, and redirects again now
+        await move_topic(admin, topic, _other(pulsar_cluster, owner))
+        await move_topic(admin, topic, owner)
+        await wal.save_checkpoint(Checkpoint("flusher", ids[15], 15))
+        await wal.truncate(ids[8])
+        state = await wal.retention_state()
+        assert state.truncated_before == ids[8]
+        checkpoint = state.checkpoint_of("flusher")
+        assert checkpoint is not None and checkpoint.message_id == ids[15]
+        await wal.close()
