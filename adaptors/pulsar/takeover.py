@@ -164,7 +164,13 @@ class Takeover:
         that reconnection is being added to the topic does not evict it (Pulsar 4.0.7
         evicts only the producers already in the topic's table), so the old writer
         stays attached with its older epoch and refuses ours. Fenced again now that it
-        is in the table, it goes, and its next reconnection is refused by the epoch."""
+        is in the table, it goes, and its next reconnection is refused by the epoch.
+
+        The broker does not say whose producer refuses ours: a node that took the
+        channel over after our fence is fenced the same way. That is safe (the WAL
+        allocates its first time tick only once its writer exists, after its last
+        fence, and the other node's writer is refused from then on); of two nodes
+        opening at once one still ends fenced, after at most ``_REFENCES`` rounds."""
         refences = _REFENCES if fencing else 0
         while True:
             try:

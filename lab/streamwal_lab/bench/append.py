@@ -97,7 +97,9 @@ async def run_append_bench(
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``; see the module docstring."""
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    config = PulsarConfig(
+        service_url=target.pulsar_url, admin_url=target.pulsar_admin_url, client_log_file=CLIENT_LOG
+    )
     cells: list[dict[str, Any]] = []
     client = raw_client(target.pulsar_url)
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-{run}")

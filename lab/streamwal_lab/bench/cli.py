@@ -70,6 +70,13 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         metavar="HOST:PORT",
         help="a running etcd instead of the local stack",
     )
+    parser.add_argument(
+        "--profile",
+        choices=("standalone", "cluster"),
+        default=default("standalone"),
+        help="the local stack's broker (default) or its cluster profile: two brokers, "
+        "topics on both (etcd from the local stack)",
+    )
 
 
 def register(sub: Any) -> None:
@@ -99,6 +106,10 @@ def _target(args: argparse.Namespace) -> BenchTarget:
         return BenchTarget(args.pulsar_url, args.etcd, args.pulsar_admin_url, _progress)
     from streamwal_lab.stack import Stack
 
+    if args.profile == "cluster":
+        etcd = asyncio.run(Stack().up(["etcd"])).etcd_endpoint
+        cluster = asyncio.run(Stack(profile="cluster").up_cluster())
+        return BenchTarget(cluster.pulsar_url, etcd, cluster.admin_url, _progress)
     info = asyncio.run(Stack().up(["etcd", "pulsar"]))
     return BenchTarget(
         info.pulsar_url,

@@ -41,7 +41,9 @@ async def run_open_bench(
 ) -> dict[str, Any]:
     """``opens`` raw and WAL opens, then ``outage_repeats`` opens across a broker outage."""
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    config = PulsarConfig(
+        service_url=target.pulsar_url, admin_url=target.pulsar_admin_url, client_log_file=CLIENT_LOG
+    )
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-open-{run}")
     raw_samples: list[float] = []
     wal_samples: list[float] = []

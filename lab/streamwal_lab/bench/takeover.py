@@ -137,7 +137,9 @@ async def run_takeover_bench(
 ) -> dict[str, Any]:
     """``takeovers`` WAL takeovers and as many raw ones, alternating."""
     run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    config = PulsarConfig(
+        service_url=target.pulsar_url, admin_url=target.pulsar_admin_url, client_log_file=CLIENT_LOG
+    )
     tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-to-{run}")
     wal_rounds: list[_Round | str] = []
     raw_rounds: list[_Round | str] = []

@@ -71,6 +71,10 @@ class Service(abc.ABC):
     async def probe(self) -> bool:
         """``True`` when the server really answers; must not raise."""
 
+    #: services next to each other in start order with the same group start side by
+    #: side (each needs only the services before the group); ``None``: alone
+    start_group: str | None = None
+
     #: how many times ``up`` starts the server while :meth:`start_problem` finds one
     start_attempts: int = 1
 

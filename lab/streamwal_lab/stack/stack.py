@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import itertools
 import json
 import os
 import shutil
@@ -223,8 +224,10 @@ class Stack:
                         "by another process; stop it or run `streamwal stack status`"
                     )
         await asyncio.gather(*(asyncio.to_thread(s.install, self.progress) for s in todo))
-        for service in todo:  # one at a time, in dependency order
-            await self._start(service)
+        # in dependency order; services of one start group (the cluster's bookies, its
+        # brokers) need only those before them, and start side by side
+        for _, group in itertools.groupby(todo, key=lambda s: s.start_group or id(s)):
+            await asyncio.gather(*(self._start(service) for service in group))
 
     async def _start(self, service: Service) -> None:
         attempts = max(1, service.start_attempts)

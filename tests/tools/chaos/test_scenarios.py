@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from streamwal_lab.chaos import SCENARIOS, ScenarioResult, run_scenario
+from streamwal_lab.chaos.scenarios.brokers import FAULTS
 from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.cluster import ClusterInfo
 
 pytestmark = pytest.mark.integration
 
@@ -185,3 +187,14 @@ async def test_large_messages_through_kill_9_and_takeovers_between_chunks(
         result.figures["messages delivered by Consume"]
         > result.figures["large appends acknowledged"]
     )
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+async def test_cluster_brokers_moving_and_losing_topics_under_two_nodes(
+    stack: StackInfo, pulsar_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    """Every fault of the scenario once (its six quick rounds); slow: about two minutes."""
+    result = await _quick("cluster-brokers", stack, tmp_path)
+    seen = {key.split(":")[0] for key in result.figures if key.endswith("appends again")}
+    assert seen == set(FAULTS), result.figures

@@ -15,6 +15,7 @@ from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios import (
     batches,
     broker,
+    brokers,
     checkpoints,
     client_retries,
     clock,
@@ -114,6 +115,17 @@ SCENARIOS: dict[str, Scenario] = {
             25.0,
             "a consumer checkpoints and resumes across killed owners while the channel "
             "is truncated up to its checkpoint",
+        ),
+        Scenario(
+            "cluster-brokers",
+            brokers.run,
+            12,
+            6,
+            40.0,
+            "two brokers and three bookies (the cluster profile): topic and namespace "
+            "unloads, bundle moves, kill -9 of a broker or a bookie, a takeover while "
+            "the topic moves",
+            base_seconds=150.0,
         ),
         Scenario(
             "stock-broker",

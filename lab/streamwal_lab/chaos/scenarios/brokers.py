@@ -1,0 +1,143 @@
+"""A real multi-broker Pulsar moving and losing topics under two nodes' traffic.
+
+Runs on the cluster profile (``streamwal stack up --profile cluster``, started here
+if it is not up): two node processes each own a channel that clients write through
+them. Each round applies one fault, in a shuffled order that covers all of them
+every six rounds: a topic unload, a bundle moved to the other broker by name, an
+unload of the whole namespace, a broker killed with SIGKILL and started again, a
+bookie killed with SIGKILL and started again, and a takeover (the channel assigned
+to the other node) while its topic moves between brokers. After each, appends must
+go on; at the end the history checker reads both logs against every client's record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+
+from streamwal.adaptors.pulsar import PulsarConfig
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal_lab.chaos.env import ChaosEnv
+from streamwal_lab.chaos.result import ScenarioResult
+from streamwal_lab.chaos.scenarios.common import channel_per_node, keep_flowing, move, tso_group
+from streamwal_lab.chaos.traffic import Traffic
+from streamwal_lab.stack import Stack
+from streamwal_lab.stack.bundles import move_topic, owner_of
+from streamwal_lab.stack.cluster import BOOKIE_PORTS, BROKER_PORTS, NAMESPACE, ClusterInfo
+from streamwal_lab.stack.topics import delete_topics
+
+__all__ = ["FAULTS", "run"]
+
+FAULTS = (
+    "topic-unload",
+    "bundle-move",
+    "namespace-unload",
+    "broker-kill",
+    "bookie-kill",
+    "takeover-during-move",
+)
+
+
+async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
+    result = ScenarioResult("cluster-brokers")
+    started = time.monotonic()
+    stack = Stack(profile="cluster", progress=env.say)
+    cluster = await stack.up_cluster()
+    topics: list[str] = []
+    try:
+        await _rounds(env, rounds, result, stack, cluster, topics)
+    finally:
+        # the nodes let go of their topics when the run's environment closes; what is
+        # left of this run's topics on the cluster goes with the next session's sweep
+        with contextlib.suppress(Exception):
+            await delete_topics(cluster.admin_url, topics)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def _rounds(
+    env: ChaosEnv,
+    rounds: int,
+    result: ScenarioResult,
+    stack: Stack,
+    cluster: ClusterInfo,
+    topics: list[str],
+) -> None:
+    admin = PulsarAdmin(cluster.admin_url)
+    nodes = await tso_group(
+        env, 2, pulsar_url=cluster.pulsar_url, sections={"pulsar": {"admin_url": cluster.admin_url}}
+    )
+    home, traffic = await channel_per_node(env, result, nodes, "brokers")
+    topics.extend(PulsarConfig().topic(t.channel) for t in traffic)
+    addresses = [n.address for n in nodes]
+    order: list[str] = []
+    for round_ in range(rounds):
+        if not order:
+            order = list(FAULTS)
+            env.rng.shuffle(order)
+        fault = order.pop(0)
+        target = env.rng.choice(traffic)
+        topic = PulsarConfig().topic(target.channel)
+        label = f"round {round_} ({fault})"
+        for t in traffic:
+            await keep_flowing(result, t, home[t.channel], f"{label}, before")
+        await asyncio.sleep(env.rng.uniform(0.2, 1.0))
+        env.say(f"  {label} on {target.channel}")
+        moved_by = time.monotonic()
+        if fault == "topic-unload":
+            await admin.put(f"{PulsarAdmin.topic_path(topic)}/unload")
+        elif fault == "bundle-move":
+            await move_topic(admin, topic, _other(cluster, await owner_of(admin, topic)))
+        elif fault == "namespace-unload":
+            await admin.put(f"namespaces/{NAMESPACE}/unload")
+        elif fault == "broker-kill":
+            await _kill_and_restart(env, stack, f"broker-{env.rng.randint(1, len(BROKER_PORTS))}")
+        elif fault == "bookie-kill":
+            await _kill_and_restart(env, stack, f"bookie-{env.rng.randint(1, len(BOOKIE_PORTS))}")
+        else:
+            await _takeover_during_move(result, admin, cluster, target, home, addresses, label)
+        result.faults += 1
+        for t in traffic:
+            await keep_flowing(result, t, home[t.channel], f"{label}, after", 30)
+        result.figures.setdefault(f"{fault}: s to appends again", []).append(
+            round(time.monotonic() - moved_by, 1)
+        )
+        result.rounds += 1
+    await env.check(result, traffic, pulsar_url=cluster.pulsar_url)
+
+
+def _other(cluster: ClusterInfo, broker: str) -> str:
+    return next(b for b in cluster.broker_ids if b != broker)
+
+
+async def _kill_and_restart(env: ChaosEnv, stack: Stack, service: str) -> None:
+    """SIGKILL ``service`` of the cluster profile, then start it again on its data."""
+    entry = stack.running(service)
+    if entry is None:
+        raise RuntimeError(f"the cluster's {service} is not running")
+    os.kill(entry.pid, signal.SIGKILL)
+    await asyncio.sleep(env.rng.uniform(1.0, 3.0))
+    await stack.up_cluster([service])
+
+
+async def _takeover_during_move(
+    result: ScenarioResult,
+    admin: PulsarAdmin,
+    cluster: ClusterInfo,
+    target: Traffic,
+    home: dict[str, str],
+    addresses: list[str],
+    label: str,
+) -> None:
+    """Assign the channel to the other node while its topic moves to the other broker."""
+    topic = PulsarConfig().topic(target.channel)
+    moving = asyncio.create_task(
+        move_topic(admin, topic, _other(cluster, await owner_of(admin, topic)))
+    )
+    other = next(a for a in addresses if a != home[target.channel])
+    if await move(result, target, other, label):
+        home[target.channel] = other
+    await moving
