@@ -75,7 +75,8 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         choices=("standalone", "cluster"),
         default=default("standalone"),
         help="the local stack's broker (default) or its cluster profile: two brokers, "
-        "topics on both (etcd from the local stack)",
+        "topics on both (etcd from the local stack); the append, open (with "
+        "--outage-repeats 0) and takeover suites are measured there",
     )
 
 
@@ -100,6 +101,8 @@ def _progress(line: str) -> None:
 
 
 def _target(args: argparse.Namespace) -> BenchTarget:
+    if args.profile == "cluster" and (args.pulsar_url or args.etcd):
+        raise SystemExit("bench: --profile cluster names the broker: no --pulsar-url or --etcd")
     if args.pulsar_url or args.etcd:
         if not (args.pulsar_url and args.etcd):
             raise SystemExit("bench: --pulsar-url and --etcd go together")

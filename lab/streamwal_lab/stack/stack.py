@@ -226,8 +226,15 @@ class Stack:
         await asyncio.gather(*(asyncio.to_thread(s.install, self.progress) for s in todo))
         # in dependency order; services of one start group (the cluster's bookies, its
         # brokers) need only those before them, and start side by side
-        for _, group in itertools.groupby(todo, key=lambda s: s.start_group or id(s)):
-            await asyncio.gather(*(self._start(service) for service in group))
+        for _, grouped in itertools.groupby(todo, key=lambda s: s.start_group or id(s)):
+            group = list(grouped)
+            results = await asyncio.gather(
+                *(self._start(service) for service in group), return_exceptions=True
+            )
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:  # its members that did start are not left running unwatched
+                await self._down([service.name for service in group])
+                raise failed[0]
 
     async def _start(self, service: Service) -> None:
         attempts = max(1, service.start_attempts)
@@ -333,15 +340,17 @@ class Stack:
 
     async def _down(self, names: Iterable[str] | None) -> list[str]:
         stopped = []
-        state = self._load_state()
         for service in reversed(self._select(names)):
-            entry = state.get(service.name)
+            entry = self._load_state().get(service.name)
             if entry is None:
                 continue
             if await asyncio.to_thread(stop_process, entry.pid, entry.marker):
                 stopped.append(service.name)
-            del state[service.name]
-        self._save_state(state)
+            # read again after the wait: services of a start group write their entries
+            # meanwhile
+            state = self._load_state()
+            state.pop(service.name, None)
+            self._save_state(state)
         return stopped
 
     async def restart(self, name: str) -> None:

@@ -191,6 +191,7 @@ async def test_large_messages_through_kill_9_and_takeovers_between_chunks(
 
 @pytest.mark.slow
 @pytest.mark.cluster
+@pytest.mark.timeout(600)  # the cluster's start, and the scenario's own bound
 async def test_cluster_brokers_moving_and_losing_topics_under_two_nodes(
     stack: StackInfo, pulsar_cluster: ClusterInfo, tmp_path: Path
 ) -> None:

@@ -8,6 +8,9 @@ unload of the whole namespace, a broker killed with SIGKILL and started again, a
 bookie killed with SIGKILL and started again, and a takeover (the channel assigned
 to the other node) while its topic moves between brokers. After each, appends must
 go on; at the end the history checker reads both logs against every client's record.
+The killed broker is the one serving the round's channel; the killed bookie is any of
+the three (each holds a copy of two thirds of the entries). What the run started of
+the cluster it stops at its end.
 """
 
 from __future__ import annotations
@@ -20,14 +23,14 @@ import time
 
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.errors import StreamwalError
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios.common import channel_per_node, keep_flowing, move, tso_group
 from streamwal_lab.chaos.traffic import Traffic
 from streamwal_lab.stack import Stack
-from streamwal_lab.stack.bundles import move_topic, owner_of
-from streamwal_lab.stack.cluster import BOOKIE_PORTS, BROKER_PORTS, NAMESPACE, ClusterInfo
-from streamwal_lab.stack.topics import delete_topics
+from streamwal_lab.stack.bundles import MoveError, move_topic, owner_of
+from streamwal_lab.stack.cluster import BOOKIE_PORTS, NAMESPACE, ClusterInfo
 
 __all__ = ["FAULTS", "run"]
 
@@ -45,15 +48,21 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("cluster-brokers")
     started = time.monotonic()
     stack = Stack(profile="cluster", progress=env.say)
+    stopped = [name for name in stack.services if stack.running(name) is None]
     cluster = await stack.up_cluster()
     topics: list[str] = []
     try:
         await _rounds(env, rounds, result, stack, cluster, topics)
     finally:
-        # the nodes let go of their topics when the run's environment closes; what is
-        # left of this run's topics on the cluster goes with the next session's sweep
-        with contextlib.suppress(Exception):
-            await delete_topics(cluster.admin_url, topics)
+        try:
+            # checked already; the nodes still hold them until the run's end
+            admin = PulsarAdmin(cluster.admin_url)
+            for topic in topics:
+                with contextlib.suppress(Exception):
+                    await admin.delete(f"{PulsarAdmin.topic_path(topic)}?force=true")
+        finally:
+            if stopped:  # what this run started of the cluster goes with it
+                await stack.down(stopped)
     result.seconds = time.monotonic() - started
     return result
 
@@ -87,18 +96,25 @@ async def _rounds(
         await asyncio.sleep(env.rng.uniform(0.2, 1.0))
         env.say(f"  {label} on {target.channel}")
         moved_by = time.monotonic()
-        if fault == "topic-unload":
-            await admin.put(f"{PulsarAdmin.topic_path(topic)}/unload")
-        elif fault == "bundle-move":
-            await move_topic(admin, topic, _other(cluster, await owner_of(admin, topic)))
-        elif fault == "namespace-unload":
-            await admin.put(f"namespaces/{NAMESPACE}/unload")
-        elif fault == "broker-kill":
-            await _kill_and_restart(env, stack, f"broker-{env.rng.randint(1, len(BROKER_PORTS))}")
-        elif fault == "bookie-kill":
-            await _kill_and_restart(env, stack, f"bookie-{env.rng.randint(1, len(BOOKIE_PORTS))}")
-        else:
-            await _takeover_during_move(result, admin, cluster, target, home, addresses, label)
+        try:
+            if fault == "topic-unload":
+                await admin.put(f"{PulsarAdmin.topic_path(topic)}/unload")
+            elif fault == "bundle-move":
+                await move_topic(admin, topic, _other(cluster, await owner_of(admin, topic)))
+            elif fault == "namespace-unload":
+                await admin.put(f"namespaces/{NAMESPACE}/unload")
+            elif fault == "broker-kill":  # the broker serving the channel
+                owner = await owner_of(admin, topic)
+                index = cluster.broker_ids.index(owner) + 1
+                await _kill_and_restart(env, stack, f"broker-{index}")
+            elif fault == "bookie-kill":
+                await _kill_and_restart(
+                    env, stack, f"bookie-{env.rng.randint(1, len(BOOKIE_PORTS))}"
+                )
+            else:
+                await _takeover_during_move(result, admin, cluster, target, home, addresses, label)
+        except (MoveError, StreamwalError) as exc:
+            result.problems.append(f"{label}: the fault itself failed: {exc}")
         result.faults += 1
         for t in traffic:
             await keep_flowing(result, t, home[t.channel], f"{label}, after", 30)
@@ -138,6 +154,8 @@ async def _takeover_during_move(
         move_topic(admin, topic, _other(cluster, await owner_of(admin, topic)))
     )
     other = next(a for a in addresses if a != home[target.channel])
-    if await move(result, target, other, label):
-        home[target.channel] = other
-    await moving
+    try:
+        if await move(result, target, other, label):
+            home[target.channel] = other
+    finally:
+        await moving
