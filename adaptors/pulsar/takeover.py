@@ -51,9 +51,6 @@ _OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.Producer
 _WRITER_ATTEMPTS = 10
 _WRITER_RETRY_S = 0.05
 _WRITER_RETRY_WINDOW_S = 3.0
-#: fences again while an earlier owner's producer holds the topic, after this long
-_REFENCE_AFTER_S = 0.5
-_REFENCES = 2
 #: how long a creation waits for an earlier, abandoned one to end (in operation timeouts)
 _SETTLE_TIMEOUTS = 2.0
 
@@ -121,7 +118,7 @@ class Takeover:
                 raise await self._explain_quota(exc) from exc
             state.check_open()
             try:
-                producer = await self._create_writer_after_fence(fencing)
+                producer = await self._create_writer(retry_owner_present=fencing)
             except PulsarException as exc:
                 if exc.error() in _OWNER_PRESENT:
                     if fencing:  # another node took the topic between our fence and now
@@ -155,49 +152,14 @@ class Takeover:
                 state.topic,
             )
 
-    async def _create_writer_after_fence(self, fencing: bool) -> Any:
-        """The writer, fencing again (at most ``_REFENCES`` times) while an earlier
-        owner's producer holds the topic after our fence.
-
-        A topic that moves between brokers during a takeover is loaded afresh, and the
-        old owner's writer reconnects to it. A fence that reaches the new broker while
-        that reconnection is being added to the topic does not evict it (Pulsar 4.0.7
-        evicts only the producers already in the topic's table), so the old writer
-        stays attached with its older epoch and refuses ours. Fenced again now that it
-        is in the table, it goes, and its next reconnection is refused by the epoch.
-
-        The broker does not say whose producer refuses ours: a node that took the
-        channel over after our fence is fenced the same way. That is safe (the WAL
-        allocates its first time tick only once its writer exists, after its last
-        fence, and the other node's writer is refused from then on); of two nodes
-        opening at once one still ends fenced, after at most ``_REFENCES`` rounds."""
-        refences = _REFENCES if fencing else 0
-        while True:
-            try:
-                return await self._create_writer(
-                    retry_owner_present=fencing,
-                    window=_WRITER_RETRY_WINDOW_S if refences == 0 else _REFENCE_AFTER_S,
-                )
-            except PulsarException as exc:
-                if exc.error() not in _OWNER_PRESENT or refences == 0:
-                    raise
-            refences -= 1
-            log.warning(
-                "channel %s: a producer still holds %s after the fence; fencing again",
-                self._state.channel,
-                self._state.topic,
-            )
-            await self._fence_others()
-            self._state.check_open()
-
-    async def _create_writer(self, *, retry_owner_present: bool, window: float) -> Any:
+    async def _create_writer(self, *, retry_owner_present: bool) -> Any:
         """The writing producer (``Exclusive``); right after our own fence, the broker
         may still be removing the fencer: try again for a while (at least
-        ``_WRITER_ATTEMPTS`` times, for up to ``window`` seconds or the operation
-        timeout). A broker that has just restarted can take a second or more to let go
-        of a fencer whose close it did not see; a real takeover by another node in the
-        meantime is still reported as fenced, only later."""
-        window = min(self._state.config.operation_timeout_s, window)
+        ``_WRITER_ATTEMPTS`` times, for up to ``_WRITER_RETRY_WINDOW_S`` or the
+        operation timeout). A broker that has just restarted can take a second or more
+        to let go of a fencer whose close it did not see; a real takeover by another
+        node in the meantime is still reported as fenced, only later."""
+        window = min(self._state.config.operation_timeout_s, _WRITER_RETRY_WINDOW_S)
         deadline = asyncio.get_running_loop().time() + window
         attempt = 0
         while True:

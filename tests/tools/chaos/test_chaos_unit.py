@@ -87,6 +87,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "cluster-zombie",
         "cluster-broker-lost",
         "cluster-etcd-restart",
+        "cluster-brokers",
     }
     assert SCENARIOS["takeover-race"].rounds == 50
     assert SCENARIOS["takeover-race"].quick_rounds == 10
