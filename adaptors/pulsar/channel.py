@@ -3,7 +3,8 @@
 The channel is composed of parts, one module each, as a producer is handed its
 accumulator and sender: :mod:`.takeover` (the fence, then the writing producer),
 :mod:`.sending` (appends in call order with segment receipts), :mod:`.readback`
-(placing appends whose receipts do not say where they landed), :mod:`.readers`
+(placing appends whose receipts do not say where they landed), :mod:`.fencewatch`
+(a fence the client does not report), :mod:`.readers`
 (scanners per delivery policy), each handed :mod:`.state`, what they share; and
 :mod:`.retention` (checkpoints, truncation) of the topic. This class only builds them
 and routes the backend contract's calls to them.
@@ -15,10 +16,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pulsar.asyncio import PulsarException
-
 from streamwal.adaptors.pulsar.clients import close_client
+from streamwal.adaptors.pulsar.closing import close_quietly
 from streamwal.adaptors.pulsar.config import PulsarConfig
+from streamwal.adaptors.pulsar.fencewatch import FenceWatch
 from streamwal.adaptors.pulsar.readback import ReadBack
 from streamwal.adaptors.pulsar.readers import Readers
 from streamwal.adaptors.pulsar.retention import TopicRetention
@@ -72,7 +73,8 @@ class PulsarBackendWAL:
         self._give_back_writer_client = give_back_writer_client
         self._closing: asyncio.Future[None] | None = None
         self._readback = ReadBack(state)
-        self._sender = Sender(state, self._readback)
+        self._watch = FenceWatch(state, self._readback)
+        self._sender = Sender(state, self._readback, self._watch.arm)
         self._takeover = Takeover(
             state, before_first_write, prepare_topic, self._retention.explain_quota
         )
@@ -141,6 +143,7 @@ class PulsarBackendWAL:
             # appends stop, answering what they held back
             self._state.closed = True
             self._sender.end_iteration()
+            self._watch.close()
             self._readback.cancel()
             self._closing = asyncio.ensure_future(self._close())
         await asyncio.shield(self._closing)
@@ -152,11 +155,8 @@ class PulsarBackendWAL:
             await self._readers.close()
             await self._readback.close()
             producer, state.producer = state.producer, None
-            if producer is not None:
-                try:
-                    await asyncio.wait_for(producer.close(), timeout=timeout)
-                except (PulsarException, TimeoutError):
-                    pass  # fenced or unreachable: nothing left to flush
+            if producer is not None:  # fenced or unreachable: nothing left to flush
+                await close_quietly(producer, timeout)
         finally:
             await self._let_go_of_writer_client(timeout)
             self._on_close(self)

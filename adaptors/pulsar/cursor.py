@@ -22,6 +22,7 @@ from typing import Any
 import pulsar
 from pulsar.asyncio import PulsarException
 
+from streamwal.adaptors.pulsar.closing import close_quietly, reap
 from streamwal.adaptors.pulsar.errors import translate
 from streamwal.errors import UnavailableError
 
@@ -33,22 +34,8 @@ __all__ = ["hold_log"]
 #: the whole timeout is over; a new attempt looks the topic up afresh
 _ATTEMPT_S = 2.0
 
-#: closes of consumers created after their attempt was given up on
-_late_closes: set[asyncio.Future[Any]] = set()
-
-
-def _close_when_made(creation: asyncio.Future[Any], timeout: float) -> None:
-    """Close the consumer an abandoned attempt makes, if it makes one."""
-
-    def made(done: asyncio.Future[Any]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
-        closing = asyncio.ensure_future(asyncio.wait_for(done.result().close(), timeout))
-        _late_closes.add(closing)
-        closing.add_done_callback(_late_closes.discard)
-        closing.add_done_callback(lambda f: f.cancelled() or f.exception())
-
-    creation.add_done_callback(made)
+#: reapers of consumers created after their attempt was given up on
+_reapers: set[asyncio.Future[None]] = set()
 
 
 async def hold_log(client: Any, topic: str, subscription: str, timeout: float) -> None:
@@ -76,14 +63,12 @@ async def hold_log(client: Any, topic: str, subscription: str, timeout: float) -
         except PulsarException as exc:
             raise translate(exc, channel=topic, what="create the WAL's subscription") from exc
         except (TimeoutError, asyncio.CancelledError) as exc:
-            _close_when_made(creation, timeout)
+            reap(creation, timeout, _reapers)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             if loop.time() >= deadline:
                 raise UnavailableError(
                     f"{topic}: creating the WAL's subscription {subscription!r} timed out"
                 ) from exc
-    try:
-        await asyncio.wait_for(consumer.close(), timeout=timeout)
-    except (PulsarException, TimeoutError):
-        pass  # the subscription is durable already; a consumer the broker lost goes with it
+    # the subscription is durable already; a consumer the broker lost goes with it
+    await close_quietly(consumer, timeout)

@@ -23,8 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
-from pulsar.asyncio import PulsarException
-
+from streamwal.adaptors.pulsar.closing import close_quietly
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
 from streamwal.adaptors.pulsar.segments import Segment
@@ -33,7 +32,7 @@ from streamwal.errors import ChannelFencedError, UnknownPositionError
 from streamwal.wal.backend import AppendCallback
 from streamwal.wal.message_id import MessageId
 
-__all__ = ["ReadBack"]
+__all__ = ["ReadBack", "reader_from", "same_position"]
 
 
 def _answer_guarded(
@@ -51,12 +50,27 @@ def _holds(message: Any, payload: bytes, properties: Mapping[str, str]) -> bool:
     return bool(message.data() == payload and message.properties() == dict(properties))
 
 
-def _same_position(landed: PulsarMessageId, receipt: PulsarMessageId) -> bool:
+def same_position(landed: PulsarMessageId, receipt: PulsarMessageId) -> bool:
     """A read message is the one a receipt named (a receipt for the only message of a
     batch may carry no batch index)."""
     return (landed.ledger, landed.entry) == (receipt.ledger, receipt.entry) and (
         receipt.batch_index < 0 or landed.batch_index == receipt.batch_index
     )
+
+
+@contextlib.asynccontextmanager
+async def reader_from(state: ChannelState, start: PulsarMessageId | Any) -> AsyncIterator[Any]:
+    """A reader of the channel's topic from ``start`` (inclusive; a Pulsar id such as
+    ``MessageId.latest`` too), on the channel's reading client, closed afterwards."""
+    timeout = state.config.operation_timeout_s
+    at = start.to_pulsar() if isinstance(start, PulsarMessageId) else start
+    reader = await asyncio.wait_for(
+        state.client.create_reader(state.topic, at, start_message_id_inclusive=True), timeout
+    )
+    try:
+        yield reader
+    finally:
+        await close_quietly(reader, timeout)  # a reader the broker forgot: nothing to release
 
 
 class ReadBack:
@@ -92,6 +106,25 @@ class ReadBack:
             tasks = list(self.tasks)
             self.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def hold_receipts(
+        self,
+        read: Coroutine[Any, Any, list[PulsarMessageId] | None],
+        then: Callable[[asyncio.Task[list[PulsarMessageId] | None]], None],
+    ) -> None:
+        """Run ``read`` while receipts wait, then ``then`` (with its task) and the
+        receipts, in order; after the running read, if one runs (.fencewatch)."""
+        if self.deferring:
+            self.defer(functools.partial(self.hold_receipts, read, then))
+            return
+
+        def then_release(task: asyncio.Task[list[PulsarMessageId] | None]) -> None:
+            try:
+                then(task)
+            finally:
+                self._run_deferred()
+
+        self._start(read, then_release)
 
     def _start(
         self,
@@ -256,8 +289,8 @@ class ReadBack:
             found = task.result()
         first, last = edges
         if found is not None and (
-            (first is not None and not _same_position(found[0], first))
-            or (last is not None and not _same_position(found[-1], last))
+            (first is not None and not same_position(found[0], first))
+            or (last is not None and not same_position(found[-1], last))
         ):
             found = None  # an edge's own receipt named another place
         error: BaseException | None = None
@@ -297,24 +330,6 @@ class ReadBack:
                 _answer_guarded(done, None, error)
         self._run_deferred()
 
-    @contextlib.asynccontextmanager
-    async def _reader_from(self, start: PulsarMessageId) -> AsyncIterator[Any]:
-        """A reader of the topic from ``start`` (inclusive), closed afterwards."""
-        timeout = self._state.config.operation_timeout_s
-        reader = await asyncio.wait_for(
-            self._state.client.create_reader(
-                self._state.topic, start.to_pulsar(), start_message_id_inclusive=True
-            ),
-            timeout,
-        )
-        try:
-            yield reader
-        finally:
-            try:
-                await asyncio.wait_for(reader.close(), timeout)
-            except (PulsarException, TimeoutError):
-                pass  # a reader the broker forgot: nothing to release here
-
     async def _messages_after(
         self,
         after: PulsarMessageId,
@@ -327,7 +342,7 @@ class ReadBack:
         ends first or holds anything else there."""
         timeout = self._state.config.operation_timeout_s
         found: list[PulsarMessageId] = []
-        async with self._reader_from(after) as reader:
+        async with reader_from(self._state, after) as reader:
             skipped = False
             while len(found) < len(payloads):
                 if not await asyncio.wait_for(reader.has_message_available(), timeout):
@@ -335,7 +350,7 @@ class ReadBack:
                 message = await asyncio.wait_for(reader.read_next(), timeout)
                 landed = PulsarMessageId.from_pulsar(message.message_id())
                 if landed.sort_key() <= after.sort_key() or (
-                    not skipped and _same_position(landed, after)
+                    not skipped and same_position(landed, after)
                 ):
                     skipped = True
                     continue  # ``after`` itself (the reader starts there, inclusive)
@@ -357,7 +372,7 @@ class ReadBack:
         ``None`` if the log holds anything else there (a missing or foreign message)."""
         timeout = self._state.config.operation_timeout_s
         found: list[PulsarMessageId] = []
-        async with self._reader_from(first) as reader:
+        async with reader_from(self._state, first) as reader:
             for i, payload in enumerate(payloads):
                 message = await asyncio.wait_for(reader.read_next(), timeout)
                 landed = PulsarMessageId.from_pulsar(message.message_id())
@@ -365,9 +380,9 @@ class ReadBack:
                 if not _holds(message, payload, properties[i]):
                     return None
                 if edge is not None:
-                    if not _same_position(landed, edge):
+                    if not same_position(landed, edge):
                         return None
-                elif _same_position(landed, last) or landed.sort_key() > last.sort_key():
+                elif same_position(landed, last) or landed.sort_key() > last.sort_key():
                     return None  # the last edge came early: a middle message is missing
                 else:
                     found.append(landed)

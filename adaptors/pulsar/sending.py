@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import _pulsar
@@ -57,9 +57,13 @@ class Sender:
     """The append path: hand appends to the client in order, answer them from receipts;
     what receipts cannot place goes to the read-back."""
 
-    def __init__(self, state: ChannelState, readback: ReadBack) -> None:
+    def __init__(
+        self, state: ChannelState, readback: ReadBack, on_first_in_flight: Callable[[], None]
+    ) -> None:
         self._state = state
         self._readback = readback
+        #: called when an append goes to the client with none in flight (.fencewatch)
+        self._on_first_in_flight = on_first_in_flight
         #: the latest append, sent when the next one comes or the iteration ends
         self._held: Prepared | None = None
         #: the segment being sent (its first edge is out, its last is not yet)
@@ -101,6 +105,8 @@ class Sender:
             message = builder.build()
         except TypeError as exc:  # not bytes / str properties: this entry only
             raise InvalidInputError(f"append on {state.channel!r}: {exc}") from None
+        if not state.in_flight:
+            self._on_first_in_flight()
         state.in_flight += 1
         held, self._held = (
             self._held,
@@ -187,6 +193,7 @@ class Sender:
             single.done(None, translate(exc, channel=self._state.channel, what="append"))
 
     def _on_receipt(self, token: Single | Edge, result: Any, message_id: Any) -> None:
+        self._state.receipts += 1
         if self._readback.deferring:  # a read-back decides what the log holds first
             self._readback.defer(functools.partial(self._on_receipt, token, result, message_id))
             return

@@ -64,11 +64,22 @@ class ChannelState:
         self.producer: Any = None
         #: this owner was fenced: set once, every later append fails with it
         self.fenced: ChannelFencedError | None = None
+        #: a writer given up on before its first entry (.fencewatch): what its appends
+        #: in flight fail with when it is closed, instead of a fence
+        self.abandoned: StreamwalError | None = None
+        #: the fence came while nothing this owner had in flight could land any more,
+        #: and the log holds none of it: in-flight appends failing now were not written
+        self.in_flight_unwritten = False
         #: closed while a read-back ran: the log after its first edge is unverified
         self.unverified: UnknownPositionError | None = None
         self.closed = False
         #: the last position this owner placed, where the guard's next check starts
         self.last_landed: PulsarMessageId | None = None
+        #: the first position this owner placed (its first time tick): a message of
+        #: another producer after it means a newer owner (.fencewatch)
+        self.first_landed: PulsarMessageId | None = None
+        #: receipts the client delivered so far: the fence watch's sign of progress
+        self.receipts = 0
         #: appends handed to the client and not answered yet (pulsar.max_pending_messages)
         self.in_flight = 0
 
@@ -91,6 +102,8 @@ class ChannelState:
             )
         last = self.last_landed
         if last is None or landed.ledger != last.ledger or landed.entry <= last.entry + 1:
+            if last is None and self.first_landed is None:
+                self.first_landed = landed
             if (
                 last is None
                 or landed.ledger != last.ledger
@@ -113,7 +126,9 @@ class ChannelState:
     def failure(self, result: Any) -> StreamwalError:
         """The error of an append the client had accepted and then failed."""
         if self.fenced is not None:
-            return self.fenced.in_flight()
+            return self.fenced if self.in_flight_unwritten else self.fenced.in_flight()
+        if self.abandoned is not None and result == _pulsar.Result.AlreadyClosed:
+            return self.abandoned
         if result in FENCING_RESULTS and not self.closed:
             log.warning("channel %s: fenced by a newer owner (%s)", self.channel, result)
             self.fenced = ChannelFencedError(self.channel, f"broker says {result}")

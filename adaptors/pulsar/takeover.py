@@ -33,6 +33,7 @@ from typing import Any
 import pulsar
 from pulsar.asyncio import PulsarException
 
+from streamwal.adaptors.pulsar.closing import close_quietly, reap
 from streamwal.adaptors.pulsar.config import PulsarAccessMode
 from streamwal.adaptors.pulsar.errors import FENCING_RESULTS, translate
 from streamwal.adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES
@@ -53,24 +54,6 @@ _WRITER_RETRY_S = 0.05
 _WRITER_RETRY_WINDOW_S = 3.0
 #: how long a creation waits for an earlier, abandoned one to end (in operation timeouts)
 _SETTLE_TIMEOUTS = 2.0
-
-
-async def _reap(creation: Awaitable[Any], timeout: float) -> None:
-    """Close the producer an abandoned creation makes, if it makes one."""
-    try:
-        producer = await creation
-    except Exception:
-        return  # refused or timed out at the client: nothing was created
-    await _close_unused(producer, timeout)
-
-
-async def _close_unused(producer: Any, timeout: float) -> None:
-    """Close a producer nobody writes with (a close that does not answer within
-    ``timeout`` is left to the client)."""
-    try:
-        await asyncio.wait_for(producer.close(), timeout)
-    except Exception:
-        pass  # fenced or disconnected already: gone from the topic either way
 
 
 #: what the opener runs before a channel's first write (its broker self-checks)
@@ -143,9 +126,10 @@ class Takeover:
                     f"answer within {state.config.operation_timeout_s:g}s"
                 ) from exc
             if state.closed:  # closed while it was created: nobody would ever close it
-                await _close_unused(producer, state.config.operation_timeout_s)
+                await close_quietly(producer, state.config.operation_timeout_s)
                 state.check_open()
             state.producer = producer
+            state.abandoned = None  # the writer given up on, if any, failed what it held
             log.info(
                 "channel %s: exclusive producer created on %s",
                 state.channel,
@@ -209,11 +193,7 @@ class Takeover:
             )
         except (TimeoutError, asyncio.CancelledError):
             if not creation.done() or (not creation.cancelled() and not creation.exception()):
-                reaper = asyncio.ensure_future(
-                    _reap(creation, self._state.config.operation_timeout_s)
-                )
-                self._reapers.add(reaper)
-                reaper.add_done_callback(self._reapers.discard)
+                reap(creation, self._state.config.operation_timeout_s, self._reapers)
             raise
 
     async def _fence_others(self) -> None:

@@ -162,6 +162,13 @@ async def _serve(traced: bool, otlp_endpoint: str, service_name: str) -> None:
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
+    # its own handlers, the signals unblocked: a child inherits a signal ignored (from
+    # a shell's background job) or blocked (from the thread that started it), and
+    # would only end when killed, without flushing its spans
+    loop = asyncio.get_running_loop()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop(None)))
     print(f"ready on 127.0.0.1:{port}", flush=True)
     await server.wait_for_termination()
 
@@ -303,8 +310,8 @@ class EchoServer:
         proc = self._proc
         if proc is None or proc.returncode is not None:
             return
-        # SIGINT ends the server's loop, and the exit flushes the spans it still holds
-        proc.send_signal(signal.SIGINT)
+        # SIGTERM ends the server's loop, and the exit flushes the spans it still holds
+        proc.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), _STOP_TIMEOUT_S)
         except TimeoutError:

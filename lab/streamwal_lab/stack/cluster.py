@@ -19,6 +19,7 @@ from pathlib import Path
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal_lab.stack.paths import StackPaths
+from streamwal_lab.stack.process import port_in_use
 from streamwal_lab.stack.pulsar import BOOKIE_DISK, JVM_OPENS, LOG4J2, PulsarService
 from streamwal_lab.stack.service import Progress, Service
 
@@ -91,21 +92,18 @@ class _PulsarJvm(Service):
         # INFO to a size-rolled file beside the service's output, as for the standalone
         (self.workdir / "log4j2.xml").write_text(LOG4J2.replace("broker.log", "info.log"))
 
+    def _write_conf(self, name: str, conf: dict[str, object]) -> Path:
+        """A ``key=value`` properties file in the service's folder."""
+        path = self.workdir / name
+        path.write_text("".join(f"{key}={value}\n" for key, value in conf.items()))
+        return path
+
     def command(self) -> list[str]:
         return [
             "java", *JVM_OPENS, "-Xms64m", self.heap, self.direct_memory,
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}",
             "-cp", f"{self._jars.lib_dir}/*", self.main_class, *self.args(),
         ]  # fmt: skip
-
-
-async def _port_answers(port: int) -> bool:
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    return True
 
 
 class ZooKeeperService(_PulsarJvm):
@@ -228,15 +226,13 @@ class BookieService(_PulsarJvm):
             "dbStorage_rocksDB_blockCacheSize": 8 * 1024 * 1024,
             **BOOKIE_DISK,
         }
-        (self.workdir / "bookie.conf").write_text(
-            "".join(f"{key}={value}\n" for key, value in conf.items())
-        )
+        self._write_conf("bookie.conf", conf)
 
     def args(self) -> list[str]:
         return ["--conf", str(self.workdir / "bookie.conf")]
 
     async def probe(self) -> bool:
-        return await _port_answers(self.port)
+        return await asyncio.to_thread(port_in_use, self.port)
 
 
 class BrokerService(_PulsarJvm):
@@ -288,9 +284,7 @@ class BrokerService(_PulsarJvm):
             # manager sheds load between two of its steps
             "loadBalancerSheddingEnabled": "false",
         }
-        (self.workdir / "broker.conf").write_text(
-            "".join(f"{key}={value}\n" for key, value in conf.items())
-        )
+        self._write_conf("broker.conf", conf)
 
     def args(self) -> list[str]:
         return ["--broker-conf", str(self.workdir / "broker.conf")]

@@ -68,19 +68,19 @@ BOOKIE_DISK = {
     "logSizeLimit": 32 * 1024 * 1024,
     "skipListSizeLimit": 16 * 1024 * 1024,
     # ms between garbage collections of deleted ledgers' entries
-    "gcWaitTime": 30_000,
+    "gcWaitTime": 10_000,
     # seconds: rewrite entry logs that are mostly (minor) or partly (major) garbage
     "minorCompactionInterval": 300,
     "majorCompactionInterval": 1800,
 }
 
 #: a stock broker's periodic work, only made faster: a topic with no subscription goes
-#: after 10 s without producers or readers (Pulsar: checked every 60 s), a backlog quota
+#: after 5 s without producers or readers (Pulsar: checked every 60 s), a backlog quota
 #: is enforced on connected producers within 5 s (60 s), and deduplication's own cursor,
 #: which holds the log until its next snapshot, moves every 5 s (120 s)
 STOCK_INACTIVE_CHECK = {
-    "brokerDeleteInactiveTopicsFrequencySeconds": 5,
-    "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds": 10,
+    "brokerDeleteInactiveTopicsFrequencySeconds": 2,
+    "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds": 5,
     "backlogQuotaCheckIntervalInSeconds": 5,
     "brokerDeduplicationSnapshotIntervalSeconds": 5,
     "brokerDeduplicationSnapshotFrequencyInSeconds": 5,

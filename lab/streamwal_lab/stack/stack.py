@@ -339,17 +339,23 @@ class Stack:
             return await self._down(names)
 
     async def _down(self, names: Iterable[str] | None) -> list[str]:
-        stopped = []
-        for service in reversed(self._select(names)):
-            entry = self._load_state().get(service.name)
-            if entry is None:
-                continue
-            if await asyncio.to_thread(stop_process, entry.pid, entry.marker):
-                stopped.append(service.name)
+        """In reverse start order; the members of a start group side by side, as
+        they started."""
+        stopped: list[str] = []
+        todo = list(reversed(self._select(names)))
+        for _, grouped in itertools.groupby(todo, key=lambda s: s.start_group or id(s)):
+            group = list(grouped)
+            entries = self._load_state()
+            running = [(s.name, entries[s.name]) for s in group if s.name in entries]
+            results = await asyncio.gather(
+                *(asyncio.to_thread(stop_process, e.pid, e.marker) for _, e in running)
+            )
+            stopped += [name for (name, _), done in zip(running, results, strict=True) if done]
             # read again after the wait: services of a start group write their entries
             # meanwhile
             state = self._load_state()
-            state.pop(service.name, None)
+            for name, _ in running:
+                state.pop(name, None)
             self._save_state(state)
         return stopped
 

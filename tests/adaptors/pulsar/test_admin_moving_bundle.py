@@ -4,55 +4,35 @@ a moment: the admin client asks again until the bundle has landed, and only then
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import UnavailableError
+from tests.adaptors.pulsar.fake_admin import FakeAdmin, serving, url_of
 
 
-class _Moving(BaseHTTPRequestHandler):
+class _Moving(FakeAdmin):
     """Answers ``refusals`` in turn (code, reason), then 200; counts every request."""
 
     refusals: list[tuple[int, str]] = []
     asked = 0
 
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+    def respond(self, body: bytes) -> tuple[int, dict[str, str], object]:
         _Moving.asked += 1
         if _Moving.refusals:
             code, reason = _Moving.refusals.pop(0)
-            payload = json.dumps({"reason": reason}).encode()
-        else:
-            code, payload = 200, json.dumps({"landed": True}).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    do_GET = do_PUT = do_POST = do_DELETE = _answer
-
-    def log_message(self, *args: object) -> None:
-        return None
+            return code, {}, {"reason": reason}
+        return 200, {}, {"landed": True}
 
 
 @pytest.fixture
 def broker() -> Iterator[str]:
     _Moving.refusals, _Moving.asked = [], 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Moving)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Moving) as (server,):
+        yield url_of(server)
 
 
 @pytest.mark.parametrize(

@@ -4,54 +4,30 @@ redirecting to the other, and the real broker's redirect-free path)."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import UnavailableError
+from tests.adaptors.pulsar.fake_admin import FakeAdmin, serving, url_of
 
 
-class _Owner(BaseHTTPRequestHandler):
+class _Owner(FakeAdmin):
     """The topic's owner: records what it was asked and answers with it."""
 
     seen: list[tuple[str, str, bytes, str | None]] = []
 
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+    def respond(self, body: bytes) -> tuple[int, dict[str, str], object]:
         _Owner.seen.append((self.command, self.path, body, self.headers.get("Authorization")))
-        payload = json.dumps({"method": self.command}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    do_GET = do_PUT = do_POST = do_DELETE = _answer
-
-    def log_message(self, *args: object) -> None:
-        return None
+        return 200, {}, {"method": self.command}
 
 
-def _redirecting_to(target: str, code: int = 307) -> type[BaseHTTPRequestHandler]:
-    class _Redirect(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
-            self.send_response(code)
-            self.send_header("Location", f"{target}{self.path}")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_GET = do_PUT = do_POST = do_DELETE = _answer
-
-        def log_message(self, *args: object) -> None:
-            return None
+def _redirecting_to(target: str, code: int = 307) -> type[FakeAdmin]:
+    class _Redirect(FakeAdmin):
+        def respond(self, body: bytes) -> tuple[int, dict[str, str], object]:
+            return code, {"Location": f"{target}{self.path}"}, None
 
     return _Redirect
 
@@ -59,20 +35,10 @@ def _redirecting_to(target: str, code: int = 307) -> type[BaseHTTPRequestHandler
 @pytest.fixture
 def servers() -> Iterator[tuple[str, str, ThreadingHTTPServer]]:
     _Owner.seen = []
-    owner = ThreadingHTTPServer(("127.0.0.1", 0), _Owner)
-    owner_url = f"http://127.0.0.1:{owner.server_address[1]}"
-    other = ThreadingHTTPServer(("127.0.0.1", 0), _redirecting_to(owner_url))
-    loop = ThreadingHTTPServer(("127.0.0.1", 0), _redirecting_to("http://127.0.0.1:1"))
-    loop.RequestHandlerClass = _redirecting_to(f"http://127.0.0.1:{loop.server_address[1]}")
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (owner, other, loop)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield owner_url, f"http://127.0.0.1:{other.server_address[1]}", loop
-    finally:
-        for server in (owner, other, loop):
-            server.shutdown()
-            server.server_close()
+    with serving(_Owner, _redirecting_to("http://127.0.0.1:1")) as (owner, loop):
+        loop.RequestHandlerClass = _redirecting_to(url_of(loop))
+        with serving(_redirecting_to(url_of(owner))) as (other,):
+            yield url_of(owner), url_of(other), loop
 
 
 async def test_every_method_follows_the_owner_s_redirect(

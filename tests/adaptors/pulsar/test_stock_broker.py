@@ -2,7 +2,7 @@
 
 A private broker runs with Pulsar's default retention (none), deduplication (off) and
 inactive-topic policy (``delete_when_no_subscriptions``), only checked faster (every
-5 s, after 10 s without producers or readers). Each test gets a namespace of its own,
+2 s, after 5 s without producers or readers). Each test gets a namespace of its own,
 so the policies one sets are not seen by another.
 """
 

@@ -1,7 +1,7 @@
 """A broker with Pulsar's own policies: a channel left without an owner keeps its log.
 
 A private broker runs with Pulsar's defaults: no retention, and topics with no
-subscription deleted once inactive (checked every 5 s, after 10 s: the one change).
+subscription deleted once inactive (checked every 2 s, after 5 s: the one change).
 Deduplication is enabled on its namespace, as docs/deploy.md asks; nothing else is
 set. Node 1 runs the oracle; the channel lives on node 2 or 3. Each round SIGKILLs
 the channel's owner, leaves the channel without an owner past the inactivity window,
