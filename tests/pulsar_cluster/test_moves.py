@@ -19,7 +19,7 @@ from streamwal.wal.message_id import MessageId
 from streamwal.wal.retention_contract import Checkpoint
 from streamwal_lab.stack.bundles import move_topic, owner_of
 from streamwal_lab.stack.cluster import ClusterInfo
-from tests.adaptors.pulsar.topic_log import keep_appending, key, read_log
+from tests.adaptors.pulsar.topic_log import keep_appending, key, read_log, read_log_writers
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -182,6 +182,16 @@ async def test_takeovers_during_bundle_moves_leave_one_writer_and_a_clean_log(
     log = await asyncio.to_thread(_assert_clean_log, pulsar_cluster, topic, acked)
     assert not set(refused) & set(log.values()), "a refused append of an old owner is in the log"
     assert len(log) == len(set(log.values()))  # nothing written twice
+    # every owner wrote as a producer of its own, named by the broker that created it:
+    # the brokers' deduplication, kept per producer name, cannot take one owner's
+    # messages for copies of another's
+    writers = await asyncio.to_thread(read_log_writers, pulsar_cluster.pulsar_url, topic)
+    by_payload = dict(writers.values())
+    new_owners = [by_payload[f"r{r}-new".encode()] for r in range(TAKEOVERS)]
+    assert len(set(new_owners)) == TAKEOVERS, new_owners
+    for round_, name in enumerate(new_owners):
+        earlier = {w for p, w in by_payload.items() if p.startswith(f"r{round_}-old-".encode())}
+        assert name not in earlier, (round_, name)
 
 
 async def _checkpoint_and_truncate(
