@@ -153,6 +153,7 @@ class PulsarBackendWAL:
         timeout = state.config.operation_timeout_s
         try:
             await self._readers.close()
+            await self._watch.aclose()
             await self._readback.close()
             producer, state.producer = state.producer, None
             if producer is not None:  # fenced or unreachable: nothing left to flush

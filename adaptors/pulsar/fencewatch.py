@@ -16,7 +16,9 @@ producer is then closed, so nothing more of it can land, and the log after the l
 position this owner placed is read: when none of this producer's messages are there,
 what it had in flight is answered as not written; otherwise (or when the log cannot be
 read) with an unknown outcome. Receipts wait while that read runs, as for a
-read-back (:mod:`.readback`).
+read-back (:mod:`.readback`). Both this and the case below rely on the C++ client
+failing what a producer still holds, through its callbacks, as soon as the producer is
+closed (``ProducerImpl::closeAsync`` in pulsar-client 3.x): its send timer stops there.
 
 A writer that gets no answer before its first entry has landed has nothing of its own
 to compare the log with: the broker may hold it as a producer that the client no
@@ -51,6 +53,10 @@ __all__ = ["PERIOD_S", "STALL_S", "FenceWatch"]
 STALL_S = 0.5
 #: how often the watch looks at the receipts while appends are in flight
 PERIOD_S = 0.25
+#: the longest wait between two looks at the topic during one stall (each look that
+#: finds nothing doubles the wait from ``STALL_S``: a broker that is down gets no storm
+#: of readers from every stalled channel)
+MAX_LOOK_WAIT_S = 4.0
 
 
 class FenceWatch:
@@ -61,11 +67,13 @@ class FenceWatch:
         self._readback = readback
         self._timer: asyncio.TimerHandle | None = None
         self._look: asyncio.Task[None] | None = None
-        #: the close of a writer given up on (kept referenced while it runs)
-        self._closing: asyncio.Task[None] | None = None
+        #: closes of writers given up on (kept referenced while they run)
+        self._closing: set[asyncio.Task[None]] = set()
         #: the receipt count at the last tick, and since when it has not moved
         self._seen = 0
         self._since = 0.0
+        #: how long the receipts must not move before the next look
+        self._look_wait = STALL_S
 
     def arm(self) -> None:
         """Start ticking (an append was handed to the client with none in flight);
@@ -78,11 +86,18 @@ class FenceWatch:
         self._timer = loop.call_later(PERIOD_S, self._tick)
 
     def close(self) -> None:
+        """Stop ticking and cancel a look (the channel closes)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._look is not None:
             self._look.cancel()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, then wait for the look and the closes of abandoned writers."""
+        self.close()
+        tasks = [*self._closing, *([self._look] if self._look is not None else [])]
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _done(self) -> bool:
         return self._state.closed or self._state.fenced is not None
@@ -95,8 +110,8 @@ class FenceWatch:
         loop = asyncio.get_running_loop()
         now = loop.time()
         if state.receipts != self._seen:
-            self._seen, self._since = state.receipts, now
-        elif now - self._since >= STALL_S and state.first_landed is not None:
+            self._seen, self._since, self._look_wait = state.receipts, now, STALL_S
+        elif now - self._since >= self._look_wait and state.first_landed is not None:
             self._look = loop.create_task(self._look_at_topic(state.first_landed))
             self._look.add_done_callback(self._looked)
             return
@@ -123,26 +138,35 @@ class FenceWatch:
             f"append on {state.channel!r}: the writer got no answer for {waited:.1f}s before "
             "its first entry landed and was closed; whether it landed is unknown"
         )
-        self._closing = asyncio.get_running_loop().create_task(
+        closing = asyncio.get_running_loop().create_task(
             close_quietly(producer, state.config.operation_timeout_s)
         )
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
 
     def _looked(self, task: asyncio.Task[None]) -> None:
         self._look = None
-        if task.cancelled() or self._done() or self._state.in_flight == 0:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            log.error(
+                "channel %s: the fence watch failed", self._state.channel, exc_info=task.exception()
+            )
+        if self._done() or self._state.in_flight == 0:
             return
         loop = asyncio.get_running_loop()
-        self._since = loop.time()  # a look found nothing: wait a whole stall again
+        # a look found nothing: wait longer before the next one, from now
+        self._since = loop.time()
+        self._look_wait = min(2 * self._look_wait, MAX_LOOK_WAIT_S)
         self._timer = loop.call_later(PERIOD_S, self._tick)
 
     async def _look_at_topic(self, first: PulsarMessageId) -> None:
         """Read the topic's last message; fence the channel if another producer wrote
         it after ``first`` (no conclusion when it cannot be read)."""
         state = self._state
-        producer = state.producer
-        if producer is None:
+        producer, ours = state.producer, state.writer_name
+        if producer is None or ours is None:
             return
-        ours = producer.producer_name()
         timeout = state.config.operation_timeout_s
         try:
             async with reader_from(state, pulsar.MessageId.latest) as reader:
@@ -170,14 +194,14 @@ class FenceWatch:
             state.channel,
             f"producer {writer} wrote at {at} while this owner's producer got no answer",
         )
-        self._readback.hold_receipts(self._ours_after_close(producer), self._settled)
+        self._readback.hold_receipts(self._ours_after_close(producer, ours), self._settled)
 
-    async def _ours_after_close(self, producer: Any) -> list[PulsarMessageId] | None:
-        """Close the producer (what it still holds fails, and nothing more of it can
-        land), then the ids of its messages after the last placed position; ``None``
-        when that cannot be known."""
+    async def _ours_after_close(self, producer: Any, name: str) -> list[PulsarMessageId] | None:
+        """Close the producer (the client fails what it still holds at once, and
+        nothing more of it can land), then the ids of its messages (``name``) after the
+        last placed position, read to the log's end; ``None`` when that cannot be
+        known (the read is bounded by the operation timeout)."""
         state = self._state
-        name = producer.producer_name()
         timeout = state.config.operation_timeout_s
         try:
             await asyncio.wait_for(producer.close(), timeout)
@@ -203,7 +227,15 @@ class FenceWatch:
 
     def _settled(self, task: asyncio.Task[list[PulsarMessageId] | None]) -> None:
         """Before the receipts that waited: say whether what failed was written."""
-        if task.cancelled() or task.exception() is not None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            log.error(
+                "channel %s: reading the log after the fence failed; appends in flight are "
+                "answered with an unknown outcome",
+                self._state.channel,
+                exc_info=task.exception(),
+            )
             return
         found = task.result()
         if found is not None and not found:

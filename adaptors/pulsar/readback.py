@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
-from streamwal.adaptors.pulsar.closing import close_quietly
+from streamwal.adaptors.pulsar.closing import close_quietly, reap
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
 from streamwal.adaptors.pulsar.segments import Segment
@@ -58,15 +58,24 @@ def same_position(landed: PulsarMessageId, receipt: PulsarMessageId) -> bool:
     )
 
 
+#: reapers of readers created after their creation was given up on
+_reapers: set[asyncio.Future[None]] = set()
+
+
 @contextlib.asynccontextmanager
 async def reader_from(state: ChannelState, start: PulsarMessageId | Any) -> AsyncIterator[Any]:
     """A reader of the channel's topic from ``start`` (inclusive; a Pulsar id such as
     ``MessageId.latest`` too), on the channel's reading client, closed afterwards."""
     timeout = state.config.operation_timeout_s
     at = start.to_pulsar() if isinstance(start, PulsarMessageId) else start
-    reader = await asyncio.wait_for(
-        state.client.create_reader(state.topic, at, start_message_id_inclusive=True), timeout
+    creation = asyncio.ensure_future(
+        state.client.create_reader(state.topic, at, start_message_id_inclusive=True)
     )
+    try:
+        reader = await asyncio.wait_for(asyncio.shield(creation), timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        reap(creation, timeout, _reapers)  # the client goes on: close what it makes
+        raise
     try:
         yield reader
     finally:

@@ -136,7 +136,15 @@ class Sender:
         segment = self._segment
         if producer is None:  # closed with this append accepted: close sends it first
             self._state.in_flight -= 1
-            closed = ClosedError(f"channel {self._state.channel!r} is closed")
+            closed: StreamwalError = (
+                ClosedError(f"channel {self._state.channel!r} is closed")
+                if self._state.closed
+                # its writer was given up on (.fencewatch): this one was never sent
+                else UnavailableError(
+                    f"channel {self._state.channel!r}: its writer was given up on before "
+                    "this append was sent"
+                )
+            )
             done(None, closed)
             if segment is not None:  # its last edge will never be sent
                 segment.broken = True

@@ -62,6 +62,9 @@ class ChannelState:
         self.topic = config.topic(channel)
         self.mode = mode
         self.producer: Any = None
+        #: the writing producer's name, read once it is created (the client may rewrite
+        #: its copy on a reconnect, on its own thread)
+        self.writer_name: str | None = None
         #: this owner was fenced: set once, every later append fails with it
         self.fenced: ChannelFencedError | None = None
         #: a writer given up on before its first entry (.fencewatch): what its appends
@@ -78,7 +81,8 @@ class ChannelState:
         #: the first position this owner placed (its first time tick): a message of
         #: another producer after it means a newer owner (.fencewatch)
         self.first_landed: PulsarMessageId | None = None
-        #: receipts the client delivered so far: the fence watch's sign of progress
+        #: receipt callbacks the sender handled (one held back by a read-back counts
+        #: again when it runs): the fence watch's sign of progress
         self.receipts = 0
         #: appends handed to the client and not answered yet (pulsar.max_pending_messages)
         self.in_flight = 0
@@ -91,6 +95,10 @@ class ChannelState:
         """The interleaving guard (module doc); ``None`` if ``landed`` may be acknowledged."""
         if self.fenced is not None:
             return self.fenced.in_flight()  # it landed, but is not acknowledged
+        if self.abandoned is not None:
+            # the writer was given up on (it is being closed): its late receipt is not
+            # acknowledged, as the open goes on with a new writer
+            return self.abandoned
         if self.unverified is not None:
             return self.unverified
         if landed.ledger < 0 or landed.entry < 0:

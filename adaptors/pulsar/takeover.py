@@ -129,6 +129,7 @@ class Takeover:
                 await close_quietly(producer, state.config.operation_timeout_s)
                 state.check_open()
             state.producer = producer
+            state.writer_name = producer.producer_name()
             state.abandoned = None  # the writer given up on, if any, failed what it held
             log.info(
                 "channel %s: exclusive producer created on %s",

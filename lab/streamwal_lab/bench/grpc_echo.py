@@ -167,8 +167,11 @@ async def _serve(traced: bool, otlp_endpoint: str, service_name: str) -> None:
     # would only end when killed, without flushing its spans
     loop = asyncio.get_running_loop()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    stopping: list[asyncio.Future[None]] = []  # referenced while it runs
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop(None)))
+        loop.add_signal_handler(
+            sig, lambda: stopping.append(asyncio.ensure_future(server.stop(None)))
+        )
     print(f"ready on 127.0.0.1:{port}", flush=True)
     await server.wait_for_termination()
 

@@ -226,8 +226,7 @@ class Stack:
         await asyncio.gather(*(asyncio.to_thread(s.install, self.progress) for s in todo))
         # in dependency order; services of one start group (the cluster's bookies, its
         # brokers) need only those before them, and start side by side
-        for _, grouped in itertools.groupby(todo, key=lambda s: s.start_group or id(s)):
-            group = list(grouped)
+        for group in _start_groups(todo):
             results = await asyncio.gather(
                 *(self._start(service) for service in group), return_exceptions=True
             )
@@ -342,21 +341,26 @@ class Stack:
         """In reverse start order; the members of a start group side by side, as
         they started."""
         stopped: list[str] = []
-        todo = list(reversed(self._select(names)))
-        for _, grouped in itertools.groupby(todo, key=lambda s: s.start_group or id(s)):
-            group = list(grouped)
+        for group in _start_groups(reversed(self._select(names))):
             entries = self._load_state()
             running = [(s.name, entries[s.name]) for s in group if s.name in entries]
             results = await asyncio.gather(
-                *(asyncio.to_thread(stop_process, e.pid, e.marker) for _, e in running)
+                *(asyncio.to_thread(stop_process, e.pid, e.marker) for _, e in running),
+                return_exceptions=True,
             )
-            stopped += [name for (name, _), done in zip(running, results, strict=True) if done]
+            stopped += [
+                name for (name, _), done in zip(running, results, strict=True) if done is True
+            ]
             # read again after the wait: services of a start group write their entries
             # meanwhile
             state = self._load_state()
-            for name, _ in running:
-                state.pop(name, None)
+            for (name, _), done in zip(running, results, strict=True):
+                if not isinstance(done, BaseException):
+                    state.pop(name, None)
             self._save_state(state)
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:  # the others are stopped and forgotten; this one is still known
+                raise failed[0]
         return stopped
 
     async def restart(self, name: str) -> None:
@@ -425,3 +429,11 @@ def _tail(path: Path, lines: int = 20) -> str:
     with contextlib.suppress(OSError):
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     return "(no log)"
+
+
+def _start_groups(services: Iterable[Service]) -> list[list[Service]]:
+    """Consecutive services of one start group together; any other service alone."""
+    return [
+        list(grouped)
+        for _, grouped in itertools.groupby(services, key=lambda s: s.start_group or id(s))
+    ]

@@ -34,6 +34,9 @@ class _Producer:
         self.evicted = False
         self.closed = False
 
+    def producer_name(self) -> str:
+        return f"fake-{self.number}"
+
     async def close(self) -> None:
         self.closed = True
         self.topic.producers.discard(self)

@@ -39,6 +39,9 @@ class _Producer:
     def __init__(self) -> None:
         self.closed = False
 
+    def producer_name(self) -> str:
+        return f"fake-{id(self)}"
+
     async def close(self) -> None:
         self.closed = True
 
