@@ -20,8 +20,9 @@ from streamwal_lab.stack.topics import delete_created, list_topics
 from tests.etcd_keys import EtcdPrefixes
 
 # memory and time bounds per test, children killed, the resources summary (issue 26);
-# the cluster profile, for the modules whose tests need several brokers
-pytest_plugins = ["tests.guard", "tests.cluster_profile"]
+# the cluster profile, for the modules whose tests need several brokers; the shared
+# broker restarted (and the test run again) when a test failed on it broken
+pytest_plugins = ["tests.guard", "tests.cluster_profile", "tests.stack_watch"]
 
 # Hypothesis builds its Unicode tables the first time a text strategy is drawn from,
 # and caches them under .hypothesis/: on a fresh clone that took about 230 MB and a

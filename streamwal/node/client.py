@@ -479,12 +479,19 @@ class NodeClient:
             call.cancel()
         return acked
 
-    def open_stream(self, pchannel: str, *, type: str = "insert") -> AppendStream:
-        """A long-lived ``ProduceStream`` call taking one append at a time, numbered
-        as :meth:`produce` numbers them; see :class:`AppendStream`. Needs a running
-        event loop."""
+    def open_stream(
+        self, pchannel: str, *, type: str = "insert", coalesce: bool = True
+    ) -> AppendStream:
+        """A long-lived stream call taking one append at a time, numbered as
+        :meth:`produce` numbers them; see :class:`AppendStream` (``coalesce``: the
+        appends waiting to be sent go in one frame). Needs a running event loop."""
         return AppendStream(
-            self._stub, pchannel, type=type, close_timeout=self._timeout, numbers=self
+            self._stub,
+            pchannel,
+            type=type,
+            close_timeout=self._timeout,
+            numbers=self,
+            coalesce=coalesce,
         )
 
     async def consume(
@@ -679,20 +686,35 @@ class NodeClient:
         return await self._unary(self._stub.Truncate, request)  # type: ignore[no-any-return]
 
 
+#: a coalesced frame holds at most this many appends, and this many payload bytes
+#: unless one append alone is larger (a node takes a frame of its largest message and
+#: a MiB besides: streamwal.node.limits)
+_FRAME_APPENDS = 512
+_FRAME_BYTES = 512 * 1024
+
+
 class AppendStream:
-    """Appends over one ``ProduceStream`` call, each awaited on its own.
+    """Appends over one long-lived stream call, each awaited on its own.
 
     ``produce_stream`` needs every payload up front; a caller that produces as it goes
     (or times each append) keeps one stream open instead of paying a call per append.
     Concurrent ``append`` calls pipeline: the node starts them in the order they were
-    made, which is their order in the log (except an append the node retries after a
-    transient backend error, which lands after the ones behind it), and answers in
-    that order. Appends are numbered by ``numbers`` (the :class:`NodeClient` that
-    opened the stream) as unary ones are, so each is deduplicated by the node and a
-    failed one can be retried with the numbers its error names. A failed append
-    raises the typed error a unary ``produce`` would have and the
-    stream goes on; if the call itself ends, every unanswered append raises its error
-    (unknown outcome when it ended without one: those appends may be in the log).
+    made, which is their order in the log, and answers in that order. Appends are
+    numbered by ``numbers`` (the :class:`NodeClient` that opened the stream) as unary
+    ones are, so each is deduplicated by the node and a failed one can be retried with
+    the numbers its error names. A failed append raises the typed error a unary
+    ``produce`` would have and the stream goes on; if the call itself ends, every
+    unanswered append raises its error (unknown outcome when it ended without one:
+    those appends may be in the log).
+
+    With ``coalesce`` (the default) the appends waiting to be sent when the call can
+    take a frame go as one ``ProduceBatchStream`` frame of separate appends
+    (``independent``): one frame and one WAL batch for many appends, each still
+    answered on its own (an invalid one fails alone) and in order. An append that finds
+    the call idle goes at once, alone, so coalescing adds no wait; it pays off when
+    many are in flight, where a frame per append is most of what a node spends. Without
+    it each append is a ``ProduceStream`` frame (where the node retries an append after
+    a transient backend error, that one lands after the ones behind it).
     ``async with client.open_stream(channel) as stream``, or :meth:`close` when done.
     """
 
@@ -704,18 +726,30 @@ class AppendStream:
         type: str = "insert",
         close_timeout: float = 30.0,
         numbers: NodeClient | None = None,
+        coalesce: bool = True,
     ) -> None:
         self.pchannel = pchannel
         self._type = type
         self._close_timeout = close_timeout
         self._numbers = numbers
-        self._requests: asyncio.Queue[pb.ProduceRequest | None] = asyncio.Queue()
-        self._waiting: deque[tuple[asyncio.Future[Acked], tuple[int, int] | None]] = deque()
+        self._coalesce = coalesce
+        # appends not yet handed to the call, then a None once the stream closes
+        self._outbox: deque[_Pending | None] = deque()
+        self._queued = asyncio.Event()
+        # the frames sent (or being sent) and not yet answered, oldest first
+        self._waiting: deque[list[_Pending]] = deque()
         self._answered = 0
+        #: frames handed to the call so far (with ``coalesce``, fewer than appends)
+        self.frames = 0
         self._ended: NodeCallError | None = None
         self._closing = False
         # no deadline: the stream lives as long as its owner wants it
-        self._call = stub.ProduceStream(self._send())
+        call: Any = (
+            stub.ProduceBatchStream(self._frames())
+            if coalesce
+            else stub.ProduceStream(self._single())
+        )
+        self._call = call
         self._reader = asyncio.create_task(self._read())
 
     async def __aenter__(self) -> AppendStream:
@@ -737,15 +771,9 @@ class AppendStream:
         if self._ended is not None:
             raise self._ended
         waiter: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
-        request = pb.ProduceRequest(
-            pchannel=self.pchannel, message=pb.Message(type=self._type, payload=payload)
-        )
         numbered = None if self._numbers is None else self._numbers._numbered(self.pchannel)
-        if numbered is not None:
-            request.producer_id, request.sequence = numbered
-        # queued and awaited together, so the answers (in request order) match up
-        self._waiting.append((waiter, numbered))
-        self._requests.put_nowait(request)
+        self._outbox.append(_Pending(payload, numbered, waiter))
+        self._queued.set()
         try:
             return await waiter
         except NodeCallError as exc:
@@ -758,7 +786,8 @@ class AppendStream:
         passes, when they fail with CANCELLED)."""
         if not self._closing:
             self._closing = True
-            self._requests.put_nowait(None)
+            self._outbox.append(None)
+            self._queued.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._reader), self._close_timeout)
         except TimeoutError:
@@ -767,24 +796,80 @@ class AppendStream:
             self._call.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
 
-    async def _send(self) -> AsyncIterator[pb.ProduceRequest]:
-        while (request := await self._requests.get()) is not None:
+    async def _next(self) -> _Pending | None:
+        while not self._outbox:
+            self._queued.clear()
+            await self._queued.wait()
+        return self._outbox[0]
+
+    async def _single(self) -> AsyncIterator[pb.ProduceRequest]:
+        while (first := await self._next()) is not None:
+            self._outbox.popleft()
+            request = pb.ProduceRequest(
+                pchannel=self.pchannel, message=pb.Message(type=self._type, payload=first.payload)
+            )
+            if first.numbers is not None:
+                request.producer_id, request.sequence = first.numbers
+            self._waiting.append([first])
+            self.frames += 1
             yield request
+
+    async def _frames(self) -> AsyncIterator[pb.ProduceBatchRequest]:
+        """Everything waiting, up to a frame's bounds, as one frame: a run of numbers
+        (a batch is numbered from its first) and never past the close."""
+        outbox = self._outbox
+        while (first := await self._next()) is not None:
+            outbox.popleft()
+            frame = [first]
+            size = len(first.payload)
+            numbers = first.numbers
+            while outbox and len(frame) < _FRAME_APPENDS:
+                after = outbox[0]
+                if after is None or size + len(after.payload) > _FRAME_BYTES:
+                    break
+                if numbers is not None and after.numbers != (numbers[0], numbers[1] + 1):
+                    break
+                outbox.popleft()
+                frame.append(after)
+                size += len(after.payload)
+                numbers = after.numbers
+            request = pb.ProduceBatchRequest(pchannel=self.pchannel, independent=True)
+            add = request.messages.add
+            kind = self._type
+            for pending in frame:
+                add(type=kind, payload=pending.payload)
+            if first.numbers is not None:
+                request.producer_id, request.first_sequence = first.numbers
+            self._waiting.append(frame)
+            self.frames += 1
+            yield request
+
+    def _answer(self, pending: _Pending, r: pb.ProduceResponse) -> None:
+        self._answered += 1
+        if pending.waiter.done():  # its caller was cancelled; the append still counts
+            return
+        if r.HasField("error"):
+            pending.waiter.set_exception(
+                in_band_error(r.error, f"append {self._answered} on the stream")
+            )
+        else:
+            pending.waiter.set_result(_acked(r, pending.numbers))
 
     async def _read(self) -> None:
         ended = rpc_error(grpc.StatusCode.UNKNOWN, "the stream ended before this append's answer")
         try:
-            async for r in self._call:
-                waiter, numbered = self._waiting.popleft()
-                self._answered += 1
-                if waiter.done():  # its caller was cancelled; the append still counts
-                    continue
-                if r.HasField("error"):
-                    waiter.set_exception(
-                        in_band_error(r.error, f"append {self._answered} on the stream")
+            async for reply in self._call:
+                frame = self._waiting.popleft()
+                answers = reply.results if self._coalesce else (reply,)
+                if len(answers) != len(frame):
+                    self._waiting.appendleft(frame)  # answered below as the call's end
+                    ended = rpc_error(
+                        grpc.StatusCode.INTERNAL,
+                        f"a frame of {len(frame)} appends answered with {len(answers)} results",
                     )
-                else:
-                    waiter.set_result(_acked(r, numbered))
+                    return
+                for pending, r in zip(frame, answers, strict=True):
+                    self._answer(pending, r)
         except grpc.aio.AioRpcError as exc:
             ended = node_error(exc)
         except asyncio.CancelledError:
@@ -794,10 +879,23 @@ class AppendStream:
                 raise  # this task was cancelled, not only the call
         finally:
             self._ended = ended
-            while self._waiting:
-                waiter, _ = self._waiting.popleft()
-                if not waiter.done():  # one error each: a retry names its own numbers
-                    waiter.set_exception(node_error(ended, write_outcome(ended), ended.details()))
+            unanswered = [p for frame in self._waiting for p in frame]
+            unanswered += [p for p in self._outbox if p is not None]
+            self._waiting.clear()
+            for pending in unanswered:
+                if not pending.waiter.done():  # one error each: a retry names its own numbers
+                    pending.waiter.set_exception(
+                        node_error(ended, write_outcome(ended), ended.details())
+                    )
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An append made on a stream and not yet answered."""
+
+    payload: bytes
+    numbers: tuple[int, int] | None
+    waiter: asyncio.Future[Acked]
 
 
 def _slot_setter(name: str) -> Callable[[Consumed, Any], None]:

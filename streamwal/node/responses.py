@@ -23,6 +23,7 @@ __all__ = [
     "MAX_BATCH_MESSAGES",
     "delivery_policy",
     "frame_bounds",
+    "independent_messages",
     "message_id_of",
     "message_of",
     "messages_of",
@@ -78,7 +79,21 @@ def message_of(
 
 
 def messages_of(request: pb.ProduceBatchRequest) -> list[MutableMessage]:
-    """The messages of a batch, numbered from ``first_sequence`` when it has a producer."""
+    """The messages of a batch, numbered from ``first_sequence`` when it has a producer;
+    one invalid message refuses the batch (naming it)."""
+    msgs: list[MutableMessage] = []
+    for index, m in enumerate(independent_messages(request)):
+        if isinstance(m, InvalidInputError):
+            raise InvalidInputError(f"message {index} of the batch: {m}") from m
+        msgs.append(m)
+    return msgs
+
+
+def independent_messages(
+    request: pb.ProduceBatchRequest,
+) -> list[MutableMessage | InvalidInputError]:
+    """The messages of a frame of separate appends, each numbered as in a batch; an
+    invalid one is its error, in its place (a frame refused whole raises, as a batch)."""
     if len(request.messages) > MAX_BATCH_MESSAGES:
         raise InvalidInputError(
             f"a batch of {len(request.messages)} messages; at most {MAX_BATCH_MESSAGES}"
@@ -88,19 +103,14 @@ def messages_of(request: pb.ProduceBatchRequest) -> list[MutableMessage]:
         raise InvalidInputError("a batch's producer_id and first_sequence go together")
     producer_id = request.producer_id if numbered else None
     first = request.first_sequence
-    msgs = []
+    out: list[MutableMessage | InvalidInputError] = []
     for index, m in enumerate(request.messages):
         try:
-            msgs.append(
-                message_of(
-                    m,
-                    producer_id=producer_id,
-                    sequence=first + index if numbered else None,
-                )
-            )
+            sequence = first + index if numbered else None
+            out.append(message_of(m, producer_id=producer_id, sequence=sequence))
         except InvalidInputError as exc:
-            raise InvalidInputError(f"message {index} of the batch: {exc}") from exc
-    return msgs
+            out.append(exc)
+    return out
 
 
 def message_id_of(opener: BackendOpener, raw: bytes) -> MessageId:

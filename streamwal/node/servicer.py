@@ -60,6 +60,7 @@ from streamwal.node.read_ahead import ReadAhead
 from streamwal.node.responses import (
     delivery_policy,
     frame_bounds,
+    independent_messages,
     message_id_of,
     message_of,
     messages_of,
@@ -71,6 +72,7 @@ from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.wal import WAL
 from streamwal.wal.backend import BackendOpener
 from streamwal.wal.interceptors import AppendResult
+from streamwal.wal.message import MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.mvcc import VChannelMVCC
 from streamwal.wal.retention_contract import RetentionState
@@ -290,14 +292,43 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
     async def _append_batch(
         self, wal: WAL, request: pb.ProduceBatchRequest
     ) -> pb.ProduceBatchResponse:
+        if request.independent:
+            return await self._append_separately(wal, request)
         msgs = messages_of(request)
+        return _batch_response(await self._append_many(wal, request.pchannel, msgs))
+
+    async def _append_many(
+        self, wal: WAL, pchannel: str, msgs: list[MutableMessage]
+    ) -> list[AppendResult | StreamwalError]:
         try:
-            results: list[AppendResult | StreamwalError] = list(await wal.append_many(msgs))
+            return list(await wal.append_many(msgs))
         except BatchAppendError as exc:  # a fence refusing part of it drops the channel too
             if any(isinstance(e, ChannelFencedError) for e in exc.failed.values()):
-                await self._channels.report_fenced(request.pchannel)
-            results = exc.results  # type: ignore[assignment]
-        return _batch_response(results)
+                await self._channels.report_fenced(pchannel)
+            return exc.results  # type: ignore[return-value]
+
+    async def _append_separately(
+        self, wal: WAL, request: pb.ProduceBatchRequest
+    ) -> pb.ProduceBatchResponse:
+        """A frame of separate appends (``independent``): an invalid message is answered
+        with its own error, as a ``ProduceStream`` frame would be, and the valid ones go
+        to the WAL as one batch. Every check is made before the batch is handed over, so
+        the frame keeps its place in the log among the stream's other frames."""
+        results: list[AppendResult | StreamwalError | None] = []
+        valid: list[MutableMessage] = []
+        for msg in independent_messages(request):
+            if isinstance(msg, InvalidInputError):
+                results.append(msg)
+                continue
+            try:
+                wal.check_message(msg)
+            except InvalidInputError as exc:
+                results.append(exc)
+                continue
+            results.append(None)
+            valid.append(msg)
+        landed = iter(await self._append_many(wal, request.pchannel, valid) if valid else ())
+        return _batch_response([r if r is not None else next(landed) for r in results])
 
     # ---- consume --------------------------------------------------------------------
     async def Consume(

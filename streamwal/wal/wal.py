@@ -343,6 +343,12 @@ class WAL(_Readable):
         finally:
             record_append(self._channel, len(msg.payload), time.perf_counter() - started, outcome)
 
+    def check_message(self, msg: MutableMessage) -> None:
+        """:class:`~streamwal.errors.InvalidInputError` if :meth:`append` would refuse
+        ``msg`` as invalid (its size, its kind): a caller gathering separate appends into
+        one :meth:`append_many` leaves such a message out and answers it alone."""
+        _check_message(msg, self._config.max_message_bytes)
+
     async def append_many(self, msgs: Sequence[MutableMessage]) -> list[AppendResult]:
         """Persist ``msgs`` back to back, in order; their results, in the same order.
 

@@ -8,8 +8,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from streamwal.adaptors.pulsar import PulsarConfig
-from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import WriteOutcome
 from streamwal.node.client import (
     Acked,
@@ -42,14 +40,6 @@ async def node(
         yield process
     finally:
         await process.terminate()
-
-
-@pytest.fixture
-async def channel(stack: StackInfo, unique: str) -> AsyncIterator[str]:
-    name = f"batch-{unique}"
-    yield name
-    topic = PulsarAdmin.topic_path(PulsarConfig(service_url=stack.pulsar_url).topic(name))
-    await PulsarAdmin(stack.pulsar_admin_url).delete(f"{topic}?force=true")
 
 
 async def _read_data(client: NodeClient, channel: str, count: int) -> list[list[Consumed]]:

@@ -98,6 +98,8 @@ DEFAULT_LOAD_LARGE_SIZES = (64 * KiB, MiB)
 DEFAULT_LOAD_CHANNELS = (16, 256)
 #: the node sides: default sampling, every call traced
 NODES = ("node", "node_full")
+#: the side of the pipelined cells whose streams send a frame per append
+FRAME_PER_APPEND = "node_frames"
 #: what makes the second node trace every call (the standard variable wins over its config)
 FULL_SAMPLING = {"OTEL_TRACES_SAMPLER": "always_on"}
 _LATENCY_PAYLOAD = 128
@@ -131,7 +133,7 @@ def versus(medians: Mapping[str, Mapping[str, float]], base: str, key: str) -> d
     """Each node side's ``key`` over the ``base`` side's: ``<side>_vs_<base>_ratio``."""
     return {
         f"{side}_vs_{base}_ratio": ratio(medians[side][key], medians[base][key])
-        for side in NODES
+        for side in (*NODES, FRAME_PER_APPEND)
         if side in medians
     }
 
@@ -313,10 +315,19 @@ class _Env:
         return assigned
 
     def streams(
-        self, held: contextlib.AsyncExitStack, node: str, names: Sequence[str], count: int
+        self,
+        held: contextlib.AsyncExitStack,
+        node: str,
+        names: Sequence[str],
+        count: int,
+        *,
+        coalesce: bool = True,
     ) -> list[AppendStream]:
         """``count`` streams to ``node``, round-robin over ``names``, closed on the way out."""
-        opened = [self.clients[node].open_stream(names[i % len(names)]) for i in range(count)]
+        client = self.clients[node]
+        opened = [
+            client.open_stream(names[i % len(names)], coalesce=coalesce) for i in range(count)
+        ]
 
         async def close() -> None:
             await asyncio.gather(*(s.close() for s in opened), return_exceptions=True)
@@ -333,12 +344,17 @@ class _Env:
         payload: bytes,
     ) -> dict[str, Timed]:
         """Each node's side: ``count`` streams over its own channels, ``depth`` appends
-        in flight on each, metered by the node's CPU."""
+        in flight on each, metered by the node's CPU; and ``node_frames``, the default
+        node's streams sending a frame per append (``coalesce=False``), which shows what
+        the client's coalescing is worth in the same run."""
         sides: dict[str, Timed] = {}
         for node in NODES:
             opened = self.streams(held, node, own[node], count)
             appends = [s.append for s in opened for _ in range(depth)]
             sides[node] = metered(self.pids[node], _spread(appends, payload))
+        single = self.streams(held, "node", own["node"], count, coalesce=False)
+        appends = [s.append for s in single for _ in range(depth)]
+        sides[FRAME_PER_APPEND] = metered(self.pids["node"], _spread(appends, payload))
         return sides
 
 
@@ -356,6 +372,12 @@ def _pipelined_cell(
         f"node-load {what}: {base} {medians[base]['per_s']:.0f}/s, "
         f"node {medians['node']['per_s']:.0f}/s ({cell[f'node_vs_{base}_ratio']}), at 100 % "
         f"{medians['node_full']['per_s']:.0f}/s ({cell[f'node_full_vs_{base}_ratio']})"
+        + (
+            f"; a frame per append {medians[FRAME_PER_APPEND]['per_s']:.0f}/s "
+            f"({cell[f'{FRAME_PER_APPEND}_vs_{base}_ratio']})"
+            if FRAME_PER_APPEND in medians
+            else ""
+        )
     )
     return cell
 

@@ -456,10 +456,10 @@ def _node_load_md(r: dict[str, Any]) -> list[str]:
                   "against the WAL with as many in flight.", ""]  # fmt: skip
         lines += _table(
             ["payload B", "WAL/s", "node/s", "node/WAL", "100 %/s", "100 %/WAL",
-             "CPU us", "CPU us 100 %"],
+             "CPU us", "CPU us 100 %", "frame per append/s", "/WAL"],
             [[c["payload_bytes"], c["wal"]["per_s"], c["node"]["per_s"], c["node_vs_wal_ratio"],
               c["node_full"]["per_s"], c["node_full_vs_wal_ratio"], c["node"][CPU_KEY],
-              c["node_full"][CPU_KEY]] for c in carried],
+              c["node_full"][CPU_KEY], *_frame_per_append(c, "wal")] for c in carried],
         )  # fmt: skip
     large = r.get("large", [])
     if large:
@@ -478,9 +478,11 @@ def _node_load_md(r: dict[str, Any]) -> list[str]:
                   f"{r['depth']} appends in flight each, against as many raw producers.",
                   ""]  # fmt: skip
         lines += _table(
-            ["channels", "streams", "raw/s", "node/s", "node/raw", "100 %/s", "100 %/raw"],
+            ["channels", "streams", "raw/s", "node/s", "node/raw", "100 %/s", "100 %/raw",
+             "frame per append/s", "/raw"],
             [[p["channels"], p["appenders"], p["raw"]["per_s"], p["node"]["per_s"],
-              p["node_vs_raw_ratio"], p["node_full"]["per_s"], p["node_full_vs_raw_ratio"]]
+              p["node_vs_raw_ratio"], p["node_full"]["per_s"], p["node_full_vs_raw_ratio"],
+              *_frame_per_append(p, "raw")]
              for p in channels],
         )  # fmt: skip
     b = r.get("batches")
@@ -553,3 +555,11 @@ def write(report: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path, Path]
     json_path.write_text(json.dumps(clean(report), indent=2, sort_keys=True) + "\n")
     md_path.write_text(markdown(report) + "\n")
     return json_path, md_path
+
+
+def _frame_per_append(cell: dict[str, Any], base: str) -> list[object]:
+    """The cell's streams without coalescing (absent from runs before that side)."""
+    side = cell.get("node_frames")
+    if side is None:
+        return ["-", "-"]
+    return [side["per_s"], cell[f"node_frames_vs_{base}_ratio"]]

@@ -391,9 +391,10 @@ class ClientWriters:
 
         return run
 
-    def node_stream(self, name: str, in_flight: int) -> Writer:
-        """Appends on one long-lived stream (``open_stream``), ``in_flight`` at a time;
-        a stream with a failed append is closed and one is opened on the owner."""
+    def node_stream(self, name: str, in_flight: int, *, coalesce: bool = True) -> Writer:
+        """Appends on one long-lived stream (``open_stream``), ``in_flight`` at a time
+        (made together: with ``coalesce`` they go as one frame); a stream with a failed
+        append is closed and one is opened on the owner."""
         clients = self.node_clients(0)
 
         async def run() -> None:
@@ -402,7 +403,8 @@ class ClientWriters:
             try:
                 while not self._stop.is_set():
                     if stream is None:
-                        stream = clients[self._route.address].open_stream(self.channel)
+                        client = clients[self._route.address]
+                        stream = client.open_stream(self.channel, coalesce=coalesce)
                     payloads = self._payloads(name, n, in_flight)
                     n += len(payloads)
                     answers = await asyncio.gather(

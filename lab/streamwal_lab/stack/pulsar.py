@@ -361,6 +361,8 @@ class PulsarService(Service):
         return [
             "java",
             *_JVM_FLAGS,
+            # each pause, for telling a collector at its limit from a hung bookie
+            f"-Xlog:gc:file={self.workdir / 'gc.log'}:time,uptime:filecount=2,filesize=4m",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}",
             "-cp",
             f"{self.lib_dir}/*",

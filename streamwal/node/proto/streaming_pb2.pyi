@@ -62,16 +62,18 @@ class ProduceResponse(_message.Message):
     def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., error: _Optional[_Union[AppendError, _Mapping]] = ...) -> None: ...
 
 class ProduceBatchRequest(_message.Message):
-    __slots__ = ("pchannel", "messages", "producer_id", "first_sequence")
+    __slots__ = ("pchannel", "messages", "producer_id", "first_sequence", "independent")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    INDEPENDENT_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     producer_id: int
     first_sequence: int
-    def __init__(self, pchannel: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_id: _Optional[int] = ..., first_sequence: _Optional[int] = ...) -> None: ...
+    independent: bool
+    def __init__(self, pchannel: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_id: _Optional[int] = ..., first_sequence: _Optional[int] = ..., independent: _Optional[bool] = ...) -> None: ...
 
 class ProduceBatchResponse(_message.Message):
     __slots__ = ("results",)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from streamwal_lab.bench.cpu import CPU_KEY
-from streamwal_lab.bench.node_load import NODES, run_node_load_bench
+from streamwal_lab.bench.node_load import FRAME_PER_APPEND, NODES, run_node_load_bench
 from streamwal_lab.bench.report import markdown
 from streamwal_lab.bench.target import BenchTarget
 from streamwal_lab.bench.targets import evaluate
@@ -63,6 +63,9 @@ async def test_every_cell_measures_both_nodes_and_drops_its_topics(stack: StackI
         for node in NODES:
             assert _positive(cell[node]["per_s"]) and _cpu(cell[node])
             assert _positive(cell[f"{node}_vs_{base}_ratio"])
+    for cell, base in ((carried, "wal"), (channels, "raw")):  # streams without coalescing
+        assert _positive(cell[FRAME_PER_APPEND]["per_s"]) and _cpu(cell[FRAME_PER_APPEND])
+        assert _positive(cell[f"{FRAME_PER_APPEND}_vs_{base}_ratio"])
     assert _positive(large["node"]["mb_per_s"]) and large["raw_messages_per_message"] == 1
     assert channels["appenders"] == 2 and channels["depth"] == 2
     left = {t for t in await list_topics(stack.pulsar_admin_url) - before if "bench-nl" in t}
@@ -79,4 +82,6 @@ async def test_every_cell_measures_both_nodes_and_drops_its_topics(stack: StackI
         "suites": {"node-load": result},
         "targets": [t.as_dict() for t in targets.values()],
     }
-    assert "| Produce, 100 % |" in markdown(doc)
+    report = markdown(doc)
+    assert "| Produce, 100 % |" in report
+    assert "frame per append/s" in report

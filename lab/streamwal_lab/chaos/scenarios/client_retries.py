@@ -16,10 +16,12 @@ the coordinator: it assigns the channel and publishes the owner in etcd
 (:mod:`streamwal_lab.chaos.client_traffic`): ClusterClient unary appends with
 budgets of 0 s (one try), 0.05 s and 5 s, its ``produce_batch`` and
 ``produce_stream``, and its transactions (some rolled back, some left idle past a
-short keepalive: expired); NodeClient unary appends with 0 and 2 retries, ``produce_batch`` and an
-``open_stream``. Each round, one fault: the owner's proxy drops every answer for a
-moment and then cuts its connections (the requests reached the node, the answers
-are lost), or the owner is killed with SIGKILL and the other node takes over.
+short keepalive: expired); NodeClient unary appends with 0 and 2 retries, ``produce_batch`` and
+two ``open_stream`` writers, one coalescing what it has in flight into frames (the
+default) and one sending a frame per append. Each round, one fault: the owner's proxy
+drops every answer for a moment and then cuts its connections (the requests reached
+the node, the answers are lost), or the owner is killed with SIGKILL and the other
+node takes over.
 
 The checker then holds each answer to the log: every acknowledged append there once,
 at its position (``ack-*``, ``ack-position-shared``); none answered "not written"
@@ -156,8 +158,10 @@ def _writers(
         writers.start(name, writers.node_unary(name, retries))
     name = "node produce_batch, retries=0"
     writers.start(name, writers.node_batch(name, 0, (1, 16)))
-    name = "node open_stream"
-    writers.start(name, writers.node_stream(name, in_flight=4))
+    name = "node open_stream"  # coalescing: the appends in flight go as one frame
+    writers.start(name, writers.node_stream(name, in_flight=8))
+    name = "node open_stream, a frame per append"
+    writers.start(name, writers.node_stream(name, in_flight=4, coalesce=False))
     return writers
 
 
