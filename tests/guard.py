@@ -322,6 +322,7 @@ class Guard:
         self.settings = _settings(config)
         self.records: dict[str, _Record] = {}
         self.current: _TestState | None = None
+        self.paused: _TestState | None = None  # between two runs of one test (resume)
         self.lock = threading.Lock()
         self.pending: tuple[str, str] | None = None  # (action, reason) for the main thread
         self.sampled_peak = 0
@@ -371,12 +372,39 @@ class Guard:
             return (yield)
         finally:
             with self.lock:
-                state.finished = True
-                self.current = None
-            if state.traced and self.settings.tracemalloc_mode == "auto":
+                # the state of its last run, when a plugin ran the test again (resume)
+                last = self.current if self.current is not None else state
+                state.finished = last.finished = True
+                self.current = self.paused = None
+            if (state.traced or last.traced) and self.settings.tracemalloc_mode == "auto":
                 tracemalloc.stop()
-            if state.reason is not None:  # interrupted: do not let its children linger
-                kill_processes(_left_behind(state.children_before))
+            if last.reason is not None:  # interrupted: do not let its children linger
+                kill_processes(_left_behind(last.children_before))
+
+    # -- a test run again (tests/stack_watch.py) ------------------------------------------
+
+    def pause(self, item: pytest.Item) -> None:
+        """Between two runs of ``item``: no timeout, signal or sample until :meth:`resume`
+        (what runs meanwhile, such as a broker's restart, is not the test's)."""
+        with self.lock:
+            if self.current is not None and self.current.item is item:
+                self.paused, self.current = self.current, None
+
+    def resume(self, item: pytest.Item) -> None:
+        """``item`` runs again: its own timeout from now and its growth from here, as a
+        test of its own; the processes an interrupted first run left are killed now."""
+        with self.lock:
+            paused, self.paused = self.paused, None
+        if paused is None or paused.item is not item:
+            return
+        if paused.reason is not None:
+            kill_processes(_left_behind(paused.children_before))
+        fresh = _TestState(item, time.monotonic(), rss_bytes(), set(descendants()))
+        if paused.timeout:
+            fresh.timeout = paused.timeout
+            fresh.deadline = fresh.started + paused.timeout
+        with self.lock:
+            self.current = fresh
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool:
@@ -572,9 +600,7 @@ class Guard:
                     f"=== threads ===\n{_thread_stacks(skip_current=False)}"
                     f"=== asyncio tasks ===\n{_task_stacks(loop)}"
                 )
-                self._say(
-                    f"streamwal-guard: {state.item.nodeid}: {reason} (stacks in its report)"
-                )
+                self._say(f"streamwal-guard: {state.item.nodeid}: {reason} (stacks in its report)")
             if loop is not None and idle:
                 task = _root_task(loop, state.item)
                 if task is not None:
@@ -591,9 +617,7 @@ class Guard:
         capman = self.config.pluginmanager.getplugin("capturemanager")
         terminal = self.config.get_terminal_writer()
         with contextlib.suppress(Exception):
-            disabled = (
-                capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
-            )
+            disabled = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
             with disabled:
                 terminal.line()
                 terminal.line(text, yellow=True)

@@ -16,6 +16,7 @@ it failed, once.
 
 from __future__ import annotations
 
+import http.client
 import subprocess
 import sys
 import time
@@ -47,7 +48,7 @@ def broker_unhealthy(admin_url: str, timeout: float = HEALTH_TIMEOUT_S) -> str |
             body = answer.read(200).decode(errors="replace").strip()
     except urllib.error.HTTPError as exc:
         return f"health check answered HTTP {exc.code}"
-    except (OSError, ValueError) as exc:  # refused, reset, timed out
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out
         return f"health check failed: {type(exc).__name__}: {exc}"
     return None if body == "ok" else f"health check answered {body!r}"
 
@@ -63,10 +64,17 @@ class Healed:
     passed_again: bool
 
 
+class HealFailed(Exception):
+    """The broker could not be brought back: no test is run again after this."""
+
+
 class StackWatch:
     """The plugin: ``probe()`` says why the shared broker does not serve (None: it
-    does), ``heal(why)`` brings it back and says what it did. Only tests that use the
-    fixture ``fixture`` are watched."""
+    does), ``heal(why)`` brings it back and says what it did, or raises
+    :class:`HealFailed`. Only tests that use the fixture ``fixture`` are watched.
+
+    The guard (:mod:`tests.guard`) times each test; it is paused while the broker is
+    probed and healed, and the second run gets a timeout of its own."""
 
     def __init__(
         self,
@@ -78,6 +86,7 @@ class StackWatch:
         self.heal = heal
         self.fixture = fixture
         self.healed: list[Healed] = []
+        self.gave_up: str | None = None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(
@@ -89,24 +98,50 @@ class StackWatch:
         ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         reports = runtestprotocol(item, nextitem=nextitem, log=False)
         failed = [r for r in reports if r.failed]
-        why = self.probe() if failed else None
-        if why is not None:
-            done = self.heal(why)
-            _forget_failed_fixtures(item)
-            item._initrequest()  # type: ignore[attr-defined]  # a fresh request, as pytest makes one
-            first = "; ".join(f"{r.when}: {_crash(r)}" for r in failed)
-            reports = runtestprotocol(item, nextitem=nextitem, log=False)
-            passed = not any(r.failed for r in reports)
-            self.healed.append(Healed(item.nodeid, why, done, first, passed))
-            for r in reports:
-                if r.when == "call":
+        if failed and self.gave_up is None:
+            guard = item.config.pluginmanager.get_plugin("streamwal-guard")
+            if guard is not None:
+                guard.pause(item)
+            try:
+                healed = self._heal_if_broken()
+            finally:
+                if guard is not None:
+                    guard.resume(item)
+            if healed is not None:
+                why, done = healed
+                _forget_failed_fixtures(item)
+                first = "; ".join(f"{r.when}: {_crash(r)}" for r in failed)
+                reports = runtestprotocol(item, nextitem=nextitem, log=False)
+                passed = not any(r.failed for r in reports)
+                self.healed.append(Healed(item.nodeid, why, done, first, passed))
+                for r in reports:
                     r.sections.append(("stack-watch", f"run again after: {why}; {done}"))
         for r in reports:
             ihook.pytest_runtest_logreport(report=r)
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
+    def _heal_if_broken(self) -> tuple[str, str] | None:
+        """(why, what was done) when the broker was broken and is back; None when it
+        served all along, or could not be brought back (then never again this run)."""
+        try:
+            why = self.probe()
+        except Exception as exc:  # the check itself broke: count it as a broken broker
+            why = f"health check raised {type(exc).__name__}: {exc}"
+        if why is None:
+            return None
+        try:
+            done = self.heal(why)
+        except Exception as exc:
+            self.gave_up = f"{why}; {exc}"
+            print(f"\nstack-watch: giving up: {self.gave_up}", file=sys.stderr)
+            return None
+        return why, done
+
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.gave_up is not None:
+            terminalreporter.section("stack-watch: the shared broker could not be healed")
+            terminalreporter.write_line(self.gave_up)
         if not self.healed:
             return
         terminalreporter.section("stack-watch: the shared broker stopped serving")
@@ -157,8 +192,9 @@ def _shared_broker() -> tuple[Callable[[], str | None], Callable[[str], str]]:
     stack = Stack()
 
     def probe() -> str | None:
+        # a test that used the stack had it started by the session's fixture
         if stack.running("pulsar") is None:
-            return None  # not started by this session, or stopped by the test on purpose
+            return "Pulsar is not running"
         return broker_unhealthy(stack.info().pulsar_admin_url)
 
     def heal(why: str) -> str:
@@ -169,16 +205,22 @@ def _shared_broker() -> tuple[Callable[[], str | None], Callable[[str], str]]:
             file=sys.stderr,
         )
         began = time.monotonic()
-        restart = subprocess.run(
-            [sys.executable, "-c", _RESTART],
-            capture_output=True,
-            text=True,
-            timeout=RESTART_TIMEOUT_S,
-        )
+        try:
+            restart = subprocess.run(
+                [sys.executable, "-c", _RESTART],
+                capture_output=True,
+                text=True,
+                timeout=RESTART_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise HealFailed(f"{dumped}; restart failed: {type(exc).__name__}: {exc}") from exc
         took = time.monotonic() - began
         if restart.returncode != 0:
             tail = (restart.stderr or restart.stdout).strip().splitlines()[-3:]
-            return f"{dumped}; restart failed after {took:.0f}s: {' / '.join(tail)}"
+            raise HealFailed(f"{dumped}; restart failed after {took:.0f}s: {' / '.join(tail)}")
+        still = probe()
+        if still is not None:
+            raise HealFailed(f"{dumped}; restarted in {took:.0f}s, and still: {still}")
         return f"{dumped}; Pulsar restarted in {took:.0f}s"
 
     return probe, heal

@@ -26,24 +26,32 @@ pytest_plugins = ["pytester"]
 _ROOT = Path(__file__).resolve().parent.parent
 
 _CONFTEST = """
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.stack_watch import StackWatch
+from tests.stack_watch import HealFailed, StackWatch
 
-BROKEN = Path(__file__).with_name("broken")
-HEALS = Path(__file__).with_name("heals")
+HERE = Path(__file__).parent
+BROKEN = HERE / "broken"
+HEALS = HERE / "heals"
 
 
 def probe():
+    if (HERE / "probe_raises").exists():
+        raise ConnectionResetError("reset by peer")
+    if (HERE / "slow_probe").exists():
+        time.sleep(3)
     return "health check answered HTTP 500" if BROKEN.exists() else None
 
 
 def heal(why):
-    BROKEN.unlink()
     with HEALS.open("a") as f:
         f.write(why + "\\n")
+    if (HERE / "heal_fails").exists():
+        raise HealFailed("restart failed after 1s: no bookie")
+    BROKEN.unlink(missing_ok=True)
     return "Pulsar restarted in 0s"
 
 
@@ -168,6 +176,93 @@ def test_a_module_fixture_that_failed_on_the_broken_broker_is_set_up_again(
     result = _run(inner)
     result.assert_outcomes(passed=1)
     assert (inner.path / "setups").read_text().count("x") == 2
+
+
+def test_a_heal_that_fails_is_reported_and_not_tried_again(inner: pytest.Pytester) -> None:
+    (inner.path / "heal_fails").touch()
+    inner.makepyfile(
+        test_it="""
+        from conftest import break_the_broker, count
+
+        def test_first(stack):
+            count("runs")
+            break_the_broker()
+            assert False
+
+        def test_second(stack):
+            count("runs")
+            assert False
+        """
+    )
+    result = _run(inner)
+    result.assert_outcomes(failed=2)
+    assert (inner.path / "runs").read_text().count("x") == 2  # neither run again
+    assert (inner.path / "heals").read_text().count("HTTP 500") == 1  # one try only
+    out = result.stdout.str()
+    assert "stack-watch: the shared broker could not be healed" in out
+    assert "restart failed after 1s: no bookie" in out
+
+
+def test_a_health_check_that_raises_counts_as_a_broken_broker(inner: pytest.Pytester) -> None:
+    (inner.path / "probe_raises").touch()
+    inner.makepyfile(
+        test_it="""
+        from conftest import count
+
+        def test_it(stack):
+            assert count("runs") == 2
+        """
+    )
+    result = _run(inner)
+    result.assert_outcomes(passed=1)
+    heals = (inner.path / "heals").read_text()
+    assert heals == "health check raised ConnectionResetError: reset by peer\n"
+
+
+def test_a_test_that_timed_out_is_run_again_with_a_timeout_of_its_own(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard times the test out, the (slow) health check runs untimed, and the
+    second run has its own timeout: it is cut at 2 s again if it hangs again."""
+    for name in [n for n in __import__("os").environ if n.startswith("STREAMWAL_GUARD_")]:
+        monkeypatch.delenv(name)
+    (inner.path / "slow_probe").touch()
+    inner.makeini(
+        """
+        [pytest]
+        asyncio_mode = auto
+        asyncio_default_fixture_loop_scope = session
+        asyncio_default_test_loop_scope = session
+        timeout = 2
+        guard_timeout_grace = 5
+        """
+    )
+    inner.makepyfile(
+        test_it="""
+        import asyncio
+
+        from conftest import break_the_broker, count
+
+        async def test_hangs_on_the_broken_broker(stack):
+            if count("runs") == 1:
+                break_the_broker()
+                await asyncio.sleep(30)  # cut at 2 s
+            await asyncio.sleep(1.5)  # 1.5 s of the second run's own 2 s
+
+        async def test_hangs_each_time(stack):
+            break_the_broker()
+            await asyncio.sleep(30)
+        """
+    )
+    result = inner.runpytest_subprocess(
+        "-p", "tests.guard", "-p", "no:cacheprovider", "-rA", timeout=120
+    )
+    out = result.stdout.str()
+    assert "INTERNALERROR" not in out, out
+    result.assert_outcomes(passed=1, failed=1)
+    assert (inner.path / "runs").read_text().count("x") == 2
+    assert "test_hangs_each_time: health check answered HTTP 500" in out
+    assert "failed again" in out
 
 
 def test_tests_without_the_stack_are_not_watched(inner: pytest.Pytester) -> None:

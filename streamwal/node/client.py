@@ -704,15 +704,18 @@ class AppendStream:
     ones are, so each is deduplicated by the node and a failed one can be retried with
     the numbers its error names. A failed append raises the typed error a unary
     ``produce`` would have and the stream goes on; if the call itself ends, every
-    unanswered append raises its error (unknown outcome when it ended without one:
-    those appends may be in the log).
+    unanswered append raises its error: with an unknown outcome once it was handed to
+    the call (it may be in the log, whatever status ended the call), not written if it
+    never was.
 
     With ``coalesce`` (the default) the appends waiting to be sent when the call can
     take a frame go as one ``ProduceBatchStream`` frame of separate appends
     (``independent``): one frame and one WAL batch for many appends, each still
     answered on its own (an invalid one fails alone) and in order. An append that finds
     the call idle goes at once, alone, so coalescing adds no wait; it pays off when
-    many are in flight, where a frame per append is most of what a node spends. Without
+    many are in flight, where a frame per append is most of what a node spends. A node
+    older than ``independent`` refuses such a frame whole when one of its appends is
+    invalid (each then fails not written). Without
     it each append is a ``ProduceStream`` frame (where the node retries an append after
     a transient backend error, that one lands after the ones behind it).
     ``async with client.open_stream(channel) as stream``, or :meth:`close` when done.
@@ -770,9 +773,11 @@ class AppendStream:
             )
         if self._ended is not None:
             raise self._ended
+        # built here, so a payload that is not bytes fails this call alone, unnumbered
+        message = pb.Message(type=self._type, payload=payload)
         waiter: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
         numbered = None if self._numbers is None else self._numbers._numbered(self.pchannel)
-        self._outbox.append(_Pending(payload, numbered, waiter))
+        self._outbox.append(_Pending(message, len(payload), numbered, waiter))
         self._queued.set()
         try:
             return await waiter
@@ -805,9 +810,7 @@ class AppendStream:
     async def _single(self) -> AsyncIterator[pb.ProduceRequest]:
         while (first := await self._next()) is not None:
             self._outbox.popleft()
-            request = pb.ProduceRequest(
-                pchannel=self.pchannel, message=pb.Message(type=self._type, payload=first.payload)
-            )
+            request = pb.ProduceRequest(pchannel=self.pchannel, message=first.message)
             if first.numbers is not None:
                 request.producer_id, request.sequence = first.numbers
             self._waiting.append([first])
@@ -821,23 +824,20 @@ class AppendStream:
         while (first := await self._next()) is not None:
             outbox.popleft()
             frame = [first]
-            size = len(first.payload)
+            size = first.size
             numbers = first.numbers
             while outbox and len(frame) < _FRAME_APPENDS:
                 after = outbox[0]
-                if after is None or size + len(after.payload) > _FRAME_BYTES:
+                if after is None or size + after.size > _FRAME_BYTES:
                     break
                 if numbers is not None and after.numbers != (numbers[0], numbers[1] + 1):
                     break
                 outbox.popleft()
                 frame.append(after)
-                size += len(after.payload)
+                size += after.size
                 numbers = after.numbers
             request = pb.ProduceBatchRequest(pchannel=self.pchannel, independent=True)
-            add = request.messages.add
-            kind = self._type
-            for pending in frame:
-                add(type=kind, payload=pending.payload)
+            request.messages.extend([pending.message for pending in frame])
             if first.numbers is not None:
                 request.producer_id, request.first_sequence = first.numbers
             self._waiting.append(frame)
@@ -867,6 +867,7 @@ class AppendStream:
                         grpc.StatusCode.INTERNAL,
                         f"a frame of {len(frame)} appends answered with {len(answers)} results",
                     )
+                    self._call.cancel()
                     return
                 for pending, r in zip(frame, answers, strict=True):
                     self._answer(pending, r)
@@ -879,21 +880,26 @@ class AppendStream:
                 raise  # this task was cancelled, not only the call
         finally:
             self._ended = ended
-            unanswered = [p for frame in self._waiting for p in frame]
-            unanswered += [p for p in self._outbox if p is not None]
+            # one error each, so a retry names its own numbers. What was handed to the
+            # call may have reached the node, whatever status ended it; what never left
+            # the outbox was not written
+            sent = [p for frame in self._waiting for p in frame]
             self._waiting.clear()
-            for pending in unanswered:
-                if not pending.waiter.done():  # one error each: a retry names its own numbers
-                    pending.waiter.set_exception(
-                        node_error(ended, write_outcome(ended), ended.details())
-                    )
+            unsent = [p for p in self._outbox if p is not None]
+            self._outbox.clear()
+            for pending, outcome in [(p, WriteOutcome.UNKNOWN) for p in sent] + [
+                (p, WriteOutcome.NOT_WRITTEN) for p in unsent
+            ]:
+                if not pending.waiter.done():
+                    pending.waiter.set_exception(node_error(ended, outcome, ended.details()))
 
 
 @dataclass(slots=True)
 class _Pending:
     """An append made on a stream and not yet answered."""
 
-    payload: bytes
+    message: pb.Message
+    size: int  # its payload's bytes
     numbers: tuple[int, int] | None
     waiter: asyncio.Future[Acked]
 

@@ -145,3 +145,26 @@ async def test_appends_waiting_when_the_channel_is_not_here_fail_each_not_writte
             await client.assign(channel)
             acked = await asyncio.gather(*(stream.append(b"after %d" % i) for i in range(20)))
         assert len(acked) == 20
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+async def test_a_payload_that_is_not_bytes_fails_its_own_call_only(
+    node: NodeProcess, channel: str, coalesce: bool
+) -> None:
+    async with NodeClient(node.address) as client:
+        await client.assign(channel)
+        async with client.open_stream(channel, coalesce=coalesce) as stream:
+
+            async def text() -> Acked:
+                return await stream.append("not bytes")  # type: ignore[arg-type]
+
+            results = await asyncio.gather(
+                stream.append(b"a"), text(), stream.append(b"b"), return_exceptions=True
+            )
+            assert isinstance(results[1], TypeError), results
+            assert isinstance(results[0], Acked) and isinstance(results[2], Acked), results
+            # numbered without a gap: the refused one took no number
+            assert results[2].sequence == (results[0].sequence or 0) + 1
+            later = await stream.append(b"c")
+        logged = await _logged(client, channel, later)
+        assert list(logged.values()) == [b"a", b"b", b"c"]

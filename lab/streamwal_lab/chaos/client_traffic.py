@@ -97,14 +97,14 @@ class Records:
     def note(self, writer: str, exc: BaseException, *, stream: bool = False) -> None:
         """Count the status; keep any a fault does not explain. ``stream``: the call
         was a stream, where grpcio may report a write the cut connection failed as
-        INTERNAL in place of the status (grpc/grpc#36066): explained by the fault if
-        the client answered it unknown."""
+        INTERNAL in place of the status (grpc/grpc#36066): explained by the fault. The
+        client answers such an append unknown once it was handed to the call, not
+        written if it never left the client; the checker holds the latter to the log
+        (``not-written-persisted``)."""
         if isinstance(exc, NodeCallError):
             code = exc.code()
             self.codes[code.name] += 1
-            cut_stream = (
-                stream and code == grpc.StatusCode.INTERNAL and exc.outcome is WriteOutcome.UNKNOWN
-            )
+            cut_stream = stream and code == grpc.StatusCode.INTERNAL
             if code not in _EXPECTED and not cut_stream:
                 self.unexpected.append(f"{writer}: {exc}")
         elif isinstance(exc, StreamwalError):
