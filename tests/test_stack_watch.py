@@ -42,7 +42,7 @@ def probe():
     if (HERE / "probe_raises").exists():
         raise ConnectionResetError("reset by peer")
     if (HERE / "slow_probe").exists():
-        time.sleep(3)
+        time.sleep(1.5)
     return "health check answered HTTP 500" if BROKEN.exists() else None
 
 
@@ -223,7 +223,7 @@ def test_a_test_that_timed_out_is_run_again_with_a_timeout_of_its_own(
     inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The guard times the test out, the (slow) health check runs untimed, and the
-    second run has its own timeout: it is cut at 2 s again if it hangs again."""
+    second run has its own timeout: it is cut at 1 s again if it hangs again."""
     for name in [n for n in __import__("os").environ if n.startswith("STREAMWAL_GUARD_")]:
         monkeypatch.delenv(name)
     (inner.path / "slow_probe").touch()
@@ -233,7 +233,7 @@ def test_a_test_that_timed_out_is_run_again_with_a_timeout_of_its_own(
         asyncio_mode = auto
         asyncio_default_fixture_loop_scope = session
         asyncio_default_test_loop_scope = session
-        timeout = 2
+        timeout = 1
         guard_timeout_grace = 5
         """
     )
@@ -246,8 +246,8 @@ def test_a_test_that_timed_out_is_run_again_with_a_timeout_of_its_own(
         async def test_hangs_on_the_broken_broker(stack):
             if count("runs") == 1:
                 break_the_broker()
-                await asyncio.sleep(30)  # cut at 2 s
-            await asyncio.sleep(1.5)  # 1.5 s of the second run's own 2 s
+                await asyncio.sleep(30)  # cut at 1 s
+            await asyncio.sleep(0.7)  # 0.7 s of the second run's own 1 s
 
         async def test_hangs_each_time(stack):
             break_the_broker()
