@@ -306,7 +306,7 @@ class _Answer(http.server.BaseHTTPRequestHandler):
 def serve() -> Iterator[type[_Answer]]:
     handler = type("Answer", (_Answer,), {})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     handler.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
     try:
