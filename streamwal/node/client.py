@@ -748,9 +748,9 @@ class AppendStream:
         self._closing = False
         # no deadline: the stream lives as long as its owner wants it
         call: Any = (
-            stub.ProduceBatchStream(self._frames())
+            stub.ProduceBatchStream(self._send(self._batch))
             if coalesce
-            else stub.ProduceStream(self._single())
+            else stub.ProduceStream(self._send(self._single))
         )
         self._call = call
         self._reader = asyncio.create_task(self._read())
@@ -807,42 +807,50 @@ class AppendStream:
             await self._queued.wait()
         return self._outbox[0]
 
-    async def _single(self) -> AsyncIterator[pb.ProduceRequest]:
-        while (first := await self._next()) is not None:
-            self._outbox.popleft()
-            request = pb.ProduceRequest(pchannel=self.pchannel, message=first.message)
-            if first.numbers is not None:
-                request.producer_id, request.sequence = first.numbers
-            self._waiting.append([first])
-            self.frames += 1
-            yield request
-
-    async def _frames(self) -> AsyncIterator[pb.ProduceBatchRequest]:
-        """Everything waiting, up to a frame's bounds, as one frame: a run of numbers
-        (a batch is numbered from its first) and never past the close."""
-        outbox = self._outbox
-        while (first := await self._next()) is not None:
-            outbox.popleft()
-            frame = [first]
-            size = first.size
-            numbers = first.numbers
-            while outbox and len(frame) < _FRAME_APPENDS:
-                after = outbox[0]
-                if after is None or size + after.size > _FRAME_BYTES:
-                    break
-                if numbers is not None and after.numbers != (numbers[0], numbers[1] + 1):
-                    break
-                outbox.popleft()
-                frame.append(after)
-                size += after.size
-                numbers = after.numbers
-            request = pb.ProduceBatchRequest(pchannel=self.pchannel, independent=True)
-            request.messages.extend([pending.message for pending in frame])
-            if first.numbers is not None:
-                request.producer_id, request.first_sequence = first.numbers
+    async def _send(self, build: Callable[[list[_Pending]], Any]) -> AsyncIterator[Any]:
+        """Each frame taken from the outbox, as ``build`` makes its request; registered
+        as waiting for its answer before it is handed to the call."""
+        while await self._next() is not None:
+            frame = self._take()
             self._waiting.append(frame)
             self.frames += 1
-            yield request
+            yield build(frame)
+
+    def _take(self) -> list[_Pending]:
+        """Everything waiting, up to a frame's bounds (one append without ``coalesce``):
+        a run of numbers (a batch is numbered from its first) and never past the close."""
+        outbox = self._outbox
+        limit = _FRAME_APPENDS if self._coalesce else 1
+        first = outbox.popleft()
+        assert first is not None
+        frame = [first]
+        size = first.size
+        numbers = first.numbers
+        while outbox and len(frame) < limit:
+            after = outbox[0]
+            if after is None or size + after.size > _FRAME_BYTES:
+                break
+            if numbers is not None and after.numbers != (numbers[0], numbers[1] + 1):
+                break
+            outbox.popleft()
+            frame.append(after)
+            size += after.size
+            numbers = after.numbers
+        return frame
+
+    def _single(self, frame: list[_Pending]) -> pb.ProduceRequest:
+        (pending,) = frame
+        request = pb.ProduceRequest(pchannel=self.pchannel, message=pending.message)
+        if pending.numbers is not None:
+            request.producer_id, request.sequence = pending.numbers
+        return request
+
+    def _batch(self, frame: list[_Pending]) -> pb.ProduceBatchRequest:
+        request = pb.ProduceBatchRequest(pchannel=self.pchannel, independent=True)
+        request.messages.extend([pending.message for pending in frame])
+        if frame[0].numbers is not None:
+            request.producer_id, request.first_sequence = frame[0].numbers
+        return request
 
     def _answer(self, pending: _Pending, r: pb.ProduceResponse) -> None:
         self._answered += 1

@@ -347,14 +347,14 @@ class _Env:
         in flight on each, metered by the node's CPU; and ``node_frames``, the default
         node's streams sending a frame per append (``coalesce=False``), which shows what
         the client's coalescing is worth in the same run."""
-        sides: dict[str, Timed] = {}
-        for node in NODES:
-            opened = self.streams(held, node, own[node], count)
+
+        def side(node: str, coalesce: bool = True) -> Timed:
+            opened = self.streams(held, node, own[node], count, coalesce=coalesce)
             appends = [s.append for s in opened for _ in range(depth)]
-            sides[node] = metered(self.pids[node], _spread(appends, payload))
-        single = self.streams(held, "node", own["node"], count, coalesce=False)
-        appends = [s.append for s in single for _ in range(depth)]
-        sides[FRAME_PER_APPEND] = metered(self.pids["node"], _spread(appends, payload))
+            return metered(self.pids[node], _spread(appends, payload))
+
+        sides = {node: side(node) for node in NODES}
+        sides[FRAME_PER_APPEND] = side("node", coalesce=False)
         return sides
 
 
