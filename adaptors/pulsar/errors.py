@@ -16,7 +16,7 @@ from streamwal.errors import (
     WriteOutcome,
 )
 
-__all__ = ["FENCING_RESULTS", "after_send", "result_of", "translate"]
+__all__ = ["FENCING_RESULTS", "LASTING_RESULTS", "after_send", "result_of", "translate"]
 
 #: what a send or a producer creation returns once another owner took the topic
 FENCING_RESULTS = frozenset(
@@ -35,6 +35,16 @@ _INVALID_RESULTS = frozenset(
         pulsar.Result.InvalidUrl,
     }
 )
+
+#: results that asking again does not change: a read that meets one gives up at once
+LASTING_RESULTS = _INVALID_RESULTS | {
+    pulsar.Result.TopicNotFound,
+    pulsar.Result.AuthenticationError,
+    pulsar.Result.AuthorizationError,
+    pulsar.Result.NotAllowedError,
+    pulsar.Result.UnsupportedVersionError,
+    pulsar.Result.AlreadyClosed,
+}
 
 # Results the client gives without the message having left it: such an append is not
 # in the log. Any other failure of an accepted send (a timeout, a fence, a lost

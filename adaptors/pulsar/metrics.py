@@ -2,7 +2,9 @@
 
 Rare by design (:mod:`.segments`): a segment is read back when the producer closed more
 than one batch while it was being sent, and left unplaced (its middle answered with an
-unknown position) when the log did not hold it as sent. Kept as plain ints and reported
+unknown position) when the log did not hold it as sent. A read-back that starts over on
+a fresh reader (its reader failed or hung, as one may while the topic moves) counts
+once more as ``read_again`` for each new attempt. Kept as plain ints and reported
 at collection, like the WAL's own counters; the benchmark reads them directly.
 """
 
@@ -13,9 +15,10 @@ from collections.abc import Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-__all__ = ["READ_BACK", "UNPLACED", "record_segment", "segment_count"]
+__all__ = ["READ_AGAIN", "READ_BACK", "UNPLACED", "record_segment", "segment_count"]
 
 READ_BACK = "read_back"
+READ_AGAIN = "read_again"
 UNPLACED = "unplaced"
 
 _meter = metrics.get_meter(__name__)
@@ -31,7 +34,10 @@ _meter.create_observable_counter(
     "streamwal.pulsar.segments.unplaced_by_receipts",
     callbacks=[_observe],
     unit="{segment}",
-    description="Segments whose edge receipts did not place every message, by outcome",
+    description=(
+        "Segments whose edge receipts did not place every message, by outcome "
+        "(read_again: each read-back attempt after the first)"
+    ),
 )
 
 

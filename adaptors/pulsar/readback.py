@@ -12,6 +12,16 @@ this owner's (an exclusive producer, and the interleaving guard held up to that
 position), in send order, so the next entries must hold these appends' payloads:
 their ids are taken from there. If the log does not hold them there (it ends first,
 or holds something else), they are answered with an unknown position, as before.
+
+A read that fails or hangs on the way (a reader subscribing while its topic moves
+between brokers can wait for ever for an answer the old owner never sends) starts over
+on a fresh reader: reading is idempotent, and the alternative is an owner that stops
+writing. Each attempt waits longer for every step than the one before
+(:data:`FIRST_ATTEMPT_S` doubling up to ``operation_timeout_s``), and the attempts
+together end within the send timeout (``send_timeout_ms``; ``0``: they go on until the
+channel closes or is fenced), the time a receipt could have taken. An error that
+asking again does not change (no such topic, not allowed, a closed client) ends the
+read at once.
 """
 
 from __future__ import annotations
@@ -19,20 +29,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
+import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from typing import Any, TypeVar
+
+from pulsar.asyncio import PulsarException
 
 from streamwal.adaptors.pulsar.closing import close_quietly, reap
+from streamwal.adaptors.pulsar.errors import LASTING_RESULTS, result_of
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
-from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, record_segment
+from streamwal.adaptors.pulsar.metrics import READ_AGAIN, READ_BACK, UNPLACED, record_segment
 from streamwal.adaptors.pulsar.segments import Segment
 from streamwal.adaptors.pulsar.state import ChannelState, log
+from streamwal.backoff import Backoff
 from streamwal.errors import ChannelFencedError, UnknownPositionError
 from streamwal.wal.backend import AppendCallback
 from streamwal.wal.message_id import MessageId
 
-__all__ = ["ReadBack", "reader_from", "same_position"]
+__all__ = ["FIRST_ATTEMPT_S", "ReadBack", "reader_from", "same_position"]
+
+_T = TypeVar("_T")
+
+#: how long the first attempt of a read-back waits for each step (a reader, a
+#: message) before it starts over; short, because receipts wait meanwhile
+FIRST_ATTEMPT_S = 0.5
+#: the pauses between a read-back's attempts
+_AGAIN = Backoff(initial=0.02, maximum=1.0)
+#: from this attempt on, each one that fails is logged as a warning
+_WARN_FROM_ATTEMPT = 4
 
 
 def _answer_guarded(
@@ -63,10 +89,15 @@ _reapers: set[asyncio.Future[None]] = set()
 
 
 @contextlib.asynccontextmanager
-async def reader_from(state: ChannelState, start: PulsarMessageId | Any) -> AsyncIterator[Any]:
+async def reader_from(
+    state: ChannelState, start: PulsarMessageId | Any, timeout: float | None = None
+) -> AsyncIterator[Any]:
     """A reader of the channel's topic from ``start`` (inclusive; a Pulsar id such as
-    ``MessageId.latest`` too), on the channel's reading client, closed afterwards."""
-    timeout = state.config.operation_timeout_s
+    ``MessageId.latest`` too), on the channel's reading client, closed afterwards;
+    its creation and its close are waited for ``timeout`` at most (default
+    ``operation_timeout_s``; the client finishes either on its own after that)."""
+    if timeout is None:
+        timeout = state.config.operation_timeout_s
     at = start.to_pulsar() if isinstance(start, PulsarMessageId) else start
     creation = asyncio.ensure_future(
         state.client.create_reader(state.topic, at, start_message_id_inclusive=True)
@@ -181,7 +212,11 @@ class ReadBack:
         )
         record_segment(state.channel, READ_BACK)
         self._start(
-            self._messages_between(first, last, segment.payloads, segment.properties),
+            self._retrying(
+                functools.partial(
+                    self._messages_between, first, last, segment.payloads, segment.properties
+                )
+            ),
             functools.partial(self._place_rest, rest, last),
         )
         return True
@@ -282,7 +317,7 @@ class ReadBack:
         )
         record_segment(state.channel, READ_BACK)
         self._start(
-            self._messages_after(after, payloads, properties),
+            self._retrying(functools.partial(self._messages_after, after, payloads, properties)),
             functools.partial(self._place_found, dones, edges),
         )
         return True
@@ -339,19 +374,58 @@ class ReadBack:
                 _answer_guarded(done, None, error)
         self._run_deferred()
 
+    async def _retrying(self, read: Callable[[float], Awaitable[_T]]) -> _T:
+        """``read(step_timeout)``, again on a fresh reader after a transient failure (a
+        step timed out, or the client failed it with a result that may change) until
+        it ends otherwise, the send timeout is spent, or the channel closes or is
+        fenced; see the module."""
+        state = self._state
+        config = state.config
+        loop = asyncio.get_running_loop()
+        budget = config.send_timeout_ms / 1000
+        deadline = loop.time() + budget if budget > 0 else None
+        step = min(FIRST_ATTEMPT_S, config.operation_timeout_s)
+        pauses = _AGAIN.delays()
+        for attempt in itertools.count(1):
+            try:
+                async with asyncio.timeout_at(deadline):  # the whole attempt, every step
+                    return await read(step)
+            except (TimeoutError, PulsarException) as exc:
+                pause = next(pauses)
+                if (
+                    result_of(exc) in LASTING_RESULTS
+                    or state.closed
+                    or state.fenced is not None
+                    or (deadline is not None and loop.time() + pause + step >= deadline)
+                ):
+                    raise
+                log.log(
+                    logging.WARNING if attempt >= _WARN_FROM_ATTEMPT else logging.INFO,
+                    "channel %s: reading the log back, attempt %d: %r; again on a fresh "
+                    "reader in %.2f s",
+                    state.channel,
+                    attempt,
+                    exc,
+                    pause,
+                )
+                record_segment(state.channel, READ_AGAIN)
+            await asyncio.sleep(pause)
+            step = min(step * 2, config.operation_timeout_s)
+        raise AssertionError("unreachable")
+
     async def _messages_after(
         self,
         after: PulsarMessageId,
         payloads: list[bytes],
         properties: list[Mapping[str, str]],
+        timeout: float,
     ) -> list[PulsarMessageId] | None:
         """The ids of the messages right after ``after`` if they hold ``payloads`` and
         ``properties`` in order (the WAL's properties carry each message's time tick, so
         two appends of the same bytes are not taken for each other); ``None`` if the log
-        ends first or holds anything else there."""
-        timeout = self._state.config.operation_timeout_s
+        ends first or holds anything else there. Each step waits ``timeout`` at most."""
         found: list[PulsarMessageId] = []
-        async with reader_from(self._state, after) as reader:
+        async with reader_from(self._state, after, timeout) as reader:
             skipped = False
             while len(found) < len(payloads):
                 if not await asyncio.wait_for(reader.has_message_available(), timeout):
@@ -375,13 +449,14 @@ class ReadBack:
         last: PulsarMessageId,
         payloads: list[bytes],
         properties: list[Mapping[str, str]],
+        timeout: float,
     ) -> list[PulsarMessageId] | None:
         """The ids of the segment's middle messages as the log has them, reading from
         ``first`` to ``last`` (``payloads``: the whole segment's, edges included);
-        ``None`` if the log holds anything else there (a missing or foreign message)."""
-        timeout = self._state.config.operation_timeout_s
+        ``None`` if the log holds anything else there (a missing or foreign message).
+        Each step waits ``timeout`` at most."""
         found: list[PulsarMessageId] = []
-        async with reader_from(self._state, first) as reader:
+        async with reader_from(self._state, first, timeout) as reader:
             for i, payload in enumerate(payloads):
                 message = await asyncio.wait_for(reader.read_next(), timeout)
                 landed = PulsarMessageId.from_pulsar(message.message_id())

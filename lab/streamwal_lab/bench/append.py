@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
+from streamwal.adaptors.pulsar.metrics import READ_AGAIN, READ_BACK, UNPLACED, segment_count
 from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
@@ -181,5 +181,6 @@ async def _cell(
         "runs": {"raw": raw_runs, "wal": wal_runs},
         # segments whose edge receipts did not place them (adaptors/pulsar/segments.py)
         "wal_segments_read_back": segment_count(channel, READ_BACK),
+        "wal_segments_read_again": segment_count(channel, READ_AGAIN),
         "wal_segments_unplaced": segment_count(channel, UNPLACED),
     }

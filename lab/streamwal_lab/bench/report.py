@@ -66,12 +66,14 @@ def _append_md(r: dict[str, Any]) -> list[str]:
         for c in r["cells"]
     ]
     read_back = sum(c.get("wal_segments_read_back", 0) for c in r["cells"])
+    read_again = sum(c.get("wal_segments_read_again", 0) for c in r["cells"])
     unplaced = sum(c.get("wal_segments_unplaced", 0) for c in r["cells"])
     head = [
         f"{r['repeats']} interleaved runs of {r['seconds_per_run']:g} s per cell, medians; "
         "latencies in ms; WAL GC ms: time in the garbage collector during a WAL run. "
         f"WAL segments read back (a batch closed twice while one was sent), all cells: "
-        f"{read_back}; left with an unknown position: {unplaced}.",
+        f"{read_back} (attempts started over: {read_again}); left with an unknown "
+        f"position: {unplaced}.",
         "",
     ]
     return head + _table(

@@ -19,12 +19,15 @@ from typing import Any
 
 import _pulsar
 import pytest
+from pulsar.asyncio import PulsarException
 
+from streamwal.adaptors.pulsar import readback
 from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
-from streamwal.adaptors.pulsar.metrics import READ_BACK, UNPLACED, segment_count
+from streamwal.adaptors.pulsar.metrics import READ_AGAIN, READ_BACK, UNPLACED, segment_count
 from streamwal.adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES, batch_size, size_of
+from streamwal.backoff import Backoff
 from streamwal.errors import (
     ChannelFencedError,
     InvalidInputError,
@@ -565,11 +568,12 @@ def test_batch_size_is_read_from_the_serialized_id() -> None:
 
 class SlowClient(FakeClient):
     """Readers whose reads take a few loop iterations (later receipts come meanwhile)
-    and may fail, as a real reader's can."""
+    and may fail, as a real reader's can: half of the failures are the client's own
+    (a read-back starts over after those), the others are not."""
 
     def __init__(self, producer: FakeProducer, rng: random.Random, fail: float) -> None:
         super().__init__(producer)
-        self.rng, self.fail, self.failed = rng, fail, 0
+        self.rng, self.fail, self.failed, self.transient = rng, fail, 0, 0
 
     async def create_reader(
         self, topic: str, start: Any, start_message_id_inclusive: bool = False
@@ -583,6 +587,9 @@ class SlowClient(FakeClient):
             for _ in range(self.rng.randrange(3)):
                 await asyncio.sleep(0)
             if self.rng.random() < self.fail:
+                if self.rng.random() < 0.5:
+                    self.transient += 1
+                    raise PulsarException(_pulsar.Result.ServiceUnitNotReady)
                 self.failed += 1
                 raise RuntimeError("read failed")
             return await inner()
@@ -610,11 +617,16 @@ class SlowClosingProducer(FakeAsyncProducer):
 
 
 @pytest.mark.parametrize("seed", range(400))
-async def test_read_backs_foreign_entries_and_closes_against_a_model(seed: int) -> None:
+async def test_read_backs_foreign_entries_and_closes_against_a_model(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Segments cut often (read-backs overlapping later segments), other producers'
     entries, silent drops, failing reads and a close at any point: every append is
     answered once, an id given is the log's for that payload, nothing after a foreign
-    entry is acknowledged, and a channel alone on its topic is never fenced."""
+    entry is acknowledged, and a channel alone on its topic is never fenced (a read the
+    client failed is read again)."""
+    monkeypatch.setattr(readback, "_AGAIN", Backoff(initial=0.001, maximum=0.004))
+    again = segment_count("c", READ_AGAIN)
     rng = random.Random(seed)
     wal, fake = await _channel()
     client = SlowClient(fake, rng, fail=0.02 if rng.random() < 0.3 else 0.0)
@@ -663,6 +675,7 @@ async def test_read_backs_foreign_entries_and_closes_against_a_model(seed: int) 
     assert not (healthy and wal.is_fenced), wal._state.fenced
     if healthy and close_at is None:
         assert all(error is None for got in answers.values() for _, error in got)
+        assert segment_count("c", READ_AGAIN) - again == client.transient
 
 
 def test_a_serialized_id_this_parser_cannot_read_has_no_batch_size() -> None:
@@ -767,3 +780,147 @@ async def test_after_an_unknown_outcome_an_unpositioned_append_is_not_placed() -
     fake.land(unpositioned=True)
     (outcome,) = await _outcomes(copy)
     assert isinstance(outcome, UnknownPositionError)  # not the lost append's id
+
+
+class FlakyClient(FakeClient):
+    """The first ``hang`` reader creations never answer (a subscribe that reached a
+    broker losing the topic), and the next ``fail`` readers fail their first read
+    with a client error (``result``); later readers read the log."""
+
+    def __init__(
+        self,
+        producer: FakeProducer,
+        hang: int,
+        fail: int = 0,
+        result: _pulsar.Result = _pulsar.Result.ServiceUnitNotReady,
+    ) -> None:
+        super().__init__(producer)
+        self.hang, self.fail, self.result, self.created = hang, fail, result, 0
+        self.stuck: list[asyncio.Future[FakeReader]] = []
+
+    async def create_reader(
+        self, topic: str, start: Any, start_message_id_inclusive: bool = False
+    ) -> FakeReader:
+        self.created += 1
+        if self.created <= self.hang:
+            never: asyncio.Future[FakeReader] = asyncio.get_running_loop().create_future()
+            self.stuck.append(never)
+            return await never
+        reader = await super().create_reader(topic, start, start_message_id_inclusive)
+        if self.created <= self.hang + self.fail:
+
+            async def failing() -> FakeMessage:
+                raise PulsarException(self.result)
+
+            reader.read_next = failing  # type: ignore[method-assign]
+        return reader
+
+    async def answer_late(self) -> list[FakeReader]:
+        """The hung creations make their readers after all (the client went on)."""
+        late = [FakeReader([]) for _ in self.stuck]
+        for never, reader in zip(self.stuck, late, strict=True):
+            never.set_result(reader)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return late
+
+
+@pytest.fixture
+def short_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readback, "FIRST_ATTEMPT_S", 0.05)
+
+
+@pytest.mark.usefixtures("short_attempts")
+async def test_a_read_back_whose_reader_hangs_or_fails_starts_over_and_places_the_middle() -> None:
+    wal, fake = await _channel()
+    client = FlakyClient(fake, hang=2, fail=1)
+    wal._state.client = client
+    again = segment_count("c", READ_AGAIN)
+    fake.cut_before = {1, 3}  # [0] [1 2] [3]: the middle is read back
+    futures = await _append(wal, 4)
+    fake.land_all()
+    assert await _outcomes(futures) == _ids(0, -1) + _ids(1, 0, 1) + _ids(2, -1)
+    assert client.created == 4 and segment_count("c", READ_AGAIN) == again + 3
+    assert not wal.is_fenced and wal._state.in_flight == 0
+    more = await _append(wal, 2)  # receipts flow again, the guard goes on
+    fake.land_all()
+    assert await _outcomes(more) == _ids(3, 0, 1)
+    assert all(reader.closed for reader in client.readers)
+    late = await client.answer_late()
+    assert len(late) == 2 and all(reader.closed for reader in late)  # reaped
+
+
+@pytest.mark.usefixtures("short_attempts")
+async def test_unpositioned_appends_are_placed_by_a_read_that_starts_over() -> None:
+    wal, fake = await _channel()
+    first = await _append(wal, 1)
+    fake.land()
+    await _outcomes(first)
+    client = FlakyClient(fake, hang=1, fail=1)
+    wal._state.client = client
+    segment = await _append(wal, 2)
+    fake.land(unpositioned=True)
+    assert await _outcomes(segment) == _ids(1, 0, 1)
+    assert client.created == 3 and not wal.is_fenced
+    assert all(reader.closed for reader in await client.answer_late())
+
+
+@pytest.mark.usefixtures("short_attempts")
+async def test_a_read_back_that_never_gets_a_reader_ends_within_the_send_timeout() -> None:
+    """Bounded: after about ``send_timeout_ms`` the middle is unknown and the owner
+    stops writing, as when the read failed at once; nothing waits for ever."""
+    wal, fake = await _channel(send_timeout_ms=400)
+    client = FlakyClient(fake, hang=1_000)
+    wal._state.client = client
+    fake.cut_before = {1, 3}
+    futures = await _append(wal, 4)
+    fake.land_all()
+    started = asyncio.get_running_loop().time()
+    outcomes = await _outcomes(futures)
+    took = asyncio.get_running_loop().time() - started
+    assert outcomes[0] == PulsarMessageId(7, 0, -1)
+    assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:])
+    assert 0.3 < took < 2.0, took  # the send timeout, not an attempt longer
+    assert client.created >= 2  # it started over, with longer steps each time
+    assert wal.is_fenced and wal._state.in_flight == 0
+    assert all(reader.closed for reader in await client.answer_late())
+
+
+async def test_a_read_the_broker_refuses_for_good_is_not_tried_again() -> None:
+    wal, fake = await _channel()
+    client = FlakyClient(fake, hang=0, fail=1_000, result=_pulsar.Result.AuthorizationError)
+    wal._state.client = client
+    again = segment_count("c", READ_AGAIN)
+    fake.cut_before = {1, 3}
+    futures = await _append(wal, 4)
+    fake.land_all()
+    outcomes = await _outcomes(futures)
+    assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:])
+    assert client.created == 1 and segment_count("c", READ_AGAIN) == again
+    assert wal.is_fenced
+
+
+async def test_closing_stops_a_read_back_that_keeps_starting_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Also in the pause between two attempts."""
+    monkeypatch.setattr(readback, "_AGAIN", Backoff(initial=60.0, maximum=60.0))
+    wal, fake = await _channel(send_timeout_ms=0)  # no bound but the channel's life
+    client = FlakyClient(fake, hang=0, fail=1_000)
+    wal._state.client = client
+    fake.cut_before = {1, 3}
+    futures = await _append(wal, 4)
+    fake.land_all()
+    await asyncio.wait_for(
+        _until(lambda: client.created == 1 and bool(client.readers[0].closed)), 5
+    )
+    await asyncio.sleep(0.01)  # in the 60 s pause now
+    await asyncio.wait_for(wal.close(), 1)
+    outcomes = await _outcomes(futures)
+    assert all(isinstance(o, UnknownPositionError) for o in outcomes[1:])
+    assert not wal.is_fenced and not wal._readback.tasks and client.created == 1
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.005)
