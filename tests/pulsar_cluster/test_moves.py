@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import random
 import time
+from collections.abc import Mapping
 
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarBackendWAL, PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
+from streamwal.adaptors.pulsar.metrics import READ_AGAIN, segment_count
 from streamwal.adaptors.testing import writable
 from streamwal.errors import ChannelFencedError, StreamwalError
 from streamwal.wal.backend import AccessMode, append_entry
@@ -232,3 +237,56 @@ async def test_checkpoints_and_truncation_through_a_broker_that_does_not_own_the
         await move_topic(admin, topic, owner)
         await _checkpoint_and_truncate(wal, ids, checkpoint_at=15, truncate_at=8)
         await wal.close()
+
+
+READS_DURING_MOVES = 30
+
+
+async def test_reading_back_while_the_topic_moves_never_waits_out_a_hung_reader(
+    pulsar_cluster: ClusterInfo, unique: str
+) -> None:
+    """A reader created while its topic's bundle moves can wait for ever: its
+    subscribe reached the broker giving the topic up, and the client does not ask
+    again (4 of 40 readers created 0-150 ms into a move, in one run here). The
+    read-back that places appends after a reconnect meets exactly that moment, so it
+    starts over on a fresh reader: each read during a move finds the appends at their
+    ids well inside the 10 s operation timeout a hung reader would have cost."""
+    channel = f"cluster-readback-{unique}"
+    config = _config(pulsar_cluster)
+    topic = config.topic(channel)
+    admin = PulsarAdmin(pulsar_cluster.admin_url)
+    rng = random.Random(unique)
+    async with PulsarOpener(config) as opener:
+        wal = await _writable(opener, channel)
+        properties: list[Mapping[str, str]] = [{"n": str(i)} for i in range(4)]
+        ids = [
+            await append_entry(wal, f"r{i}".encode(), properties[i]) for i in range(len(properties))
+        ]
+        payloads = [f"r{i}".encode() for i in range(1, len(ids))]
+        first = ids[0]
+        assert isinstance(first, PulsarMessageId)
+        readback = wal._readback
+        again = segment_count(channel, READ_AGAIN)
+        took: list[float] = []
+        for _ in range(READS_DURING_MOVES):
+            owner = await owner_of(admin, topic)
+            move = asyncio.create_task(move_topic(admin, topic, _other(pulsar_cluster, owner)))
+            try:
+                await asyncio.sleep(rng.uniform(0, 0.15))
+                started = time.monotonic()
+                found = await asyncio.wait_for(
+                    readback._retrying(
+                        functools.partial(readback._messages_after, first, payloads, properties[1:])
+                    ),
+                    config.operation_timeout_s,
+                )
+                took.append(time.monotonic() - started)
+                assert found == ids[1:]
+            finally:
+                await move
+        await wal.close()
+    assert max(took) < 5.0, sorted(took)
+    print(
+        f"{READS_DURING_MOVES} reads during moves: slowest {max(took):.2f} s, "
+        f"{segment_count(channel, READ_AGAIN) - again} started over"
+    )

@@ -127,12 +127,17 @@ class ChaosEnv:
             )
             result.absorb(channel, report)
 
-    async def close(self) -> None:
-        """Stop traffic, nodes, private brokers and etcds; safe to call after a failure."""
+    async def stop_nodes(self) -> None:
+        """Stop traffic and the nodes (idempotent): before a scenario deletes topics of
+        its own, which a node's producer still writing would create again."""
         for t in self._traffic:
             await t.stop()
         for node in self._nodes:
             await node.close()
+
+    async def close(self) -> None:
+        """Stop traffic, nodes, private brokers and etcds; safe to call after a failure."""
+        await self.stop_nodes()
         for pulsar in self._pulsars:
             await pulsar.close()
         for etcd in self._etcds:

@@ -17,6 +17,7 @@ from streamwal_lab.chaos import SCENARIOS, ScenarioResult, run_scenario
 from streamwal_lab.chaos.scenarios.brokers import FAULTS
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.cluster import ClusterInfo
+from streamwal_lab.stack.topics import list_topics
 
 pytestmark = pytest.mark.integration
 
@@ -195,7 +196,10 @@ async def test_large_messages_through_kill_9_and_takeovers_between_chunks(
 async def test_cluster_brokers_moving_and_losing_topics_under_two_nodes(
     stack: StackInfo, pulsar_cluster: ClusterInfo, tmp_path: Path
 ) -> None:
-    """Every fault of the scenario once (its six quick rounds); slow: about two minutes."""
+    """Every fault of the scenario once (its six quick rounds); slow: about two minutes.
+    The scenario's topics are gone from the cluster afterwards."""
     result = await _quick("cluster-brokers", stack, tmp_path)
     seen = {key.split(":")[0] for key in result.figures if key.endswith("appends again")}
     assert seen == set(FAULTS), result.figures
+    left = {t for t in await list_topics(pulsar_cluster.admin_url) if "/chaos-brokers-" in t}
+    assert not left, left

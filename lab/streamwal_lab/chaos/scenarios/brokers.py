@@ -62,7 +62,9 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         await _rounds(env, rounds, result, stack, cluster, topics)
     finally:
         try:
-            # checked already; the nodes still hold them until the run's end
+            # checked already; the nodes stop first, as one still serving a topic would
+            # create it again after the delete
+            await env.stop_nodes()
             admin = PulsarAdmin(cluster.admin_url)
             for topic in topics:
                 with contextlib.suppress(Exception):
