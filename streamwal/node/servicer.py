@@ -239,8 +239,9 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         input does: at most ``_STREAM_WINDOW`` appends are held per stream (no frame is
         read while they are), and an append the WAL has not answered within
         ``answer_timeout`` is answered UNKNOWN (it may still land). A malformed frame
-        ends the input (:func:`_checked_stream`): the frames before it are answered,
-        then the call ends with INVALID_ARGUMENT.
+        ends the input (the server interceptor's ``_parsed``,
+        :mod:`streamwal.node.server_tracing`): the frames before it are answered, then
+        the call ends with INVALID_ARGUMENT.
         """
         self._tag_span()
         async for answer in answer_in_order(

@@ -80,9 +80,12 @@ class _Delay:
         self._count += 1
 
     def reset(self, target: float) -> float:
-        """Set the next period's target; the mean wait of the period that ends."""
+        """Set the next period's target; the mean wait of the period that ends. The
+        lateness is learnt again each period: the timer's lateness depends on the load
+        of the period (a busy loop at many callers fires later than an idle one), and a
+        lateness learnt at another load made a short period wait up to half less."""
         mean = self._waited / self._count if self._count else 0.0
-        self.target, self._waited, self._count = target, 0.0, 0
+        self.target, self._waited, self._count, self._late = target, 0.0, 0, 0.0
         return mean
 
 
@@ -146,7 +149,11 @@ def _interceptors(
 
 
 async def _serve(traced: bool, otlp_endpoint: str, service_name: str) -> None:
-    server = grpc.aio.server(interceptors=_interceptors(traced, otlp_endpoint, service_name))
+    server = grpc.aio.server(
+        interceptors=_interceptors(traced, otlp_endpoint, service_name),
+        # the large-message cells send it what they send a node, whatever the size
+        options=[("grpc.max_receive_message_length", -1)],
+    )
     handler = grpc.method_handlers_generic_handler(
         _SERVICE,
         {

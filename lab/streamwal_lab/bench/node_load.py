@@ -21,10 +21,12 @@ The cells:
   appending directly in this process, ``Produce`` and ``ProduceStream`` (a stream per
   caller) on each node, and the gRPC echo server (:mod:`streamwal_lab.bench.grpc_echo`,
   untraced, nothing behind it) called the same two ways: its round trip is the floor of
-  what any grpc.aio servicer costs here. The node's added latency is its p50 (p99)
-  minus the WAL's; the p50 is judged against the echo's round trip, the p99 against
-  the WAL's own p99. The node's and the echo server's CPU per call come from the same
-  runs (:mod:`streamwal_lab.bench.cpu`): the echo server's is what gRPC itself costs a
+  what any grpc.aio servicer costs here. The same server's unary calls answered after
+  the WAL's mean latency of the round are the unary ceiling (``ceiling_unary``): a
+  node whose WAL cost no CPU should not beat their rate. The node's added latency is
+  its p50 (p99) minus the WAL's; the p50 is judged against the echo's round trip, the
+  p99 against the WAL's own p99. The node's and the echo server's CPU per call come
+  from the same runs (:mod:`streamwal_lab.bench.cpu`): the echo server's is what gRPC itself costs a
   process per call, so the node's over it is what the servicer, the WAL and telemetry
   cost.
 - ``carried``: ``streams`` (32) ``ProduceStream`` calls with ``depth`` (16) appends in
@@ -35,7 +37,11 @@ The cells:
   MB/s. Several callers: with one, the ratio is a round trip's (the latency cell's
   question); the sizes stay within the broker's 5 MiB, so the node does not chunk (the
   large-messages suite measures chunking); the raw side sends a message above 1 MiB as
-  1 MiB pieces at once, as that suite does.
+  1 MiB pieces at once, as that suite does. The echo server takes the same bytes
+  twice more: answering at once (``echo``: what receiving them costs a process, per
+  call) and after the raw side's mean latency of the round (``ceiling``: gRPC's hop
+  with these bytes on top of the raw producer's time, which a node should not beat).
+  Both ceilings are untraced: the targets are judged on the node sampling as deployed.
 - ``channels``: ``max(min_appenders, N)`` streams spread round-robin over N channels
   of each node, ``depth`` appends in flight on each, against N raw producers with the
   same appends in flight: many channels with nobody waiting for one append at a time.
@@ -129,6 +135,31 @@ def _spread(appends: Sequence[Append], payload: bytes) -> Timed:
     return run
 
 
+class _Latest:
+    """A side that keeps its latest run's figures, for a ceiling measured after it."""
+
+    def __init__(self, timed: Timed) -> None:
+        self._timed = timed
+        self.figures: dict[str, float] = {}
+
+    async def __call__(self, seconds: float) -> dict[str, float]:
+        self.figures = await self._timed(seconds)
+        return self.figures
+
+
+def _after(echo: EchoServer, base: _Latest, callers: int, delayed: Timed) -> Timed:
+    """The ceiling: ``delayed`` (the echo server's delayed calls, with the cell's bytes)
+    answered after ``base``'s mean latency in its latest run (``callers`` over its rate:
+    a closed loop). A node whose WAL cost no CPU and took exactly the base's time could
+    not beat it; below a bound, the bound cannot be met here whatever the node does."""
+
+    async def run(seconds: float) -> dict[str, float]:
+        wait_s = callers / max(base.figures.get("per_s", 0.0), 1.0)
+        return await echo.timed_after(wait_s, lambda: delayed(seconds))
+
+    return run
+
+
 def versus(medians: Mapping[str, Mapping[str, float]], base: str, key: str) -> dict[str, float]:
     """Each node side's ``key`` over the ``base`` side's: ``<side>_vs_<base>_ratio``."""
     return {
@@ -142,7 +173,8 @@ def latency_figures(medians: Mapping[str, Mapping[str, float]]) -> dict[str, flo
     """The latency cell's derived figures, for each of ``unary``/``stream`` on each node
     (``<node>_<kind>``): added p50/p99 (ms, node minus WAL), the added p50 over the echo
     server's p50 of the same kind, the added p99 over the WAL's p99, appends/s over the
-    WAL's, and CPU per append over the echo server's CPU per call of the same kind."""
+    WAL's, and CPU per append over the echo server's CPU per call of the same kind; and
+    the unary ceiling's appends/s over the WAL's, where it was measured."""
     wal = medians["wal"]
     out: dict[str, float] = {}
     for node in NODES:
@@ -159,6 +191,8 @@ def latency_figures(medians: Mapping[str, Mapping[str, float]]) -> dict[str, flo
             out[f"{side}_added_p99_vs_wal_ratio"] = ratio(added_p99, wal["p99_ms"])
             out[f"{side}_vs_wal_ratio"] = ratio(f["per_s"], wal["per_s"])
             out[f"{side}_cpu_vs_echo_ratio"] = ratio(f[CPU_KEY], echo[CPU_KEY])
+    if "ceiling_unary" in medians:  # reports made before the ceiling lack it
+        out["ceiling_unary_vs_wal_ratio"] = ratio(medians["ceiling_unary"]["per_s"], wal["per_s"])
     return out
 
 
@@ -392,7 +426,8 @@ async def _latency(env: _Env, callers: int) -> dict[str, Any]:
     async with contextlib.AsyncExitStack() as held:
         wal_append = await env.wal(held, f"lat-{env.run}")
         own = await env.assigned(held, [channel])
-        sides: dict[str, Timed] = {"wal": _spread([wal_append] * callers, payload)}
+        wal_side = _Latest(_spread([wal_append] * callers, payload))
+        sides: dict[str, Timed] = {"wal": wal_side}
         for node, client in env.clients.items():
             (name,) = own[node]
 
@@ -413,6 +448,9 @@ async def _latency(env: _Env, callers: int) -> dict[str, Any]:
         sides["echo_stream"] = metered(
             env.echo.pid, _spread([s.append for s in echo_streams], payload)
         )
+        sides["ceiling_unary"] = _after(
+            env.echo, wal_side, callers, _spread([env.echo.unary_after] * callers, payload)
+        )
         runs = await env.runs(sides)
     medians = _medians(runs)
     cell: dict[str, Any] = {
@@ -424,13 +462,14 @@ async def _latency(env: _Env, callers: int) -> dict[str, Any]:
     }
     env.target.progress(
         "node-load latency x{}: wal p50 {} p99 {} ms; node unary +{} / +{} ms, stream +{} / "
-        "+{} ms; echo unary p50 {} ms; CPU us/append unary {} stream {} (echo {} / {})".format(
+        "+{} ms; echo unary p50 {} ms; CPU us/append unary {} stream {} (echo {} / {}); "
+        "unary ceiling/WAL {}".format(
             callers, medians["wal"]["p50_ms"], medians["wal"]["p99_ms"],
             cell["node_unary_added_p50_ms"], cell["node_unary_added_p99_ms"],
             cell["node_stream_added_p50_ms"], cell["node_stream_added_p99_ms"],
             medians["echo_unary"]["p50_ms"], medians["node_unary"][CPU_KEY],
             medians["node_stream"][CPU_KEY], medians["echo_unary"][CPU_KEY],
-            medians["echo_stream"][CPU_KEY],
+            medians["echo_stream"][CPU_KEY], cell["ceiling_unary_vs_wal_ratio"],
         )
     )  # fmt: skip
     return cell
@@ -470,7 +509,8 @@ async def _large(env: _Env, size: int, callers: int) -> dict[str, Any]:
 
             return run
 
-        sides: dict[str, Timed] = {"raw": in_mb(_spread([raw_append] * callers, payload))}
+        raw_side = _Latest(in_mb(_spread([raw_append] * callers, payload)))
+        sides: dict[str, Timed] = {"raw": raw_side}
         for node, client in env.clients.items():
             (own_name,) = own[node]
 
@@ -480,6 +520,11 @@ async def _large(env: _Env, size: int, callers: int) -> dict[str, Any]:
                 return await client.produce(name, data)
 
             sides[node] = in_mb(metered(env.pids[node], _spread([unary] * callers, payload)))
+        echo = env.echo
+        sides["echo"] = in_mb(metered(echo.pid, _spread([echo.unary] * callers, payload)))
+        sides["ceiling"] = in_mb(
+            _after(echo, raw_side, callers, _spread([echo.unary_after] * callers, payload))
+        )
         runs = await env.runs(sides)
     medians = _medians(runs)
     cell: dict[str, Any] = {
@@ -488,12 +533,15 @@ async def _large(env: _Env, size: int, callers: int) -> dict[str, Any]:
         "raw_messages_per_message": len(pieces),
         **medians,
         **carried_figures(medians, "raw"),
+        "ceiling_vs_raw_ratio": ratio(medians["ceiling"]["mb_per_s"], medians["raw"]["mb_per_s"]),
         "runs": runs,
     }
     env.target.progress(
         f"node-load large {size // KiB} KiB x{callers}: raw {medians['raw']['mb_per_s']} MB/s, "
         f"node {medians['node']['mb_per_s']} ({cell['node_vs_raw_ratio']}), at 100 % "
-        f"{medians['node_full']['mb_per_s']} ({cell['node_full_vs_raw_ratio']})"
+        f"{medians['node_full']['mb_per_s']} ({cell['node_full_vs_raw_ratio']}); ceiling "
+        f"{cell['ceiling_vs_raw_ratio']}; CPU us/append node {medians['node'][CPU_KEY]}, "
+        f"echo {medians['echo'][CPU_KEY]}"
     )
     return cell
 

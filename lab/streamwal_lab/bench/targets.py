@@ -183,6 +183,7 @@ def _node_load(result: dict[str, Any]) -> list[Target]:
         targets += [
             _check("node-load", f"Produce/WAL, 128 B x {n}, default sampling",
                    lat["node_unary_vs_wal_ratio"], ">=", 0.5,
+                   lat.get("ceiling_unary_vs_wal_ratio"),
                    full_sampling=lat.get("node_full_unary_vs_wal_ratio")),
             _check("node-load", "node CPU per Produce/echo CPU per call",
                    lat["node_unary_cpu_vs_echo_ratio"], "<=", 1.5,
@@ -201,7 +202,7 @@ def _node_load(result: dict[str, Any]) -> list[Target]:
         if bound is not None:
             targets.append(
                 _check("node-load", f"large node/raw MB/s, {c['message_bytes'] // 1024} KiB",
-                       c["node_vs_raw_ratio"], ">=", bound,
+                       c["node_vs_raw_ratio"], ">=", bound, c.get("ceiling_vs_raw_ratio"),
                        full_sampling=c.get("node_full_vs_raw_ratio"))
             )  # fmt: skip
     for p in result.get("channels", []):

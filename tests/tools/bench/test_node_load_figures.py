@@ -93,6 +93,12 @@ def test_added_latency_is_the_node_minus_the_wal_against_the_floor() -> None:
     assert f["node_full_unary_cpu_vs_echo_ratio"] == 3.5
 
 
+def test_the_unary_ceiling_is_taken_against_the_wal_where_it_was_measured() -> None:
+    medians = {**_latency_medians(), "ceiling_unary": _side(2400, 13.0, 20.0)}
+    assert latency_figures(medians)["ceiling_unary_vs_wal_ratio"] == 0.6  # 2,400 of 4,000
+    assert "ceiling_unary_vs_wal_ratio" not in latency_figures(_latency_medians())
+
+
 def test_carried_ratios_take_mb_per_s_where_the_cell_has_it() -> None:
     per_s = {"wal": {"per_s": 100.0}, "node": {"per_s": 80.0}, "node_full": {"per_s": 50.0}}
     assert carried_figures(per_s, "wal") == {
@@ -173,6 +179,47 @@ def test_node_load_targets_judge_the_default_node_and_show_full_sampling_beside(
     assert targets["carried node/WAL, 4096 B, 32 x 16"].full_sampling == 0.7
     assert targets["mark: node messages/s, 128 B in batches"].full_sampling == 20_000.0
     assert all(t.ceiling is None for t in targets.values())
+
+
+def _with_ceilings() -> dict[str, Any]:
+    """A result whose latency and large cells measured their floor and ceiling."""
+    result = _result()
+    lat = result["latency"]
+    lat["ceiling_unary"] = _side(2400, 13.0, 20.0)
+    lat.update(latency_figures({k: v for k, v in lat.items() if isinstance(v, dict)}))
+    for c, top in zip(result["large"], (0.97, 0.7, 0.5), strict=True):
+        c["echo"] = {**_side(300, 1.0, 2.0, cpu=400.0), "mb_per_s": 20.0}
+        c["ceiling"] = {**_side(90, 1.0, 2.0), "mb_per_s": 5.0}
+        c["ceiling_vs_raw_ratio"] = top
+    return result
+
+
+def test_a_ceiling_measured_in_the_run_goes_with_its_target() -> None:
+    """Below its bound, a ceiling says the bound cannot be met here (0.7 < 0.9 at
+    1 MiB); it does not change whether the node's own figure met it."""
+    targets = {t.name: t for t in evaluate({"node-load": _with_ceilings()})}
+    assert targets["Produce/WAL, 128 B x 32, default sampling"].ceiling == 0.6
+    assert targets["large node/raw MB/s, 64 KiB"].ceiling == 0.97
+    assert targets["large node/raw MB/s, 1024 KiB"].ceiling == 0.7
+    assert targets["large node/raw MB/s, 1024 KiB"].met is False
+    assert targets["large node/raw MB/s, 64 KiB"].met is True
+    others = set(targets) - {
+        "Produce/WAL, 128 B x 32, default sampling",
+        "large node/raw MB/s, 64 KiB",
+        "large node/raw MB/s, 1024 KiB",
+    }
+    assert all(targets[name].ceiling is None for name in others)
+
+
+def test_the_report_shows_the_floor_and_ceiling_and_reads_reports_without_them() -> None:
+    md = markdown(_report({"node-load": _with_ceilings()}))
+    assert "| gRPC echo after the WAL's latency, unary (ceiling) | 2,400 | 0.60 |" in md
+    assert "| echo MB/s | ceiling/raw | CPU us | echo CPU us |" in md
+    node = "| 64 | 6.60 | 6.60 | 0.95 | 6.60 | 0.90 | 2.00 | 2.00 |"
+    assert f"{node} 20.00 | 0.97 | 10.00 | 400 |" in md
+    old = markdown(_report({"node-load": _result()}))
+    assert "(ceiling)" not in old
+    assert f"{node} - | - | 10.00 | - |" in old
 
 
 def test_node_load_targets_need_the_issues_shapes() -> None:

@@ -31,6 +31,15 @@ def _cpu(figures: dict[str, float]) -> bool:
     return math.isfinite(figures[CPU_KEY]) and figures[CPU_KEY] >= 0
 
 
+def _waited_the_mean_latency(
+    ceiling: dict[str, float], base: dict[str, float], callers: int
+) -> bool:
+    """The ceiling's mean wait is the base's closed-loop latency (callers over its rate),
+    within the timer's slack: not a default, nor another side's."""
+    expected_ms = 1000 * callers / base["per_s"]
+    return abs(ceiling["delay_ms"] - expected_ms) <= 0.3 * expected_ms + 1.0
+
+
 async def test_every_cell_measures_both_nodes_and_drops_its_topics(stack: StackInfo) -> None:
     target = BenchTarget(stack.pulsar_url, stack.etcd_endpoint, stack.pulsar_admin_url)
     before = await list_topics(stack.pulsar_admin_url)
@@ -67,12 +76,20 @@ async def test_every_cell_measures_both_nodes_and_drops_its_topics(stack: StackI
         assert _positive(cell[FRAME_PER_APPEND]["per_s"]) and _cpu(cell[FRAME_PER_APPEND])
         assert _positive(cell[f"{FRAME_PER_APPEND}_vs_{base}_ratio"])
     assert _positive(large["node"]["mb_per_s"]) and large["raw_messages_per_message"] == 1
+    # the floor and ceiling of the large cell, and the unary ceiling of the latency cell;
+    # each ceiling waited its base side's mean latency of the same round (one round here)
+    assert _positive(large["echo"]["mb_per_s"]) and _cpu(large["echo"])
+    assert _positive(large["ceiling"]["mb_per_s"]) and _positive(large["ceiling_vs_raw_ratio"])
+    assert _waited_the_mean_latency(large["ceiling"], large["raw"], large["callers"])
+    assert _positive(lat["ceiling_unary"]["per_s"]) and _positive(lat["ceiling_unary_vs_wal_ratio"])
+    assert _waited_the_mean_latency(lat["ceiling_unary"], lat["wal"], lat["callers"])
     assert channels["appenders"] == 2 and channels["depth"] == 2
     left = {t for t in await list_topics(stack.pulsar_admin_url) - before if "bench-nl" in t}
     assert left == set()
     targets = {t.name: t for t in evaluate({"node-load": result})}
     # the latency cell ran at 32 callers: judged, the full-sampling node's figure beside
     assert targets["Produce/WAL, 128 B x 32, default sampling"].full_sampling is not None
+    assert targets["Produce/WAL, 128 B x 32, default sampling"].ceiling is not None
     assert "pipelined node/raw, 2 channels" in targets
     doc = {
         "started_at": "2026-01-01T00:00:00+00:00",
