@@ -16,9 +16,17 @@ producer is then closed, so nothing more of it can land, and the log after the l
 position this owner placed is read: when none of this producer's messages are there,
 what it had in flight is answered as not written; otherwise (or when the log cannot be
 read) with an unknown outcome. Receipts wait while that read runs, as for a
-read-back (:mod:`.readback`). Both this and the case below rely on the C++ client
-failing what a producer still holds, through its callbacks, as soon as the producer is
-closed (``ProducerImpl::closeAsync`` in pulsar-client 3.x): its send timer stops there.
+read-back (:mod:`.readback`), and like a read-back it starts over on a fresh reader
+when one hangs or fails: the topic may be moving, which is when readers hang. The look
+itself waits ``STALL_S`` for each step at first, twice as long at each next look of the
+stall, up to the operation timeout: a hung look is given up soon and the next one makes
+a fresh reader, while a slow lookup still gets its time. A read after the fence that
+keeps finding messages for the operation timeout (a new owner writing fast) ends there,
+with an unknown outcome, as before: it is not started again.
+
+Both this and the case below rely on the C++ client failing what a producer still
+holds, through its callbacks, as soon as the producer is closed
+(``ProducerImpl::closeAsync`` in pulsar-client 3.x): its send timer stops there.
 
 A writer that gets no answer before its first entry has landed has nothing of its own
 to compare the log with: the broker may hold it as a producer that the client no
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Any
 
 import pulsar
@@ -59,6 +68,10 @@ PERIOD_S = 0.25
 MAX_LOOK_WAIT_S = 4.0
 
 
+class _NoEnd(Exception):
+    """A read after the fence found messages for the operation timeout (see the module)."""
+
+
 class FenceWatch:
     """Watches one writing channel for a stall under another producer (see the module)."""
 
@@ -74,6 +87,8 @@ class FenceWatch:
         self._since = 0.0
         #: how long the receipts must not move before the next look
         self._look_wait = STALL_S
+        #: how long the next look waits for each step (a reader, a message)
+        self._look_step = STALL_S
 
     def arm(self) -> None:
         """Start ticking (an append was handed to the client with none in flight);
@@ -110,7 +125,8 @@ class FenceWatch:
         loop = asyncio.get_running_loop()
         now = loop.time()
         if state.receipts != self._seen:
-            self._seen, self._since, self._look_wait = state.receipts, now, STALL_S
+            self._seen, self._since = state.receipts, now
+            self._look_wait = self._look_step = STALL_S
         elif now - self._since >= self._look_wait and state.first_landed is not None:
             self._look = loop.create_task(self._look_at_topic(state.first_landed))
             self._look.add_done_callback(self._looked)
@@ -158,6 +174,7 @@ class FenceWatch:
         # a look found nothing: wait longer before the next one, from now
         self._since = loop.time()
         self._look_wait = min(2 * self._look_wait, MAX_LOOK_WAIT_S)
+        self._look_step = min(2 * self._look_step, self._state.config.operation_timeout_s)
         self._timer = loop.call_later(PERIOD_S, self._tick)
 
     async def _look_at_topic(self, first: PulsarMessageId) -> None:
@@ -167,9 +184,12 @@ class FenceWatch:
         producer, ours = state.producer, state.writer_name
         if producer is None or ours is None:
             return
-        timeout = state.config.operation_timeout_s
+        # a reader created while the topic moves may never answer: the first look of a
+        # stall waits STALL_S for each step, each next one twice as long, up to the
+        # operation timeout (a slow lookup still gets its time)
+        timeout = min(self._look_step, state.config.operation_timeout_s)
         try:
-            async with reader_from(state, pulsar.MessageId.latest) as reader:
+            async with reader_from(state, pulsar.MessageId.latest, timeout) as reader:
                 if not await asyncio.wait_for(reader.has_message_available(), timeout):
                     return
                 message = await asyncio.wait_for(reader.read_next(), timeout)
@@ -200,7 +220,8 @@ class FenceWatch:
         """Close the producer (the client fails what it still holds at once, and
         nothing more of it can land), then the ids of its messages (``name``) after the
         last placed position, read to the log's end; ``None`` when that cannot be
-        known (the read is bounded by the operation timeout)."""
+        known (the close is bounded by the operation timeout, the reads together by
+        the send timeout)."""
         state = self._state
         timeout = state.config.operation_timeout_s
         try:
@@ -212,18 +233,39 @@ class FenceWatch:
         after = state.last_landed
         if after is None:
             return None
-        ours: list[PulsarMessageId] = []
-        with contextlib.suppress(PulsarException, TimeoutError):
-            async with asyncio.timeout(timeout), reader_from(state, after) as reader:
-                while await reader.has_message_available():
-                    message = await reader.read_next()
-                    landed = PulsarMessageId.from_pulsar(message.message_id())
-                    if landed.sort_key() <= after.sort_key() or same_position(landed, after):
-                        continue  # ``after`` itself: the reader starts there
-                    if message.producer_name() == name:
-                        ours.append(landed)
-                return ours
+        read = functools.partial(self._ours_since, after, name)
+        with contextlib.suppress(PulsarException, TimeoutError, _NoEnd):
+            return await self._readback.retrying(read, once_fenced=True)
         return None
+
+    async def _ours_since(
+        self, after: PulsarMessageId, name: str, timeout: float
+    ) -> list[PulsarMessageId]:
+        """The ids of ``name``'s messages after ``after``, read to the log's end; each
+        step waits ``timeout`` at most. A reader may hang while the topic moves (the
+        case this watch is for): the read-back's attempts on fresh readers
+        (:meth:`ReadBack.retrying`) ask again."""
+        ours: list[PulsarMessageId] = []
+        # the log's end may run ahead of the read (a new owner writing): a read that
+        # finds messages for the operation timeout ends there, not started again
+        growing = asyncio.timeout(self._state.config.operation_timeout_s)
+        async with reader_from(self._state, after, timeout) as reader:
+            try:
+                async with growing:
+                    while await asyncio.wait_for(reader.has_message_available(), timeout):
+                        message = await asyncio.wait_for(reader.read_next(), timeout)
+                        landed = PulsarMessageId.from_pulsar(message.message_id())
+                        if landed.sort_key() <= after.sort_key() or same_position(
+                            landed, after
+                        ):
+                            continue  # ``after`` itself: the reader starts there
+                        if message.producer_name() == name:
+                            ours.append(landed)
+            except TimeoutError:
+                if growing.expired():
+                    raise _NoEnd(f"the log after {after} kept growing") from None
+                raise
+        return ours
 
     def _settled(self, task: asyncio.Task[list[PulsarMessageId] | None]) -> None:
         """Before the receipts that waited: say whether what failed was written."""

@@ -21,7 +21,9 @@ writing. Each attempt waits longer for every step than the one before
 together end within the send timeout (``send_timeout_ms``; ``0``: they go on until the
 channel closes or is fenced), the time a receipt could have taken. An error that
 asking again does not change (no such topic, not allowed, a closed client) ends the
-read at once.
+read at once. The fence watch reads the log after a fence the same way
+(:mod:`.fencewatch`); that read goes on although the channel is fenced, and with no
+send timeout it ends after three operation timeouts.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ FIRST_ATTEMPT_S = 0.5
 _AGAIN = Backoff(initial=0.02, maximum=1.0)
 #: from this attempt on, each one that fails is logged as a warning
 _WARN_FROM_ATTEMPT = 4
+#: with no send timeout, a read after a fence gets this many operation timeouts
+_FENCED_BUDGET_TIMEOUTS = 3
 
 
 def _answer_guarded(
@@ -212,7 +216,7 @@ class ReadBack:
         )
         record_segment(state.channel, READ_BACK)
         self._start(
-            self._retrying(
+            self.retrying(
                 functools.partial(
                     self._messages_between, first, last, segment.payloads, segment.properties
                 )
@@ -317,7 +321,7 @@ class ReadBack:
         )
         record_segment(state.channel, READ_BACK)
         self._start(
-            self._retrying(functools.partial(self._messages_after, after, payloads, properties)),
+            self.retrying(functools.partial(self._messages_after, after, payloads, properties)),
             functools.partial(self._place_found, dones, edges),
         )
         return True
@@ -374,15 +378,22 @@ class ReadBack:
                 _answer_guarded(done, None, error)
         self._run_deferred()
 
-    async def _retrying(self, read: Callable[[float], Awaitable[_T]]) -> _T:
+    async def retrying(
+        self, read: Callable[[float], Awaitable[_T]], *, once_fenced: bool = False
+    ) -> _T:
         """``read(step_timeout)``, again on a fresh reader after a transient failure (a
         step timed out, or the client failed it with a result that may change) until
         it ends otherwise, the send timeout is spent, or the channel closes or is
-        fenced; see the module."""
+        fenced (``once_fenced``: a read that runs because the channel was fenced goes
+        on); see the module. The fence watch reads the log this way too."""
         state = self._state
         config = state.config
         loop = asyncio.get_running_loop()
         budget = config.send_timeout_ms / 1000
+        if once_fenced and budget <= 0:
+            # no send timeout: appends wait for ever for receipts, but a fenced
+            # channel's answers must not wait on a log that cannot be read
+            budget = _FENCED_BUDGET_TIMEOUTS * config.operation_timeout_s
         deadline = loop.time() + budget if budget > 0 else None
         step = min(FIRST_ATTEMPT_S, config.operation_timeout_s)
         pauses = _AGAIN.delays()
@@ -395,7 +406,7 @@ class ReadBack:
                 if (
                     result_of(exc) in LASTING_RESULTS
                     or state.closed
-                    or state.fenced is not None
+                    or (state.fenced is not None and not once_fenced)
                     or (deadline is not None and loop.time() + pause + step >= deadline)
                 ):
                     raise

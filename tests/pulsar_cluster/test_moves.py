@@ -275,7 +275,7 @@ async def test_reading_back_while_the_topic_moves_never_waits_out_a_hung_reader(
                 await asyncio.sleep(rng.uniform(0, 0.15))
                 started = time.monotonic()
                 found = await asyncio.wait_for(
-                    readback._retrying(
+                    readback.retrying(
                         functools.partial(readback._messages_after, first, payloads, properties[1:])
                     ),
                     config.operation_timeout_s,

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
+import pulsar
 import pytest
 from pulsar import asyncio as pulsar_asyncio
 
@@ -58,6 +60,29 @@ async def _first_appends(wal: BackendWAL, name: str, n: int) -> list[bytes]:
     return payloads
 
 
+def _in_flight(wal: BackendWAL, name: str) -> list[asyncio.Future[Any]]:
+    """``IN_FLIGHT`` appends sent now, not awaited."""
+    return [
+        asyncio.ensure_future(append_entry(wal, f"{name}-{i}".encode(), {}))
+        for i in range(IN_FLIGHT)
+    ]
+
+
+async def _new_owner_writes(
+    opener: PulsarOpener,
+    channel: str,
+    landed: list[bytes],
+    pending: Sequence[asyncio.Future[Any]],
+    timeout: float,
+) -> tuple[BackendWAL, list[object]]:
+    """A new owner opens ``channel`` and appends once (added to ``landed``); its WAL,
+    and what the old owner's ``pending`` appends were answered within ``timeout``."""
+    new = await writable(opener, channel)
+    landed += await _first_appends(new, "new", 1)
+    answers = await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), timeout)
+    return new, answers
+
+
 def _assert_fenced(answers: Sequence[object], outcome: WriteOutcome) -> None:
     assert all(isinstance(a, ChannelFencedError) for a in answers), answers
     assert {a.outcome for a in answers if isinstance(a, ChannelFencedError)} == {outcome}
@@ -81,18 +106,11 @@ async def test_a_cut_off_writer_is_fenced_within_seconds_and_its_appends_are_not
         landed = await _first_appends(wal, "old", 3)
         proxy.set_mode("refuse")
         cut = time.monotonic()
-        pending = [
-            asyncio.ensure_future(append_entry(wal, f"lost-{i}".encode(), {}))
-            for i in range(IN_FLIGHT)
-        ]
+        pending = _in_flight(wal, "lost")
         await asyncio.sleep(0.1)
         assert not any(p.done() for p in pending)
 
-        new = await writable(new_opener, channel)
-        landed += await _first_appends(new, "new", 1)
-        answers = await asyncio.wait_for(
-            asyncio.gather(*pending, return_exceptions=True), timeout=10
-        )
+        new, answers = await _new_owner_writes(new_opener, channel, landed, pending, timeout=10)
         took = time.monotonic() - cut
         # nothing of the old producer could land after it was closed, and the log
         # holds none of them: not written, so a caller may retry on the new owner
@@ -103,6 +121,55 @@ async def test_a_cut_off_writer_is_fenced_within_seconds_and_its_appends_are_not
         with pytest.raises(ChannelFencedError):
             await append_entry(wal, b"after", {})
         assert time.monotonic() - started < 0.5
+        await wal.close()
+        await new.close()
+    assert await _log(stack, config, channel) == landed
+
+
+class _HungReaders:
+    """The first reader the watch's look creates (from the topic's end) and the first
+    one the read after the fence creates (from a position) answer only after
+    ``late_s``, as a subscribe that reached a broker giving the topic up."""
+
+    def __init__(self, client: Any, late_s: float) -> None:
+        self._create = client.create_reader
+        self.late_s = late_s
+        self.created = {"look": 0, "after the fence": 0}
+        client.create_reader = self.create_reader
+
+    async def create_reader(self, topic: str, start: Any, *args: Any, **kwargs: Any) -> Any:
+        role = "look" if start is pulsar.MessageId.latest else "after the fence"
+        self.created[role] += 1
+        if self.created[role] == 1:
+            await asyncio.sleep(self.late_s)
+        return await self._create(topic, start, *args, **kwargs)
+
+
+async def test_a_fenced_writer_whose_readers_hang_still_learns_what_it_wrote(
+    stack: StackInfo, proxy: FaultProxy, unique: str
+) -> None:
+    """The watch's look and its read after the fence each meet a reader that answers
+    only after the operation timeout (the topic moving): each is given up on and read
+    again on a fresh reader, so the fence comes within seconds and the appends in
+    flight are still known not written (not unknown)."""
+    channel = f"fence-watch-hung-{unique}"
+    config = PulsarConfig(service_url=stack.pulsar_url, operation_timeout_s=3)
+    old = _CutOff(config, proxy)
+    async with old.opener, PulsarOpener(config) as new_opener:
+        wal = await writable(old.opener, channel)
+        assert isinstance(wal, PulsarBackendWAL)
+        landed = await _first_appends(wal, "old", 3)
+        hung = _HungReaders(wal._state.client, late_s=2 * config.operation_timeout_s)
+        proxy.set_mode("refuse")
+        cut = time.monotonic()
+        pending = _in_flight(wal, "lost")
+        new, answers = await _new_owner_writes(new_opener, channel, landed, pending, timeout=20)
+        took = time.monotonic() - cut
+        _assert_fenced(answers, WriteOutcome.NOT_WRITTEN)
+        # each hung reader was given up on and replaced
+        assert min(hung.created.values()) >= 2, hung.created
+        assert took < 5 * STALL_S + 3, f"the old owner learned of its fence after {took:.1f}s"
+        await asyncio.sleep(hung.late_s)  # the late readers come, and are closed
         await wal.close()
         await new.close()
     assert await _log(stack, config, channel) == landed
@@ -119,10 +186,7 @@ async def test_a_cut_off_writer_with_no_newer_owner_keeps_its_channel(
         assert isinstance(wal, PulsarBackendWAL)
         landed = await _first_appends(wal, "old", 3)
         proxy.set_mode("refuse")
-        pending = [
-            asyncio.ensure_future(append_entry(wal, f"late-{i}".encode(), {}))
-            for i in range(IN_FLIGHT)
-        ]
+        pending = _in_flight(wal, "late")
         await asyncio.sleep(6 * STALL_S)  # the watch read the topic more than once
         assert not any(p.done() for p in pending)
         assert not wal.is_fenced

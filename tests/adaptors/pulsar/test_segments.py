@@ -924,3 +924,109 @@ async def test_closing_stops_a_read_back_that_keeps_starting_over(
 async def _until(condition: Callable[[], bool]) -> None:
     while not condition():
         await asyncio.sleep(0.005)
+
+
+class _TimesOut:
+    """A read whose first ``failing`` attempts time out; then it answers ``"read"``."""
+
+    def __init__(self, failing: int) -> None:
+        self.failing, self.attempts = failing, 0
+
+    async def __call__(self, step: float) -> str:
+        self.attempts += 1
+        if self.attempts <= self.failing:
+            await asyncio.sleep(0.001)
+            raise TimeoutError
+        return "read"
+
+
+@pytest.mark.usefixtures("short_attempts")
+async def test_a_read_for_a_fence_starts_over_although_the_channel_is_fenced() -> None:
+    """The fence watch's read after a fence (``once_fenced``) goes on where a read-back,
+    moot once the channel is fenced, gives up."""
+    wal, _ = await _channel()
+    wal._state.fenced = ChannelFencedError("c", "a newer owner")
+    read = _TimesOut(failing=2)
+    assert await wal._readback.retrying(read, once_fenced=True) == "read"
+    assert read.attempts == 3
+    moot = _TimesOut(failing=2)
+    with pytest.raises(TimeoutError):
+        await wal._readback.retrying(moot)
+    assert moot.attempts == 1
+
+
+@pytest.mark.usefixtures("short_attempts")
+async def test_with_no_send_timeout_a_read_for_a_fence_ends_in_three_operation_timeouts() -> None:
+    """Appends may wait for ever for receipts (``send_timeout_ms = 0``), but a fenced
+    channel's answers do not wait for ever on a log that cannot be read."""
+    wal, _ = await _channel(send_timeout_ms=0, operation_timeout_s=0.1)
+    wal._state.fenced = ChannelFencedError("c", "a newer owner")
+    read = _TimesOut(failing=1_000_000)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(wal._readback.retrying(read, once_fenced=True), 5)
+    took = loop.time() - started
+    # longer than one operation timeout, within three (an attempt that could not end
+    # before the budget does is not started)
+    assert 0.1 < took <= 0.35, took
+    assert read.attempts >= 3
+
+
+class _ForeignMessage(FakeMessage):
+    def producer_name(self) -> str:
+        return "new-owner"
+
+
+class _GrowingReader:
+    """A log that never ends: a new owner appends as fast as it is read."""
+
+    def __init__(self) -> None:
+        self.entry, self.closed = 100, False
+
+    async def has_message_available(self) -> bool:
+        await asyncio.sleep(0.001)
+        return True
+
+    async def read_next(self) -> FakeMessage:
+        self.entry += 1
+        return _ForeignMessage(FakeId(7, self.entry, -1), b"x", {})
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class _GrowingLog:
+    def __init__(self) -> None:
+        self.readers: list[_GrowingReader] = []
+
+    async def create_reader(self, topic: str, start: Any, **_: Any) -> _GrowingReader:
+        self.readers.append(_GrowingReader())
+        return self.readers[-1]
+
+
+class _ClosedProducer:
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_read_after_a_fence_chasing_a_new_owner_ends_unknown_not_repeated() -> None:
+    """A log that keeps growing for the operation timeout is not read again from the
+    start (each attempt would chase it as long): unknown, as before the attempts."""
+    wal, _ = await _channel(operation_timeout_s=0.1)
+    state = wal._state
+    state.fenced = ChannelFencedError("c", "a newer owner")
+    state.last_landed = PulsarMessageId(7, 100, -1)
+    client = _GrowingLog()
+    state.client = client
+    producer = _ClosedProducer()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    found = await asyncio.wait_for(wal._watch._ours_after_close(producer, "old-owner"), 5)
+    assert found is None and producer.closed
+    assert loop.time() - started < 0.5
+    assert len(client.readers) == 1 and client.readers[0].closed
+    assert client.readers[0].entry > 110  # it was reading, not hung
