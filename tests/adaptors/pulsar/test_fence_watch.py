@@ -135,12 +135,17 @@ class _HungReaders:
         self._create = client.create_reader
         self.late_s = late_s
         self.created = {"look": 0, "after the fence": 0}
+        #: the creations held back (each runs in a task of its own)
+        self.late: list[asyncio.Task[Any]] = []
         client.create_reader = self.create_reader
 
     async def create_reader(self, topic: str, start: Any, *args: Any, **kwargs: Any) -> Any:
         role = "look" if start is pulsar.MessageId.latest else "after the fence"
         self.created[role] += 1
         if self.created[role] == 1:
+            task = asyncio.current_task()
+            assert task is not None
+            self.late.append(task)
             await asyncio.sleep(self.late_s)
         return await self._create(topic, start, *args, **kwargs)
 
@@ -153,7 +158,7 @@ async def test_a_fenced_writer_whose_readers_hang_still_learns_what_it_wrote(
     again on a fresh reader, so the fence comes within seconds and the appends in
     flight are still known not written (not unknown)."""
     channel = f"fence-watch-hung-{unique}"
-    config = PulsarConfig(service_url=stack.pulsar_url, operation_timeout_s=3)
+    config = PulsarConfig(service_url=stack.pulsar_url, operation_timeout_s=2)
     old = _CutOff(config, proxy)
     async with old.opener, PulsarOpener(config) as new_opener:
         wal = await writable(old.opener, channel)
@@ -169,7 +174,9 @@ async def test_a_fenced_writer_whose_readers_hang_still_learns_what_it_wrote(
         # each hung reader was given up on and replaced
         assert min(hung.created.values()) >= 2, hung.created
         assert took < 5 * STALL_S + 3, f"the old owner learned of its fence after {took:.1f}s"
-        await asyncio.sleep(hung.late_s)  # the late readers come, and are closed
+        # the late readers come, and are closed
+        await asyncio.gather(*hung.late, return_exceptions=True)
+        await asyncio.sleep(0.1)
         await wal.close()
         await new.close()
     assert await _log(stack, config, channel) == landed
