@@ -6,12 +6,19 @@ loop iteration and a GIL hand-over per append (docs/performance.md, "What the de
 choices save"). Receipts are queued instead, and the loop is woken only when the queue
 goes from empty to non-empty: one wake-up drains every receipt that arrived meanwhile,
 in the order the client produced them (one producer's receipts come in log order).
+
+The channels of a node share its writer client, whose I/O thread answers them
+interleaved: with a wake-up per channel, a node writing 256 channels was woken about
+once per receipt again. So the queues of one event loop share one wake-up (a
+``_Waker``): the loop is woken when the first of them gets a receipt, and drains every
+queue that got one meanwhile, each in its own order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -25,19 +32,64 @@ T = TypeVar("T")
 Handler = Callable[[T, Any, Any], None]
 
 
+class _Waker:
+    """One wake-up of a loop for every queue on it with receipts waiting."""
+
+    __slots__ = ("_loop", "_ready", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._ready: deque[ReceiptQueue[Any]] = deque()
+        self._scheduled = False
+
+    def wake(self, queue: ReceiptQueue[Any]) -> None:
+        """``queue`` got its first receipt since it was drained (any thread)."""
+        self._ready.append(queue)
+        if self._scheduled:
+            return
+        self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            pass  # the loop is closed; nobody waits any more
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        ready = self._ready
+        while ready:
+            ready.popleft()._drain()
+
+
+_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waker] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _waker_of(loop: asyncio.AbstractEventLoop) -> _Waker:
+    """The loop's shared waker (one of its own where the loop takes no weak reference)."""
+    try:
+        waker = _wakers.get(loop)
+        if waker is None:
+            waker = _wakers[loop] = _Waker(loop)
+    except TypeError:
+        return _Waker(loop)
+    return waker
+
+
 class ReceiptQueue(Generic[T]):
     """``put`` from any thread; ``handler(token, result, message_id)`` runs on the loop.
 
-    The flag and the deque are touched under the GIL only (single attribute stores and
+    The flags and the deques are touched under the GIL only (single attribute stores and
     ``deque`` appends/pops are atomic), so no lock is needed: a receipt put after the
-    drain cleared the flag schedules a new drain; one put before is drained by it.
+    drain cleared the flag asks for a new drain; one put before is drained by it. The
+    loop's waker holds the same rule for the queues it drains.
     """
 
-    __slots__ = ("_handler", "_loop", "_queued", "_scheduled")
+    __slots__ = ("_handler", "_queued", "_scheduled", "_waker")
 
     def __init__(self, handler: Handler[T], loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._handler = handler
-        self._loop = loop or asyncio.get_running_loop()
+        self._waker = _waker_of(loop or asyncio.get_running_loop())
         self._queued: deque[tuple[T, Any, Any]] = deque()
         self._scheduled = False
 
@@ -47,10 +99,7 @@ class ReceiptQueue(Generic[T]):
         if self._scheduled:
             return
         self._scheduled = True
-        try:
-            self._loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:
-            pass  # the loop is closed; nobody waits any more
+        self._waker.wake(self)
 
     def _drain(self) -> None:
         self._scheduled = False

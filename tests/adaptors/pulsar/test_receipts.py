@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from streamwal.adaptors.pulsar.receipts import ReceiptQueue
 
@@ -67,3 +70,44 @@ async def test_a_receipt_after_the_loop_closed_is_dropped_without_raising() -> N
     queue: ReceiptQueue[int] = ReceiptQueue(lambda *_: None, loop)
     loop.close()
     queue.put(1, None, None)  # a client thread must never see an exception
+
+
+async def test_the_queues_of_one_loop_share_its_wake_ups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node's channels share a writer client whose I/O thread answers them
+    interleaved: one receipt for each of 256 channels in turn wakes the loop a few
+    times, not once per channel, and each channel's receipts stay in order."""
+    loop = asyncio.get_running_loop()
+    wake_ups = 0
+    call_soon_threadsafe = loop.call_soon_threadsafe
+
+    def counting(callback: Callable[..., object], *args: Any) -> asyncio.Handle:
+        nonlocal wake_ups
+        wake_ups += 1
+        return call_soon_threadsafe(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+    channels, rounds = 256, 4
+    handled: dict[int, list[int]] = {c: [] for c in range(channels)}
+    finished = asyncio.Event()
+
+    def handler(channel: int) -> Callable[[int, Any, Any], None]:
+        def handle(token: int, result: Any, message_id: Any) -> None:
+            handled[channel].append(token)
+            if sum(map(len, handled.values())) == channels * rounds:
+                finished.set()
+
+        return handle
+
+    queues = [ReceiptQueue(handler(c)) for c in range(channels)]
+
+    def io_thread() -> None:
+        for i in range(rounds):
+            for queue in queues:
+                queue.put(i, None, None)
+
+    thread = threading.Thread(target=io_thread)
+    thread.start()
+    await asyncio.wait_for(finished.wait(), 30)
+    thread.join()
+    assert all(tokens == list(range(rounds)) for tokens in handled.values())
+    assert 0 < wake_ups <= channels // 4, wake_ups  # once per receipt (1,024) before
