@@ -33,12 +33,16 @@ Handler = Callable[[T, Any, Any], None]
 
 
 class _Waker:
-    """One wake-up of a loop for every queue on it with receipts waiting."""
+    """One wake-up of a loop for every queue on it with receipts waiting. It holds its
+    loop weakly: the loop is the key it is kept under, and a closed loop must go."""
 
     __slots__ = ("_loop", "_ready", "_scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        try:
+            self._loop: Callable[[], asyncio.AbstractEventLoop | None] = weakref.ref(loop)
+        except TypeError:  # a loop that takes no weak reference has a waker per queue
+            self._loop = lambda: loop
         self._ready: deque[ReceiptQueue[Any]] = deque()
         self._scheduled = False
 
@@ -47,17 +51,28 @@ class _Waker:
         self._ready.append(queue)
         if self._scheduled:
             return
+        loop = self._loop()
+        if loop is None:
+            return  # the loop is gone; nobody waits any more
         self._scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._drain)
+            loop.call_soon_threadsafe(self._drain)
         except RuntimeError:
             pass  # the loop is closed; nobody waits any more
 
     def _drain(self) -> None:
         self._scheduled = False
         ready = self._ready
-        while ready:
-            ready.popleft()._drain()
+        try:
+            while ready:
+                ready.popleft()._drain()
+        finally:
+            # a handler let a BaseException through: the queues behind it still drain
+            if ready and not self._scheduled:
+                loop = self._loop()
+                if loop is not None:
+                    self._scheduled = True
+                    loop.call_soon(self._drain)
 
 
 _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waker] = (

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -111,3 +113,37 @@ async def test_the_queues_of_one_loop_share_its_wake_ups(monkeypatch: pytest.Mon
     thread.join()
     assert all(tokens == list(range(rounds)) for tokens in handled.values())
     assert 0 < wake_ups <= channels // 4, wake_ups  # once per receipt (1,024) before
+
+
+def test_a_closed_loop_is_not_kept_alive_by_its_queues_waker() -> None:
+    """Every ``asyncio.run`` of a CLI, every test, makes a loop of its own."""
+    loop = asyncio.new_event_loop()
+    queue: ReceiptQueue[int] = ReceiptQueue(lambda *_: None, loop)
+    queue.put(1, None, None)  # the loop never ran: the drain it asked for never comes
+    gone = weakref.ref(loop)
+    loop.close()
+    del loop, queue
+    gc.collect()
+    assert gone() is None
+
+
+async def test_a_handler_letting_a_cancellation_through_strands_no_other_queue() -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+
+        def cancelled(*_: Any) -> None:
+            raise asyncio.CancelledError
+
+        handled: list[int] = []
+        first: ReceiptQueue[int] = ReceiptQueue(cancelled)
+        second: ReceiptQueue[int] = ReceiptQueue(lambda token, *_: handled.append(token))
+        first.put(0, None, None)
+        second.put(1, None, None)  # waits behind the first in the same wake-up
+        await asyncio.sleep(0.01)
+    finally:
+        loop.set_exception_handler(previous)
+    assert handled == [1]
+    assert len(reported) == 1  # the loop reported the one that escaped
