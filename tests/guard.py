@@ -23,6 +23,9 @@ over 72 minutes, and the 300 s timeout never fired. So this plugin
 * kills, at the end of the session (and after a test that timed out), the processes
   descended from pytest that were not there before it, except those that detached
   into their own session on purpose (the local stack, reused across runs);
+* stops the run on SIGTERM as on Ctrl-C, so teardown and that last kill still run
+  when a run is cancelled (the children themselves die with the process that
+  started them: :func:`streamwal_lab.stack.process.die_with_parent`);
 * prints at the end the peak RSS of the process, the tests that grew it most and the
   slowest tests.
 
@@ -64,6 +67,11 @@ from types import FrameType
 from typing import Any
 
 import pytest
+
+try:
+    from _pytest.tmpdir import tmppath_result_key as _TMP_PATH_RESULTS
+except ImportError:  # another pytest: an interrupted setup may end in a KeyError
+    _TMP_PATH_RESULTS = None  # type: ignore[assignment]
 
 __all__ = ["descendants", "kill_processes", "rss_bytes"]
 
@@ -330,6 +338,8 @@ class Guard:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.previous_handler: Any = None
+        self.previous_term: Any = None
+        self.terminated = False
         self.over_session_bound: str | None = None
         self.killed_at_end: list[Proc] = []
         self.main_ident = threading.main_thread().ident or 0
@@ -343,19 +353,29 @@ class Guard:
             tracemalloc.start(self.settings.frames)
         if threading.current_thread() is threading.main_thread():
             self.previous_handler = signal.signal(signal.SIGALRM, self._on_signal)
+            self.previous_term = signal.signal(signal.SIGTERM, self._on_term)
         self.thread = threading.Thread(target=self._watch, name="streamwal-guard", daemon=True)
         self.thread.start()
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join(5)
-        if self.previous_handler is not None:
-            signal.signal(signal.SIGALRM, self.previous_handler)
-        self.killed_at_end = kill_processes(_left_behind(self.children_at_start))
-        if self.over_session_bound and session.exitstatus == 0:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, object, object]:
+        # after the session's fixtures are torn down, and also when that failed (an
+        # interrupted run's teardown may raise): the leftovers are killed either way
+        try:
+            return (yield)
+        finally:
+            if self.previous_term is not None:  # a SIGTERM now must not skip the kill
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self.stop.set()
+            if self.thread is not None:
+                self.thread.join(5)
+            if self.previous_handler is not None:
+                signal.signal(signal.SIGALRM, self.previous_handler)
+            self.killed_at_end = kill_processes(_left_behind(self.children_at_start))
+            if self.previous_term is not None:
+                signal.signal(signal.SIGTERM, self.previous_term)
+            if self.over_session_bound and session.exitstatus == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     # -- per test -----------------------------------------------------------------------
 
@@ -364,6 +384,11 @@ class Guard:
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:
         state = _TestState(item, time.monotonic(), rss_bytes(), set(descendants()))
+        if _TMP_PATH_RESULTS is not None:
+            # pytest's tmp_path teardown expects a report of the setup, which a run
+            # interrupted (SIGTERM, Ctrl-C) in a fixture never makes: without one its
+            # KeyError would end the session before the leftovers are killed
+            item.stash.setdefault(_TMP_PATH_RESULTS, {})
         if tracemalloc.is_tracing() and self.settings.tracemalloc_mode == "always":
             tracemalloc.clear_traces()  # what is traced at teardown is what this test kept
         with self.lock:
@@ -610,6 +635,50 @@ class Guard:
                     return
         __tracebackhide__ = True
         pytest.fail(f"streamwal-guard: {reason}", pytrace=False)
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM (a cancelled CI job, ``kill``) stops the run as Ctrl-C does, so the
+        tests' ``finally`` blocks, the fixtures' teardown and the end of the session
+        (which kills leftover children) still run: a run killed outright leaves its
+        nodes writing to the shared stack and its private brokers' data on disk.
+
+        "As Ctrl-C does" means through the SIGINT handler in place: while an async test
+        runs, asyncio's ``Runner`` has one that cancels the test's task, so the test
+        unwinds before its fixtures are torn down (a ``KeyboardInterrupt`` raised here
+        would leave the task pending, still running during the teardown). A second
+        SIGTERM, or ``guard_timeout_grace`` seconds without an end, kills what the run
+        started and exits."""
+        if self.terminated:
+            self._end_now(signum, "a second SIGTERM")
+        self.terminated = True
+        self._say("streamwal-guard: SIGTERM: stopping the run (a second SIGTERM ends it now)")
+        deadline = threading.Timer(
+            self.settings.grace_s,
+            self._end_now,
+            (signum, f"{self.settings.grace_s:g} s after SIGTERM"),
+        )
+        deadline.daemon = True
+        deadline.start()
+        on_interrupt = signal.getsignal(signal.SIGINT)
+        if callable(on_interrupt) and on_interrupt is not signal.default_int_handler:
+            on_interrupt(signal.SIGINT, frame)
+            return
+        raise KeyboardInterrupt("SIGTERM")
+
+    def _end_now(self, signum: int, why: str) -> None:
+        """The run did not stop in time: kill what it started and exit (any thread)."""
+        err = sys.__stderr__ or sys.stderr
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        with contextlib.suppress(Exception):
+            if capman is not None:  # to the real stderr, not a test's captured output
+                capman.suspend_global_capture(in_=True)
+            killed = kill_processes(_left_behind(self.children_at_start))
+            err.write(
+                f"\nstreamwal-guard: {why}: killed {len(killed)} process(es) "
+                f"{[p.name for p in killed]} and exiting\n"
+            )
+            err.flush()
+        os._exit(128 + signum)
 
     def _say(self, text: str) -> None:
         """A line on the real terminal now, not in the test's captured output: whoever

@@ -8,6 +8,9 @@ session running these tests.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -304,3 +307,124 @@ def test_the_summary_names_peak_rss_growth_slowest_tests_and_leftover_children(
         ]
     )
     assert not _alive(int(pid_file.read_text()))
+
+
+def _terminated(folder: Path, pid_file: Path, *args: str) -> tuple[int, str, int, float]:
+    """Run pytest (with the guard) in ``folder``, SIGTERM it once its test wrote its
+    child's pid to ``pid_file``: its exit code, its output, the child's pid and the
+    seconds from the signal to the exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "tests.guard", "-p", "no:cacheprovider", *args],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        out, _ = proc.communicate(timeout=30)
+        waited = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out.decode(errors="replace"), child, waited
+
+
+@pytest.mark.parametrize("phase", ["setup", "call"])
+def test_sigterm_stops_the_run_with_teardown_and_kills_its_children(
+    inner: pytest.Pytester, phase: str
+) -> None:
+    """A cancelled run (SIGTERM) still tears down and leaves no child behind, also
+    when it is stopped in a fixture (pytest's ``tmp_path`` then has no report)."""
+    pid_file = inner.path / "child.pid"
+    events = inner.path / "events"
+    inner.makepyfile(
+        test_cancelled=f"""
+        import asyncio
+        import subprocess
+
+        import pytest
+
+        def note(event):
+            with open({str(events)!r}, "a") as out:
+                out.write(event + "\\n")
+
+        def start_a_child():
+            child = subprocess.Popen(["sleep", "1000"])
+            open({str(pid_file)!r}, "w").write(str(child.pid))
+
+        @pytest.fixture
+        async def marks_teardown():
+            yield
+            await asyncio.sleep(0.2)
+            note("fixture torn down")
+
+        @pytest.fixture
+        async def stuck_in_setup(tmp_path):
+            start_a_child()
+            try:
+                await asyncio.sleep(1000)
+            finally:
+                note("stuck code unwound")
+
+        async def test_stuck_in_setup(marks_teardown, stuck_in_setup):
+            pass
+
+        async def test_stuck_in_call(marks_teardown, tmp_path):
+            start_a_child()
+            try:
+                while True:
+                    await asyncio.sleep(0.05)
+                    note("still running")
+            finally:
+                note("stuck code unwound")
+
+        def test_never_run():
+            pass
+        """
+    )
+    code, text, child, _waited = _terminated(
+        inner.path, pid_file, "-k", f"stuck_in_{phase} or never_run"
+    )
+    assert code == pytest.ExitCode.INTERRUPTED, text
+    assert "streamwal-guard: SIGTERM: stopping the run" in text
+    assert "KeyboardInterrupt" in text
+    assert "Traceback" not in text
+    # the stuck code unwound first, as on Ctrl-C: nothing of it ran during the teardown
+    noted = [e for e in events.read_text().splitlines() if e != "still running"]
+    assert noted == ["stuck code unwound", "fixture torn down"], events.read_text()
+    assert events.read_text().splitlines()[-2:] == noted
+    assert "killed 1 leftover child process(es):" in text
+    assert not _alive(child)
+
+
+def test_a_run_that_will_not_stop_after_sigterm_is_ended_with_its_children(
+    inner: pytest.Pytester,
+) -> None:
+    pid_file = inner.path / "child.pid"
+    inner.makepyfile(
+        test_deaf=f"""
+        import asyncio
+        import subprocess
+
+        async def test_swallows_its_cancellation():
+            child = subprocess.Popen(["sleep", "1000"])
+            open({str(pid_file)!r}, "w").write(str(child.pid))
+            while True:
+                try:
+                    await asyncio.sleep(1000)
+                except asyncio.CancelledError:
+                    pass
+        """
+    )
+    code, text, child, waited = _terminated(inner.path, pid_file, "-o", "guard_timeout_grace=3")
+    assert 2.5 < waited < 20, text
+    assert code == 128 + signal.SIGTERM, text
+    assert "streamwal-guard: 3 s after SIGTERM: killed 1 process(es) ['sleep']" in text
+    assert not _alive(child)

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from streamwal_lab.stack.process import port_in_use
+from streamwal_lab.stack.process import die_with_parent, port_in_use
 
 __all__ = ["NodeProcess", "free_port", "serve_once"]
 
@@ -67,20 +67,21 @@ class NodeProcess:
     ) -> None:
         """Start ``streamwal serve`` and wait for ``until`` in its log: by default its
         ready line; ``b"listening on"`` for a node that is not expected to be ready."""
-        log = open(self.log_path, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streamwal.node.cli",
-                "serve",
-                "--config",
-                str(self.config_path),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [
+                    *die_with_parent(),
+                    sys.executable,
+                    "-m",
+                    "streamwal.node.cli",
+                    "serve",
+                    "--config",
+                    str(self.config_path),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while until not in self.log_path.read_bytes():
@@ -144,6 +145,7 @@ async def run_python(*args: str, timeout: float) -> tuple[int, str, str]:
     code, its output and its error output (decoded). A test that fails shows the tail
     of both through :func:`shown`."""
     proc = await asyncio.create_subprocess_exec(
+        *die_with_parent(),
         sys.executable,
         *args,
         stdout=asyncio.subprocess.PIPE,

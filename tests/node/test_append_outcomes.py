@@ -20,6 +20,7 @@ from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.verify.acks import Ack, Failure, digest
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.process import die_with_parent
 from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess
 
@@ -304,6 +305,7 @@ async def test_clients_killed_mid_stream_leave_no_traceback_in_the_node_log(
     address, channel = assigned
     for _ in range(5):
         client = await asyncio.create_subprocess_exec(
+            *die_with_parent(),
             sys.executable,
             "-c",
             _STREAMING_CLIENT,

@@ -24,6 +24,7 @@ import yaml
 
 from streamwal.node.logs import NodeJsonFormatter
 from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.process import die_with_parent
 from tests.node.processes import NodeProcess, free_port, run_python, serve_once, shown
 
 pytestmark = pytest.mark.integration
@@ -157,7 +158,7 @@ async def test_json_format_makes_every_stderr_line_an_object_with_the_node_id(
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         serve = ["-m", "streamwal.node.cli", "serve", "--config", str(node.config_path)]
         proc = subprocess.Popen(
-            [sys.executable, *serve],
+            [*die_with_parent(), sys.executable, *serve],
             stdout=out,
             stderr=err,
             env=os.environ.copy(),

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import etcd3
 
+from streamwal_lab.stack.process import die_with_parent
+
 
 def _etcd_binary() -> str:
     beside = Path(sys.executable).with_name("etcd")
@@ -52,6 +54,7 @@ class EtcdProcess:
         with self._log.open("ab") as log:
             self._proc = subprocess.Popen(
                 [
+                    *die_with_parent(),
                     _etcd_binary(),
                     "--name",
                     "tso-test",

@@ -18,6 +18,7 @@ from streamwal.tso.config import TsoConfig
 from streamwal.tso.oracle import TimestampOracle
 from streamwal.tso.remote import RemoteSource
 from streamwal.tso.service import TsoServer
+from streamwal_lab.stack.process import die_with_parent
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +39,7 @@ async def test_the_follower_takes_over_within_a_lease_and_above_the_old_leader(
     log = (tmp_path / "leader.log").open("wb")
     leader = await asyncio.create_subprocess_exec(
         *[
+            *die_with_parent(),
             sys.executable,
             "-m",
             "streamwal.node.cli",

@@ -19,6 +19,7 @@ from typing import Any
 
 from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import BenchTarget
+from streamwal_lab.stack.process import die_with_parent
 
 __all__ = ["DEFAULT_CHANNELS", "run_channels_bench"]
 
@@ -28,6 +29,7 @@ _WORKER_TIMEOUT_S = 600.0
 
 async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
+        *die_with_parent(),
         sys.executable,
         "-m",
         "streamwal_lab.bench.channels_worker",

@@ -42,6 +42,7 @@ from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
+from streamwal_lab.stack.process import die_with_parent
 
 __all__ = ["SERVICE_NAME", "EchoServer", "EchoStream"]
 
@@ -249,7 +250,12 @@ class EchoServer:
     async def __aenter__(self) -> EchoServer:
         args = ["--traced", self._otlp_endpoint, self._service_name] if self._traced else []
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", __name__, *args, stdout=asyncio.subprocess.PIPE
+            *die_with_parent(),
+            sys.executable,
+            "-m",
+            __name__,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
         )
         try:
             line = await asyncio.wait_for(self._proc.stdout.readline(), _START_TIMEOUT_S)  # type: ignore[union-attr]

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.stack.process import die_with_parent
 
 __all__ = ["BenchNode", "BenchNodeError"]
 
@@ -93,6 +94,7 @@ class BenchNode:
         self.log_path.write_bytes(b"")
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
             self._proc = await asyncio.create_subprocess_exec(
+                *die_with_parent(),
                 sys.executable,
                 "-m",
                 "streamwal.node.cli",

@@ -8,7 +8,6 @@ and peers find it again where they knew it. Nothing here outlives :meth:`close`,
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from streamwal_lab.stack.process import die_with_parent
+
 __all__ = ["SERVE", "NodeProcess", "die_with_parent", "free_port"]
 
 
@@ -27,18 +28,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def die_with_parent() -> list[str]:
-    """An argv prefix that has the child killed when this process dies.
-
-    ``setpriv --pdeathsig`` (util-linux) where it exists; otherwise nothing, and a child
-    outlives a parent that is killed before :meth:`NodeProcess.close`. (Not a
-    ``preexec_fn``: forking a process that runs gRPC and Pulsar client threads and
-    running Python in the child can hang it.)
-    """
-    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ its own data directory, and removes both when it closes.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import subprocess
 import uuid
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import etcd3
 
-from streamwal_lab.chaos.nodes import die_with_parent, free_port
+from streamwal_lab.chaos.folders import claim, sweep_abandoned
+from streamwal_lab.chaos.nodes import free_port
 from streamwal_lab.stack import StackPaths
 from streamwal_lab.stack.etcd import etcd_binary
+from streamwal_lab.stack.process import die_with_parent
 from streamwal_lab.stack.pulsar import PulsarService
 from streamwal_lab.stack.service import Progress
 
@@ -32,7 +35,9 @@ class PrivatePulsar:
     """A Pulsar standalone broker of one scenario run, on the jars the stack installed.
 
     ``stop``/``start`` keep the data: a restart. The broker process is killed if the
-    process that started it dies; :meth:`close` stops it and removes its data.
+    process that started it dies; :meth:`close` stops it and removes its data. The
+    first start removes the folders of private brokers whose owner died without
+    closing them (:mod:`~streamwal_lab.chaos.folders`).
     """
 
     def __init__(self, progress: Progress = _quiet, *, stock: bool = False) -> None:
@@ -43,6 +48,7 @@ class PrivatePulsar:
         )
         self._progress = progress
         self._proc: subprocess.Popen[bytes] | None = None
+        self._lock: int | None = None
         self.restarts = 0
 
     @property
@@ -72,6 +78,12 @@ class PrivatePulsar:
                 "a private broker needs the stack's Pulsar installed (`streamwal stack up`): "
                 + "; ".join(problems)
             )
+        if self._lock is None:
+            removed = await asyncio.to_thread(sweep_abandoned, self._paths.stack.parent, "chaos-*")
+            if removed:
+                names = ", ".join(folder.name for folder in removed)
+                self._progress(f"removed the folders of private brokers left behind: {names}")
+            self._lock = claim(self._paths.stack)
         self._service.workdir.mkdir(parents=True, exist_ok=True)
         self._service.prepare()
         self._proc = self._spawn()
@@ -125,6 +137,9 @@ class PrivatePulsar:
             await self.stop()
         finally:
             shutil.rmtree(self._paths.stack, ignore_errors=True)
+            lock, self._lock = self._lock, None
+            if lock is not None:
+                os.close(lock)
 
 
 class PrivateEtcd:

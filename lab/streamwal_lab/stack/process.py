@@ -6,14 +6,54 @@ stack gave it, so ``down`` never kills an unrelated process that reused a pid.
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-__all__ = ["is_alive", "pid_matches", "port_in_use", "start_detached", "stop_process"]
+__all__ = [
+    "die_with_parent",
+    "is_alive",
+    "pid_matches",
+    "port_in_use",
+    "start_detached",
+    "stop_process",
+]
+
+
+def die_with_parent() -> list[str]:
+    """An argv prefix that has a child killed when the process that started it dies.
+
+    For the children of a test run or a bench (nodes, brokers, etcd members): a run
+    that is killed outright runs no ``finally`` and no session hook, and its children
+    would go on writing to the shared stack. ``setpriv --pdeathsig`` (util-linux)
+    where it exists; otherwise nothing. (Not a ``preexec_fn``: forking a process that
+    runs gRPC and Pulsar client threads and running Python in the child can hang it.)
+    The signal follows the thread that forked, so start children from a thread that
+    lives as long as they should: the event loop's, not a pool's. A parent killed
+    before ``setpriv`` has run the command leaves the child without it.
+    """
+    return list(_pdeathsig_prefix())
+
+
+@functools.cache
+def _pdeathsig_prefix() -> tuple[str, ...]:
+    """Tried once: a ``setpriv`` without ``--pdeathsig`` (util-linux before 2.33, a
+    busybox applet) would fail every start."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if setpriv is None:
+        return ()
+    prefix = (setpriv, "--pdeathsig", "KILL", "--")
+    try:
+        tried = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return prefix if tried.returncode == 0 else ()
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

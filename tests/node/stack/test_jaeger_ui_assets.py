@@ -28,6 +28,7 @@ from streamwal_lab.stack.jaeger_ui import (
     ui_assets_folder,
     ui_is_real,
 )
+from streamwal_lab.stack.process import die_with_parent
 from tests.node.processes import free_port
 
 
@@ -129,7 +130,9 @@ async def _serving(tmp_path: Path, ui_assets: str) -> tuple[JaegerService, subpr
     assert jaeger.binary.is_file(), "the stack's Jaeger is not installed"
     jaeger.prepare()
     log = open(tmp_path / "jaeger.log", "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(jaeger.command(), stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [*die_with_parent(), *jaeger.command()], stdout=log, stderr=subprocess.STDOUT
+    )
     log.close()
     for _ in range(120):
         if await jaeger.probe():
