@@ -85,10 +85,9 @@ class FenceWatch:
         #: the receipt count at the last tick, and since when it has not moved
         self._seen = 0
         self._since = 0.0
-        #: how long the receipts must not move before the next look
-        self._look_wait = STALL_S
-        #: how long the next look waits for each step (a reader, a message)
-        self._look_step = STALL_S
+        #: looks of this stall that found nothing: each doubles the wait before the
+        #: next look and what that look waits for each step (a reader, a message)
+        self._fruitless = 0
 
     def arm(self) -> None:
         """Start ticking (an append was handed to the client with none in flight);
@@ -126,8 +125,8 @@ class FenceWatch:
         now = loop.time()
         if state.receipts != self._seen:
             self._seen, self._since = state.receipts, now
-            self._look_wait = self._look_step = STALL_S
-        elif now - self._since >= self._look_wait and state.first_landed is not None:
+            self._fruitless = 0
+        elif now - self._since >= self._doubled(MAX_LOOK_WAIT_S) and state.first_landed is not None:
             self._look = loop.create_task(self._look_at_topic(state.first_landed))
             self._look.add_done_callback(self._looked)
             return
@@ -135,6 +134,10 @@ class FenceWatch:
             self._abandon(now - self._since)
             return
         self._timer = loop.call_later(PERIOD_S, self._tick)
+
+    def _doubled(self, cap: float) -> float:
+        """``STALL_S`` doubled for each fruitless look of this stall, up to ``cap``."""
+        return min(STALL_S * 2 ** min(self._fruitless, 32), cap)
 
     def _abandon(self, waited: float) -> None:
         """Give up on a writer that got no answer before its first entry landed (see
@@ -173,8 +176,7 @@ class FenceWatch:
         loop = asyncio.get_running_loop()
         # a look found nothing: wait longer before the next one, from now
         self._since = loop.time()
-        self._look_wait = min(2 * self._look_wait, MAX_LOOK_WAIT_S)
-        self._look_step = min(2 * self._look_step, self._state.config.operation_timeout_s)
+        self._fruitless += 1
         self._timer = loop.call_later(PERIOD_S, self._tick)
 
     async def _look_at_topic(self, first: PulsarMessageId) -> None:
@@ -187,7 +189,7 @@ class FenceWatch:
         # a reader created while the topic moves may never answer: the first look of a
         # stall waits STALL_S for each step, each next one twice as long, up to the
         # operation timeout (a slow lookup still gets its time)
-        timeout = min(self._look_step, state.config.operation_timeout_s)
+        timeout = self._doubled(state.config.operation_timeout_s)
         try:
             async with reader_from(state, pulsar.MessageId.latest, timeout) as reader:
                 if not await asyncio.wait_for(reader.has_message_available(), timeout):

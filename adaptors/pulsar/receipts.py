@@ -33,16 +33,14 @@ Handler = Callable[[T, Any, Any], None]
 
 
 class _Waker:
-    """One wake-up of a loop for every queue on it with receipts waiting. It holds its
-    loop weakly: the loop is the key it is kept under, and a closed loop must go."""
+    """One wake-up of a loop for every queue on it with receipts waiting. ``loop``
+    gives the loop, or ``None`` once it is gone: a shared waker holds its loop weakly,
+    since the loop is the key it is kept under and a closed loop must go."""
 
     __slots__ = ("_loop", "_ready", "_scheduled")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            self._loop: Callable[[], asyncio.AbstractEventLoop | None] = weakref.ref(loop)
-        except TypeError:  # a loop that takes no weak reference has a waker per queue
-            self._loop = lambda: loop
+    def __init__(self, loop: Callable[[], asyncio.AbstractEventLoop | None]) -> None:
+        self._loop = loop
         self._ready: deque[ReceiptQueue[Any]] = deque()
         self._scheduled = False
 
@@ -75,19 +73,19 @@ class _Waker:
                     loop.call_soon(self._drain)
 
 
-_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waker] = (
-    weakref.WeakKeyDictionary()
-)
+_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waker] = weakref.WeakKeyDictionary()
 
 
 def _waker_of(loop: asyncio.AbstractEventLoop) -> _Waker:
-    """The loop's shared waker (one of its own where the loop takes no weak reference)."""
+    """The loop's shared waker; a loop that takes no weak reference (asyncio's all do)
+    gets a waker per queue, which holds it."""
     try:
-        waker = _wakers.get(loop)
-        if waker is None:
-            waker = _wakers[loop] = _Waker(loop)
+        ref = weakref.ref(loop)
     except TypeError:
-        return _Waker(loop)
+        return _Waker(lambda: loop)
+    waker = _wakers.get(loop)
+    if waker is None:
+        waker = _wakers[loop] = _Waker(ref)
     return waker
 
 

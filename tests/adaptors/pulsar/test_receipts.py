@@ -7,7 +7,7 @@ import gc
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -147,3 +147,31 @@ async def test_a_handler_letting_a_cancellation_through_strands_no_other_queue()
         loop.set_exception_handler(previous)
     assert handled == [1]
     assert len(reported) == 1  # the loop reported the one that escaped
+
+
+class _UnreferencedLoop:
+    """A loop of another kind that takes no weak reference: it can key no shared waker."""
+
+    __slots__ = ("woken",)
+
+    def __init__(self) -> None:
+        self.woken: list[Callable[[], None]] = []
+
+    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
+        self.woken.append(callback)
+
+
+def test_a_loop_that_takes_no_weak_reference_gets_a_waker_per_queue() -> None:
+    loop = _UnreferencedLoop()
+    seen: list[str] = []
+    queues = [
+        ReceiptQueue[str](lambda token, _r, _m: seen.append(token), loop=cast(Any, loop))
+        for _ in range(2)
+    ]
+    queues[0].put("a", None, None)
+    queues[1].put("b", None, None)
+    queues[0].put("c", None, None)
+    assert len(loop.woken) == 2  # one wake-up for each queue, none shared
+    for drain in loop.woken:
+        drain()
+    assert seen == ["a", "c", "b"]
