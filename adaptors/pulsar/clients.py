@@ -15,11 +15,12 @@ writing channels share: ``0`` gives each its own.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
 from pulsar.asyncio import PulsarException
+
+from streamwal.timeouts import within
 
 __all__ = ["WriterClients", "close_client"]
 
@@ -65,6 +66,6 @@ class WriterClients:
 async def close_client(client: Any, timeout: float) -> None:
     """Close a Pulsar client, waiting at most ``timeout``."""
     try:
-        await asyncio.wait_for(client.close(), timeout=timeout)
+        await within(client.close(), timeout=timeout)
     except (PulsarException, TimeoutError):
         pass  # unreachable broker: the client is gone either way

@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
+from streamwal.timeouts import within
+
 __all__ = ["close_quietly", "reap"]
 
 
@@ -20,7 +22,7 @@ async def close_quietly(handle: Any, timeout: float) -> None:
     """Close a producer, consumer or reader nobody uses any more; a close that fails
     or does not answer within ``timeout`` is left to the client."""
     try:
-        await asyncio.wait_for(handle.close(), timeout)
+        await within(handle.close(), timeout)
     except Exception:
         pass  # fenced, closed or disconnected already: gone from the topic either way
 

@@ -25,6 +25,7 @@ from pulsar.asyncio import PulsarException
 from streamwal.adaptors.pulsar.closing import close_quietly, reap
 from streamwal.adaptors.pulsar.errors import translate
 from streamwal.errors import UnavailableError
+from streamwal.timeouts import within
 
 __all__ = ["hold_log"]
 
@@ -58,7 +59,7 @@ async def hold_log(client: Any, topic: str, subscription: str, timeout: float) -
         )
         wait = max(0.0, min(_ATTEMPT_S, deadline - loop.time()))
         try:
-            consumer = await asyncio.wait_for(asyncio.shield(creation), timeout=wait)
+            consumer = await within(asyncio.shield(creation), timeout=wait)
             break
         except PulsarException as exc:
             raise translate(exc, channel=topic, what="create the WAL's subscription") from exc

@@ -10,11 +10,12 @@ topic of the channel's namespace, and the broker must drop the second.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 import pulsar
+
+from streamwal.timeouts import within
 
 __all__ = ["deduplication_enforced"]
 
@@ -30,15 +31,15 @@ async def deduplication_enforced(client: Any, topic: str, timeout: float) -> boo
     back, and must hold the message once.
     """
     name = topic.rsplit("/", 1)[-1]
-    producer = await asyncio.wait_for(
+    producer = await within(
         client.create_producer(topic, producer_name=name, batching_enabled=False), timeout
     )
     try:
-        await asyncio.wait_for(producer.send(_PAYLOAD, sequence_id=1), timeout)
-        second = await asyncio.wait_for(producer.send(_PAYLOAD, sequence_id=1), timeout)
+        await within(producer.send(_PAYLOAD, sequence_id=1), timeout)
+        second = await within(producer.send(_PAYLOAD, sequence_id=1), timeout)
     finally:
         try:
-            await asyncio.wait_for(producer.close(), timeout)
+            await within(producer.close(), timeout)
         except Exception:  # the probe's answer is in already
             pass
     dropped = second.ledger_id() < 0 or second.entry_id() < 0
@@ -53,15 +54,15 @@ async def deduplication_enforced(client: Any, topic: str, timeout: float) -> boo
 
 
 async def _copies(client: Any, topic: str, timeout: float) -> int:
-    reader = await asyncio.wait_for(client.create_reader(topic, pulsar.MessageId.earliest), timeout)
+    reader = await within(client.create_reader(topic, pulsar.MessageId.earliest), timeout)
     try:
         found = 0
-        while await asyncio.wait_for(reader.has_message_available(), timeout):
-            message = await asyncio.wait_for(reader.read_next(), timeout)
+        while await within(reader.has_message_available(), timeout):
+            message = await within(reader.read_next(), timeout)
             found += message.data() == _PAYLOAD
         return found
     finally:
         try:
-            await asyncio.wait_for(reader.close(), timeout)
+            await within(reader.close(), timeout)
         except Exception:
             pass

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 from typing import Any
 
 import pulsar
@@ -55,6 +56,7 @@ from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.adaptors.pulsar.readback import ReadBack, reader_from, same_position
 from streamwal.adaptors.pulsar.state import ChannelState, log
 from streamwal.errors import ChannelFencedError, OutcomeUnknownError
+from streamwal.timeouts import within
 
 __all__ = ["PERIOD_S", "STALL_S", "FenceWatch"]
 
@@ -137,7 +139,7 @@ class FenceWatch:
 
     def _doubled(self, cap: float) -> float:
         """``STALL_S`` doubled for each fruitless look of this stall, up to ``cap``."""
-        return min(STALL_S * 2 ** min(self._fruitless, 32), cap)
+        return min(math.ldexp(STALL_S, min(self._fruitless, 32)), cap)
 
     def _abandon(self, waited: float) -> None:
         """Give up on a writer that got no answer before its first entry landed (see
@@ -192,9 +194,9 @@ class FenceWatch:
         timeout = self._doubled(state.config.operation_timeout_s)
         try:
             async with reader_from(state, pulsar.MessageId.latest, timeout) as reader:
-                if not await asyncio.wait_for(reader.has_message_available(), timeout):
+                if not await within(reader.has_message_available(), timeout):
                     return
-                message = await asyncio.wait_for(reader.read_next(), timeout)
+                message = await within(reader.read_next(), timeout)
         except (PulsarException, TimeoutError) as exc:
             log.debug(
                 "channel %s: the fence watch could not read the topic: %r", state.channel, exc
@@ -227,7 +229,7 @@ class FenceWatch:
         state = self._state
         timeout = state.config.operation_timeout_s
         try:
-            await asyncio.wait_for(producer.close(), timeout)
+            await within(producer.close(), timeout)
         except PulsarException:
             pass  # fenced or closed already: it sends nothing more either way
         except TimeoutError:
@@ -254,8 +256,8 @@ class FenceWatch:
         async with reader_from(self._state, after, timeout) as reader:
             try:
                 async with growing:
-                    while await asyncio.wait_for(reader.has_message_available(), timeout):
-                        message = await asyncio.wait_for(reader.read_next(), timeout)
+                    while await within(reader.has_message_available(), timeout):
+                        message = await within(reader.read_next(), timeout)
                         landed = PulsarMessageId.from_pulsar(message.message_id())
                         if landed.sort_key() <= after.sort_key() or same_position(
                             landed, after

@@ -45,6 +45,7 @@ from streamwal.errors import (
     StreamwalError,
     UnavailableError,
 )
+from streamwal.timeouts import within
 from streamwal.wal.backend import AccessMode, validate_channel_name
 
 #: the topic whose metadata :meth:`PulsarOpener.check_reachable` asks for (never created)
@@ -206,7 +207,7 @@ class PulsarOpener:
             f"persistent://{self.config.tenant}/{self.config.namespace}/{REACHABILITY_TOPIC}"
         )
         try:
-            await asyncio.wait_for(
+            await within(
                 self.client.get_topic_partitions(topic), timeout=self.config.operation_timeout_s
             )
         except PulsarException as exc:
@@ -373,7 +374,7 @@ class PulsarOpener:
         await self._on_probe_topic(
             "exclusivity",
             "exclusivity check",
-            lambda topic: asyncio.wait_for(
+            lambda topic: within(
                 verify_exclusive_access(self.client, prefix, self.config.service_url, topic=topic),
                 timeout=bound,
             ),
@@ -408,7 +409,7 @@ class PulsarOpener:
         for host_port in self.config.service_url.partition("://")[2].split(","):
             host, _, port = host_port.strip().rstrip("/").rpartition(":")
             try:
-                _reader, writer = await asyncio.wait_for(
+                _reader, writer = await within(
                     asyncio.open_connection(host.strip("[]"), int(port)), timeout=2.0
                 )
             except ConnectionRefusedError:
@@ -437,6 +438,6 @@ class PulsarOpener:
         client, self._client = self._client, None
         if client is not None:
             try:
-                await asyncio.wait_for(client.close(), timeout=self.config.operation_timeout_s)
+                await within(client.close(), timeout=self.config.operation_timeout_s)
             except Exception:
                 pass  # unreachable broker: the client is gone either way

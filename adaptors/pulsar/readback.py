@@ -47,6 +47,7 @@ from streamwal.adaptors.pulsar.segments import Segment
 from streamwal.adaptors.pulsar.state import ChannelState, log
 from streamwal.backoff import Backoff
 from streamwal.errors import ChannelFencedError, UnknownPositionError
+from streamwal.timeouts import within
 from streamwal.wal.backend import AppendCallback
 from streamwal.wal.message_id import MessageId
 
@@ -107,7 +108,7 @@ async def reader_from(
         state.client.create_reader(state.topic, at, start_message_id_inclusive=True)
     )
     try:
-        reader = await asyncio.wait_for(asyncio.shield(creation), timeout)
+        reader = await within(asyncio.shield(creation), timeout)
     except (TimeoutError, asyncio.CancelledError):
         reap(creation, timeout, _reapers)  # the client goes on: close what it makes
         raise
@@ -439,9 +440,9 @@ class ReadBack:
         async with reader_from(self._state, after, timeout) as reader:
             skipped = False
             while len(found) < len(payloads):
-                if not await asyncio.wait_for(reader.has_message_available(), timeout):
+                if not await within(reader.has_message_available(), timeout):
                     return None
-                message = await asyncio.wait_for(reader.read_next(), timeout)
+                message = await within(reader.read_next(), timeout)
                 landed = PulsarMessageId.from_pulsar(message.message_id())
                 if landed.sort_key() <= after.sort_key() or (
                     not skipped and same_position(landed, after)
@@ -469,7 +470,7 @@ class ReadBack:
         found: list[PulsarMessageId] = []
         async with reader_from(self._state, first, timeout) as reader:
             for i, payload in enumerate(payloads):
-                message = await asyncio.wait_for(reader.read_next(), timeout)
+                message = await within(reader.read_next(), timeout)
                 landed = PulsarMessageId.from_pulsar(message.message_id())
                 edge = first if i == 0 else last if i == len(payloads) - 1 else None
                 if not _holds(message, payload, properties[i]):

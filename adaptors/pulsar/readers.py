@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pulsar
@@ -14,6 +13,7 @@ from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.adaptors.pulsar.scanner import PulsarScanner, to_backend_message
 from streamwal.adaptors.pulsar.state import ChannelState
 from streamwal.errors import ClosedError, InvalidInputError, TruncatedError
+from streamwal.timeouts import within
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.message_id import MessageId
 
@@ -35,7 +35,7 @@ class Readers:
 
     async def read(self, policy: DeliveryPolicy) -> PulsarScanner:
         self._state.check_open()
-        scanner = await asyncio.wait_for(
+        scanner = await within(
             self._open_reader(policy), timeout=self._state.config.operation_timeout_s + 1
         )
         if self._state.closed:  # closed while the reader was being created: nobody else would

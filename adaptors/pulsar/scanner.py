@@ -12,6 +12,7 @@ from pulsar.asyncio import PulsarException
 from streamwal.adaptors.pulsar.errors import translate
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.errors import ClosedError
+from streamwal.timeouts import within
 from streamwal.wal.backend import BackendMessage
 
 __all__ = ["PulsarScanner"]
@@ -94,7 +95,7 @@ class PulsarScanner:
 
     async def _closed_for_good(self) -> bool:
         try:
-            await asyncio.wait_for(self._reader.has_message_available(), CLOSE_PROBE_S)
+            await within(self._reader.has_message_available(), CLOSE_PROBE_S)
         except PulsarException as exc:
             return bool(exc.error() == pulsar.Result.AlreadyClosed)
         except TimeoutError:

@@ -44,6 +44,7 @@ from streamwal.errors import (
     QuotaExceededError,
     UnavailableError,
 )
+from streamwal.timeouts import within
 from streamwal.wal.backend import AccessMode
 
 __all__ = ["BeforeFirstWrite", "ExplainQuota", "PrepareTopic", "Takeover"]
@@ -189,7 +190,7 @@ class Takeover:
             )
         )
         try:
-            return await asyncio.wait_for(
+            return await within(
                 asyncio.shield(creation), timeout=self._state.config.operation_timeout_s + 1
             )
         except (TimeoutError, asyncio.CancelledError):
@@ -212,7 +213,7 @@ class Takeover:
                 f"answer the fence within {self._state.config.operation_timeout_s:g}s"
             ) from exc
         try:
-            await asyncio.wait_for(fencer.close(), timeout=self._state.config.operation_timeout_s)
+            await within(fencer.close(), timeout=self._state.config.operation_timeout_s)
         except PulsarException as exc:
             if exc.error() not in FENCING_RESULTS:  # fenced already: gone from the topic
                 raise translate(exc, channel=self._state.channel, what="fence") from exc

@@ -20,6 +20,7 @@ from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpene
 from streamwal.adaptors.pulsar.admin import require_topic
 from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
+from streamwal.timeouts import within
 from streamwal.tso.timestamp import physical_datetime
 from streamwal.wal.initializing import open_read_only
 from streamwal.wal.message import decode
@@ -83,9 +84,9 @@ async def _latest_time_tick(client: Any, topic: str) -> int | None:
         topic, pulsar.MessageId.latest, start_message_id_inclusive=True
     )
     try:
-        if not await asyncio.wait_for(reader.has_message_available(), 10):
+        if not await within(reader.has_message_available(), 10):
             return None
-        raw = to_backend_message(await asyncio.wait_for(reader.read_next(), 10))
+        raw = to_backend_message(await within(reader.read_next(), 10))
         try:
             return decode(raw, PulsarMessageId.from_bytes).time_tick
         except DecodeError:

@@ -37,6 +37,7 @@ from streamwal.node.outcome import in_band_error, rpc_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.tracing import name_client_span
+from streamwal.timeouts import within
 from streamwal.tso.tls import ClientTLS, open_channel
 
 __all__ = [
@@ -794,7 +795,7 @@ class AppendStream:
             self._outbox.append(None)
             self._queued.set()
         try:
-            await asyncio.wait_for(asyncio.shield(self._reader), self._close_timeout)
+            await within(asyncio.shield(self._reader), self._close_timeout)
         except TimeoutError:
             pass
         finally:

@@ -24,6 +24,7 @@ from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.errors import NoSuchChannelError, StreamwalError
+from streamwal.timeouts import within
 from streamwal.verify.acks import Ack, Failure, TxnRecord, read_acks
 from streamwal.verify.history import HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage, validate_channel_name
@@ -64,8 +65,8 @@ async def read_topic(service_url: str, topic: str, timeout: float = 30.0) -> lis
     try:
         reader = await client.create_reader(topic, pulsar.MessageId.earliest)
         entries = []
-        while await asyncio.wait_for(reader.has_message_available(), timeout):
-            entries.append(to_backend_message(await asyncio.wait_for(reader.read_next(), timeout)))
+        while await within(reader.has_message_available(), timeout):
+            entries.append(to_backend_message(await within(reader.read_next(), timeout)))
         await reader.close()
         return entries
     finally:

@@ -38,6 +38,7 @@ from streamwal.errors import (
     EvictedError,
     StreamwalError,
 )
+from streamwal.timeouts import within
 from streamwal.wal.backend import BackendScanner, BackendWAL, DeliveryPolicy
 from streamwal.wal.config import Backoff
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
@@ -341,7 +342,7 @@ class Scanner:
 
     async def _wait(self, delay: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._close_event.wait(), delay)
+            await within(self._close_event.wait(), delay)
         self._check_open()
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 from streamwal.errors import DecodeError
+from streamwal.timeouts import within
 from streamwal.wal.backend import BackendWAL, DeliveryPolicy
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
 from streamwal.wal.message_id import MessageId
@@ -35,7 +36,7 @@ async def read_log(
         try:
             while True:
                 try:
-                    raw = await asyncio.wait_for(anext(scanner), idle)
+                    raw = await within(anext(scanner), idle)
                 except (TimeoutError, StopAsyncIteration):
                     return
                 if until is not None and not raw.message_id < until:

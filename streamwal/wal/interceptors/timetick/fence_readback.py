@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 
 from streamwal.errors import StreamwalError, WriteOutcome
+from streamwal.timeouts import within
 from streamwal.wal.backend import BackendMessage, BackendWAL, DeliveryPolicy
 from streamwal.wal.message.codec import KEY_LAST_CONFIRMED, KEY_SOURCE, KEY_TIME_TICK, KEY_TYPE
 from streamwal.wal.message.message_type import MessageType
@@ -68,7 +69,7 @@ class FenceReadback:
                 try:
                     while True:
                         try:
-                            raw = await asyncio.wait_for(anext(scanner), _IDLE_S)
+                            raw = await within(anext(scanner), _IDLE_S)
                         except TimeoutError:
                             break
                         if _first_time_tick(raw):

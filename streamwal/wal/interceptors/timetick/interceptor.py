@@ -28,6 +28,7 @@ from streamwal.errors import (
     StreamwalError,
     WriteOutcome,
 )
+from streamwal.timeouts import within
 from streamwal.wal.interceptors.base import (
     AppendFunc,
     AppendResult,
@@ -225,7 +226,7 @@ class TimeTickInterceptor(InterceptorBase):
             delay * 1000,
         )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), delay)
+            await within(self._wake.wait(), delay)
         return delays
 
     def _retry_after(self, error: StreamwalError, attempt: int) -> bool:
