@@ -81,9 +81,9 @@ def _waker_of(loop: asyncio.AbstractEventLoop) -> _Waker:
     gets a waker per queue, which holds it."""
     try:
         ref = weakref.ref(loop)
-    except TypeError:
+        waker = _wakers.get(loop)
+    except TypeError:  # no weak reference, or no hash: it can key no shared waker
         return _Waker(lambda: loop)
-    waker = _wakers.get(loop)
     if waker is None:
         waker = _wakers[loop] = _Waker(ref)
     return waker

@@ -161,8 +161,21 @@ class _UnreferencedLoop:
         self.woken.append(callback)
 
 
-def test_a_loop_that_takes_no_weak_reference_gets_a_waker_per_queue() -> None:
-    loop = _UnreferencedLoop()
+class _UnhashableLoop:
+    """Another that takes a weak reference but has no hash: no shared waker either."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        self.woken: list[Callable[[], None]] = []
+
+    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
+        self.woken.append(callback)
+
+
+@pytest.mark.parametrize("kind", [_UnreferencedLoop, _UnhashableLoop])
+def test_a_loop_that_cannot_key_a_shared_waker_gets_a_waker_per_queue(kind: type) -> None:
+    loop = kind()
     seen: list[str] = []
     queues = [
         ReceiptQueue[str](lambda token, _r, _m: seen.append(token), loop=cast(Any, loop))
