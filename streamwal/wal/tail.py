@@ -3,7 +3,8 @@
 Used to rebuild state from what earlier owners wrote (idempotence windows) and to
 look an append of unknown outcome up. A read ends at ``until`` (exclusive), when no
 entry comes for ``idle`` seconds (the end of the log), or after ``bound`` seconds;
-entries that do not decode are skipped.
+entries that do not decode are skipped. Closing the scanner is outside the bound: it
+is bounded by the backend's own operation timeout.
 """
 
 from __future__ import annotations
@@ -30,18 +31,39 @@ async def read_log(
     idle: float = 1.0,
     bound: float = 10.0,
 ) -> AsyncGenerator[ImmutableMessage, None]:
-    """The decoded entries from ``policy``; raises ``TimeoutError`` past ``bound``."""
-    async with asyncio.timeout(bound):
-        scanner = await backend.read(policy)
-        try:
-            while True:
-                try:
-                    raw = await within(anext(scanner), idle)
-                except (TimeoutError, StopAsyncIteration):
-                    return
-                if until is not None and not raw.message_id < until:
-                    return
-                with contextlib.suppress(DecodeError):
-                    yield decode(raw, decode_id)
-        finally:
-            await scanner.close()
+    """The decoded entries from ``policy``; raises ``TimeoutError`` past ``bound``.
+
+    The bound is a deadline each step waits within, not an ``asyncio.timeout`` around
+    the generator: that one spans the ``yield``, so it would cancel whatever the
+    consumer awaited between two entries once the bound passed, and could run out
+    while the consumer closes the read after finding what it looked for, turning a
+    found entry into a ``TimeoutError``.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound
+
+    def left() -> float:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise TimeoutError(f"the log was not read to its end within {bound} s")
+        return remaining
+
+    first_wait = left()
+    scanner = await within(backend.read(policy), first_wait)
+    try:
+        while True:
+            wait = min(idle, left())
+            try:
+                raw = await within(anext(scanner), wait)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                if wait < idle:  # the bound, not the idle wait, ran out
+                    raise
+                return
+            if until is not None and not raw.message_id < until:
+                return
+            with contextlib.suppress(DecodeError):
+                yield decode(raw, decode_id)
+    finally:
+        await scanner.close()

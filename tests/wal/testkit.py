@@ -105,7 +105,8 @@ class ProxyBackend:
     ``fence_delay``: ``ensure_writable()`` takes that long before it fences, like the
     round trip to a broker creating a producer. ``fail_reads`` / ``fail_scans`` fail
     that many reader creations / reads with ``UnavailableError``; ``reads`` records the
-    policies readers were opened with.
+    policies readers were opened with; ``close_delay``: a reader's close takes that
+    long, as one waiting on the broker's answer.
     """
 
     def __init__(self, inner: MemoryBackendWAL, fence_delay: float = 0.0) -> None:
@@ -116,6 +117,7 @@ class ProxyBackend:
         self.appends = 0
         self.fail_reads = 0
         self.fail_scans = 0
+        self.close_delay = 0.0
         self.reads: list[DeliveryPolicy] = []
 
     @property
@@ -168,6 +170,8 @@ class _FlakyScanner:
         return await self._inner.__anext__()
 
     async def close(self) -> None:
+        if self._owner.close_delay > 0:
+            await asyncio.sleep(self._owner.close_delay)
         await self._inner.close()
 
 
