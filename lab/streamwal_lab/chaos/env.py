@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streamwal.adaptors.pulsar.admin import admin_url_for
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.chaos.nodes import SERVE, NodeProcess
 from streamwal_lab.chaos.result import ScenarioResult
@@ -75,9 +76,36 @@ class ChaosEnv:
         self._names.append(name)
         return name
 
+    @property
+    def broker_admin_url(self) -> str | None:
+        """The admin API of the broker at ``pulsar_url``: ``admin_url``, else derived
+        from its port; for nodes that reach that broker another way (a fault proxy)."""
+        return self.admin_url or admin_url_for(self.pulsar_url)
+
     def node(
         self, node_id: int, settings: Mapping[str, Any], command: Sequence[str] = SERVE
     ) -> NodeProcess:
+        """A node process of this run (not started).
+
+        A node's opener deletes its probe topics through the broker's admin API, which
+        it finds from the service URL's port; behind a fault proxy or on another port
+        it cannot, and would leave a probe topic per open on the broker. A node on the
+        run's broker or on one of its private brokers is given that broker's; any other
+        must name ``pulsar.admin_url`` (``None``: a broker it never reaches).
+        """
+        pulsar = dict(settings.get("pulsar", {}))
+        url = pulsar.get("service_url", "")
+        if "admin_url" not in pulsar:
+            known: dict[str, str | None] = {p.url: p.admin_url for p in self._pulsars}
+            known.setdefault(self.pulsar_url, self.broker_admin_url)
+            admin = known.get(url) or admin_url_for(url)
+            if admin is None:
+                raise ValueError(
+                    f"node {node_id}: the admin API of {url!r} cannot be derived from its "
+                    "port; set pulsar.admin_url (None for a broker it never reaches)"
+                )
+            pulsar["admin_url"] = admin
+        settings = {**settings, "pulsar": pulsar}
         node = NodeProcess(self.workdir / "nodes", node_id, settings, command=command)
         self._nodes.append(node)
         return node

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 import time
 from collections.abc import Awaitable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import _pulsar
@@ -119,6 +121,35 @@ async def test_the_runner_turns_a_crash_or_an_overrun_into_a_problem(tmp_path: P
     )
     assert time.monotonic() - started < 10
     assert not hung.ok and "did not finish within" in hung.problems[0]
+
+
+def test_a_chaos_node_always_knows_its_brokers_admin_api(tmp_path: Path) -> None:
+    """Without it the node cannot delete its probe topics: a node behind a fault proxy
+    once left two on the shared broker per open."""
+    env = ChaosEnv(
+        tmp_path,
+        "pulsar://127.0.0.1:30001",
+        "127.0.0.1:2379",
+        random.Random(1),
+        admin_url="http://127.0.0.1:30002",
+    )
+
+    def admin_of(node_id: int, url: str, **pulsar: Any) -> Any:
+        settings = {"pulsar": {"service_url": url, **pulsar}}
+        return env.node(node_id, settings).config["pulsar"]["admin_url"]
+
+    assert admin_of(1, env.pulsar_url) == "http://127.0.0.1:30002"
+    private = SimpleNamespace(url="pulsar://127.0.0.1:30004", admin_url="http://127.0.0.1:30005")
+    env._pulsars.append(private)  # type: ignore[arg-type]
+    assert admin_of(6, private.url) == private.admin_url
+    assert admin_of(2, "pulsar://127.0.0.1:16650") == "http://127.0.0.1:18080"
+    assert admin_of(3, "pulsar://127.0.0.1:30003", admin_url=None) is None
+    assert admin_of(4, "pulsar://127.0.0.1:30003", admin_url="http://x:1") == "http://x:1"
+    with pytest.raises(ValueError, match=r"pulsar\.admin_url"):
+        env.node(5, {"pulsar": {"service_url": "pulsar://127.0.0.1:30003"}})
+    # without one of its own, the run's broker's is derived: a proxied node gets it too
+    stack = ChaosEnv(tmp_path, "pulsar://127.0.0.1:16650", "127.0.0.1:2379", random.Random(1))
+    assert stack.broker_admin_url == "http://127.0.0.1:18080"
 
 
 def test_the_test_clock_follows_the_offset_file(tmp_path: Path) -> None:

@@ -82,8 +82,6 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("checkpoints")
     started = time.monotonic()
     sections: dict[str, dict[str, object]] = {"wal": {"retention": 0, "truncate_interval": 0.5}}
-    if env.admin_url is not None:  # a private broker's: not derived from its port
-        sections["pulsar"] = {"admin_url": env.admin_url}
     nodes = await tso_group(env, 3, sections=sections)
     movers = nodes[1:]
     channel = env.name("ckpt")

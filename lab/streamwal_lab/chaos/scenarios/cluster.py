@@ -66,8 +66,11 @@ class _Cluster:
         etcd_endpoint: str | None = None,
         *,
         pulsar_url: str | None = None,
+        admin_url: str | None = None,
         node: dict[str, Any] | None = None,
     ) -> NodeProcess:
+        """Node ``node_id``'s process; ``pulsar_url``/``admin_url``: its broker's, when
+        not the run's (``admin_url`` ``None`` then: a broker the node never reaches)."""
         tso = {"mode": "in-process", "key_prefix": self.prefix, "lease_ttl_s": 2}
         cluster: dict[str, Any] = {
             "enabled": True,
@@ -84,6 +87,7 @@ class _Cluster:
             tso,
             cluster=cluster,
             node=node or {},
+            pulsar={} if pulsar_url is None else {"admin_url": admin_url},
         )
         process = self.nodes[node_id] = self.env.node(node_id, settings)
         return process
@@ -225,6 +229,7 @@ async def run_broker_lost(env: ChaosEnv, rounds: int) -> ScenarioResult:
             cluster.add(
                 3,
                 pulsar_url=f"pulsar://{proxy.url_host}",
+                admin_url=env.broker_admin_url,
                 node={"broker_lost_after_s": _LOST_AFTER_S},
             )
             await cluster.start(3)

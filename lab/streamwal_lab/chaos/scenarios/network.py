@@ -54,6 +54,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
                 f"pulsar://{to_broker_1.url_host}",
                 to_etcd.url_host,
                 {"mode": "in-process", "key_prefix": prefix, "batch_size": 50},
+                pulsar={"admin_url": env.broker_admin_url},
             ),
         )
         await one.start()
@@ -63,6 +64,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
                 f"pulsar://{to_broker_2.url_host}",
                 env.etcd_endpoint,
                 {"mode": "remote", "remote_addresses": [one.address], "batch_size": 50},
+                pulsar={"admin_url": env.broker_admin_url},
             ),
         )
         await two.start()
