@@ -60,11 +60,11 @@ import threading
 import time
 import traceback
 import tracemalloc
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn, TextIO
 
 import pytest
 
@@ -585,11 +585,9 @@ class Guard:
         """The test did not end ``grace`` seconds after it was interrupted: nothing in
         the process can stop it. Say what every thread was doing, kill what it started,
         and end the run (as pytest-timeout's ``thread`` method does)."""
-        err = sys.__stderr__ or sys.stderr
-        capman = self.config.pluginmanager.getplugin("capturemanager")
-        with contextlib.suppress(Exception):
+
+        def preface(err: TextIO, capman: Any) -> None:
             if capman is not None:  # the test's output, and ours, to the real stdout/stderr
-                capman.suspend_global_capture(in_=True)
                 out, captured_err = capman.read_global_capture()
                 sys.stdout.write(out)
                 sys.stdout.flush()
@@ -602,11 +600,12 @@ class Guard:
             )
             err.flush()
             faulthandler.dump_traceback(file=err, all_threads=True)
-            killed = kill_processes(_left_behind(state.children_before))
+
+        def report(err: TextIO, killed: list[Proc]) -> None:
             err.write(f"killed {len(killed)} process(es): {[p.name for p in killed]}\n")
             err.write(f"peak RSS of the pytest process: {peak_rss_bytes() / _MB:.0f} MB\n")
-            err.flush()
-        os._exit(3)
+
+        self._kill_and_exit(3, state.children_before, report, preface)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         """Runs in the main thread, between two bytecodes of whatever it was doing."""
@@ -667,18 +666,37 @@ class Guard:
 
     def _end_now(self, signum: int, why: str) -> None:
         """The run did not stop in time: kill what it started and exit (any thread)."""
-        err = sys.__stderr__ or sys.stderr
-        capman = self.config.pluginmanager.getplugin("capturemanager")
-        with contextlib.suppress(Exception):
-            if capman is not None:  # to the real stderr, not a test's captured output
-                capman.suspend_global_capture(in_=True)
-            killed = kill_processes(_left_behind(self.children_at_start))
+
+        def report(err: TextIO, killed: list[Proc]) -> None:
             err.write(
                 f"\nstreamwal-guard: {why}: killed {len(killed)} process(es) "
                 f"{[p.name for p in killed]} and exiting\n"
             )
+
+        self._kill_and_exit(128 + signum, self.children_at_start, report)
+
+    def _kill_and_exit(
+        self,
+        code: int,
+        before: set[int],
+        report: Callable[[TextIO, list[Proc]], None],
+        preface: Callable[[TextIO, Any], None] | None = None,
+    ) -> NoReturn:
+        """Kill the processes started since ``before`` and exit with ``code`` at once,
+        from any thread: what is stuck cannot be unwound. Output goes to the real
+        stderr, not a test's captured output: ``preface`` (given pytest's capture
+        manager) writes before the kill, ``report`` what was killed."""
+        err = sys.__stderr__ or sys.stderr
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        with contextlib.suppress(Exception):
+            if capman is not None:
+                capman.suspend_global_capture(in_=True)
+            if preface is not None:
+                preface(err, capman)
+        with contextlib.suppress(Exception):  # the kill, even if the preface failed
+            report(err, kill_processes(_left_behind(before)))
             err.flush()
-        os._exit(128 + signum)
+        os._exit(code)
 
     def _say(self, text: str) -> None:
         """A line on the real terminal now, not in the test's captured output: whoever

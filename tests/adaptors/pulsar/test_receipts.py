@@ -161,16 +161,11 @@ class _UnreferencedLoop:
         self.woken.append(callback)
 
 
-class _UnhashableLoop:
-    """Another that takes a weak reference but has no hash: no shared waker either."""
+class _UnhashableLoop(_UnreferencedLoop):
+    """Another that takes a weak reference (a subclass without ``__slots__`` does) but
+    has no hash: no shared waker either."""
 
     __hash__ = None  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        self.woken: list[Callable[[], None]] = []
-
-    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
-        self.woken.append(callback)
 
 
 @pytest.mark.parametrize("kind", [_UnreferencedLoop, _UnhashableLoop])
