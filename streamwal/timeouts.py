@@ -9,6 +9,13 @@ no deadline had passed. A read that chases a log another owner keeps writing wen
 on for the whole send timeout that way instead of its operation timeout.
 ``asyncio.timeout`` cancels the caller's own task, whose cancellation is never lost,
 and makes no task per step.
+
+Cleanup code uses ``within`` too (``closing.close_quietly`` after its task was
+cancelled).
+Before Python 3.11.3, ``asyncio.timeout`` entered in a task already being cancelled
+did not know its own expiry (gh-102780): it let the step's timeout out as a
+``CancelledError``, past the cleanup's ``TimeoutError`` handling. Hence
+``requires-python`` 3.11.3.
 """
 
 from __future__ import annotations
