@@ -175,10 +175,18 @@ async def delete_cluster_keys(
     store: ClusterStore, keys: ClusterKeys, *, force: bool = False
 ) -> int:
     """Delete every key under the cluster's root; how many went. :class:`LiveNodesError`
-    while nodes are registered (read again here, right before), unless ``force``."""
-    if not force:
-        require_no_live_nodes(await read_view(store, keys), keys)
-    return await store.delete_tree(keys.root)
+    while nodes are registered, unless ``force``: checked in the delete's own etcd
+    transaction, so a node that registers after any earlier check keeps its cluster."""
+    if force:
+        return await store.delete_tree(keys.root)
+    deleted = await store.delete_tree_unless(keys.root, keys.nodes)
+    if deleted is not None:
+        return deleted
+    require_no_live_nodes(await read_view(store, keys), keys)  # names them
+    raise LiveNodesError(  # the node that was there when the delete ran has left since
+        f"a node was registered under {keys.root} when the delete ran; nothing was "
+        "deleted: try again"
+    )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from etcd3.utils import prefix_range_end
 
 from streamwal.errors import DeposedError, InvalidInputError
 from streamwal.tso.etcd_store import EtcdStore
@@ -110,6 +111,27 @@ class ClusterStore(EtcdStore):
 
         def op(client: Any) -> int:
             return int(client.delete_prefix(prefix).deleted)
+
+        return await self._call("delete prefix", op, timeout)
+
+    async def delete_tree_unless(
+        self, prefix: str, guard: str, *, timeout: float | None = None
+    ) -> int | None:
+        """Delete every key under ``prefix`` in one transaction that holds only while no
+        key exists under ``guard``; how many went, or ``None`` (nothing deleted) when
+        one does. A check read before the delete would let a key written in between be
+        deleted with the rest."""
+        if not prefix.strip("/"):
+            raise InvalidInputError(f"prefix: refusing to delete a root prefix: {prefix!r}")
+
+        def op(client: Any) -> int | None:
+            txn = client.transactions
+            # a range compare holds for every key in it, and for none: etcd compares a
+            # missing key as version 0, so "no key under guard" is version == 0
+            absent = txn.version(guard, range_end=prefix_range_end(guard.encode())) == 0
+            delete = txn.delete(prefix, range_end=prefix_range_end(prefix.encode()))
+            ok, responses = client.transaction(compare=[absent], success=[delete], failure=[])
+            return int(responses[0].response_delete_range.deleted) if ok else None
 
         return await self._call("delete prefix", op, timeout)
 

@@ -19,6 +19,9 @@ import pytest
 
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.cluster import ClusterClient
+from streamwal.cluster.operations import LiveNodesError, delete_cluster_keys
+from streamwal.cluster.records import ClusterKeys, NodeRecord, encode, now_ms
+from streamwal.cluster.store import ClusterStore
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.topics import delete_topics, list_topics
 from tests.cluster.harness import LEASE_TTL_S, TestCluster
@@ -218,3 +221,28 @@ async def test_status_shows_each_nodes_last_lease_renewal(
     assert text.returncode == 0, text.stderr
     line = next(x for x in text.stdout.splitlines() if x.strip().startswith("1 "))
     assert f"(ttl {LEASE_TTL_S}s) renewed " in line and "s ago" in line, line
+
+
+async def test_the_key_delete_checks_for_live_nodes_in_its_own_transaction(
+    stack: StackInfo, etcd_prefix: Callable[[str], str]
+) -> None:
+    """etcd compares a key range for every key in it, and a range with no key as one
+    missing key (version 0): the delete holds only while no node is registered."""
+    keys = ClusterKeys(etcd_prefix("delete"))
+    async with ClusterStore([stack.etcd_endpoint]) as store:
+        await store.put(keys.channels + "c1", b"{}")
+        await store.put(keys.seeded, b"1")
+        lease, _ = await store.grant_lease(30)
+        record = NodeRecord(1, "127.0.0.1:1", "test", now_ms())
+        await store.put(keys.node(1), encode(record), lease=lease)
+
+        assert await store.delete_tree_unless(keys.root, keys.nodes) is None
+        with pytest.raises(LiveNodesError, match=r"1 live node\(s\).*127\.0\.0\.1:1"):
+            await delete_cluster_keys(store, keys)
+        _revision, kept = await store.read_prefix(keys.root)
+        assert len(kept) == 3  # nothing went
+
+        await store.revoke_lease(lease)  # the node's key goes with its lease
+        assert await delete_cluster_keys(store, keys) == 2
+        _revision, left = await store.read_prefix(keys.root)
+        assert left == []
