@@ -11,9 +11,8 @@ on for the whole send timeout that way instead of its operation timeout.
 and makes no task per step.
 
 Cleanup code uses ``within`` too (``closing.close_quietly`` after its task was
-cancelled).
-Before Python 3.11.3, ``asyncio.timeout`` entered in a task already being cancelled
-did not know its own expiry (gh-102780): it let the step's timeout out as a
+cancelled). Before Python 3.11.3, ``asyncio.timeout`` entered in a task already being
+cancelled did not know its own expiry (gh-102780): it let the step's timeout out as a
 ``CancelledError``, past the cleanup's ``TimeoutError`` handling. Hence
 ``requires-python`` 3.11.3.
 """
