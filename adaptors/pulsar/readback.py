@@ -42,7 +42,13 @@ from pulsar.asyncio import PulsarException
 from streamwal.adaptors.pulsar.closing import close_quietly, reap
 from streamwal.adaptors.pulsar.errors import LASTING_RESULTS, result_of
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
-from streamwal.adaptors.pulsar.metrics import READ_AGAIN, READ_BACK, UNPLACED, record_segment
+from streamwal.adaptors.pulsar.metrics import (
+    READ_AGAIN,
+    READ_AGAIN_AFTER_FENCE,
+    READ_BACK,
+    UNPLACED,
+    record_segment,
+)
 from streamwal.adaptors.pulsar.segments import Segment
 from streamwal.adaptors.pulsar.state import ChannelState, log
 from streamwal.backoff import Backoff
@@ -420,7 +426,7 @@ class ReadBack:
                     exc,
                     pause,
                 )
-                record_segment(state.channel, READ_AGAIN)
+                record_segment(state.channel, READ_AGAIN_AFTER_FENCE if once_fenced else READ_AGAIN)
             await asyncio.sleep(pause)
             step = min(step * 2, config.operation_timeout_s)
         raise AssertionError("unreachable")

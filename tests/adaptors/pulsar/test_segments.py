@@ -25,7 +25,13 @@ from streamwal.adaptors.pulsar import readback
 from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
-from streamwal.adaptors.pulsar.metrics import READ_AGAIN, READ_BACK, UNPLACED, segment_count
+from streamwal.adaptors.pulsar.metrics import (
+    READ_AGAIN,
+    READ_AGAIN_AFTER_FENCE,
+    READ_BACK,
+    UNPLACED,
+    segment_count,
+)
 from streamwal.adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES, batch_size, size_of
 from streamwal.backoff import Backoff
 from streamwal.errors import (
@@ -946,6 +952,7 @@ async def test_a_read_for_a_fence_starts_over_although_the_channel_is_fenced() -
     moot once the channel is fenced, gives up."""
     wal, _ = await _channel()
     wal._state.fenced = ChannelFencedError("c", "a newer owner")
+    again, after_fence = segment_count("c", READ_AGAIN), segment_count("c", READ_AGAIN_AFTER_FENCE)
     read = _TimesOut(failing=2)
     assert await wal._readback.retrying(read, once_fenced=True) == "read"
     assert read.attempts == 3
@@ -953,6 +960,9 @@ async def test_a_read_for_a_fence_starts_over_although_the_channel_is_fenced() -
     with pytest.raises(TimeoutError):
         await wal._readback.retrying(moot)
     assert moot.attempts == 1
+    # counted apart from the read-backs' new attempts: they place no segment
+    assert segment_count("c", READ_AGAIN_AFTER_FENCE) - after_fence == 2
+    assert segment_count("c", READ_AGAIN) == again
 
 
 @pytest.mark.usefixtures("short_attempts")
