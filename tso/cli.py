@@ -19,6 +19,7 @@ import signal
 import sys
 from typing import Any
 
+from streamwal.argtypes import count, seconds
 from streamwal.errors import DecodeError, StreamwalError, UnavailableError
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
@@ -47,7 +48,7 @@ def add_etcd_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=5.0,
         help="seconds to wait for etcd or a serving leader (default: %(default)s)",
     )
@@ -84,9 +85,9 @@ def register(subparsers: Any) -> None:
     add_etcd_arguments(serve)
     serve.add_argument("--listen", default="127.0.0.1:0", help="gRPC listen address")
     serve.add_argument("--advertise", help="address followers redirect to (default: bound)")
-    serve.add_argument("--lease-ttl", type=int, default=3, help="leader lease TTL, seconds")
-    serve.add_argument("--save-window", type=float, default=3.0, help="saved window, seconds")
-    serve.add_argument("--update-interval", type=float, default=0.05, help="seconds")
+    serve.add_argument("--lease-ttl", type=count, default=3, help="leader lease TTL, seconds")
+    serve.add_argument("--save-window", type=seconds, default=3.0, help="saved window, seconds")
+    serve.add_argument("--update-interval", type=seconds, default=0.05, help="seconds")
     serve.set_defaults(func=_serve)
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamwal.argtypes import count_or_zero, seconds
 from streamwal.cluster.operations import (
     add_channels,
     cluster_topics_channels,
@@ -85,7 +86,9 @@ def register(sub: Any) -> None:
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
     status = actions.add_parser("status", help="nodes, channels, owners, states, last moves")
     _where(status, top=False)
-    status.add_argument("--moves", type=int, default=10, help="how many recent moves to show")
+    status.add_argument(
+        "--moves", type=count_or_zero, default=10, help="how many recent moves to show"
+    )
     status.add_argument(
         "--json", action="store_true", help="print the status as JSON (docs/deploy.md: schema)"
     )
@@ -93,7 +96,7 @@ def register(sub: Any) -> None:
     drain = actions.add_parser("drain", help="move a node's channels away and wait")
     _where(drain, top=False)
     drain.add_argument("node", type=int)
-    drain.add_argument("--timeout", type=float, default=60.0, help="seconds to wait")
+    drain.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait")
     drain.set_defaults(func=_run, op="drain")
     undrain = actions.add_parser(
         "undrain", help="let a drained node take channels again (balanced onto it in steps)"
@@ -129,7 +132,7 @@ def _deleting(parser: argparse.ArgumentParser, *, what: str) -> None:
         "--yes", action="store_true", help="do not ask (needed when stdin is not a terminal)"
     )
     parser.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for the channels to close"
+        "--timeout", type=seconds, default=60.0, help="seconds to wait for the channels to close"
     )
     parser.add_argument(
         "--pulsar-admin-url",

@@ -11,6 +11,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from streamwal.argtypes import count, count_or_zero, seconds, seconds_or_zero
 from streamwal_lab.bench.append import DEFAULT_CONCURRENCY, DEFAULT_PAYLOADS, run_append_bench
 from streamwal_lab.bench.channels import DEFAULT_CHANNELS, run_channels_bench
 from streamwal_lab.bench.exactly_once import DEFAULT_EOS_CONCURRENCY, run_exactly_once_bench
@@ -81,8 +82,8 @@ def _append_args(p: argparse.ArgumentParser) -> None:
         default=list(DEFAULT_CONCURRENCY),
         help=f"concurrent appenders (default {_joined(DEFAULT_CONCURRENCY)})",
     )
-    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=int, default=5, help="interleaved runs per cell")
+    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=count, default=5, help="interleaved runs per cell")
 
 
 async def _append(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -96,9 +97,11 @@ async def _append(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _open_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--opens", type=int, default=100, help="opens of each kind")
-    p.add_argument("--outage", type=float, default=1.0, help="broker outage in seconds")
-    p.add_argument("--outage-repeats", type=int, default=3, help="opens across an outage")
+    p.add_argument("--opens", type=count, default=100, help="opens of each kind")
+    p.add_argument("--outage", type=seconds, default=1.0, help="broker outage in seconds")
+    p.add_argument(
+        "--outage-repeats", type=count_or_zero, default=3, help="opens across an outage (0: none)"
+    )
 
 
 async def _open(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -108,8 +111,8 @@ async def _open(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _takeover_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--takeovers", type=int, default=50, help="takeovers of each kind")
-    p.add_argument("--appenders", type=int, default=4, help="appenders busy on the old owner")
+    p.add_argument("--takeovers", type=count, default=50, help="takeovers of each kind")
+    p.add_argument("--appenders", type=count, default=4, help="appenders busy on the old owner")
 
 
 async def _takeover(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -123,11 +126,11 @@ def _channels_args(p: argparse.ArgumentParser) -> None:
         default=list(DEFAULT_CHANNELS),
         help=f"open channels per point (default {_joined(DEFAULT_CHANNELS)})",
     )
-    p.add_argument("--seconds", type=float, default=3.0, help="seconds of appends per point")
-    p.add_argument("--idle", type=float, default=2.0, help="idle window in seconds")
+    p.add_argument("--seconds", type=seconds, default=3.0, help="seconds of appends per point")
+    p.add_argument("--idle", type=seconds, default=2.0, help="idle window in seconds")
     p.add_argument(
         "--min-appenders",
-        type=int,
+        type=count,
         default=32,
         help="appenders spread over the channels (at least one per channel)",
     )
@@ -144,8 +147,8 @@ async def _channels(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any
 
 
 def _scan_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--messages", type=int, default=20_000, help="messages to read back")
-    p.add_argument("--repeats", type=int, default=3, help="reads of each kind")
+    p.add_argument("--messages", type=count, default=20_000, help="messages to read back")
+    p.add_argument("--repeats", type=count, default=3, help="reads of each kind")
 
 
 async def _scan(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -165,10 +168,10 @@ def _node_args(p: argparse.ArgumentParser) -> None:
         default=list(DEFAULT_NODE_CONCURRENCY),
         help=f"concurrent callers (default {_joined(DEFAULT_NODE_CONCURRENCY)})",
     )
-    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=int, default=5, help="interleaved runs per cell")
-    p.add_argument("--messages", type=int, default=10_000, help="messages to read back")
-    p.add_argument("--consume-repeats", type=int, default=3, help="reads of each kind")
+    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=count, default=5, help="interleaved runs per cell")
+    p.add_argument("--messages", type=count, default=10_000, help="messages to read back")
+    p.add_argument("--consume-repeats", type=count, default=3, help="reads of each kind")
 
 
 async def _node(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -184,9 +187,9 @@ async def _node(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _tso_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=float, default=1.0, help="seconds per figure")
-    p.add_argument("--batch", type=int, default=1000, help="allocator batch size")
-    p.add_argument("--samples", type=int, default=300, help="fetches per latency figure")
+    p.add_argument("--duration", type=seconds, default=1.0, help="seconds per figure")
+    p.add_argument("--batch", type=count, default=1000, help="allocator batch size")
+    p.add_argument("--samples", type=count, default=300, help="fetches per latency figure")
 
 
 async def _tso(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -208,9 +211,9 @@ def _exactly_once_args(p: argparse.ArgumentParser) -> None:
         help=f"concurrent appenders / transaction writers "
         f"(default {_joined(DEFAULT_EOS_CONCURRENCY)})",
     )
-    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per cell")
-    p.add_argument("--txn-size", type=int, default=4, help="messages per transaction")
+    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per cell")
+    p.add_argument("--txn-size", type=count, default=4, help="messages per transaction")
 
 
 async def _exactly_once(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -224,11 +227,11 @@ async def _exactly_once(target: BenchTarget, a: argparse.Namespace) -> dict[str,
 
 
 def _failover_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=int, default=3, help="node processes")
-    p.add_argument("--channels", type=int, default=6, help="channels written")
-    p.add_argument("--kills", type=int, default=20, help="nodes killed, one after another")
-    p.add_argument("--lease-ttl", type=int, default=2, help="cluster.lease_ttl_s")
-    p.add_argument("--grace", type=float, default=1.0, help="cluster.grace_period_s")
+    p.add_argument("--nodes", type=count, default=3, help="node processes")
+    p.add_argument("--channels", type=count, default=6, help="channels written")
+    p.add_argument("--kills", type=count, default=20, help="nodes killed, one after another")
+    p.add_argument("--lease-ttl", type=count, default=2, help="cluster.lease_ttl_s")
+    p.add_argument("--grace", type=seconds_or_zero, default=1.0, help="cluster.grace_period_s")
     p.add_argument("--no-rolling", action="store_true", help="skip the rolling restart")
 
 
@@ -251,10 +254,10 @@ def _pipelined_args(p: argparse.ArgumentParser) -> None:
         default=list(DEFAULT_PIPELINED_PAYLOADS),
         help=f"payload sizes in bytes (default {_joined(DEFAULT_PIPELINED_PAYLOADS)})",
     )
-    p.add_argument("--batch", type=int, default=256, help="messages per batch call")
-    p.add_argument("--callers", type=int, default=4, help="concurrent batch callers")
-    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per cell")
+    p.add_argument("--batch", type=count, default=256, help="messages per batch call")
+    p.add_argument("--callers", type=count, default=4, help="concurrent batch callers")
+    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per cell")
 
 
 async def _pipelined(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -269,8 +272,8 @@ async def _pipelined(target: BenchTarget, a: argparse.Namespace) -> dict[str, An
 
 
 def _reads_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--messages", type=int, default=20_000, help="messages to read back")
-    p.add_argument("--repeats", type=int, default=3, help="reads of each kind")
+    p.add_argument("--messages", type=count, default=20_000, help="messages to read back")
+    p.add_argument("--repeats", type=count, default=3, help="reads of each kind")
 
 
 async def _reads(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -284,9 +287,9 @@ def _node_channels_args(p: argparse.ArgumentParser) -> None:
         default=list(DEFAULT_NODE_CHANNELS),
         help=f"channels the appenders are spread over (default {_joined(DEFAULT_NODE_CHANNELS)})",
     )
-    p.add_argument("--min-appenders", type=int, default=32, help="appenders, at least one each")
-    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per point")
+    p.add_argument("--min-appenders", type=count, default=32, help="appenders, at least one each")
+    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per point")
 
 
 async def _node_channels(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -314,12 +317,12 @@ def _large_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--raw-message-bytes",
-        type=int,
+        type=count,
         default=DEFAULT_RAW_MESSAGE_BYTES,
         help=f"the raw producer's message size (default {DEFAULT_RAW_MESSAGE_BYTES})",
     )
-    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per cell")
+    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per cell")
 
 
 async def _large(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -348,16 +351,16 @@ def _node_load_args(p: argparse.ArgumentParser) -> None:
         default=list(CELLS),
         help=f"which cells (default {','.join(CELLS)})",
     )
-    p.add_argument("--callers", type=int, default=32, help="latency cell: callers")
+    p.add_argument("--callers", type=count, default=32, help="latency cell: callers")
     p.add_argument(
         "--payloads",
         type=_ints,
         default=list(DEFAULT_LOAD_PAYLOADS),
         help=f"carried cell: payload sizes (default {_joined(DEFAULT_LOAD_PAYLOADS)})",
     )
-    p.add_argument("--streams", type=int, default=32, help="carried cell: streams")
+    p.add_argument("--streams", type=count, default=32, help="carried cell: streams")
     p.add_argument(
-        "--depth", type=int, default=16, help="carried and channels cells: appends in flight"
+        "--depth", type=count, default=16, help="carried and channels cells: appends in flight"
     )
     p.add_argument(
         "--large-sizes",
@@ -366,7 +369,7 @@ def _node_load_args(p: argparse.ArgumentParser) -> None:
         help=f"large cell: message sizes, up to 5 MiB "
         f"(default {_joined(DEFAULT_LOAD_LARGE_SIZES)})",
     )
-    p.add_argument("--large-callers", type=int, default=4, help="large cell: callers")
+    p.add_argument("--large-callers", type=count, default=4, help="large cell: callers")
     p.add_argument(
         "--channels",
         type=_ints,
@@ -375,14 +378,14 @@ def _node_load_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--min-appenders",
-        type=int,
+        type=count,
         default=32,
         help="channels cell: streams (one a channel at least)",
     )
-    p.add_argument("--batch", type=int, default=256, help="batches cell: messages per call")
-    p.add_argument("--batch-callers", type=int, default=4, help="batches cell: callers")
-    p.add_argument("--seconds", type=float, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per cell")
+    p.add_argument("--batch", type=count, default=256, help="batches cell: messages per call")
+    p.add_argument("--batch-callers", type=count, default=4, help="batches cell: callers")
+    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
+    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per cell")
 
 
 async def _node_load(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:

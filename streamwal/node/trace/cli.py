@@ -15,6 +15,7 @@ import re
 import sys
 from typing import Any
 
+from streamwal.argtypes import count
 from streamwal.errors import StreamwalError
 from streamwal.node.trace.jaeger import (
     DEFAULT_JAEGER_URL,
@@ -52,7 +53,7 @@ def register(sub: Any) -> None:
         "--since", type=parse_since, default=3600.0, help="how far back (90s, 15m, 1h; default 1h)"
     )
     opens.add_argument("--service", action="append", help="only these services (repeatable)")
-    opens.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    opens.add_argument("--limit", type=count, default=20, help="at most this many (default 20)")
     for parser in (show, opens):
         parser.add_argument(
             "--jaeger",
