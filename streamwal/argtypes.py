@@ -21,14 +21,15 @@ _N = TypeVar("_N", int, float)
 def number(cast: Callable[[str], _N], *, zero: bool = False) -> Callable[[str], _N]:
     """An argparse ``type``: a finite number above 0 (``zero``: 0 or above)."""
     least = "0 or more" if zero else "above 0"
+    kind = "a whole number" if cast is int else "a number"
 
     def parse(text: str) -> _N:
         try:
             value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+            raise argparse.ArgumentTypeError(f"not {kind}: {text!r}") from None
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-            raise argparse.ArgumentTypeError(f"need a number {least}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"need {kind} {least}, got {text!r}")
         return value
 
     return parse

@@ -26,8 +26,8 @@ def test_plain_values_pass_and_zero_where_it_means_none() -> None:
     assert count_or_zero("0") == 0 and seconds_or_zero("0") == 0.0
     with pytest.raises(argparse.ArgumentTypeError, match="0 or more"):
         count_or_zero("-1")
-    with pytest.raises(argparse.ArgumentTypeError):
-        count("2.5")  # a count is whole
+    with pytest.raises(argparse.ArgumentTypeError, match="not a whole number"):
+        count("2.5")
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def test_plain_values_pass_and_zero_where_it_means_none() -> None:
         (["tso", "serve", "--lease-ttl", "0"], "--lease-ttl"),
         (["tso", "serve", "--update-interval", "nan"], "--update-interval"),
         (["tso", "now", "--timeout", "-5"], "--timeout"),
-        (["bench", "node", "--seconds", "-1"], "--seconds"),  # the lab's, when installed
+        (["bench", "node", "--seconds", "-1"], "--seconds"),  # the lab's command
     ],
 )
 def test_a_typo_in_a_number_is_a_usage_error(args: list[str], option: str, tmp_path: Path) -> None:
@@ -53,5 +53,5 @@ def test_a_typo_in_a_number_is_a_usage_error(args: list[str], option: str, tmp_p
         check=False,
     )
     assert done.returncode == 2, done
-    assert f"argument {option}: need a number" in done.stderr, done.stderr
+    assert f"argument {option}: need a " in done.stderr, done.stderr
     assert not any(tmp_path.iterdir())  # nothing ran: no bench-results/, no output

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamwal.argtypes import count_or_zero, seconds
 from streamwal.cluster.operations import (
+    LiveNodesError,
     add_channels,
     cluster_topics_channels,
     delete_cluster_keys,
@@ -269,7 +270,10 @@ async def _delete(store: ClusterStore, keys: ClusterKeys, args: argparse.Namespa
     lines: list[str] = []
     if admin is not None:
         lines = _topic_lines(await delete_topics(admin, topics, timeout_s=args.timeout))
-    deleted = await delete_cluster_keys(store, keys, force=args.force)
+    try:
+        deleted = await delete_cluster_keys(store, keys, force=args.force)
+    except LiveNodesError as exc:  # a node registered meanwhile: say which topics went
+        raise LiveNodesError("\n".join([str(exc), *lines])) from None
     return "\n".join([f"deleted {deleted} keys under {keys.root}", *lines])
 
 

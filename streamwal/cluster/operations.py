@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from streamwal.cluster.records import ClusterKeys, Drain, encode
 from streamwal.cluster.store import ClusterStore
@@ -39,6 +39,8 @@ __all__ = [
     "undrain_node",
     "wait_unserved",
 ]
+
+_T = TypeVar("_T")
 
 
 class ChannelsStillServedError(UnavailableError):
@@ -183,9 +185,10 @@ async def delete_cluster_keys(
     if deleted is not None:
         return deleted
     require_no_live_nodes(await read_view(store, keys), keys)  # names them
-    raise LiveNodesError(  # the node that was there when the delete ran has left since
-        f"a node was registered under {keys.root} when the delete ran; nothing was "
-        "deleted: try again"
+    raise LiveNodesError(
+        f"a key under {keys.nodes} was there when the delete ran (a node that has left "
+        "since, or a record this version cannot read); nothing was deleted: try again, "
+        "or --force"
     )
 
 
@@ -336,9 +339,14 @@ def status_json(
                 "term": m.term,
                 "trace_id": m.trace_id,
             }
-            for _key, m in view.moves[-moves:]
+            for _key, m in _last(view.moves, moves)
         ],
     }
+
+
+def _last(items: list[_T], count: int) -> list[_T]:
+    """The last ``count`` of ``items`` (``items[-0:]`` would be all of them)."""
+    return items[max(0, len(items) - count) :]
 
 
 def _lease_json(live: NodeLiveness | None) -> dict[str, int | None]:
@@ -404,7 +412,7 @@ def render_status(
                 state += f" ({s.reason})"
         lines.append(f"  {channel:<32} node {owner}{alive:<8} {state}")
     lines.append(f"last moves ({min(moves, len(view.moves))} of {len(view.moves)} kept):")
-    for _key, m in view.moves[-moves:]:
+    for _key, m in _last(view.moves, moves):
         source = "-" if m.previous is None else str(m.previous)
         target = "(removed)" if m.node < 0 else str(m.node)
         lines.append(

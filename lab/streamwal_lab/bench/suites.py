@@ -229,7 +229,9 @@ async def _exactly_once(target: BenchTarget, a: argparse.Namespace) -> dict[str,
 def _failover_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=count, default=3, help="node processes")
     p.add_argument("--channels", type=count, default=6, help="channels written")
-    p.add_argument("--kills", type=count, default=20, help="nodes killed, one after another")
+    p.add_argument(
+        "--kills", type=count_or_zero, default=20, help="nodes killed, one after another"
+    )
     p.add_argument("--lease-ttl", type=count, default=2, help="cluster.lease_ttl_s")
     p.add_argument("--grace", type=seconds_or_zero, default=1.0, help="cluster.grace_period_s")
     p.add_argument("--no-rolling", action="store_true", help="skip the rolling restart")

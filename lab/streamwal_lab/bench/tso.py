@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from streamwal.argtypes import count, seconds
 from streamwal.errors import StreamwalError
 from streamwal.tso.allocator import LocalAllocator
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
@@ -180,10 +181,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"etcd endpoint(s) (default: {DEFAULT_ETCD_ENDPOINT})",
     )
     parser.add_argument("--prefix", help="key prefix (default: a fresh one per run)")
-    parser.add_argument("--duration", type=float, default=1.0, help="seconds per figure")
-    parser.add_argument("--batch", type=int, default=1000, help="allocator batch size")
+    parser.add_argument("--duration", type=seconds, default=1.0, help="seconds per figure")
+    parser.add_argument("--batch", type=count, default=1000, help="allocator batch size")
     parser.add_argument(
-        "--samples", type=int, default=300, help="fetches timed for each latency figure"
+        "--samples", type=count, default=300, help="fetches timed for each latency figure"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
