@@ -125,21 +125,25 @@ def start_detached(
     return proc.pid
 
 
-def stop_process(pid: int, marker: str, timeout: float = 20.0) -> bool:
-    """SIGTERM, then SIGKILL after ``timeout``; returns whether it was ours and is gone."""
+def stop_process(
+    pid: int, marker: str, timeout: float = 20.0, *, killed_within: float = 10.0
+) -> bool:
+    """SIGTERM, then SIGKILL after ``timeout``; returns whether it was ours and is gone.
+
+    After SIGKILL it still waits, up to ``killed_within``, for the process to be gone:
+    one that did not stop on SIGTERM (a deadlocked broker) takes a while to exit after
+    SIGKILL too, and holds its ports until then, so a restart right away found them
+    taken. :class:`TimeoutError` if it outlives that as well."""
     if not pid_matches(pid, marker):
         return False
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return True
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not is_alive(pid):
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, killed_within)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
             return True
-        time.sleep(0.1)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not is_alive(pid):
+                return True
+            time.sleep(0.1)
+    raise TimeoutError(f"process {pid} still runs {killed_within:g} s after SIGKILL")
