@@ -339,6 +339,7 @@ class Guard:
         self.thread: threading.Thread | None = None
         self.previous_handler: Any = None
         self.previous_term: Any = None
+        self.sigint_ignored = False
         self.terminated = False
         self.over_session_bound: str | None = None
         self.killed_at_end: list[Proc] = []
@@ -354,6 +355,12 @@ class Guard:
         if threading.current_thread() is threading.main_thread():
             self.previous_handler = signal.signal(signal.SIGALRM, self._on_signal)
             self.previous_term = signal.signal(signal.SIGTERM, self._on_term)
+            # a run started in the background by a non-interactive shell inherits SIGINT
+            # ignored; asyncio's Runner then installs no handler of its own, and SIGTERM
+            # could not cancel the test's task (see _on_term): Python's own handler back
+            if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                self.sigint_ignored = True
         self.thread = threading.Thread(target=self._watch, name="streamwal-guard", daemon=True)
         self.thread.start()
 
@@ -374,6 +381,8 @@ class Guard:
             self.killed_at_end = kill_processes(_left_behind(self.children_at_start))
             if self.previous_term is not None:
                 signal.signal(signal.SIGTERM, self.previous_term)
+            if self.sigint_ignored:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
             if self.over_session_bound and session.exitstatus == 0:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

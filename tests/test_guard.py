@@ -309,15 +309,18 @@ def test_the_summary_names_peak_rss_growth_slowest_tests_and_leftover_children(
     assert not _alive(int(pid_file.read_text()))
 
 
-def _terminated(folder: Path, pid_file: Path, *args: str) -> tuple[int, str, int, float]:
+def _terminated(
+    folder: Path, pid_file: Path, *args: str, sigint_ignored: bool = False
+) -> tuple[int, str, int, float]:
     """Run pytest (with the guard) in ``folder``, SIGTERM it once its test wrote its
     child's pid to ``pid_file``: its exit code, its output, the child's pid and the
-    seconds from the signal to the exit."""
+    seconds from the signal to the exit. ``sigint_ignored``: started as a
+    non-interactive shell starts a background job, with SIGINT ignored."""
+    command = [sys.executable, "-m", "pytest", "-p", "tests.guard", "-p", "no:cacheprovider"]
+    if sigint_ignored:  # the shell's exec keeps the ignored disposition, as its jobs do
+        command = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *command]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "tests.guard", "-p", "no:cacheprovider", *args],
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        [*command, *args], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     try:
         deadline = time.monotonic() + 60
@@ -336,12 +339,15 @@ def _terminated(folder: Path, pid_file: Path, *args: str) -> tuple[int, str, int
     return proc.returncode, out.decode(errors="replace"), child, waited
 
 
-@pytest.mark.parametrize("phase", ["setup", "call"])
+@pytest.mark.parametrize(
+    ("phase", "sigint_ignored"), [("setup", False), ("call", False), ("call", True)]
+)
 def test_sigterm_stops_the_run_with_teardown_and_kills_its_children(
-    inner: pytest.Pytester, phase: str
+    inner: pytest.Pytester, phase: str, sigint_ignored: bool
 ) -> None:
     """A cancelled run (SIGTERM) still tears down and leaves no child behind, also
-    when it is stopped in a fixture (pytest's ``tmp_path`` then has no report)."""
+    when it is stopped in a fixture (pytest's ``tmp_path`` then has no report), and
+    when it was started with SIGINT ignored (a background job of a script)."""
     pid_file = inner.path / "child.pid"
     events = inner.path / "events"
     inner.makepyfile(
@@ -390,7 +396,7 @@ def test_sigterm_stops_the_run_with_teardown_and_kills_its_children(
         """
     )
     code, text, child, _waited = _terminated(
-        inner.path, pid_file, "-k", f"stuck_in_{phase} or never_run"
+        inner.path, pid_file, "-k", f"stuck_in_{phase} or never_run", sigint_ignored=sigint_ignored
     )
     assert code == pytest.ExitCode.INTERRUPTED, text
     assert "streamwal-guard: SIGTERM: stopping the run" in text
