@@ -48,6 +48,8 @@ async def read_log(
             raise TimeoutError(f"the log was not read to its end within {bound} s")
         return remaining
 
+    # computed before the call: left() raising inside the argument list would leave
+    # backend.read's coroutine made and never awaited
     first_wait = left()
     scanner = await within(backend.read(policy), first_wait)
     try:

@@ -39,7 +39,7 @@ from streamwal.tso.inprocess import InProcessTSO
 from streamwal.tso.remote import RemoteSource
 from streamwal.tso.service import TsoServer
 
-__all__ = ["add_arguments", "handler", "register", "run", "run_tso_bench"]
+__all__ = ["add_arguments", "handler", "run", "run_tso_bench"]
 
 _CHECK_EVERY = 512  # iterations between clock reads in tight loops
 
@@ -218,10 +218,3 @@ def handler(args: argparse.Namespace) -> int:
             else:
                 print(f"{key:36} {value}")
     return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add ``tso`` to a ``bench`` command's sub-commands: ``streamwal bench tso``."""
-    parser = subparsers.add_parser("tso", help="TSO allocations/s and fetch latency")
-    add_arguments(parser)
-    parser.set_defaults(func=handler)
