@@ -21,7 +21,8 @@ on the channel starts only once the reaper is done.
 Do not take one channel over from two nodes at the same time: the same broker can
 deadlock its I/O threads when a producer's creation fences another producer that its
 client is closing at that moment (lock order inversion between the topic and the
-producer), which two overlapping takeovers make likely.
+producer), which two overlapping takeovers make likely. A cluster's new owner waits
+for the old owner's close for that reason (:mod:`streamwal.cluster.follower`).
 """
 
 from __future__ import annotations

@@ -204,7 +204,11 @@ class Balancer:
             puts = [(self._keys.move(time.time_ns(), decision.channel), encode(move))]
             deletes: list[str] = []
             if decision.node is None:
-                deletes = [key, self._keys.status + decision.channel]
+                deletes = [
+                    key,
+                    self._keys.status + decision.channel,
+                    self._keys.released + decision.channel,
+                ]
             else:
                 assignment = Assignment(
                     decision.channel,

@@ -11,6 +11,17 @@ Each open reports ``opening``, then ``serving`` or ``failed`` (with the error) t
 since when (and how often) the opens of this assignment fail, so the balancer can
 move a channel this node cannot open (:mod:`.placement`). Opening runs
 inside the trace context the balancer wrote, so ``wal.open`` joins its decision.
+
+A channel moved from a live node is opened only once that node has closed it and
+said so (``released/<channel>``), or after ``grace_s`` without a word, or once it is
+gone or not ready. A fence that meets the old owner's close of its producer at the
+broker can deadlock the broker's I/O threads (docs/reliability.md); the fence
+alone keeps the log safe, this keeps the broker up. The old owner writes its release
+once the channel is closed here, and for a channel that moved away from it that it
+never held (it restarted, or never opened it), so the new owner need not wait; a node
+still waiting for its own predecessor when the channel moves on releases once that
+wait ends, so a chain of quick moves keeps the order. Channels that moved away are
+closed side by side: a drain's last release is not held up by every close before it.
 """
 
 from __future__ import annotations
@@ -18,12 +29,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from dataclasses import dataclass
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
-from streamwal.cluster.metrics import record_failover
-from streamwal.cluster.records import Assignment, ChannelStatus, ClusterKeys, encode, now_ms
+from streamwal.cluster.metrics import record_failover, record_release_wait
+from streamwal.cluster.records import (
+    Assignment,
+    ChannelStatus,
+    ClusterKeys,
+    Release,
+    encode,
+    now_ms,
+)
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import ChannelNotFoundError, ClosedError, StreamwalError, UnavailableError
@@ -35,6 +55,15 @@ _log = logging.getLogger(__name__)
 _RETRY_FAILED_S = 1.0
 
 
+@dataclass(frozen=True)
+class _Wait:
+    """This node awaits ``previous``'s release of the assignment at ``revision``."""
+
+    revision: int
+    previous: int
+    since: float
+
+
 class Follower:
     def __init__(
         self,
@@ -44,12 +73,19 @@ class Follower:
         channels: ChannelManager,
         *,
         interval_s: float,
+        grace_s: float,
     ) -> None:
         self._store = store
         self._keys = keys
         self._node_id = node_id
         self._channels = channels
         self._interval = interval_s
+        self._grace = grace_s
+        #: per channel moved here from a live node whose release this node awaits; kept
+        #: if the channel moves on meanwhile, as this node's own release waits for it
+        self._awaiting: dict[str, _Wait] = {}
+        #: per channel: the assignment revision whose release wait is over
+        self._cleared: dict[str, int] = {}
         #: channels this node opened because the plan said so, by assignment revision
         self._followed: dict[str, int] = {}
         self._opening: dict[str, asyncio.Task[None]] = {}
@@ -100,24 +136,114 @@ class Follower:
                 self._followed[channel] = revision
                 await self._report(channel, "serving", "", revision)
                 continue
+            if not self._may_fence(view, assignment, revision):
+                continue
             self._opening[channel] = asyncio.create_task(
                 self._open(assignment, revision), name=f"cluster-open-{channel}"
             )
-        # an open still running counts too: finishing it would fence the new owner
-        for channel in set(self._followed) | set(self._opening):
+        for channel in [c for c in self._cleared if c not in mine]:
+            del self._cleared[channel]
+        # an open still running counts too: finishing it would fence the new owner; the
+        # channels are closed side by side, so a drain's last one is not kept waiting
+        moved = [c for c in set(self._followed) | set(self._opening) if c not in mine]
+        released: set[str] = set()
+        outcomes = await asyncio.gather(
+            *(self._let_go(view, c, self._opening.pop(c, None), released) for c in moved),
+            return_exceptions=True,
+        )
+        for channel, outcome in zip(moved, outcomes, strict=True):
+            if isinstance(outcome, UnavailableError):  # its release is written next step
+                _log.debug("cluster: release of %s not written: %s", channel, outcome)
+            elif isinstance(outcome, BaseException):
+                _log.warning("cluster: letting go of %s failed: %r", channel, outcome)
+        # a wait for an earlier owner that outlived this node's assignment: this
+        # node's own release follows it (the owner after this one waits for that)
+        for channel, wait in list(self._awaiting.items()):
             if channel in mine:
                 continue
-            self._followed.pop(channel, None)
-            task = self._opening.pop(channel, None)
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StreamwalError):
-                    await task
-            with contextlib.suppress(ChannelNotFoundError):
-                await self._channels.remove(channel)
-            self._reported.pop(channel, None)
-            self._failing.pop(channel, None)
-            _log.info("cluster: channel %s moved away from node %d; closed", channel, self._node_id)
+            if channel not in view.assignments or self._wait_over(view, channel, wait):
+                del self._awaiting[channel]
+        # what moved away from here without being held here (a restart, an open that
+        # never began) is released too, so its new owner does not wait it out
+        for channel in view.assignments:
+            if channel not in released and self._owes_release(view, channel):
+                await self._release(channel)
+
+    async def _let_go(
+        self,
+        view: ClusterView,
+        channel: str,
+        opening: asyncio.Task[None] | None,
+        released: set[str],
+    ) -> None:
+        """Close a channel that moved away (or its open), then say so if owed."""
+        self._followed.pop(channel, None)
+        self._reported.pop(channel, None)
+        self._failing.pop(channel, None)
+        if opening is not None:
+            opening.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StreamwalError):
+                await opening
+        with contextlib.suppress(ChannelNotFoundError):
+            await self._channels.remove(channel)
+        _log.info("cluster: channel %s moved away from node %d; closed", channel, self._node_id)
+        if self._owes_release(view, channel):
+            await self._release(channel)
+            released.add(channel)
+
+    def _owes_release(self, view: ClusterView, channel: str) -> bool:
+        assignment = view.assignments.get(channel)
+        return (
+            assignment is not None
+            and assignment.previous == self._node_id
+            and assignment.node != self._node_id
+            and channel not in self._followed
+            and channel not in self._opening
+            and channel not in self._awaiting
+            and not view.released(channel)
+            and not any(w.channel == channel for w in self._channels.channels())
+        )
+
+    async def _release(self, channel: str) -> None:
+        release = Release(channel, self._node_id, now_ms())
+        await self._store.put(self._keys.released + channel, encode(release))
+
+    def _wait_over(self, view: ClusterView, channel: str, wait: _Wait) -> str | None:
+        """What ended the wait for ``wait.previous``'s release, or ``None``: not over."""
+        old_owner = view.nodes.get(wait.previous)
+        if old_owner is None:
+            return "previous_gone"
+        if not old_owner.ready:  # it cannot reach the broker to close anything there
+            return "previous_not_ready"
+        held = view.releases.get(channel)
+        if held is not None and held[0].node == wait.previous and held[1] > wait.revision:
+            return "released"
+        if time.monotonic() - wait.since >= self._grace:
+            return "timed_out"
+        return None
+
+    def _may_fence(self, view: ClusterView, assignment: Assignment, revision: int) -> bool:
+        """Whether this node may open (fence) a channel moved here: see the module."""
+        channel, previous = assignment.channel, assignment.previous
+        if previous is None or previous == self._node_id or self._cleared.get(channel) == revision:
+            return True
+        wait = self._awaiting.get(channel)
+        if wait is None or wait.revision != revision:
+            wait = self._awaiting[channel] = _Wait(revision, previous, time.monotonic())
+        outcome = self._wait_over(view, channel, wait)
+        if outcome is None:
+            return False
+        if outcome == "timed_out" and self._grace > 0:
+            _log.warning(
+                "cluster: node %d has not released channel %s within %.1fs; taking it over",
+                previous,
+                channel,
+                self._grace,
+            )
+        del self._awaiting[channel]
+        self._cleared[channel] = revision
+        record_release_wait(time.monotonic() - wait.since, outcome)
+        return True
 
     async def _open(self, assignment: Assignment, revision: int) -> None:
         channel = assignment.channel

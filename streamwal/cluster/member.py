@@ -48,7 +48,12 @@ class ClusterMember:
         record = NodeRecord(node_id, address, version, now_ms(), not not_ready, not_ready)
         self._session = Session(store, self._keys, record, settings.lease_ttl_s)
         self._follower = Follower(
-            store, self._keys, node_id, channels, interval_s=settings.poll_interval_s
+            store,
+            self._keys,
+            node_id,
+            channels,
+            interval_s=settings.poll_interval_s,
+            grace_s=settings.grace_period_s,
         )
         self._balancer: Balancer | None = None
         if settings.balancer:

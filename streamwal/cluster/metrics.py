@@ -15,6 +15,7 @@ __all__ = [
     "record_channels_per_node",
     "record_failover",
     "record_move",
+    "record_release_wait",
 ]
 
 _log = logging.getLogger(__name__)
@@ -28,6 +29,12 @@ _failover = _meter.create_histogram(
     unit="s",
     description="From the balancer finding a node gone to its channel serving on the new owner",
     explicit_bucket_boundaries_advisory=(0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0),
+)
+_release_wait = _meter.create_histogram(
+    "streamwal.cluster.release.wait",
+    unit="s",
+    description="How long a new owner held back its fence for the old owner's release, by outcome",
+    explicit_bucket_boundaries_advisory=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0),
 )
 _term = _meter.create_gauge(
     "streamwal.cluster.balancer.term", description="The term this node's balancer holds (0: none)"
@@ -59,3 +66,7 @@ def record_balancer_term(term: int, node_id: int) -> None:
 def record_channels_per_node(counts: Mapping[int, int]) -> None:
     for node, count in counts.items():
         _safe(_per_node.set, count, {"streamwal.node.id": node})
+
+
+def record_release_wait(seconds: float, outcome: str) -> None:
+    _safe(_release_wait.record, seconds, {"outcome": outcome})

@@ -10,6 +10,7 @@ Layout under ``<prefix>/cluster/``:
 ``assign/<name>``    which node owns a channel, written by a balancer under its term
 ``status/<name>``    what the owner reports: opening, serving or failed (reason,
                      since when its opens fail)
+``released/<name>``  the last owner a channel moved away from has closed it there
 ``drain/<id>``       an operator asked to empty this node (for this start of it)
 ``moves/<time>``     the last moves with their reasons (the balancer trims them)
 """
@@ -31,6 +32,7 @@ __all__ = [
     "Move",
     "MoveReason",
     "NodeRecord",
+    "Release",
     "decode",
     "encode",
     "now_ms",
@@ -99,6 +101,18 @@ class ChannelStatus:
 
 
 @dataclass(frozen=True)
+class Release:
+    """A node's word that it closed a channel that moved away from it. The new owner
+    fences only once this is written after its assignment (or the old owner is gone,
+    or a bound passed): a broker closing a producer at its client's request while
+    another client's creation fences it can deadlock (docs/reliability.md)."""
+
+    channel: str
+    node: int
+    at_ms: int
+
+
+@dataclass(frozen=True)
 class Move:
     channel: str
     previous: int | None
@@ -145,6 +159,7 @@ class ClusterKeys:
         self.assign = self.root + "assign/"
         self.status = self.root + "status/"
         self.drain = self.root + "drain/"
+        self.released = self.root + "released/"
         self.moves = self.root + "moves/"
 
     def node(self, node_id: int) -> str:

@@ -12,6 +12,7 @@ from streamwal.cluster.records import (
     Drain,
     Move,
     NodeRecord,
+    Release,
     decode,
 )
 from streamwal.cluster.store import ClusterStore, Entry
@@ -36,6 +37,8 @@ class ClusterView:
     assignment_revisions: dict[str, int] = field(default_factory=dict)
     statuses: dict[str, ChannelStatus] = field(default_factory=dict)
     drains: dict[int, Drain] = field(default_factory=dict)
+    #: per channel: the last release written, and its mod revision
+    releases: dict[str, tuple[Release, int]] = field(default_factory=dict)
     moves: list[tuple[str, Move]] = field(default_factory=list)
 
     def draining(self) -> set[int]:
@@ -58,6 +61,23 @@ class ClusterView:
             and status.state == "serving"
             and status.node == assignment.node
             and status.assignment_revision == self.assignment_revisions.get(channel)
+        )
+
+    def released(self, channel: str) -> bool:
+        """The channel's previous owner has let go of it: there is none, it is gone
+        (no live record), or it said it closed the channel after this assignment was
+        written. Until then the new owner holds back its fence (:class:`Release`)."""
+        assignment = self.assignments.get(channel)
+        if assignment is None:
+            return True
+        previous = assignment.previous
+        if previous is None or previous == assignment.node or previous not in self.nodes:
+            return True
+        held = self.releases.get(channel)
+        return (
+            held is not None
+            and held[0].node == previous
+            and held[1] > self.assignment_revisions.get(channel, 0)
         )
 
     def ready_nodes(self) -> set[int]:
@@ -119,5 +139,8 @@ def _place(view: ClusterView, keys: ClusterKeys, entry: Entry) -> None:
     elif key.startswith(keys.drain):
         drain = decode(Drain, raw)
         view.drains[drain.node] = drain
+    elif key.startswith(keys.released):
+        release = decode(Release, raw)
+        view.releases[release.channel] = (release, entry.mod_revision)
     elif key.startswith(keys.moves):
         view.moves.append((key, decode(Move, raw)))

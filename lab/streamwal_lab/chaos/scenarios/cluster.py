@@ -20,6 +20,12 @@ and once the link heals it is ready again and takes channels back in steps.
 ``cluster-etcd-restart``: the cluster's own etcd is killed for less than the lease
 TTL and restarted; etcd renews leases on restart, so no node is seen lost and no
 channel moves, and appends resume.
+
+Every scenario ends with two rules of the cluster's moves: each channel that moved
+away from a node still live was released by it after the move (the new owner fences
+only then, or once ``grace_period_s`` ran out: those fences are counted), and the
+broker's health check answers ``ok`` (a fence that meets the old owner's close can
+deadlock it: docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.cluster import ClusterClient
 from streamwal.cluster.records import ClusterKeys, MoveReason
 from streamwal.cluster.store import ClusterStore
-from streamwal.cluster.view import ClusterView
+from streamwal.cluster.view import ClusterView, read_view
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.chaos.env import ChaosEnv, node_settings
 from streamwal_lab.chaos.nodes import NodeProcess, free_port
@@ -119,6 +126,45 @@ class _Cluster:
                 self.env.pulsar_url, writer.channel, acks=writer.acks, failures=writer.failures
             )
             result.absorb(writer.channel, report)
+        await self._check_releases(result)
+        await self._check_broker(result)
+        # fences that waited out the grace for a live old owner: allowed, but each is
+        # a fence that may meet that owner's close
+        result.figures["fences without the old owner's release"] = sum(
+            node.log_text().count("has not released channel") for node in self.nodes.values()
+        )
+
+    async def _check_releases(self, result: ScenarioResult, within_s: float = 5.0) -> None:
+        """Each channel moved away from a node that is live now was released by it
+        after the move; a node closing a channel it lost takes a poll or two."""
+        deadline = time.monotonic() + within_s
+        while True:
+            view = await read_view(self.store, self.keys)
+            unreleased = [c for c in self.channels if not view.released(c)]
+            if not unreleased or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        for channel in unreleased:
+            previous = view.assignments[channel].previous
+            result.expect(
+                False,
+                f"{channel}: moved from live node {previous}, which did not release it "
+                f"within {within_s:g}s",
+            )
+
+    async def _check_broker(self, result: ScenarioResult) -> None:
+        admin_url = self.env.broker_admin_url
+        if admin_url is None:
+            return
+        try:
+            answer = await PulsarAdmin(admin_url, timeout=15).get("brokers/health")
+        except Exception as exc:
+            answer = f"{type(exc).__name__}: {exc}"
+        result.expect(
+            answer == "ok",
+            f"the broker's health check answered {str(answer)[:300]!r} after the moves "
+            "(a fence meeting a close can deadlock it: docs/reliability.md)",
+        )
 
     async def close(self) -> None:
         for writer in self.writers:
