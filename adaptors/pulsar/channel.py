@@ -152,6 +152,7 @@ class PulsarBackendWAL:
         state = self._state
         timeout = state.config.operation_timeout_s
         try:
+            await self._takeover.settle()
             await self._readers.close()
             await self._watch.aclose()
             await self._readback.close()

@@ -173,6 +173,16 @@ class Takeover:
                     raise
                 await asyncio.sleep(_WRITER_RETRY_S)
 
+    async def settle(self) -> None:
+        """Wait until every creation given up on has ended and what it made is closed
+        (bounded as a next creation's wait is): the channel's close waits for this, so
+        once a channel is closed here nothing of it is made or closed on the topic
+        after, when a new owner may be fencing (see the module)."""
+        reapers = list(self._reapers)
+        if reapers:
+            bound = _SETTLE_TIMEOUTS * self._state.config.operation_timeout_s + 1
+            await asyncio.wait(reapers, timeout=bound)
+
     async def _create_producer(self, **options: Any) -> Any:
         """A producer of the topic, once every earlier creation given up on has ended
         (see the module); a creation this one gives up on goes to a reaper."""
