@@ -111,14 +111,20 @@ async def test_a_creation_still_unanswered_holds_the_next_try_back() -> None:
     assert topic.started == 1 and not topic.producers
 
 
-async def test_a_cancelled_open_leaves_no_producer_on_the_topic() -> None:
-    topic = _Topic(delays=[0.3])
+async def _cancelled_open(topic: _Topic) -> PulsarBackendWAL:
+    """A channel whose open was cancelled 0.1 s in, while its fence was unanswered."""
     channel = _channel(topic)
     opening = asyncio.create_task(channel.ensure_writable())
     await asyncio.sleep(0.1)
     opening.cancel()
     with pytest.raises(asyncio.CancelledError):
         await opening
+    return channel
+
+
+async def test_a_cancelled_open_leaves_no_producer_on_the_topic() -> None:
+    topic = _Topic(delays=[0.3])
+    await _cancelled_open(topic)
     await asyncio.sleep(0.5)
     (late,) = topic.created
     assert late.closed and not topic.producers
@@ -128,12 +134,7 @@ async def test_closing_a_channel_waits_for_what_a_cancelled_open_made() -> None:
     # a cluster's new owner fences once the old owner's close returned: nothing of the
     # old owner's may be made or closed on the topic after that (docs/reliability.md)
     topic = _Topic(delays=[0.3])
-    channel = _channel(topic)
-    opening = asyncio.create_task(channel.ensure_writable())
-    await asyncio.sleep(0.1)
-    opening.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await opening
+    channel = await _cancelled_open(topic)
     await channel.close()
     (late,) = topic.created
     assert late.closed and not topic.producers
