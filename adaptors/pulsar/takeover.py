@@ -176,8 +176,9 @@ class Takeover:
     async def settle(self) -> None:
         """Wait until every creation given up on has ended and what it made is closed
         (bounded as a next creation's wait is): the channel's close waits for this, so
-        once a channel is closed here nothing of it is made or closed on the topic
-        after, when a new owner may be fencing (see the module)."""
+        a close that ends within its callers' bounds leaves nothing of this channel to
+        be made or closed on the topic later, when a new owner may be fencing (see the
+        module)."""
         reapers = list(self._reapers)
         if reapers:
             bound = _SETTLE_TIMEOUTS * self._state.config.operation_timeout_s + 1

@@ -20,14 +20,16 @@ alone keeps the log safe, this keeps the broker up. The old owner writes its rel
 once the channel is closed here, and for a channel that moved away from it that it
 never held (it restarted, or never opened it), so the new owner need not wait; a node
 still waiting for its own predecessor when the channel moves on releases once that
-wait ends, so a chain of quick moves keeps the order. Channels that moved away are
-closed side by side: a drain's last release is not held up by every close before it.
+wait ends, so a chain of quick moves keeps the order. Each channel that moved away
+is closed in a task of its own: neither a drain's last release nor the node's other
+channels wait for a slow close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -89,6 +91,8 @@ class Follower:
         #: channels this node opened because the plan said so, by assignment revision
         self._followed: dict[str, int] = {}
         self._opening: dict[str, asyncio.Task[None]] = {}
+        #: channels that moved away, being closed here (then released)
+        self._letting_go: dict[str, asyncio.Task[None]] = {}
         self._reported: dict[str, tuple[str, int, int]] = {}
         #: per channel: (assignment revision, first failure ms, failures) while failing
         self._failing: dict[str, tuple[int, int, int]] = {}
@@ -104,7 +108,11 @@ class Follower:
         if self._closed:
             return
         self._closed = True
-        tasks = [t for t in (self._task, *self._opening.values()) if t is not None]
+        tasks = [
+            t
+            for t in (self._task, *self._opening.values(), *self._letting_go.values())
+            if t is not None
+        ]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -129,8 +137,8 @@ class Follower:
         open_here = {w.channel: w for w in self._channels.channels()}
         for channel, assignment in mine.items():
             revision = view.assignment_revisions[channel]
-            if channel in self._opening:
-                continue
+            if channel in self._opening or channel in self._letting_go:
+                continue  # an open runs, or the channel came back while closing here
             wal = open_here.get(channel)
             if wal is not None and not wal.is_fenced:
                 self._followed[channel] = revision
@@ -143,19 +151,19 @@ class Follower:
             )
         for channel in [c for c in self._cleared if c not in mine]:
             del self._cleared[channel]
-        # an open still running counts too: finishing it would fence the new owner; the
-        # channels are closed side by side, so a drain's last one is not kept waiting
-        moved = [c for c in set(self._followed) | set(self._opening) if c not in mine]
-        released: set[str] = set()
-        outcomes = await asyncio.gather(
-            *(self._let_go(view, c, self._opening.pop(c, None), released) for c in moved),
-            return_exceptions=True,
-        )
-        for channel, outcome in zip(moved, outcomes, strict=True):
-            if isinstance(outcome, UnavailableError):  # its release is written next step
-                _log.debug("cluster: release of %s not written: %s", channel, outcome)
-            elif isinstance(outcome, BaseException):
-                _log.warning("cluster: letting go of %s failed: %r", channel, outcome)
+        # an open still running counts too: finishing it would fence the new owner. Each
+        # channel is closed in a task of its own, so neither a drain's last release nor
+        # this node's other channels wait for a slow close
+        for channel in [c for c in set(self._followed) | set(self._opening) if c not in mine]:
+            self._followed.pop(channel, None)
+            self._reported.pop(channel, None)
+            self._failing.pop(channel, None)
+            task = asyncio.create_task(
+                self._let_go(view, channel, self._opening.pop(channel, None)),
+                name=f"cluster-let-go-{channel}",
+            )
+            self._letting_go[channel] = task
+            task.add_done_callback(functools.partial(self._let_go_done, channel))
         # a wait for an earlier owner that outlived this node's assignment: this
         # node's own release follows it (the owner after this one waits for that)
         for channel, wait in list(self._awaiting.items()):
@@ -166,20 +174,13 @@ class Follower:
         # what moved away from here without being held here (a restart, an open that
         # never began) is released too, so its new owner does not wait it out
         for channel in view.assignments:
-            if channel not in released and self._owes_release(view, channel):
+            if channel not in self._letting_go and self._owes_release(view, channel):
                 await self._release(channel)
 
     async def _let_go(
-        self,
-        view: ClusterView,
-        channel: str,
-        opening: asyncio.Task[None] | None,
-        released: set[str],
+        self, view: ClusterView, channel: str, opening: asyncio.Task[None] | None
     ) -> None:
         """Close a channel that moved away (or its open), then say so if owed."""
-        self._followed.pop(channel, None)
-        self._reported.pop(channel, None)
-        self._failing.pop(channel, None)
         if opening is not None:
             opening.cancel()
             with contextlib.suppress(asyncio.CancelledError, StreamwalError):
@@ -189,7 +190,17 @@ class Follower:
         _log.info("cluster: channel %s moved away from node %d; closed", channel, self._node_id)
         if self._owes_release(view, channel):
             await self._release(channel)
-            released.add(channel)
+
+    def _let_go_done(self, channel: str, task: asyncio.Task[None]) -> None:
+        if self._letting_go.get(channel) is task:
+            del self._letting_go[channel]
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, UnavailableError):  # its release is written on a later step
+            _log.debug("cluster: release of %s not written: %s", channel, exc)
+        elif exc is not None:
+            _log.warning("cluster: letting go of %s failed: %r", channel, exc)
 
     def _owes_release(self, view: ClusterView, channel: str) -> bool:
         assignment = view.assignments.get(channel)

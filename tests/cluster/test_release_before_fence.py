@@ -49,12 +49,15 @@ class _Channels:
         self._close_s = close_s
         self._open: dict[str, _Wal] = {}
         self.fail_opens = 0
+        #: channel -> when its first open began
+        self.opened: dict[str, float] = {}
 
     def channels(self) -> list[_Wal]:
         return list(self._open.values())
 
     async def assign(self, channel: str) -> None:
         self._events.append((self._node, "open", time.monotonic()))
+        self.opened.setdefault(channel, time.monotonic())
         if self.fail_opens:
             self.fail_opens -= 1
             raise UnavailableError("the broker did not answer (a test's)")
@@ -94,10 +97,10 @@ class _Cluster:
         await follower.start()
         return channels
 
-    async def assign(self, node: int, previous: int | None) -> float:
+    async def assign(self, node: int, previous: int | None, channel: str = CHANNEL) -> float:
         """Write the assignment as a balancer would; when it was written."""
-        assignment = Assignment(CHANNEL, node, 1, "test", now_ms(), previous)
-        await self.store.put(self.keys.assign + CHANNEL, encode(assignment))
+        assignment = Assignment(channel, node, 1, "test", now_ms(), previous)
+        await self.store.put(self.keys.assign + channel, encode(assignment))
         return time.monotonic()
 
     async def opened_on(self, node: int, within_s: float = 10.0, times: int = 1) -> float:
@@ -248,3 +251,25 @@ async def test_an_open_that_failed_is_tried_again_without_waiting_again(cluster:
 
     # the retry comes after the follower's pause (1 s), not after another wait
     assert second - first < 1.8
+
+
+async def test_a_slow_close_holds_up_no_other_channel_of_the_node(cluster: _Cluster) -> None:
+    await cluster.node(1)
+    await cluster.node(2)
+    channels = await cluster.follow(1, close_s=3.0)
+    await cluster.follow(2)
+    await cluster.assign(1, None)
+    await cluster.opened_on(1)
+
+    await cluster.assign(2, previous=1)
+    await asyncio.sleep(0.3)  # node 1 is closing the moved channel now
+    other_at = await cluster.assign(1, None, channel="other")
+    deadline = time.monotonic() + 10
+    while "other" not in channels.opened and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+    # and the moved channel still waited for the slow close
+    moved_opened_at = await cluster.opened_on(2)
+    assert moved_opened_at > cluster.at(1, "closed")
+    assert channels.opened["other"] - other_at < 1.0
+    assert channels.opened["other"] < cluster.at(1, "closed")
