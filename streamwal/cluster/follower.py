@@ -226,8 +226,7 @@ class Follower:
             return "previous_gone"
         if not old_owner.ready:  # it cannot reach the broker to close anything there
             return "previous_not_ready"
-        held = view.releases.get(channel)
-        if held is not None and held[0].node == wait.previous and held[1] > wait.revision:
+        if view.released_by(channel, wait.previous, wait.revision):
             return "released"
         if time.monotonic() - wait.since >= self._grace:
             return "timed_out"

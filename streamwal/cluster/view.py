@@ -73,12 +73,12 @@ class ClusterView:
         previous = assignment.previous
         if previous is None or previous == assignment.node or previous not in self.nodes:
             return True
+        return self.released_by(channel, previous, self.assignment_revisions.get(channel, 0))
+
+    def released_by(self, channel: str, node: int, revision: int) -> bool:
+        """``node`` released ``channel`` after etcd revision ``revision``."""
         held = self.releases.get(channel)
-        return (
-            held is not None
-            and held[0].node == previous
-            and held[1] > self.assignment_revisions.get(channel, 0)
-        )
+        return held is not None and held[0].node == node and held[1] > revision
 
     def ready_nodes(self) -> set[int]:
         """Live nodes that can take channels (they reached their broker)."""
