@@ -104,15 +104,21 @@ class Follower:
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="cluster-follower")
 
-    async def close(self) -> None:
+    async def close(self, let_go_s: float = 0.0) -> None:
+        """Stop following. Channels still being let go of get up to ``let_go_s`` to
+        close and write their releases (a clean leave: their new owners then need not
+        wait out the grace); whatever is left after that is cancelled."""
         if self._closed:
             return
         self._closed = True
-        tasks = [
-            t
-            for t in (self._task, *self._opening.values(), *self._letting_go.values())
-            if t is not None
-        ]
+        if self._task is not None:  # no step starts another open or let-go from here
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        letting_go = [t for t in self._letting_go.values() if not t.done()]
+        if letting_go and let_go_s > 0:
+            await asyncio.wait(letting_go, timeout=let_go_s)
+        tasks = [*self._opening.values(), *self._letting_go.values()]
         for task in tasks:
             task.cancel()
         for task in tasks:

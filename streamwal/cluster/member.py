@@ -4,7 +4,12 @@ Start: register (a duplicate live node id fails the start), then follow, then
 campaign. Leave (a clean stop): ask for this node to be drained and wait, within
 ``wait_s``, until its channels serve elsewhere, so a rolling restart moves channels
 while this node still serves them instead of after a lease TTL and a grace period;
-then stop following and revoke the lease, which also ends a balancer term it held.
+then stop following and balancing. Close: revoke the lease, which also ends a balancer
+term it held. The node closes the channels a drain could not move between the two.
+Revoking first gave those channels to other nodes at once (their old owner gone), and
+their fences met this node's closing producers: the broker deadlock in
+docs/reliability.md, "Known limits". While the record lives, a channel moved from this
+node waits for its release or the grace period, as any move does.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class ClusterMember:
                 interval_s=settings.round_interval_s,
                 open_failure_bound_s=settings.open_failure_bound_s,
             )
+        self._left = False
         self._closed = False
 
     @property
@@ -94,17 +100,25 @@ class ClusterMember:
         await self._session.update(record)
 
     async def leave(self, wait_s: float) -> None:
-        """Drain this node (bounded by ``wait_s``), then :meth:`close`."""
-        if self._closed:
+        """Drain this node and stop taking part, within ``wait_s`` in all; the lease
+        (and the node's record) stays until :meth:`close`."""
+        if self._closed or self._left:
             return
-        if self._session.lease_id is None:  # never registered (or the lease is gone)
-            await self.close()
+        deadline = time.monotonic() + wait_s
+        if self._session.lease_id is not None:  # registered, and the lease still lives
+            try:
+                await self._drain_self(wait_s)
+            except (UnavailableError, ClosedError) as exc:
+                _log.warning("cluster: leaving without a drain: %s", exc)
+        await self._stop_taking_part(max(0.0, deadline - time.monotonic()))
+
+    async def _stop_taking_part(self, let_go_s: float = 0.0) -> None:
+        if self._left:
             return
-        try:
-            await self._drain_self(wait_s)
-        except (UnavailableError, ClosedError) as exc:
-            _log.warning("cluster: leaving without a drain: %s", exc)
-        await self.close()
+        self._left = True
+        if self._balancer is not None:
+            await self._balancer.close()
+        await self._follower.close(let_go_s)
 
     async def _drain_self(self, wait_s: float) -> None:
         record = self._session.record
@@ -131,9 +145,7 @@ class ClusterMember:
         if self._closed:
             return
         self._closed = True
-        if self._balancer is not None:
-            await self._balancer.close()
-        await self._follower.close()
+        await self._stop_taking_part()
         await self._session.close()
         with contextlib.suppress(UnavailableError, ClosedError):
             await self._store.delete(self._keys.drain + str(self._session.record.id), timeout=1.0)

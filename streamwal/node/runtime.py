@@ -12,9 +12,11 @@ balancer gives it none: a node with a wrong broker URL serves nothing rather tha
 holding channels it cannot open. It keeps trying, with a growing pause.
 
 Stop order (bounded at each step): a cluster node first
-drains itself and leaves (its channels move while it still serves them); health NOT_SERVING and
-stop accepting; let in-flight RPCs finish within the grace period; close every WAL
-(each waits for its in-flight appends); close the opener; close the TSO.
+drains itself and stops following (its channels move while it still serves them); health
+NOT_SERVING and stop accepting; let in-flight RPCs finish within the grace period; close
+every WAL (each waits for its in-flight appends); a cluster node then gives up its lease,
+so the channels a drain could not move go to other nodes once they are closed here
+(:mod:`streamwal.cluster.member` says why); close the opener; close the TSO.
 
 In-process TSO on several nodes: each node campaigns; start-up waits until either
 this node serves or another one is known to lead. A node that does not lead takes
@@ -430,11 +432,16 @@ class Node:
         if self._cluster is not None:
             # still serving: the channels move while clients can reach them here
             await self._cluster.leave(grace)
-        await self._health.enter_graceful_shutdown()
-        if self._server is not None:
-            await self._server.stop(grace)
-        if self._channels is not None:
-            await self._channels.close()
+        try:
+            await self._health.enter_graceful_shutdown()
+            if self._server is not None:
+                await self._server.stop(grace)
+            if self._channels is not None:
+                await self._channels.close()
+        finally:
+            if self._cluster is not None:
+                # only now: the channels a drain could not move are closed
+                await self._cluster.close()
         if self._opener is not None:
             await self._opener.close()
         if self._remote is not None:

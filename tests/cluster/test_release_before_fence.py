@@ -273,3 +273,31 @@ async def test_a_slow_close_holds_up_no_other_channel_of_the_node(cluster: _Clus
     assert moved_opened_at > cluster.at(1, "closed")
     assert channels.opened["other"] - other_at < 1.0
     assert channels.opened["other"] < cluster.at(1, "closed")
+
+
+@pytest.mark.parametrize("let_go_s", [0.0, 3.0])
+async def test_a_follower_stopped_mid_close_finishes_it_and_releases_when_given_time(
+    cluster: _Cluster, let_go_s: float
+) -> None:
+    # a node leaving (docs/deploy.md) stops following while a moved channel still closes
+    await cluster.node(1)
+    await cluster.node(2)
+    await cluster.follow(1, close_s=1.0)
+    await cluster.assign(1, None)
+    await cluster.opened_on(1)
+    await cluster.assign(2, previous=1)
+    deadline = time.monotonic() + 5.0
+    while not any(what == "closing" for _, what, _ in cluster.events):
+        assert time.monotonic() < deadline, cluster.events
+        await asyncio.sleep(0.01)
+
+    await cluster.followers[0].close(let_go_s)
+
+    closed = any(who == 1 and what == "closed" for who, what, _ in cluster.events)
+    release = await cluster.release()
+    if let_go_s:
+        assert closed, cluster.events
+        assert release is not None and release.node == 1
+    else:  # cut short, as before a leave: the new owner waits for the grace instead
+        assert not closed, cluster.events
+        assert release is None
