@@ -29,7 +29,7 @@ from streamwal.adaptors.pulsar.state import ChannelState
 from streamwal.adaptors.pulsar.takeover import BeforeFirstWrite, PrepareTopic, Takeover
 from streamwal.errors import QuotaExceededError
 from streamwal.wal.backend import AccessMode, DeliveryPolicy
-from streamwal.wal.chunking import entry_budget
+from streamwal.wal.chunking import MIN_ENTRY_BYTES, entry_budget
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.retention_contract import Checkpoint, RetentionState
 
@@ -48,6 +48,9 @@ class PulsarBackendWAL:
     #: the largest entry the broker takes (the opener's reading of its
     #: ``maxMessageSize``); ``None``: the configured ``max_message_size``
     message_size_limit: Callable[[], int] | None = None
+    #: what :attr:`max_entry_bytes` never goes below (:func:`entry_budget`'s floor),
+    #: so the chunking layer need not ask for the live limit of a smaller append
+    min_entry_bytes = MIN_ENTRY_BYTES
 
     def __init__(
         self,

@@ -106,10 +106,14 @@ def entry_budget(limit: int, reserve: int) -> int:
 
 
 def properties_size(properties: Mapping[str, str]) -> int:
-    """The bytes ``properties`` add to an entry, as :func:`split` counts them."""
-    return sum(len(k) + len(v) for k, v in properties.items()) + _PROPERTY_OVERHEAD * len(
-        properties
-    )
+    """The bytes ``properties`` add to an entry, as :func:`split` counts them.
+
+    A plain loop: it runs for every append, and a generator under ``sum`` costs half as
+    much again."""
+    size = _PROPERTY_OVERHEAD * len(properties)
+    for key, value in properties.items():
+        size += len(key) + len(value)
+    return size
 
 
 def split(
@@ -345,7 +349,10 @@ class ChunkingBackend:
     """A :class:`~streamwal.wal.backend.BackendWAL` that chunks what its backend's
     ``max_entry_bytes`` cannot take in one entry and rebuilds chunks on every read.
 
-    A backend without ``max_entry_bytes`` (or with ``None``) is written to as it is.
+    A backend without ``max_entry_bytes`` (or with ``None``) is written to as it is. A
+    backend whose limit can change but never falls below a floor says so with
+    ``min_entry_bytes``: a message within the floor then goes through without asking
+    for the live limit, which costs a few calls per append on the hot path.
     Everything else the backend offers (retention, quota explanations, ...) is reached
     through this object unchanged.
 
@@ -365,6 +372,9 @@ class ChunkingBackend:
         )
         self._draining = False
         self._closed = False
+        floor = getattr(inner, "min_entry_bytes", None)
+        #: what always fits one entry of the backend, whatever its limit is at the time
+        self._fits_always = floor if isinstance(floor, int) else 0
 
     @property
     def inner(self) -> BackendWAL:
@@ -389,6 +399,9 @@ class ChunkingBackend:
     def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
         if self._pending is not None or self._waiting:
             self._waiting.append((payload, properties, done))
+            return
+        if len(payload) + properties_size(properties) <= self._fits_always:
+            self._inner.submit(payload, properties, done)
             return
         self._submit_now(payload, properties, done)
 

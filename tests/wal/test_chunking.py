@@ -7,19 +7,24 @@ from __future__ import annotations
 import asyncio
 import os
 import zlib
+from collections.abc import Mapping
 
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener
 from streamwal.adaptors.memory.backend import MemoryMessageId
+from streamwal.adaptors.pulsar.channel import ENVELOPE_RESERVE, PulsarBackendWAL
 from streamwal.errors import ChannelFencedError, CorruptedChunkError, InvalidInputError
 from streamwal.wal import DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage
-from streamwal.wal.backend import BackendMessage
+from streamwal.wal.backend import AppendCallback, BackendMessage
 from streamwal.wal.chunking import (
     KEY_CHUNK_CRC,
     KEY_CHUNK_ID,
     KEY_CHUNK_INDEX,
+    MIN_ENTRY_BYTES,
     ChunkAssembler,
+    ChunkingBackend,
+    entry_budget,
     reassemble,
     split,
 )
@@ -292,3 +297,52 @@ def test_log_messages_decode_chunks_only_after_reassembly(store: MemoryLogStore)
         decode(entries[0], MemoryMessageId.from_bytes)
     (whole,) = reassemble("ch", entries)
     assert decode(whole, MemoryMessageId.from_bytes).type is MessageType.INSERT
+
+
+class _FloorBackend:
+    """A backend whose entry limit changes but never falls below ``min_entry_bytes``;
+    it counts how often the chunking layer asks for the limit."""
+
+    channel = "floor"
+    min_entry_bytes = 4096
+
+    def __init__(self) -> None:
+        self.limit = 8192
+        self.asked = 0
+        self.entries: list[bytes] = []
+
+    @property
+    def max_entry_bytes(self) -> int:
+        self.asked += 1
+        return self.limit
+
+    def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
+        self.entries.append(payload)
+        done(MemoryMessageId(len(self.entries)), None)
+
+
+def test_an_append_within_the_backends_floor_skips_the_live_limit() -> None:
+    """The floor spares small appends the limit's lookup; anything larger is still
+    measured against the limit of the moment, so a lowered limit still chunks."""
+    inner = _FloorBackend()
+    backend = ChunkingBackend(inner)  # type: ignore[arg-type]
+    answers: list[tuple[object, BaseException | None]] = []
+
+    def done(message_id: object, error: BaseException | None) -> None:
+        answers.append((message_id, error))
+
+    backend.submit(bytes(4000), {"k": "v"}, done)
+    assert inner.asked == 0 and len(inner.entries) == 1
+    backend.submit(bytes(6000), {}, done)  # above the floor, within the limit: whole
+    assert inner.asked == 1 and len(inner.entries) == 2
+    inner.limit = 5000  # the broker's limit went down
+    backend.submit(bytes(6000), {}, done)
+    assert inner.asked == 2 and len(inner.entries) == 4  # two chunks
+    assert all(error is None for _, error in answers) and len(answers) == 3
+
+
+def test_a_pulsar_channels_entry_limit_never_goes_below_its_floor() -> None:
+    """What lets the chunking layer trust ``min_entry_bytes`` for Pulsar channels."""
+    assert PulsarBackendWAL.min_entry_bytes == MIN_ENTRY_BYTES
+    for broker_limit in (1, 64 * 1024, MIN_ENTRY_BYTES, 5 * 1024 * 1024):
+        assert entry_budget(broker_limit, ENVELOPE_RESERVE) >= PulsarBackendWAL.min_entry_bytes
