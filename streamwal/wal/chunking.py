@@ -400,16 +400,17 @@ class ChunkingBackend:
         if self._pending is not None or self._waiting:
             self._waiting.append((payload, properties, done))
             return
-        if len(payload) + properties_size(properties) <= self._fits_always:
-            self._inner.submit(payload, properties, done)
-            return
         self._submit_now(payload, properties, done)
 
     def _submit_now(
         self, payload: bytes, properties: Mapping[str, str], done: AppendCallback
     ) -> None:
+        size = len(payload) + properties_size(properties)
+        if size <= self._fits_always:
+            self._inner.submit(payload, properties, done)
+            return
         limit = self.max_entry_bytes
-        if limit is None or len(payload) + properties_size(properties) <= limit:
+        if limit is None or size <= limit:
             self._inner.submit(payload, properties, done)
             return
         try:

@@ -13,7 +13,6 @@ import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener
 from streamwal.adaptors.memory.backend import MemoryMessageId
-from streamwal.adaptors.pulsar.channel import ENVELOPE_RESERVE, PulsarBackendWAL
 from streamwal.errors import ChannelFencedError, CorruptedChunkError, InvalidInputError
 from streamwal.wal import DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.backend import AppendCallback, BackendMessage
@@ -21,10 +20,8 @@ from streamwal.wal.chunking import (
     KEY_CHUNK_CRC,
     KEY_CHUNK_ID,
     KEY_CHUNK_INDEX,
-    MIN_ENTRY_BYTES,
     ChunkAssembler,
     ChunkingBackend,
-    entry_budget,
     reassemble,
     split,
 )
@@ -339,10 +336,3 @@ def test_an_append_within_the_backends_floor_skips_the_live_limit() -> None:
     backend.submit(bytes(6000), {}, done)
     assert inner.asked == 2 and len(inner.entries) == 4  # two chunks
     assert all(error is None for _, error in answers) and len(answers) == 3
-
-
-def test_a_pulsar_channels_entry_limit_never_goes_below_its_floor() -> None:
-    """What lets the chunking layer trust ``min_entry_bytes`` for Pulsar channels."""
-    assert PulsarBackendWAL.min_entry_bytes == MIN_ENTRY_BYTES
-    for broker_limit in (1, 64 * 1024, MIN_ENTRY_BYTES, 5 * 1024 * 1024):
-        assert entry_budget(broker_limit, ENVELOPE_RESERVE) >= PulsarBackendWAL.min_entry_bytes
