@@ -3,8 +3,8 @@ requests, each method's handler wrapped once for the server's life.
 
 OpenTelemetry's generic ``aio_server_interceptor`` rebuilt every handler on every call,
 split the method name in its filter, and proxied the servicer context to learn the
-status: costs every small ``Produce`` paid (docs/history/performance.md, "The node's
-own server interceptor").
+status: costs every small ``Produce`` paid (docs/performance.md, "What the design
+choices save").
 This does the same observable job with less work per call:
 
 - the W3C trace context (and baggage: the global propagator) is read from the call's
