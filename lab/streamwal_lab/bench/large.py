@@ -1,6 +1,6 @@
 """The large-messages suite: MB/s of messages larger than the broker takes in one entry.
 
-Issue 32: a message over the broker's ``maxMessageSize`` (5 MiB on a stock broker) is
+A message over the broker's ``maxMessageSize`` (5 MiB on a stock broker) is
 written as consecutive chunk records (:mod:`streamwal.wal.chunking`), each sent only
 once the one before it is persisted. What that costs is measured against the
 raw producer writing the same bytes as ``raw_message_bytes`` messages (1 MiB by

@@ -3,7 +3,7 @@
 
 The other chaos traffic drives raw stubs and never retries, so it checks the node;
 these check the clients' own retries: an append's answer must be the strongest of
-all its tries (issue 25: a client that judges an append by its last try answers
+all its tries (a client that judges an append by its last try answers
 "not written" for one whose lost-answer try landed, hands its number back, and the
 next append is acknowledged at that one's position and never written). Each
 writer is one kind of call with one retry budget, down to a single try; every

@@ -6,7 +6,7 @@ most ``limit`` of them (the oldest go first), and nothing once the block is left
 Why not an exporter added for good: the SDK cannot remove a span processor, and an
 in-memory exporter left on the global provider keeps every span the process ends from
 then on: a test session that ran one scenario needing spans would keep every append
-of every later test (issue 26; how much memory that took: docs/testing.md). So one
+of every later test (how much memory that takes: docs/testing.md). So one
 processor is installed once per process, and it hands spans only to the captures
 open at that moment: none open, nothing is kept.
 """

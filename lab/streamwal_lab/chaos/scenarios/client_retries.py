@@ -1,6 +1,6 @@
 """The clients' own retries through lost answers and kill -9: every answer holds.
 
-What it guards against (issue 25): a client that judges an append by its last try
+What it guards against: a client that judges an append by its last try
 answers "not written" for an append whose first try landed (answer lost) and whose
 retry found the node unreachable; it hands the number back, the next append goes out
 with it and is acknowledged at the first one's position, and never written. This

@@ -1,6 +1,6 @@
 """Large messages under kill -9 of the owner and takeovers timed between their chunks.
 
-Issue 32: a message larger than the broker's ``maxMessageSize`` is written as
+A message larger than the broker's ``maxMessageSize`` is written as
 consecutive chunk records, acknowledged once the last one is persisted, and a new
 owner's first time tick ends a sequence its predecessor left unfinished. What could
 go wrong is exactly what this scenario aims at: an owner that dies or is fenced after
