@@ -11,7 +11,7 @@ the log is read on from the last position this owner placed. Every entry there i
 this owner's (an exclusive producer, and the interleaving guard held up to that
 position), in send order, so the next entries must hold these appends' payloads:
 their ids are taken from there. If the log does not hold them there (it ends first,
-or holds something else), they are answered with an unknown position, as before.
+or holds something else), they are answered with an unknown position.
 
 A read that fails or hangs on the way (a reader subscribing while its topic moves
 between brokers can wait for ever for an answer the old owner never sends) starts over
