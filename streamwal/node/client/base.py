@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import grpc
-
 from streamwal.errors import StreamwalError
 from streamwal.node.client.answers import BatchProduceError
 from streamwal.node.client.retries import give_up
@@ -23,14 +21,12 @@ __all__ = ["Numbering", "batch_request"]
 
 
 class Numbering:
-    """A client's channel, deadline, retry budget and producer identity, and the
+    """What a client's calls share, its stub, deadline and producer identity, and the
     numbering of appends by that identity (``producer``; ``None``: not numbered)."""
 
     producer: ProducerIdentity | None
-    _channel: grpc.aio.Channel
     _stub: pb_grpc.StreamingNodeStub
     _timeout: float
-    _retries: int
 
     def _numbered(self, pchannel: str) -> tuple[int, int] | None:
         producer = self.producer
