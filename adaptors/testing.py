@@ -1,4 +1,4 @@
-"""The backend contract's conformance suite, run against every backend.
+"""The backend contract's conformance suite, shipped for every backend to run.
 
 A backend fixture yields a ``BackendHarness``: two openers on the same log store
 (two nodes) plus a way to read the raw log. The same assertions then hold for the
@@ -10,6 +10,11 @@ under pytest with pytest-asyncio in auto mode)::
         @pytest.fixture
         def harness(self) -> BackendHarness:
             return BackendHarness(node_a=..., node_b=..., channel=..., ...)
+
+It is part of the product, so it imports no test runner: a failed check raises
+``AssertionError`` (through :func:`raises` where an error is the expected answer),
+which any runner reports, and each check is a plain coroutine method another runner
+can await with a harness.
 """
 
 from __future__ import annotations
@@ -17,11 +22,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-
-import pytest
 
 from streamwal.errors import ChannelFencedError, ClosedError, InvalidInputError
 from streamwal.wal.backend import (
@@ -34,7 +38,15 @@ from streamwal.wal.backend import (
 )
 from streamwal.wal.message_id import MessageId
 
-__all__ = ["BackendHarness", "ConformanceSuite", "append_many", "read_all", "take", "writable"]
+__all__ = [
+    "BackendHarness",
+    "ConformanceSuite",
+    "append_many",
+    "raises",
+    "read_all",
+    "take",
+    "writable",
+]
 
 
 @dataclass
@@ -44,6 +56,17 @@ class BackendHarness:
     channel: Callable[[], str]
     max_message_size: int
     foreign_id: MessageId
+
+
+@contextmanager
+def raises(expected: type[BaseException]) -> Iterator[None]:
+    """Fail unless the block raises ``expected`` (or a subclass), as
+    ``pytest.raises`` would: the product must import without a test runner."""
+    try:
+        yield
+    except expected:
+        return
+    raise AssertionError(f"did not raise {expected.__name__}")
 
 
 async def take(scanner: object, count: int, timeout: float = 10.0) -> list[BackendMessage]:
@@ -201,13 +224,13 @@ class ConformanceSuite:
         a = await writable(harness.node_a, channel)
         acked_a = await append_many(a, "a", 10)
         b = await writable(harness.node_b, channel)
-        with pytest.raises(ChannelFencedError):
+        with raises(ChannelFencedError):
             await append_entry(a, b"a-late", {})
         # fenced for good: every later append and re-open of the writer fails fast
         for _ in range(3):
-            with pytest.raises(ChannelFencedError):
+            with raises(ChannelFencedError):
                 await append_entry(a, b"a-later", {})
-        with pytest.raises(ChannelFencedError):
+        with raises(ChannelFencedError):
             await a.ensure_writable()
         acked_b = await append_many(b, "b", 5)
         entries = await read_all(harness.node_b, channel, 15)
@@ -242,7 +265,7 @@ class ConformanceSuite:
         for term, opener in enumerate(owners):
             wal = first if term == 0 else await writable(opener, channel)
             if previous is not None:
-                with pytest.raises(ChannelFencedError):
+                with raises(ChannelFencedError):
                     await append_entry(previous, f"late-{term - 1}".encode(), {})
                 await previous.close()
             if term == 2:  # a reader that starts mid-way, from an acknowledged entry
@@ -277,17 +300,17 @@ class ConformanceSuite:
 
     async def test_bad_inputs_are_typed(self, harness: BackendHarness) -> None:
         for bad in ["", "has space", "a/b", "x" * 300, "-leading"]:
-            with pytest.raises(InvalidInputError):
+            with raises(InvalidInputError):
                 await harness.node_a.open(bad, AccessMode.READ_WRITE)
         channel = harness.channel()
         wal = await writable(harness.node_a, channel)
-        with pytest.raises(InvalidInputError):
+        with raises(InvalidInputError):
             await append_entry(wal, b"x" * (harness.max_message_size + 1), {})
         await append_many(wal, "ok", 2)  # the oversized one broke nothing
-        with pytest.raises(InvalidInputError):
+        with raises(InvalidInputError):
             await wal.read(DeliveryPolicy.start_from(harness.foreign_id))
         read_only = await harness.node_b.open(channel, AccessMode.READ_ONLY)
-        with pytest.raises(InvalidInputError):
+        with raises(InvalidInputError):
             await read_only.ensure_writable()
         await read_only.close()
         await wal.close()
@@ -297,7 +320,7 @@ class ConformanceSuite:
         wal = await writable(harness.node_a, channel)
         bad = append_entry(wal, b"bad", {"k": 1})  # type: ignore[dict-item]
         good = append_entry(wal, b"good", {"k": "v"})  # same burst: must not be stranded
-        with pytest.raises(InvalidInputError):
+        with raises(InvalidInputError):
             await bad
         await good
         entries = await take(await wal.read(DeliveryPolicy.all()), 1)
@@ -326,9 +349,9 @@ class ConformanceSuite:
         wal = await writable(harness.node_a, channel)
         await wal.close()
         await wal.close()
-        with pytest.raises(ClosedError):
+        with raises(ClosedError):
             await append_entry(wal, b"x", {})
-        with pytest.raises(ClosedError):
+        with raises(ClosedError):
             await wal.read(DeliveryPolicy.all())
 
     async def test_closing_ends_a_pending_read_with_closed_error(
@@ -348,14 +371,14 @@ class ConformanceSuite:
         assert not pending_own.done() and not pending_by_channel.done()  # really waiting
 
         await own.close()
-        with pytest.raises(ClosedError):
+        with raises(ClosedError):
             await asyncio.wait_for(pending_own, 2)
-        with pytest.raises(ClosedError):
+        with raises(ClosedError):
             await own.__anext__()
         assert not pending_by_channel.done()  # the other scanner is not affected
 
         await wal.close()
-        with pytest.raises(ClosedError):
+        with raises(ClosedError):
             await asyncio.wait_for(pending_by_channel, 2)
-        with pytest.raises(ClosedError):
+        with raises(ClosedError):
             await by_channel.__anext__()

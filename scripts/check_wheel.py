@@ -5,19 +5,21 @@ the standard frontend (``python -m build``), checks that the wheel installs
 ``streamwal`` and nothing else at the top level, ships ``py.typed`` and the generated
 gRPC modules, and holds nothing of the lab (the developer tools are the other
 distribution, ``streamwal-lab`` in ``lab/``: no ``streamwal_lab`` or ``streamwal/tools``
-module, no Maven pom, no Go builder manifest), and builds the lab's wheel to check that
-those went there. It installs the wheel with no extra and without the lab into a new
-virtualenv and runs ``streamwal --help``, ``streamwal verify --help``, ``streamwal trace
---help`` and a script that opens a channel on the in-process backend through the public
-API (the library needs no extra); checks that ``streamwal serve`` names the extra it
-lacks and ``streamwal stack up`` the lab; then adds the ``node`` extra, runs ``streamwal
-serve --help`` and imports every module of the installed package, checking that none
-loads the lab. All from a folder outside the repository. Prints the wheel's size, the
-install times and the top-level names.
+module, no Maven pom, no Go builder manifest) and no module that imports a test runner
+(read with :mod:`ast`), and builds the lab's wheel to check that those went there. It
+installs the wheel with no extra and without the lab into a new virtualenv and runs
+``streamwal --help``, ``streamwal verify --help``, ``streamwal trace --help`` and a
+script that opens a channel on the in-process backend through the public API (the
+library needs no extra); checks that ``streamwal serve`` names the extra it lacks and
+``streamwal stack up`` the lab; then adds the ``node`` extra, runs ``streamwal serve
+--help`` and imports every module of the installed package, checking that none loads the
+lab. All from a folder outside the repository. Prints the wheel's size, the install
+times and the top-level names.
 """
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import tempfile
@@ -41,6 +43,8 @@ REQUIRED = (
 #: what belongs to the lab and must not be in the product's wheel
 LAB_PREFIXES = ("streamwal_lab/", "streamwal/tools/")
 LAB_FILES = ("pulsar-standalone-pom.xml", "otelcol-builder.yaml")
+#: test runners a user's install lacks: no module of the wheel may import them
+TEST_ONLY = ("pytest", "_pytest", "pytest_asyncio", "hypothesis")
 
 SMOKE = """
 import asyncio
@@ -69,8 +73,8 @@ asyncio.run(main())
 """
 
 # Imports every module of the installed package, in the venv, and fails if one loads
-# the lab. A module that needs what this install lacks (the conformance suite needs
-# pytest) is listed as skipped, unless what it lacks is the lab.
+# the lab. A module that needs what this install lacks is listed as skipped, unless what
+# it lacks is the lab.
 IMPORT_ALL = """
 import importlib
 import pkgutil
@@ -107,9 +111,31 @@ def run(cmd: list[str], cwd: Path) -> str:
     return out.stdout
 
 
+def runner_imports(zf: zipfile.ZipFile) -> list[str]:
+    """``file:line: module`` for each import of a test runner in the wheel's modules."""
+    found = []
+    for name in zf.namelist():
+        if not name.endswith(".py"):
+            continue
+        for node in ast.walk(ast.parse(zf.read(name), filename=name)):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                modules = [node.module or ""]
+            else:
+                continue
+            found += [
+                f"{name}:{node.lineno}: {m}" for m in modules if m.split(".")[0] in TEST_ONLY
+            ]
+    return found
+
+
 def top_level_names(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
+        runners = runner_imports(zf)
+    if runners:
+        raise SystemExit(f"the product's wheel imports a test runner: {runners}")
     missing = [r for r in REQUIRED if r not in names]
     if missing:
         raise SystemExit(f"the wheel lacks {missing}")

@@ -12,7 +12,7 @@ import streamwal.tso.remote as remote
 from streamwal.backoff import Backoff
 from streamwal.cluster.client import ClusterClient
 from streamwal.errors import InvalidInputError
-from streamwal.node import client as node_client
+from streamwal.node.client import retries as node_client_retries
 from streamwal.wal import Backoff as WalBackoff
 from streamwal.wal.config import Backoff as WalConfigBackoff
 
@@ -36,7 +36,7 @@ def test_one_class_wherever_it_is_imported_from() -> None:
 
 def test_the_node_client_backs_off_from_50_ms_to_1_s() -> None:
     old = [round(min(1.0, 0.05 * 2 ** (attempt - 1)), 6) for attempt in range(1, 9)]
-    assert _first(node_client._RETRY_BACKOFF) == old
+    assert _first(node_client_retries._RETRY_BACKOFF) == old
 
 
 def test_the_tso_clients_keep_their_schedules() -> None:

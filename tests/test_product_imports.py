@@ -7,7 +7,9 @@ product module that imports the lab works in a checkout and fails in production.
 This test reads every product source file with :mod:`ast` (no import, so it is fast
 and sees imports inside functions too) and fails on any import of the lab or of the
 developer tools' old home, ``streamwal.tools``. ``scripts/check_wheel.py`` checks the
-same at run time in a virtualenv without the lab.
+same at run time in a virtualenv without the lab. Nor does a product module import a
+test runner: test fixtures live in ``tests/``, and the backend conformance suite the
+product ships (``streamwal.adaptors.testing``) runs under any runner.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PRODUCT_DIRS = ("streamwal", "adaptors", "tso")
 #: module prefixes a product module must not import
 FORBIDDEN = ("streamwal_lab", "streamwal.tools")
+#: test runners and their helpers, which a user's install does not have
+TEST_ONLY = ("pytest", "_pytest", "pytest_asyncio", "hypothesis")
 
 
 def _product_files() -> Iterator[Path]:
@@ -64,8 +68,19 @@ def _imported(tree: ast.AST, package: str) -> Iterator[tuple[int, str]]:
                 yield node.lineno, f"{base}.{alias.name}"
 
 
-def _forbidden(module: str) -> bool:
-    return any(module == f or module.startswith(f + ".") for f in FORBIDDEN)
+def _forbidden(module: str, prefixes: tuple[str, ...] = FORBIDDEN) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in prefixes)
+
+
+def _imports_of_product(prefixes: tuple[str, ...]) -> list[str]:
+    """``file:line: imports module`` for each product import under ``prefixes``."""
+    found = []
+    for path in _product_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, module in _imported(tree, _package_of(path)):
+            if _forbidden(module, prefixes):
+                found.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
+    return sorted(set(found))
 
 
 def test_the_product_has_source_files() -> None:
@@ -77,13 +92,13 @@ def test_the_product_has_source_files() -> None:
 
 
 def test_no_product_module_imports_the_lab() -> None:
-    found = []
-    for path in _product_files():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for line, module in _imported(tree, _package_of(path)):
-            if _forbidden(module):
-                found.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
-    assert found == [], "product modules import the lab:\n" + "\n".join(sorted(set(found)))
+    found = _imports_of_product(FORBIDDEN)
+    assert found == [], "product modules import the lab:\n" + "\n".join(found)
+
+
+def test_no_product_module_imports_a_test_runner() -> None:
+    found = _imports_of_product(TEST_ONLY)
+    assert found == [], "product modules import a test runner:\n" + "\n".join(found)
 
 
 def test_the_tools_left_the_product_package() -> None:

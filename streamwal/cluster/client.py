@@ -1,5 +1,10 @@
 """``ClusterClient``: append to a channel wherever the cluster placed it.
 
+The module stays whole past 500 lines because it is one role, finding a channel's owner
+and trying each call again there: the transaction handle and the wire message id below
+exist only for :class:`ClusterClient`, and the node calls it makes are
+:mod:`streamwal.node.client`.
+
 The owner comes from etcd (``assign/<channel>``, then the owner's ``nodes/<id>``
 record), or, for a client given ``nodes`` instead of etcd endpoints, from any of
 those nodes' ``ClusterRouting`` service; either way it is cached. An append the node

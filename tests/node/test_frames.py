@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
-from streamwal.node.client import Consumed, _consumed
+from streamwal.node.client import Consumed
+from streamwal.node.client.answers import consumed_from
 from streamwal.node.frames import batch_of, consumed_of
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.wal.message import ImmutableMessage, MessageType
@@ -58,7 +59,7 @@ def test_a_frame_of_many_messages_round_trips_every_field() -> None:
     msgs = _messages()
     wire = batch_of(msgs).SerializeToString()
     frame = pb.ConsumedBatch.FromString(wire)
-    assert [_consumed(m) for m in frame.messages] == [_expected(m) for m in msgs]
+    assert [consumed_from(m) for m in frame.messages] == [_expected(m) for m in msgs]
     assert [m.last_confirmed_id for m in frame.messages] == [
         m.last_confirmed.to_bytes() for m in msgs
     ]
@@ -106,7 +107,7 @@ def test_unset_optional_fields_stay_unset_and_zero_is_set() -> None:
 
 def test_consumed_stays_a_frozen_value() -> None:
     msg = _messages()[5]
-    consumed = _consumed(consumed_of(msg))
+    consumed = consumed_from(consumed_of(msg))
     assert consumed == _expected(msg)
     assert repr(consumed) == repr(_expected(msg))
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -1,5 +1,9 @@
 """The node-load suite: what one node adds over its WAL, and what it carries, at load.
 
+One suite, one module past 500 lines: its cells share one environment (the two node
+processes, the echo server, the WAL in process) and their figures are ratios between
+sides of the same run, so they are read together.
+
 The node suite answers one question per caller with one append in flight; this one
 asks what a deployed node is judged by: the latency it adds, the load it carries with
 many appends in flight, large messages, many channels pipelined, and the CPU each

@@ -1,5 +1,8 @@
 """A run's report: one JSON document (every figure) and its Markdown tables.
 
+The module stays whole past 500 lines: it is a renderer per suite, each a few dozen
+lines over the same table helpers, and the one place a report's layout is read.
+
 NaN (a ratio without a denominator) is written as ``null`` so the JSON stays valid.
 """
 

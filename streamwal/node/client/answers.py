@@ -1,0 +1,161 @@
+"""What a node's answers become on the client: acknowledgements, messages read, the
+error of a batch that landed in part.
+
+Every call of :class:`~streamwal.node.client.NodeClient` and
+:class:`~streamwal.node.client.AppendStream` turns its replies into these; the typed
+errors of failed calls are :mod:`streamwal.node.client_errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from streamwal.errors import StreamwalError, WriteOutcome
+from streamwal.node.outcome import in_band_error, write_outcome
+from streamwal.node.proto import streaming_pb2 as pb
+
+__all__ = [
+    "Acked",
+    "BatchProduceError",
+    "Consumed",
+    "acked_of",
+    "batch_acks",
+    "consumed_from",
+    "grpc_code_of",
+    "number_at",
+    "numbers_of",
+]
+
+
+@dataclass(frozen=True)
+class Acked:
+    """An acknowledged append: what a client records to check the log later."""
+
+    message_id: bytes
+    message_id_text: str
+    time_tick: int
+    producer_id: int | None = None
+    sequence: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """A message a reader got; built by :func:`consumed_from`, one per message read."""
+
+    message_id: bytes
+    message_id_text: str
+    time_tick: int
+    type: str
+    payload: bytes
+    vchannel: str
+    properties: dict[str, str]
+    source_node_id: int
+    producer_id: int | None = None
+    sequence: int | None = None
+    txn_id: int | None = None
+
+
+class BatchProduceError(StreamwalError):
+    """Part of a batch failed: ``results`` holds, message by message in batch order,
+    the :class:`Acked` of each that is in the log and the typed error (with its write
+    outcome) of each that failed. ``outcome`` is unknown if any failed one's is."""
+
+    def __init__(self, results: list[Acked | grpc.aio.AioRpcError]) -> None:
+        self.results = results
+        self.failed = {i: r for i, r in enumerate(results) if not isinstance(r, Acked)}
+        self.outcome = (
+            WriteOutcome.UNKNOWN
+            if any(write_outcome(e) is WriteOutcome.UNKNOWN for e in self.failed.values())
+            else WriteOutcome.NOT_WRITTEN
+        )
+        first = min(self.failed)
+        super().__init__(
+            f"{len(results) - len(self.failed)} of {len(results)} messages landed; "
+            f"message {first} failed first: {self.failed[first].details()}"
+        )
+
+
+def acked_of(r: pb.ProduceResponse, numbers: tuple[int, int] | None) -> Acked:
+    if numbers is None:
+        return Acked(r.message_id, r.message_id_text, r.time_tick)
+    return Acked(r.message_id, r.message_id_text, r.time_tick, numbers[0], numbers[1])
+
+
+def number_at(numbers: list[tuple[int, int] | None], index: int) -> tuple[int, int] | None:
+    return numbers[index] if index < len(numbers) else None
+
+
+def numbers_of(request: pb.ProduceBatchRequest) -> list[tuple[int, int] | None]:
+    if not request.HasField("producer_id"):
+        return [None] * len(request.messages)
+    first = request.first_sequence
+    return [(request.producer_id, first + i) for i in range(len(request.messages))]
+
+
+def batch_acks(
+    response: pb.ProduceBatchResponse, which: str, numbers: list[tuple[int, int] | None]
+) -> list[Acked]:
+    results: list[Acked | grpc.aio.AioRpcError] = []
+    for i, r in enumerate(response.results):
+        if r.HasField("error"):
+            error = in_band_error(r.error, f"message {i} of {which}")
+            if i < len(numbers) and numbers[i] is not None:
+                error.producer_id, error.sequence = numbers[i]  # type: ignore[misc]
+            results.append(error)
+        else:
+            results.append(acked_of(r, number_at(numbers, i)))
+    acked = [r for r in results if isinstance(r, Acked)]
+    if len(acked) < len(results):
+        raise BatchProduceError(results)
+    return acked
+
+
+def grpc_code_of(exc: BaseException) -> grpc.StatusCode | None:
+    """The gRPC status code a failed call raised, ``None`` for any other exception."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.code()
+    return None
+
+
+def _slot_setter(name: str) -> Callable[[Consumed, Any], None]:
+    setter: Callable[[Consumed, Any], None] = Consumed.__dict__[name].__set__
+    return setter
+
+
+_new_consumed = object.__new__
+_set_message_id = _slot_setter("message_id")
+_set_message_id_text = _slot_setter("message_id_text")
+_set_time_tick = _slot_setter("time_tick")
+_set_type = _slot_setter("type")
+_set_payload = _slot_setter("payload")
+_set_vchannel = _slot_setter("vchannel")
+_set_properties = _slot_setter("properties")
+_set_source_node_id = _slot_setter("source_node_id")
+_set_producer_id = _slot_setter("producer_id")
+_set_sequence = _slot_setter("sequence")
+_set_txn_id = _slot_setter("txn_id")
+
+
+def consumed_from(m: pb.ConsumedMessage) -> Consumed:
+    """Built through the slots: the frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__``, which cost a reader more than the rest of the
+    conversion (a message read is never validated here: the node built it)."""
+    consumed = _new_consumed(Consumed)
+    _set_message_id(consumed, m.message_id)
+    _set_message_id_text(consumed, m.message_id_text)
+    _set_time_tick(consumed, m.time_tick)
+    _set_type(consumed, m.type)
+    _set_payload(consumed, m.payload)
+    _set_vchannel(consumed, m.vchannel)
+    properties = m.properties
+    _set_properties(consumed, dict(properties) if properties else {})
+    _set_source_node_id(consumed, m.source_node_id)
+    has = m.HasField
+    _set_producer_id(consumed, m.producer_id if has("producer_id") else None)
+    _set_sequence(consumed, m.sequence if has("sequence") else None)
+    _set_txn_id(consumed, m.txn_id if has("txn_id") else None)
+    return consumed

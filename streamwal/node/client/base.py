@@ -1,0 +1,84 @@
+"""The state every call of a node client shares, and how its appends are numbered.
+
+:class:`Numbering` is the base of :class:`~streamwal.node.client.NodeClient` (its
+unary calls and its streams are written against it) and what an
+:class:`~streamwal.node.client.AppendStream` numbers its appends with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from streamwal.errors import StreamwalError
+from streamwal.node.client.answers import BatchProduceError
+from streamwal.node.client.retries import give_up
+from streamwal.node.client_errors import NodeCallError
+from streamwal.node.idempotence import ProducerIdentity
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+
+__all__ = ["Numbering", "batch_request"]
+
+
+class Numbering:
+    """What a client's calls share, its stub, deadline and producer identity, and the
+    numbering of appends by that identity (``producer``; ``None``: not numbered)."""
+
+    producer: ProducerIdentity | None
+    _stub: pb_grpc.StreamingNodeStub
+    _timeout: float
+
+    def _numbered(self, pchannel: str) -> tuple[int, int] | None:
+        producer = self.producer
+        if producer is None:
+            return None
+        return producer.producer_id, producer.next_sequence(pchannel)
+
+    def _failed(
+        self, pchannel: str, numbers: tuple[int, int] | None, error: NodeCallError
+    ) -> NodeCallError:
+        """Give a failed numbered append's number back (or renew the identity), and name
+        the numbers on its error so the caller can retry it."""
+        if numbers is not None and self.producer is not None:
+            error.producer_id, error.sequence = numbers
+            if numbers[0] == self.producer.producer_id:
+                give_up(self.producer, pchannel, numbers[1], error)
+        return error
+
+    def _batch_request(
+        self, pchannel: str, payloads: Sequence[bytes], type: str, vchannel: str
+    ) -> tuple[pb.ProduceBatchRequest, tuple[int, int] | None]:
+        """A batch is numbered as one run of sequences, the first message's number
+        first: the node deduplicates each message as it would a unary append."""
+        request = batch_request(pchannel, payloads, type, vchannel)
+        producer = self.producer
+        if producer is None or not payloads:
+            return request, None
+        first = producer.next_sequence(pchannel)
+        for _ in range(len(payloads) - 1):
+            producer.next_sequence(pchannel)
+        request.producer_id = producer.producer_id
+        request.first_sequence = first
+        return request, (producer.producer_id, first + len(payloads) - 1)
+
+    def _batch_failed(
+        self, pchannel: str, last: tuple[int, int] | None, error: StreamwalError
+    ) -> None:
+        """A batch that did not land whole: its numbers are handed back only if the
+        whole batch is known not written and was the last numbered."""
+        if last is None or self.producer is None or last[0] != self.producer.producer_id:
+            return
+        if isinstance(error, BatchProduceError):
+            self.producer.renew()  # part of it is in the log
+        else:
+            self.producer.give_up(pchannel, last[1], error.outcome)
+
+
+def batch_request(
+    pchannel: str, payloads: Sequence[bytes], type: str, vchannel: str
+) -> pb.ProduceBatchRequest:
+    request = pb.ProduceBatchRequest(pchannel=pchannel)
+    add = request.messages.add
+    for payload in payloads:
+        add(type=type, payload=payload, vchannel=vchannel)
+    return request

@@ -1,0 +1,298 @@
+"""The client of one node: its connection and its unary calls, each tried again per
+:mod:`streamwal.node.client.retries`; the streams are :mod:`streamwal.node.client.streams`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+from opentelemetry.instrumentation.grpc import aio_client_interceptors
+from opentelemetry.trace import TracerProvider
+
+from streamwal.node.client.answers import Acked, BatchProduceError, batch_acks, numbers_of
+from streamwal.node.client.base import batch_request
+from streamwal.node.client.retries import give_up, may_retry, with_retries
+from streamwal.node.client.streams import StreamCalls
+from streamwal.node.client_errors import NodeCallError, node_error
+from streamwal.node.idempotence import ProducerIdentity
+from streamwal.node.limits import DEFAULT_GRPC_MESSAGE_LIMIT
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.tracing import name_client_span
+from streamwal.tso.tls import ClientTLS, open_channel
+
+__all__ = ["NodeClient"]
+
+
+class NodeClient(StreamCalls):
+    """One channel to one node; ``async with NodeClient(address) as client``.
+
+    With ``tracing`` each call is a client span whose context travels to the node;
+    ``tracer_provider`` (default: the global one) records those spans, so a caller
+    with its own provider sees the whole path from its span to the node's.
+    ``retries``: how many times :meth:`produce` tries again an append that failed
+    (backing off from 50 ms to 1 s): any unknown outcome when idempotent, else only
+    UNAVAILABLE and not written. ``producer``: the identity that numbers appends (a
+    fresh one by default; ``idempotent=False``: none).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        tls: ClientTLS | None = None,
+        timeout: float = 30.0,
+        tracing: bool = True,
+        tracer_provider: TracerProvider | None = None,
+        retries: int = 0,
+        idempotent: bool = True,
+        producer: ProducerIdentity | None = None,
+    ) -> None:
+        self.address = address
+        self.producer: ProducerIdentity | None = (
+            (producer or ProducerIdentity()) if idempotent else None
+        )
+        self._timeout = timeout
+        self._retries = retries
+        interceptors = (
+            aio_client_interceptors(  # type: ignore[no-untyped-call]
+                tracer_provider=tracer_provider, request_hook=name_client_span
+            )
+            if tracing
+            else []
+        )
+        options = [("grpc.max_receive_message_length", DEFAULT_GRPC_MESSAGE_LIMIT)]
+        self._channel = open_channel(address, tls, options=options, interceptors=interceptors)
+        self._stub = pb_grpc.StreamingNodeStub(self._channel)
+
+    async def __aenter__(self) -> NodeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        await self._channel.channel_ready()
+
+    async def _unary(
+        self,
+        method: Any,
+        request: Any,
+        *,
+        retry: bool = False,
+        timeout: float | None = None,
+        retries: int | None = None,
+    ) -> Any:
+        """One unary call, its failure as a typed error. ``retry``: the call is safe to
+        repeat (the node answers a repeat as the first), so it is tried ``retries``
+        more times on a failure that another try may fix; its outcome is the strongest
+        of all tries, as for :meth:`produce`."""
+        return await with_retries(
+            lambda: method(request, timeout=timeout or self._timeout),
+            self._retries if retries is None else retries,
+            lambda exc: retry and may_retry(exc, idempotent=True),
+        )
+
+    async def assign(self, pchannel: str, timeout: float | None = None) -> pb.AssignChannelResponse:
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.AssignChannel, pb.AssignChannelRequest(pchannel=pchannel), timeout=timeout
+        )
+
+    async def remove(self, pchannel: str) -> None:
+        await self._unary(self._stub.RemoveChannel, pb.RemoveChannelRequest(pchannel=pchannel))
+
+    async def list_channels(self) -> pb.ListChannelsResponse:
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.ListChannels, pb.ListChannelsRequest()
+        )
+
+    async def produce(
+        self,
+        pchannel: str,
+        payload: bytes,
+        *,
+        type: str = "insert",
+        vchannel: str = "",
+        properties: Mapping[str, str] | None = None,
+        txn_id: int | None = None,
+        sequence: int | None = None,
+        producer_id: int | None = None,
+    ) -> Acked:
+        """Append one message (into transaction ``txn_id`` if given).
+
+        Numbering: by default the next number of this client's producer, given back or
+        left behind with the producer id when the append fails
+        (:meth:`ProducerIdentity.give_up`). A caller that wants to retry an append
+        itself, maybe through another node, numbers it: ``producer_id`` (default: this
+        client's) and ``sequence``, the same on every try.
+        """
+        request = pb.ProduceRequest(
+            pchannel=pchannel,
+            message=pb.Message(
+                type=type, payload=payload, vchannel=vchannel, properties=properties or {}
+            ),
+        )
+        if txn_id is not None:
+            request.txn_id = txn_id
+        producer = self.producer
+        if producer is not None:
+            request.producer_id = producer_id if producer_id is not None else producer.producer_id
+            request.sequence = (
+                sequence if sequence is not None else producer.next_sequence(pchannel)
+            )
+        try:
+            reply = await with_retries(
+                lambda: self._stub.Produce(request, timeout=self._timeout),
+                self._retries,
+                lambda exc: may_retry(exc, producer is not None),
+            )
+        except NodeCallError as error:
+            if producer is not None:
+                error.producer_id, error.sequence = request.producer_id, request.sequence
+                if sequence is None:
+                    give_up(producer, pchannel, request.sequence, error)
+            raise
+        if producer is None:
+            return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+        return Acked(
+            reply.message_id,
+            reply.message_id_text,
+            reply.time_tick,
+            request.producer_id,
+            request.sequence,
+        )
+
+    async def begin_txn(
+        self,
+        pchannel: str,
+        vchannel: str = "",
+        keepalive_s: float = 0.0,
+        *,
+        retries: int | None = None,
+    ) -> int:
+        """Open a transaction on ``vchannel``; its id. ``keepalive_s`` 0: the node's
+        default. Its appends: :meth:`produce` with ``txn_id``. Retried like an append: a
+        transaction begun by a try whose answer was lost is never used, and expires
+        after its keepalive with nothing delivered."""
+        reply = await self._unary(
+            self._stub.BeginTxn,
+            pb.BeginTxnRequest(pchannel=pchannel, vchannel=vchannel, keepalive_s=keepalive_s),
+            retry=True,
+            retries=retries,
+        )
+        return int(reply.txn_id)
+
+    async def commit_txn(self, pchannel: str, txn_id: int, *, retries: int | None = None) -> Acked:
+        """Commit; where the commit landed. Retried: the owner answers a repeated commit
+        with the first one's result. A typed error says what is known: not written
+        (the transaction was not committed and never will be: :class:`TransactionError`
+        subclasses, and ``outcome`` not written), or unknown (it may have committed)."""
+        reply = await self._unary(
+            self._stub.CommitTxn,
+            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id),
+            retry=True,
+            retries=retries,
+        )
+        return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+
+    async def rollback_txn(
+        self, pchannel: str, txn_id: int, *, retries: int | None = None
+    ) -> Acked:
+        reply = await self._unary(
+            self._stub.RollbackTxn,
+            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id),
+            retry=True,
+            retries=retries,
+        )
+        return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
+
+    async def keepalive_txn(
+        self, pchannel: str, txn_id: int, *, retries: int | None = None
+    ) -> None:
+        await self._unary(
+            self._stub.KeepAliveTxn,
+            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id),
+            retry=True,
+            retries=retries,
+        )
+
+    async def produce_batch(
+        self,
+        pchannel: str,
+        payloads: Sequence[bytes],
+        *,
+        type: str = "insert",
+        vchannel: str = "",
+        numbers: tuple[int, int] | None = None,
+    ) -> list[Acked]:
+        """One ``ProduceBatch`` call: the payloads land back to back, in order.
+
+        A batch refused whole (channel not here, invalid input) raises the typed error
+        of that refusal; a partial failure raises :class:`BatchProduceError`, which
+        says what landed. Idempotent batches are numbered message by message (the
+        numbers are on each :class:`Acked`); a caller that retries a batch itself,
+        maybe on another node, gives ``numbers`` (producer id, first sequence), the
+        same on every try, and each message lands once.
+        """
+        if numbers is not None and self.producer is not None:
+            request = batch_request(pchannel, payloads, type, vchannel)
+            request.producer_id, request.first_sequence = numbers
+            last = None  # the caller owns these numbers
+        else:
+            request, last = self._batch_request(pchannel, payloads, type, vchannel)
+        try:
+            reply = await self._stub.ProduceBatch(request, timeout=self._timeout)
+            return batch_acks(reply, "the batch", numbers_of(request))
+        except grpc.aio.AioRpcError as exc:
+            error = node_error(exc)
+            self._batch_failed(pchannel, last, error)
+            raise error from exc
+        except BatchProduceError as exc:
+            self._batch_failed(pchannel, last, exc)
+            raise
+
+    async def mvcc(self, pchannel: str, vchannel: str) -> pb.GetMVCCResponse:
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.GetMVCC, pb.GetMVCCRequest(pchannel=pchannel, vchannel=vchannel)
+        )
+
+    async def checkpoint(
+        self, pchannel: str, consumer: str, message_id: bytes, time_tick: int
+    ) -> None:
+        """Record ``consumer``'s checkpoint (OUT_OF_RANGE before the truncation point)."""
+        await self._unary(
+            self._stub.Checkpoint,
+            pb.CheckpointRequest(
+                pchannel=pchannel, consumer=consumer, message_id=message_id, time_tick=time_tick
+            ),
+        )
+
+    async def remove_checkpoint(self, pchannel: str, consumer: str) -> None:
+        await self._unary(
+            self._stub.RemoveCheckpoint,
+            pb.RemoveCheckpointRequest(pchannel=pchannel, consumer=consumer),
+        )
+
+    async def retention(self, pchannel: str) -> pb.GetRetentionResponse:
+        """The truncation point, storage used, and each consumer's checkpoint and lag."""
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.GetRetention, pb.GetRetentionRequest(pchannel=pchannel)
+        )
+
+    async def truncate(
+        self, pchannel: str, retention_s: float | None = None
+    ) -> pb.TruncateResponse:
+        request = pb.TruncateRequest(pchannel=pchannel)
+        if retention_s is not None:
+            request.retention_s = retention_s
+        return await self._unary(self._stub.Truncate, request)  # type: ignore[no-any-return]
