@@ -287,6 +287,21 @@ class EtcdStore:
 
         await self._call("lease revoke", op, timeout)
 
+    async def revoke_if_value(
+        self, key: str, value: bytes, *, timeout: float | None = None
+    ) -> bool:
+        def op(client: Any) -> int:
+            current, meta = client.get(key)
+            if current is None or bytes(current) != value or not int(meta.lease_id):
+                return 0
+            return int(meta.lease_id)
+
+        lease = await self._call("get lease", op, timeout)
+        if not lease:
+            return False
+        await self.revoke_lease(lease, timeout=timeout)
+        return True
+
     async def create_if_absent(
         self, key: str, value: bytes, lease_id: int, *, timeout: float | None = None
     ) -> tuple[bool, bytes | None]:

@@ -118,6 +118,16 @@ class MemoryStore:
         del self._data[key]
         return True
 
+    async def revoke_if_value(
+        self, key: str, value: bytes, *, timeout: float | None = None
+    ) -> bool:
+        await self._enter()
+        current = self._data.get(key)
+        if current is None or current[0] != value or not current[1]:
+            return False
+        self._drop_lease(current[1])
+        return True
+
     async def save_window(
         self,
         key: str,

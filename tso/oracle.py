@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from streamwal.errors import (
     ClosedError,
+    DecodeError,
     InvalidInputError,
     NotLeaderError,
     StreamwalError,
@@ -150,6 +151,30 @@ class TimestampOracle:
     @property
     def lease_id(self) -> int | None:
         return self._election.lease_id
+
+    async def depose_dead_leader(self, address: str) -> bool:
+        """End the term of a leader found dead at ``address`` (another node's port there
+        refused connections: :mod:`streamwal.cluster.liveness`) instead of waiting out
+        its lease: revoke the lease its leader key is on, so a candidate campaigns at
+        once. Safe because the oracle is served on that refused port: nobody can take a
+        timestamp from it any more, and a new leader starts above its saved window.
+        ``True`` if it was the leader and its lease was revoked."""
+        config = self._config
+        raw = await self._store.get(config.leader_key, timeout=config.etcd_timeout_s)
+        if raw is None:
+            return False
+        try:
+            leader = LeaderRecord.decode(raw)
+        except DecodeError:
+            return False
+        if not leader.address or leader.address != address or leader.id == self._record.id:
+            return False
+        revoked = await self._store.revoke_if_value(
+            config.leader_key, raw, timeout=config.etcd_timeout_s
+        )
+        if revoked:
+            _log.warning("TSO: leader at %s found dead; its term is ended", address)
+        return revoked
 
     @property
     def leader_address(self) -> str | None:

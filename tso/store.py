@@ -107,6 +107,13 @@ class CoordinationStore(Protocol):
         """Delete ``key`` only while it holds ``value``; ``True`` if it was deleted."""
         ...
 
+    async def revoke_if_value(
+        self, key: str, value: bytes, *, timeout: float | None = None
+    ) -> bool:
+        """Revoke the lease ``key`` is bound to while ``key`` holds ``value`` (the key and
+        every other key on that lease go); ``True`` if it did."""
+        ...
+
     async def save_window(
         self,
         key: str,

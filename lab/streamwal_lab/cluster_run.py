@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from streamwal.cluster import ClusterClient
+from streamwal.cluster.config import ClusterSettings
 from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
@@ -74,26 +75,35 @@ class LocalCluster:
         grace_s: float = 1.0,
         max_moves_per_round: int = 1,
         extra_env: dict[str, str] | None = None,
+        defaults: bool = False,
     ) -> None:
+        """``defaults``: the nodes run the product's own lease, grace, round and TSO
+        settings (``lease_ttl_s`` and ``grace_s`` are then ignored); otherwise the
+        short ones given here, with fast rounds."""
         self.target = target
         self.workdir = workdir
         self.channels = list(channels)
         self.node_ids = list(range(1, nodes + 1))
         self.prefix = f"/cluster-run-{uuid.uuid4().hex[:10]}"
         self.keys = ClusterKeys(self.prefix)
+        if defaults:
+            lease_ttl_s, grace_s = ClusterSettings.lease_ttl_s, ClusterSettings.grace_period_s
         self.lease_ttl_s = lease_ttl_s
         self.grace_s = grace_s
-        self._env = {
-            "STREAMWAL_CLUSTER__ENABLED": "true",
-            "STREAMWAL_CLUSTER__KEY_PREFIX": self.prefix,
+        tuned = {
             "STREAMWAL_CLUSTER__LEASE_TTL_S": str(lease_ttl_s),
             "STREAMWAL_CLUSTER__GRACE_PERIOD_S": str(grace_s),
-            "STREAMWAL_CLUSTER__CHANNELS": ",".join(self.channels),
-            "STREAMWAL_CLUSTER__MAX_MOVES_PER_ROUND": str(max_moves_per_round),
             "STREAMWAL_CLUSTER__ROUND_INTERVAL_S": "0.2",
             "STREAMWAL_CLUSTER__POLL_INTERVAL_S": "0.2",
             "STREAMWAL_TSO__LEASE_TTL_S": "2",
+        }
+        self._env = {
+            "STREAMWAL_CLUSTER__ENABLED": "true",
+            "STREAMWAL_CLUSTER__KEY_PREFIX": self.prefix,
+            "STREAMWAL_CLUSTER__CHANNELS": ",".join(self.channels),
+            "STREAMWAL_CLUSTER__MAX_MOVES_PER_ROUND": str(max_moves_per_round),
             "STREAMWAL_NODE__SHUTDOWN_GRACE_S": "15",
+            **({} if defaults else tuned),
             **(extra_env or {}),
         }
         self.nodes: dict[int, BenchNode] = {}

@@ -3,7 +3,9 @@
 Off by default: a node without it is driven by ``AssignChannel`` calls as before.
 Times are seconds. The lease TTL bounds how long a dead node looks alive; the grace
 period is how much longer the balancer waits before moving its channels (Milvus's
-``walBalancer.nodeLostGracePeriod``, 5 s by default there too).
+``walBalancer.nodeLostGracePeriod``, 5 s by default there too). Both are for a node
+that may only be slow; a killed node is found by its refused port much sooner
+(:mod:`streamwal.cluster.liveness`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ class ClusterSettings:
     #: it to another ready node; doubled for each such move of the same channel in a
     #: row (up to 16 times), so a broken broker does not make channels bounce
     open_failure_bound_s: float = 10.0
+    #: how often every node connects to each other node's address; a node whose port
+    #: refuses ``probe_refusals`` times in a row is dead (killed: its lease is revoked
+    #: and its channels move without the grace); ``0`` relies on the lease alone
+    probe_interval_s: float = 0.25
+    probe_refusals: int = 2
 
     def check(self) -> None:
         try:  # the rule of every etcd prefix a node's file gives: taken as written
@@ -50,9 +57,16 @@ class ClusterSettings:
             raise ConfigError("cluster.lease_ttl_s", "must be >= 1")
         if self.grace_period_s < 0:
             raise ConfigError("cluster.grace_period_s", "must be >= 0")
+        if self.probe_refusals < 0:
+            raise ConfigError("cluster.probe_refusals", "must be >= 0 (0: no probes)")
         if self.max_moves_per_round < 1:
             raise ConfigError("cluster.max_moves_per_round", "must be >= 1")
-        for name in ("round_interval_s", "poll_interval_s", "open_failure_bound_s"):
+        for name in (
+            "round_interval_s",
+            "poll_interval_s",
+            "open_failure_bound_s",
+            "probe_interval_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"cluster.{name}", "must be > 0")
         for i, channel in enumerate(self.channels):

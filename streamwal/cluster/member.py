@@ -18,11 +18,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from streamwal.cluster.balancer import Balancer
 from streamwal.cluster.config import ClusterSettings
 from streamwal.cluster.follower import Follower
+from streamwal.cluster.liveness import Prober
 from streamwal.cluster.membership import Session
 from streamwal.cluster.records import ClusterKeys, Drain, NodeRecord, encode, now_ms
 from streamwal.cluster.store import ClusterStore
@@ -46,6 +48,7 @@ class ClusterMember:
         version: str,
         channels: ChannelManager,
         not_ready: str = "",
+        on_node_lost: Callable[[NodeRecord], Awaitable[None]] | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -59,6 +62,15 @@ class ClusterMember:
             channels,
             interval_s=settings.poll_interval_s,
             grace_s=settings.grace_period_s,
+        )
+        self._prober = Prober(
+            store,
+            self._keys,
+            node_id,
+            lambda: self._follower.last_view,
+            interval_s=settings.probe_interval_s,
+            refusals=settings.probe_refusals,
+            on_lost=on_node_lost,
         )
         self._balancer: Balancer | None = None
         if settings.balancer:
@@ -88,6 +100,7 @@ class ClusterMember:
         await self._store.start()
         await self._session.start()
         await self._follower.start()
+        await self._prober.start()
         if self._balancer is not None:
             await self._balancer.start()
 
@@ -116,6 +129,7 @@ class ClusterMember:
         if self._left:
             return
         self._left = True
+        await self._prober.close()
         if self._balancer is not None:
             await self._balancer.close()
         await self._follower.close(let_go_s)

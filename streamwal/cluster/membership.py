@@ -83,7 +83,9 @@ class Session:
         lease, _ttl = await self._store.grant_lease(self._ttl)
         key = self._keys.node(self.record.id)
         try:
-            created, current = await self._store.create_if_absent(key, self._value, lease)
+            created, current = await self._store.register(
+                key, self._value, lease, clear=self._keys.lost + str(self.record.id)
+            )
         except BaseException:
             await self._revoke(lease)
             raise

@@ -15,6 +15,7 @@ __all__ = [
     "record_channels_per_node",
     "record_failover",
     "record_move",
+    "record_node_lost",
     "record_release_wait",
 ]
 
@@ -36,6 +37,11 @@ _release_wait = _meter.create_histogram(
     description="How long a new owner held back its fence for the old owner's release, by outcome",
     explicit_bucket_boundaries_advisory=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0),
 )
+_lost = _meter.create_counter(
+    "streamwal.cluster.nodes_lost",
+    unit="{node}",
+    description="Nodes this node declared dead before their lease ran out, by evidence",
+)
 _term = _meter.create_gauge(
     "streamwal.cluster.balancer.term", description="The term this node's balancer holds (0: none)"
 )
@@ -53,6 +59,10 @@ def _safe(fn: Callable[..., None], *args: object) -> None:
 
 def record_move(reason: str) -> None:
     _safe(_moves.add, 1, {"reason": reason})
+
+
+def record_node_lost(evidence: str) -> None:
+    _safe(_lost.add, 1, {"evidence": evidence})
 
 
 def record_failover(seconds: float, channel: str) -> None:

@@ -2,7 +2,8 @@
 
 Order of concerns in one round: channels removed from the set lose their assignment;
 channels without an owner get one; channels of a node gone for longer than the grace
-period, or of a draining node, move at once (unbounded: they take no writes until
+period, of a node found dead by evidence (``lost/<id>``: no grace, it cannot come
+back), or of a draining node, move at once (unbounded: they take no writes until
 moved). So do the channels of a live node that has not been ready for the grace period
 (it lost its broker: it says so in its record). A channel whose owner has failed to
 open it (or has been opening it) for longer than its bound (``heal_after_ms``: the
@@ -85,6 +86,13 @@ def plan_round(
         if current is None:
             place(channel, MoveReason.INITIAL, None)
         elif current.node not in live:
+            evidence = view.lost.get(current.node)
+            if evidence is not None:  # dead, not late: nothing to wait for
+                detail = f"{evidence.evidence} x{evidence.refusals} (seen by node {evidence.by})"
+                place(
+                    channel, MoveReason.NODE_LOST, current.node, evidence.first_refused_ms, detail
+                )
+                continue
             lost_at = absent_since_ms.get(current.node, now_ms)
             if now_ms - lost_at >= grace_ms:
                 place(channel, MoveReason.NODE_LOST, current.node, lost_at)

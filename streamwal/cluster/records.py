@@ -13,6 +13,10 @@ Layout under ``<prefix>/cluster/``:
 ``released/<name>``  the last owner a channel moved away from has closed it there
 ``drain/<id>``       an operator asked to empty this node (for this start of it)
 ``moves/<time>``     the last moves with their reasons (the balancer trims them)
+``lost/<id>``        a node found dead by evidence before its lease ran out (its
+                     gRPC port refused connections): the balancer moves its
+                     channels without the grace period; the node deletes the key
+                     when it registers again
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = [
     "ChannelStatus",
     "ClusterKeys",
     "Drain",
+    "Lost",
     "Move",
     "MoveReason",
     "NodeRecord",
@@ -132,6 +137,32 @@ class Drain:
     started_at_ms: int
 
 
+@dataclass(frozen=True)
+class Lost:
+    """Another node's word that ``node`` is dead, on evidence a slow or partitioned node
+    cannot produce: its advertised gRPC address refused connections (the kernel answers
+    for a port nobody listens on; a paused or cut-off process keeps its listening
+    socket). Written with the revocation of the node's lease."""
+
+    node: int
+    #: the start of the node this is about (a restarted node is another start)
+    started_at_ms: int
+    #: the lease that was revoked
+    lease: int
+    #: what was seen: ``connection-refused``
+    evidence: str
+    #: the first of the consecutive refusals, and how many there were
+    first_refused_ms: int
+    refusals: int
+    #: when the writer decided, and who it was
+    declared_ms: int
+    by: int
+    #: the node's last lease renewal as etcd tells it: ``declared_ms`` less what the
+    #: lease had used of its TTL, in whole seconds (etcd counts lease time no finer);
+    #: ``None`` when etcd no longer knew the lease
+    last_renewal_ms: int | None = None
+
+
 def encode(record: Any) -> bytes:
     return json.dumps(asdict(record), sort_keys=True).encode()
 
@@ -161,6 +192,7 @@ class ClusterKeys:
         self.drain = self.root + "drain/"
         self.released = self.root + "released/"
         self.moves = self.root + "moves/"
+        self.lost = self.root + "lost/"
 
     def node(self, node_id: int) -> str:
         return f"{self.nodes}{node_id}"

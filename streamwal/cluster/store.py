@@ -161,6 +161,56 @@ class ClusterStore(EtcdStore):
 
         return await self._call("lease time-to-live", op, timeout)
 
+    async def declare_lost(
+        self,
+        node_key: str,
+        node_revision: int,
+        lost_key: str,
+        value: bytes,
+        lease: int,
+        *,
+        timeout: float | None = None,
+    ) -> bool:
+        """Write ``lost_key`` only while ``node_key`` is still at ``node_revision`` (the
+        record that was probed, not a restarted node's), then revoke ``lease``;
+        ``False`` when the record changed (nothing written, nothing revoked)."""
+
+        def op(client: Any) -> bool:
+            txn = client.transactions
+            ok, _ = client.transaction(
+                compare=[txn.mod(node_key) == node_revision],
+                success=[txn.put(lost_key, value)],
+                failure=[],
+            )
+            return bool(ok)
+
+        if not await self._call("declare lost", op, timeout):
+            return False
+        await self.revoke_lease(lease, timeout=timeout)
+        return True
+
+    async def register(
+        self, key: str, value: bytes, lease: int, *, clear: str, timeout: float | None = None
+    ) -> tuple[bool, bytes | None]:
+        """Create ``key`` on ``lease`` unless it exists, deleting ``clear`` in the same
+        transaction (a node's registration clears the word that it was lost: a later
+        absence of this start must wait out the grace again); ``(created, current
+        value)``."""
+
+        def op(client: Any) -> tuple[bool, bytes | None]:
+            txn = client.transactions
+            ok, responses = client.transaction(
+                compare=[txn.create(key) == 0],
+                success=[txn.put(key, value, lease=lease), txn.delete(clear)],
+                failure=[txn.get(key)],
+            )
+            if ok:
+                return True, None
+            kvs = responses[0] if responses else []
+            return False, (bytes(kvs[0][0]) if kvs else None)
+
+        return await self._call("register", op, timeout)
+
     async def campaign(
         self, key: str, value: bytes, lease: int, *, timeout: float | None = None
     ) -> int | None:

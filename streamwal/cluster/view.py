@@ -10,6 +10,7 @@ from streamwal.cluster.records import (
     ChannelStatus,
     ClusterKeys,
     Drain,
+    Lost,
     Move,
     NodeRecord,
     Release,
@@ -28,6 +29,8 @@ class ClusterView:
     revision: int = 0
     nodes: dict[int, NodeRecord] = field(default_factory=dict)
     node_leases: dict[int, int] = field(default_factory=dict)
+    #: mod revision of each node's record: a declaration of its death compares it
+    node_revisions: dict[int, int] = field(default_factory=dict)
     balancer_node: int | None = None
     term: int = 0
     seeded: bool = False
@@ -40,6 +43,8 @@ class ClusterView:
     #: per channel: the last release written, and its mod revision
     releases: dict[str, tuple[Release, int]] = field(default_factory=dict)
     moves: list[tuple[str, Move]] = field(default_factory=list)
+    #: nodes found dead by evidence (``lost/<id>``), by node id
+    lost: dict[int, Lost] = field(default_factory=dict)
 
     def draining(self) -> set[int]:
         """Nodes asked to empty themselves, in the start the drain was asked for."""
@@ -127,6 +132,7 @@ def _place(view: ClusterView, keys: ClusterKeys, entry: Entry) -> None:
         node = decode(NodeRecord, raw)
         view.nodes[node.id] = node
         view.node_leases[node.id] = entry.lease
+        view.node_revisions[node.id] = entry.mod_revision
     elif key.startswith(keys.channels):
         view.channels.add(key[len(keys.channels) :])
     elif key.startswith(keys.assign):
@@ -144,3 +150,6 @@ def _place(view: ClusterView, keys: ClusterKeys, entry: Entry) -> None:
         view.releases[release.channel] = (release, entry.mod_revision)
     elif key.startswith(keys.moves):
         view.moves.append((key, decode(Move, raw)))
+    elif key.startswith(keys.lost):
+        lost = decode(Lost, raw)
+        view.lost[lost.node] = lost

@@ -44,6 +44,7 @@ from opentelemetry.trace import TracerProvider
 from streamwal import __version__
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.cluster.member import ClusterMember
+from streamwal.cluster.records import NodeRecord
 from streamwal.cluster.routing import add_routing_servicer
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import (
@@ -266,7 +267,15 @@ class Node:
             version=__version__,
             channels=self.channels,
             not_ready="broker: not reached yet",
+            on_node_lost=self._node_lost,
         )
+
+    async def _node_lost(self, record: NodeRecord) -> None:
+        """A peer was found dead: if it led the in-process TSO, end its term now, so the
+        new owners of its channels get their first time tick without waiting out the
+        TSO's lease."""
+        if self._oracle is not None:
+            await self._oracle.depose_dead_leader(record.address)
 
     def _services(self) -> list[str]:
         """The health names of what this node serves ("" is the whole node)."""

@@ -59,13 +59,15 @@ class TestCluster:
         self.nodes: dict[int, NodeProcess] = {}
         #: other sections every node's file gets (telemetry, say)
         self.extra: dict[str, Any] = {}
+        #: every node's ``tso:`` section
+        self.tso: dict[str, Any] = {"mode": "in-process", "key_prefix": prefix, "lease_ttl_s": 2}
         self.store = ClusterStore([stack.etcd_endpoint])
 
     def node(self, node_id: int, **cluster: Any) -> NodeProcess:
         settings = {
             "pulsar": {"service_url": self.stack.pulsar_url},
             "etcd": {"endpoints": [self.stack.etcd_endpoint]},
-            "tso": {"mode": "in-process", "key_prefix": self.prefix, "lease_ttl_s": 2},
+            "tso": self.tso,
             "node": {"shutdown_grace_s": 15},
             "cluster": {**self.settings, **cluster},
             **self.extra,

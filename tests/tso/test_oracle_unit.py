@@ -240,3 +240,22 @@ async def test_closed_oracle_refuses() -> None:
     with pytest.raises(ClosedError):
         await oracle.start()
     await oracle.close()
+
+
+async def test_a_leader_found_dead_at_its_address_is_deposed_at_once_and_only_that_one() -> None:
+    store = MemoryStore()
+    async with serving(store, address="dead:1") as leader:
+        standby = TimestampOracle(_config(), address="alive:2", store=store)
+        await standby.start()
+        try:
+            before = await leader.generate()
+            assert not await standby.depose_dead_leader("elsewhere:3")  # not the leader
+            assert not await leader.depose_dead_leader("dead:1")  # never itself
+            held = store.value(leader.config.leader_key)
+            assert held is not None
+            assert await standby.depose_dead_leader("dead:1")
+            assert store.value(leader.config.leader_key) != held  # the term is over
+            await standby.wait_serving(3.0)  # campaigns at once, no lease to wait out
+            assert await standby.generate() > before
+        finally:
+            await standby.close()

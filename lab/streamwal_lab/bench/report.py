@@ -383,23 +383,29 @@ def _exactly_once_md(r: dict[str, Any]) -> list[str]:
 def _failover_md(r: dict[str, Any]) -> list[str]:
     lines = [
         f"{r['nodes']} nodes, {r['channels']} channels written through ClusterClient; "
-        f"{r['kills']} kills (SIGKILL), lease TTL {r['lease_ttl_s']} s, grace {r['grace_s']:g} s; "
-        f"bound TTL + grace + 2 s = {r['bound_s']:g} s.",
+        f"{r['kills']} kills (SIGKILL) per profile.",
         "",
     ]
-    lines += _table(
-        ["ms", "n", "p50", "p90", "p99", "max"],
-        [
-            _dist_rows("kill to first append on the new owner", r["kill_to_first_append"]),
-            _dist_rows("rolling restart: longest gap per channel", r["rolling_restart_gap"]),
-        ],
-    )
-    lines += [
-        f"Within the bound: {r['within_bound']} of {r['kill_to_first_append'].get('n', 0)}. "
-        f"{r['acks']} appends acknowledged, {r['unknown_outcomes']} with an unknown outcome; "
-        f"history checker: {r['history_violations']} violations.",
-        "",
-    ]
+    for name, p in r["profiles"].items():
+        lines += [
+            f"**{name}**: lease TTL {p['lease_ttl_s']} s, grace {p['grace_s']:g} s; "
+            f"bound {p['bound_s']:g} s for every kill.",
+            "",
+        ]
+        lines += _table(
+            ["ms", "n", "p50", "p90", "p99", "max"],
+            [
+                _dist_rows("kill to first append on the new owner", p["kill_to_first_append"]),
+                _dist_rows("rolling restart: longest gap per channel", p["rolling_restart_gap"]),
+            ],
+        )
+        lines += [
+            f"Within the bound: {p['within_bound']} of "
+            f"{p['kill_to_first_append'].get('n', 0)}. {p['acks']} appends acknowledged, "
+            f"{p['unknown_outcomes']} with an unknown outcome; history checker: "
+            f"{p['history_violations']} violations.",
+            "",
+        ]
     return lines
 
 

@@ -15,7 +15,7 @@ from streamwal.argtypes import count, count_or_zero, seconds, seconds_or_zero
 from streamwal_lab.bench.append import DEFAULT_CONCURRENCY, DEFAULT_PAYLOADS, run_append_bench
 from streamwal_lab.bench.channels import DEFAULT_CHANNELS, run_channels_bench
 from streamwal_lab.bench.exactly_once import DEFAULT_EOS_CONCURRENCY, run_exactly_once_bench
-from streamwal_lab.bench.failover import run_failover_bench
+from streamwal_lab.bench.failover import PROFILES, run_failover_bench
 from streamwal_lab.bench.large import (
     DEFAULT_LARGE_CONCURRENCY,
     DEFAULT_LARGE_SIZES,
@@ -232,9 +232,15 @@ def _failover_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kills", type=count_or_zero, default=20, help="nodes killed, one after another"
     )
-    p.add_argument("--lease-ttl", type=count, default=2, help="cluster.lease_ttl_s")
-    p.add_argument("--grace", type=seconds_or_zero, default=1.0, help="cluster.grace_period_s")
+    p.add_argument("--lease-ttl", type=count, default=2, help="the tuned profile's lease TTL")
+    p.add_argument("--grace", type=seconds_or_zero, default=1.0, help="the tuned profile's grace")
     p.add_argument("--no-rolling", action="store_true", help="skip the rolling restart")
+    p.add_argument(
+        "--settings",
+        choices=[*PROFILES, "both"],
+        default="both",
+        help="the product's defaults, the short tuned settings, or both in turn",
+    )
 
 
 async def _failover(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
@@ -246,6 +252,7 @@ async def _failover(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any
         lease_ttl_s=a.lease_ttl,
         grace_s=a.grace,
         rolling=not a.no_rolling,
+        profiles=PROFILES if a.settings == "both" else (a.settings,),
     )
 
 

@@ -125,6 +125,16 @@ class NodeProcess:
         """SIGKILL: the node dies at once, with appends in flight."""
         return await self._signal(signal.SIGKILL, 10.0)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets and its lease runs on, as in a long GC
+        pause or a stalled disk; :meth:`resume` lets it go on."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGCONT)
+
     async def _signal(self, sig: int, timeout: float) -> int | None:
         proc = self._proc
         if proc is None:

@@ -86,6 +86,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "client-retries",
         "large-messages",
         "cluster-kill-9",
+        "cluster-pause",
         "cluster-zombie",
         "cluster-broker-lost",
         "cluster-etcd-restart",

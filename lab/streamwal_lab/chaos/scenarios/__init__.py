@@ -182,8 +182,18 @@ SCENARIOS: dict[str, Scenario] = {
             6,
             2,
             25.0,
-            "self-managing cluster: SIGKILL of a channel owner under writes through "
-            "ClusterClient; the balancer moves its channels",
+            "self-managing cluster, default settings: SIGKILL of a channel owner under "
+            "writes through ClusterClient; its refused port gets it declared lost and its "
+            "channels take writes elsewhere within 5 s",
+        ),
+        Scenario(
+            "cluster-pause",
+            cluster.run_pause,
+            4,
+            1,
+            25.0,
+            "self-managing cluster, default settings: a channel owner SIGSTOPped for 3 s "
+            "and resumed under writes: nothing moves, no node is taken for dead",
         ),
         Scenario(
             "cluster-zombie",
@@ -191,8 +201,9 @@ SCENARIOS: dict[str, Scenario] = {
             3,
             1,
             25.0,
-            "self-managing cluster: one node's etcd link blackholed (broker link up); "
-            "it keeps appending until the new owner fences it",
+            "self-managing cluster, default settings: one node's etcd link blackholed "
+            "(broker link up, port open: no evidence of death); it keeps appending until "
+            "its lease and the grace run out and the new owner fences it",
         ),
         Scenario(
             "cluster-broker-lost",
