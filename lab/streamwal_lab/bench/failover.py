@@ -109,11 +109,16 @@ async def _run_profile(
             for writer in writers.values():
                 await writer.stop()
     violations = 0
+    by_rule: dict[str, int] = {}
     for channel, writer in writers.items():
         report = await verify_channel(
             target.pulsar_url, channel, acks=writer.acks, failures=writer.failures
         )
         violations += len(report.violations)
+        for rule, count in report.by_rule().items():
+            by_rule[rule] = by_rule.get(rule, 0) + count
+        if not report.ok:
+            target.progress(f"failover: {channel}: {report.summary()}")
     bound_s = DEFAULTS_BOUND_S if defaults else cluster.lease_ttl_s + cluster.grace_s + 2.0
     return {
         "lease_ttl_s": cluster.lease_ttl_s,
@@ -127,6 +132,7 @@ async def _run_profile(
             1 for w in writers.values() for f in w.failures if f.outcome == "unknown"
         ),
         "history_violations": violations,
+        "violations_by_rule": by_rule,
     }
 
 
