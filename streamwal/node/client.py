@@ -37,6 +37,7 @@ from streamwal.node.outcome import in_band_error, rpc_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.tracing import name_client_span
+from streamwal.retry import Retry
 from streamwal.timeouts import within
 from streamwal.tso.tls import ClientTLS, open_channel
 
@@ -111,6 +112,16 @@ def final_error(last: grpc.aio.AioRpcError, unknown: grpc.aio.AioRpcError | None
         f"{last.details()} (an earlier try reached the node and its answer was lost "
         f"({unknown.code().name}: {unknown.details()}): it may be in the log)",
         WriteOutcome.UNKNOWN,
+    )
+
+
+def _retries(budget: int, may_retry: Callable[[grpc.aio.AioRpcError], bool]) -> Retry:
+    """The tries of one call: the first and ``budget`` more, on :data:`_RETRY_BACKOFF`,
+    for the failures ``may_retry`` accepts."""
+    return Retry(
+        _RETRY_BACKOFF,
+        max_attempts=max(budget, 0) + 1,
+        retry_if=lambda exc: isinstance(exc, grpc.aio.AioRpcError) and may_retry(exc),
     )
 
 
@@ -278,8 +289,8 @@ class NodeClient:
         repeat (the node answers a repeat as the first), so it is tried ``retries``
         more times on a failure that another try may fix; its outcome is the strongest
         of all tries, as for :meth:`produce`."""
-        attempt = 0
-        delays = _RETRY_BACKOFF.delays()
+        budget = (self._retries if retries is None else retries) if retry else 0
+        tries = _retries(budget, lambda exc: _may_retry(exc, idempotent=True))
         unknown: grpc.aio.AioRpcError | None = None
         while True:
             try:
@@ -287,11 +298,10 @@ class NodeClient:
             except grpc.aio.AioRpcError as exc:
                 if write_outcome(exc) is WriteOutcome.UNKNOWN:
                     unknown = exc
-                budget = self._retries if retries is None else retries
-                if not retry or attempt >= budget or exc.code() not in _IDEMPOTENT_RETRY:
+                delay = tries.next(exc)
+                if delay is None:
                     raise final_error(exc, unknown) from exc
-                attempt += 1
-                await asyncio.sleep(next(delays))
+                await tries.wait(delay)
 
     async def assign(self, pchannel: str, timeout: float | None = None) -> pb.AssignChannelResponse:
         return await self._unary(  # type: ignore[no-any-return]
@@ -340,8 +350,7 @@ class NodeClient:
             request.sequence = (
                 sequence if sequence is not None else producer.next_sequence(pchannel)
             )
-        attempt = 0
-        delays = _RETRY_BACKOFF.delays()
+        tries = _retries(self._retries, lambda exc: _may_retry(exc, producer is not None))
         unknown: grpc.aio.AioRpcError | None = None  # a try that may have been written
         while True:
             try:
@@ -349,15 +358,15 @@ class NodeClient:
             except grpc.aio.AioRpcError as exc:
                 if write_outcome(exc) is WriteOutcome.UNKNOWN:
                     unknown = exc
-                if attempt >= self._retries or not _may_retry(exc, producer is not None):
+                delay = tries.next(exc)
+                if delay is None:
                     error = final_error(exc, unknown)
                     if producer is not None:
                         error.producer_id, error.sequence = request.producer_id, request.sequence
                         if sequence is None:
                             give_up(producer, pchannel, request.sequence, error)
                     raise error from exc
-                attempt += 1
-                await asyncio.sleep(next(delays))
+                await tries.wait(delay)
                 continue
             if producer is None:
                 return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
