@@ -160,6 +160,12 @@ class Retry:
         self._attempt += 1
         return delay
 
+    def step(self) -> float:
+        """The wait before the next attempt when the last one did not fail but the loop
+        goes on (a read its server ended: follow it): no rule is asked, no hook told."""
+        self._attempt += 1
+        return next(self._delays)
+
     async def wait(self, delay: float) -> None:
         """Wait ``delay`` seconds before the next attempt (cancellation raises here)."""
         await self._sleep(delay)

@@ -212,3 +212,16 @@ async def test_reset_starts_the_schedule_and_the_count_over() -> None:
     assert retry.next(UnavailableError("x")) is None  # 0.1 > 0.05 left
     retry.reset()
     assert retry.next(UnavailableError("x")) == pytest.approx(0.1)
+
+
+async def test_a_step_without_a_failure_takes_the_next_wait_and_asks_no_rule() -> None:
+    t = FakeTime()
+    seen: list[RetryAttempt] = []
+    retry = _retry(
+        t, Backoff(initial=0.1, maximum=1.0), deadline=t.now + 0.01, on_retry=seen.append
+    )
+    assert retry.step() == pytest.approx(0.1)  # past the deadline: not asked
+    assert retry.step() == pytest.approx(0.2)
+    assert retry.attempt == 3
+    assert seen == []
+    assert retry.next(UnavailableError("x")) is None  # a failure still is
