@@ -1,9 +1,10 @@
 """``Retry``: the one retry loop of the product, driven by a :class:`~streamwal.backoff.Backoff`.
 
 Every loop that tries something again (the first time tick, an append, a backend
-read, a node call, a TSO fetch, an etcd call) used to count its attempts, watch its
-deadline, pick the errors worth another try and log each failure on its own. A
-:class:`Retry` holds that state for one loop, so the rules are written once:
+read, a node call, a TSO fetch, an etcd call) counts its attempts, watches its
+deadline, picks the errors worth another try and logs each failure. A :class:`Retry`
+holds that state for one loop, so the rules are written once, and each loop says only
+its own values:
 
 - **attempts**: at most ``max_attempts`` (the backoff's own by default; ``None``:
   unbounded);
@@ -24,6 +25,8 @@ call (a span per attempt, a batch whose tail is retried, a result that is not an
 exception) keeps its own ``while`` and asks the :class:`Retry` at each failure:
 :meth:`Retry.next` for the wait or ``None`` (give up, raising what it chooses), then
 :meth:`Retry.wait`; :meth:`Retry.pause` does both and raises the error on give-up.
+A loop that also goes on after an end that is not a failure takes that wait from
+:meth:`Retry.step`; one that makes progress starts over with :meth:`Retry.reset`.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class Retry:
         deadline: float | None = None,
         clip_to_deadline: bool = False,
         retry_if: ErrorRule = retriable,
-        give_up_on: ErrorRule = (),
+        give_up_on: ErrorRule | None = None,
         on_retry: Callable[[RetryAttempt], None] | None = None,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -111,7 +114,7 @@ class Retry:
         self.deadline = deadline
         self._clip = clip_to_deadline
         self._retry_if = _matcher(retry_if)
-        self._give_up_on = _matcher(give_up_on) if give_up_on != () else _never
+        self._give_up_on = _never if give_up_on is None else _matcher(give_up_on)
         self._on_retry = on_retry
         self._sleep = sleep
         self._clock = clock
@@ -176,10 +179,6 @@ class Retry:
         if delay is None:
             raise error
         await self.wait(delay)
-
-    def expired(self) -> bool:
-        """Whether the deadline has come (a clipped loop ends there)."""
-        return self.deadline is not None and self.deadline - self._clock() <= 0
 
 
 async def retry_call(call: Callable[[], Awaitable[_T]], retry: Retry) -> _T:
