@@ -3,9 +3,10 @@
 It sits at the package root, beside the errors, so that the WAL, the TSO, the node's
 client and the cluster client share it without importing each other. A WAL's
 ``WALConfig`` holds three of them (``streamwal.wal.config`` re-exports the class); the
-clients build theirs from their own settings. A loop takes its waits from
-:meth:`Backoff.delays` and keeps its own bound: a number of attempts
-(``max_attempts``, or a caller's ``retries``) or a deadline.
+clients build theirs from their own settings. A loop runs on it through
+:class:`streamwal.retry.Retry`, which takes the waits from :meth:`Backoff.delays` and
+applies the loop's bounds: a number of attempts (``max_attempts``, or a caller's
+``retries``), a deadline, the errors worth another try.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from streamwal.errors import (
     TimestampRegressionError,
     UnavailableError,
 )
+from streamwal.retry import Retry
 from streamwal.tso.config import TsoConfig, parse_endpoint
 from streamwal.tso.store import LeaderRecord, encode_window
 from streamwal.tso.tls import ClientTLS
@@ -224,7 +225,14 @@ class EtcdStore:
         loop = asyncio.get_running_loop()
         bound = self._unavailable_after_s if timeout is None else timeout
         deadline = loop.time() + bound
-        delays = _RETRY_BACKOFF.delays()
+        # a transient failure is tried again until the deadline (others raise at once)
+        retry = Retry(
+            _RETRY_BACKOFF,
+            deadline=deadline,
+            clip_to_deadline=True,
+            retry_if=_is_transient,
+            clock=loop.time,
+        )
         last: BaseException | None = None
         while True:
             remaining = deadline - loop.time()
@@ -246,10 +254,10 @@ class EtcdStore:
                 if not _is_transient(exc):
                     raise UnavailableError(f"etcd {what} failed: {exc!r}") from exc
                 last = exc
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            await asyncio.sleep(min(next(delays), remaining))
+                delay = retry.next(exc)
+                if delay is None:
+                    break
+            await retry.wait(delay)
         raise UnavailableError(
             f"etcd {what}: no answer within {bound:.2f}s from {', '.join(self.endpoints)}"
             + (f" ({last!r})" if last is not None and str(last) else "")
