@@ -48,11 +48,11 @@ from opentelemetry.util.types import Attributes
 from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
-from streamwal.node.runtime import Node
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE, setup_telemetry
 from streamwal.node.trace.model import span_status
 from streamwal.node.trace.opens import ATTEMPT_OPERATION
 from streamwal.node.trace.query import SpanSummary, get_trace, span_summaries
+from streamwal.server.runtime import Node
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
