@@ -23,8 +23,8 @@ from pathlib import Path
 from streamwal.cluster.records import MoveReason
 from streamwal.node.trace.query import get_trace, span_summaries
 from streamwal.verify.cli import verify_channel
+from streamwal_lab.bench.cluster_run import ChannelWriter, LocalCluster
 from streamwal_lab.bench.target import BenchTarget
-from streamwal_lab.cluster_run import ChannelWriter, LocalCluster
 from streamwal_lab.demo_common import delete_demo_topics, say, stack_up, trace_link, warn, waterfall
 from streamwal_lab.stack.jaeger_ui import ui_is_real
 
