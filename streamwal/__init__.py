@@ -16,13 +16,13 @@ WAL and its backend contract: ``WAL``, ``AppendResult``, ``MessageId``, ...),
 :mod:`streamwal.adaptors` (the Pulsar and in-memory backends, and the conformance
 suite), :mod:`streamwal.tso` (the timestamp oracle: ``LocalAllocator``,
 ``RemoteSource``), :mod:`streamwal.node` (the gRPC service and ``streamwal trace``),
-:mod:`streamwal.cluster` (the self-managing cluster) and :mod:`streamwal.verify`
+:mod:`streamwal.cluster` (the self-managing cluster), :mod:`streamwal.server` (a node
+process, ``streamwal serve``) and :mod:`streamwal.verify`
 (``streamwal verify``). The developer tools (local stack, demo, benchmarks, chaos
 runner) are another distribution, ``streamwal-lab`` (package ``streamwal_lab``),
 which this package never imports.
 """
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
@@ -38,6 +38,7 @@ from streamwal.errors import (
     UnavailableError,
 )
 from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.version import __version__
 from streamwal.wal import (
     DeliveryPolicy,
     ImmutableMessage,
@@ -50,11 +51,6 @@ from streamwal.wal import (
 
 if TYPE_CHECKING:
     from streamwal.cluster import ClusterClient
-
-try:
-    __version__ = version("streamwal")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
 
 __all__ = [
     "BatchAppendError",

@@ -67,7 +67,7 @@ def test_import_streamwal_leaves_the_cluster_client_until_it_is_used() -> None:
 
 def test_the_version_is_the_distributions() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", "--version"],
+        [sys.executable, "-m", "streamwal.cli", "--version"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == f"streamwal {streamwal.__version__}"

@@ -21,7 +21,6 @@ import time
 from dataclasses import replace
 
 from streamwal.cluster.balancer import Balancer
-from streamwal.cluster.config import ClusterSettings
 from streamwal.cluster.follower import Follower
 from streamwal.cluster.membership import Session
 from streamwal.cluster.records import ClusterKeys, Drain, NodeRecord, encode, now_ms
@@ -29,6 +28,7 @@ from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import ClosedError, UnavailableError
 from streamwal.node.channels import ChannelManager
+from streamwal.node.cluster_settings import ClusterSettings
 
 __all__ = ["ClusterMember"]
 

@@ -34,9 +34,9 @@ import platformdirs
 import yaml
 
 from streamwal.adaptors.pulsar.config import PulsarConfig
-from streamwal.cluster.config import ClusterSettings
 from streamwal.defaults import ETCD_ENDPOINT, METRICS_LISTEN, NODE_LISTEN
 from streamwal.errors import ConfigError
+from streamwal.node.cluster_settings import ClusterSettings
 from streamwal.node.tracing import DEFAULT_RATIO, DEFAULT_SAMPLER, SAMPLERS
 from streamwal.tso.config import OracleSettings, TsoConfig
 from streamwal.wal.config import WALConfig

@@ -24,7 +24,7 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
-from streamwal.node.runtime import Node
+from streamwal.server.runtime import Node
 from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic

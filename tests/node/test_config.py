@@ -357,7 +357,7 @@ def test_etcd_credentials_and_tls_reach_the_tso(tmp_path: Path) -> None:
 
 
 def test_tso_client_tls_from_file_and_environment(tmp_path: Path) -> None:
-    from streamwal.node.runtime import client_tls
+    from streamwal.server.runtime import client_tls
 
     pem = {name: tmp_path / f"{name}.pem" for name in ("cert", "key", "ca")}
     for path in pem.values():

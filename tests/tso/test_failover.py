@@ -42,7 +42,7 @@ async def test_the_follower_takes_over_within_a_lease_and_above_the_old_leader(
             *die_with_parent(),
             sys.executable,
             "-m",
-            "streamwal.node.cli",
+            "streamwal.cli",
             "tso",
             "serve",
             "--etcd",

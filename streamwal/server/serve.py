@@ -29,8 +29,8 @@ from streamwal.errors import StreamwalError
 from streamwal.node.config import ConfigError, load_config
 from streamwal.node.endpoints import HttpEndpoints, Readiness
 from streamwal.node.logs import ClientLogRelay, client_log_path, setup_node_logging
-from streamwal.node.runtime import Node
 from streamwal.node.telemetry import setup_telemetry
+from streamwal.server.runtime import Node
 from streamwal.tso import Clock
 
 __all__ = ["add_arguments", "register", "run"]

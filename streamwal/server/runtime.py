@@ -41,7 +41,6 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.trace import TracerProvider
 
-from streamwal import __version__
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.backoff import Backoff
 from streamwal.cluster.member import ClusterMember
@@ -74,6 +73,7 @@ from streamwal.tso import (
     add_tso_servicer,
 )
 from streamwal.tso.tls import server_credentials
+from streamwal.version import __version__
 
 __all__ = ["Node", "client_tls"]
 

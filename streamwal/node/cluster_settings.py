@@ -4,6 +4,10 @@ Off by default: a node without it is driven by ``AssignChannel`` calls as before
 Times are seconds. The lease TTL bounds how long a dead node looks alive; the grace
 period is how much longer the balancer waits before moving its channels (Milvus's
 ``walBalancer.nodeLostGracePeriod``, 5 s by default there too).
+
+It is declared here, beside the node's other sections (:mod:`streamwal.node.config`),
+because the node's file holds it: the cluster layer, above the node, reads it from
+there (``docs/architecture.md``).
 """
 
 from __future__ import annotations
