@@ -19,6 +19,7 @@ import signal
 import sys
 from typing import Any
 
+from streamwal import environment
 from streamwal.argtypes import count, seconds
 from streamwal.errors import DecodeError, StreamwalError, UnavailableError
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
@@ -39,7 +40,8 @@ def add_etcd_arguments(parser: argparse.ArgumentParser) -> None:
         "--etcd",
         action="append",
         metavar="HOST:PORT",
-        help=f"etcd endpoint(s) (default: {DEFAULT_ETCD_ENDPOINT}, the local stack's)",
+        help=f"etcd endpoint(s) (default: ${environment.ETCD_ENDPOINTS}, else "
+        f"{DEFAULT_ETCD_ENDPOINT})",
     )
     parser.add_argument(
         "--prefix",
@@ -56,7 +58,7 @@ def add_etcd_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> TsoConfig:
     """A :class:`TsoConfig` from the arguments of :func:`add_etcd_arguments`."""
-    given = args.etcd or [DEFAULT_ETCD_ENDPOINT]
+    given = args.etcd or list(environment.etcd_endpoints())
     endpoints = [e.strip() for item in given for e in item.split(",")]
     return TsoConfig(
         etcd_endpoints=tuple(e for e in endpoints if e),

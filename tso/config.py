@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from streamwal import environment
 from streamwal.defaults import ETCD_ENDPOINT
 from streamwal.errors import ConfigError
 from streamwal.tso.timestamp import MAX_LOGICAL
@@ -20,7 +21,8 @@ __all__ = [
 ]
 
 DEFAULT_ETCD_ENDPOINT = ETCD_ENDPOINT
-"""The local stack's etcd."""
+"""etcd's standard local endpoint (``$STREAMWAL_ETCD_ENDPOINTS`` wins where a default
+is taken: :func:`streamwal.environment.etcd_endpoints`)."""
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -123,7 +125,8 @@ class TsoConfig(OracleSettings):
     ``etcd_timeout_s`` bounds one etcd request.
     """
 
-    etcd_endpoints: tuple[str, ...] = (DEFAULT_ETCD_ENDPOINT,)
+    #: ``$STREAMWAL_ETCD_ENDPOINTS``, else etcd's standard local endpoint
+    etcd_endpoints: tuple[str, ...] = field(default_factory=environment.etcd_endpoints)
     unavailable_after_s: float = 5.0
     etcd_timeout_s: float = 1.0
     #: etcd authentication (both or neither); the password never shows in repr

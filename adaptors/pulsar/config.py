@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamwal.defaults import PULSAR_SERVICE_URL
+from streamwal import environment
 from streamwal.errors import ConfigError
 
 __all__ = ["PolicyAction", "PulsarAccessMode", "PulsarConfig"]
@@ -42,7 +42,8 @@ class PolicyAction(enum.Enum):
 class PulsarConfig:
     """How to reach the broker and how to write; validated at construction."""
 
-    service_url: str = PULSAR_SERVICE_URL
+    #: ``$STREAMWAL_PULSAR_SERVICE_URL``, else Pulsar's standard local broker
+    service_url: str = field(default_factory=environment.pulsar_service_url)
     tenant: str = "public"
     namespace: str = "default"
     access_mode: PulsarAccessMode = PulsarAccessMode.EXCLUSIVE_WITH_FENCING
@@ -71,8 +72,9 @@ class PulsarConfig:
     #: check once per opener that the broker refuses a second exclusive producer
     verify_exclusivity: bool = True
     #: the broker's admin API, for the policy checks at open and to delete probe
-    #: topics; None: derived from service_url for Pulsar's standard ports (6650→8080,
-    #: 6651→8443) and the local stack's (16650→18080), else the policies are not read
+    #: topics; None: ``$STREAMWAL_PULSAR_ADMIN_URL`` when service_url is the broker the
+    #: environment names, else derived from service_url for Pulsar's standard ports
+    #: (6650→8080, 6651→8443), else the policies are not read
     admin_url: str | None = None
     #: the WAL's durable subscription on every channel (adaptors.pulsar.cursor): it
     #: keeps the log on a broker without retention; never delete it

@@ -16,9 +16,11 @@ from typing import Any
 
 import pulsar
 
+from streamwal import environment
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.admin import require_topic
 from streamwal.adaptors.pulsar.scanner import to_backend_message
+from streamwal.defaults import PULSAR_SERVICE_URL
 from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
 from streamwal.timeouts import within
 from streamwal.tso.timestamp import physical_datetime
@@ -36,7 +38,11 @@ def register(sub: Any) -> None:
         "status", help="truncation point, storage used, consumers' checkpoints and lag"
     )
     status.add_argument("name", help="the pchannel")
-    status.add_argument("--pulsar", default=PulsarConfig().service_url, help="broker URL")
+    status.add_argument(
+        "--pulsar",
+        default=environment.pulsar_service_url(),
+        help=f"broker URL (default: ${environment.PULSAR_SERVICE_URL}, else {PULSAR_SERVICE_URL})",
+    )
     status.add_argument("--admin", help="the broker's admin URL (default: derived from --pulsar)")
     status.add_argument("--tenant", default="public")
     status.add_argument("--namespace", default="default")

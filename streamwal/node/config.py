@@ -1,7 +1,9 @@
 """The node's configuration: YAML file, then environment overrides, then defaults.
 
-Every key has a default that points at the local stack, so ``streamwal serve`` with
-no file runs against ``streamwal stack up``. The ``pulsar:`` and ``wal:`` sections
+The endpoints' defaults are Pulsar's and etcd's standard local ones, unless
+:mod:`streamwal.environment` names others (``STREAMWAL_PULSAR_SERVICE_URL``,
+``STREAMWAL_ETCD_ENDPOINTS``, beneath the file), so ``streamwal serve`` with no file
+runs against a stock Pulsar and etcd on this machine. The ``pulsar:`` and ``wal:`` sections
 build the library's own :class:`~streamwal.adaptors.pulsar.PulsarConfig` and
 :class:`~streamwal.wal.WALConfig`: same names, same units (seconds unless a name says
 ``_ms``), their validation. The ``tso:`` section's oracle keys are the library's own
@@ -33,9 +35,10 @@ from typing import Any, ClassVar
 import platformdirs
 import yaml
 
+from streamwal import environment
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.cluster.config import ClusterSettings
-from streamwal.defaults import ETCD_ENDPOINT, METRICS_LISTEN, NODE_LISTEN
+from streamwal.defaults import METRICS_LISTEN, NODE_LISTEN
 from streamwal.errors import ConfigError
 from streamwal.node.tracing import DEFAULT_RATIO, DEFAULT_SAMPLER, SAMPLERS
 from streamwal.tso.config import OracleSettings, TsoConfig
@@ -202,7 +205,8 @@ class NodeSettings:
 @_redact
 @dataclass(frozen=True, repr=False)
 class EtcdSettings:
-    endpoints: tuple[str, ...] = (ETCD_ENDPOINT,)
+    #: ``$STREAMWAL_ETCD_ENDPOINTS``, else etcd's standard local endpoint
+    endpoints: tuple[str, ...] = field(default_factory=environment.etcd_endpoints)
     user: str | None = None
     password: str | None = None
     tls: TLSFiles = field(default_factory=TLSFiles)
@@ -558,6 +562,15 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _endpoint_defaults(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The endpoints :mod:`streamwal.environment` names, read from ``environ`` (not the
+    process's, so a caller's mapping decides), beneath the file: a file's key wins."""
+    return {
+        "pulsar": {"service_url": environment.pulsar_service_url(environ)},
+        "etcd": {"endpoints": list(environment.etcd_endpoints(environ))},
+    }
+
+
 def load_config(
     path: str | Path | None = None, environ: Mapping[str, str] | None = None
 ) -> NodeConfig:
@@ -578,7 +591,7 @@ def load_config(
             raise ConfigError("config", f"{path} must hold a mapping of sections")
         data = loaded
     environ = os.environ if environ is None else environ
-    data = _merge(data, _env_overrides(environ))
+    data = _merge(_merge(_endpoint_defaults(environ), data), _env_overrides(environ))
     config = typing.cast(NodeConfig, _build("", NodeConfig, data))
     tracing = _standard_sampler(config.tracing, environ)
     return config if tracing == config.tracing else dataclasses.replace(config, tracing=tracing)

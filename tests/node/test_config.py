@@ -15,10 +15,10 @@ from streamwal.node.config import ConfigError, NodeConfig, load_config
 from tests.node.processes import serve_once
 
 
-def test_defaults_point_at_the_local_stack() -> None:
+def test_defaults_are_the_standard_local_endpoints() -> None:
     config = load_config(environ={})
-    assert config.pulsar.service_url == "pulsar://127.0.0.1:16650"
-    assert config.etcd.endpoints == ("127.0.0.1:12379",)
+    assert config.pulsar.service_url == "pulsar://127.0.0.1:6650"
+    assert config.etcd.endpoints == ("127.0.0.1:2379",)
     assert config.tso.mode == "in-process"
 
 

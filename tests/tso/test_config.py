@@ -10,9 +10,10 @@ from streamwal.errors import ConfigError, InvalidInputError
 from streamwal.tso.config import OracleSettings, TsoConfig, key_prefix_path
 
 
-def test_defaults_follow_pd_and_milvus() -> None:
+def test_defaults_follow_pd_and_milvus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMWAL_ETCD_ENDPOINTS", raising=False)  # the suite's: the stack's
     config = TsoConfig()
-    assert config.etcd_endpoints == ("127.0.0.1:12379",)
+    assert config.etcd_endpoints == ("127.0.0.1:2379",)
     assert config.lease_ttl_s == 3
     assert config.save_window_s == 3.0
     assert config.save_window_ms == 3000
