@@ -24,7 +24,7 @@ from streamwal.adaptors.pulsar.admin import admin_url_for
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.node.config import load_config
 from streamwal.node.trace.jaeger import DEFAULT_JAEGER_URL, default_jaeger_url
-from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, EtcdConfig, TsoConfig
 from streamwal_lab.stack import collector, etcd, jaeger, ports, pulsar
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def test_the_values_are_the_standard_ones() -> None:
 def test_the_product_defaults_are_the_standard_endpoints() -> None:
     config = load_config(environ={})
     assert config.pulsar.service_url == PulsarConfig().service_url == defaults.PULSAR_SERVICE_URL
-    assert config.etcd.endpoints == TsoConfig().etcd_endpoints == (defaults.ETCD_ENDPOINT,)
+    assert config.etcd.endpoints == TsoConfig().etcd.endpoints == (defaults.ETCD_ENDPOINT,)
     assert DEFAULT_ETCD_ENDPOINT == defaults.ETCD_ENDPOINT
     assert config.node.listen == defaults.NODE_LISTEN
     assert config.node.metrics_listen == defaults.METRICS_LISTEN
@@ -105,7 +105,7 @@ def test_the_lab_stack_keeps_its_own_ports() -> None:
 def test_the_suite_reaches_the_stack_through_the_environment() -> None:
     assert {name: os.environ.get(name) for name in _VARIABLES} == ports.environment()
     assert PulsarConfig().service_url == ports.PULSAR_SERVICE_URL
-    assert TsoConfig().etcd_endpoints == (ports.ETCD_ENDPOINT,)
+    assert TsoConfig().etcd.endpoints == (ports.ETCD_ENDPOINT,)
     assert load_config().etcd.endpoints == (ports.ETCD_ENDPOINT,)
     assert admin_url_for(ports.PULSAR_SERVICE_URL) == ports.PULSAR_ADMIN_URL
 
@@ -117,7 +117,7 @@ def test_the_variables_win_over_the_defaults(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv(environment.ETCD_ENDPOINTS, "e1:2379, e2:2379")
     monkeypatch.setenv(environment.JAEGER_URL, "http://jaeger.example:16686/")
     assert PulsarConfig().service_url == "pulsar://broker.example:7650"
-    assert TsoConfig().etcd_endpoints == ("e1:2379", "e2:2379")
+    assert TsoConfig().etcd.endpoints == ("e1:2379", "e2:2379")
     assert default_jaeger_url() == "http://jaeger.example:16686"
     assert admin_url_for("pulsar://broker.example:7650") == "https://admin.example:9443"
     node = load_config()
@@ -133,7 +133,7 @@ def test_an_explicit_value_wins_over_the_variables(
     monkeypatch.setenv(environment.PULSAR_ADMIN_URL, "http://admin.example:9080")
     monkeypatch.setenv(environment.ETCD_ENDPOINTS, "e1:2379")
     assert PulsarConfig(service_url="pulsar://other:6650").service_url == "pulsar://other:6650"
-    assert TsoConfig(etcd_endpoints=("other:2379",)).etcd_endpoints == ("other:2379",)
+    assert TsoConfig(etcd=EtcdConfig(("other:2379",))).etcd.endpoints == ("other:2379",)
     # the variable's admin API is its broker's: another broker's is derived, never it
     assert admin_url_for("pulsar://other:6650") == "http://other:8080"
     assert admin_url_for("pulsar://other:7777") is None

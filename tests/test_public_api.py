@@ -30,7 +30,7 @@ def test_the_front_door_is_what_a_user_needs() -> None:
     front_door = {
         "open_wal", "open_read_only", "WALConfig", "DeliveryPolicy",
         "MutableMessage", "ImmutableMessage", "MessageType",
-        "PulsarOpener", "PulsarConfig", "InProcessTSO", "TsoConfig", "ClusterClient",
+        "PulsarOpener", "PulsarConfig", "InProcessTSO", "TsoConfig", "EtcdConfig", "ClusterClient",
         "StreamwalError", "ChannelFencedError", "UnavailableError", "OutcomeUnknownError",
         "ClosedError", "TruncatedError", "BatchAppendError", "TransactionError",
         "SequenceError", "__version__",

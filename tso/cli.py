@@ -22,7 +22,7 @@ from typing import Any
 from streamwal import environment
 from streamwal.argtypes import count, seconds
 from streamwal.errors import DecodeError, StreamwalError, UnavailableError
-from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, EtcdConfig, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
 from streamwal.tso.oracle import TimestampOracle
@@ -61,7 +61,7 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> TsoConfig:
     given = args.etcd or list(environment.etcd_endpoints())
     endpoints = [e.strip() for item in given for e in item.split(",")]
     return TsoConfig(
-        etcd_endpoints=tuple(e for e in endpoints if e),
+        etcd=EtcdConfig(tuple(e for e in endpoints if e)),
         key_prefix=args.prefix,
         unavailable_after_s=args.timeout,
         **overrides,

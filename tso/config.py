@@ -10,10 +10,12 @@ from typing import ClassVar
 from streamwal import environment
 from streamwal.defaults import ETCD_ENDPOINT
 from streamwal.errors import ConfigError
+from streamwal.tls_files import TLSFiles
 from streamwal.tso.timestamp import MAX_LOGICAL
 
 __all__ = [
     "DEFAULT_ETCD_ENDPOINT",
+    "EtcdConfig",
     "OracleSettings",
     "TsoConfig",
     "key_prefix_path",
@@ -28,7 +30,7 @@ is taken: :func:`streamwal.environment.etcd_endpoints`)."""
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
     """``(host, port)`` from ``host:port`` or ``http://host:port``.
 
-    Raises :class:`~streamwal.errors.ConfigError` naming ``etcd_endpoints`` when malformed.
+    Raises :class:`~streamwal.errors.ConfigError` naming ``endpoints`` when malformed.
     """
     text = endpoint.strip()
     for scheme in ("http://", "https://"):
@@ -38,7 +40,7 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ConfigError("etcd_endpoints", f"not host:port: {endpoint!r}")
+        raise ConfigError("endpoints", f"not host:port: {endpoint!r}")
     return host, int(port_text)
 
 
@@ -115,47 +117,73 @@ def _positive_number(name: str, value: object) -> None:
 
 
 @dataclass(frozen=True)
+class EtcdConfig:
+    """How to reach etcd, declared and validated here once: a :class:`TsoConfig`'s
+    ``etcd`` and a node's ``etcd:`` section are this object, and the cluster's store is
+    built from it too. Errors name the field (``endpoints[0]``, ``tls.ca_file``); a
+    node's loader places them under ``etcd.``.
+    """
+
+    #: ``host:port`` or ``http(s)://host:port`` each; ``$STREAMWAL_ETCD_ENDPOINTS``
+    #: (comma separated), else etcd's standard local endpoint
+    endpoints: tuple[str, ...] = field(default_factory=environment.etcd_endpoints)
+    #: authentication, both or neither (the password never shows in repr)
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    #: TLS: a CA to trust (enables TLS), optionally a client certificate and key
+    tls: TLSFiles = field(default_factory=TLSFiles)
+    _addresses: tuple[tuple[str, int], ...] = field(
+        init=False, repr=False, compare=False, default=()
+    )
+
+    def __post_init__(self) -> None:
+        endpoints: Iterable[str] = (
+            (self.endpoints,) if isinstance(self.endpoints, str) else self.endpoints
+        )
+        endpoints = tuple(endpoints)
+        if not endpoints:
+            raise ConfigError("endpoints", "at least one endpoint is needed")
+        addresses = []
+        for i, endpoint in enumerate(endpoints):
+            try:
+                addresses.append(parse_endpoint(endpoint))
+            except ConfigError as exc:
+                raise ConfigError(f"endpoints[{i}]", exc.problem) from None
+        object.__setattr__(self, "endpoints", endpoints)
+        object.__setattr__(self, "_addresses", tuple(addresses))
+        if (self.user is None) != (self.password is None):
+            raise ConfigError("user", "user and password go together")
+        self.tls.check("tls", server=False)
+        if self.tls.cert_file is not None and self.tls.ca_file is None:
+            raise ConfigError("tls.ca_file", "a client certificate needs a CA file")
+
+    @property
+    def addresses(self) -> tuple[tuple[str, int], ...]:
+        """The endpoints as ``(host, port)`` pairs."""
+        return self._addresses
+
+
+@dataclass(frozen=True)
 class TsoConfig(OracleSettings):
     """Settings of one TSO cluster: the oracle's own (:class:`OracleSettings`:
     ``key_prefix``, ``lease_ttl_s``, ``save_window_s``, ``update_interval_s``,
-    ``batch_size``, keyword-only) and how it reaches etcd.
+    ``batch_size``, keyword-only) and how it reaches etcd (:class:`EtcdConfig`).
 
     ``unavailable_after_s`` bounds how long a caller waits for a serving oracle (or
     etcd) before it gets :class:`~streamwal.errors.UnavailableError`;
     ``etcd_timeout_s`` bounds one etcd request.
     """
 
-    #: ``$STREAMWAL_ETCD_ENDPOINTS``, else etcd's standard local endpoint
-    etcd_endpoints: tuple[str, ...] = field(default_factory=environment.etcd_endpoints)
+    #: endpoints, credentials and TLS
+    etcd: EtcdConfig = field(default_factory=EtcdConfig)
+    #: how long a caller waits for a serving oracle (or etcd)
     unavailable_after_s: float = 5.0
+    #: the bound of one etcd request
     etcd_timeout_s: float = 1.0
-    #: etcd authentication (both or neither); the password never shows in repr
-    etcd_user: str | None = None
-    etcd_password: str | None = field(default=None, repr=False)
-    #: etcd TLS: a CA to trust (enables TLS), optionally a client certificate and key
-    etcd_ca_file: str | None = None
-    etcd_cert_file: str | None = None
-    etcd_key_file: str | None = None
-    _endpoints_parsed: tuple[tuple[str, int], ...] = field(
-        init=False, repr=False, compare=False, default=()
-    )
 
     def __post_init__(self) -> None:
-        if (self.etcd_user is None) != (self.etcd_password is None):
-            raise ConfigError("etcd_user", "user and password go together")
-        if (self.etcd_cert_file is None) != (self.etcd_key_file is None):
-            raise ConfigError("etcd_cert_file", "certificate and key go together")
-        if self.etcd_cert_file is not None and self.etcd_ca_file is None:
-            raise ConfigError("etcd_ca_file", "a client certificate needs TLS (a CA file)")
-        endpoints: Iterable[str] = (
-            (self.etcd_endpoints,) if isinstance(self.etcd_endpoints, str) else self.etcd_endpoints
-        )
-        endpoints = tuple(endpoints)
-        if not endpoints:
-            raise ConfigError("etcd_endpoints", "at least one endpoint is needed")
-        parsed = tuple(parse_endpoint(e) for e in endpoints)
-        object.__setattr__(self, "etcd_endpoints", endpoints)
-        object.__setattr__(self, "_endpoints_parsed", parsed)
+        if not isinstance(self.etcd, EtcdConfig):
+            raise ConfigError("etcd", f"expected an EtcdConfig, got {type(self.etcd).__name__}")
         super().__post_init__()
         for name in ("unavailable_after_s", "etcd_timeout_s"):
             _positive_number(name, getattr(self, name))
@@ -163,7 +191,7 @@ class TsoConfig(OracleSettings):
     @property
     def endpoints(self) -> tuple[tuple[str, int], ...]:
         """The etcd endpoints as ``(host, port)`` pairs."""
-        return self._endpoints_parsed
+        return self.etcd.addresses
 
     @property
     def leader_key(self) -> str:

@@ -3,10 +3,11 @@
 The endpoints' defaults are Pulsar's and etcd's standard local ones, unless
 :mod:`streamwal.environment` names others (``STREAMWAL_PULSAR_SERVICE_URL``,
 ``STREAMWAL_ETCD_ENDPOINTS``, beneath the file), so ``streamwal serve`` with no file
-runs against a stock Pulsar and etcd on this machine. The ``pulsar:`` and ``wal:`` sections
-build the library's own :class:`~streamwal.adaptors.pulsar.PulsarConfig` and
-:class:`~streamwal.wal.WALConfig`: same names, same units (seconds unless a name says
-``_ms``), their validation. The ``tso:`` section's oracle keys are the library's own
+runs against a stock Pulsar and etcd on this machine. The ``pulsar:``, ``etcd:`` and
+``wal:`` sections are the library's own :class:`~streamwal.adaptors.pulsar.PulsarConfig`,
+:class:`~streamwal.tso.config.EtcdConfig` and :class:`~streamwal.wal.WALConfig`: same
+names, same units (seconds unless a name says ``_ms``), their defaults and validation,
+declared once. The ``tso:`` section's oracle keys are the library's own
 (:class:`~streamwal.tso.config.OracleSettings`, which :class:`~streamwal.tso.TsoConfig`
 also is, declared and validated there once) beside the node's own (``mode``,
 ``remote_addresses``, ``tls``); with the ``etcd:`` section they build the library's
@@ -41,13 +42,14 @@ from streamwal.cluster.config import ClusterSettings
 from streamwal.defaults import METRICS_LISTEN, NODE_LISTEN
 from streamwal.errors import ConfigError
 from streamwal.node.tracing import DEFAULT_RATIO, DEFAULT_SAMPLER, SAMPLERS
-from streamwal.tso.config import OracleSettings, TsoConfig
+from streamwal.tls_files import ClientTLSFiles, TLSFiles
+from streamwal.tso.config import EtcdConfig, OracleSettings, TsoConfig
 from streamwal.wal.config import WALConfig
 
 __all__ = [
     "ClientTLSFiles",
     "ConfigError",
-    "EtcdSettings",
+    "EtcdConfig",
     "NodeConfig",
     "NodeSettings",
     "TSOSettings",
@@ -59,19 +61,6 @@ __all__ = [
 
 ENV_PREFIX = "STREAMWAL_"
 SECRET_KEYS = frozenset({"auth_token", "password"})
-
-
-def _redact(cls: type) -> type:
-    def __repr__(self: Any) -> str:
-        parts = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            shown = "<redacted>" if f.name in SECRET_KEYS and value else repr(value)
-            parts.append(f"{f.name}={shown}")
-        return f"{type(self).__name__}({', '.join(parts)})"
-
-    cls.__repr__ = __repr__  # type: ignore[method-assign,assignment]
-    return cls
 
 
 def _host_port(key: str, value: str) -> None:
@@ -110,43 +99,6 @@ def _otlp_url(key: str, value: str) -> None:
 def _non_empty(key: str, value: str) -> None:
     if not value.strip():
         raise ConfigError(key, "must not be empty")
-
-
-@dataclass(frozen=True)
-class TLSFiles:
-    """PEM files; all optional. A server needs cert+key; a client may need only a CA."""
-
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-
-    def check(self, key: str, *, server: bool) -> None:
-        for name in ("ca_file", "cert_file", "key_file"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ConfigError(f"{key}.{name}", f"no such file: {path}")
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ConfigError(key, "cert_file and key_file go together")
-        if server and self.enabled and self.cert_file is None:
-            raise ConfigError(key, "a server needs cert_file and key_file")
-
-    @property
-    def enabled(self) -> bool:
-        return any((self.ca_file, self.cert_file, self.key_file))
-
-
-@dataclass(frozen=True)
-class ClientTLSFiles(TLSFiles):
-    """How this node dials other nodes' gRPC services (the TSO): the CA it trusts,
-    its client certificate when they require one, and optionally the name their
-    certificates carry when it differs from the dialled host."""
-
-    server_name: str | None = None
-
-    def check(self, key: str, *, server: bool = False) -> None:
-        super().check(key, server=False)
-        if self.server_name is not None and not self.enabled:
-            raise ConfigError(f"{key}.server_name", "needs TLS: set ca_file (or cert_file)")
 
 
 #: what ``node.log_format`` takes (streamwal.node.logs formats them)
@@ -202,28 +154,6 @@ class NodeSettings:
         self.tls.check("node.tls", server=True)
 
 
-@_redact
-@dataclass(frozen=True, repr=False)
-class EtcdSettings:
-    #: ``$STREAMWAL_ETCD_ENDPOINTS``, else etcd's standard local endpoint
-    endpoints: tuple[str, ...] = field(default_factory=environment.etcd_endpoints)
-    user: str | None = None
-    password: str | None = None
-    tls: TLSFiles = field(default_factory=TLSFiles)
-
-    def check(self) -> None:
-        if not self.endpoints:
-            raise ConfigError("etcd.endpoints", "at least one endpoint is needed")
-        for i, endpoint in enumerate(self.endpoints):
-            text = endpoint.split("://", 1)[-1].rstrip("/")
-            _host_port(f"etcd.endpoints[{i}]", text)
-        if (self.user is None) != (self.password is None):
-            raise ConfigError("etcd.user", "user and password go together")
-        self.tls.check("etcd.tls", server=False)
-        if self.tls.cert_file is not None and self.tls.ca_file is None:
-            raise ConfigError("etcd.tls.ca_file", "a client certificate needs a CA file")
-
-
 @dataclass(frozen=True)
 class TSOSettings(OracleSettings):
     """The ``tso:`` section: what only a node decides, plus the oracle's own settings
@@ -253,33 +183,14 @@ class TSOSettings(OracleSettings):
         self.tls.check("tso.tls")
 
 
-#: where TsoConfig's fields come from in a node's file; the others are tso.<name>
-_TSO_KEYS = {
-    "etcd_endpoints": "etcd.endpoints",
-    "etcd_user": "etcd.user",
-    "etcd_password": "etcd.user",
-    "etcd_ca_file": "etcd.tls.ca_file",
-    "etcd_cert_file": "etcd.tls.cert_file",
-    "etcd_key_file": "etcd.tls.key_file",
-}
-
-
-def tso_config(etcd: EtcdSettings, tso: TSOSettings) -> TsoConfig:
+def tso_config(etcd: EtcdConfig, tso: TSOSettings) -> TsoConfig:
     """The library's oracle config from the ``etcd:`` and ``tso:`` sections; its
     validation errors name the node's keys."""
     try:
         oracle = {f.name: getattr(tso, f.name) for f in dataclasses.fields(OracleSettings)}
-        return TsoConfig(
-            **oracle,
-            etcd_endpoints=etcd.endpoints,
-            etcd_user=etcd.user,
-            etcd_password=etcd.password,
-            etcd_ca_file=etcd.tls.ca_file,
-            etcd_cert_file=etcd.tls.cert_file,
-            etcd_key_file=etcd.tls.key_file,
-        )
+        return TsoConfig(**oracle, etcd=etcd)
     except ConfigError as exc:
-        raise ConfigError(_TSO_KEYS.get(exc.key, f"tso.{exc.key}"), exc.problem) from None
+        raise ConfigError(f"tso.{exc.key}", exc.problem) from None
 
 
 @dataclass(frozen=True)
@@ -356,7 +267,8 @@ class NodeConfig:
     pulsar: PulsarConfig = field(
         default_factory=lambda: PulsarConfig(client_log_file=_default_client_log())
     )
-    etcd: EtcdSettings = field(default_factory=EtcdSettings)
+    #: the library's config: the section's keys are its fields (see EtcdConfig)
+    etcd: EtcdConfig = field(default_factory=EtcdConfig)
     tso: TSOSettings = field(default_factory=TSOSettings)
     #: the library's config: the section's keys are its fields (see WALConfig)
     wal: WALConfig = field(default_factory=WALConfig)
@@ -367,7 +279,7 @@ class NodeConfig:
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     def __post_init__(self) -> None:
-        for section in (self.node, self.etcd, self.tso, self.telemetry, self.tracing, self.cluster):
+        for section in (self.node, self.tso, self.telemetry, self.tracing, self.cluster):
             section.check()
         if (
             self.cluster.enabled

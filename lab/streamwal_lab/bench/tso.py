@@ -33,7 +33,7 @@ from typing import Any
 from streamwal.argtypes import count, seconds
 from streamwal.errors import StreamwalError
 from streamwal.tso.allocator import LocalAllocator
-from streamwal.tso.config import TsoConfig
+from streamwal.tso.config import EtcdConfig, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
 from streamwal.tso.remote import RemoteSource
@@ -122,10 +122,10 @@ async def _run(
     latency_samples: int,
 ) -> dict[str, Any]:
     config = TsoConfig(
-        etcd_endpoints=tuple(etcd_endpoints), key_prefix=prefix, batch_size=batch_size
+        etcd=EtcdConfig(tuple(etcd_endpoints)), key_prefix=prefix, batch_size=batch_size
     )
     results: dict[str, Any] = {
-        "etcd": ",".join(config.etcd_endpoints),
+        "etcd": ",".join(config.etcd.endpoints),
         "key_prefix": prefix,
         "batch_size": batch_size,
         "duration_s": duration_s,
