@@ -22,10 +22,12 @@ __all__ = [
     "PULSAR_ADMIN_URL",
     "PULSAR_SERVICE_URL",
     "VARIABLES",
+    "default_from",
     "etcd_endpoints",
     "jaeger_url",
     "pulsar_admin_url",
     "pulsar_service_url",
+    "set_by",
 ]
 
 #: the broker's binary URL, ``pulsar://host:port``: ``PulsarConfig.service_url``,
@@ -77,3 +79,15 @@ def etcd_endpoints(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
 def jaeger_url(environ: Mapping[str, str] | None = None) -> str:
     """``$STREAMWAL_JAEGER_URL``, else Jaeger's standard local query API."""
     return (_get(JAEGER_URL, environ) or defaults.JAEGER_URL).rstrip("/")
+
+
+def default_from(variable: str) -> dict[str, str]:
+    """A field's metadata: ``variable`` stands in for its default (beneath a file),
+    which ``streamwal config show`` lists beside the field."""
+    return {"default_env": variable}
+
+
+def set_by(variable: str) -> dict[str, str]:
+    """A field's metadata: a standard variable (OpenTelemetry's) wins over the file
+    for this field, which ``streamwal config show`` lists beside it."""
+    return {"env": variable}

@@ -20,8 +20,12 @@ __all__ = ["ClientTLSFiles", "TLSFiles"]
 class TLSFiles:
     """PEM files; all optional. A server needs cert+key; a client may need only a CA."""
 
+    #: a PEM CA file: the CA whose certificates are trusted (for a server: clients
+    #: must present a certificate it signed)
     ca_file: str | None = None
+    #: a PEM certificate, with key_file
     cert_file: str | None = None
+    #: the PEM private key of cert_file
     key_file: str | None = None
 
     def check(self, key: str, *, server: bool) -> None:
@@ -45,6 +49,7 @@ class ClientTLSFiles(TLSFiles):
     its client certificate when they require one, and optionally the name their
     certificates carry when it differs from the dialled host."""
 
+    #: the name the servers' certificates carry, when it is not the dialled host
     server_name: str | None = None
 
     def check(self, key: str, *, server: bool = False) -> None:

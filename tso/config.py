@@ -82,10 +82,15 @@ class OracleSettings:
     #: caller's is normalised
     exact_key_prefix: ClassVar[bool] = False
 
+    #: the oracle's keys in etcd are ``<key_prefix>/tso/...``: one prefix per cluster
     key_prefix: str = "/streamwal"
+    #: the leader's etcd lease, whole seconds: how long a dead leader keeps the role
     lease_ttl_s: int = 3
+    #: how far ahead of the served physical time the persisted bound runs
     save_window_s: float = 3.0
+    #: how often the leader advances its physical time (and the window when due)
     update_interval_s: float = 0.05
+    #: timestamps a client takes from the oracle at once
     batch_size: int = 1000
 
     def __post_init__(self) -> None:
@@ -126,9 +131,13 @@ class EtcdConfig:
 
     #: ``host:port`` or ``http(s)://host:port`` each; ``$STREAMWAL_ETCD_ENDPOINTS``
     #: (comma separated), else etcd's standard local endpoint
-    endpoints: tuple[str, ...] = field(default_factory=environment.etcd_endpoints)
-    #: authentication, both or neither (the password never shows in repr)
+    endpoints: tuple[str, ...] = field(
+        default_factory=environment.etcd_endpoints,
+        metadata=environment.default_from(environment.ETCD_ENDPOINTS),
+    )
+    #: authentication: a user, with password
     user: str | None = None
+    #: the user's password, never shown in repr or errors
     password: str | None = field(default=None, repr=False)
     #: TLS: a CA to trust (enables TLS), optionally a client certificate and key
     tls: TLSFiles = field(default_factory=TLSFiles)

@@ -19,6 +19,7 @@ __all__ = ["ClusterSettings"]
 
 @dataclass(frozen=True)
 class ClusterSettings:
+    #: membership, balancing and failover through etcd; off: channels are assigned by RPC
     enabled: bool = False
     #: the cluster's keys are ``<key_prefix>/cluster/...`` in etcd
     key_prefix: str = "/streamwal"
@@ -33,8 +34,9 @@ class ClusterSettings:
     channels: tuple[str, ...] = ()
     #: channels moved per balancing round when a node joins (failover is not bounded)
     max_moves_per_round: int = 1
-    #: how often the balancer plans, and how often a node reads its assignments
+    #: how often the balancer plans
     round_interval_s: float = 0.5
+    #: how often a node reads its assignments
     poll_interval_s: float = 0.2
     #: how long an owner may keep failing to open a channel before the balancer moves
     #: it to another ready node; doubled for each such move of the same channel in a

@@ -28,7 +28,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -107,7 +107,9 @@ LOG_FORMATS = ("text", "json")
 
 @dataclass(frozen=True)
 class NodeSettings:
+    #: the node's id, unique in its cluster; written into every message it appends
     id: int = 1
+    #: host:port of the node's gRPC service (StreamingNode, health, the in-process TSO)
     listen: str = NODE_LISTEN
     #: host:port other nodes dial to reach this one; a leading in-process oracle
     #: publishes it in etcd for the other candidates. Empty: ``listen`` with the
@@ -118,6 +120,8 @@ class NodeSettings:
     #: a ready node that has not reached its broker for this long turns not ready
     #: (gRPC health, /readyz, its cluster record: the balancer moves its channels)
     broker_lost_after_s: float = 15.0
+    #: the gRPC server's TLS: cert_file and key_file turn it on; ca_file also requires
+    #: client certificates signed by that CA
     tls: TLSFiles = field(default_factory=TLSFiles)
     #: how long SIGTERM waits for in-flight appends before closing channels
     shutdown_grace_s: float = 10.0
@@ -167,6 +171,7 @@ class TSOSettings(OracleSettings):
     #: ``in-process``: this node campaigns for the oracle on etcd and serves it;
     #: ``remote``: it asks the oracle's gRPC service at ``remote_addresses``.
     mode: str = "in-process"
+    #: host:port of the oracle's gRPC services, in remote mode
     remote_addresses: tuple[str, ...] = ()
     #: TLS for dialling TSO services: the oracle nodes in remote mode, and this
     #: node's own and its peers' services in in-process mode (a non-leader follows
@@ -197,12 +202,18 @@ def tso_config(etcd: EtcdConfig, tso: TSOSettings) -> TsoConfig:
 class TelemetrySettings:
     #: the logical service (``service.name``); each node is told apart by
     #: ``service.instance.id`` = ``node-<id>``. ``OTEL_SERVICE_NAME`` wins when set
-    service_name: str = "streamwal-node"
+    service_name: str = field(
+        default="streamwal-node", metadata=environment.set_by("OTEL_SERVICE_NAME")
+    )
     #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` wins when set; empty and unset: no export.
     #: ``http://host:4317`` is plain text; ``https://`` or no scheme is TLS (see
     #: streamwal/node/telemetry.py for the standard variables that configure it)
-    otlp_endpoint: str = ""
+    otlp_endpoint: str = field(
+        default="", metadata=environment.set_by("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    #: whether the node makes spans at all
     tracing: bool = True
+    #: the node's log level: DEBUG, INFO, WARNING or ERROR
     log_level: str = "INFO"
 
     def check(self) -> None:
@@ -222,9 +233,13 @@ class TracingSettings:
 
     #: a standard name: always_on, always_off, traceidratio, parentbased_always_on,
     #: parentbased_always_off, parentbased_traceidratio
-    sampler: str = DEFAULT_SAMPLER
+    sampler: str = field(
+        default=DEFAULT_SAMPLER, metadata=environment.set_by("OTEL_TRACES_SAMPLER")
+    )
     #: the share of new root traces the ratio-based samplers keep, 0..1
-    ratio: float = DEFAULT_RATIO
+    ratio: float = field(
+        default=DEFAULT_RATIO, metadata=environment.set_by("OTEL_TRACES_SAMPLER_ARG")
+    )
 
     def check(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -464,6 +479,23 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _flag_overrides(settings: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--set section.key=value`` flags, checked as the variables are (a typo in a key
+    is named, never ignored)."""
+    out: dict[str, dict[str, Any]] = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        parts = key.strip().lower().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"--set {setting}", "expected section.key=value")
+        _check_env_path(f"--set {key.strip()}", parts)
+        target = out.setdefault(parts[0], {})
+        for part in parts[1:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = value
+    return out
+
+
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in extra.items():
@@ -484,9 +516,14 @@ def _endpoint_defaults(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def load_config(
-    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+    path: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Sequence[str] = (),
 ) -> NodeConfig:
-    """Read ``path`` (optional), apply ``STREAMWAL_*`` overrides, validate everything."""
+    """The one loader: ``path`` (optional), then the ``STREAMWAL_<SECTION>__<KEY>``
+    variables, then ``overrides`` (``section.key=value``, the ``--set`` flags); beneath
+    them all the endpoints :mod:`streamwal.environment` names, then the defaults.
+    Everything is validated; an unknown key anywhere is named."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -504,6 +541,7 @@ def load_config(
         data = loaded
     environ = os.environ if environ is None else environ
     data = _merge(_merge(_endpoint_defaults(environ), data), _env_overrides(environ))
+    data = _merge(data, _flag_overrides(overrides))
     config = typing.cast(NodeConfig, _build("", NodeConfig, data))
     tracing = _standard_sampler(config.tracing, environ)
     return config if tracing == config.tracing else dataclasses.replace(config, tracing=tracing)
