@@ -116,3 +116,34 @@ def test_a_bad_flag_is_named(flag: str, key: str, capsys: pytest.CaptureFixture[
     assert main(["config", "show", "--set", flag]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"invalid configuration: {key}"), err
+
+
+def test_channel_status_reads_a_node_file_through_the_same_loader(tmp_path: Path) -> None:
+    import argparse
+
+    from streamwal.node.channel_status import _pulsar_config, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    path = tmp_path / "node.yaml"
+    path.write_text(
+        "pulsar:\n  service_url: pulsar://file:6650\n  tenant: acme\n"
+        "  admin_url: http://file-admin:8080\n  auth_token: tok\n"
+    )
+    args = parser.parse_args(["channel", "status", "ch", "--config", str(path)])
+    config = _pulsar_config(args)
+    assert (config.service_url, config.tenant, config.namespace) == (
+        "pulsar://file:6650", "acme", "default"
+    )  # fmt: skip
+    assert (config.admin_url, config.auth_token, config.client_log_file) == (
+        "http://file-admin:8080", "tok", None
+    )  # fmt: skip
+    args = parser.parse_args(
+        ["channel", "status", "ch", "--config", str(path), "--pulsar", "pulsar://flag:6650",
+         "--namespace", "wal", "--set", "pulsar.tenant=other"]
+    )  # fmt: skip
+    config = _pulsar_config(args)
+    assert (config.service_url, config.tenant, config.namespace) == (
+        "pulsar://flag:6650", "other", "wal"
+    )  # fmt: skip
+    assert config.admin_url is None  # the file's admin API is its broker's, not the flag's
