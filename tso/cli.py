@@ -22,7 +22,7 @@ from typing import Any
 from streamwal import environment
 from streamwal.argtypes import count, seconds
 from streamwal.errors import DecodeError, StreamwalError, UnavailableError
-from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, EtcdConfig, TsoConfig
+from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, DEFAULT_KEY_PREFIX, EtcdConfig, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
 from streamwal.tso.oracle import TimestampOracle
@@ -45,7 +45,7 @@ def add_etcd_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prefix",
-        default="/streamwal",
+        default=DEFAULT_KEY_PREFIX,
         help="key prefix of the TSO cluster (default: %(default)s)",
     )
     parser.add_argument(

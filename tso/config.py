@@ -15,6 +15,7 @@ from streamwal.tso.timestamp import MAX_LOGICAL
 
 __all__ = [
     "DEFAULT_ETCD_ENDPOINT",
+    "DEFAULT_KEY_PREFIX",
     "EtcdConfig",
     "OracleSettings",
     "TsoConfig",
@@ -25,6 +26,11 @@ __all__ = [
 DEFAULT_ETCD_ENDPOINT = ETCD_ENDPOINT
 """etcd's standard local endpoint (``$STREAMWAL_ETCD_ENDPOINTS`` wins where a default
 is taken: :func:`streamwal.environment.etcd_endpoints`)."""
+
+
+DEFAULT_KEY_PREFIX = "/streamwal"
+"""Where a cluster's keys live in etcd when nothing else is said: the oracle's
+(``<prefix>/tso/``) and the cluster's (``<prefix>/cluster/``)."""
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -83,7 +89,7 @@ class OracleSettings:
     exact_key_prefix: ClassVar[bool] = False
 
     #: the oracle's keys in etcd are ``<key_prefix>/tso/...``: one prefix per cluster
-    key_prefix: str = "/streamwal"
+    key_prefix: str = DEFAULT_KEY_PREFIX
     #: the leader's etcd lease, whole seconds: how long a dead leader keeps the role
     lease_ttl_s: int = 3
     #: how far ahead of the served physical time the persisted bound runs

@@ -58,6 +58,7 @@ from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.tso.config import DEFAULT_KEY_PREFIX
 from streamwal.tso.tls import ClientTLS, open_channel
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.message_id import MessageId
@@ -106,7 +107,7 @@ class ClusterClient:
         etcd_endpoints: Sequence[str] = (),
         *,
         nodes: Sequence[str] = (),
-        key_prefix: str = "/streamwal",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         tls: ClientTLS | None = None,
         retry_for_s: float = 30.0,
         max_backoff_s: float = 0.25,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streamwal.errors import ConfigError
-from streamwal.tso.config import key_prefix_path
+from streamwal.tso.config import DEFAULT_KEY_PREFIX, key_prefix_path
 from streamwal.wal.backend import validate_channel_name
 
 __all__ = ["ClusterSettings"]
@@ -22,7 +22,7 @@ class ClusterSettings:
     #: membership, balancing and failover through etcd; off: channels are assigned by RPC
     enabled: bool = False
     #: the cluster's keys are ``<key_prefix>/cluster/...`` in etcd
-    key_prefix: str = "/streamwal"
+    key_prefix: str = DEFAULT_KEY_PREFIX
     #: the node's session lease; a killed node is seen gone after at most this long
     lease_ttl_s: int = 5
     #: how long after a node's lease is gone its channels are moved
