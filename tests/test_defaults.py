@@ -148,16 +148,21 @@ def test_an_explicit_value_wins_over_the_variables(
 
 
 def test_serve_with_no_file_targets_the_standard_ports() -> None:
-    """What ``streamwal serve`` with no file loads, in a process without the variables."""
-    code = (
-        "import json; from streamwal.node.config import load_config; c = load_config(); "
-        "print(json.dumps([c.pulsar.service_url, list(c.etcd.endpoints)]))"
-    )
+    """What ``streamwal serve`` with no file would run with (``config show`` takes the
+    same options through the same loader), in a process without the variables."""
     env = {k: v for k, v in os.environ.items() if k not in _VARIABLES}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    )
-    assert json.loads(out.stdout) == [defaults.PULSAR_SERVICE_URL, [defaults.ETCD_ENDPOINT]]
+    argv = [sys.executable, "-m", "streamwal.node.cli", "config", "show", "--format", "json"]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    values = {row["key"]: row["value"] for row in json.loads(out.stdout)}
+    assert values["pulsar.service_url"] == "pulsar://127.0.0.1:6650"
+    assert values["etcd.endpoints"] == ["127.0.0.1:2379"]
+    assert values["pulsar.admin_url"] is None  # derived: 8080 beside 6650
+    # and with the stack's variables, the stack's ports
+    argv_env = {**env, **ports.environment()}
+    out = subprocess.run(argv, env=argv_env, capture_output=True, text=True, check=True)
+    values = {row["key"]: row["value"] for row in json.loads(out.stdout)}
+    assert values["pulsar.service_url"] == ports.PULSAR_SERVICE_URL
+    assert values["etcd.endpoints"] == [ports.ETCD_ENDPOINT]
 
 
 def test_the_lab_hands_its_ports_on_without_overriding() -> None:
