@@ -3,7 +3,7 @@
 The names here are what a user needs, and no more::
 
     opener = streamwal.PulsarOpener(streamwal.PulsarConfig(service_url=...))
-    tso = streamwal.InProcessTSO(streamwal.TsoConfig(etcd_endpoints=(...,)))
+    tso = streamwal.InProcessTSO(streamwal.TsoConfig(streamwal.EtcdConfig(endpoints=(...,))))
     wal = await streamwal.open_wal(opener, "channel", tso.allocator(), node_id=1)
 
 or, through a cluster of nodes, ``streamwal.ClusterClient`` (loaded on first use, so
@@ -37,7 +37,7 @@ from streamwal.errors import (
     TruncatedError,
     UnavailableError,
 )
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.version import __version__
 from streamwal.wal import (
     DeliveryPolicy,
@@ -58,6 +58,7 @@ __all__ = [
     "ClosedError",
     "ClusterClient",
     "DeliveryPolicy",
+    "EtcdConfig",
     "ImmutableMessage",
     "InProcessTSO",
     "MessageType",

@@ -37,9 +37,13 @@ class Backoff:
     (``None``: until success or cancellation).
     """
 
+    #: the first delay, seconds
     initial: float
+    #: the longest delay, seconds
     maximum: float
+    #: each delay is the previous one times this
     multiplier: float = 2.0
+    #: attempts at most; null: until success or cancellation
     max_attempts: int | None = None
 
     def __post_init__(self) -> None:

@@ -40,6 +40,7 @@ _LAB_HINT = "pip install streamwal-lab (in a checkout of the repository: ./dev)"
 # install has it all), name the command when that extra is missing.
 _COMMAND_MODULES: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("streamwal.server.serve", ("serve",), "node"),
+    ("streamwal.node.config_cli", ("config",), "node"),
     ("streamwal.tso.cli", ("tso",), "node"),
     ("streamwal.node.channel_status", ("channel",), "node"),
     ("streamwal.cluster.cli", ("cluster",), "node"),

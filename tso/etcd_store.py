@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import etcd3
 import grpc
@@ -29,7 +29,7 @@ from streamwal.errors import (
     UnavailableError,
 )
 from streamwal.retry import Retry
-from streamwal.tso.config import TsoConfig, parse_endpoint
+from streamwal.tso.config import EtcdConfig, TsoConfig, parse_endpoint
 from streamwal.tso.store import LeaderRecord, encode_window
 from streamwal.tso.tls import ClientTLS
 
@@ -120,16 +120,27 @@ class EtcdStore:
         self._closed = False
 
     @classmethod
-    def from_config(cls, config: TsoConfig) -> EtcdStore:
-        return cls(
-            config.etcd_endpoints,
+    def from_config(cls, config: TsoConfig) -> Self:
+        return cls.from_etcd(
+            config.etcd,
             request_timeout_s=config.etcd_timeout_s,
             unavailable_after_s=config.unavailable_after_s,
-            user=config.etcd_user,
-            password=config.etcd_password,
-            ca_file=config.etcd_ca_file,
-            cert_file=config.etcd_cert_file,
-            key_file=config.etcd_key_file,
+        )
+
+    @classmethod
+    def from_etcd(
+        cls, etcd: EtcdConfig, *, request_timeout_s: float, unavailable_after_s: float
+    ) -> Self:
+        """A store on ``etcd``'s endpoints, with its credentials and TLS."""
+        return cls(
+            etcd.endpoints,
+            request_timeout_s=request_timeout_s,
+            unavailable_after_s=unavailable_after_s,
+            user=etcd.user,
+            password=etcd.password,
+            ca_file=etcd.tls.ca_file,
+            cert_file=etcd.tls.cert_file,
+            key_file=etcd.tls.key_file,
         )
 
     @property

@@ -17,6 +17,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from streamwal import environment
 from streamwal.backoff import Backoff
 from streamwal.defaults import PULSAR_BROKER_PORT, PULSAR_WEB_PORT
 from streamwal.errors import MisconfiguredError, UnavailableError
@@ -24,17 +25,20 @@ from streamwal.retry import Retry
 
 __all__ = ["PulsarAdmin", "admin_url_for", "require_topic"]
 
-#: Pulsar's standard binary ports and the admin port beside each; the local stack's too
+#: Pulsar's standard binary ports and the admin port beside each
 _ADMIN_PORTS = {
-    6650: ("http", 8080),
-    6651: ("https", 8443),
     PULSAR_BROKER_PORT: ("http", PULSAR_WEB_PORT),
+    6651: ("https", 8443),
 }
 
 
 def admin_url_for(service_url: str) -> str | None:
-    """The admin URL beside ``service_url`` when it uses a port whose pair is known
-    (6650→8080, 6651→8443, and the local stack's 16650→18080); else ``None``."""
+    """The admin URL of the broker at ``service_url``: ``$STREAMWAL_PULSAR_ADMIN_URL``
+    when ``service_url`` is the broker the environment names, else the port beside a
+    standard one (6650→8080, 6651→8443); else ``None``."""
+    named = environment.pulsar_admin_url(service_url)
+    if named is not None:
+        return named
     _, _, rest = service_url.partition("://")
     hosts = rest.rstrip("/").split(",")
     host, _, port = hosts[0].rpartition(":")

@@ -61,6 +61,7 @@ from streamwal_lab.faultproxy import FaultProxy
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.jaeger_ui import ui_is_real
 from streamwal_lab.stack.paths import ENV_JAEGER_UI_ASSETS
+from streamwal_lab.stack.ports import export_environment
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["MOVE_OPERATION", "MOVE_REASON", "register"]
@@ -96,6 +97,7 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    export_environment()  # the nodes it starts default to the stack's ports
     # the demo's own narration goes to stdout; keep library logs to warnings
     logging.getLogger().setLevel(logging.WARNING)
     code = 0

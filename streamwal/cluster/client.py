@@ -64,6 +64,7 @@ from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.retry import Retry
+from streamwal.tso.config import DEFAULT_KEY_PREFIX
 from streamwal.tso.tls import ClientTLS, open_channel
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.message_id import MessageId
@@ -112,7 +113,7 @@ class ClusterClient:
         etcd_endpoints: Sequence[str] = (),
         *,
         nodes: Sequence[str] = (),
-        key_prefix: str = "/streamwal",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         tls: ClientTLS | None = None,
         retry_for_s: float = 30.0,
         max_backoff_s: float = 0.25,

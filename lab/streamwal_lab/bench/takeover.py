@@ -27,7 +27,7 @@ from typing import Any
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.backoff import Backoff
 from streamwal.retry import Retry, retry_call
-from streamwal.tso import InProcessTSO, LocalAllocator, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, LocalAllocator, TsoConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal_lab.bench.raw import raw_producer
@@ -141,7 +141,7 @@ async def run_takeover_bench(
     config = PulsarConfig(
         service_url=target.pulsar_url, admin_url=target.pulsar_admin_url, client_log_file=CLIENT_LOG
     )
-    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-to-{run}")
+    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-to-{run}")
     wal_rounds: list[_Round | str] = []
     raw_rounds: list[_Round | str] = []
     async with (
