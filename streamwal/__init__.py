@@ -3,7 +3,7 @@
 The names here are what a user needs, and no more::
 
     opener = streamwal.PulsarOpener(streamwal.PulsarConfig(service_url=...))
-    tso = streamwal.InProcessTSO(streamwal.TsoConfig(etcd_endpoints=(...,)))
+    tso = streamwal.InProcessTSO(streamwal.TsoConfig(streamwal.EtcdConfig(endpoints=(...,))))
     wal = await streamwal.open_wal(opener, "channel", tso.allocator(), node_id=1)
 
 or, through a cluster of nodes, ``streamwal.ClusterClient`` (loaded on first use, so
@@ -16,13 +16,13 @@ WAL and its backend contract: ``WAL``, ``AppendResult``, ``MessageId``, ...),
 :mod:`streamwal.adaptors` (the Pulsar and in-memory backends, and the conformance
 suite), :mod:`streamwal.tso` (the timestamp oracle: ``LocalAllocator``,
 ``RemoteSource``), :mod:`streamwal.node` (the gRPC service and ``streamwal trace``),
-:mod:`streamwal.cluster` (the self-managing cluster) and :mod:`streamwal.verify`
+:mod:`streamwal.cluster` (the self-managing cluster), :mod:`streamwal.server` (a node
+process, ``streamwal serve``) and :mod:`streamwal.verify`
 (``streamwal verify``). The developer tools (local stack, demo, benchmarks, chaos
 runner) are another distribution, ``streamwal-lab`` (package ``streamwal_lab``),
 which this package never imports.
 """
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
@@ -37,7 +37,8 @@ from streamwal.errors import (
     TruncatedError,
     UnavailableError,
 )
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.version import __version__
 from streamwal.wal import (
     DeliveryPolicy,
     ImmutableMessage,
@@ -51,17 +52,13 @@ from streamwal.wal import (
 if TYPE_CHECKING:
     from streamwal.cluster import ClusterClient
 
-try:
-    __version__ = version("streamwal")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
-
 __all__ = [
     "BatchAppendError",
     "ChannelFencedError",
     "ClosedError",
     "ClusterClient",
     "DeliveryPolicy",
+    "EtcdConfig",
     "ImmutableMessage",
     "InProcessTSO",
     "MessageType",

@@ -3,9 +3,10 @@
 It sits at the package root, beside the errors, so that the WAL, the TSO, the node's
 client and the cluster client share it without importing each other. A WAL's
 ``WALConfig`` holds three of them (``streamwal.wal.config`` re-exports the class); the
-clients build theirs from their own settings. A loop takes its waits from
-:meth:`Backoff.delays` and keeps its own bound: a number of attempts
-(``max_attempts``, or a caller's ``retries``) or a deadline.
+clients build theirs from their own settings. A loop runs on it through
+:class:`streamwal.retry.Retry`, which takes the waits from :meth:`Backoff.delays` and
+applies the loop's bounds: a number of attempts (``max_attempts``, or a caller's
+``retries``), a deadline, the errors worth another try.
 """
 
 from __future__ import annotations
@@ -36,9 +37,13 @@ class Backoff:
     (``None``: until success or cancellation).
     """
 
+    #: the first delay, seconds
     initial: float
+    #: the longest delay, seconds
     maximum: float
+    #: each delay is the previous one times this
     multiplier: float = 2.0
+    #: attempts at most; null: until success or cancellation
     max_attempts: int | None = None
 
     def __post_init__(self) -> None:

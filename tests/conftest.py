@@ -8,6 +8,7 @@ are deleted when it ends (:mod:`streamwal_lab.stack.topics` says why).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 
 from streamwal_lab.stack import Stack, StackInfo
+from streamwal_lab.stack.ports import environment as stack_environment
 from streamwal_lab.stack.topics import delete_created, list_topics
 from tests.etcd_keys import EtcdPrefixes
 
@@ -23,6 +25,11 @@ from tests.etcd_keys import EtcdPrefixes
 # the cluster profile, for the modules whose tests need several brokers; the shared
 # broker restarted (and the test run again) when a test failed on it broken
 pytest_plugins = ["tests.guard", "tests.cluster_profile", "tests.stack_watch"]
+
+# The product's defaults are the standard local ports; the suite's services are the
+# lab's stack. Set before any test module is imported, so every default config built
+# here, and every process a test starts, reaches the stack (streamwal.environment).
+os.environ.update(stack_environment())
 
 # Hypothesis builds its Unicode tables the first time a text strategy is drawn from,
 # and caches them under .hypothesis/: on a fresh clone that took about 230 MB and a

@@ -45,7 +45,7 @@ def test_plain_values_pass_and_zero_where_it_means_none() -> None:
 )
 def test_a_typo_in_a_number_is_a_usage_error(args: list[str], option: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", *args],
+        [sys.executable, "-m", "streamwal.cli", *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,

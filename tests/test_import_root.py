@@ -78,7 +78,7 @@ def test_moved_packages_are_gone_from_the_root(name: str) -> None:
 
 
 def test_every_loaded_module_is_under_the_import_root() -> None:
-    __import__("streamwal.node.cli")
+    __import__("streamwal.cli")
     __import__("streamwal.adaptors.memory")
     bare = sorted(m for m in sys.modules if m.split(".")[0] in BARE)
     assert bare == []

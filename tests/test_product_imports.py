@@ -86,7 +86,7 @@ def _imports_of_product(prefixes: tuple[str, ...]) -> list[str]:
 def test_the_product_has_source_files() -> None:
     files = list(_product_files())
     names = {p.relative_to(ROOT).as_posix() for p in files}
-    assert "streamwal/node/cli.py" in names
+    assert "streamwal/cli.py" in names
     assert "adaptors/pulsar/admin.py" in names
     assert "tso/cli.py" in names
 

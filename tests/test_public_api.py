@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import streamwal
+from streamwal import environment
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal_lab.stack import StackInfo
 
@@ -28,7 +30,7 @@ def test_the_front_door_is_what_a_user_needs() -> None:
     front_door = {
         "open_wal", "open_read_only", "WALConfig", "DeliveryPolicy",
         "MutableMessage", "ImmutableMessage", "MessageType",
-        "PulsarOpener", "PulsarConfig", "InProcessTSO", "TsoConfig", "ClusterClient",
+        "PulsarOpener", "PulsarConfig", "InProcessTSO", "TsoConfig", "EtcdConfig", "ClusterClient",
         "StreamwalError", "ChannelFencedError", "UnavailableError", "OutcomeUnknownError",
         "ClosedError", "TruncatedError", "BatchAppendError", "TransactionError",
         "SequenceError", "__version__",
@@ -67,7 +69,7 @@ def test_import_streamwal_leaves_the_cluster_client_until_it_is_used() -> None:
 
 def test_the_version_is_the_distributions() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", "--version"],
+        [sys.executable, "-m", "streamwal.cli", "--version"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == f"streamwal {streamwal.__version__}"
@@ -86,9 +88,11 @@ def quickstart() -> str:
 @pytest.mark.integration
 async def test_the_readme_quickstart_runs(stack: StackInfo, tmp_path: Path) -> None:
     code = quickstart()
-    # the snippet names the local stack's addresses
-    assert f'service_url="{stack.pulsar_url}"' in code
-    assert f'etcd_endpoints=("{stack.etcd_endpoint}",)' in code
+    # the snippet takes the product's defaults, which the environment points at the stack
+    assert "streamwal.PulsarConfig()" in code
+    assert "etcd_endpoints" not in code
+    assert os.environ[environment.PULSAR_SERVICE_URL] == stack.pulsar_url
+    assert os.environ[environment.ETCD_ENDPOINTS] == stack.etcd_endpoint
     (tmp_path / "quickstart.py").write_text(code)
     try:
         out = subprocess.run(

@@ -12,7 +12,7 @@ if __name__ != "streamwal.tso":
 
 from streamwal.tso.allocator import LocalAllocator, TimestampAllocator, TimestampSource
 from streamwal.tso.clock import Clock, ManualClock, SystemClock
-from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, EtcdConfig, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO, OracleSource
 from streamwal.tso.memory_store import MemoryStore
@@ -39,6 +39,7 @@ __all__ = [
     "ClientTLS",
     "Clock",
     "CoordinationStore",
+    "EtcdConfig",
     "EtcdStore",
     "HybridTimestamp",
     "InProcessTSO",

@@ -19,9 +19,10 @@ import signal
 import sys
 from typing import Any
 
+from streamwal import environment
 from streamwal.argtypes import count, seconds
 from streamwal.errors import DecodeError, StreamwalError, UnavailableError
-from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, DEFAULT_KEY_PREFIX, EtcdConfig, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
 from streamwal.tso.oracle import TimestampOracle
@@ -39,11 +40,12 @@ def add_etcd_arguments(parser: argparse.ArgumentParser) -> None:
         "--etcd",
         action="append",
         metavar="HOST:PORT",
-        help=f"etcd endpoint(s) (default: {DEFAULT_ETCD_ENDPOINT}, the local stack's)",
+        help=f"etcd endpoint(s) (default: ${environment.ETCD_ENDPOINTS}, else "
+        f"{DEFAULT_ETCD_ENDPOINT})",
     )
     parser.add_argument(
         "--prefix",
-        default="/streamwal",
+        default=DEFAULT_KEY_PREFIX,
         help="key prefix of the TSO cluster (default: %(default)s)",
     )
     parser.add_argument(
@@ -56,10 +58,10 @@ def add_etcd_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> TsoConfig:
     """A :class:`TsoConfig` from the arguments of :func:`add_etcd_arguments`."""
-    given = args.etcd or [DEFAULT_ETCD_ENDPOINT]
+    given = args.etcd or list(environment.etcd_endpoints())
     endpoints = [e.strip() for item in given for e in item.split(",")]
     return TsoConfig(
-        etcd_endpoints=tuple(e for e in endpoints if e),
+        etcd=EtcdConfig(tuple(e for e in endpoints if e)),
         key_prefix=args.prefix,
         unavailable_after_s=args.timeout,
         **overrides,

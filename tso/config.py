@@ -7,12 +7,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from streamwal import environment
 from streamwal.defaults import ETCD_ENDPOINT
 from streamwal.errors import ConfigError
+from streamwal.tls_files import TLSFiles
 from streamwal.tso.timestamp import MAX_LOGICAL
 
 __all__ = [
     "DEFAULT_ETCD_ENDPOINT",
+    "DEFAULT_KEY_PREFIX",
+    "EtcdConfig",
     "OracleSettings",
     "TsoConfig",
     "key_prefix_path",
@@ -20,13 +24,19 @@ __all__ = [
 ]
 
 DEFAULT_ETCD_ENDPOINT = ETCD_ENDPOINT
-"""The local stack's etcd."""
+"""etcd's standard local endpoint (``$STREAMWAL_ETCD_ENDPOINTS`` wins where a default
+is taken: :func:`streamwal.environment.etcd_endpoints`)."""
+
+
+DEFAULT_KEY_PREFIX = "/streamwal"
+"""Where a cluster's keys live in etcd when nothing else is said: the oracle's
+(``<prefix>/tso/``) and the cluster's (``<prefix>/cluster/``)."""
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
     """``(host, port)`` from ``host:port`` or ``http://host:port``.
 
-    Raises :class:`~streamwal.errors.ConfigError` naming ``etcd_endpoints`` when malformed.
+    Raises :class:`~streamwal.errors.ConfigError` naming ``endpoints`` when malformed.
     """
     text = endpoint.strip()
     for scheme in ("http://", "https://"):
@@ -36,7 +46,7 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ConfigError("etcd_endpoints", f"not host:port: {endpoint!r}")
+        raise ConfigError("endpoints", f"not host:port: {endpoint!r}")
     return host, int(port_text)
 
 
@@ -78,10 +88,15 @@ class OracleSettings:
     #: caller's is normalised
     exact_key_prefix: ClassVar[bool] = False
 
-    key_prefix: str = "/streamwal"
+    #: the oracle's keys in etcd are ``<key_prefix>/tso/...``: one prefix per cluster
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    #: the leader's etcd lease, whole seconds: how long a dead leader keeps the role
     lease_ttl_s: int = 3
+    #: how far ahead of the served physical time the persisted bound runs
     save_window_s: float = 3.0
+    #: how often the leader advances its physical time (and the window when due)
     update_interval_s: float = 0.05
+    #: timestamps a client takes from the oracle at once
     batch_size: int = 1000
 
     def __post_init__(self) -> None:
@@ -113,46 +128,77 @@ def _positive_number(name: str, value: object) -> None:
 
 
 @dataclass(frozen=True)
+class EtcdConfig:
+    """How to reach etcd, declared and validated here once: a :class:`TsoConfig`'s
+    ``etcd`` and a node's ``etcd:`` section are this object, and the cluster's store is
+    built from it too. Errors name the field (``endpoints[0]``, ``tls.ca_file``); a
+    node's loader places them under ``etcd.``.
+    """
+
+    #: ``host:port`` or ``http(s)://host:port`` each; ``$STREAMWAL_ETCD_ENDPOINTS``
+    #: (comma separated), else etcd's standard local endpoint
+    endpoints: tuple[str, ...] = field(
+        default_factory=environment.etcd_endpoints,
+        metadata=environment.default_from(environment.ETCD_ENDPOINTS),
+    )
+    #: authentication: a user, with password
+    user: str | None = None
+    #: the user's password, never shown in repr or errors
+    password: str | None = field(default=None, repr=False)
+    #: TLS: a CA to trust (enables TLS), optionally a client certificate and key
+    tls: TLSFiles = field(default_factory=TLSFiles)
+    _addresses: tuple[tuple[str, int], ...] = field(
+        init=False, repr=False, compare=False, default=()
+    )
+
+    def __post_init__(self) -> None:
+        endpoints: Iterable[str] = (
+            (self.endpoints,) if isinstance(self.endpoints, str) else self.endpoints
+        )
+        endpoints = tuple(endpoints)
+        if not endpoints:
+            raise ConfigError("endpoints", "at least one endpoint is needed")
+        addresses = []
+        for i, endpoint in enumerate(endpoints):
+            try:
+                addresses.append(parse_endpoint(endpoint))
+            except ConfigError as exc:
+                raise ConfigError(f"endpoints[{i}]", exc.problem) from None
+        object.__setattr__(self, "endpoints", endpoints)
+        object.__setattr__(self, "_addresses", tuple(addresses))
+        if (self.user is None) != (self.password is None):
+            raise ConfigError("user", "user and password go together")
+        self.tls.check("tls", server=False)
+        if self.tls.cert_file is not None and self.tls.ca_file is None:
+            raise ConfigError("tls.ca_file", "a client certificate needs a CA file")
+
+    @property
+    def addresses(self) -> tuple[tuple[str, int], ...]:
+        """The endpoints as ``(host, port)`` pairs."""
+        return self._addresses
+
+
+@dataclass(frozen=True)
 class TsoConfig(OracleSettings):
     """Settings of one TSO cluster: the oracle's own (:class:`OracleSettings`:
     ``key_prefix``, ``lease_ttl_s``, ``save_window_s``, ``update_interval_s``,
-    ``batch_size``, keyword-only) and how it reaches etcd.
+    ``batch_size``, keyword-only) and how it reaches etcd (:class:`EtcdConfig`).
 
     ``unavailable_after_s`` bounds how long a caller waits for a serving oracle (or
     etcd) before it gets :class:`~streamwal.errors.UnavailableError`;
     ``etcd_timeout_s`` bounds one etcd request.
     """
 
-    etcd_endpoints: tuple[str, ...] = (DEFAULT_ETCD_ENDPOINT,)
+    #: endpoints, credentials and TLS
+    etcd: EtcdConfig = field(default_factory=EtcdConfig)
+    #: how long a caller waits for a serving oracle (or etcd)
     unavailable_after_s: float = 5.0
+    #: the bound of one etcd request
     etcd_timeout_s: float = 1.0
-    #: etcd authentication (both or neither); the password never shows in repr
-    etcd_user: str | None = None
-    etcd_password: str | None = field(default=None, repr=False)
-    #: etcd TLS: a CA to trust (enables TLS), optionally a client certificate and key
-    etcd_ca_file: str | None = None
-    etcd_cert_file: str | None = None
-    etcd_key_file: str | None = None
-    _endpoints_parsed: tuple[tuple[str, int], ...] = field(
-        init=False, repr=False, compare=False, default=()
-    )
 
     def __post_init__(self) -> None:
-        if (self.etcd_user is None) != (self.etcd_password is None):
-            raise ConfigError("etcd_user", "user and password go together")
-        if (self.etcd_cert_file is None) != (self.etcd_key_file is None):
-            raise ConfigError("etcd_cert_file", "certificate and key go together")
-        if self.etcd_cert_file is not None and self.etcd_ca_file is None:
-            raise ConfigError("etcd_ca_file", "a client certificate needs TLS (a CA file)")
-        endpoints: Iterable[str] = (
-            (self.etcd_endpoints,) if isinstance(self.etcd_endpoints, str) else self.etcd_endpoints
-        )
-        endpoints = tuple(endpoints)
-        if not endpoints:
-            raise ConfigError("etcd_endpoints", "at least one endpoint is needed")
-        parsed = tuple(parse_endpoint(e) for e in endpoints)
-        object.__setattr__(self, "etcd_endpoints", endpoints)
-        object.__setattr__(self, "_endpoints_parsed", parsed)
+        if not isinstance(self.etcd, EtcdConfig):
+            raise ConfigError("etcd", f"expected an EtcdConfig, got {type(self.etcd).__name__}")
         super().__post_init__()
         for name in ("unavailable_after_s", "etcd_timeout_s"):
             _positive_number(name, getattr(self, name))
@@ -160,7 +206,7 @@ class TsoConfig(OracleSettings):
     @property
     def endpoints(self) -> tuple[tuple[str, int], ...]:
         """The etcd endpoints as ``(host, port)`` pairs."""
-        return self._endpoints_parsed
+        return self.etcd.addresses
 
     @property
     def leader_key(self) -> str:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import etcd3
 import grpc
@@ -28,7 +28,8 @@ from streamwal.errors import (
     TimestampRegressionError,
     UnavailableError,
 )
-from streamwal.tso.config import TsoConfig, parse_endpoint
+from streamwal.retry import Retry
+from streamwal.tso.config import EtcdConfig, TsoConfig, parse_endpoint
 from streamwal.tso.store import LeaderRecord, encode_window
 from streamwal.tso.tls import ClientTLS
 
@@ -119,16 +120,27 @@ class EtcdStore:
         self._closed = False
 
     @classmethod
-    def from_config(cls, config: TsoConfig) -> EtcdStore:
-        return cls(
-            config.etcd_endpoints,
+    def from_config(cls, config: TsoConfig) -> Self:
+        return cls.from_etcd(
+            config.etcd,
             request_timeout_s=config.etcd_timeout_s,
             unavailable_after_s=config.unavailable_after_s,
-            user=config.etcd_user,
-            password=config.etcd_password,
-            ca_file=config.etcd_ca_file,
-            cert_file=config.etcd_cert_file,
-            key_file=config.etcd_key_file,
+        )
+
+    @classmethod
+    def from_etcd(
+        cls, etcd: EtcdConfig, *, request_timeout_s: float, unavailable_after_s: float
+    ) -> Self:
+        """A store on ``etcd``'s endpoints, with its credentials and TLS."""
+        return cls(
+            etcd.endpoints,
+            request_timeout_s=request_timeout_s,
+            unavailable_after_s=unavailable_after_s,
+            user=etcd.user,
+            password=etcd.password,
+            ca_file=etcd.tls.ca_file,
+            cert_file=etcd.tls.cert_file,
+            key_file=etcd.tls.key_file,
         )
 
     @property
@@ -224,7 +236,14 @@ class EtcdStore:
         loop = asyncio.get_running_loop()
         bound = self._unavailable_after_s if timeout is None else timeout
         deadline = loop.time() + bound
-        delays = _RETRY_BACKOFF.delays()
+        # a transient failure is tried again until the deadline (others raise at once)
+        retry = Retry(
+            _RETRY_BACKOFF,
+            deadline=deadline,
+            clip_to_deadline=True,
+            retry_if=_is_transient,
+            clock=loop.time,
+        )
         last: BaseException | None = None
         while True:
             remaining = deadline - loop.time()
@@ -246,10 +265,10 @@ class EtcdStore:
                 if not _is_transient(exc):
                     raise UnavailableError(f"etcd {what} failed: {exc!r}") from exc
                 last = exc
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            await asyncio.sleep(min(next(delays), remaining))
+                delay = retry.next(exc)
+                if delay is None:
+                    break
+            await retry.wait(delay)
         raise UnavailableError(
             f"etcd {what}: no answer within {bound:.2f}s from {', '.join(self.endpoints)}"
             + (f" ({last!r})" if last is not None and str(last) else "")

@@ -29,6 +29,7 @@ from streamwal.errors import (
     TimestampOverflowError,
     UnavailableError,
 )
+from streamwal.retry import Retry
 from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
 from streamwal.tso.service import LEADER_METADATA_KEY
 from streamwal.tso.timestamp import MAX_LOGICAL
@@ -125,7 +126,9 @@ class RemoteSource:
         deadline = loop.time() + self._timeout_s
         request = tso_pb2.AllocTimestampRequest(count=count)
         last: StreamwalError | None = None
-        delays = _RETRY_BACKOFF.delays()
+        # what is not raised at once (not leader, unavailable, overflow) is retriable:
+        # tried again until the deadline, the last wait cut to it
+        retry = Retry(_RETRY_BACKOFF, deadline=deadline, clip_to_deadline=True, clock=loop.time)
         redirects = 0
         while True:
             if self._closed:
@@ -164,10 +167,11 @@ class RemoteSource:
                     raise UnavailableError(
                         f"TSO at {address} failed: {code.name} {exc.details()}"
                     ) from exc
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            assert last is not None
+            delay = retry.next(last)
+            if delay is None:
                 break
-            await asyncio.sleep(min(next(delays), remaining))
+            await retry.wait(delay)
         if isinstance(last, NotLeaderError | TimestampOverflowError):
             raise last
         raise UnavailableError(

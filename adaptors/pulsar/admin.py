@@ -17,22 +17,28 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from streamwal import environment
+from streamwal.backoff import Backoff
 from streamwal.defaults import PULSAR_BROKER_PORT, PULSAR_WEB_PORT
 from streamwal.errors import MisconfiguredError, UnavailableError
+from streamwal.retry import Retry
 
 __all__ = ["PulsarAdmin", "admin_url_for", "require_topic"]
 
-#: Pulsar's standard binary ports and the admin port beside each; the local stack's too
+#: Pulsar's standard binary ports and the admin port beside each
 _ADMIN_PORTS = {
-    6650: ("http", 8080),
-    6651: ("https", 8443),
     PULSAR_BROKER_PORT: ("http", PULSAR_WEB_PORT),
+    6651: ("https", 8443),
 }
 
 
 def admin_url_for(service_url: str) -> str | None:
-    """The admin URL beside ``service_url`` when it uses a port whose pair is known
-    (6650→8080, 6651→8443, and the local stack's 16650→18080); else ``None``."""
+    """The admin URL of the broker at ``service_url``: ``$STREAMWAL_PULSAR_ADMIN_URL``
+    when ``service_url`` is the broker the environment names, else the port beside a
+    standard one (6650→8080, 6651→8443); else ``None``."""
+    named = environment.pulsar_admin_url(service_url)
+    if named is not None:
+        return named
     _, _, rest = service_url.partition("://")
     hosts = rest.rstrip("/").split(",")
     host, _, port = hosts[0].rpartition(":")
@@ -143,8 +149,11 @@ class PulsarAdmin:
         that only for GET, so behind a load-balanced admin address every write to a
         topic another broker owns would fail."""
         first, redirects = url, 0
-        pause = _MOVING_PAUSE_S
-        deadline = time.monotonic() + min(self._timeout, _MOVING_WAIT_S)
+        moving = Retry(
+            _MOVING_PAUSES,
+            deadline=time.monotonic() + min(self._timeout, _MOVING_WAIT_S),
+            retry_if=lambda exc: isinstance(exc, urllib.error.HTTPError) and _moving(exc),
+        )
         while True:
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
@@ -160,12 +169,13 @@ class PulsarAdmin:
                         ) from None
                     url = urllib.parse.urljoin(url, location)
                     continue
-                if not _moving(exc) or time.monotonic() + pause > deadline:
+                pause = moving.next(exc)
+                if pause is None:
                     raise
             # the topic's bundle is between two brokers: ask again once it has landed,
-            # from the start (where the bundle lands decides where a redirect leads)
+            # from the start (where the bundle lands decides where a redirect leads);
+            # a blocking wait, as the request itself is
             time.sleep(pause)
-            pause = min(pause * 2, 1.0)
             url, redirects = first, 0
 
 
@@ -173,7 +183,7 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 5
 #: how long a call waits for a topic whose bundle is moving between brokers
 _MOVING_WAIT_S = 10.0
-_MOVING_PAUSE_S = 0.1
+_MOVING_PAUSES = Backoff(initial=0.1, maximum=1.0)
 
 
 def _moving(exc: urllib.error.HTTPError) -> bool:

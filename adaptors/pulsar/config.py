@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamwal.defaults import PULSAR_SERVICE_URL
+from streamwal import environment
 from streamwal.errors import ConfigError
 
 __all__ = ["PolicyAction", "PulsarAccessMode", "PulsarConfig"]
@@ -42,9 +42,18 @@ class PolicyAction(enum.Enum):
 class PulsarConfig:
     """How to reach the broker and how to write; validated at construction."""
 
-    service_url: str = PULSAR_SERVICE_URL
+    #: the broker's binary URL, ``pulsar://host:port`` or ``pulsar+ssl://host:port``
+    #: (several hosts comma separated); ``$STREAMWAL_PULSAR_SERVICE_URL``, else
+    #: Pulsar's standard local broker
+    service_url: str = field(
+        default_factory=environment.pulsar_service_url,
+        metadata=environment.default_from(environment.PULSAR_SERVICE_URL),
+    )
+    #: the channels' topics are ``persistent://<tenant>/<namespace>/<channel>``
     tenant: str = "public"
+    #: the namespace of the channels' topics, in ``tenant``
     namespace: str = "default"
+    #: how a read-write open takes a topic over (:class:`PulsarAccessMode`)
     access_mode: PulsarAccessMode = PulsarAccessMode.EXCLUSIVE_WITH_FENCING
     #: bound on connecting, creating producers/readers and lookups
     operation_timeout_s: float = 10.0
@@ -57,23 +66,33 @@ class PulsarConfig:
     #: batch in the client, with send receipts on segment edges instead of one per
     #: message (adaptors.pulsar.segments); False: one entry and receipt per message
     batching: bool = True
+    #: how long the client holds a batch open for more messages
     batching_max_delay_ms: int = 1
+    #: sends in flight per producer before a send waits
     max_pending_messages: int = 10_000
     #: how many Pulsar clients the writing channels of one opener share (each is a
     #: connection per broker and threads of its own); 0: one per channel. One is the
     #: fastest on few cores, and a moved channel costs its neighbours a reconnect, not an
     #: append (adaptors.pulsar.clients)
     writer_clients: int = 1
+    #: a token for the broker's authentication (never shown)
     auth_token: str | None = None
+    #: the CA file a ``pulsar+ssl://`` broker's certificate is checked against (unset:
+    #: the system's CAs)
     tls_trust_certs_file: str | None = None
+    #: accept a broker certificate that does not verify
     tls_allow_insecure: bool = False
+    #: check that the broker's certificate names the host dialled
     tls_validate_hostname: bool = False
     #: check once per opener that the broker refuses a second exclusive producer
     verify_exclusivity: bool = True
     #: the broker's admin API, for the policy checks at open and to delete probe
-    #: topics; None: derived from service_url for Pulsar's standard ports (6650→8080,
-    #: 6651→8443) and the local stack's (16650→18080), else the policies are not read
-    admin_url: str | None = None
+    #: topics; None: ``$STREAMWAL_PULSAR_ADMIN_URL`` when service_url is the broker the
+    #: environment names, else derived from service_url for Pulsar's standard ports
+    #: (6650→8080, 6651→8443), else the policies are not read
+    admin_url: str | None = field(
+        default=None, metadata=environment.default_from(environment.PULSAR_ADMIN_URL)
+    )
     #: the WAL's durable subscription on every channel (adaptors.pulsar.cursor): it
     #: keeps the log on a broker without retention; never delete it
     cursor_subscription: str = "streamwal-wal"

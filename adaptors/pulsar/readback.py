@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -53,6 +52,7 @@ from streamwal.adaptors.pulsar.segments import Segment
 from streamwal.adaptors.pulsar.state import ChannelState, log
 from streamwal.backoff import Backoff
 from streamwal.errors import ChannelFencedError, UnknownPositionError
+from streamwal.retry import Retry, RetryAttempt
 from streamwal.timeouts import within
 from streamwal.wal.backend import AppendCallback
 from streamwal.wal.message_id import MessageId
@@ -403,33 +403,39 @@ class ReadBack:
             budget = _FENCED_BUDGET_TIMEOUTS * config.operation_timeout_s
         deadline = loop.time() + budget if budget > 0 else None
         step = min(FIRST_ATTEMPT_S, config.operation_timeout_s)
-        pauses = _AGAIN.delays()
-        for attempt in itertools.count(1):
+
+        def transient(exc: BaseException) -> bool:
+            return not (
+                result_of(exc) in LASTING_RESULTS
+                or state.closed
+                or (state.fenced is not None and not once_fenced)
+            )
+
+        def again(attempt: RetryAttempt) -> None:
+            log.log(
+                logging.WARNING if attempt.attempt >= _WARN_FROM_ATTEMPT else logging.INFO,
+                "channel %s: reading the log back, attempt %d: %r; again on a fresh "
+                "reader in %.2f s",
+                state.channel,
+                attempt.attempt,
+                attempt.error,
+                attempt.delay,
+            )
+            record_segment(state.channel, READ_AGAIN_AFTER_FENCE if once_fenced else READ_AGAIN)
+
+        retry = Retry(
+            _AGAIN, deadline=deadline, retry_if=transient, on_retry=again, clock=loop.time
+        )
+        while True:
             try:
                 async with asyncio.timeout_at(deadline):  # the whole attempt, every step
                     return await read(step)
             except (TimeoutError, PulsarException) as exc:
-                pause = next(pauses)
-                if (
-                    result_of(exc) in LASTING_RESULTS
-                    or state.closed
-                    or (state.fenced is not None and not once_fenced)
-                    or (deadline is not None and loop.time() + pause + step >= deadline)
-                ):
+                pause = retry.next(exc, margin=step)  # room for a whole next step
+                if pause is None:
                     raise
-                log.log(
-                    logging.WARNING if attempt >= _WARN_FROM_ATTEMPT else logging.INFO,
-                    "channel %s: reading the log back, attempt %d: %r; again on a fresh "
-                    "reader in %.2f s",
-                    state.channel,
-                    attempt,
-                    exc,
-                    pause,
-                )
-                record_segment(state.channel, READ_AGAIN_AFTER_FENCE if once_fenced else READ_AGAIN)
-            await asyncio.sleep(pause)
+            await retry.wait(pause)
             step = min(step * 2, config.operation_timeout_s)
-        raise AssertionError("unreachable")
 
     async def _messages_after(
         self,

@@ -39,12 +39,14 @@ from streamwal.adaptors.pulsar.config import PulsarAccessMode
 from streamwal.adaptors.pulsar.errors import FENCING_RESULTS, translate
 from streamwal.adaptors.pulsar.segments import SEGMENT_BYTES, SEGMENT_MESSAGES
 from streamwal.adaptors.pulsar.state import ChannelState, log
+from streamwal.backoff import Backoff
 from streamwal.errors import (
     ChannelFencedError,
     InvalidInputError,
     QuotaExceededError,
     UnavailableError,
 )
+from streamwal.retry import Retry, retry_call
 from streamwal.timeouts import within
 from streamwal.wal.backend import AccessMode
 
@@ -52,7 +54,8 @@ __all__ = ["BeforeFirstWrite", "ExplainQuota", "PrepareTopic", "Takeover"]
 
 _OWNER_PRESENT = frozenset({pulsar.Result.ProducerFenced, pulsar.Result.ProducerBusy})
 _WRITER_ATTEMPTS = 10
-_WRITER_RETRY_S = 0.05
+#: a fixed pause between the writer's attempts
+_WRITER_PAUSE = Backoff(initial=0.05, maximum=0.05)
 _WRITER_RETRY_WINDOW_S = 3.0
 #: how long a creation waits for an earlier, abandoned one to end (in operation timeouts)
 _SETTLE_TIMEOUTS = 2.0
@@ -146,32 +149,35 @@ class Takeover:
         operation timeout). A broker that has just restarted can take a second or more
         to let go of a fencer whose close it did not see; a real takeover by another
         node in the meantime is still reported as fenced, only later."""
+        loop = asyncio.get_running_loop()
         window = min(self._state.config.operation_timeout_s, _WRITER_RETRY_WINDOW_S)
-        deadline = asyncio.get_running_loop().time() + window
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await self._create_producer(
-                    access_mode=pulsar.ProducerAccessMode.Exclusive,
-                    batching_enabled=self._state.config.batching,
-                    batching_max_publish_delay_ms=self._state.config.batching_max_delay_ms,
-                    # room for many segments: one is cut at most once (.segments)
-                    batching_max_messages=64 * SEGMENT_MESSAGES,
-                    batching_max_allowed_size_in_bytes=8 * SEGMENT_BYTES,
-                    max_pending_messages=self._state.config.max_pending_messages,
-                    block_if_queue_full=False,
-                    send_timeout_millis=self._state.config.send_timeout_ms,
-                )
-            except PulsarException as exc:
-                out_of_time = asyncio.get_running_loop().time() >= deadline
-                if (
-                    exc.error() not in _OWNER_PRESENT
-                    or not retry_owner_present
-                    or (attempt >= _WRITER_ATTEMPTS and out_of_time)
-                ):
-                    raise
-                await asyncio.sleep(_WRITER_RETRY_S)
+        deadline = loop.time() + window
+
+        def owner_going(exc: BaseException) -> bool:
+            """The fencer is still there: again, until both the attempts and the window
+            are spent (either alone is too short after a broker restart)."""
+            return (
+                isinstance(exc, PulsarException)
+                and exc.error() in _OWNER_PRESENT
+                and retry_owner_present
+                and (retry.attempt < _WRITER_ATTEMPTS or loop.time() < deadline)
+            )
+
+        retry = Retry(_WRITER_PAUSE, retry_if=owner_going)
+        return await retry_call(
+            lambda: self._create_producer(
+                access_mode=pulsar.ProducerAccessMode.Exclusive,
+                batching_enabled=self._state.config.batching,
+                batching_max_publish_delay_ms=self._state.config.batching_max_delay_ms,
+                # room for many segments: one is cut at most once (.segments)
+                batching_max_messages=64 * SEGMENT_MESSAGES,
+                batching_max_allowed_size_in_bytes=8 * SEGMENT_BYTES,
+                max_pending_messages=self._state.config.max_pending_messages,
+                block_if_queue_full=False,
+                send_timeout_millis=self._state.config.send_timeout_ms,
+            ),
+            retry,
+        )
 
     async def settle(self) -> None:
         """Wait until every creation given up on has ended and what it made is closed

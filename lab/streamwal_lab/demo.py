@@ -48,21 +48,20 @@ from opentelemetry.util.types import Attributes
 from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
-from streamwal.node.runtime import Node
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE, setup_telemetry
-from streamwal.node.trace.model import span_status, trace_view
+from streamwal.node.trace.model import span_status
 from streamwal.node.trace.opens import ATTEMPT_OPERATION
 from streamwal.node.trace.query import SpanSummary, get_trace, span_summaries
-from streamwal.node.trace.waterfall import render_waterfall
+from streamwal.server.runtime import Node
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
+from streamwal_lab.demo_common import delete_demo_topics, say, stack_up, trace_link, warn, waterfall
 from streamwal_lab.faultproxy import FaultProxy
-from streamwal_lab.stack import Stack, StackInfo
+from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.jaeger_ui import ui_is_real
 from streamwal_lab.stack.paths import ENV_JAEGER_UI_ASSETS
-from streamwal_lab.stack.stack import StackError
-from streamwal_lab.stack.topics import delete_topics
+from streamwal_lab.stack.ports import export_environment
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["MOVE_OPERATION", "MOVE_REASON", "register"]
@@ -98,60 +97,22 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    export_environment()  # the nodes it starts default to the stack's ports
     # the demo's own narration goes to stdout; keep library logs to warnings
     logging.getLogger().setLevel(logging.WARNING)
     code = 0
     if args.part in ("all", "move"):
         code = asyncio.run(_demo())
     if args.part in ("all", "cluster") and code == 0:
-        from streamwal_lab.demo_cluster import cluster_demo  # it imports this module
+        # loaded on use: `streamwal --help` loads this module, not the cluster runner
+        from streamwal_lab.demo_cluster import cluster_demo
 
         code = asyncio.run(cluster_demo())
     return code
 
 
-def say(text: str) -> None:
-    print(text, flush=True)
-
-
-def warn(text: str) -> None:
-    """Something the demo could not show; it goes on, but the reader must notice."""
-    print(f"WARNING: {text}", flush=True)
-    print(f"streamwal demo: warning: {text}", file=sys.stderr, flush=True)
-
-
-async def delete_demo_topics(info: StackInfo, channels: list[str]) -> None:
-    """The demo's channels off the dev broker once it has checked them: each run made
-    fresh ones, and the stack's disk is not the demo's to fill. Best effort: a topic
-    still in use, or a broker that does not answer, is left (and said)."""
-    topics = [f"persistent://public/default/{channel}" for channel in channels]
-    try:
-        deleted = await delete_topics(info.pulsar_admin_url, topics)
-    except (OSError, RuntimeError) as exc:
-        warn(f"could not delete the demo's topics: {exc}")
-        return
-    if deleted < len(topics):
-        warn(f"deleted {deleted} of the demo's {len(topics)} topics; the rest stay on the broker")
-
-
-async def _stack() -> tuple[StackInfo, bool]:
-    """The stack's addresses, and whether the collector and Jaeger run."""
-    stack = Stack()
-    say("== starting the local stack (installs on first use; later runs reuse it)")
-    info = await stack.up(["etcd", "pulsar"])
-    telemetry = [n for n in ("jaeger", "otel-collector") if n in stack.services]
-    if len(telemetry) < 2:
-        warn("no collector/Jaeger in this build: no trace URL will be given")
-        return info, False
-    try:
-        return await stack.up(telemetry), True
-    except StackError as exc:
-        warn(f"the collector or Jaeger did not start ({exc}): no trace URL will be given")
-        return info, False
-
-
 async def _demo() -> int:
-    info, traced = await _stack()
+    info, traced = await stack_up()
     run = uuid.uuid4().hex[:6]
     env = {
         "STREAMWAL_NODE__LISTEN": "127.0.0.1:0",
@@ -359,17 +320,6 @@ async def _show_traces(jaeger_url: str, trace_id: str, move_trace_id: str) -> No
     sys.stdout.flush()
 
 
-def _waterfall(trace: dict[str, Any]) -> None:
-    for line in render_waterfall(trace_view(trace)):
-        say(f"   {line}")
-
-
-def _link(jaeger_url: str, trace_id: str, ui_real: bool | None) -> str:
-    if ui_real:
-        return f"{jaeger_url}/trace/{trace_id}"
-    return f"{trace_id} (`streamwal trace show {trace_id}`)"
-
-
 async def _show_open(jaeger_url: str, trace_id: str, ui_real: bool | None) -> None:
     say("== the open of the first channel, as Jaeger holds it")
     # the open's own span ends last, after every attempt span it holds
@@ -385,8 +335,8 @@ async def _show_open(jaeger_url: str, trace_id: str, ui_real: bool | None) -> No
         f"{len(attempts)} first-time-tick attempts, {len(failed)} failed before the "
         "broker came back"
     )
-    _waterfall(trace)
-    say(f"   trace: {_link(jaeger_url, trace_id, ui_real)}")
+    waterfall(trace)
+    say(f"   trace: {trace_link(jaeger_url, trace_id, ui_real)}")
 
 
 async def _show_move(jaeger_url: str, trace_id: str, ui_real: bool | None) -> None:
@@ -397,5 +347,5 @@ async def _show_move(jaeger_url: str, trace_id: str, ui_real: bool | None) -> No
         return
     spans = span_summaries(trace)
     say(f"   served by node {_server_node(spans)}, opened as node {_open_node(spans)}")
-    _waterfall(trace)
-    say(f"   move trace: {_link(jaeger_url, trace_id, ui_real)}")
+    waterfall(trace)
+    say(f"   move trace: {trace_link(jaeger_url, trace_id, ui_real)}")

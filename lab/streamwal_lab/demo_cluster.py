@@ -23,9 +23,9 @@ from pathlib import Path
 from streamwal.cluster.records import MoveReason
 from streamwal.node.trace.query import get_trace, span_summaries
 from streamwal.verify.cli import verify_channel
+from streamwal_lab.bench.cluster_run import ChannelWriter, LocalCluster
 from streamwal_lab.bench.target import BenchTarget
-from streamwal_lab.cluster_run import ChannelWriter, LocalCluster
-from streamwal_lab.demo import _link, _stack, _waterfall, delete_demo_topics, say, warn
+from streamwal_lab.demo_common import delete_demo_topics, say, stack_up, trace_link, warn, waterfall
 from streamwal_lab.stack.jaeger_ui import ui_is_real
 
 __all__ = ["cluster_demo"]
@@ -36,7 +36,7 @@ _GRACE_S = 2.0
 
 
 async def cluster_demo() -> int:
-    info, traced = await _stack()
+    info, traced = await stack_up()
     target = BenchTarget(info.pulsar_url, info.etcd_endpoint, info.pulsar_admin_url)
     run = f"{time.time_ns() % 10**8:08d}"
     channels = [f"demo-cluster-{run}-{i}" for i in range(4)]
@@ -122,8 +122,8 @@ async def _show_failover(jaeger_url: str, trace_id: str, took: float | None) -> 
     if decision is not None and opened is not None:
         ready = (opened.start_us + opened.duration_us - decision.start_us) / 1e6
         say(f"   from the balancer's decision to the new owner's open done: {ready:.2f} s")
-    _waterfall(trace)
+    waterfall(trace)
     ui_real = await asyncio.to_thread(ui_is_real, jaeger_url)
-    say(f"   failover trace: {_link(jaeger_url, trace_id, ui_real)}")
+    say(f"   failover trace: {trace_link(jaeger_url, trace_id, ui_real)}")
     if took is not None:
         say(f"   failover duration, kill to first acknowledged append: {took:.2f} s")

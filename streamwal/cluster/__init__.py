@@ -3,8 +3,8 @@ channels on live nodes and moves them when a node is lost, nodes that follow the
 plan, and a client that follows its channels (docs/deploy.md)."""
 
 from streamwal.cluster.client import ClusterClient
-from streamwal.cluster.config import ClusterSettings
 from streamwal.cluster.records import Assignment, ChannelStatus, ClusterKeys, MoveReason, NodeRecord
+from streamwal.node.cluster_settings import ClusterSettings
 
 __all__ = [
     "Assignment",

@@ -44,6 +44,7 @@ from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import InvalidInputError, StreamwalError
+from streamwal.tso.config import DEFAULT_KEY_PREFIX
 from streamwal.wal.backend import validate_channel_name
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def _store_and_keys(args: argparse.Namespace) -> tuple[ClusterStore, ClusterKeys
 
     if args.etcd:
         endpoints = [e.strip() for e in args.etcd.split(",") if e.strip()]
-        return ClusterStore(endpoints), ClusterKeys(args.prefix or "/streamwal")
+        return ClusterStore(endpoints), ClusterKeys(args.prefix or DEFAULT_KEY_PREFIX)
     config = load_config(args.config)
     store = ClusterStore.from_settings(config.etcd, unavailable_after_s=5.0)
     return store, ClusterKeys(args.prefix or config.cluster.key_prefix)

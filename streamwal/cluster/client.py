@@ -63,6 +63,8 @@ from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.retry import Retry
+from streamwal.tso.config import DEFAULT_KEY_PREFIX
 from streamwal.tso.tls import ClientTLS, open_channel
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.message_id import MessageId
@@ -111,7 +113,7 @@ class ClusterClient:
         etcd_endpoints: Sequence[str] = (),
         *,
         nodes: Sequence[str] = (),
-        key_prefix: str = "/streamwal",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         tls: ClientTLS | None = None,
         retry_for_s: float = 30.0,
         max_backoff_s: float = 0.25,
@@ -390,9 +392,18 @@ class ClusterClient:
         wire = _wire_policy(policy or DeliveryPolicy.all())
         last: bytes | None = None
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._retry_for
-        delays = self._backoff.delays()
-        delay = next(delays)
+
+        def follow(exc: BaseException) -> bool:
+            if isinstance(exc, NoSuchChannelError):
+                return False
+            return not isinstance(exc, NodeCallError) or _follow(exc)
+
+        retry = Retry(
+            self._backoff,
+            deadline=loop.time() + self._retry_for,
+            retry_if=follow,
+            clock=loop.time,
+        )
         refresh = False
         while stop is None or not stop.is_set():
             try:
@@ -405,23 +416,21 @@ class ClusterClient:
                 async with contextlib.aclosing(stream):
                     async for message in _until(stream, stop):
                         last = message.message_id
-                        deadline = loop.time() + self._retry_for
-                        delays = self._backoff.delays()
-                        delay = next(delays)
+                        retry.reset(deadline=loop.time() + self._retry_for)
                         yield message
                 if stop is not None and stop.is_set():
                     return
                 # the owner ended the read: the channel closed or moved there; follow it
+                delay = retry.step()
             except (ChannelNotFoundError, UnavailableError, ChannelFencedError) as exc:
-                if loop.time() + delay > deadline or isinstance(exc, NoSuchChannelError):
+                failed = retry.next(exc)
+                if failed is None:
                     raise
-                if isinstance(exc, NodeCallError) and not _follow(exc):
-                    raise
+                delay = failed
             self._owners.pop(channel, None)
             self.moves_followed += 1
             refresh = True
-            await asyncio.sleep(delay)
-            delay = next(delays)
+            await retry.wait(delay)
 
     # ---- following the owner ---------------------------------------------------------
     async def _following(self, channel: str, one_try: Callable[[NodeClient], Awaitable[_T]]) -> _T:
@@ -430,9 +439,12 @@ class ClusterClient:
         tried again only because every call made through here is idempotent; the
         final error's outcome is the strongest of all tries: unknown if any try's was."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._retry_for
-        delays = self._backoff.delays()
-        delay = next(delays)
+        retry = Retry(
+            self._backoff,
+            deadline=loop.time() + self._retry_for,
+            retry_if=_worth_following,
+            clock=loop.time,
+        )
         refresh = False
         unknown: NodeCallError | None = None  # a try that may have been written
         maybe_written: set[int] = set()  # the same for a batch's messages
@@ -443,12 +455,14 @@ class ClusterClient:
             except (ChannelNotFoundError, UnavailableError) as exc:
                 if isinstance(exc, NoSuchChannelError):
                     raise
-                if isinstance(exc, NodeCallError):
-                    if exc.outcome is WriteOutcome.UNKNOWN:
-                        unknown = exc
-                    if not _worth_another_try(exc) or loop.time() + delay > deadline:
-                        raise final_error(exc, unknown) from exc
-                elif loop.time() + delay > deadline:  # a look-up: nothing was sent
+                if isinstance(exc, NodeCallError) and exc.outcome is WriteOutcome.UNKNOWN:
+                    unknown = exc
+                failed = retry.next(exc)
+                if failed is not None:
+                    delay = failed
+                elif isinstance(exc, NodeCallError):
+                    raise final_error(exc, unknown) from exc
+                else:  # a look-up: nothing was sent
                     if unknown is not None:
                         raise NodeOutcomeUnknownError(
                             unknown.code(),
@@ -460,23 +474,24 @@ class ClusterClient:
             except NodeCallError as exc:
                 if exc.outcome is WriteOutcome.UNKNOWN:
                     unknown = exc
-                if not _worth_another_try(exc) or loop.time() + delay > deadline:
+                failed = retry.next(exc)
+                if failed is None:
                     raise final_error(exc, unknown) from exc
+                delay = failed
             except BatchProduceError as exc:
                 # a numbered batch again lands each message once: the landed ones are
                 # answered with their first results, the unknown ones looked up
-                failed = exc.failed.values()
-                retry = all(isinstance(e, NodeCallError) and _worth_another_try(e) for e in failed)
                 maybe_written |= {
                     i for i, e in exc.failed.items() if write_outcome(e) is WriteOutcome.UNKNOWN
                 }
-                if not retry or loop.time() + delay > deadline:
+                failed = retry.next(exc)
+                if failed is None:
                     raise _strongest(exc, maybe_written) from None
+                delay = failed
             self._owners.pop(channel, None)
             self.moves_followed += 1
             refresh = True
-            await asyncio.sleep(delay)
-            delay = next(delays)
+            await retry.wait(delay)
 
     def _give_up(
         self, channel: str, producer_id: int, sequence: int, exc: StreamwalError
@@ -641,6 +656,18 @@ def _strongest(exc: BatchProduceError, maybe_written: set[int]) -> BatchProduceE
 
 def _follow(exc: NodeCallError) -> bool:
     return exc.code() in _FOLLOW
+
+
+def _worth_following(exc: BaseException) -> bool:
+    """Whether a failure through :meth:`ClusterClient._following` is tried again (on the
+    owner looked up anew): a look-up's always, a call's or a whole batch's if
+    :func:`_worth_another_try` says so for it (every failed message of a batch)."""
+    if isinstance(exc, BatchProduceError):
+        failed = exc.failed.values()
+        return all(isinstance(e, NodeCallError) and _worth_another_try(e) for e in failed)
+    if isinstance(exc, NodeCallError):
+        return _worth_another_try(exc)
+    return not isinstance(exc, NoSuchChannelError)
 
 
 def _worth_another_try(exc: NodeCallError) -> bool:

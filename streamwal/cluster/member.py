@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from streamwal.cluster.balancer import Balancer
-from streamwal.cluster.config import ClusterSettings
 from streamwal.cluster.follower import Follower
 from streamwal.cluster.liveness import Prober
 from streamwal.cluster.membership import Session
@@ -31,6 +30,7 @@ from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import ClosedError, UnavailableError
 from streamwal.node.channels import ChannelManager
+from streamwal.node.cluster_settings import ClusterSettings
 
 __all__ = ["ClusterMember"]
 

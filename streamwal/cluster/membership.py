@@ -18,13 +18,17 @@ import contextlib
 import logging
 import time
 
+from streamwal.backoff import Backoff
 from streamwal.cluster.records import ClusterKeys, NodeRecord, decode, encode
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import ClosedError, DecodeError, DuplicateNodeError, UnavailableError
+from streamwal.retry import Retry, RetryAttempt, retry_call
 
 __all__ = ["Session"]
 
 _log = logging.getLogger(__name__)
+#: the wait between two registrations refused as a duplicate
+_REGISTER_PAUSE = Backoff(initial=0.5, maximum=0.5)
 
 
 class Session:
@@ -60,22 +64,22 @@ class Session:
         if self._closed:
             raise ClosedError("session is closed")
         deadline = time.monotonic() + self._ttl + 1.0
-        waiting = False
-        while True:
-            try:
-                await self._register()
-                break
-            except DuplicateNodeError as exc:
-                if time.monotonic() > deadline:
-                    raise
-                if not waiting:  # once: the retries every half second say nothing new
-                    _log.info(
-                        "cluster: %s; waiting for its lease to run out (up to %.0fs)",
-                        exc,
-                        deadline - time.monotonic(),
-                    )
-                    waiting = True
-                await asyncio.sleep(0.5)
+
+        def waiting(attempt: RetryAttempt) -> None:
+            if attempt.attempt == 1:  # once: the retries every half second say nothing new
+                _log.info(
+                    "cluster: %s; waiting for its lease to run out (up to %.0fs)",
+                    attempt.error,
+                    deadline - time.monotonic(),
+                )
+
+        # another session's record, while its lease lives: each try a new lease
+        retry = Retry(
+            _REGISTER_PAUSE,
+            retry_if=lambda e: isinstance(e, DuplicateNodeError) and time.monotonic() <= deadline,
+            on_retry=waiting,
+        )
+        await retry_call(self._register, retry)
         self._task = asyncio.create_task(self._keep_alive(), name="cluster-session")
 
     async def _register(self) -> None:

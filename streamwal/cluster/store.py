@@ -20,7 +20,7 @@ from streamwal.errors import DeposedError, InvalidInputError
 from streamwal.tso.etcd_store import EtcdStore
 
 if TYPE_CHECKING:
-    from streamwal.node.config import EtcdSettings
+    from streamwal.tso.config import EtcdConfig
 
 __all__ = ["ClusterStore", "Entry", "LeaseTTL"]
 
@@ -47,19 +47,10 @@ class ClusterStore(EtcdStore):
     """:class:`EtcdStore` with prefix reads and the balancer's fenced writes."""
 
     @classmethod
-    def from_settings(cls, etcd: EtcdSettings, *, unavailable_after_s: float = 2.0) -> ClusterStore:
+    def from_settings(cls, etcd: EtcdConfig, *, unavailable_after_s: float = 2.0) -> ClusterStore:
         """A store on a node file's ``etcd:`` section. A short bound per call: a node
         that cannot reach etcd keeps serving and tries again on its next step."""
-        return cls(
-            etcd.endpoints,
-            request_timeout_s=1.0,
-            unavailable_after_s=unavailable_after_s,
-            user=etcd.user,
-            password=etcd.password,
-            ca_file=etcd.tls.ca_file,
-            cert_file=etcd.tls.cert_file,
-            key_file=etcd.tls.key_file,
-        )
+        return cls.from_etcd(etcd, request_timeout_s=1.0, unavailable_after_s=unavailable_after_s)
 
     async def __aenter__(self) -> ClusterStore:
         await self.start()

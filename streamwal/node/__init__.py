@@ -1,6 +1,9 @@
-"""The streaming node: service, CLI, configuration, telemetry and trace views.
+"""The streaming node: service, client, configuration, telemetry and trace views.
 
-Its configuration defaults to the ports of the lab's local stack, so ``streamwal
-serve`` with no config runs against it; the stack itself is the lab's
-(``streamwal-lab``), which nothing here imports.
+A node process is assembled from it (and the cluster) in :mod:`streamwal.server`.
+
+Its configuration defaults to Pulsar's and etcd's standard local endpoints, so
+``streamwal serve`` with no config runs against a stock Pulsar and etcd on this
+machine, or against those :mod:`streamwal.environment` names (the lab's local stack
+exports its own ports that way; nothing here imports the lab).
 """

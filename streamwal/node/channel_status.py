@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from typing import Any
 
 import pulsar
 
+from streamwal import environment
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.admin import require_topic
 from streamwal.adaptors.pulsar.scanner import to_backend_message
+from streamwal.defaults import PULSAR_SERVICE_URL
 from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
+from streamwal.node.config_cli import add_source_arguments, config_from_args
 from streamwal.timeouts import within
 from streamwal.tso.timestamp import physical_datetime
 from streamwal.wal.initializing import open_read_only
@@ -36,10 +40,17 @@ def register(sub: Any) -> None:
         "status", help="truncation point, storage used, consumers' checkpoints and lag"
     )
     status.add_argument("name", help="the pchannel")
-    status.add_argument("--pulsar", default=PulsarConfig().service_url, help="broker URL")
-    status.add_argument("--admin", help="the broker's admin URL (default: derived from --pulsar)")
-    status.add_argument("--tenant", default="public")
-    status.add_argument("--namespace", default="default")
+    status.add_argument(
+        "--pulsar",
+        help="broker URL (default: the --config file's pulsar.service_url, else "
+        f"${environment.PULSAR_SERVICE_URL}, else {PULSAR_SERVICE_URL})",
+    )
+    status.add_argument(
+        "--admin", help="the broker's admin URL (default: the file's, else derived from --pulsar)"
+    )
+    status.add_argument("--tenant", help="default: the file's pulsar.tenant, else public")
+    status.add_argument("--namespace", help="default: the file's pulsar.namespace, else default")
+    add_source_arguments(status)  # a node's file: its pulsar section (token, TLS) too
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_run)
 
@@ -134,14 +145,26 @@ def render(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _pulsar_config(args: argparse.Namespace) -> PulsarConfig:
+    """The node loader's ``pulsar:`` section (file, environment, ``--set``), with the
+    flags of this command over it; the client logs through Python logging, as every
+    command's does, not to a node's log file."""
+    given = {
+        "service_url": args.pulsar,
+        "admin_url": args.admin,
+        "tenant": args.tenant,
+        "namespace": args.namespace,
+    }
+    pulsar = config_from_args(args).pulsar
+    if args.pulsar and not args.admin:  # the file's admin API is its own broker's
+        pulsar = dataclasses.replace(pulsar, admin_url=None)
+    explicit = {k: v for k, v in given.items() if v is not None}
+    return dataclasses.replace(pulsar, client_log_file=None, **explicit)
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
-        config = PulsarConfig(
-            service_url=args.pulsar,
-            admin_url=args.admin,
-            tenant=args.tenant,
-            namespace=args.namespace,
-        )
+        config = _pulsar_config(args)
         status = asyncio.run(channel_status(config, args.name))
     except NoSuchChannelError as exc:
         print(f"error: {exc}", file=sys.stderr)

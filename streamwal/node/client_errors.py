@@ -27,6 +27,7 @@ from streamwal.errors import (
     UnavailableError,
     WriteOutcome,
 )
+from streamwal.node.call_outcome import write_outcome
 
 __all__ = [
     "NodeCallError",
@@ -128,8 +129,6 @@ def node_error(
 ) -> NodeCallError:
     """``exc`` as the typed error for its status. ``outcome`` overrides what the call
     itself says (an earlier try of the same append may have been written)."""
-    from streamwal.node.outcome import write_outcome
-
     if outcome is None:
         if isinstance(exc, NodeCallError):
             return exc

@@ -1,10 +1,13 @@
 """The node's configuration: YAML file, then environment overrides, then defaults.
 
-Every key has a default that points at the local stack, so ``streamwal serve`` with
-no file runs against ``streamwal stack up``. The ``pulsar:`` and ``wal:`` sections
-build the library's own :class:`~streamwal.adaptors.pulsar.PulsarConfig` and
-:class:`~streamwal.wal.WALConfig`: same names, same units (seconds unless a name says
-``_ms``), their validation. The ``tso:`` section's oracle keys are the library's own
+The endpoints' defaults are Pulsar's and etcd's standard local ones, unless
+:mod:`streamwal.environment` names others (``STREAMWAL_PULSAR_SERVICE_URL``,
+``STREAMWAL_ETCD_ENDPOINTS``, beneath the file), so ``streamwal serve`` with no file
+runs against a stock Pulsar and etcd on this machine. The ``pulsar:``, ``etcd:`` and
+``wal:`` sections are the library's own :class:`~streamwal.adaptors.pulsar.PulsarConfig`,
+:class:`~streamwal.tso.config.EtcdConfig` and :class:`~streamwal.wal.WALConfig`: same
+names, same units (seconds unless a name says ``_ms``), their defaults and validation,
+declared once. The ``tso:`` section's oracle keys are the library's own
 (:class:`~streamwal.tso.config.OracleSettings`, which :class:`~streamwal.tso.TsoConfig`
 also is, declared and validated there once) beside the node's own (``mode``,
 ``remote_addresses``, ``tls``); with the ``etcd:`` section they build the library's
@@ -25,7 +28,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,18 +36,20 @@ from typing import Any, ClassVar
 import platformdirs
 import yaml
 
+from streamwal import environment
 from streamwal.adaptors.pulsar.config import PulsarConfig
-from streamwal.cluster.config import ClusterSettings
-from streamwal.defaults import ETCD_ENDPOINT, METRICS_LISTEN, NODE_LISTEN
+from streamwal.defaults import METRICS_LISTEN, NODE_LISTEN
 from streamwal.errors import ConfigError
+from streamwal.node.cluster_settings import ClusterSettings
 from streamwal.node.tracing import DEFAULT_RATIO, DEFAULT_SAMPLER, SAMPLERS
-from streamwal.tso.config import OracleSettings, TsoConfig
+from streamwal.tls_files import ClientTLSFiles, TLSFiles
+from streamwal.tso.config import EtcdConfig, OracleSettings, TsoConfig
 from streamwal.wal.config import WALConfig
 
 __all__ = [
     "ClientTLSFiles",
     "ConfigError",
-    "EtcdSettings",
+    "EtcdConfig",
     "NodeConfig",
     "NodeSettings",
     "TSOSettings",
@@ -56,19 +61,6 @@ __all__ = [
 
 ENV_PREFIX = "STREAMWAL_"
 SECRET_KEYS = frozenset({"auth_token", "password"})
-
-
-def _redact(cls: type) -> type:
-    def __repr__(self: Any) -> str:
-        parts = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            shown = "<redacted>" if f.name in SECRET_KEYS and value else repr(value)
-            parts.append(f"{f.name}={shown}")
-        return f"{type(self).__name__}({', '.join(parts)})"
-
-    cls.__repr__ = __repr__  # type: ignore[method-assign,assignment]
-    return cls
 
 
 def _host_port(key: str, value: str) -> None:
@@ -109,50 +101,15 @@ def _non_empty(key: str, value: str) -> None:
         raise ConfigError(key, "must not be empty")
 
 
-@dataclass(frozen=True)
-class TLSFiles:
-    """PEM files; all optional. A server needs cert+key; a client may need only a CA."""
-
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-
-    def check(self, key: str, *, server: bool) -> None:
-        for name in ("ca_file", "cert_file", "key_file"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ConfigError(f"{key}.{name}", f"no such file: {path}")
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ConfigError(key, "cert_file and key_file go together")
-        if server and self.enabled and self.cert_file is None:
-            raise ConfigError(key, "a server needs cert_file and key_file")
-
-    @property
-    def enabled(self) -> bool:
-        return any((self.ca_file, self.cert_file, self.key_file))
-
-
-@dataclass(frozen=True)
-class ClientTLSFiles(TLSFiles):
-    """How this node dials other nodes' gRPC services (the TSO): the CA it trusts,
-    its client certificate when they require one, and optionally the name their
-    certificates carry when it differs from the dialled host."""
-
-    server_name: str | None = None
-
-    def check(self, key: str, *, server: bool = False) -> None:
-        super().check(key, server=False)
-        if self.server_name is not None and not self.enabled:
-            raise ConfigError(f"{key}.server_name", "needs TLS: set ca_file (or cert_file)")
-
-
 #: what ``node.log_format`` takes (streamwal.node.logs formats them)
 LOG_FORMATS = ("text", "json")
 
 
 @dataclass(frozen=True)
 class NodeSettings:
+    #: the node's id, unique in its cluster; written into every message it appends
     id: int = 1
+    #: host:port of the node's gRPC service (StreamingNode, health, the in-process TSO)
     listen: str = NODE_LISTEN
     #: host:port other nodes dial to reach this one; a leading in-process oracle
     #: publishes it in etcd for the other candidates. Empty: ``listen`` with the
@@ -163,6 +120,8 @@ class NodeSettings:
     #: a ready node that has not reached its broker for this long turns not ready
     #: (gRPC health, /readyz, its cluster record: the balancer moves its channels)
     broker_lost_after_s: float = 15.0
+    #: the gRPC server's TLS: cert_file and key_file turn it on; ca_file also requires
+    #: client certificates signed by that CA
     tls: TLSFiles = field(default_factory=TLSFiles)
     #: how long SIGTERM waits for in-flight appends before closing channels
     shutdown_grace_s: float = 10.0
@@ -199,27 +158,6 @@ class NodeSettings:
         self.tls.check("node.tls", server=True)
 
 
-@_redact
-@dataclass(frozen=True, repr=False)
-class EtcdSettings:
-    endpoints: tuple[str, ...] = (ETCD_ENDPOINT,)
-    user: str | None = None
-    password: str | None = None
-    tls: TLSFiles = field(default_factory=TLSFiles)
-
-    def check(self) -> None:
-        if not self.endpoints:
-            raise ConfigError("etcd.endpoints", "at least one endpoint is needed")
-        for i, endpoint in enumerate(self.endpoints):
-            text = endpoint.split("://", 1)[-1].rstrip("/")
-            _host_port(f"etcd.endpoints[{i}]", text)
-        if (self.user is None) != (self.password is None):
-            raise ConfigError("etcd.user", "user and password go together")
-        self.tls.check("etcd.tls", server=False)
-        if self.tls.cert_file is not None and self.tls.ca_file is None:
-            raise ConfigError("etcd.tls.ca_file", "a client certificate needs a CA file")
-
-
 @dataclass(frozen=True)
 class TSOSettings(OracleSettings):
     """The ``tso:`` section: what only a node decides, plus the oracle's own settings
@@ -233,6 +171,7 @@ class TSOSettings(OracleSettings):
     #: ``in-process``: this node campaigns for the oracle on etcd and serves it;
     #: ``remote``: it asks the oracle's gRPC service at ``remote_addresses``.
     mode: str = "in-process"
+    #: host:port of the oracle's gRPC services, in remote mode
     remote_addresses: tuple[str, ...] = ()
     #: TLS for dialling TSO services: the oracle nodes in remote mode, and this
     #: node's own and its peers' services in in-process mode (a non-leader follows
@@ -249,45 +188,32 @@ class TSOSettings(OracleSettings):
         self.tls.check("tso.tls")
 
 
-#: where TsoConfig's fields come from in a node's file; the others are tso.<name>
-_TSO_KEYS = {
-    "etcd_endpoints": "etcd.endpoints",
-    "etcd_user": "etcd.user",
-    "etcd_password": "etcd.user",
-    "etcd_ca_file": "etcd.tls.ca_file",
-    "etcd_cert_file": "etcd.tls.cert_file",
-    "etcd_key_file": "etcd.tls.key_file",
-}
-
-
-def tso_config(etcd: EtcdSettings, tso: TSOSettings) -> TsoConfig:
+def tso_config(etcd: EtcdConfig, tso: TSOSettings) -> TsoConfig:
     """The library's oracle config from the ``etcd:`` and ``tso:`` sections; its
     validation errors name the node's keys."""
     try:
         oracle = {f.name: getattr(tso, f.name) for f in dataclasses.fields(OracleSettings)}
-        return TsoConfig(
-            **oracle,
-            etcd_endpoints=etcd.endpoints,
-            etcd_user=etcd.user,
-            etcd_password=etcd.password,
-            etcd_ca_file=etcd.tls.ca_file,
-            etcd_cert_file=etcd.tls.cert_file,
-            etcd_key_file=etcd.tls.key_file,
-        )
+        return TsoConfig(**oracle, etcd=etcd)
     except ConfigError as exc:
-        raise ConfigError(_TSO_KEYS.get(exc.key, f"tso.{exc.key}"), exc.problem) from None
+        raise ConfigError(f"tso.{exc.key}", exc.problem) from None
 
 
 @dataclass(frozen=True)
 class TelemetrySettings:
     #: the logical service (``service.name``); each node is told apart by
     #: ``service.instance.id`` = ``node-<id>``. ``OTEL_SERVICE_NAME`` wins when set
-    service_name: str = "streamwal-node"
+    service_name: str = field(
+        default="streamwal-node", metadata=environment.set_by("OTEL_SERVICE_NAME")
+    )
     #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` wins when set; empty and unset: no export.
     #: ``http://host:4317`` is plain text; ``https://`` or no scheme is TLS (see
     #: streamwal/node/telemetry.py for the standard variables that configure it)
-    otlp_endpoint: str = ""
+    otlp_endpoint: str = field(
+        default="", metadata=environment.set_by("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    #: whether the node makes spans at all
     tracing: bool = True
+    #: the node's log level: DEBUG, INFO, WARNING or ERROR
     log_level: str = "INFO"
 
     def check(self) -> None:
@@ -307,9 +233,13 @@ class TracingSettings:
 
     #: a standard name: always_on, always_off, traceidratio, parentbased_always_on,
     #: parentbased_always_off, parentbased_traceidratio
-    sampler: str = DEFAULT_SAMPLER
+    sampler: str = field(
+        default=DEFAULT_SAMPLER, metadata=environment.set_by("OTEL_TRACES_SAMPLER")
+    )
     #: the share of new root traces the ratio-based samplers keep, 0..1
-    ratio: float = DEFAULT_RATIO
+    ratio: float = field(
+        default=DEFAULT_RATIO, metadata=environment.set_by("OTEL_TRACES_SAMPLER_ARG")
+    )
 
     def check(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -352,7 +282,8 @@ class NodeConfig:
     pulsar: PulsarConfig = field(
         default_factory=lambda: PulsarConfig(client_log_file=_default_client_log())
     )
-    etcd: EtcdSettings = field(default_factory=EtcdSettings)
+    #: the library's config: the section's keys are its fields (see EtcdConfig)
+    etcd: EtcdConfig = field(default_factory=EtcdConfig)
     tso: TSOSettings = field(default_factory=TSOSettings)
     #: the library's config: the section's keys are its fields (see WALConfig)
     wal: WALConfig = field(default_factory=WALConfig)
@@ -363,7 +294,7 @@ class NodeConfig:
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     def __post_init__(self) -> None:
-        for section in (self.node, self.etcd, self.tso, self.telemetry, self.tracing, self.cluster):
+        for section in (self.node, self.tso, self.telemetry, self.tracing, self.cluster):
             section.check()
         if (
             self.cluster.enabled
@@ -548,6 +479,23 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _flag_overrides(settings: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--set section.key=value`` flags, checked as the variables are (a typo in a key
+    is named, never ignored)."""
+    out: dict[str, dict[str, Any]] = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        parts = key.strip().lower().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"--set {setting}", "expected section.key=value")
+        _check_env_path(f"--set {key.strip()}", parts)
+        target = out.setdefault(parts[0], {})
+        for part in parts[1:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = value
+    return out
+
+
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in extra.items():
@@ -558,10 +506,24 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _endpoint_defaults(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The endpoints :mod:`streamwal.environment` names, read from ``environ`` (not the
+    process's, so a caller's mapping decides), beneath the file: a file's key wins."""
+    return {
+        "pulsar": {"service_url": environment.pulsar_service_url(environ)},
+        "etcd": {"endpoints": list(environment.etcd_endpoints(environ))},
+    }
+
+
 def load_config(
-    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+    path: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Sequence[str] = (),
 ) -> NodeConfig:
-    """Read ``path`` (optional), apply ``STREAMWAL_*`` overrides, validate everything."""
+    """The one loader: ``path`` (optional), then the ``STREAMWAL_<SECTION>__<KEY>``
+    variables, then ``overrides`` (``section.key=value``, the ``--set`` flags); beneath
+    them all the endpoints :mod:`streamwal.environment` names, then the defaults.
+    Everything is validated; an unknown key anywhere is named."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -578,7 +540,8 @@ def load_config(
             raise ConfigError("config", f"{path} must hold a mapping of sections")
         data = loaded
     environ = os.environ if environ is None else environ
-    data = _merge(data, _env_overrides(environ))
+    data = _merge(_merge(_endpoint_defaults(environ), data), _env_overrides(environ))
+    data = _merge(data, _flag_overrides(overrides))
     config = typing.cast(NodeConfig, _build("", NodeConfig, data))
     tracing = _standard_sampler(config.tracing, environ)
     return config if tracing == config.tracing else dataclasses.replace(config, tracing=tracing)

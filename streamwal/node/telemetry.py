@@ -35,7 +35,6 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import Sampler
 
-from streamwal import __version__
 from streamwal.node.config import NodeConfig, TracingSettings
 from streamwal.node.tracing import (
     ClientSpanNamer,
@@ -44,6 +43,7 @@ from streamwal.node.tracing import (
     RoutingTracerProvider,
     base_sampler,
 )
+from streamwal.version import __version__
 
 __all__ = [
     "CLIENT_SERVICE",
@@ -75,7 +75,7 @@ class Telemetry:
 
     def node_tracer_provider(self, config: NodeConfig) -> TracerProvider | None:
         """The provider a node of this process makes its spans with (give it to
-        :class:`~streamwal.node.runtime.Node`); ``None`` when tracing is off."""
+        :class:`~streamwal.server.runtime.Node`); ``None`` when tracing is off."""
         if self.tracer_provider is None or self.one_node:
             return self.tracer_provider
         found = self._nodes.get(config.node.id)

@@ -18,11 +18,13 @@ from typing import Any
 import pulsar
 from pulsar import asyncio as pulsar_asyncio
 
+from streamwal import environment
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
 from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for, require_topic
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.adaptors.pulsar.scanner import to_backend_message
+from streamwal.defaults import PULSAR_SERVICE_URL
 from streamwal.errors import NoSuchChannelError, StreamwalError
 from streamwal.timeouts import within
 from streamwal.verify.acks import Ack, Failure, TxnRecord, read_acks
@@ -45,7 +47,11 @@ def register(sub: Any) -> None:
         help="a file of the message ids (hex, one a line) a reader of the whole channel "
         "delivered: checks no transaction was delivered uncommitted or in part",
     )
-    verify.add_argument("--pulsar", default=PulsarConfig().service_url, help="broker URL")
+    verify.add_argument(
+        "--pulsar",
+        default=environment.pulsar_service_url(),
+        help=f"broker URL (default: ${environment.PULSAR_SERVICE_URL}, else {PULSAR_SERVICE_URL})",
+    )
     verify.add_argument(
         "--admin",
         help="the broker's admin URL, to read the truncation point (default: derived "

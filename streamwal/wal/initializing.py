@@ -24,6 +24,7 @@ from streamwal.errors import (
     MisconfiguredError,
     QuotaExceededError,
 )
+from streamwal.retry import Retry, RetryAttempt
 from streamwal.timestamps import TimestampAllocator
 from streamwal.wal.backend import (
     AccessMode,
@@ -158,29 +159,34 @@ async def _first_time_tick_within_quota(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + QUOTA_RETRY_S
-    delays = config.first_time_tick_backoff.delays()
     truncator = Truncator(
         backend.channel, backend, config.retention, config.truncate_interval, lambda: None
     )
     truncated = False
+    # the quota's own bound, whatever the first time tick's max_attempts
+    retry = Retry(
+        config.first_time_tick_backoff,
+        max_attempts=None,
+        retry_if=lambda _: truncated and loop.time() < deadline,
+    )
     while True:
         try:
             return await send_first_time_tick(
                 backend, allocator, node_id, config.first_time_tick_backoff
             )
-        except QuotaExceededError:
+        except QuotaExceededError as exc:
             if config.retention is None or not isinstance(backend, BackendRetention):
                 raise
             moved = await truncator.round()
             truncated = truncated or moved is not None
-            if not truncated or loop.time() >= deadline:
+            if not retry.allows(exc):
                 raise
             _log.warning(
                 "channel %s: the backlog quota blocks the open; truncated%s, trying again",
                 backend.channel,
                 f" before {moved}" if moved is not None else "",
             )
-            await asyncio.sleep(next(delays))
+            await retry.pause(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,13 +209,23 @@ async def send_first_time_tick(
     """
     channel = backend.channel
     parent = trace.get_current_span()
-    delays = backoff.delays()
+
+    def failed(attempt: RetryAttempt) -> None:
+        _log.warning(
+            "channel %s: first time tick attempt %d failed (%r); next attempt in %.0f ms",
+            channel,
+            attempt.attempt,
+            attempt.error,
+            attempt.delay * 1000,
+        )
+
+    retry = Retry(backoff, retry_if=Exception, give_up_on=_FINAL_ERRORS, on_retry=failed)
     waited = 0.0
     attempt = 0
     _log.info("channel %s: sending the first time tick as node %d", channel, node_id)
     try:
         while True:
-            attempt += 1
+            attempt = retry.attempt
             outcome = await _traced_attempt(backend, allocator, node_id, attempt, waited)
             record_first_time_tick_attempt(
                 channel, "ok" if isinstance(outcome, ImmutableMessage) else "error"
@@ -227,8 +243,8 @@ async def send_first_time_tick(
                     attempt,
                 )
                 return FirstTimeTick(outcome, attempt)
-            last = backoff.max_attempts is not None and attempt >= backoff.max_attempts
-            if isinstance(outcome, _FINAL_ERRORS) or last:
+            delay = retry.next(outcome)
+            if delay is None:
                 _end(parent, attempt, repr(outcome))
                 _log.error(
                     "channel %s: first time tick failed after %d attempt(s): %r",
@@ -237,15 +253,8 @@ async def send_first_time_tick(
                     outcome,
                 )
                 raise outcome
-            waited = next(delays)
-            _log.warning(
-                "channel %s: first time tick attempt %d failed (%r); next attempt in %.0f ms",
-                channel,
-                attempt,
-                outcome,
-                waited * 1000,
-            )
-            await asyncio.sleep(waited)  # cancellation lands here, within one step
+            waited = delay
+            await retry.wait(waited)  # cancellation lands here, within one step
     except asyncio.CancelledError:
         _end(parent, attempt, "cancelled")
         _log.warning("channel %s: first time tick cancelled after %d attempt(s)", channel, attempt)

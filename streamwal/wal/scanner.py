@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from opentelemetry import metrics
 
@@ -38,6 +38,7 @@ from streamwal.errors import (
     EvictedError,
     StreamwalError,
 )
+from streamwal.retry import Retry
 from streamwal.timeouts import within
 from streamwal.wal.backend import BackendScanner, BackendWAL, DeliveryPolicy
 from streamwal.wal.config import Backoff
@@ -90,7 +91,6 @@ class Scanner:
         self._backend = backend
         self._decode_id = message_id_from_bytes
         self._buffer = buffer
-        self._backoff = backoff
         self._on_close = on_close
         self._min_time_tick = policy.time_tick
         self._last_time_tick: int | None = None  # of the last consumed message
@@ -100,7 +100,9 @@ class Scanner:
         self._consumed_id: MessageId | None = None
         self._cursor: BufferCursor | None = None
         self._backend_scanner: BackendScanner | None = None
-        self._delays: Iterator[float] = backoff.delays()
+        # a failed read waits and reopens for as long as its errors are retriable; a
+        # message read starts the schedule over
+        self._retry = Retry(backoff, max_attempts=None, sleep=self._wait)
         self._closed = False
         self._close_event = asyncio.Event()
         self._txns = TxnAssembler(channel)
@@ -247,9 +249,9 @@ class Scanner:
             raw = await scanner.__anext__()
         except StreamwalError as exc:
             self._check_open()
-            if not exc.retriable:
+            delay = self._retry.next(exc)
+            if delay is None:
                 raise
-            delay = next(self._delays)
             _log.warning(
                 "channel %s: backend read failed (%r); reopening in %.0f ms",
                 self.channel,
@@ -257,9 +259,9 @@ class Scanner:
                 delay * 1000,
             )
             await self._close_backend_scanner()
-            await self._wait(delay)
+            await self._retry.wait(delay)
             return None
-        self._delays = self._backoff.delays()
+        self._retry.reset()
         try:
             return decode(raw, self._decode_id)
         except DecodeError as exc:
@@ -316,9 +318,9 @@ class Scanner:
             try:
                 scanner = await self._backend.read(self._resume_policy())
             except StreamwalError as exc:
-                if not exc.retriable:
+                delay = self._retry.next(exc)
+                if delay is None:
                     raise
-                delay = next(self._delays)
                 _log.warning(
                     "channel %s: opening a backend read at %s failed (%r); retrying in %.0f ms",
                     self.channel,
@@ -326,7 +328,7 @@ class Scanner:
                     exc,
                     delay * 1000,
                 )
-                await self._wait(delay)
+                await self._retry.wait(delay)
                 continue
             if self._closed:
                 await _close_quietly(scanner)

@@ -19,8 +19,8 @@ from etcd3 import utils as etcd3_utils
 from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
-from streamwal_lab.cluster_run import ChannelWriter as Writer
-from streamwal_lab.cluster_run import balanced, wait_for_view
+from streamwal_lab.bench.cluster_run import ChannelWriter as Writer
+from streamwal_lab.bench.cluster_run import balanced, wait_for_view
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 

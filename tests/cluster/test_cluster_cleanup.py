@@ -70,7 +70,7 @@ async def _cli(*args: str, answer: str | None = None) -> subprocess.CompletedPro
 
 def _run(args: list[str], stdin: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", *args],
+        [sys.executable, "-m", "streamwal.cli", *args],
         stdin=stdin,
         capture_output=True,
         text=True,

@@ -242,7 +242,7 @@ async def test_a_rolling_restart_under_writes_keeps_every_acknowledged_append_on
 def _cli(stack: StackInfo, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
-            *(sys.executable, "-m", "streamwal.node.cli", "cluster"),
+            *(sys.executable, "-m", "streamwal.cli", "cluster"),
             *("--etcd", stack.etcd_endpoint, "--prefix", prefix, *args),
         ],
         capture_output=True,

@@ -58,7 +58,7 @@ async def make_cluster(
 async def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "streamwal.node.cli", *args],
+        [sys.executable, "-m", "streamwal.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streamwal.cluster import ClusterClient
-from streamwal.cluster.config import ClusterSettings
+from streamwal.cluster import ClusterClient, ClusterSettings
 from streamwal.cluster.records import MoveReason
 from streamwal.cluster.view import ClusterView
 from streamwal.tso.config import TsoConfig

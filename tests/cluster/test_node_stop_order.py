@@ -19,8 +19,8 @@ from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import read_view
 from streamwal.node.client import NodeClient
 from streamwal.node.config import load_config
-from streamwal.node.runtime import Node
-from streamwal_lab.cluster_run import wait_for_view
+from streamwal.server.runtime import Node
+from streamwal_lab.bench.cluster_run import wait_for_view
 from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration

@@ -24,8 +24,8 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
-from streamwal.node.runtime import Node
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.server.runtime import Node
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
@@ -84,7 +84,7 @@ def _plain_read(service_url: str, topic: str) -> list[tuple[int, int, str, str]]
 
 @pytest.fixture
 async def tso(stack: StackInfo, etcd_prefix: Callable[[str], str]) -> AsyncIterator[InProcessTSO]:
-    config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("chunks"))
+    config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("chunks"))
     async with InProcessTSO(config) as tso:
         yield tso
 

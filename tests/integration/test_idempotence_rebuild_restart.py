@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
@@ -28,7 +28,7 @@ async def test_a_restart_rebuilds_from_its_own_first_time_tick_without_a_warning
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     channel = f"rebuild-{unique}"
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("rb"))
+    tso_config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("rb"))
     config = WALConfig(idempotence_rebuild_window=1.0)
     async with InProcessTSO(tso_config) as tso:
         async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:

@@ -88,7 +88,7 @@ async def jaeger_ui(telemetry_stack: StackInfo) -> str:
 async def _demo_traces(jaeger_url: str) -> tuple[str, str]:
     """The demo's open and move trace ids, from its output (it gives UI links)."""
     code, text, err = await run_python(
-        "-m", "streamwal.node.cli", "demo", "--part", "move", timeout=180
+        "-m", "streamwal.cli", "demo", "--part", "move", timeout=180
     )
     shown = shown_of(text, err, 3000, 1500)
     assert code == 0, shown

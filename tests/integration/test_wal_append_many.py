@@ -12,7 +12,7 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import BatchAppendError, ChannelFencedError, WriteOutcome
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
@@ -34,7 +34,7 @@ async def test_batches_land_contiguous_and_a_fenced_batch_names_what_landed(
 ) -> None:
     channel = f"wal-batch-{unique}"
     pulsar = PulsarConfig(service_url=stack.pulsar_url)
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("b"))
+    tso_config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("b"))
     acks: list[Ack] = []
     try:
         async with (

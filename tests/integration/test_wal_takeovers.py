@@ -17,7 +17,7 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.errors import ChannelFencedError, UnknownPositionError
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
@@ -70,7 +70,7 @@ async def test_three_owners_in_turn(
 ) -> None:
     channel = f"wal-owners-{unique}"
     pulsar = PulsarConfig(service_url=stack.pulsar_url)
-    tso_config = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("it"))
+    tso_config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("it"))
     acks: list[Ack] = []
     seen_before: list[ImmutableMessage] = []
     seen_during: list[ImmutableMessage] = []

@@ -28,7 +28,7 @@ def free_port() -> int:
 def serve_once(config_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``streamwal serve --config config_path`` run to its end (a config it refuses)."""
     return subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", "serve", "--config", str(config_path)],
+        [sys.executable, "-m", "streamwal.cli", "serve", "--config", str(config_path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -73,7 +73,7 @@ class NodeProcess:
                     *die_with_parent(),
                     sys.executable,
                     "-m",
-                    "streamwal.node.cli",
+                    "streamwal.cli",
                     "serve",
                     "--config",
                     str(self.config_path),

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from streamwal.node.cli import main
+from streamwal.cli import main
 from streamwal.node.client import NodeClient, policy
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess

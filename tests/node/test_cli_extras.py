@@ -29,7 +29,7 @@ _LAB_HINT = "pip install streamwal-lab"
 
 
 def _cli(*args: str, prelude: str = _HIDE) -> subprocess.CompletedProcess[str]:
-    code = prelude + f"from streamwal.node.cli import main\nsys.exit(main({list(args)!r}))\n"
+    code = prelude + f"from streamwal.cli import main\nsys.exit(main({list(args)!r}))\n"
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )

@@ -15,10 +15,10 @@ from streamwal.node.config import ConfigError, NodeConfig, load_config
 from tests.node.processes import serve_once
 
 
-def test_defaults_point_at_the_local_stack() -> None:
+def test_defaults_are_the_standard_local_endpoints() -> None:
     config = load_config(environ={})
-    assert config.pulsar.service_url == "pulsar://127.0.0.1:16650"
-    assert config.etcd.endpoints == ("127.0.0.1:12379",)
+    assert config.pulsar.service_url == "pulsar://127.0.0.1:6650"
+    assert config.etcd.endpoints == ("127.0.0.1:2379",)
     assert config.tso.mode == "in-process"
 
 
@@ -216,6 +216,8 @@ def test_invalid_fields_are_named(tmp_path: Path, yaml_text: str, key: str) -> N
 def _leaf_keys(cls: type, prefix: str) -> set[str]:
     keys: set[str] = set()
     for f in dataclasses.fields(cls):
+        if not f.init:  # derived, not a key a file can set
+            continue
         hint = typing.get_type_hints(cls)[f.name]
         name = f"{prefix}.{f.name}" if prefix else f.name
         nested = isinstance(hint, type) and dataclasses.is_dataclass(hint)
@@ -352,12 +354,12 @@ def test_etcd_credentials_and_tls_reach_the_tso(tmp_path: Path) -> None:
         }
     )
     tso = tso_config(config.etcd, config.tso)
-    assert (tso.etcd_user, tso.etcd_password, tso.etcd_ca_file) == ("tso", "pw-SECRET", str(ca))
+    assert (tso.etcd.user, tso.etcd.password, tso.etcd.tls.ca_file) == ("tso", "pw-SECRET", str(ca))
     assert "SECRET" not in repr(tso)
 
 
 def test_tso_client_tls_from_file_and_environment(tmp_path: Path) -> None:
-    from streamwal.node.runtime import client_tls
+    from streamwal.server.runtime import client_tls
 
     pem = {name: tmp_path / f"{name}.pem" for name in ("cert", "key", "ca")}
     for path in pem.values():
@@ -425,3 +427,16 @@ def test_a_wildcard_listen_needs_an_advertise_address() -> None:
     assert "0.0.0.0:17001" in str(err.value)
     env["STREAMWAL_NODE__ADVERTISE_ADDRESS"] = "10.0.0.7:17001"
     assert load_config(environ=env).node.advertise_address == "10.0.0.7:17001"
+
+
+def test_the_node_sections_are_the_library_configs() -> None:
+    """Each knob is declared once: the node's ``pulsar:``, ``etcd:`` and ``wal:`` sections
+    are the library's objects, and its ``tso:`` section the oracle's own settings."""
+    from streamwal.adaptors.pulsar.config import PulsarConfig
+    from streamwal.tso.config import EtcdConfig, OracleSettings, TsoConfig
+    from streamwal.wal.config import WALConfig
+
+    hints = typing.get_type_hints(NodeConfig)
+    assert (hints["pulsar"], hints["etcd"], hints["wal"]) == (PulsarConfig, EtcdConfig, WALConfig)
+    assert issubclass(hints["tso"], OracleSettings)
+    assert typing.get_type_hints(TsoConfig)["etcd"] is EtcdConfig

@@ -156,7 +156,7 @@ async def test_json_format_makes_every_stderr_line_an_object_with_the_node_id(
     )
     out_path, err_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        serve = ["-m", "streamwal.node.cli", "serve", "--config", str(node.config_path)]
+        serve = ["-m", "streamwal.cli", "serve", "--config", str(node.config_path)]
         proc = subprocess.Popen(
             [*die_with_parent(), sys.executable, *serve],
             stdout=out,

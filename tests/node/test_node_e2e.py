@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.node.client import Consumed, NodeClient, grpc_code_of, policy
-from streamwal.node.runtime import SERVICE_NAME
+from streamwal.server.runtime import SERVICE_NAME
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.stack import StackInfo

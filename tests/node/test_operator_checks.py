@@ -38,7 +38,7 @@ def _settings(stack: StackInfo, prefix: str, **pulsar: Any) -> dict[str, Any]:
 
 def _serve(node: NodeProcess, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", "serve", "--config", str(node.config_path)],
+        [sys.executable, "-m", "streamwal.cli", "serve", "--config", str(node.config_path)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -199,7 +199,7 @@ async def test_missing_channels_are_reported_missing_and_no_topic_is_created(
     ):
         done = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-m", "streamwal.node.cli", *command],
+            [sys.executable, "-m", "streamwal.cli", *command],
             capture_output=True,
             text=True,
             timeout=60,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from streamwal.node.cli import main
+from streamwal.cli import main
 from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration

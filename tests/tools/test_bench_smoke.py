@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from streamwal.node.cli import main
+from streamwal.cli import main
 from streamwal_lab.bench.append import run_append_bench
 from streamwal_lab.bench.channels import run_channels_bench
 from streamwal_lab.bench.large import LARGE_SIDES, run_large_bench

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from streamwal.errors import ChannelNotFoundError
-from streamwal_lab.cluster_run import ChannelWriter
+from streamwal_lab.bench.cluster_run import ChannelWriter
 
 
 def test_a_failover_ends_at_the_first_ack_of_an_append_sent_after_the_kill() -> None:

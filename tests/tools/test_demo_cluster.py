@@ -20,7 +20,7 @@ async def test_the_cluster_demo_kills_an_owner_and_shows_the_failover(
     telemetry_stack: StackInfo,
 ) -> None:
     code, text, err = await run_python(
-        "-m", "streamwal.node.cli", "demo", "--part", "cluster", timeout=240
+        "-m", "streamwal.cli", "demo", "--part", "cluster", timeout=240
     )
     shown = shown_of(text, err)
     assert code == 0, shown

@@ -83,7 +83,7 @@ def test_the_cluster_profile_keeps_its_data_apart(tmp_path: object) -> None:
 def test_a_mistyped_profile_is_refused_and_starts_nothing(tmp_path: object) -> None:
     env = {**os.environ, "STREAMWAL_CACHE_DIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", "stack", "up", "--profile", "clutser"],
+        [sys.executable, "-m", "streamwal.cli", "stack", "up", "--profile", "clutser"],
         env=env,
         capture_output=True,
         text=True,

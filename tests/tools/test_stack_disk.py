@@ -119,7 +119,7 @@ class Throwaway:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``stack ARGS`` without a terminal: stdin is /dev/null."""
         return subprocess.run(
-            [sys.executable, "-m", "streamwal.node.cli", "stack", *args],
+            [sys.executable, "-m", "streamwal.cli", "stack", *args],
             env=self.env,
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -189,7 +189,7 @@ def _on_a_terminal(throwaway: Throwaway, answer: bytes) -> tuple[int, str]:
     controller, terminal = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamwal.node.cli", "stack", "clean"],
+            [sys.executable, "-m", "streamwal.cli", "stack", "clean"],
             env=throwaway.env,
             stdin=terminal,
             stdout=terminal,

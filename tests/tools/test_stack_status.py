@@ -24,7 +24,7 @@ SERVICES = ("etcd", "pulsar", "jaeger", "otel-collector")
 
 def _status(*args: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", "stack", "status", *args],
+        [sys.executable, "-m", "streamwal.cli", "stack", "status", *args],
         env=env,
         capture_output=True,
         text=True,

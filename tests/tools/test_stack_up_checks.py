@@ -32,7 +32,7 @@ def _quiet(_: str) -> None:
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", "stack", *args],
+        [sys.executable, "-m", "streamwal.cli", "stack", *args],
         env=env,
         capture_output=True,
         text=True,

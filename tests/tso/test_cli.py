@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from streamwal.node.cli import main
+from streamwal.cli import main
 from streamwal.tso.timestamp import compose
 
 

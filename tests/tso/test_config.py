@@ -7,12 +7,13 @@ from typing import Any
 import pytest
 
 from streamwal.errors import ConfigError, InvalidInputError
-from streamwal.tso.config import OracleSettings, TsoConfig, key_prefix_path
+from streamwal.tso.config import EtcdConfig, OracleSettings, TsoConfig, key_prefix_path
 
 
-def test_defaults_follow_pd_and_milvus() -> None:
+def test_defaults_follow_pd_and_milvus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMWAL_ETCD_ENDPOINTS", raising=False)  # the suite's: the stack's
     config = TsoConfig()
-    assert config.etcd_endpoints == ("127.0.0.1:12379",)
+    assert config.etcd.endpoints == ("127.0.0.1:2379",)
     assert config.lease_ttl_s == 3
     assert config.save_window_s == 3.0
     assert config.save_window_ms == 3000
@@ -23,8 +24,9 @@ def test_defaults_follow_pd_and_milvus() -> None:
 
 
 def test_prefix_and_endpoints_are_normalised() -> None:
-    config = TsoConfig(etcd_endpoints="http://10.0.0.1:2379", key_prefix="cluster-a/")  # type: ignore[arg-type]
-    assert config.etcd_endpoints == ("http://10.0.0.1:2379",)
+    etcd = EtcdConfig("http://10.0.0.1:2379")  # type: ignore[arg-type]
+    config = TsoConfig(etcd=etcd, key_prefix="cluster-a/")
+    assert config.etcd.endpoints == ("http://10.0.0.1:2379",)
     assert config.endpoints == (("10.0.0.1", 2379),)
     assert config.leader_key == "/cluster-a/tso/leader"
 
@@ -32,9 +34,6 @@ def test_prefix_and_endpoints_are_normalised() -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("etcd_endpoints", ()),
-        ("etcd_endpoints", ("nohost",)),
-        ("etcd_endpoints", ("h:99999",)),
         ("key_prefix", ""),
         ("key_prefix", "/"),
         ("key_prefix", "a b"),
@@ -53,6 +52,22 @@ def test_prefix_and_endpoints_are_normalised() -> None:
 def test_invalid_values_name_the_field(field: str, value: Any) -> None:
     with pytest.raises(InvalidInputError, match=field):
         TsoConfig(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "key"),
+    [
+        ("endpoints", (), "endpoints"),
+        ("endpoints", ("nohost",), "endpoints[0]"),
+        ("endpoints", ("h:1", "h:99999"), "endpoints[1]"),
+        ("user", "root", "user"),
+        ("password", "pw", "user"),
+    ],
+)
+def test_invalid_etcd_values_name_the_field(field: str, value: Any, key: str) -> None:
+    with pytest.raises(ConfigError, match=field) as err:
+        TsoConfig(etcd=EtcdConfig(**{field: value}))
+    assert err.value.key == key
 
 
 def test_config_is_frozen() -> None:
@@ -84,10 +99,10 @@ def test_the_oracle_settings_are_declared_once() -> None:
 
 
 def test_the_node_section_and_tsoconfig_share_their_defaults() -> None:
-    from streamwal.node.config import EtcdSettings, TSOSettings, tso_config
+    from streamwal.node.config import TSOSettings, tso_config
     from streamwal.tso.config import OracleSettings
 
-    built = tso_config(EtcdSettings(), TSOSettings())
+    built = tso_config(EtcdConfig(), TSOSettings())
     for f in dataclasses.fields(OracleSettings):
         assert getattr(built, f.name) == getattr(TsoConfig(), f.name), f.name
 
@@ -122,4 +137,4 @@ def test_an_exact_key_prefix_is_taken_as_written(prefix: str) -> None:
 def test_the_oracle_settings_are_keyword_only() -> None:
     with pytest.raises(TypeError):
         OracleSettings("/x")  # type: ignore[misc]
-    assert TsoConfig(("h:1",)).etcd_endpoints == ("h:1",)  # still the first positional
+    assert TsoConfig(EtcdConfig(("h:1",))).etcd.endpoints == ("h:1",)  # the first positional

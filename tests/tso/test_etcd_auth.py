@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamwal.errors import UnavailableError
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from tests.tso.etcd_proc import EtcdProcess, _etcd_binary
 
 pytestmark = pytest.mark.integration
@@ -38,10 +38,8 @@ def auth_etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
 
 async def test_oracle_authenticates_to_etcd(auth_etcd: EtcdProcess) -> None:
     config = TsoConfig(
-        etcd_endpoints=(auth_etcd.endpoint,),
+        etcd=EtcdConfig((auth_etcd.endpoint,), user="tso", password="tso-pw"),
         key_prefix="/auth-test",
-        etcd_user="tso",
-        etcd_password="tso-pw",
     )
     assert "tso-pw" not in repr(config)
     async with InProcessTSO(config) as tso:
@@ -52,10 +50,8 @@ async def test_oracle_authenticates_to_etcd(auth_etcd: EtcdProcess) -> None:
 
 async def test_wrong_password_is_unavailable_and_not_printed(auth_etcd: EtcdProcess) -> None:
     config = TsoConfig(
-        etcd_endpoints=(auth_etcd.endpoint,),
+        etcd=EtcdConfig((auth_etcd.endpoint,), user="tso", password="not-the-password"),
         key_prefix="/auth-test",
-        etcd_user="tso",
-        etcd_password="not-the-password",
         unavailable_after_s=2.0,
     )
     with pytest.raises(UnavailableError) as err:

@@ -14,7 +14,7 @@ import pytest
 
 from streamwal.errors import NotLeaderError
 from streamwal.tso.allocator import LocalAllocator
-from streamwal.tso.config import TsoConfig
+from streamwal.tso.config import EtcdConfig, TsoConfig
 from streamwal.tso.oracle import TimestampOracle
 from streamwal.tso.remote import RemoteSource
 from streamwal.tso.service import TsoServer
@@ -42,7 +42,7 @@ async def test_the_follower_takes_over_within_a_lease_and_above_the_old_leader(
             *die_with_parent(),
             sys.executable,
             "-m",
-            "streamwal.node.cli",
+            "streamwal.cli",
             "tso",
             "serve",
             "--etcd",
@@ -60,7 +60,7 @@ async def test_the_follower_takes_over_within_a_lease_and_above_the_old_leader(
         stderr=subprocess.STDOUT,
     )
     config = TsoConfig(
-        etcd_endpoints=(etcd_endpoint,), key_prefix=tso_prefix, lease_ttl_s=_LEASE_TTL_S
+        etcd=EtcdConfig((etcd_endpoint,)), key_prefix=tso_prefix, lease_ttl_s=_LEASE_TTL_S
     )
     follower: TimestampOracle | None = None
     server: TsoServer | None = None

@@ -12,7 +12,7 @@ import pytest
 from streamwal.errors import NotLeaderError, UnavailableError
 from streamwal.tso.allocator import LocalAllocator
 from streamwal.tso.clock import ManualClock
-from streamwal.tso.config import TsoConfig
+from streamwal.tso.config import EtcdConfig, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
 from streamwal.tso.oracle import TimestampOracle
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 def _config(endpoint: str, prefix: str, **overrides: Any) -> TsoConfig:
     values: dict[str, Any] = {
-        "etcd_endpoints": (endpoint,),
+        "etcd": EtcdConfig((endpoint,)),
         "key_prefix": prefix,
         "unavailable_after_s": 5.0,
     }
@@ -233,7 +233,7 @@ async def test_a_follower_refuses_and_names_the_leader(etcd_endpoint: str, tso_p
 
 async def test_no_etcd_gives_unavailable_within_the_bound() -> None:
     config = TsoConfig(
-        etcd_endpoints=("127.0.0.1:1",), key_prefix="/nowhere", unavailable_after_s=0.5
+        etcd=EtcdConfig(("127.0.0.1:1",)), key_prefix="/nowhere", unavailable_after_s=0.5
     )
     loop = asyncio.get_running_loop()
     started = loop.time()

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from streamwal.errors import UnavailableError
-from streamwal.tso.config import TsoConfig
+from streamwal.tso.config import EtcdConfig, TsoConfig
 from streamwal.tso.inprocess import InProcessTSO
 from tests.tso.etcd_proc import EtcdProcess
 
@@ -23,7 +23,7 @@ async def test_etcd_outage_fails_typed_within_the_bound_then_recovers(
     private_etcd: EtcdProcess,
 ) -> None:
     config = TsoConfig(
-        etcd_endpoints=(private_etcd.endpoint,),
+        etcd=EtcdConfig((private_etcd.endpoint,)),
         key_prefix="/unavailable",  # its own etcd, gone with the test's folder
         lease_ttl_s=2,
         unavailable_after_s=_BOUND_S,

@@ -10,7 +10,7 @@ import pytest
 
 import streamwal.verify.cli
 from streamwal.adaptors.pulsar import PulsarMessageId
-from streamwal.node.cli import main
+from streamwal.cli import main
 from streamwal.verify.acks import Ack, Delivery, Failure, digest, write_acks
 from streamwal.verify.history import RULES, HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage

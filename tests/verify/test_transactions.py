@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarMessageId
-from streamwal.node.cli import main
+from streamwal.cli import main
 from streamwal.verify.acks import Ack, TxnOutcome, TxnRecord, digest
 from streamwal.verify.history import HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage

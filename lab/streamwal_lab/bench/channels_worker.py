@@ -30,7 +30,7 @@ import pulsar
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.errors import DecodeError
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.tso.timestamp import split
 from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_wal
@@ -98,7 +98,7 @@ async def _wal_worker(spec: dict[str, Any]) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     config = PulsarConfig(service_url=spec["pulsar_url"], client_log_file=CLIENT_LOG)
     wal_config = WALConfig()
-    tso_config = TsoConfig(etcd_endpoints=(spec["etcd_endpoint"],), key_prefix=f"/bench-ch-{run}")
+    tso_config = TsoConfig(etcd=EtcdConfig((spec["etcd_endpoint"],)), key_prefix=f"/bench-ch-{run}")
     async with (
         deleted_afterwards(spec["etcd_endpoint"], [tso_config.key_prefix]),
         InProcessTSO(tso_config) as tso,

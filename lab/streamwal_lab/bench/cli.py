@@ -24,6 +24,7 @@ from streamwal_lab.bench import environment, report
 from streamwal_lab.bench.suites import SUITES, Suite, default_arguments
 from streamwal_lab.bench.target import BenchTarget
 from streamwal_lab.bench.targets import evaluate
+from streamwal_lab.stack.ports import export_environment
 
 __all__ = ["register"]
 
@@ -165,6 +166,7 @@ def _run_suite(target: BenchTarget, suite: Suite, options: argparse.Namespace) -
 
 
 def _handler(args: argparse.Namespace) -> int:
+    export_environment()  # what it starts defaults to the stack's ports
     if getattr(args, "verbose", False):
         return _run(args)
     loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]

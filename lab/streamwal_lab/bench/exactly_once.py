@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
@@ -44,7 +44,7 @@ async def run_exactly_once_bench(
 ) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
-    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-{run}")
+    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-{run}")
     payload = b"x" * payload_bytes
     idempotent_cells: list[dict[str, Any]] = []
     txn_cells: list[dict[str, Any]] = []

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from streamwal.verify.cli import verify_channel
+from streamwal_lab.bench.cluster_run import ChannelWriter, LocalCluster
 from streamwal_lab.bench.stats import distribution
 from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
-from streamwal_lab.cluster_run import ChannelWriter, LocalCluster
 
 __all__ = ["run_failover_bench"]
 

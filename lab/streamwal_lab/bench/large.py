@@ -31,7 +31,7 @@ from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
@@ -73,7 +73,7 @@ async def run_large_bench(
     run = uuid.uuid4().hex[:8]
     config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     wal_prefix, node_prefix = f"/bench-large-{run}-wal", f"/bench-large-{run}-node"
-    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=wal_prefix)
+    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=wal_prefix)
     log_path = Path(CLIENT_LOG).parent / f"node-large-{run}.log"
     cells: list[dict[str, Any]] = []
     topics: list[str] = []

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient, policy
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
@@ -120,7 +120,7 @@ async def run_node_bench(
     run = uuid.uuid4().hex[:8]
     config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     wal_prefix, node_prefix = f"/bench-node-{run}-wal", f"/bench-node-{run}-node"
-    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=wal_prefix)
+    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=wal_prefix)
     log_path = Path(CLIENT_LOG).parent / f"node-{run}.log"
     cells: list[dict[str, Any]] = []
     node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)

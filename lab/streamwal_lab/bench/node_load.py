@@ -68,7 +68,7 @@ from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import AppendStream, NodeClient
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
@@ -234,7 +234,7 @@ async def run_node_load_bench(
     config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     wal_prefix = f"/bench-nl-{run}-wal"
     prefixes = {node: f"/bench-nl-{run}-{node}" for node in NODES}
-    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=wal_prefix)
+    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=wal_prefix)
     logs = Path(CLIENT_LOG).parent
     nodes = {
         "node": BenchNode(

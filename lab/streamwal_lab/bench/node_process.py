@@ -1,6 +1,6 @@
 """A streaming node in a child process (``streamwal serve``), for suites measured through gRPC.
 
-A child process rather than a :class:`~streamwal.node.runtime.Node` in the bench's own event
+A child process rather than a :class:`~streamwal.server.runtime.Node` in the bench's own event
 loop: a client reaches a real node over a socket from another process, and the node's
 event loop and GIL must not be the ones the bench's callers run on, or the figures
 would mix the client's CPU with the node's. The node is configured from the
@@ -97,7 +97,7 @@ class BenchNode:
                 *die_with_parent(),
                 sys.executable,
                 "-m",
-                "streamwal.node.cli",
+                "streamwal.cli",
                 "serve",
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,

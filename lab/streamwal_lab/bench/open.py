@@ -20,7 +20,7 @@ import uuid
 from typing import Any
 
 from streamwal.adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.wal.initializing import open_wal
 from streamwal_lab.bench.raw import raw_client, raw_producer
 from streamwal_lab.bench.stats import distribution, ratio
@@ -44,7 +44,9 @@ async def run_open_bench(
     config = PulsarConfig(
         service_url=target.pulsar_url, admin_url=target.pulsar_admin_url, client_log_file=CLIENT_LOG
     )
-    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-open-{run}")
+    tso_config = TsoConfig(
+        etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-open-{run}"
+    )
     raw_samples: list[float] = []
     wal_samples: list[float] = []
     attempts: list[int] = []

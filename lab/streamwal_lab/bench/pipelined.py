@@ -32,7 +32,7 @@ import pulsar
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.node.client import NodeClient
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal_lab.bench.node_process import BenchNode
@@ -109,7 +109,7 @@ async def run_pipelined_bench(
     run = uuid.uuid4().hex[:8]
     config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
     wal_prefix, node_prefix = f"/bench-pipe-{run}-wal", f"/bench-pipe-{run}-node"
-    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=wal_prefix)
+    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=wal_prefix)
     log_path = Path(CLIENT_LOG).parent / f"node-pipelined-{run}.log"
     node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
     raw_client = pulsar.Client(target.pulsar_url, logger=client_logger(CLIENT_LOG))

@@ -22,7 +22,7 @@ from typing import Any
 import pulsar
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.tso import InProcessTSO, TsoConfig
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import MessageType, MutableMessage
@@ -89,7 +89,9 @@ async def run_scan_bench(
     run = uuid.uuid4().hex[:8]
     channel = f"bench-scan-{run}"
     config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
-    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-scan-{run}")
+    tso_config = TsoConfig(
+        etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-scan-{run}"
+    )
     rates: dict[str, list[float]] = {"raw_reader": [], "catch_up": [], "buffer_tail": []}
     async with (
         deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),

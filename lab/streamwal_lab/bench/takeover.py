@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.tso import InProcessTSO, LocalAllocator, TsoConfig
+from streamwal.backoff import Backoff
+from streamwal.retry import Retry, retry_call
+from streamwal.tso import EtcdConfig, InProcessTSO, LocalAllocator, TsoConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal_lab.bench.raw import raw_producer
@@ -37,6 +39,7 @@ __all__ = ["run_takeover_bench"]
 
 _PAYLOAD = b"t" * 128
 _FAIL_WAIT_S = 10.0  # bound on waiting for the old owner to notice
+_RETAKE_PAUSE = Backoff(initial=0.2, maximum=0.2)  # a fixed pause between takeovers
 
 
 @dataclass
@@ -101,16 +104,14 @@ async def _round(
 
 
 async def _retake(take: Callable[[], Awaitable[_Owner]], attempts: int = 5) -> _Owner:
-    for attempt in range(attempts):
-        try:
-            owner = await take()
-            await owner.append()
-            return owner
-        except Exception:
-            if attempt == attempts - 1:
-                raise
-            await asyncio.sleep(0.2)
-    raise AssertionError("unreachable")
+    """Take the channel over and append once, again on any failure (``attempts`` in all)."""
+
+    async def once() -> _Owner:
+        owner = await take()
+        await owner.append()
+        return owner
+
+    return await retry_call(once, Retry(_RETAKE_PAUSE, max_attempts=attempts, retry_if=Exception))
 
 
 def _summary(results: list[_Round | str]) -> dict[str, Any]:
@@ -140,7 +141,7 @@ async def run_takeover_bench(
     config = PulsarConfig(
         service_url=target.pulsar_url, admin_url=target.pulsar_admin_url, client_log_file=CLIENT_LOG
     )
-    tso_config = TsoConfig(etcd_endpoints=(target.etcd_endpoint,), key_prefix=f"/bench-to-{run}")
+    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-to-{run}")
     wal_rounds: list[_Round | str] = []
     raw_rounds: list[_Round | str] = []
     async with (

@@ -33,11 +33,12 @@ from typing import Any
 from streamwal.argtypes import count, seconds
 from streamwal.errors import StreamwalError
 from streamwal.tso.allocator import LocalAllocator
-from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, TsoConfig
+from streamwal.tso.config import EtcdConfig, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
 from streamwal.tso.remote import RemoteSource
 from streamwal.tso.service import TsoServer
+from streamwal_lab.stack.ports import ETCD_ENDPOINT as STACK_ETCD_ENDPOINT
 
 __all__ = ["add_arguments", "handler", "run", "run_tso_bench"]
 
@@ -92,7 +93,7 @@ async def _fetch_latencies(allocator: LocalAllocator, samples: int) -> tuple[flo
 
 async def run(
     *,
-    etcd_endpoints: Sequence[str] = (DEFAULT_ETCD_ENDPOINT,),
+    etcd_endpoints: Sequence[str] = (STACK_ETCD_ENDPOINT,),
     key_prefix: str | None = None,
     duration_s: float = 1.0,
     batch_size: int = 1000,
@@ -121,10 +122,10 @@ async def _run(
     latency_samples: int,
 ) -> dict[str, Any]:
     config = TsoConfig(
-        etcd_endpoints=tuple(etcd_endpoints), key_prefix=prefix, batch_size=batch_size
+        etcd=EtcdConfig(tuple(etcd_endpoints)), key_prefix=prefix, batch_size=batch_size
     )
     results: dict[str, Any] = {
-        "etcd": ",".join(config.etcd_endpoints),
+        "etcd": ",".join(config.etcd.endpoints),
         "key_prefix": prefix,
         "batch_size": batch_size,
         "duration_s": duration_s,
@@ -178,7 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--etcd",
         action="append",
         metavar="HOST:PORT",
-        help=f"etcd endpoint(s) (default: {DEFAULT_ETCD_ENDPOINT})",
+        help=f"etcd endpoint(s) (default: {STACK_ETCD_ENDPOINT})",
     )
     parser.add_argument("--prefix", help="key prefix (default: a fresh one per run)")
     parser.add_argument("--duration", type=seconds, default=1.0, help="seconds per figure")
@@ -192,7 +193,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def handler(args: argparse.Namespace) -> int:
     """Run the benchmark from parsed arguments and print the figures; the exit code."""
     endpoints = [
-        e.strip() for item in (args.etcd or [DEFAULT_ETCD_ENDPOINT]) for e in item.split(",") if e
+        e.strip() for item in (args.etcd or [STACK_ETCD_ENDPOINT]) for e in item.split(",") if e
     ]
     try:
         results = asyncio.run(

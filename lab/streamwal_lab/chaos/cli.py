@@ -28,6 +28,7 @@ from streamwal_lab.chaos.runner import run_scenarios
 from streamwal_lab.chaos.scenarios import SCENARIOS
 from streamwal_lab.chaos.services import PrivateEtcd, PrivatePulsar
 from streamwal_lab.stack import Stack
+from streamwal_lab.stack.ports import export_environment
 from streamwal_lab.stack.stack import StackError
 
 __all__ = ["BEGIN", "END", "register", "update_doc"]
@@ -64,6 +65,7 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    export_environment()  # what it starts defaults to the stack's ports
     if args.rounds is not None and args.rounds < 1:
         print("error: --rounds must be at least 1", file=sys.stderr)
         return 2

@@ -41,7 +41,7 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: the argv of a plain node, to which ``--config <file>`` is added
-SERVE: tuple[str, ...] = (sys.executable, "-m", "streamwal.node.cli", "serve")
+SERVE: tuple[str, ...] = (sys.executable, "-m", "streamwal.cli", "serve")
 
 
 class NodeProcess:

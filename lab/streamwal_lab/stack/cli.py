@@ -1,14 +1,16 @@
-"""``streamwal stack up | down | status | clean``."""
+"""``streamwal stack up | down | status | clean | env``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 import time
 from typing import Any
 
+from streamwal_lab.stack.ports import environment
 from streamwal_lab.stack.stack import PROFILES, Stack, StackError, disk_usage, human_bytes
 
 __all__ = ["register"]
@@ -34,6 +36,12 @@ def register(sub: Any) -> None:
     )
     clean.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clean.set_defaults(func=_clean)
+    env = verbs.add_parser(
+        "env",
+        help="print the shell exports that point the product's defaults at this stack "
+        '(eval "$(streamwal stack env)")',
+    )
+    env.set_defaults(func=_env)
     for verb in (up, down, status, clean):
         verb.add_argument(
             "--profile",
@@ -73,6 +81,14 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  otlp:   {info.otlp_endpoint}")
     if info.jaeger_url:
         print(f"  jaeger: {info.jaeger_url}")
+    return 0
+
+
+def _env(args: argparse.Namespace) -> int:
+    """The stack runs beside a developer's own Pulsar and etcd on the standard ports; a
+    shell that should reach the stack instead takes these (``streamwal_lab.stack.ports``)."""
+    for name, value in environment().items():
+        print(f"export {name}={shlex.quote(value)}")
     return 0
 
 

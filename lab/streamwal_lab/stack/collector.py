@@ -30,6 +30,12 @@ from streamwal_lab.stack.gobuild import (
     cached_binary,
     go_problems,
 )
+from streamwal_lab.stack.ports import (
+    COLLECTOR_HEALTH_PORT,
+    COLLECTOR_METRICS_PORT,
+    COLLECTOR_OTLP_GRPC_PORT,
+    COLLECTOR_OTLP_HTTP_PORT,
+)
 from streamwal_lab.stack.service import Progress, Service
 
 __all__ = [
@@ -44,10 +50,10 @@ __all__ = [
 
 #: the collector release every module of the manifest is pinned to
 COLLECTOR_VERSION = "v0.165.0"
-OTLP_GRPC_PORT = 4317
-OTLP_HTTP_PORT = 4318
-HEALTH_PORT = 13133
-METRICS_PORT = 8888
+OTLP_GRPC_PORT = COLLECTOR_OTLP_GRPC_PORT
+OTLP_HTTP_PORT = COLLECTOR_OTLP_HTTP_PORT
+HEALTH_PORT = COLLECTOR_HEALTH_PORT
+METRICS_PORT = COLLECTOR_METRICS_PORT
 
 _HOST = "127.0.0.1"
 _MANIFEST = "otelcol-builder.yaml"

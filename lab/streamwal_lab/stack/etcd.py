@@ -8,13 +8,13 @@ import sys
 import uuid
 from pathlib import Path
 
-from streamwal.defaults import ETCD_CLIENT_PORT
+from streamwal_lab.stack.ports import ETCD_CLIENT_PORT, ETCD_PEER_PORT
 from streamwal_lab.stack.service import Progress, Service
 
 __all__ = ["CLIENT_PORT", "EtcdService", "etcd_binary"]
 
 CLIENT_PORT = ETCD_CLIENT_PORT
-PEER_PORT = 12380
+PEER_PORT = ETCD_PEER_PORT
 
 
 def etcd_binary() -> Path | None:

@@ -21,7 +21,6 @@ from typing import Any
 
 import yaml
 
-from streamwal.defaults import JAEGER_QUERY_PORT
 from streamwal_lab.stack.gobuild import GoToolSpec, build_go_tool, go_problems
 from streamwal_lab.stack.jaeger_release import (
     JAEGER_RELEASE,
@@ -31,6 +30,13 @@ from streamwal_lab.stack.jaeger_release import (
 )
 from streamwal_lab.stack.jaeger_ui import UiAssetsError, ui_assets_folder, ui_is_real
 from streamwal_lab.stack.paths import ENV_JAEGER_RELEASE_URL, ENV_JAEGER_UI_ASSETS, StackPaths
+from streamwal_lab.stack.ports import (
+    JAEGER_HEALTH_PORT,
+    JAEGER_OTLP_GRPC_PORT,
+    JAEGER_OTLP_HTTP_PORT,
+    JAEGER_QUERY_GRPC_PORT,
+    JAEGER_QUERY_PORT,
+)
 from streamwal_lab.stack.service import Progress, Service
 
 __all__ = [
@@ -46,11 +52,11 @@ __all__ = [
 
 #: v1.76.0 of the Go module is the Jaeger v2.13.0 binary (same commit)
 JAEGER_VERSION = "v1.76.0"
-OTLP_GRPC_PORT = 14317
-OTLP_HTTP_PORT = 14318
+OTLP_GRPC_PORT = JAEGER_OTLP_GRPC_PORT
+OTLP_HTTP_PORT = JAEGER_OTLP_HTTP_PORT
 QUERY_HTTP_PORT = JAEGER_QUERY_PORT
-QUERY_GRPC_PORT = 16685
-HEALTH_PORT = 13134
+QUERY_GRPC_PORT = JAEGER_QUERY_GRPC_PORT
+HEALTH_PORT = JAEGER_HEALTH_PORT
 #: the folder of the GitHub release holding the v2 archives and their checksum file
 RELEASE_URL = f"https://github.com/jaegertracing/jaeger/releases/download/{JAEGER_VERSION}"
 

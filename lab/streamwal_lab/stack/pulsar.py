@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from streamwal.defaults import PULSAR_BROKER_PORT, PULSAR_WEB_PORT
+from streamwal_lab.stack.ports import PULSAR_BROKER_PORT, PULSAR_WEB_PORT
 from streamwal_lab.stack.service import Progress, Service
 
 __all__ = [

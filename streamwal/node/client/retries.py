@@ -7,7 +7,6 @@ back, whatever the last try said.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -19,6 +18,7 @@ from streamwal.node.client.answers import grpc_code_of
 from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError, node_error
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import write_outcome
+from streamwal.retry import Retry
 
 __all__ = ["final_error", "give_up", "may_retry", "with_retries"]
 
@@ -72,8 +72,11 @@ async def with_retries(
     """Await ``call()``, trying it again up to ``budget`` more times (backing off) while
     its failure is ``retryable``; the failure it ends with is typed, by
     :func:`final_error`, from the last try's and any earlier unknown outcome."""
-    attempt = 0
-    delays = _RETRY_BACKOFF.delays()
+    tries = Retry(
+        _RETRY_BACKOFF,
+        max_attempts=max(budget, 0) + 1,
+        retry_if=lambda exc: isinstance(exc, grpc.aio.AioRpcError) and retryable(exc),
+    )
     unknown: grpc.aio.AioRpcError | None = None  # a try that may have been written
     while True:
         try:
@@ -81,7 +84,7 @@ async def with_retries(
         except grpc.aio.AioRpcError as exc:
             if write_outcome(exc) is WriteOutcome.UNKNOWN:
                 unknown = exc
-            if attempt >= budget or not retryable(exc):
+            delay = tries.next(exc)
+            if delay is None:
                 raise final_error(exc, unknown) from exc
-            attempt += 1
-            await asyncio.sleep(next(delays))
+            await tries.wait(delay)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from streamwal import environment
 from streamwal.defaults import JAEGER_URL
 from streamwal.errors import InvalidInputError, StreamwalError, UnavailableError
 from streamwal.node.trace.query import HTTPStatusError, get_data
@@ -29,10 +29,10 @@ __all__ = [
 ]
 
 #: the query API to read from; :data:`DEFAULT_JAEGER_URL` when unset
-ENV_JAEGER_URL = "STREAMWAL_JAEGER_URL"
-#: Jaeger's own default query port on loopback, which is also where the lab's local
-#: stack serves it (both take it from :mod:`streamwal.defaults`): the product names the
-#: URL instead of asking the lab, which a production install does not have
+ENV_JAEGER_URL = environment.JAEGER_URL
+#: Jaeger's own default query port on loopback, where the lab's local stack serves it
+#: too: the product names the URL instead of asking the lab, which a production
+#: install does not have
 DEFAULT_JAEGER_URL = JAEGER_URL
 
 #: Jaeger's own traces (when it traces itself) are never a WAL's
@@ -55,9 +55,7 @@ def default_jaeger_url(explicit: str | None = None) -> str:
     """``explicit``, else ``$STREAMWAL_JAEGER_URL``, else :data:`DEFAULT_JAEGER_URL`."""
     if explicit:
         return explicit.rstrip("/")
-    if os.environ.get(ENV_JAEGER_URL):
-        return os.environ[ENV_JAEGER_URL].rstrip("/")
-    return DEFAULT_JAEGER_URL
+    return environment.jaeger_url()
 
 
 async def _ask(jaeger_url: str, path: str) -> list[Any]:

@@ -9,6 +9,7 @@ from streamwal.wal.interceptors.base import (
     InterceptorBase,
     InterceptorParams,
     Sink,
+    WALHandle,
 )
 from streamwal.wal.interceptors.chain import INTERCEPTOR_ORDER, InterceptorChain, InterceptorFactory
 
@@ -23,4 +24,5 @@ __all__ = [
     "InterceptorFactory",
     "InterceptorParams",
     "Sink",
+    "WALHandle",
 ]

@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from streamwal.errors import ChannelFencedError, StreamwalError
 from streamwal.timestamps import TimestampAllocator
@@ -23,13 +23,10 @@ from streamwal.wal.config import WALConfig
 from streamwal.wal.fence import Fence
 from streamwal.wal.interceptors.holds import ConfirmHolds
 from streamwal.wal.listener import LogListener
-from streamwal.wal.message import ImmutableMessage, MutableMessage
+from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.mvcc import MVCCManager
 from streamwal.wal.write_ahead_buffer import WriteAheadBuffer
-
-if TYPE_CHECKING:
-    from streamwal.wal.wal import WAL
 
 __all__ = [
     "AppendFunc",
@@ -40,6 +37,7 @@ __all__ = [
     "InterceptorBase",
     "InterceptorParams",
     "Sink",
+    "WALHandle",
 ]
 
 
@@ -61,6 +59,20 @@ class ChannelInfo:
     node_id: int
 
 
+class WALHandle(Protocol):
+    """What an interceptor may use of the WAL it is part of.
+
+    The WAL builds the interceptors, so they see it through this protocol rather than
+    import :mod:`streamwal.wal.wal`: the interceptors sit below the WAL, and an import
+    the other way, even for types, would close a circle.
+    """
+
+    @property
+    def message_id_decoder(self) -> MessageIdDecoder: ...
+
+    async def write_system(self, msg: MutableMessage) -> AppendResult: ...
+
+
 @dataclass(frozen=True, slots=True)
 class InterceptorParams:
     """Everything an interceptor may be built from (Milvus's ``InterceptorBuildParam``).
@@ -79,7 +91,7 @@ class InterceptorParams:
     backend: BackendWAL
     allocator: TimestampAllocator
     config: WALConfig
-    wal: asyncio.Future[WAL]
+    wal: asyncio.Future[WALHandle]
     holds: ConfirmHolds = field(default_factory=ConfirmHolds)
     clock: Callable[[], float] = time.monotonic
 

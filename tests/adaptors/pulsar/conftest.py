@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
-from streamwal.tso import TsoConfig
+from streamwal.tso import EtcdConfig, TsoConfig
 from streamwal_lab.chaos.services import PrivatePulsar
 from streamwal_lab.stack import StackInfo
 from tests.adaptors.pulsar.stock import StockNamespace
@@ -49,5 +49,5 @@ async def stock_ns(
 ) -> StockNamespace:
     """A fresh namespace on the stock broker, with a TSO on the shared etcd."""
     name = await namespace()  # type: ignore[misc]
-    tso = TsoConfig(etcd_endpoints=(stack.etcd_endpoint,), key_prefix=etcd_prefix("stock"))
+    tso = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("stock"))
     return StockNamespace(stock, name, PulsarAdmin(stock.admin_url), tso)

@@ -92,9 +92,12 @@ async def test_enforce_refuses_warns_or_ignores(caplog: pytest.LogCaptureFixture
     assert [r.getMessage().rsplit("[", 1)[1] for r in caplog.records] == ["message-ttl]"]
 
 
-def test_admin_url_is_derived_for_known_ports_only() -> None:
+def test_admin_url_is_derived_for_known_ports_only(monkeypatch: pytest.MonkeyPatch) -> None:
     assert admin_url_for("pulsar://broker:6650") == "http://broker:8080"
     assert admin_url_for("pulsar+ssl://broker:6651") == "https://broker:8443"
+    # the local stack's broker: the admin API the environment names beside it
+    monkeypatch.setenv("STREAMWAL_PULSAR_SERVICE_URL", "pulsar://127.0.0.1:16650")
+    monkeypatch.setenv("STREAMWAL_PULSAR_ADMIN_URL", "http://127.0.0.1:18080")
     assert admin_url_for("pulsar://127.0.0.1:16650") == "http://127.0.0.1:18080"
     assert admin_url_for("pulsar://a:6650,b:6650") == "http://a:8080"
     assert admin_url_for("pulsar://broker:7777") is None

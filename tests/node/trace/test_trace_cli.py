@@ -45,7 +45,7 @@ class Opens:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streamwal.node.cli", "trace", *args],
+        [sys.executable, "-m", "streamwal.cli", "trace", *args],
         capture_output=True,
         text=True,
         timeout=60,

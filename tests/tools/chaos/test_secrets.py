@@ -14,7 +14,7 @@ import yaml
 
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
-from streamwal.node.runtime import Node
+from streamwal.server.runtime import Node
 from streamwal_lab.chaos.spans import capture_spans
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess, serve_once

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamwal.node.serve import add_arguments, run
+from streamwal.server.serve import add_arguments, run
 from streamwal.tso import SystemClock
 
 __all__ = ["OffsetFileClock", "clock_node_command", "main"]

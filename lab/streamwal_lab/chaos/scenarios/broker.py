@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from streamwal.node.config import load_config
-from streamwal.node.runtime import Node
+from streamwal.server.runtime import Node
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios.common import assign, channel_per_node, keep_flowing, tso_group

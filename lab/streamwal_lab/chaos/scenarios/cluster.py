@@ -43,16 +43,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
-from streamwal.cluster import ClusterClient
-from streamwal.cluster.config import ClusterSettings
+from streamwal.cluster import ClusterClient, ClusterSettings
 from streamwal.cluster.records import ClusterKeys, MoveReason
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.verify.cli import verify_channel
+from streamwal_lab.bench.cluster_run import ChannelWriter, balanced, wait_for_view
 from streamwal_lab.chaos.env import ChaosEnv, node_settings
 from streamwal_lab.chaos.nodes import NodeProcess, free_port
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.cluster_run import ChannelWriter, balanced, wait_for_view
 from streamwal_lab.faultproxy import FaultProxy
 
 __all__ = ["run_broker_lost", "run_etcd_restart", "run_kill", "run_pause", "run_zombie"]

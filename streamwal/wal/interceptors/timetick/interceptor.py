@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from streamwal.errors import (
     ChannelFencedError,
@@ -28,6 +28,7 @@ from streamwal.errors import (
     StreamwalError,
     WriteOutcome,
 )
+from streamwal.retry import Retry, RetryAttempt
 from streamwal.timeouts import within
 from streamwal.wal.interceptors.base import (
     AppendFunc,
@@ -91,21 +92,19 @@ class TimeTickInterceptor(InterceptorBase):
         """Persist ``msg`` (``append`` is never called: this interceptor is the last)."""
         self._active += 1
         self._idle.clear()
-        attempt = 0
-        delays: Iterator[float] | None = None
+        retry: Retry | None = None  # made at the first failure: most appends need none
         try:
             while True:
-                attempt += 1
-                if attempt > 1:
+                if retry is not None:
                     self._check_usable()
                 try:
-                    if attempt > 1:
+                    if retry is not None:
                         await self._backend.ensure_writable()
                     # the fast lane checks where it stamps (.writer); the slow one first,
                     # so a fenced or closing WAL never waits for an allocation
                     stamped = self._writer.write_now(msg)
                     if stamped is None:
-                        if attempt == 1:
+                        if retry is None:
                             self._check_usable()
                         stamped = await self._writer.write(msg)
                     time_tick, future = stamped
@@ -126,9 +125,8 @@ class TimeTickInterceptor(InterceptorBase):
                     self._fence.set(exc)
                     raise
                 except StreamwalError as exc:
-                    if not self._retry_after(exc, attempt):
-                        raise
-                    delays = await self._pause(exc, attempt, delays)
+                    retry = retry or self._retry()
+                    await retry.pause(exc)
         finally:
             self._active -= 1
             if self._active == 0:
@@ -148,21 +146,20 @@ class TimeTickInterceptor(InterceptorBase):
         self._active += 1
         self._idle.clear()
         results: list[AppendResult | StreamwalError] = []
-        attempt = 0
-        delays: Iterator[float] | None = None
+        retry: Retry | None = None  # made at the first failure: most batches need none
         try:
             while len(results) < len(msgs):
-                attempt += 1
                 rest = msgs[len(results) :]
                 try:
                     self._check_usable()
-                    if attempt > 1:
+                    if retry is not None:
                         await self._backend.ensure_writable()
                 except StreamwalError as exc:  # nothing of the rest reached the backend
+                    retry = retry or self._retry()
                     if isinstance(exc, ChannelFencedError):
                         self._fence.set(exc)
-                    elif self._retry_after(exc, attempt):
-                        delays = await self._pause(exc, attempt, delays)
+                    elif retry.allows(exc):
+                        await retry.pause(exc)
                         continue
                     results.extend([exc] * len(rest))
                     break
@@ -177,13 +174,13 @@ class TimeTickInterceptor(InterceptorBase):
                 )
                 results.extend(outcomes[:landed])
                 tail = outcomes[landed:]
-                if tail and all(
-                    isinstance(o, StreamwalError) and self._retry_after(o, attempt) for o in tail
-                ):
-                    first = tail[0]
-                    assert isinstance(first, StreamwalError)
-                    delays = await self._pause(first, attempt, delays)
-                    continue
+                if tail:
+                    retry = retry or self._retry()
+                    if all(isinstance(o, StreamwalError) and retry.allows(o) for o in tail):
+                        first = tail[0]
+                        assert isinstance(first, StreamwalError)
+                        await retry.pause(first)
+                        continue
                 results.extend(tail)
             return results
         finally:
@@ -212,28 +209,36 @@ class TimeTickInterceptor(InterceptorBase):
         except Exception as exc:  # a broken backend: the entry was handed over
             return OutcomeUnknownError(f"the backend failed the append: {exc!r}")
 
-    async def _pause(
-        self, error: StreamwalError, attempt: int, delays: Iterator[float] | None
-    ) -> Iterator[float]:
-        """The backoff before the next attempt; ends early on fence or close."""
-        delays = delays or self.params.config.append_backoff.delays()
-        delay = next(delays)
+    def _retry(self) -> Retry:
+        """The retries of one append or batch (``append_backoff``, its ``max_attempts``)."""
+        return Retry(
+            self.params.config.append_backoff,
+            retry_if=self._may_retry,
+            on_retry=self._failed,
+            sleep=self._backoff_wait,
+        )
+
+    def _may_retry(self, error: BaseException) -> bool:
+        return (
+            isinstance(error, StreamwalError)
+            and error.retriable
+            and not self._closing
+            and self._fence.error is None
+        )
+
+    def _failed(self, attempt: RetryAttempt) -> None:
         _log.warning(
             "channel %s: append attempt %d failed (%r); retrying in %.0f ms",
             self._channel,
-            attempt,
-            error,
-            delay * 1000,
+            attempt.attempt,
+            attempt.error,
+            attempt.delay * 1000,
         )
+
+    async def _backoff_wait(self, delay: float) -> None:
+        """The backoff before the next attempt; ends early on fence or close."""
         with contextlib.suppress(TimeoutError):
             await within(self._wake.wait(), delay)
-        return delays
-
-    def _retry_after(self, error: StreamwalError, attempt: int) -> bool:
-        max_attempts = self.params.config.append_backoff.max_attempts
-        if max_attempts is not None and attempt >= max_attempts:
-            return False
-        return error.retriable and not self._closing and self._fence.error is None
 
     def on_fenced(self, error: ChannelFencedError) -> None:
         self._wake.set()  # a retry waiting for its backoff gives up now

@@ -6,6 +6,10 @@ period is how much longer the balancer waits before moving its channels (Milvus'
 ``walBalancer.nodeLostGracePeriod``, 5 s by default there too). Both are for a node
 that may only be slow; a killed node is found by its refused port much sooner
 (:mod:`streamwal.cluster.liveness`).
+
+It is declared here, beside the node's other sections (:mod:`streamwal.node.config`),
+because the node's file holds it: the cluster layer, above the node, reads it from
+there (``docs/architecture.md``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streamwal.errors import ConfigError
-from streamwal.tso.config import key_prefix_path
+from streamwal.tso.config import DEFAULT_KEY_PREFIX, key_prefix_path
 from streamwal.wal.backend import validate_channel_name
 
 __all__ = ["ClusterSettings"]
@@ -21,9 +25,10 @@ __all__ = ["ClusterSettings"]
 
 @dataclass(frozen=True)
 class ClusterSettings:
+    #: membership, balancing and failover through etcd; off: channels are assigned by RPC
     enabled: bool = False
     #: the cluster's keys are ``<key_prefix>/cluster/...`` in etcd
-    key_prefix: str = "/streamwal"
+    key_prefix: str = DEFAULT_KEY_PREFIX
     #: the node's session lease; a killed node is seen gone after at most this long
     lease_ttl_s: int = 5
     #: how long after a node's lease is gone its channels are moved
@@ -35,8 +40,9 @@ class ClusterSettings:
     channels: tuple[str, ...] = ()
     #: channels moved per balancing round when a node joins (failover is not bounded)
     max_moves_per_round: int = 1
-    #: how often the balancer plans, and how often a node reads its assignments
+    #: how often the balancer plans
     round_interval_s: float = 0.5
+    #: how often a node reads its assignments
     poll_interval_s: float = 0.2
     #: how long an owner may keep failing to open a channel before the balancer moves
     #: it to another ready node; doubled for each such move of the same channel in a

@@ -41,8 +41,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.trace import TracerProvider
 
-from streamwal import __version__
 from streamwal.adaptors.pulsar import PulsarOpener
+from streamwal.backoff import Backoff
 from streamwal.cluster.member import ClusterMember
 from streamwal.cluster.records import NodeRecord
 from streamwal.cluster.routing import add_routing_servicer
@@ -64,6 +64,7 @@ from streamwal.node.server_tracing import ServerInterceptor
 from streamwal.node.servicer import NodeServicer
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.node.tracing import routed_to
+from streamwal.retry import Retry
 from streamwal.tso import (
     ClientTLS,
     Clock,
@@ -73,6 +74,7 @@ from streamwal.tso import (
     add_tso_servicer,
 )
 from streamwal.tso.tls import server_credentials
+from streamwal.version import __version__
 
 __all__ = ["Node", "client_tls"]
 
@@ -81,8 +83,8 @@ _log = logging.getLogger(__name__)
 SERVICE_NAME = "streamwal.v1.StreamingNode"
 ROUTING_SERVICE = "streamwal.cluster.v1.ClusterRouting"
 TSO_SERVICE = "streamwal.tso.v1.TSO"
-#: pauses between tries to reach the broker while not ready: first, longest
-_BROKER_RETRY_S = (1.0, 15.0)
+#: pauses between tries to reach the broker while not ready: from 1 s, doubled up to 15 s
+_BROKER_BACKOFF = Backoff(initial=1.0, maximum=15.0)
 #: how often a ready node asks its broker at most (node.broker_lost_after_s / 3 if less)
 _BROKER_CHECK_S = 5.0
 #: how often the node's watch updates its health and liveness heartbeat
@@ -294,7 +296,7 @@ class Node:
         docstring); each new reason to wait is logged once. Then keep asking the
         broker (:meth:`_keep_broker`)."""
         assert self._opener is not None
-        pause, longest = _BROKER_RETRY_S
+        retry = Retry(_BROKER_BACKOFF, retry_if=(StreamwalError, OSError))
         said = ""
         while not self._closed:
             try:
@@ -310,11 +312,10 @@ class Node:
                         "node %d not ready: broker: %s (trying again, every %.0fs at most)",
                         self.config.node.id,
                         why,
-                        longest,
+                        _BROKER_BACKOFF.maximum,
                     )
                     said = same
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, longest)
+                await retry.pause(exc)
         if self._closed:
             return
         await self._turn_ready()

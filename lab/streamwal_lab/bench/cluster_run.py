@@ -13,8 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from streamwal.cluster import ClusterClient
-from streamwal.cluster.config import ClusterSettings
+from streamwal.cluster import ClusterClient, ClusterSettings
 from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view

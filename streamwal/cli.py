@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from streamwal import __version__
+from streamwal.version import __version__
 
 __all__ = ["ENTRY_POINT_GROUP", "LAB_COMMANDS", "main"]
 
@@ -39,7 +39,8 @@ _LAB_HINT = "pip install streamwal-lab (in a checkout of the repository: ./dev)"
 # a module adds, and the extra that installs what it imports (``None``: the core
 # install has it all), name the command when that extra is missing.
 _COMMAND_MODULES: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
-    ("streamwal.node.serve", ("serve",), "node"),
+    ("streamwal.server.serve", ("serve",), "node"),
+    ("streamwal.node.config_cli", ("config",), "node"),
     ("streamwal.tso.cli", ("tso",), "node"),
     ("streamwal.node.channel_status", ("channel",), "node"),
     ("streamwal.cluster.cli", ("cluster",), "node"),

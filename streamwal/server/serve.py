@@ -22,15 +22,15 @@ import os
 import signal
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
 from streamwal.errors import StreamwalError
-from streamwal.node.config import ConfigError, load_config
+from streamwal.node.config import ConfigError
+from streamwal.node.config_cli import add_source_arguments, config_from_args
 from streamwal.node.endpoints import HttpEndpoints, Readiness
 from streamwal.node.logs import ClientLogRelay, client_log_path, setup_node_logging
-from streamwal.node.runtime import Node
 from streamwal.node.telemetry import setup_telemetry
+from streamwal.server.runtime import Node
 from streamwal.tso import Clock
 
 __all__ = ["add_arguments", "register", "run"]
@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``streamwal serve``, for an entry that starts a node its own way."""
-    parser.add_argument("--config", type=Path, help="node.yaml (default: the local stack)")
+    add_source_arguments(parser)
 
 
 def run(args: argparse.Namespace, *, clock: Clock | None = None) -> int:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, *, clock: Clock | None = None) -> int:
     the exit code. Leaves the process when done (``os._exit``). ``clock``: the
     in-process oracle's (``None``: the system's), for an entry that injects another."""
     try:
-        config = load_config(args.config)
+        config = config_from_args(args)
     except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         return 2
