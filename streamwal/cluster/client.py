@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
 from typing import TypeVar
 
 import grpc
@@ -147,12 +146,7 @@ class ClusterClient:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def start(self) -> None:
@@ -530,12 +524,7 @@ class Transaction:
     async def __aenter__(self) -> Transaction:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, _type: object, exc: object, _tb: object) -> None:
         if exc is None:
             await self.commit()
         else:
