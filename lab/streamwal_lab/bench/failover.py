@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.bench.stats import distribution
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.cluster_run import ChannelWriter, LocalCluster
 
 __all__ = ["run_failover_bench"]
@@ -38,7 +37,7 @@ async def run_failover_bench(
     grace_s: float = 1.0,
     rolling: bool = True,
 ) -> dict[str, Any]:
-    run = uuid.uuid4().hex[:8]
+    run = new_run()
     names = [f"bench-failover-{run}-{i}" for i in range(channels)]
     workdir = Path(CLIENT_LOG).parent / f"failover-{run}"
     workdir.mkdir(parents=True, exist_ok=True)
