@@ -13,13 +13,13 @@ the checker finds no violation in the log kept after the truncation point.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import grpc
 
 from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.node.client import NodeClient, policy
+from streamwal.tasks import cancel_and_wait
 from streamwal.verify.acks import digest
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
@@ -72,10 +72,7 @@ class _Consumer:
                 self.first_checkpoint = self.first_checkpoint or self.checkpoint
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
