@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
@@ -30,7 +29,6 @@ BATCH_SIZES = (1, 48)
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("batch-appends")
-    started = time.monotonic()
     nodes = await tso_group(env, 3)
     movers = nodes[1:]
     async with contextlib.AsyncExitStack() as stack:
@@ -60,5 +58,4 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         }
     )
     result.expect(len(sizes) > rounds, f"only {len(sizes)} batches were sent")
-    result.seconds = time.monotonic() - started
     return result

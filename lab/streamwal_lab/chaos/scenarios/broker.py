@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 import grpc
 from opentelemetry.sdk.trace import ReadableSpan
@@ -30,10 +29,8 @@ __all__ = ["run"]
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("broker-restart")
-    started = time.monotonic()
     with capture_spans() as spans:
         await _rounds(env, rounds, result, spans)
-    result.seconds = time.monotonic() - started
     return result
 
 

@@ -12,7 +12,6 @@ it.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from streamwal_lab.chaos.clock_node import clock_node_command
@@ -31,7 +30,6 @@ __all__ = ["run"]
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("clock-jump-back")
-    started = time.monotonic()
     prefix = "/" + env.name("clock")
     clocks = [env.workdir / "clock-1.ms", env.workdir / "clock-2.ms"]
     offsets = {path: 0 for path in clocks}
@@ -78,7 +76,6 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         result.rounds += 1
     await env.check(result, traffic)
     result.figures["clock jumps back (s)"] = [round(ms / 1000, 1) for ms in jumps]
-    result.seconds = time.monotonic() - started
     return result
 
 

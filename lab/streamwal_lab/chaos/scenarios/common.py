@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -25,10 +26,12 @@ __all__ = [
     "RotatingFaults",
     "assign",
     "channel_per_node",
+    "hand_over",
     "keep_flowing",
     "keep_flowing_via",
     "leader_address",
     "move",
+    "owned_traffic",
     "start_all",
     "tso_group",
     "wait_for_leader",
@@ -90,6 +93,40 @@ async def assign(
             return response
         except grpc.aio.AioRpcError as exc:
             return exc.code()
+
+
+async def owned_traffic(
+    env: ChaosEnv,
+    result: ScenarioResult,
+    movers: Sequence[NodeProcess],
+    channel: str,
+    *,
+    workers: int,
+) -> Traffic:
+    """``channel`` assigned to the first of ``movers``, and started traffic through
+    all of them that prefers it: where the scenarios that move one channel between
+    nodes begin."""
+    answer = await assign(movers[0].address, channel)
+    result.expect(not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}")
+    traffic = env.traffic(channel, [n.address for n in movers], workers=workers)
+    traffic.prefer(movers[0].address)
+    await traffic.start()
+    return traffic
+
+
+async def hand_over(
+    result: ScenarioResult, traffic: Traffic, survivor: NodeProcess, label: str
+) -> float:
+    """``survivor`` takes ``traffic``'s channel over (its old owner is gone) and the
+    traffic turns to it; a refused assign is a problem (``label``: the round and what
+    the assign stands for). Returns the seconds the assign took."""
+    started = time.monotonic()
+    answer = await assign(survivor.address, traffic.channel)
+    took = time.monotonic() - started
+    if isinstance(answer, grpc.StatusCode):
+        result.problems.append(f"{label} {survivor.address}: {answer}")
+    traffic.prefer(survivor.address)
+    return took
 
 
 async def channel_per_node(

@@ -59,7 +59,6 @@ async def leader_of(env: ChaosEnv, key_prefix: str, nodes: list[NodeProcess]) ->
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("tso-leader-kill")
-    started = time.monotonic()
     prefix = "/" + env.name("tso")
     nodes = await candidates(env, prefix)
     home, traffic = await channel_per_node(env, result, nodes, "tso")
@@ -88,5 +87,4 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         result.rounds += 1
     await env.check(result, traffic)
     result.figures["new TSO leader after the kill, max (s)"] = round(max(failovers, default=0.0), 2)
-    result.seconds = time.monotonic() - started
     return result
