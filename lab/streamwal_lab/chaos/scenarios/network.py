@@ -19,7 +19,7 @@ import grpc
 
 from streamwal_lab.chaos.env import ChaosEnv, node_settings
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import assign, keep_flowing
+from streamwal_lab.chaos.scenarios.common import assign, keep_all_flowing
 from streamwal_lab.chaos.traffic import Traffic
 from streamwal_lab.faultproxy import FaultProxy
 
@@ -80,16 +80,14 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         counts: dict[str, int] = {}
         for round_ in range(rounds):
             kind = FAULTS[round_ % len(FAULTS)]
-            for t in traffic:
-                await keep_flowing(result, t, home[t.channel], f"round {round_}, before {kind}")
+            await keep_all_flowing(result, traffic, home, f"round {round_}, before {kind}")
             proxy = env.rng.choice([to_broker_1, to_broker_2])
             if kind == "broker-blackhole":
                 proxy = to_broker_1  # node 1's channel is the one checked below
             await _inject(kind, proxy, to_etcd, env, result, traffic[0])
             counts[kind] = counts.get(kind, 0) + 1
             result.faults += 1
-            for t in traffic:
-                await keep_flowing(result, t, home[t.channel], f"round {round_}, after {kind}", 30)
+            await keep_all_flowing(result, traffic, home, f"round {round_}, after {kind}", 30)
             result.rounds += 1
         await env.check(result, traffic)
         result.figures["faults by kind"] = counts
