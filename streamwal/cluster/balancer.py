@@ -14,7 +14,6 @@ assignment, so the new owner's ``wal.open`` joins the trace of the decision.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ from streamwal.cluster.records import Assignment, ClusterKeys, Move, MoveReason,
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import DeposedError, UnavailableError
+from streamwal.tasks import cancel_and_wait
 
 __all__ = ["Balancer"]
 
@@ -80,10 +80,7 @@ class Balancer:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         while not self._closed:

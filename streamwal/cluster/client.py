@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
 from typing import TypeVar
 
 import grpc
@@ -154,12 +153,7 @@ class ClusterClient:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def start(self) -> None:
@@ -550,12 +544,7 @@ class Transaction:
     async def __aenter__(self) -> Transaction:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, _type: object, exc: object, _tb: object) -> None:
         if exc is None:
             await self.commit()
         else:

@@ -50,6 +50,7 @@ from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import ChannelNotFoundError, ClosedError, StreamwalError, UnavailableError
 from streamwal.node.channels import ChannelManager
+from streamwal.tasks import cancel_and_wait
 
 __all__ = ["Follower"]
 
@@ -111,10 +112,7 @@ class Follower:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:  # no step starts another open or let-go from here
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)  # no step starts another open or let-go from here
         letting_go = [t for t in self._letting_go.values() if not t.done()]
         if letting_go and let_go_s > 0:
             await asyncio.wait(letting_go, timeout=let_go_s)

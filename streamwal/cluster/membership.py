@@ -23,6 +23,7 @@ from streamwal.cluster.records import ClusterKeys, NodeRecord, decode, encode
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import ClosedError, DecodeError, DuplicateNodeError, UnavailableError
 from streamwal.retry import Retry, RetryAttempt, retry_call
+from streamwal.tasks import cancel_and_wait
 
 __all__ = ["Session"]
 
@@ -151,10 +152,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         lease, self._lease = self._lease, None
         if lease is not None:
             await self._revoke(lease)

@@ -11,12 +11,12 @@ and the next one tries again (nothing is lost by truncating later).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 from streamwal.errors import InvalidInputError, StreamwalError
+from streamwal.tasks import cancel_and_wait
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_consumer_lag, record_truncation
@@ -118,7 +118,4 @@ class Truncator:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)

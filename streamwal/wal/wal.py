@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from types import TracebackType
 
 from streamwal.errors import (
     BatchAppendError,
@@ -164,12 +163,7 @@ class _Readable:
     async def __aenter__(self) -> _Readable:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
 

@@ -79,6 +79,14 @@ def _fake_tool(folder: Path, name: str, stderr: str = "") -> None:
     tool.chmod(0o755)
 
 
+def _only_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str) -> Path:
+    """A ``PATH`` of one folder holding a ``java`` of ``version``; that folder."""
+    tools = tmp_path / "bin"
+    _fake_tool(tools, "java", f'openjdk version "{version}" 2024-01-16')
+    monkeypatch.setenv("PATH", str(tools))
+    return tools
+
+
 def _installed_cache(root: Path) -> Path:
     """A cache in which the Pulsar jars count as fetched, so Maven is not needed any more."""
     lib = root / "artifacts" / f"pulsar-{PULSAR_VERSION}" / "lib"
@@ -155,9 +163,7 @@ def test_without_java_or_maven_both_are_named(
 def test_an_old_java_is_named_with_its_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tools = tmp_path / "bin"
-    _fake_tool(tools, "java", 'openjdk version "11.0.22" 2024-01-16')
-    monkeypatch.setenv("PATH", str(tools))
+    _only_java(tmp_path, monkeypatch, "11.0.22")
     problems = _pulsar(_installed_cache(tmp_path / "cache")).prerequisites()
     assert len(problems) == 1, problems
     assert "Java 17 or newer" in problems[0] and "found 11" in problems[0]
@@ -166,9 +172,7 @@ def test_an_old_java_is_named_with_its_version(
 def test_maven_is_needed_only_until_the_jars_are_fetched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tools = tmp_path / "bin"
-    _fake_tool(tools, "java", 'openjdk version "21.0.2" 2024-01-16')
-    monkeypatch.setenv("PATH", str(tools))
+    tools = _only_java(tmp_path, monkeypatch, "21.0.2")
     fresh = _pulsar(tmp_path / "fresh").prerequisites()
     assert len(fresh) == 1 and "Maven ('mvn')" in fresh[0], fresh
     assert _pulsar(_installed_cache(tmp_path / "installed")).prerequisites() == []

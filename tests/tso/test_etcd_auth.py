@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,16 @@ def auth_etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
     etcd.kill()
 
 
-async def test_oracle_authenticates_to_etcd(auth_etcd: EtcdProcess) -> None:
-    config = TsoConfig(
-        etcd=EtcdConfig((auth_etcd.endpoint,), user="tso", password="tso-pw"),
+def _as_tso(etcd: EtcdProcess, password: str) -> TsoConfig:
+    """The TSO's settings on ``etcd`` as the user ``tso`` with ``password``."""
+    return TsoConfig(
+        etcd=EtcdConfig((etcd.endpoint,), user="tso", password=password),
         key_prefix="/auth-test",
     )
+
+
+async def test_oracle_authenticates_to_etcd(auth_etcd: EtcdProcess) -> None:
+    config = _as_tso(auth_etcd, "tso-pw")
     assert "tso-pw" not in repr(config)
     async with InProcessTSO(config) as tso:
         allocator = tso.allocator()
@@ -49,11 +55,7 @@ async def test_oracle_authenticates_to_etcd(auth_etcd: EtcdProcess) -> None:
 
 
 async def test_wrong_password_is_unavailable_and_not_printed(auth_etcd: EtcdProcess) -> None:
-    config = TsoConfig(
-        etcd=EtcdConfig((auth_etcd.endpoint,), user="tso", password="not-the-password"),
-        key_prefix="/auth-test",
-        unavailable_after_s=2.0,
-    )
+    config = replace(_as_tso(auth_etcd, "not-the-password"), unavailable_after_s=2.0)
     with pytest.raises(UnavailableError) as err:
         async with InProcessTSO(config):
             pass

@@ -14,34 +14,29 @@ from streamwal.wal import (
     DeliveryPolicy,
     ImmutableMessage,
     MessageType,
-    MutableMessage,
     Scanner,
 )
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.write_ahead_buffer import WriteAheadBuffer
-from tests.wal.testkit import OpenOwner, fast_config, log_messages
-
-
-def _insert(payload: bytes, vchannel: str = "v1") -> MutableMessage:
-    return MutableMessage(MessageType.INSERT, payload, vchannel=vchannel)
+from tests.wal.testkit import OpenOwner, fast_config, insert, log_messages
 
 
 async def _fill(wal: WAL) -> MessageId:
     """Inserts on several vchannels, a committed and a rolled-back transaction; the
     position of the last."""
     for i in range(30):
-        await wal.append(_insert(b"a%d" % i, ("v1", "v2", "")[i % 3]))
+        await wal.append(insert(b"a%d" % i, ("v1", "v2", "")[i % 3]))
     committed = await wal.begin_txn("v1")
     rolled_back = await wal.begin_txn("v2")
     for i in range(4):
-        await wal.append(_insert(b"t%d" % i, "v1").with_txn(committed))
-        await wal.append(_insert(b"r%d" % i, "v2").with_txn(rolled_back))
-    await wal.append(_insert(b"between", ""))
+        await wal.append(insert(b"t%d" % i, "v1").with_txn(committed))
+        await wal.append(insert(b"r%d" % i, "v2").with_txn(rolled_back))
+    await wal.append(insert(b"between", ""))
     await wal.commit_txn(committed)
     await wal.rollback_txn(rolled_back)
     for i in range(30):
-        await wal.append(_insert(b"b%d" % i, ("v2", "v1")[i % 2]))
-    return (await wal.append(_insert(b"last", ""))).message_id
+        await wal.append(insert(b"b%d" % i, ("v2", "v1")[i % 2]))
+    return (await wal.append(insert(b"last", ""))).message_id
 
 
 async def _one_by_one(scanner: Scanner, last: MessageId) -> list[ImmutableMessage]:
@@ -99,12 +94,12 @@ async def test_a_batch_holds_what_is_ready_and_waits_only_for_its_first(
     wal = await open_owner()
     scanner = await wal.read(DeliveryPolicy.latest())
     for i in range(5):
-        await wal.append(_insert(b"%d" % i))
+        await wal.append(insert(b"%d" % i))
     assert [m.payload for m in await scanner.next_batch(100)] == [b"%d" % i for i in range(5)]
     waiting = asyncio.ensure_future(scanner.next_batch(100))
     await asyncio.sleep(0.01)
     assert not waiting.done()
-    await wal.append(_insert(b"late"))
+    await wal.append(insert(b"late"))
     assert [m.payload for m in await asyncio.wait_for(waiting, 2.0)] == [b"late"]
     await scanner.close()
     with pytest.raises(ClosedError):
@@ -118,7 +113,7 @@ async def test_batches_fall_back_to_the_backend_when_evicted_and_lose_nothing(
     scanner = await wal.read(DeliveryPolicy.all())
     await scanner.next_batch(10)
     for i in range(40):  # far more than the buffer holds, while the reader waits
-        last = await wal.append(_insert(b"%d" % i))
+        last = await wal.append(insert(b"%d" % i))
     got = await _batched(scanner, last.message_id, 7)
     assert got == log_messages(store, channel)[1:41]
     assert scanner.source == "buffer"

@@ -18,13 +18,10 @@ from tests.wal.testkit import (
     RecordingOpener,
     assert_strictly_increasing,
     fast_config,
+    insert,
     log_messages,
     wait_until,
 )
-
-
-def _insert(payload: bytes, vchannel: str = "v1") -> MutableMessage:
-    return MutableMessage(MessageType.INSERT, payload, vchannel=vchannel)
 
 
 async def test_an_append_is_persisted_with_its_stamps(
@@ -51,7 +48,7 @@ async def test_concurrent_appends_keep_time_ticks_increasing_in_log_order(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner, tso: CounterTSO
 ) -> None:
     wal = await open_owner(allocator=BatchAllocator(tso, batch_size=7))
-    results = await asyncio.gather(*(wal.append(_insert(b"%d" % i)) for i in range(300)))
+    results = await asyncio.gather(*(wal.append(insert(b"%d" % i)) for i in range(300)))
     log = log_messages(store, channel)
     assert_strictly_increasing(log)
     by_id = {m.message_id: m for m in log}
@@ -72,7 +69,7 @@ async def test_appends_are_pipelined(
     (backend,) = opener.opened
     assert isinstance(backend, ProxyBackend)
     store.faults.append_delay = 0.02
-    await asyncio.gather(*(wal.append(_insert(b"%d" % i)) for i in range(32)))
+    await asyncio.gather(*(wal.append(insert(b"%d" % i)) for i in range(32)))
     assert backend.max_in_flight == 32  # none waited for another's round trip
     assert_strictly_increasing(log_messages(store, channel))
 
@@ -84,7 +81,7 @@ async def test_a_retried_append_gets_a_fresh_time_tick(
     wal = await open_owner(allocator=allocator)
     store.faults.fail_appends = 2
     before = len(allocator.allocated)
-    result = await wal.append(_insert(b"x"))
+    result = await wal.append(insert(b"x"))
     tried = allocator.allocated[before:]
     assert len(tried) == 3 and tried[-1] == result.time_tick
     log = log_messages(store, channel)
@@ -97,7 +94,7 @@ async def test_a_failed_append_never_lands_behind_a_higher_time_tick(
 ) -> None:
     wal = await open_owner()
     store.faults.fail_appends = 1  # the first of the batch fails, the others pass
-    results = await asyncio.gather(*(wal.append(_insert(b"%d" % i)) for i in range(10)))
+    results = await asyncio.gather(*(wal.append(insert(b"%d" % i)) for i in range(10)))
     log = log_messages(store, channel)
     assert_strictly_increasing(log)
     assert sorted(r.time_tick for r in results) == [m.time_tick for m in log[1:]]
@@ -109,7 +106,7 @@ async def test_retries_are_bounded(store: MemoryLogStore, open_owner: OpenOwner)
     wal = await open_owner(config=config)
     store.faults.fail_appends = 10
     with pytest.raises(UnavailableError):
-        await wal.append(_insert(b"x"))
+        await wal.append(insert(b"x"))
     assert store.faults.fail_appends == 7
 
 
@@ -117,10 +114,10 @@ async def test_invalid_input_is_not_retried(store: MemoryLogStore, open_owner: O
     wal = await open_owner()
     store.max_message_size = 10
     with pytest.raises(InvalidInputError):
-        await wal.append(_insert(b"x" * 11))
+        await wal.append(insert(b"x" * 11))
     with pytest.raises(InvalidInputError):  # time ticks are the WAL's own
         await wal.append(MutableMessage(MessageType.TIME_TICK))
-    assert (await wal.append(_insert(b"small"))).time_tick > wal.first_time_tick
+    assert (await wal.append(insert(b"small"))).time_tick > wal.first_time_tick
 
 
 async def test_a_fenced_wal_fails_fast_for_good_and_still_reads(
@@ -134,16 +131,16 @@ async def test_a_fenced_wal_fails_fast_for_good_and_still_reads(
     assert not old.is_fenced
 
     with pytest.raises(ChannelFencedError):
-        await old.append(_insert(b"late"))
+        await old.append(insert(b"late"))
     assert old.is_fenced
     allocated = len(allocator.allocated)
     for _ in range(3):
         with pytest.raises(ChannelFencedError):
-            await old.append(_insert(b"later"))
+            await old.append(insert(b"later"))
     assert len(allocator.allocated) == allocated  # failed fast: nothing allocated
     assert old.buffer.sealed
 
-    result = await new.append(_insert(b"new owner"))
+    result = await new.append(insert(b"new owner"))
     seen = [await asyncio.wait_for(scanner.__anext__(), 2.0) for _ in range(2)]
     assert [m.message_id for m in seen] == [new.first_message_id, result.message_id]
     await scanner.close()
@@ -164,7 +161,7 @@ async def test_a_dirty_channel_gets_one_persisted_time_tick_after_its_data(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     wal = await open_owner(config=fast_config(time_tick_interval=0.002))
-    result = await wal.append(_insert(b"x"))
+    result = await wal.append(insert(b"x"))
     assert not wal.mvcc.get("v1").confirmed or wal.mvcc.get("v1").time_tick > result.time_tick
     await wait_until(lambda: len(log_messages(store, channel)) == 3)
     tick = log_messages(store, channel)[2]
@@ -180,7 +177,7 @@ async def test_a_failed_periodic_tick_is_persisted_at_the_next_interval(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     wal = await open_owner(config=fast_config(time_tick_interval=0.002))
-    await wal.append(_insert(b"x"))
+    await wal.append(insert(b"x"))
     store.faults.fail_appends = 2
     await wait_until(lambda: len(log_messages(store, channel)) == 3)
     assert log_messages(store, channel)[2].type is MessageType.TIME_TICK
@@ -191,7 +188,7 @@ async def test_a_takeover_seen_by_the_periodic_tick_fences_the_wal(
     store: MemoryLogStore, open_owner: OpenOwner
 ) -> None:
     old = await open_owner(node_id=1, config=fast_config(time_tick_interval=0.002))
-    await old.append(_insert(b"x"))  # dirty: the next tick is to be persisted
+    await old.append(insert(b"x"))  # dirty: the next tick is to be persisted
     store.faults.fail_appends = 1_000_000  # ... and fails, so the channel stays dirty
     await wait_until(lambda: store.faults.fail_appends < 1_000_000)
     new_owner = asyncio.create_task(open_owner(node_id=2))  # fences at once, then retries
@@ -199,7 +196,7 @@ async def test_a_takeover_seen_by_the_periodic_tick_fences_the_wal(
     store.faults.fail_appends = 0
     await new_owner
     with pytest.raises(ChannelFencedError):
-        await old.append(_insert(b"y"))
+        await old.append(insert(b"y"))
 
 
 async def test_the_allocator_failing_during_appends_is_retried(
@@ -208,6 +205,6 @@ async def test_the_allocator_failing_during_appends_is_retried(
     allocator = BatchAllocator(tso)
     wal = await open_owner(allocator=allocator)
     allocator.fail_allocations = 2
-    result = await wal.append(_insert(b"x"))
+    result = await wal.append(insert(b"x"))
     assert result.time_tick > wal.first_time_tick
     assert isinstance(result.message_id, MemoryMessageId)

@@ -8,12 +8,8 @@ import pytest
 
 from streamwal.adaptors.memory import MemoryBackendWAL, MemoryLogStore
 from streamwal.errors import ClosedError
-from streamwal.wal import Backoff, DeliveryPolicy, MessageType, MutableMessage
-from tests.wal.testkit import OpenOwner, RecordingOpener, fast_config, log_messages
-
-
-def _insert(payload: bytes) -> MutableMessage:
-    return MutableMessage(MessageType.INSERT, payload, vchannel="v1")
+from streamwal.wal import Backoff, DeliveryPolicy
+from tests.wal.testkit import OpenOwner, RecordingOpener, fast_config, insert, log_messages
 
 
 async def test_close_waits_for_appends_in_flight(
@@ -21,7 +17,7 @@ async def test_close_waits_for_appends_in_flight(
 ) -> None:
     wal = await open_owner()
     store.faults.append_delay = 0.02
-    appends = [asyncio.create_task(wal.append(_insert(b"%d" % i))) for i in range(10)]
+    appends = [asyncio.create_task(wal.append(insert(b"%d" % i))) for i in range(10)]
     await asyncio.sleep(0.005)  # all handed to the backend, none answered yet
     await wal.close()
     assert all(task.done() for task in appends)
@@ -38,7 +34,7 @@ async def test_after_close_every_method_raises_closed(
     await wal.close()
     await wal.close()  # idempotent
     with pytest.raises(ClosedError):
-        await wal.append(_insert(b"x"))
+        await wal.append(insert(b"x"))
     with pytest.raises(ClosedError):
         await wal.read()
     with pytest.raises(ClosedError):
@@ -53,7 +49,7 @@ async def test_close_ends_scanners_and_the_time_tick(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     wal = await open_owner(config=fast_config(time_tick_interval=0.002))
-    await wal.append(_insert(b"x"))  # dirty: periodic ticks would be persisted
+    await wal.append(insert(b"x"))  # dirty: periodic ticks would be persisted
     scanner = await wal.read(DeliveryPolicy.latest())
 
     async def drain() -> None:
@@ -74,14 +70,14 @@ async def test_concurrent_closes_all_wait_for_the_end(open_owner: OpenOwner) -> 
     wal = await open_owner()
     await asyncio.gather(wal.close(), wal.close(), wal.close())
     with pytest.raises(ClosedError):
-        await wal.append(_insert(b"x"))
+        await wal.append(insert(b"x"))
 
 
 async def test_async_with_closes(store: MemoryLogStore, open_owner: OpenOwner) -> None:
     async with await open_owner() as wal:
-        await wal.append(_insert(b"x"))
+        await wal.append(insert(b"x"))
     with pytest.raises(ClosedError):
-        await wal.append(_insert(b"y"))
+        await wal.append(insert(b"y"))
 
 
 async def test_an_append_waiting_in_a_retry_ends_at_close(
@@ -90,7 +86,7 @@ async def test_an_append_waiting_in_a_retry_ends_at_close(
     config = fast_config(append_backoff=Backoff(initial=60.0, maximum=60.0, max_attempts=5))
     wal = await open_owner(config=config)
     store.faults.fail_appends = 1
-    append = asyncio.create_task(wal.append(_insert(b"x")))
+    append = asyncio.create_task(wal.append(insert(b"x")))
     await asyncio.sleep(0.005)  # failed once, now waiting 60 s to retry
     await asyncio.wait_for(wal.close(), 2.0)
     with pytest.raises(ClosedError):

@@ -45,12 +45,18 @@ async def _old_owner_appends_with_a_fresh_range(old: WAL, allocator: BatchAlloca
     return True
 
 
+async def _old_owner(open_owner: OpenOwner, tso: CounterTSO) -> tuple[WAL, BatchAllocator]:
+    """The owner the race is against, one append made, and its allocator."""
+    allocator = BatchAllocator(tso)
+    old = await open_owner(node_id=1, allocator=allocator)
+    await old.append(MutableMessage(MessageType.INSERT, b"a", vchannel="v"))
+    return old, allocator
+
+
 async def test_the_wrong_order_would_regress(
     store: MemoryLogStore, tso: CounterTSO, channel: str, open_owner: OpenOwner
 ) -> None:
-    old_allocator = BatchAllocator(tso)
-    old = await open_owner(node_id=1, allocator=old_allocator)
-    await old.append(MutableMessage(MessageType.INSERT, b"a", vchannel="v"))
+    old, old_allocator = await _old_owner(open_owner, tso)
 
     race = asyncio.Event()
     backend = await RecordingOpener(store).open(channel, AccessMode.READ_WRITE)
@@ -70,9 +76,7 @@ async def test_the_wrong_order_would_regress(
 async def test_the_fence_comes_before_the_allocation(
     store: MemoryLogStore, tso: CounterTSO, channel: str, open_owner: OpenOwner
 ) -> None:
-    old_allocator = BatchAllocator(tso)
-    old = await open_owner(node_id=1, allocator=old_allocator)
-    await old.append(MutableMessage(MessageType.INSERT, b"a", vchannel="v"))
+    old, old_allocator = await _old_owner(open_owner, tso)
 
     # The same race, at the same point of the new owner's open: right after its fence,
     # the old owner fetches a fresh range and appends.

@@ -13,8 +13,6 @@ from streamwal.wal import (
     WAL,
     DeliveryPolicy,
     ImmutableMessage,
-    MessageType,
-    MutableMessage,
     Scanner,
     open_read_only,
 )
@@ -24,13 +22,10 @@ from tests.wal.testkit import (
     ProxyBackend,
     RecordingOpener,
     fast_config,
+    insert,
     log_messages,
     wait_until,
 )
-
-
-def _insert(payload: bytes, vchannel: str = "v1") -> MutableMessage:
-    return MutableMessage(MessageType.INSERT, payload, vchannel=vchannel)
 
 
 async def _take(scanner: Scanner, count: int) -> list[ImmutableMessage]:
@@ -41,7 +36,7 @@ async def _previous_owner(open_owner: OpenOwner, payloads: list[bytes]) -> WAL:
     """An owner that appended ``payloads`` and was then closed."""
     wal = await open_owner(node_id=1)
     for payload in payloads:
-        await wal.append(_insert(payload))
+        await wal.append(insert(payload))
     await wal.close()
     return wal
 
@@ -56,7 +51,7 @@ async def test_read_all_catches_up_from_the_backend_then_tails_the_buffer(
     caught_up = await _take(scanner, 4)  # tt1, a, b, tt2
     assert caught_up == log_messages(store, channel)
     assert scanner.source == "buffer"  # reached this owner's first time tick
-    result = await wal.append(_insert(b"c"))
+    result = await wal.append(insert(b"c"))
     (live,) = await _take(scanner, 1)
     assert live.message_id == result.message_id and live.payload == b"c"
     assert live == log_messages(store, channel)[-1]
@@ -66,10 +61,10 @@ async def test_read_latest_sees_only_new_messages(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     wal = await open_owner()
-    await wal.append(_insert(b"old"))
+    await wal.append(insert(b"old"))
     scanner = await wal.read(DeliveryPolicy.latest())
     assert scanner.source == "buffer"
-    await wal.append(_insert(b"new"))
+    await wal.append(insert(b"new"))
     assert [m.payload for m in await _take(scanner, 1)] == [b"new"]
 
 
@@ -77,7 +72,7 @@ async def test_start_from_and_start_after_a_message_id(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     wal = await open_owner()
-    results = [await wal.append(_insert(b"%d" % i)) for i in range(4)]
+    results = [await wal.append(insert(b"%d" % i)) for i in range(4)]
     scanner = await wal.read(DeliveryPolicy.start_from(results[1].message_id))
     assert [m.payload for m in await _take(scanner, 3)] == [b"1", b"2", b"3"]
     scanner = await wal.read(DeliveryPolicy.start_after(results[1].message_id))
@@ -89,7 +84,7 @@ async def test_start_from_and_start_after_a_message_id(
 
 async def test_start_from_a_time_tick_in_the_buffer(open_owner: OpenOwner) -> None:
     wal = await open_owner()
-    results = [await wal.append(_insert(b"%d" % i)) for i in range(4)]
+    results = [await wal.append(insert(b"%d" % i)) for i in range(4)]
     scanner = await wal.read(DeliveryPolicy.start_from_time_tick(results[2].time_tick))
     assert scanner.source == "buffer"
     assert [m.payload for m in await _take(scanner, 2)] == [b"2", b"3"]
@@ -113,7 +108,7 @@ async def test_the_vchannel_filter(open_owner: OpenOwner) -> None:
     wal = await open_owner()
     scanner = await wal.read(DeliveryPolicy.latest(), vchannel="v1")
     for payload, vchannel in [(b"1", "v1"), (b"2", "v2"), (b"3", ""), (b"4", "v1")]:
-        await wal.append(_insert(payload, vchannel))
+        await wal.append(insert(payload, vchannel))
     assert [m.payload for m in await _take(scanner, 3)] == [b"1", b"3", b"4"]
 
 
@@ -125,17 +120,17 @@ async def test_evicted_readers_fall_back_to_the_backend_and_lose_nothing(
 ) -> None:
     caplog.set_level(logging.INFO, logger="streamwal.wal.scanner")
     wal = await open_owner(config=fast_config(buffer_capacity_bytes=600))
-    await wal.append(_insert(b"0"))
+    await wal.append(insert(b"0"))
     scanner = await wal.read(DeliveryPolicy.all())
     await _take(scanner, 2)
     assert scanner.source == "buffer"
     for i in range(1, 40):  # far more than the buffer holds, while the reader waits
-        await wal.append(_insert(b"%d" % i))
+        await wal.append(insert(b"%d" % i))
     got = await _take(scanner, 39)
     assert [m.payload for m in got] == [b"%d" % i for i in range(1, 40)]
     assert scanner.source == "buffer"  # fell back, caught up, switched again
     assert any("falls back to the backend" in r.getMessage() for r in caplog.records)
-    (late,) = [await wal.append(_insert(b"late"))]
+    (late,) = [await wal.append(insert(b"late"))]
     assert (await _take(scanner, 1))[0].message_id == late.message_id
 
 
@@ -147,7 +142,7 @@ async def test_concurrent_scanners_and_appenders_see_the_log_exactly(
 
     async def appender(k: int) -> None:
         for i in range(total // 4):
-            await wal.append(_insert(b"%d-%d" % (k, i)))
+            await wal.append(insert(b"%d-%d" % (k, i)))
             if i % 5 == 0:
                 await asyncio.sleep(0)
 
@@ -187,12 +182,12 @@ async def test_a_read_only_wal_reads_the_backend(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     wal = await open_owner()
-    await wal.append(_insert(b"a"))
+    await wal.append(insert(b"a"))
     reader = await open_read_only(RecordingOpener(store), channel, fast_config())
     scanner = await reader.read(DeliveryPolicy.all())
     latest = await reader.read(DeliveryPolicy.latest())
     assert [m.payload for m in await _take(scanner, 2)] == [b"", b"a"]
-    await wal.append(_insert(b"b"))
+    await wal.append(insert(b"b"))
     assert [m.payload for m in await _take(scanner, 1)] == [b"b"]
     assert [m.payload for m in await _take(latest, 1)] == [b"b"]
     assert scanner.source == "backend"
@@ -211,7 +206,7 @@ async def test_the_watermark_follows_in_memory_time_ticks(open_owner: OpenOwner)
     start = scanner.watermark
     await wait_until(lambda: scanner.watermark > start)
     assert not pending.done()  # in-memory ticks are not delivered
-    result = await wal.append(_insert(b"x"))
+    result = await wal.append(insert(b"x"))
     assert (await asyncio.wait_for(pending, 2.0)).message_id == result.message_id
 
 
@@ -236,7 +231,7 @@ async def test_retriable_backend_errors_reopen_where_the_scanner_was(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     wal = await open_owner()
-    results = [await wal.append(_insert(b"%d" % i)) for i in range(3)]
+    results = [await wal.append(insert(b"%d" % i)) for i in range(3)]
     opener = RecordingOpener(store, proxy=True)
     reader = await open_read_only(opener, channel, fast_config())
     (backend,) = opener.opened

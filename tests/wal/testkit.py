@@ -22,7 +22,7 @@ from streamwal.wal.backend import (
     DeliveryPolicy,
 )
 from streamwal.wal.config import Backoff, WALConfig
-from streamwal.wal.message import ImmutableMessage, decode
+from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, decode
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.wal import WAL
 
@@ -200,6 +200,11 @@ class RecordingOpener:
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+def insert(payload: bytes, vchannel: str = "v1") -> MutableMessage:
+    """An INSERT of ``payload`` on ``vchannel``: the plain message most tests append."""
+    return MutableMessage(MessageType.INSERT, payload, vchannel=vchannel)
 
 
 def fast_config(**overrides: object) -> WALConfig:

@@ -15,19 +15,18 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.metrics import READ_AGAIN, READ_BACK, UNPLACED, segment_count
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
 from streamwal_lab.bench.raw import RAW_BATCHING_DELAY_MS, raw_client, raw_producer
 from streamwal_lab.bench.stats import median_of, ratio, summarize
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_PAYLOADS", "run_append_bench"]
@@ -96,13 +95,11 @@ async def run_append_bench(
     warmup_s: float = 0.3,
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``; see the module docstring."""
-    run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(
-        service_url=target.pulsar_url, admin_url=target.pulsar_admin_url, client_log_file=CLIENT_LOG
-    )
+    run = new_run()
+    config = target.pulsar_config(admin=True)
     cells: list[dict[str, Any]] = []
     client = raw_client(target.pulsar_url)
-    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-{run}")
+    tso_config = target.tso_config(f"/bench-{run}")
     try:
         async with (
             deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),

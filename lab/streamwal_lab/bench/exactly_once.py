@@ -14,18 +14,17 @@ import asyncio
 import itertools
 import secrets
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.adaptors.pulsar import PulsarOpener
+from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
 from streamwal_lab.bench.append import timed_appends
 from streamwal_lab.bench.stats import distribution, median_of, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["DEFAULT_EOS_CONCURRENCY", "run_exactly_once_bench"]
@@ -42,9 +41,9 @@ async def run_exactly_once_bench(
     repeats: int = 3,
     txn_size: int = 4,
 ) -> dict[str, Any]:
-    run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
-    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-{run}")
+    run = new_run()
+    config = target.pulsar_config()
+    tso_config = target.tso_config(f"/bench-{run}")
     payload = b"x" * payload_bytes
     idempotent_cells: list[dict[str, Any]] = []
     txn_cells: list[dict[str, Any]] = []

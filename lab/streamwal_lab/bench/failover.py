@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.bench.cluster_run import ChannelWriter, LocalCluster
 from streamwal_lab.bench.stats import distribution
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 
 __all__ = ["run_failover_bench"]
 
@@ -78,7 +77,7 @@ async def _run_profile(
     rolling: bool,
     defaults: bool,
 ) -> dict[str, Any]:
-    run = uuid.uuid4().hex[:8]
+    run = new_run()
     names = [f"bench-failover-{run}-{i}" for i in range(channels)]
     workdir = Path(CLIENT_LOG).parent / f"failover-{run}"
     workdir.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,6 @@ import signal
 import struct
 import sys
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import TypeVar
 
 import grpc
@@ -277,12 +276,7 @@ class EchoServer:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self._stop()
 
     @property

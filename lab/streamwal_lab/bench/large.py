@@ -24,14 +24,13 @@ The suite deletes the topics it wrote (each run writes a few GiB to the bookie).
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
@@ -39,7 +38,7 @@ from streamwal_lab.bench.append import Append, timed_appends
 from streamwal_lab.bench.node_process import BenchNode
 from streamwal_lab.bench.raw import raw_client, raw_producer
 from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_topics
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
@@ -70,10 +69,10 @@ async def run_large_bench(
     warmup_s: float = 0.3,
 ) -> dict[str, Any]:
     """Every cell of ``sizes`` x ``concurrency``; see the module docstring."""
-    run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    run = new_run()
+    config = target.pulsar_config()
     wal_prefix, node_prefix = f"/bench-large-{run}-wal", f"/bench-large-{run}-node"
-    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=wal_prefix)
+    tso_config = target.tso_config(wal_prefix)
     log_path = Path(CLIENT_LOG).parent / f"node-large-{run}.log"
     cells: list[dict[str, Any]] = []
     topics: list[str] = []

@@ -43,14 +43,13 @@ import contextlib
 import functools
 import statistics
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.node.client import NodeClient, policy
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
@@ -60,7 +59,7 @@ from streamwal_lab.bench.grpc_echo import EchoServer
 from streamwal_lab.bench.node_process import BenchNode
 from streamwal_lab.bench.scan import fill_wal, timed_scan
 from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["DEFAULT_NODE_CONCURRENCY", "DEFAULT_NODE_PAYLOADS", "run_node_bench", "tracing_of"]
@@ -117,10 +116,10 @@ async def run_node_bench(
     consume_repeats: int = 3,
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``, then the read-back; see the module."""
-    run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    run = new_run()
+    config = target.pulsar_config()
     wal_prefix, node_prefix = f"/bench-node-{run}-wal", f"/bench-node-{run}-node"
-    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=wal_prefix)
+    tso_config = target.tso_config(wal_prefix)
     log_path = Path(CLIENT_LOG).parent / f"node-{run}.log"
     cells: list[dict[str, Any]] = []
     node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)

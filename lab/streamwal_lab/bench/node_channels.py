@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from streamwal_lab.bench.node import tracing_of
 from streamwal_lab.bench.node_process import BenchNode
 from streamwal_lab.bench.raw import raw_client, raw_producer
 from streamwal_lab.bench.stats import median_of, ratio, summarize
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["DEFAULT_NODE_CHANNELS", "run_node_channels_bench", "timed_spread"]
@@ -74,8 +73,8 @@ async def run_node_channels_bench(
     warmup_s: float = 0.3,
 ) -> dict[str, Any]:
     """Every channel count; see the module docstring."""
-    run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    run = new_run()
+    config = target.pulsar_config()
     node_prefix = f"/bench-nch-{run}-node"
     log_path = Path(CLIENT_LOG).parent / f"node-channels-{run}.log"
     node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)

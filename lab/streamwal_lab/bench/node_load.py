@@ -61,14 +61,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import AppendStream, NodeClient
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
@@ -83,7 +82,7 @@ from streamwal_lab.bench.node_process import BenchNode
 from streamwal_lab.bench.pipelined import timed_batches
 from streamwal_lab.bench.raw import raw_client, raw_producer
 from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_created, list_topics
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
@@ -228,13 +227,13 @@ async def run_node_load_bench(
     unknown = set(cells) - set(CELLS)
     if unknown:
         raise ValueError(f"unknown cells {sorted(unknown)}; known: {', '.join(CELLS)}")
-    run = uuid.uuid4().hex[:8]
+    run = new_run()
     admin = target.pulsar_admin_url
     before = await list_topics(admin) if admin is not None else None
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    config = target.pulsar_config()
     wal_prefix = f"/bench-nl-{run}-wal"
     prefixes = {node: f"/bench-nl-{run}-{node}" for node in NODES}
-    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=wal_prefix)
+    tso_config = target.tso_config(wal_prefix)
     logs = Path(CLIENT_LOG).parent
     nodes = {
         "node": BenchNode(

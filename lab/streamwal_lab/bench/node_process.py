@@ -21,7 +21,6 @@ import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
 from streamwal_lab.stack.process import die_with_parent
@@ -110,12 +109,7 @@ class BenchNode:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, _type: object, exc: object, _tb: object) -> None:
         await self._stop()
         if exc is None and self.exit_code == 0 and not self._keep_log:
             self.log_path.unlink(missing_ok=True)

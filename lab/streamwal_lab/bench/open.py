@@ -16,15 +16,14 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-import uuid
 from typing import Any
 
 from streamwal.adaptors.pulsar import PolicyAction, PulsarConfig, PulsarOpener
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal_lab.bench.raw import raw_client, raw_producer
 from streamwal_lab.bench.stats import distribution, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.faultproxy import FaultProxy
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
@@ -40,13 +39,9 @@ async def run_open_bench(
     outage_operation_timeout_s: float = 1.0,
 ) -> dict[str, Any]:
     """``opens`` raw and WAL opens, then ``outage_repeats`` opens across a broker outage."""
-    run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(
-        service_url=target.pulsar_url, admin_url=target.pulsar_admin_url, client_log_file=CLIENT_LOG
-    )
-    tso_config = TsoConfig(
-        etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-open-{run}"
-    )
+    run = new_run()
+    config = target.pulsar_config(admin=True)
+    tso_config = target.tso_config(f"/bench-open-{run}")
     raw_samples: list[float] = []
     wal_samples: list[float] = []
     attempts: list[int] = []

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,13 +31,13 @@ import pulsar
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.node.client import NodeClient
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal_lab.bench.node_process import BenchNode
 from streamwal_lab.bench.raw import RAW_BATCHING_DELAY_MS
 from streamwal_lab.bench.stats import median_of, percentile, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["DEFAULT_PIPELINED_PAYLOADS", "run_pipelined_bench", "timed_batches"]
@@ -106,10 +105,10 @@ async def run_pipelined_bench(
     warmup_s: float = 0.3,
 ) -> dict[str, Any]:
     """Every payload size; see the module docstring."""
-    run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    run = new_run()
+    config = target.pulsar_config()
     wal_prefix, node_prefix = f"/bench-pipe-{run}-wal", f"/bench-pipe-{run}-node"
-    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=wal_prefix)
+    tso_config = target.tso_config(wal_prefix)
     log_path = Path(CLIENT_LOG).parent / f"node-pipelined-{run}.log"
     node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
     raw_client = pulsar.Client(target.pulsar_url, logger=client_logger(CLIENT_LOG))

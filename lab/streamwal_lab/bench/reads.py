@@ -23,21 +23,20 @@ import asyncio
 import contextlib
 import statistics
 import time
-import uuid
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import pulsar
 
-from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
+from streamwal.adaptors.pulsar import PulsarMessageId, PulsarOpener
 from streamwal.node.client import NodeClient, policy
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.initializing import open_read_only
 from streamwal.wal.wal import ReadOnlyWAL
 from streamwal_lab.bench.node_process import BenchNode
 from streamwal_lab.bench.stats import ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["PATHS", "run_reads_bench"]
@@ -156,9 +155,9 @@ async def run_reads_bench(
     repeats: int = 3,
 ) -> dict[str, Any]:
     """Fill one channel through a node, then read it every way; see the module."""
-    run = uuid.uuid4().hex[:8]
+    run = new_run()
     channel = f"bench-reads-{run}"
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
+    config = target.pulsar_config()
     topic = config.topic(channel)
     node_prefix = f"/bench-reads-{run}-node"
     log_path = Path(CLIENT_LOG).parent / f"node-reads-{run}.log"

@@ -16,20 +16,19 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-import uuid
 from typing import Any
 
 import pulsar
 
-from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.adaptors.pulsar import PulsarOpener
+from streamwal.tso import InProcessTSO
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.scanner import SOURCE_BUFFER
 from streamwal.wal.wal import WAL, ReadOnlyWAL
 from streamwal_lab.bench.stats import ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["fill_wal", "run_scan_bench", "timed_scan"]
@@ -86,12 +85,10 @@ async def run_scan_bench(
     repeats: int = 3,
 ) -> dict[str, Any]:
     """Fill one channel, then read it back three ways; see the module docstring."""
-    run = uuid.uuid4().hex[:8]
+    run = new_run()
     channel = f"bench-scan-{run}"
-    config = PulsarConfig(service_url=target.pulsar_url, client_log_file=CLIENT_LOG)
-    tso_config = TsoConfig(
-        etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-scan-{run}"
-    )
+    config = target.pulsar_config()
+    tso_config = target.tso_config(f"/bench-scan-{run}")
     rates: dict[str, list[float]] = {"raw_reader": [], "catch_up": [], "buffer_tail": []}
     async with (
         deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),

@@ -51,6 +51,7 @@ class Suite:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[BenchTarget, argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]
+    """The suite's measurement, given the parsed options."""
 
 
 def _ints(text: str) -> list[int]:
@@ -69,31 +70,47 @@ def _joined(values: tuple[int, ...]) -> str:
     return ",".join(str(v) for v in values)
 
 
-def _append_args(p: argparse.ArgumentParser) -> None:
+def _sizes(p: argparse.ArgumentParser, flag: str, defaults: tuple[int, ...], what: str) -> None:
+    """A comma-separated list of positive integers (sizes, counts) the suite sweeps."""
     p.add_argument(
-        "--payloads",
-        type=_ints,
-        default=list(DEFAULT_PAYLOADS),
-        help=f"payload sizes in bytes (default {_joined(DEFAULT_PAYLOADS)})",
+        flag, type=_ints, default=list(defaults), help=f"{what} (default {_joined(defaults)})"
     )
-    p.add_argument(
-        "--concurrency",
-        type=_ints,
-        default=list(DEFAULT_CONCURRENCY),
-        help=f"concurrent appenders (default {_joined(DEFAULT_CONCURRENCY)})",
-    )
+
+
+def _timed(p: argparse.ArgumentParser, *, repeats: int = 3, per: str = "cell") -> None:
+    """The timed runs' length and how many of them, interleaved, make a figure."""
     p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=count, default=5, help="interleaved runs per cell")
+    p.add_argument("--repeats", type=count, default=repeats, help=f"interleaved runs per {per}")
 
 
-async def _append(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_append_bench(
-        target,
-        payloads=a.payloads,
-        concurrency=a.concurrency,
-        seconds=a.seconds,
-        repeats=a.repeats,
-    )
+def _read_back(p: argparse.ArgumentParser) -> None:
+    """The suites that fill one channel and read it back several ways."""
+    p.add_argument("--messages", type=count, default=20_000, help="messages to read back")
+    p.add_argument("--repeats", type=count, default=3, help="reads of each kind")
+
+
+_Run = Callable[[BenchTarget, argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]
+
+
+def _calling(
+    run: Callable[..., Coroutine[Any, Any, dict[str, Any]]], *same: str, **renamed: str
+) -> _Run:
+    """A suite's run: ``run(target, ...)`` with the parsed options as keywords, each
+    of ``same`` under its own name, each of ``renamed`` (keyword=option) under another."""
+    names = {**{name: name for name in same}, **renamed}
+
+    async def call(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+        return await run(
+            target, **{keyword: getattr(a, option) for keyword, option in names.items()}
+        )
+
+    return call
+
+
+def _append_args(p: argparse.ArgumentParser) -> None:
+    _sizes(p, "--payloads", DEFAULT_PAYLOADS, "payload sizes in bytes")
+    _sizes(p, "--concurrency", DEFAULT_CONCURRENCY, "concurrent appenders")
+    _timed(p, repeats=5)
 
 
 def _open_args(p: argparse.ArgumentParser) -> None:
@@ -104,28 +121,13 @@ def _open_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-async def _open(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_open_bench(
-        target, opens=a.opens, outage_s=a.outage, outage_repeats=a.outage_repeats
-    )
-
-
 def _takeover_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--takeovers", type=count, default=50, help="takeovers of each kind")
     p.add_argument("--appenders", type=count, default=4, help="appenders busy on the old owner")
 
 
-async def _takeover(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_takeover_bench(target, takeovers=a.takeovers, appenders=a.appenders)
-
-
 def _channels_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--channels",
-        type=_ints,
-        default=list(DEFAULT_CHANNELS),
-        help=f"open channels per point (default {_joined(DEFAULT_CHANNELS)})",
-    )
+    _sizes(p, "--channels", DEFAULT_CHANNELS, "open channels per point")
     p.add_argument("--seconds", type=seconds, default=3.0, help="seconds of appends per point")
     p.add_argument("--idle", type=seconds, default=2.0, help="idle window in seconds")
     p.add_argument(
@@ -136,54 +138,12 @@ def _channels_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-async def _channels(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_channels_bench(
-        target,
-        channels=a.channels,
-        seconds=a.seconds,
-        idle_s=a.idle,
-        min_appenders=a.min_appenders,
-    )
-
-
-def _scan_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--messages", type=count, default=20_000, help="messages to read back")
-    p.add_argument("--repeats", type=count, default=3, help="reads of each kind")
-
-
-async def _scan(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_scan_bench(target, messages=a.messages, repeats=a.repeats)
-
-
 def _node_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--payloads",
-        type=_ints,
-        default=list(DEFAULT_NODE_PAYLOADS),
-        help=f"payload sizes in bytes (default {_joined(DEFAULT_NODE_PAYLOADS)})",
-    )
-    p.add_argument(
-        "--concurrency",
-        type=_ints,
-        default=list(DEFAULT_NODE_CONCURRENCY),
-        help=f"concurrent callers (default {_joined(DEFAULT_NODE_CONCURRENCY)})",
-    )
-    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=count, default=5, help="interleaved runs per cell")
+    _sizes(p, "--payloads", DEFAULT_NODE_PAYLOADS, "payload sizes in bytes")
+    _sizes(p, "--concurrency", DEFAULT_NODE_CONCURRENCY, "concurrent callers")
+    _timed(p, repeats=5)
     p.add_argument("--messages", type=count, default=10_000, help="messages to read back")
     p.add_argument("--consume-repeats", type=count, default=3, help="reads of each kind")
-
-
-async def _node(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_node_bench(
-        target,
-        payloads=a.payloads,
-        concurrency=a.concurrency,
-        seconds=a.seconds,
-        repeats=a.repeats,
-        consume_messages=a.messages,
-        consume_repeats=a.consume_repeats,
-    )
 
 
 def _tso_args(p: argparse.ArgumentParser) -> None:
@@ -204,26 +164,11 @@ async def _tso(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _exactly_once_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--concurrency",
-        type=_ints,
-        default=list(DEFAULT_EOS_CONCURRENCY),
-        help=f"concurrent appenders / transaction writers "
-        f"(default {_joined(DEFAULT_EOS_CONCURRENCY)})",
+    _sizes(
+        p, "--concurrency", DEFAULT_EOS_CONCURRENCY, "concurrent appenders / transaction writers"
     )
-    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per cell")
+    _timed(p)
     p.add_argument("--txn-size", type=count, default=4, help="messages per transaction")
-
-
-async def _exactly_once(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_exactly_once_bench(
-        target,
-        concurrency=a.concurrency,
-        seconds=a.seconds,
-        repeats=a.repeats,
-        txn_size=a.txn_size,
-    )
 
 
 def _failover_args(p: argparse.ArgumentParser) -> None:
@@ -257,92 +202,28 @@ async def _failover(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any
 
 
 def _pipelined_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--payloads",
-        type=_ints,
-        default=list(DEFAULT_PIPELINED_PAYLOADS),
-        help=f"payload sizes in bytes (default {_joined(DEFAULT_PIPELINED_PAYLOADS)})",
-    )
+    _sizes(p, "--payloads", DEFAULT_PIPELINED_PAYLOADS, "payload sizes in bytes")
     p.add_argument("--batch", type=count, default=256, help="messages per batch call")
     p.add_argument("--callers", type=count, default=4, help="concurrent batch callers")
-    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per cell")
-
-
-async def _pipelined(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_pipelined_bench(
-        target,
-        payloads=a.payloads,
-        batch=a.batch,
-        callers=a.callers,
-        seconds=a.seconds,
-        repeats=a.repeats,
-    )
-
-
-def _reads_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--messages", type=count, default=20_000, help="messages to read back")
-    p.add_argument("--repeats", type=count, default=3, help="reads of each kind")
-
-
-async def _reads(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_reads_bench(target, messages=a.messages, repeats=a.repeats)
+    _timed(p)
 
 
 def _node_channels_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--channels",
-        type=_ints,
-        default=list(DEFAULT_NODE_CHANNELS),
-        help=f"channels the appenders are spread over (default {_joined(DEFAULT_NODE_CHANNELS)})",
-    )
+    _sizes(p, "--channels", DEFAULT_NODE_CHANNELS, "channels the appenders are spread over")
     p.add_argument("--min-appenders", type=count, default=32, help="appenders, at least one each")
-    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per point")
-
-
-async def _node_channels(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_node_channels_bench(
-        target,
-        channels=a.channels,
-        min_appenders=a.min_appenders,
-        seconds=a.seconds,
-        repeats=a.repeats,
-    )
+    _timed(p, per="point")
 
 
 def _large_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--sizes",
-        type=_ints,
-        default=list(DEFAULT_LARGE_SIZES),
-        help=f"message sizes in bytes (default {_joined(DEFAULT_LARGE_SIZES)})",
-    )
-    p.add_argument(
-        "--concurrency",
-        type=_ints,
-        default=list(DEFAULT_LARGE_CONCURRENCY),
-        help=f"concurrent callers (default {_joined(DEFAULT_LARGE_CONCURRENCY)})",
-    )
+    _sizes(p, "--sizes", DEFAULT_LARGE_SIZES, "message sizes in bytes")
+    _sizes(p, "--concurrency", DEFAULT_LARGE_CONCURRENCY, "concurrent callers")
     p.add_argument(
         "--raw-message-bytes",
         type=count,
         default=DEFAULT_RAW_MESSAGE_BYTES,
         help=f"the raw producer's message size (default {DEFAULT_RAW_MESSAGE_BYTES})",
     )
-    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per cell")
-
-
-async def _large(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_large_bench(
-        target,
-        sizes=a.sizes,
-        concurrency=a.concurrency,
-        raw_message_bytes=a.raw_message_bytes,
-        seconds=a.seconds,
-        repeats=a.repeats,
-    )
+    _timed(p)
 
 
 def _cells(text: str) -> list[str]:
@@ -361,30 +242,14 @@ def _node_load_args(p: argparse.ArgumentParser) -> None:
         help=f"which cells (default {','.join(CELLS)})",
     )
     p.add_argument("--callers", type=count, default=32, help="latency cell: callers")
-    p.add_argument(
-        "--payloads",
-        type=_ints,
-        default=list(DEFAULT_LOAD_PAYLOADS),
-        help=f"carried cell: payload sizes (default {_joined(DEFAULT_LOAD_PAYLOADS)})",
-    )
+    _sizes(p, "--payloads", DEFAULT_LOAD_PAYLOADS, "carried cell: payload sizes")
     p.add_argument("--streams", type=count, default=32, help="carried cell: streams")
     p.add_argument(
         "--depth", type=count, default=16, help="carried and channels cells: appends in flight"
     )
-    p.add_argument(
-        "--large-sizes",
-        type=_ints,
-        default=list(DEFAULT_LOAD_LARGE_SIZES),
-        help=f"large cell: message sizes, up to 5 MiB "
-        f"(default {_joined(DEFAULT_LOAD_LARGE_SIZES)})",
-    )
+    _sizes(p, "--large-sizes", DEFAULT_LOAD_LARGE_SIZES, "large cell: message sizes, up to 5 MiB")
     p.add_argument("--large-callers", type=count, default=4, help="large cell: callers")
-    p.add_argument(
-        "--channels",
-        type=_ints,
-        default=list(DEFAULT_LOAD_CHANNELS),
-        help=f"channels cell: channel counts (default {_joined(DEFAULT_LOAD_CHANNELS)})",
-    )
+    _sizes(p, "--channels", DEFAULT_LOAD_CHANNELS, "channels cell: channel counts")
     p.add_argument(
         "--min-appenders",
         type=count,
@@ -393,27 +258,48 @@ def _node_load_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch", type=count, default=256, help="batches cell: messages per call")
     p.add_argument("--batch-callers", type=count, default=4, help="batches cell: callers")
-    p.add_argument("--seconds", type=seconds, default=2.0, help="seconds per timed run")
-    p.add_argument("--repeats", type=count, default=3, help="interleaved runs per cell")
+    _timed(p)
 
 
-async def _node_load(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
-    return await run_node_load_bench(
-        target,
-        cells=a.cells,
-        callers=a.callers,
-        payloads=a.payloads,
-        streams=a.streams,
-        depth=a.depth,
-        large_sizes=a.large_sizes,
-        large_callers=a.large_callers,
-        channels=a.channels,
-        min_appenders=a.min_appenders,
-        batch=a.batch,
-        batch_callers=a.batch_callers,
-        seconds=a.seconds,
-        repeats=a.repeats,
-    )
+_append = _calling(run_append_bench, "payloads", "concurrency", "seconds", "repeats")
+_open = _calling(run_open_bench, "opens", outage_s="outage", outage_repeats="outage_repeats")
+_takeover = _calling(run_takeover_bench, "takeovers", "appenders")
+_channels = _calling(run_channels_bench, "channels", "seconds", "min_appenders", idle_s="idle")
+_scan = _calling(run_scan_bench, "messages", "repeats")
+_node = _calling(
+    run_node_bench,
+    "payloads",
+    "concurrency",
+    "seconds",
+    "repeats",
+    consume_messages="messages",
+    consume_repeats="consume_repeats",
+)
+_exactly_once = _calling(run_exactly_once_bench, "concurrency", "seconds", "repeats", "txn_size")
+_pipelined = _calling(run_pipelined_bench, "payloads", "batch", "callers", "seconds", "repeats")
+_reads = _calling(run_reads_bench, "messages", "repeats")
+_node_channels = _calling(
+    run_node_channels_bench, "channels", "min_appenders", "seconds", "repeats"
+)
+_large = _calling(
+    run_large_bench, "sizes", "concurrency", "raw_message_bytes", "seconds", "repeats"
+)
+_node_load = _calling(
+    run_node_load_bench,
+    "cells",
+    "callers",
+    "payloads",
+    "streams",
+    "depth",
+    "large_sizes",
+    "large_callers",
+    "channels",
+    "min_appenders",
+    "batch",
+    "batch_callers",
+    "seconds",
+    "repeats",
+)
 
 
 SUITES: dict[str, Suite] = {
@@ -431,7 +317,7 @@ SUITES: dict[str, Suite] = {
             _channels,
         ),
         Suite(
-            "scan", "catch-up from Pulsar vs tail from the write-ahead buffer", _scan_args, _scan
+            "scan", "catch-up from Pulsar vs tail from the write-ahead buffer", _read_back, _scan
         ),
         Suite("tso", "TSO allocations/s and fetch latency", _tso_args, _tso),
         Suite(
@@ -461,7 +347,7 @@ SUITES: dict[str, Suite] = {
         Suite(
             "reads",
             "catch-up, Consume, ConsumeBatch and tail through the node vs a raw reader",
-            _reads_args,
+            _read_back,
             _reads,
         ),
         Suite(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,12 +26,12 @@ from typing import Any
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.backoff import Backoff
 from streamwal.retry import Retry, retry_call
-from streamwal.tso import EtcdConfig, InProcessTSO, LocalAllocator, TsoConfig
+from streamwal.tso import InProcessTSO, LocalAllocator
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal_lab.bench.raw import raw_producer
 from streamwal_lab.bench.stats import distribution, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
+from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["run_takeover_bench"]
@@ -137,11 +136,9 @@ async def run_takeover_bench(
     settle_s: float = 0.1,
 ) -> dict[str, Any]:
     """``takeovers`` WAL takeovers and as many raw ones, alternating."""
-    run = uuid.uuid4().hex[:8]
-    config = PulsarConfig(
-        service_url=target.pulsar_url, admin_url=target.pulsar_admin_url, client_log_file=CLIENT_LOG
-    )
-    tso_config = TsoConfig(etcd=EtcdConfig((target.etcd_endpoint,)), key_prefix=f"/bench-to-{run}")
+    run = new_run()
+    config = target.pulsar_config(admin=True)
+    tso_config = target.tso_config(f"/bench-to-{run}")
     wal_rounds: list[_Round | str] = []
     raw_rounds: list[_Round | str] = []
     async with (

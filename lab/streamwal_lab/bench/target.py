@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CLIENT_LOG", "BenchTarget"]
+from streamwal.adaptors.pulsar import PulsarConfig
+from streamwal.tso import EtcdConfig, TsoConfig
+
+__all__ = ["CLIENT_LOG", "BenchTarget", "new_run"]
 
 #: Every Pulsar client of a bench run (raw and WAL alike) logs natively here: through
 #: Python ``logging`` the client's per-message debug lines cost each side GIL time
@@ -17,6 +21,12 @@ CLIENT_LOG = str(Path(tempfile.gettempdir()) / "streamwal-bench" / "pulsar-clien
 
 def _silent(_: str) -> None:
     return None
+
+
+def new_run() -> str:
+    """A short id for one suite's run: its channels, etcd keys and logs carry it, so two
+    runs against the same services (or a run's leftovers) never meet."""
+    return uuid.uuid4().hex[:8]
 
 
 @dataclass(frozen=True)
@@ -30,3 +40,19 @@ class BenchTarget:
     #: where a node the bench starts exports its traces (OTLP/gRPC), as a deployed
     #: node does; ``None``: its spans are made and dropped
     otlp_endpoint: str | None = None
+
+    def pulsar_config(self, *, admin: bool = False) -> PulsarConfig:
+        """A bench client's settings, logging natively to :data:`CLIENT_LOG`.
+
+        ``admin`` names the target's admin URL outright for the policy checks at open;
+        without it the opener derives the URL from the service URL, as a node does.
+        """
+        return PulsarConfig(
+            service_url=self.pulsar_url,
+            admin_url=self.pulsar_admin_url if admin else None,
+            client_log_file=CLIENT_LOG,
+        )
+
+    def tso_config(self, key_prefix: str) -> TsoConfig:
+        """The in-process TSO's settings under ``key_prefix`` (unique a run, removed after)."""
+        return TsoConfig(etcd=EtcdConfig((self.etcd_endpoint,)), key_prefix=key_prefix)

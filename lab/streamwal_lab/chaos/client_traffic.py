@@ -21,7 +21,15 @@ import asyncio
 import contextlib
 import random
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Sequence,
+)
 from typing import Any, cast
 
 import grpc
@@ -123,6 +131,7 @@ class Records:
 
 
 Writer = Callable[[], Coroutine[Any, Any, None]]
+_Producer = ClusterClient | NodeClient
 
 
 class ClientWriters:
@@ -184,11 +193,52 @@ class ClientWriters:
     def _payloads(self, writer: str, start: int, count: int) -> list[bytes]:
         return [f"{self.channel}/{writer}/{start + i}".encode() for i in range(count)]
 
+    def _runs(self, name: str, sizes: tuple[int, int]) -> Iterator[list[bytes]]:
+        """The payloads of one writer's calls, a random count within ``sizes`` a call,
+        numbered on from the call before, until the writers stop."""
+        n = 0
+        while not self._stop.is_set():
+            payloads = self._payloads(name, n, self._rng.randint(*sizes))
+            n += len(payloads)
+            yield payloads
+
     async def _rest(self, failed: bool) -> None:
         if failed:
             await asyncio.sleep(self._rng.uniform(0.02, 0.1))
         elif self._pause:
             await asyncio.sleep(self._pause)
+
+    def _unary(self, name: str, client: Callable[[], _Producer]) -> Writer:
+        """One append a call, each through ``client()`` (the owner's client, for a
+        NodeClient, picked again for every call)."""
+
+        async def run() -> None:
+            n = 0
+            while not self._stop.is_set():
+                (payload,) = self._payloads(name, n, 1)
+                n += 1
+                try:
+                    acked = await client().produce(self.channel, payload)
+                except Exception as exc:
+                    self.records.failed(name, payload, exc)
+                    await self._rest(True)
+                    continue
+                self.records.acknowledged(name, payload, acked)
+                await self._rest(False)
+
+        return run
+
+    def _batches(
+        self, name: str, client: Callable[[], _Producer], sizes: tuple[int, int]
+    ) -> Writer:
+        """Batches of a random size within ``sizes``, each through ``client()``."""
+
+        async def run() -> None:
+            for payloads in self._runs(name, sizes):
+                call = client().produce_batch(self.channel, payloads)
+                await self._rest(await self._batch(name, payloads, call))
+
+        return run
 
     def node_clients(self, retries: int) -> dict[str, NodeClient]:
         """One NodeClient per address, sharing one producer identity: a writer that
@@ -205,43 +255,16 @@ class ClientWriters:
 
     # ---- ClusterClient ---------------------------------------------------------------
     def cluster_unary(self, name: str, client: ClusterClient) -> Writer:
-        async def run() -> None:
-            n = 0
-            while not self._stop.is_set():
-                (payload,) = self._payloads(name, n, 1)
-                n += 1
-                try:
-                    acked = await client.produce(self.channel, payload)
-                except Exception as exc:
-                    self.records.failed(name, payload, exc)
-                    await self._rest(True)
-                    continue
-                self.records.acknowledged(name, payload, acked)
-                await self._rest(False)
-
-        return run
+        return self._unary(name, lambda: client)
 
     def cluster_batch(self, name: str, client: ClusterClient, sizes: tuple[int, int]) -> Writer:
-        async def run() -> None:
-            n = 0
-            while not self._stop.is_set():
-                payloads = self._payloads(name, n, self._rng.randint(*sizes))
-                n += len(payloads)
-                failed = await self._batch(
-                    name, payloads, client.produce_batch(self.channel, payloads)
-                )
-                await self._rest(failed)
-
-        return run
+        return self._batches(name, lambda: client, sizes)
 
     def cluster_stream(
         self, name: str, client: ClusterClient, sizes: tuple[int, int], in_flight: int
     ) -> Writer:
         async def run() -> None:
-            n = 0
-            while not self._stop.is_set():
-                payloads = self._payloads(name, n, self._rng.randint(*sizes))
-                n += len(payloads)
+            for payloads in self._runs(name, sizes):
                 answered = 0
                 pulled = 0
 
@@ -358,38 +381,11 @@ class ClientWriters:
     # ---- NodeClient ------------------------------------------------------------------
     def node_unary(self, name: str, retries: int) -> Writer:
         clients = self.node_clients(retries)
-
-        async def run() -> None:
-            n = 0
-            while not self._stop.is_set():
-                (payload,) = self._payloads(name, n, 1)
-                n += 1
-                try:
-                    acked = await clients[self._route.address].produce(self.channel, payload)
-                except Exception as exc:
-                    self.records.failed(name, payload, exc)
-                    await self._rest(True)
-                    continue
-                self.records.acknowledged(name, payload, acked)
-                await self._rest(False)
-
-        return run
+        return self._unary(name, lambda: clients[self._route.address])
 
     def node_batch(self, name: str, retries: int, sizes: tuple[int, int]) -> Writer:
         clients = self.node_clients(retries)
-
-        async def run() -> None:
-            n = 0
-            while not self._stop.is_set():
-                payloads = self._payloads(name, n, self._rng.randint(*sizes))
-                n += len(payloads)
-                client = clients[self._route.address]
-                failed = await self._batch(
-                    name, payloads, client.produce_batch(self.channel, payloads)
-                )
-                await self._rest(failed)
-
-        return run
+        return self._batches(name, lambda: clients[self._route.address], sizes)
 
     def node_stream(self, name: str, in_flight: int, *, coalesce: bool = True) -> Writer:
         """Appends on one long-lived stream (``open_stream``), ``in_flight`` at a time

@@ -14,14 +14,11 @@ other in the batch's order (``batch-split``), the single appends never between t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import RotatingFaults, tso_group
-from streamwal_lab.faultproxy import FaultProxy
+from streamwal_lab.chaos.scenarios.common import RotatingFaults
 
 __all__ = ["BATCH_SIZES", "run"]
 
@@ -30,25 +27,15 @@ BATCH_SIZES = (1, 48)
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("batch-appends")
-    started = time.monotonic()
-    nodes = await tso_group(env, 3)
-    movers = nodes[1:]
     async with contextlib.AsyncExitStack() as stack:
-        proxies = [await stack.enter_async_context(FaultProxy(n.port)) for n in movers]
-        channel = env.name("batches")
-        faults = RotatingFaults(result, movers, proxies, channel)
-        await faults.assign_first()
+        faults = await RotatingFaults.behind_proxies(stack, env, result, "batches")
+        channel = faults.channel
         batches = env.traffic(channel, faults.via, workers=2, batch=BATCH_SIZES)
         singles = env.traffic(channel, faults.via, workers=1)
         for t in (batches, singles):
             t.prefer(faults.via[0])
             await t.start()
-        for round_ in range(rounds):
-            await faults.keep_flowing(batches, f"round {round_}")
-            await asyncio.sleep(env.rng.uniform(0.1, 0.4))
-            await faults.inject(round_, [batches, singles])
-            result.rounds += 1
-        await faults.keep_flowing(batches, f"round {rounds}")
+        await faults.run_rounds(env.rng, rounds, batches, [batches, singles])
         await env.check(result, [batches, singles])
     sizes = [len(b) for b in batches.batches]
     result.figures.update(
@@ -60,5 +47,4 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         }
     )
     result.expect(len(sizes) > rounds, f"only {len(sizes)} batches were sent")
-    result.seconds = time.monotonic() - started
     return result

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 import grpc
 from opentelemetry.sdk.trace import ReadableSpan
@@ -22,7 +21,12 @@ from streamwal.node.config import load_config
 from streamwal.server.runtime import Node
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import assign, channel_per_node, keep_flowing, tso_group
+from streamwal_lab.chaos.scenarios.common import (
+    assign,
+    channel_per_node,
+    keep_all_flowing,
+    tso_group,
+)
 from streamwal_lab.chaos.spans import SpanCapture, capture_spans
 
 __all__ = ["run"]
@@ -30,10 +34,8 @@ __all__ = ["run"]
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("broker-restart")
-    started = time.monotonic()
     with capture_spans() as spans:
         await _rounds(env, rounds, result, spans)
-    result.seconds = time.monotonic() - started
     return result
 
 
@@ -57,8 +59,7 @@ async def _rounds(env: ChaosEnv, rounds: int, result: ScenarioResult, spans: Spa
     home, traffic = await channel_per_node(env, result, nodes, "broker")
     async with Node(config) as local:
         for round_ in range(rounds):
-            for t in traffic:
-                await keep_flowing(result, t, home[t.channel], f"round {round_}, before")
+            await keep_all_flowing(result, traffic, home, f"round {round_}, before")
             await asyncio.sleep(env.rng.uniform(0.2, 0.8))
             await pulsar.stop()
             result.faults += 1
@@ -75,8 +76,7 @@ async def _rounds(env: ChaosEnv, rounds: int, result: ScenarioResult, spans: Spa
                 home[channel] = local.address
                 await t.start()
                 traffic.append(t)
-            for t in traffic:
-                await keep_flowing(result, t, home[t.channel], f"round {round_}, after", 60)
+            await keep_all_flowing(result, traffic, home, f"round {round_}, after", 60)
             result.rounds += 1
         await env.check(result, traffic, pulsar_url=pulsar.url)
 

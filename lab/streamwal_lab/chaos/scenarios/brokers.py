@@ -26,7 +26,12 @@ from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import StreamwalError
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import channel_per_node, keep_flowing, move, tso_group
+from streamwal_lab.chaos.scenarios.common import (
+    channel_per_node,
+    keep_all_flowing,
+    move,
+    tso_group,
+)
 from streamwal_lab.chaos.traffic import Traffic
 from streamwal_lab.stack import Stack
 from streamwal_lab.stack.bundles import MoveError, move_topic, owner_of
@@ -53,7 +58,6 @@ BOUNDS_S = {"topic-unload": 5.0, "bundle-move": 5.0, "takeover-during-move": 10.
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("cluster-brokers")
-    started = time.monotonic()
     stack = Stack(profile="cluster", progress=env.say)
     stopped = [name for name in stack.services if stack.running(name) is None]
     cluster = await stack.up_cluster()
@@ -72,7 +76,6 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         finally:
             if stopped:  # what this run started of the cluster goes with it
                 await stack.down(stopped)
-    result.seconds = time.monotonic() - started
     return result
 
 
@@ -100,8 +103,7 @@ async def _rounds(
         target = env.rng.choice(traffic)
         topic = PulsarConfig().topic(target.channel)
         label = f"round {round_} ({fault})"
-        for t in traffic:
-            await keep_flowing(result, t, home[t.channel], f"{label}, before")
+        await keep_all_flowing(result, traffic, home, f"{label}, before")
         await asyncio.sleep(env.rng.uniform(0.2, 1.0))
         env.say(f"  {label} on {target.channel}")
         moved_by = time.monotonic()
@@ -125,8 +127,7 @@ async def _rounds(
         except (MoveError, StreamwalError) as exc:
             result.problems.append(f"{label}: the fault itself failed: {exc}")
         result.faults += 1
-        for t in traffic:
-            await keep_flowing(result, t, home[t.channel], f"{label}, after", 30)
+        await keep_all_flowing(result, traffic, home, f"{label}, after", 30)
         took = time.monotonic() - moved_by
         result.figures.setdefault(f"{fault}: s to appends again", []).append(round(took, 1))
         bound = BOUNDS_S.get(fault)

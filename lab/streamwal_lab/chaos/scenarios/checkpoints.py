@@ -13,17 +13,17 @@ the checker finds no violation in the log kept after the truncation point.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import grpc
 
 from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.node.client import NodeClient, policy
+from streamwal.tasks import cancel_and_wait
 from streamwal.verify.acks import digest
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import assign, keep_flowing, tso_group
+from streamwal_lab.chaos.scenarios.common import hand_over, keep_flowing, owned_traffic, tso_group
 
 __all__ = ["run"]
 
@@ -72,25 +72,17 @@ class _Consumer:
                 self.first_checkpoint = self.first_checkpoint or self.checkpoint
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("checkpoints")
-    started = time.monotonic()
     sections: dict[str, dict[str, object]] = {"wal": {"retention": 0, "truncate_interval": 0.5}}
     nodes = await tso_group(env, 3, sections=sections)
     movers = nodes[1:]
     channel = env.name("ckpt")
     owner = 0
-    answer = await assign(movers[owner].address, channel)
-    result.expect(not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}")
-    traffic = env.traffic(channel, [n.address for n in movers], workers=2)
-    traffic.prefer(movers[owner].address)
-    await traffic.start()
+    traffic = await owned_traffic(env, result, movers, channel, workers=2)
     consumer = _Consumer(channel, movers[owner].address)
     consumer.start()
     points: list[PulsarMessageId] = []
@@ -102,10 +94,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
             victim, survivor = movers[owner], movers[1 - owner]
             await victim.kill()
             result.faults += 1
-            answer = await assign(survivor.address, channel)
-            if isinstance(answer, grpc.StatusCode):
-                result.problems.append(f"round {round_}: takeover by {survivor.address}: {answer}")
-            traffic.prefer(survivor.address)
+            await hand_over(result, traffic, survivor, f"round {round_}: takeover by")
             consumer.address = survivor.address
             await keep_flowing(result, traffic, survivor.address, f"round {round_}, after")
             await victim.start()
@@ -119,7 +108,6 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     await env.check(result, [traffic])
     result.figures["truncation points seen"] = len(set(points))
     result.figures["consumer resumes"] = consumer.resumes
-    result.seconds = time.monotonic() - started
     return result
 
 

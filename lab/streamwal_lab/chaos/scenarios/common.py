@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -25,10 +27,13 @@ __all__ = [
     "RotatingFaults",
     "assign",
     "channel_per_node",
+    "hand_over",
+    "keep_all_flowing",
     "keep_flowing",
     "keep_flowing_via",
     "leader_address",
     "move",
+    "owned_traffic",
     "start_all",
     "tso_group",
     "wait_for_leader",
@@ -90,6 +95,40 @@ async def assign(
             return response
         except grpc.aio.AioRpcError as exc:
             return exc.code()
+
+
+async def owned_traffic(
+    env: ChaosEnv,
+    result: ScenarioResult,
+    movers: Sequence[NodeProcess],
+    channel: str,
+    *,
+    workers: int,
+) -> Traffic:
+    """``channel`` assigned to the first of ``movers``, and started traffic through
+    all of them that prefers it: where the scenarios that move one channel between
+    nodes begin."""
+    answer = await assign(movers[0].address, channel)
+    result.expect(not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}")
+    traffic = env.traffic(channel, [n.address for n in movers], workers=workers)
+    traffic.prefer(movers[0].address)
+    await traffic.start()
+    return traffic
+
+
+async def hand_over(
+    result: ScenarioResult, traffic: Traffic, survivor: NodeProcess, label: str
+) -> float:
+    """``survivor`` takes ``traffic``'s channel over (its old owner is gone) and the
+    traffic turns to it; a refused assign is a problem (``label``: the round and what
+    the assign stands for). Returns the seconds the assign took."""
+    started = time.monotonic()
+    answer = await assign(survivor.address, traffic.channel)
+    took = time.monotonic() - started
+    if isinstance(answer, grpc.StatusCode):
+        result.problems.append(f"{label} {survivor.address}: {answer}")
+    traffic.prefer(survivor.address)
+    return took
 
 
 async def channel_per_node(
@@ -157,6 +196,19 @@ async def keep_flowing(
         traffic.prefer(home)
     resumed = await traffic.wait_for_acks(5, timeout=60)
     result.expect(resumed, f"{label}: {channel}: appends did not resume")
+
+
+async def keep_all_flowing(
+    result: ScenarioResult,
+    traffic: Sequence[Traffic],
+    home: Mapping[str, str],
+    label: str,
+    wait: float = 20.0,
+) -> None:
+    """:func:`keep_flowing` on each channel of :func:`channel_per_node`, in turn, each
+    assigned again to its ``home`` if its appends stopped."""
+    for t in traffic:
+        await keep_flowing(result, t, home[t.channel], label, wait)
 
 
 async def keep_flowing_via(
@@ -228,6 +280,36 @@ class RotatingFaults:
         self.via = [p.url_host for p in proxies]
         self.owner = 0
         self.done: dict[str, int] = {}
+
+    @classmethod
+    async def behind_proxies(
+        cls, stack: contextlib.AsyncExitStack, env: ChaosEnv, result: ScenarioResult, what: str
+    ) -> RotatingFaults:
+        """A :func:`tso_group` of three whose nodes 2 and 3 own the channel
+        ``env.name(what)`` in turn, each behind a fault proxy of its own (closed with
+        ``stack``); the channel assigned to node 2."""
+        movers = (await tso_group(env, 3))[1:]
+        proxies = [await stack.enter_async_context(FaultProxy(n.port)) for n in movers]
+        faults = cls(result, movers, proxies, env.name(what))
+        await faults.assign_first()
+        return faults
+
+    @property
+    def owner_address(self) -> str:
+        """The address of the node that owns the channel now (not its proxy's)."""
+        return self._movers[self.owner].address
+
+    async def run_rounds(
+        self, rng: random.Random, rounds: int, traffic: Traffic, clients: Sequence[_Client]
+    ) -> None:
+        """``rounds`` rounds of: appends on ``traffic`` flowing, a short random pause,
+        the round's fault (``clients`` follow the owner); then appends flowing again."""
+        for round_ in range(rounds):
+            await self.keep_flowing(traffic, f"round {round_}")
+            await asyncio.sleep(rng.uniform(0.1, 0.4))
+            await self.inject(round_, clients)
+            self._result.rounds += 1
+        await self.keep_flowing(traffic, f"round {rounds}")
 
     async def assign_first(self) -> None:
         answer = await assign(self._movers[self.owner].address, self.channel)

@@ -14,16 +14,13 @@ deliver every committed transaction whole and once, nothing of an abandoned one.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import ROTATING_FAULTS, RotatingFaults, tso_group
+from streamwal_lab.chaos.scenarios.common import ROTATING_FAULTS, RotatingFaults
 from streamwal_lab.chaos.txn_traffic import TxnTraffic, check_delivery
-from streamwal_lab.faultproxy import FaultProxy
 
 __all__ = ["FAULTS", "run"]
 
@@ -33,30 +30,20 @@ _DUPLICATE_RULES = ("ack-duplicated", "idempotent-duplicated")
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("exactly-once")
-    started = time.monotonic()
-    nodes = await tso_group(env, 3)
-    movers = nodes[1:]
     async with contextlib.AsyncExitStack() as stack:
-        proxies = [await stack.enter_async_context(FaultProxy(n.port)) for n in movers]
-        channel = env.name("eos")
-        faults = RotatingFaults(result, movers, proxies, channel)
+        faults = await RotatingFaults.behind_proxies(stack, env, result, "eos")
+        channel = faults.channel
         via = faults.via
-        await faults.assign_first()
         traffic = env.traffic(channel, via, workers=3, idempotent=True)
         traffic.prefer(via[0])
         await traffic.start()
         txns = TxnTraffic(channel, via, rng=env.rng)
         txns.prefer(via[0])
         await txns.start()
-        for round_ in range(rounds):
-            await faults.keep_flowing(traffic, f"round {round_}")
-            await asyncio.sleep(env.rng.uniform(0.1, 0.4))
-            await faults.inject(round_, [traffic, txns])
-            result.rounds += 1
-        await faults.keep_flowing(traffic, f"round {rounds}")
+        await faults.run_rounds(env.rng, rounds, traffic, [traffic, txns])
         await txns.stop()
         await env.check(result, [traffic])
-        delivery = await check_delivery(movers[faults.owner].address, txns)
+        delivery = await check_delivery(faults.owner_address, txns)
     result.problems.extend(delivery.problems)
     report = await verify_channel(
         env.pulsar_url, channel, delivered=delivery.delivered_ids, admin_url=env.admin_url
@@ -79,5 +66,4 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         }
     )
     result.expect(bool(txns.committed), "no transaction was committed")
-    result.seconds = time.monotonic() - started
     return result

@@ -10,29 +10,21 @@ and restarts the killed node for the next round.
 from __future__ import annotations
 
 import asyncio
-import time
-
-import grpc
 
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import assign, keep_flowing, tso_group
+from streamwal_lab.chaos.scenarios.common import hand_over, keep_flowing, owned_traffic, tso_group
 
 __all__ = ["run"]
 
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("kill-9-owner")
-    started = time.monotonic()
     nodes = await tso_group(env, 3)
     movers = nodes[1:]
     channel = env.name("kill")
     owner = 0
-    answer = await assign(movers[owner].address, channel)
-    result.expect(not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}")
-    traffic = env.traffic(channel, [n.address for n in movers], workers=3)
-    traffic.prefer(movers[owner].address)
-    await traffic.start()
+    traffic = await owned_traffic(env, result, movers, channel, workers=3)
     takeovers: list[float] = []
     for round_ in range(rounds):
         await keep_flowing(result, traffic, movers[owner].address, f"round {round_}, before")
@@ -40,17 +32,11 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         victim, survivor = movers[owner], movers[1 - owner]
         await victim.kill()
         result.faults += 1
-        t0 = time.monotonic()
-        answer = await assign(survivor.address, channel)
-        takeovers.append(time.monotonic() - t0)
-        if isinstance(answer, grpc.StatusCode):
-            result.problems.append(f"round {round_}: takeover by {survivor.address}: {answer}")
-        traffic.prefer(survivor.address)
+        takeovers.append(await hand_over(result, traffic, survivor, f"round {round_}: takeover by"))
         await keep_flowing(result, traffic, survivor.address, f"round {round_}, after")
         await victim.start()
         owner = 1 - owner
         result.rounds += 1
     await env.check(result, [traffic])
     result.figures["takeover after kill, max (s)"] = round(max(takeovers, default=0.0), 3)
-    result.seconds = time.monotonic() - started
     return result

@@ -14,13 +14,12 @@ a channel whose owner dropped it meanwhile is assigned again, as a coordinator w
 from __future__ import annotations
 
 import asyncio
-import time
 
 import grpc
 
 from streamwal_lab.chaos.env import ChaosEnv, node_settings
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import assign, keep_flowing
+from streamwal_lab.chaos.scenarios.common import assign, keep_all_flowing
 from streamwal_lab.chaos.traffic import Traffic
 from streamwal_lab.faultproxy import FaultProxy
 
@@ -39,7 +38,6 @@ FAULTS = (
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("network-faults")
-    started = time.monotonic()
     broker_port = int(env.pulsar_url.rsplit(":", 1)[1])
     etcd_port = int(env.etcd_endpoint.rsplit(":", 1)[1])
     async with (
@@ -82,16 +80,14 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         counts: dict[str, int] = {}
         for round_ in range(rounds):
             kind = FAULTS[round_ % len(FAULTS)]
-            for t in traffic:
-                await keep_flowing(result, t, home[t.channel], f"round {round_}, before {kind}")
+            await keep_all_flowing(result, traffic, home, f"round {round_}, before {kind}")
             proxy = env.rng.choice([to_broker_1, to_broker_2])
             if kind == "broker-blackhole":
                 proxy = to_broker_1  # node 1's channel is the one checked below
             await _inject(kind, proxy, to_etcd, env, result, traffic[0])
             counts[kind] = counts.get(kind, 0) + 1
             result.faults += 1
-            for t in traffic:
-                await keep_flowing(result, t, home[t.channel], f"round {round_}, after {kind}", 30)
+            await keep_all_flowing(result, traffic, home, f"round {round_}, after {kind}", 30)
             result.rounds += 1
         await env.check(result, traffic)
         result.figures["faults by kind"] = counts
@@ -101,7 +97,6 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
             to_broker_2.connections,
             to_etcd.connections,
         ]
-    result.seconds = time.monotonic() - started
     return result
 
 

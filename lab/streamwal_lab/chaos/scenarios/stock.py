@@ -14,9 +14,7 @@ checker must find every acknowledged append in the log.
 from __future__ import annotations
 
 import asyncio
-import time
 
-import grpc
 from pulsar import asyncio as pulsar_asyncio
 
 from streamwal.adaptors.pulsar import PulsarConfig
@@ -24,7 +22,7 @@ from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import assign, keep_flowing, tso_group
+from streamwal_lab.chaos.scenarios.common import hand_over, keep_flowing, owned_traffic, tso_group
 from streamwal_lab.stack.pulsar import STOCK_INACTIVE_CHECK
 
 __all__ = ["run"]
@@ -38,7 +36,6 @@ OWNERLESS_S = (
 
 async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("stock-broker")
-    started = time.monotonic()
     pulsar = await env.private_pulsar(stock=True)
     admin = PulsarAdmin(pulsar.admin_url)
     await admin.post("namespaces/public/default/deduplication", True)
@@ -50,11 +47,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     topic = PulsarConfig(service_url=pulsar.url).topic(channel)
     control = await _plain_topic(pulsar.url, env.name("stock-control"))
     owner = 0
-    answer = await assign(movers[owner].address, channel)
-    result.expect(not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}")
-    traffic = env.traffic(channel, [n.address for n in movers], workers=2)
-    traffic.prefer(movers[owner].address)
-    await traffic.start()
+    traffic = await owned_traffic(env, result, movers, channel, workers=2)
     for round_ in range(rounds):
         await keep_flowing(result, traffic, movers[owner].address, f"round {round_}, before")
         victim, survivor = movers[owner], movers[1 - owner]
@@ -65,17 +58,13 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
         if round_ == 0:
             result.expect(control not in topics, "the broker kept an inactive plain topic")
         result.expect(topic in topics, f"round {round_}: the channel's topic was deleted")
-        answer = await assign(survivor.address, channel)
-        if isinstance(answer, grpc.StatusCode):
-            result.problems.append(f"round {round_}: reopen on {survivor.address}: {answer}")
-        traffic.prefer(survivor.address)
+        await hand_over(result, traffic, survivor, f"round {round_}: reopen on")
         await keep_flowing(result, traffic, survivor.address, f"round {round_}, after")
         await victim.start()
         owner = 1 - owner
         result.rounds += 1
     await env.check(result, [traffic], pulsar_url=pulsar.url)
     result.figures["ownerless per round (s)"] = OWNERLESS_S
-    result.seconds = time.monotonic() - started
     return result
 
 

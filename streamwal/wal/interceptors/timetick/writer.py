@@ -24,7 +24,6 @@ import asyncio
 import functools
 from collections import deque
 from collections.abc import Callable, Sequence
-from types import TracebackType
 
 from streamwal.errors import StreamwalError, TimestampRegressionError
 from streamwal.timestamps import CachedTimestampAllocator
@@ -91,12 +90,7 @@ class _Gate:
         self._waiters.popleft()
         self._held = True
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self._held = False
         self._wake_all()
 
