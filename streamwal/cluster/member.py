@@ -60,6 +60,12 @@ class ClusterMember:
             interval_s=settings.poll_interval_s,
             grace_s=settings.grace_period_s,
         )
+        # the cluster places this node's channels: a direct AssignChannel would fence
+        # the owner behind the balancer's back (and be taken back on the next write)
+        channels.place_by(
+            "this node is a cluster member; the cluster places its channels: "
+            "use `streamwal cluster move CHANNEL --to NODE`"
+        )
         self._balancer: Balancer | None = None
         if settings.balancer:
             self._balancer = Balancer(
