@@ -125,7 +125,8 @@ class ChannelManager:
             self._wals[channel] = wal
             self._allocators[channel] = allocator
             self._opens[channel] = self._opens.get(channel, 0) + 1
-            metric_scope.opened(channel)
+            if previous is None:  # a replaced WAL is the same holding
+                metric_scope.opened(channel)
             if previous is not None:
                 await previous.close()
             if previous_allocator is not None:

@@ -8,8 +8,8 @@ given up and when it is opened again; the exposition drops the series whose
 ``channel`` label names a given-up channel (series of a client, ``streamwal_client_*``,
 are the caller's view, not an owner's, and stay).
 
-Written from the event loop, read from the HTTP thread: a set replaced whole, never
-changed in place, so a scrape reads one consistent set without a lock.
+Written from the event loop, read from the HTTP thread: the hidden set is replaced
+whole, never changed in place, so a scrape reads one consistent set without a lock.
 """
 
 from __future__ import annotations
@@ -24,18 +24,27 @@ CHANNEL_LABEL = "channel"
 #: series that describe a caller, not an owner: never hidden
 _KEPT_PREFIX = "streamwal_client_"
 
+#: per channel: how many channel managers of this process hold it (several nodes may
+#: share a process: one giving a channel up while another took it over hides nothing)
+_holders: dict[str, int] = {}
 _hidden: frozenset[str] = frozenset()
 
 
 def given_up(channel: str) -> None:
-    """``channel`` is no longer served by this process: its series stop."""
+    """A channel manager of this process let ``channel`` go: once none holds it, its
+    series stop."""
     global _hidden
-    _hidden = _hidden | {channel}
+    left = _holders.get(channel, 0) - 1
+    _holders[channel] = max(0, left)
+    if left <= 0:
+        _hidden = _hidden | {channel}
 
 
 def opened(channel: str) -> None:
-    """``channel`` is served here (again): its series show (counters continue)."""
+    """A channel manager of this process holds ``channel`` (again): its series show
+    (counters continue where they were)."""
     global _hidden
+    _holders[channel] = _holders.get(channel, 0) + 1
     if channel in _hidden:
         _hidden = _hidden - {channel}
 

@@ -12,7 +12,9 @@ from streamwal.node import metric_scope
 
 
 @pytest.fixture
-def registry() -> Iterator[CollectorRegistry]:
+def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[CollectorRegistry]:
+    monkeypatch.setattr(metric_scope, "_holders", {})
+    monkeypatch.setattr(metric_scope, "_hidden", frozenset())
     registry = CollectorRegistry()
     appends = Counter("streamwal_wal_appends", "appends", ["channel"], registry=registry)
     appends.labels("kept").inc()
@@ -22,13 +24,13 @@ def registry() -> Iterator[CollectorRegistry]:
     gap = Counter("streamwal_client_write_gap", "a client's", ["channel"], registry=registry)
     gap.labels("gone").inc()
     yield registry
-    metric_scope.opened("gone")
 
 
 def test_a_given_up_channel_leaves_the_exposition_and_comes_back_when_opened(
     registry: CollectorRegistry,
 ) -> None:
     scoped = metric_scope.ScopedRegistry(registry)
+    metric_scope.opened("gone")
     assert 'channel="gone"' in generate_latest(scoped).decode()
     metric_scope.given_up("gone")
     text = generate_latest(scoped).decode()
@@ -39,3 +41,15 @@ def test_a_given_up_channel_leaves_the_exposition_and_comes_back_when_opened(
     assert 'streamwal_client_write_gap_total{channel="gone"} 1.0' in text
     metric_scope.opened("gone")
     assert 'streamwal_wal_appends_total{channel="gone"} 2.0' in generate_latest(scoped).decode()
+
+
+def test_a_channel_held_by_another_node_of_the_process_stays_shown(
+    registry: CollectorRegistry,
+) -> None:
+    scoped = metric_scope.ScopedRegistry(registry)
+    metric_scope.opened("gone")  # one node of this process holds it
+    metric_scope.opened("gone")  # a second one took it over
+    metric_scope.given_up("gone")  # the first one let go after that
+    assert 'streamwal_wal_appends_total{channel="gone"} 2.0' in generate_latest(scoped).decode()
+    metric_scope.given_up("gone")
+    assert 'streamwal_wal_appends_total{channel="gone"}' not in generate_latest(scoped).decode()
