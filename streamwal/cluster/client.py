@@ -38,6 +38,7 @@ import grpc
 
 from streamwal.backoff import Backoff
 from streamwal.cluster.metrics import WriteGaps
+from streamwal.cluster.moving import MoveResult, move_channel
 from streamwal.cluster.proto import routing_pb2 as routing_pb
 from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.cluster.records import Assignment, ClusterKeys, NodeRecord, decode
@@ -176,6 +177,19 @@ class ClusterClient:
             await channel.close()
         if self._store is not None:
             await self._store.close()
+
+    async def move(self, channel: str, node: int, *, timeout_s: float = 30.0) -> MoveResult:
+        """Move ``channel`` to ``node`` as ``streamwal cluster move`` does (the balancer
+        carries it out, :mod:`streamwal.cluster.moving`) and wait until it serves
+        there; the refusals are that module's. Needs the etcd form of the client: the
+        move is written to the cluster's keys."""
+        if self._store is None:
+            raise InvalidInputError(
+                "ClusterClient.move needs etcd_endpoints (the move is written to etcd)"
+            )
+        result = await move_channel(self._store, self._keys, channel, node, timeout_s=timeout_s)
+        self._owners.pop(channel, None)
+        return result
 
     async def owner(self, channel: str, *, refresh: bool = False) -> str:
         """The address of the node that owns ``channel``; :class:`ChannelNotFoundError`

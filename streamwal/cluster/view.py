@@ -11,8 +11,10 @@ from streamwal.cluster.records import (
     ClusterKeys,
     Drain,
     Move,
+    MoveRequest,
     NodeRecord,
     Release,
+    RequestState,
     decode,
 )
 from streamwal.cluster.store import ClusterStore, Entry
@@ -40,6 +42,9 @@ class ClusterView:
     #: per channel: the last release written, and its mod revision
     releases: dict[str, tuple[Release, int]] = field(default_factory=dict)
     moves: list[tuple[str, Move]] = field(default_factory=list)
+    #: per channel: the operator's move (pending, or the placement it pinned), and
+    #: its mod revision
+    requests: dict[str, tuple[MoveRequest, int]] = field(default_factory=dict)
 
     def draining(self) -> set[int]:
         """Nodes asked to empty themselves, in the start the drain was asked for."""
@@ -79,6 +84,17 @@ class ClusterView:
         """``node`` released ``channel`` after etcd revision ``revision``."""
         held = self.releases.get(channel)
         return held is not None and held[0].node == node and held[1] > revision
+
+    def pinned(self) -> set[str]:
+        """Channels an operator's move placed where they are now: rebalancing leaves
+        them (:class:`MoveRequest`)."""
+        return {
+            channel
+            for channel, (request, _rev) in self.requests.items()
+            if request.state == RequestState.DONE
+            and (held := self.assignments.get(channel)) is not None
+            and held.node == request.node
+        }
 
     def ready_nodes(self) -> set[int]:
         """Live nodes that can take channels (they reached their broker)."""
@@ -144,3 +160,6 @@ def _place(view: ClusterView, keys: ClusterKeys, entry: Entry) -> None:
         view.releases[release.channel] = (release, entry.mod_revision)
     elif key.startswith(keys.moves):
         view.moves.append((key, decode(Move, raw)))
+    elif key.startswith(keys.requested):
+        request = decode(MoveRequest, raw)
+        view.requests[request.channel] = (request, entry.mod_revision)
