@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from streamwal.cluster.records import ClusterKeys, Drain, encode
+from streamwal.cluster.records import ClusterKeys, Drain, RequestState, encode
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import InvalidInputError, StreamwalError, UnavailableError
@@ -310,6 +310,7 @@ def status_json(
     one ``schema`` number, so a reader of schema 1 keeps working."""
     liveness = liveness or {}
     suspect = suspects(liveness, time.time_ns() // 1_000_000)
+    pinned = view.pinned()
     draining = view.draining()
     counts: dict[int, int] = {}
     for a in view.assignments.values():
@@ -332,6 +333,7 @@ def status_json(
                 "failures": 0 if status is None else status.failures,
                 "assigned_at_ms": None if held is None else held.at_ms,
                 "assigned_because": None if held is None else held.reason,
+                "pinned": channel in pinned,
             }
         )
     return {
@@ -370,6 +372,11 @@ def status_json(
             }
             for _key, m in _last(view.moves, moves)
         ],
+        "requested": [
+            {"channel": r.channel, "node": r.node, "at_ms": r.at_ms, "request_id": r.request_id}
+            for r, _rev in sorted(view.requests.values(), key=lambda held: held[0].at_ms)
+            if r.state == RequestState.PENDING
+        ],
     }
 
 
@@ -406,6 +413,7 @@ def render_status(
     nodes' renewal times are left out."""
     now = time.time_ns() // 1_000_000
     suspect = suspects(liveness or {}, now)
+    pinned = view.pinned()
     draining = view.draining()
     lines = [
         f"balancer: node {view.balancer_node} (term {view.term})"
@@ -444,7 +452,12 @@ def render_status(
                 state += f", {s.failures} failed opens since {_ago(s.failing_since_ms, now)}"
             if s.reason:
                 state += f" ({s.reason})"
-        lines.append(f"  {channel:<32} node {owner}{alive:<8} {state}")
+        pin = "  (placed by cluster move)" if channel in pinned else ""
+        lines.append(f"  {channel:<32} node {owner}{alive:<8} {state}{pin}")
+    pending = [r for r, _rev in view.requests.values() if r.state == RequestState.PENDING]
+    # asked for, not carried out yet (no balancer runs, say)
+    for r in sorted(pending, key=lambda r: r.at_ms):
+        lines.append(f"  requested {_ago(r.at_ms, now)}: {r.channel} -> node {r.node}")
     lines.append(f"last moves ({min(moves, len(view.moves))} of {len(view.moves)} kept):")
     for _key, m in _last(view.moves, moves):
         source = "-" if m.previous is None else str(m.previous)

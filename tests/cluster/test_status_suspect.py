@@ -6,7 +6,15 @@ from __future__ import annotations
 import time
 
 from streamwal.cluster.operations import NodeLiveness, render_status, status_json, suspects
-from streamwal.cluster.records import Assignment, ChannelStatus, ClusterKeys, MoveReason, NodeRecord
+from streamwal.cluster.records import (
+    Assignment,
+    ChannelStatus,
+    ClusterKeys,
+    MoveReason,
+    MoveRequest,
+    NodeRecord,
+    RequestState,
+)
 from streamwal.cluster.view import ClusterView
 
 
@@ -57,3 +65,18 @@ def test_without_lease_readings_nothing_is_suspect() -> None:
     data = status_json(_view(), ClusterKeys("/p"))
     assert all(not n["suspect"] for n in data["nodes"])
     assert all(c["state"] == "serving" for c in data["channels"])
+
+
+def test_status_shows_a_pending_move_and_a_placement_a_move_pinned() -> None:
+    view = _view()
+    view.requests["c1"] = (MoveRequest("c1", 2, "r1", 1_000), 20)  # pending
+    view.requests["c2"] = (MoveRequest("c2", 2, "r0", 500, RequestState.DONE, "ab" * 16), 19)
+    data = status_json(view, ClusterKeys("/p"))
+    assert data["requested"] == [{"channel": "c1", "node": 2, "at_ms": 1_000, "request_id": "r1"}]
+    channels = {c["name"]: c for c in data["channels"]}
+    assert channels["c2"]["pinned"] is True and channels["c1"]["pinned"] is False
+    text = render_status(view)
+    assert "requested " in text and "c1 -> node 2" in text
+    c2_line = next(line for line in text.splitlines() if line.strip().startswith("c2"))
+    assert "(placed by cluster move)" in c2_line
+    assert text.splitlines()[-1].startswith("last moves")
