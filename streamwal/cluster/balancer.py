@@ -291,8 +291,9 @@ class Balancer:
 
 
 def _answer(view: ClusterView, request: MoveRequest) -> MoveRequest | None:
-    """A pending request's answer when it is not carried out (``None``: not yet, the
-    channel has no owner to compare with)."""
+    """A pending request's answer when this round did not carry it out: refused, or
+    done already; ``None`` when a later round carries it out (this round's write of
+    it lost a race with another change of the channel)."""
     held = view.assignments.get(request.channel)
     node = request.node
     why = ""

@@ -77,9 +77,12 @@ def plan_round(
         previous: int | None,
         lost_at: int | None = None,
         detail: str = "",
+        request: tuple[MoveRequest, int] | None = None,
     ) -> None:
         candidates = counts
-        if reason == MoveReason.OPEN_FAILED:  # anywhere but where it keeps failing
+        if request is not None:  # where the operator asked
+            candidates = {request[0].node: counts[request[0].node]}
+        elif reason == MoveReason.OPEN_FAILED:  # anywhere but where it keeps failing
             candidates = {n: c for n, c in counts.items() if n != previous}
         if not candidates:
             return
@@ -87,7 +90,7 @@ def plan_round(
         counts[target] += 1
         if previous in counts:
             counts[previous] -= 1
-        decisions.append(Decision(channel, target, reason, previous, lost_at, detail))
+        decisions.append(Decision(channel, target, reason, previous, lost_at, detail, request))
 
     for channel in sorted(view.channels):
         current = view.assignments.get(channel)
@@ -99,14 +102,7 @@ def plan_round(
             and (current is None or current.node != requested[0].node)
         ):
             previous = None if current is None else current.node
-            counts[requested[0].node] += 1
-            if previous in counts:
-                counts[previous] -= 1
-            decisions.append(
-                Decision(
-                    channel, requested[0].node, MoveReason.REQUESTED, previous, request=requested
-                )
-            )
+            place(channel, MoveReason.REQUESTED, previous, request=requested)
         elif current is None:
             place(channel, MoveReason.INITIAL, None)
         elif current.node not in live:
