@@ -42,6 +42,7 @@ __all__ = [
     "NoSuchChannelError",
     "NotLeaderError",
     "OutcomeUnknownError",
+    "PlacementRefusedError",
     "PortInUseError",
     "QuotaExceededError",
     "SequenceError",
@@ -412,6 +413,20 @@ class DuplicateNodeError(StreamwalError):
         self.node_id = node_id
         self.holder = holder
         super().__init__(f"node id {node_id} is already registered by a live node ({holder})")
+
+
+class PlacementRefusedError(StreamwalError):
+    """A direct ``AssignChannel`` or ``RemoveChannel`` on a node whose channels are
+    placed by someone else (its cluster): accepting it would fence the owner the
+    cluster knows while the cluster keeps routing to it, and the next write would take
+    the channel back. ``how`` names the supported way."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+    def __init__(self, action: str, how: str) -> None:
+        self.action = action
+        self.how = how
+        super().__init__(f"{action} refused: {how}")
 
 
 class DeposedError(StreamwalError):

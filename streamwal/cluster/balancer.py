@@ -9,6 +9,12 @@ channel. Safety does not rest on this: the broker's fence does (docs/deploy.md).
 
 Each written move is a span (``cluster.move``) whose context travels in the
 assignment, so the new owner's ``wal.open`` joins the trace of the decision.
+
+An operator's move (``requested/<channel>``, :class:`MoveRequest`) is answered in the
+balancer's round: carried out (marked done with the move's trace id, in the
+assignment's own transaction), refused when its node cannot take channels, or marked
+done at once when the channel is there already. A done request whose channel has
+since moved for another reason is deleted: its pin is over.
 """
 
 from __future__ import annotations
@@ -17,13 +23,23 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from dataclasses import replace
 
 from opentelemetry import propagate, trace
 
 from streamwal.cluster.membership import Session
 from streamwal.cluster.metrics import record_balancer_term, record_channels_per_node, record_move
 from streamwal.cluster.placement import Decision, plan_round
-from streamwal.cluster.records import Assignment, ClusterKeys, Move, MoveReason, encode, now_ms
+from streamwal.cluster.records import (
+    Assignment,
+    ClusterKeys,
+    Move,
+    MoveReason,
+    MoveRequest,
+    RequestState,
+    encode,
+    now_ms,
+)
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import DeposedError, UnavailableError
@@ -145,11 +161,41 @@ class Balancer:
         for decision in decisions:
             if await self._apply(view, decision) and decision.reason == MoveReason.OPEN_FAILED:
                 self._heals[decision.channel] = self._heals.get(decision.channel, 0) + 1
+        await self._answer_requests(view, {d.channel for d in decisions})
         counts = Counter(a.node for a in view.assignments.values())
         record_channels_per_node({n: counts.get(n, 0) for n in view.nodes})
         if len(view.moves) > _KEPT_MOVES:
             for key, _move in view.moves[: len(view.moves) - _KEPT_MOVES]:
                 await self._store.delete(key)
+
+    async def _answer_requests(self, view: ClusterView, decided: set[str]) -> None:
+        """Answer the operator's moves this round did not carry out, and end the pins
+        of channels that moved for another reason (see the module docstring)."""
+        for channel, (request, revision) in sorted(view.requests.items()):
+            if channel in decided:
+                continue
+            held = view.assignments.get(channel)
+            key = self._keys.requested + channel
+            if request.state == RequestState.DONE:
+                if held is None or held.node != request.node:
+                    await self._store.fenced_write(
+                        self._keys.balancer,
+                        self._term,
+                        expect={key: revision},
+                        puts=[],
+                        deletes=[key],
+                    )
+                continue
+            if request.state != RequestState.PENDING:
+                continue
+            answer = _answer(view, request)
+            if answer is not None:
+                await self._store.fenced_write(
+                    self._keys.balancer,
+                    self._term,
+                    expect={key: revision},
+                    puts=[(key, encode(answer))],
+                )
 
     def _heal_after_ms(self, channel: str) -> int:
         """The bound, doubled per open-failed move in a row (a broker that fails every
@@ -199,6 +245,12 @@ class Balancer:
                 decision.detail,
             )
             puts = [(self._keys.move(time.time_ns(), decision.channel), encode(move))]
+            if decision.request is not None:  # done in the move's own transaction
+                request, revision = decision.request
+                request_key = self._keys.requested + decision.channel
+                expect[request_key] = revision
+                done = replace(request, state=RequestState.DONE, trace_id=trace_id)
+                puts.append((request_key, encode(done)))
             deletes: list[str] = []
             if decision.node is None:
                 deletes = [
@@ -233,3 +285,25 @@ class Balancer:
                 f": {decision.detail}" if decision.detail else "",
             )
         return written
+
+
+def _answer(view: ClusterView, request: MoveRequest) -> MoveRequest | None:
+    """A pending request's answer when this round did not carry it out: refused, or
+    done already; ``None`` when a later round carries it out (this round's write of
+    it lost a race with another change of the channel)."""
+    held = view.assignments.get(request.channel)
+    node = request.node
+    why = ""
+    if request.channel not in view.channels:
+        why = f"channel {request.channel} left the channel set"
+    elif node not in view.nodes:
+        why = f"node {node} is not a live member"
+    elif node in view.draining():
+        why = f"node {node} is drained"
+    elif node not in view.ready_nodes():
+        why = f"node {node} is not ready ({view.nodes[node].not_ready})"
+    elif held is not None and held.node == node:
+        return replace(request, state=RequestState.DONE, detail=f"already on node {node}")
+    else:
+        return None
+    return replace(request, state=RequestState.REFUSED, detail=why)

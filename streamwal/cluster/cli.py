@@ -1,4 +1,4 @@
-"""``streamwal cluster``: status, drain, undrain, channels add/remove, delete.
+"""``streamwal cluster``: status, move, drain, undrain, channels add/remove, delete.
 
 The cluster is found from a node's file (``--config``: its ``etcd:`` and ``cluster:``
 sections) or from ``--etcd`` and ``--prefix``. These options go before the action or
@@ -8,10 +8,12 @@ Deleting topics (``channels remove --delete-topics``, ``delete --delete-topics``
 deleting a cluster cannot be undone: on a terminal they ask first; elsewhere (a
 script, a pipe) they refuse unless ``--yes`` says the question was answered.
 
-Exit codes: 0; 1 when an action fails (etcd unreachable, a drain that timed out,
-live nodes under a cluster to delete, a deletion not confirmed); 3 when there is no
-cluster under the prefix (no node, no balancer, no channel set: most often a wrong
-``--prefix`` or ``--config``).
+Exit codes: 0; 1 when an action fails or is refused (etcd unreachable, a drain or a
+move that timed out, a move to a drained or not-ready node or of a channel being moved
+already, live nodes under a cluster to delete, a deletion not confirmed); 3 when a
+thing named is missing: no cluster under the prefix (no node, no balancer, no channel
+set: most often a wrong ``--prefix`` or ``--config``), a channel not in the set or a
+node that is not a live member (``move``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamwal.argtypes import count_or_zero, seconds
+from streamwal.cluster.moving import NoSuchNodeError, move_channel
 from streamwal.cluster.operations import (
     LiveNodesError,
     add_channels,
@@ -43,7 +46,7 @@ from streamwal.cluster.operations import (
 from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
-from streamwal.errors import InvalidInputError, StreamwalError
+from streamwal.errors import InvalidInputError, NoSuchChannelError, StreamwalError
 from streamwal.tso.config import DEFAULT_KEY_PREFIX
 from streamwal.wal.backend import validate_channel_name
 
@@ -82,7 +85,7 @@ def _where(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 def register(sub: Any) -> None:
     cluster = sub.add_parser(
-        "cluster", help="a self-managing cluster: status, drain, undrain, channels, delete"
+        "cluster", help="a self-managing cluster: status, move, drain, undrain, channels, delete"
     )
     _where(cluster, top=True)
     actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -95,6 +98,16 @@ def register(sub: Any) -> None:
         "--json", action="store_true", help="print the status as JSON (docs/deploy.md: schema)"
     )
     status.set_defaults(func=_run, op="status")
+    move = actions.add_parser(
+        "move", help="move one channel to one node (the balancer does it) and wait until it serves"
+    )
+    _where(move, top=False)
+    move.add_argument("channel")
+    move.add_argument("--to", type=int, required=True, metavar="NODE", help="the node's id")
+    move.add_argument(
+        "--timeout", type=seconds, default=30.0, help="seconds to wait for the new owner to serve"
+    )
+    move.set_defaults(func=_run, op="move")
     drain = actions.add_parser("drain", help="move a node's channels away and wait")
     _where(drain, top=False)
     drain.add_argument("node", type=int)
@@ -289,6 +302,14 @@ async def _act(args: argparse.Namespace) -> str:
         if args.op == "drain":
             view = await drain_node(store, keys, args.node, timeout_s=args.timeout)
             return f"node {args.node} drained\n" + render_status(view)
+        if args.op == "move":
+            result = await move_channel(store, keys, args.channel, args.to, timeout_s=args.timeout)
+            if not result.trace_id:
+                return f"channel {result.channel} is on node {result.node} already"
+            return (
+                f"channel {result.channel} moved from node {result.previous} to node "
+                f"{result.node} (requested); trace {result.trace_id}"
+            )
         if args.op == "undrain":
             await undrain_node(store, keys, args.node)
             return f"node {args.node} undrained: the balancer moves channels onto it in steps"
@@ -301,7 +322,7 @@ async def _act(args: argparse.Namespace) -> str:
 def _run(args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(_act(args)))
-    except NoClusterError as exc:
+    except (NoClusterError, NoSuchChannelError, NoSuchNodeError) as exc:
         print(f"streamwal cluster {args.op}: {exc}", file=sys.stderr)
         return NO_CLUSTER
     except StreamwalError as exc:

@@ -36,6 +36,8 @@ from typing import TypeVar
 import grpc
 
 from streamwal.backoff import Backoff
+from streamwal.cluster.metrics import WriteGaps
+from streamwal.cluster.moving import MoveResult, move_channel
 from streamwal.cluster.proto import routing_pb2 as routing_pb
 from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.cluster.records import Assignment, ClusterKeys, NodeRecord, decode
@@ -148,6 +150,7 @@ class ClusterClient:
         self.producer = ProducerIdentity()
         """The identity every append is numbered with, on whichever node it lands."""
         self.moves_followed = 0
+        self._gaps = WriteGaps()
 
     async def __aenter__(self) -> ClusterClient:
         await self.start()
@@ -170,6 +173,19 @@ class ClusterClient:
             await channel.close()
         if self._store is not None:
             await self._store.close()
+
+    async def move(self, channel: str, node: int, *, timeout_s: float = 30.0) -> MoveResult:
+        """Move ``channel`` to ``node`` as ``streamwal cluster move`` does (the balancer
+        carries it out, :mod:`streamwal.cluster.moving`) and wait until it serves
+        there; the refusals are that module's. Needs the etcd form of the client: the
+        move is written to the cluster's keys."""
+        if self._store is None:
+            raise InvalidInputError(
+                "ClusterClient.move needs etcd_endpoints (the move is written to etcd)"
+            )
+        result = await move_channel(self._store, self._keys, channel, node, timeout_s=timeout_s)
+        self._owners.pop(channel, None)
+        return result
 
     async def owner(self, channel: str, *, refresh: bool = False) -> str:
         """The address of the node that owns ``channel``; :class:`ChannelNotFoundError`
@@ -273,7 +289,7 @@ class ClusterClient:
             )
 
         try:
-            return await self._following(channel, one_try)
+            return await self._following(channel, one_try, writes=True)
         except StreamwalError as exc:
             self._give_up(channel, producer_id, sequence, exc)
             raise
@@ -303,7 +319,7 @@ class ClusterClient:
             )
 
         try:
-            return await self._following(channel, one_try)
+            return await self._following(channel, one_try, writes=True)
         except StreamwalError as exc:
             if isinstance(exc, BatchProduceError):
                 self.producer.renew()  # part of it is in the log
@@ -427,11 +443,19 @@ class ClusterClient:
             await retry.wait(delay)
 
     # ---- following the owner ---------------------------------------------------------
-    async def _following(self, channel: str, one_try: Callable[[NodeClient], Awaitable[_T]]) -> _T:
+    async def _following(
+        self,
+        channel: str,
+        one_try: Callable[[NodeClient], Awaitable[_T]],
+        *,
+        writes: bool = False,
+    ) -> _T:
         """``one_try`` on the channel's owner until it succeeds, fails for good or the
         retry time is spent. A call that may have been served (unknown outcome) is
         tried again only because every call made through here is idempotent; the
-        final error's outcome is the strongest of all tries: unknown if any try's was."""
+        final error's outcome is the strongest of all tries: unknown if any try's was.
+        ``writes``: the tries are writes, whose gaps the client measures (a gap may
+        span calls: one that gave up, then one that landed)."""
         loop = asyncio.get_running_loop()
         retry = Retry(
             self._backoff,
@@ -444,8 +468,7 @@ class ClusterClient:
         maybe_written: set[int] = set()  # the same for a batch's messages
         while True:
             try:
-                address = await self.owner(channel, refresh=refresh)
-                return await one_try(self._node(address))
+                return await self._try(channel, one_try, refresh=refresh, writes=writes)
             except (ChannelNotFoundError, UnavailableError) as exc:
                 if isinstance(exc, NoSuchChannelError):
                     raise
@@ -487,9 +510,29 @@ class ClusterClient:
             refresh = True
             await retry.wait(delay)
 
-    def _give_up(
-        self, channel: str, producer_id: int, sequence: int, exc: StreamwalError
-    ) -> None:
+    async def _try(
+        self,
+        channel: str,
+        one_try: Callable[[NodeClient], Awaitable[_T]],
+        *,
+        refresh: bool,
+        writes: bool,
+    ) -> _T:
+        """One try on the owner, its failure or acknowledgement noted for the write
+        gap (a channel that does not exist, or bad input, is no gap)."""
+        try:
+            answer = await one_try(self._node(await self.owner(channel, refresh=refresh)))
+        except (NoSuchChannelError, InvalidInputError):
+            raise
+        except StreamwalError:
+            if writes:
+                self._gaps.failed(channel)
+            raise
+        if writes:
+            self._gaps.acknowledged(channel)
+        return answer
+
+    def _give_up(self, channel: str, producer_id: int, sequence: int, exc: StreamwalError) -> None:
         """Hand ``sequence`` back (known not written, the last numbered) or renew."""
         if producer_id != self.producer.producer_id:
             return  # renewed meanwhile by another append's give-up

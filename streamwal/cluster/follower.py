@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
-from streamwal.cluster.metrics import record_failover, record_release_wait
+from streamwal.cluster.metrics import record_reassignment, record_release_wait
 from streamwal.cluster.records import (
     Assignment,
     ChannelStatus,
@@ -291,7 +291,7 @@ class Follower:
         self._followed[channel] = revision
         await self._report(channel, "serving", "", revision)
         if assignment.lost_at_ms is not None:
-            record_failover((now_ms() - assignment.lost_at_ms) / 1000, channel)
+            record_reassignment((now_ms() - assignment.lost_at_ms) / 1000, channel)
 
     async def _report(self, channel: str, state: str, reason: str, revision: int) -> None:
         failing = self._failing.get(channel)

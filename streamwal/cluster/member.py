@@ -72,6 +72,12 @@ class ClusterMember:
             refusals=settings.probe_refusals,
             on_lost=on_node_lost,
         )
+        # the cluster places this node's channels: a direct AssignChannel would fence
+        # the owner behind the balancer's back (and be taken back on the next write)
+        channels.place_by(
+            "this node is a cluster member; the cluster places its channels: "
+            "use `streamwal cluster move CHANNEL --to NODE`"
+        )
         self._balancer: Balancer | None = None
         if settings.balancer:
             self._balancer = Balancer(

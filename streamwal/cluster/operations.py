@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from streamwal.cluster.records import ClusterKeys, Drain, encode
+from streamwal.cluster.records import ClusterKeys, Drain, RequestState, encode
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import InvalidInputError, StreamwalError, UnavailableError
@@ -36,6 +36,7 @@ __all__ = [
     "render_status",
     "require_no_live_nodes",
     "status_json",
+    "suspects",
     "undrain_node",
     "wait_unserved",
 ]
@@ -220,6 +221,26 @@ async def node_liveness(store: ClusterStore, view: ClusterView) -> dict[int, Nod
     return liveness
 
 
+#: beyond a node's renewal interval (a third of its TTL) before it counts as suspect:
+#: etcd's remaining TTL is whole seconds (half a second either way) plus a late renewal
+SUSPECT_SLACK_S = 1.0
+
+
+def suspects(
+    liveness: Mapping[int, NodeLiveness], now_ms: int, slack_s: float = SUSPECT_SLACK_S
+) -> dict[int, float]:
+    """Nodes whose renewal is overdue, and by how many seconds: a node renews every
+    third of its TTL, so one that has not for longer (and the slack) is paused, hung
+    or gone, though its lease (and its record) lives on until the TTL runs out. Its
+    channels' last reports are not confirmed until it renews again."""
+    overdue: dict[int, float] = {}
+    for node, live in liveness.items():
+        late = (now_ms - live.renewed_at_ms) / 1000 - live.ttl_s / 3 - slack_s
+        if late > 0:
+            overdue[node] = late
+    return overdue
+
+
 async def drain_node(
     store: ClusterStore, keys: ClusterKeys, node: int, *, timeout_s: float, poll_s: float = 0.2
 ) -> ClusterView:
@@ -260,14 +281,19 @@ async def undrain_node(store: ClusterStore, keys: ClusterKeys, node: int) -> Non
     await store.delete(keys.drain + str(node))
 
 
-def channel_state(view: ClusterView, channel: str) -> str:
+def channel_state(
+    view: ClusterView, channel: str, suspect: Mapping[int, float] | None = None
+) -> str:
     """What a reader of the status should believe: an owner that is gone serves
-    nothing, whatever its last report said (status keys outlive their node)."""
+    nothing, whatever its last report said (status keys outlive their node); one
+    whose renewal is overdue (``suspect``) may not be serving: ``unconfirmed``."""
     held = view.assignments.get(channel)
     if held is None:
         return "unassigned"
     if held.node not in view.nodes:
         return "not serving (node gone)"
+    if suspect and held.node in suspect:
+        return "unconfirmed"
     status = view.current_status(channel)
     return "waiting" if status is None else status.state
 
@@ -283,6 +309,8 @@ def status_json(
     Unix milliseconds; absent values are ``null``. Fields are only ever added within
     one ``schema`` number, so a reader of schema 1 keeps working."""
     liveness = liveness or {}
+    suspect = suspects(liveness, time.time_ns() // 1_000_000)
+    pinned = view.pinned()
     draining = view.draining()
     counts: dict[int, int] = {}
     for a in view.assignments.values():
@@ -297,14 +325,15 @@ def status_json(
                 "in_set": channel in view.channels,
                 "owner": None if held is None else held.node,
                 "owner_live": held is not None and held.node in view.nodes,
-                "state": channel_state(view, channel),
-                "serving": view.serving(channel),
+                "state": channel_state(view, channel, suspect),
+                "serving": view.serving(channel) and (held is None or held.node not in suspect),
                 "since_ms": None if status is None else status.at_ms,
                 "reason": "" if status is None else status.reason,
                 "failing_since_ms": None if status is None else status.failing_since_ms,
                 "failures": 0 if status is None else status.failures,
                 "assigned_at_ms": None if held is None else held.at_ms,
                 "assigned_because": None if held is None else held.reason,
+                "pinned": channel in pinned,
             }
         )
     return {
@@ -320,6 +349,8 @@ def status_json(
                 "started_at_ms": node.started_at_ms,
                 "lease": format(view.node_leases[node_id], "x"),
                 **_lease_json(liveness.get(node_id)),
+                "suspect": node_id in suspect,
+                "renewal_overdue_s": (round(suspect[node_id], 1) if node_id in suspect else None),
                 "ready": node.ready,
                 "not_ready": node.not_ready,
                 "draining": node_id in draining,
@@ -340,6 +371,11 @@ def status_json(
                 "trace_id": m.trace_id,
             }
             for _key, m in _last(view.moves, moves)
+        ],
+        "requested": [
+            {"channel": r.channel, "node": r.node, "at_ms": r.at_ms, "request_id": r.request_id}
+            for r, _rev in sorted(view.requests.values(), key=lambda held: held[0].at_ms)
+            if r.state == RequestState.PENDING
         ],
     }
 
@@ -376,6 +412,8 @@ def render_status(
     """The text of ``cluster status``; without ``liveness`` (no lease query made) the
     nodes' renewal times are left out."""
     now = time.time_ns() // 1_000_000
+    suspect = suspects(liveness or {}, now)
+    pinned = view.pinned()
     draining = view.draining()
     lines = [
         f"balancer: node {view.balancer_node} (term {view.term})"
@@ -390,6 +428,8 @@ def render_status(
         flag = "  draining" if node_id in draining else ""
         if not node.ready:
             flag += f"  NOT READY ({node.not_ready})"
+        if node_id in suspect:
+            flag += f"  SUSPECT (renewal overdue {suspect[node_id]:.1f}s)"
         lease = view.node_leases[node_id]
         renewed = "" if liveness is None else _renewed(liveness.get(node_id), now)
         lines.append(
@@ -402,15 +442,22 @@ def render_status(
         s = view.current_status(channel)
         owner = "-" if held is None else str(held.node)
         alive = "" if held is None or held.node in view.nodes else " (gone)"
-        state = channel_state(view, channel)
-        if s is not None and held is not None and held.node in view.nodes:
+        state = channel_state(view, channel, suspect)
+        if held is not None and held.node in suspect:
+            state += f" (node {held.node} suspect: last report {s.state if s else 'none'})"
+        elif s is not None and held is not None and held.node in view.nodes:
             state += f" for {max(0, now - s.at_ms) / 1000:.1f}s"
             if s.failures:
                 assert s.failing_since_ms is not None
                 state += f", {s.failures} failed opens since {_ago(s.failing_since_ms, now)}"
             if s.reason:
                 state += f" ({s.reason})"
-        lines.append(f"  {channel:<32} node {owner}{alive:<8} {state}")
+        pin = "  (placed by cluster move)" if channel in pinned else ""
+        lines.append(f"  {channel:<32} node {owner}{alive:<8} {state}{pin}")
+    pending = [r for r, _rev in view.requests.values() if r.state == RequestState.PENDING]
+    # asked for, not carried out yet (no balancer runs, say)
+    for r in sorted(pending, key=lambda r: r.at_ms):
+        lines.append(f"  requested {_ago(r.at_ms, now)}: {r.channel} -> node {r.node}")
     lines.append(f"last moves ({min(moves, len(view.moves))} of {len(view.moves)} kept):")
     for _key, m in _last(view.moves, moves):
         source = "-" if m.previous is None else str(m.previous)

@@ -14,6 +14,13 @@ else moves and every assigned channel serves, at most
 ``max_moves`` channels move from the fullest node to the emptiest, so a joining node
 fills in bounded steps and never triggers a storm. A target is always the node with
 the fewest channels (ties: the lowest id), so counts stay within one of each other.
+
+An operator's move (``cluster move``: a pending :class:`MoveRequest`) to a node that
+can take channels is placed as asked, whatever the counts, before anything else is
+planned for its channel; once done the channel is pinned there, and the rebalancing
+step leaves it alone (it balances the other channels, which may leave the counts
+further apart than one). A drain, a lost or not-ready owner moves a pinned channel as
+any other, and the pin is over.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from streamwal.cluster.records import ChannelStatus, MoveReason
+from streamwal.cluster.records import ChannelStatus, MoveReason, MoveRequest, RequestState
 from streamwal.cluster.view import ClusterView
 
 __all__ = ["Decision", "plan_round"]
@@ -37,6 +44,8 @@ class Decision:
     lost_at_ms: int | None = None
     #: recorded with the move (an open-failed move: the owner's last error)
     detail: str = ""
+    #: the operator's move this carries out (reason ``requested``), and its revision
+    request: tuple[MoveRequest, int] | None = None
 
 
 def plan_round(
@@ -69,9 +78,12 @@ def plan_round(
         previous: int | None,
         lost_at: int | None = None,
         detail: str = "",
+        request: tuple[MoveRequest, int] | None = None,
     ) -> None:
         candidates = counts
-        if reason == MoveReason.OPEN_FAILED:  # anywhere but where it keeps failing
+        if request is not None:  # where the operator asked
+            candidates = {request[0].node: counts[request[0].node]}
+        elif reason == MoveReason.OPEN_FAILED:  # anywhere but where it keeps failing
             candidates = {n: c for n, c in counts.items() if n != previous}
         if not candidates:
             return
@@ -79,11 +91,20 @@ def plan_round(
         counts[target] += 1
         if previous in counts:
             counts[previous] -= 1
-        decisions.append(Decision(channel, target, reason, previous, lost_at, detail))
+        decisions.append(Decision(channel, target, reason, previous, lost_at, detail, request))
 
     for channel in sorted(view.channels):
         current = view.assignments.get(channel)
-        if current is None:
+        requested = view.requests.get(channel)
+        if (
+            requested is not None
+            and requested[0].state == RequestState.PENDING
+            and requested[0].node in counts
+            and (current is None or current.node != requested[0].node)
+        ):
+            previous = None if current is None else current.node
+            place(channel, MoveReason.REQUESTED, previous, request=requested)
+        elif current is None:
             place(channel, MoveReason.INITIAL, None)
         elif current.node not in live:
             evidence = view.lost.get(current.node)
@@ -111,13 +132,17 @@ def plan_round(
         return decisions
     if not all(view.serving(c) for c in view.channels if c in view.assignments):
         return decisions  # the last moves have not settled: no new step yet
+    pinned = view.pinned()
     owned: dict[int, list[str]] = {node: [] for node in counts}
     for channel in sorted(view.channels):
         held = view.assignments.get(channel)
-        if held is not None and held.node in owned:
+        if held is not None and held.node in owned and channel not in pinned:
             owned[held.node].append(channel)
     for _ in range(max_moves):
-        fullest = max(counts, key=lambda n: (counts[n], -n))
+        movable = [n for n in counts if owned[n]]
+        if not movable:
+            break
+        fullest = max(movable, key=lambda n: (counts[n], -n))
         emptiest = min(counts, key=lambda n: (counts[n], n))
         if counts[fullest] - counts[emptiest] <= 1:
             break

@@ -17,6 +17,9 @@ Layout under ``<prefix>/cluster/``:
                      gRPC port refused connections): the balancer moves its
                      channels without the grace period; the node deletes the key
                      when it registers again
+``requested/<name>`` an operator's move of one channel to one node: pending until the
+                     balancer carries it out (or refuses it), then the placement
+                     the balancer keeps (:class:`MoveRequest`)
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ __all__ = [
     "Lost",
     "Move",
     "MoveReason",
+    "MoveRequest",
     "NodeRecord",
     "Release",
+    "RequestState",
     "decode",
     "encode",
     "now_ms",
@@ -60,6 +65,7 @@ class MoveReason:
     OPERATOR = "operator"  # the channel was removed from the set
     OPEN_FAILED = "open-failed"  # its owner kept failing to open it past the bound
     NODE_NOT_READY = "node-not-ready"  # its owner lost its broker (not ready) past the grace
+    REQUESTED = "requested"  # an operator moved it (``cluster move``)
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,30 @@ class Move:
     detail: str = ""
 
 
+class RequestState:
+    PENDING = "pending"  # written by the operator, not yet acted on
+    DONE = "done"  # the balancer assigned the channel to the node (or it was there)
+    REFUSED = "refused"  # the balancer could not (the node left, drained, not ready)
+
+
+@dataclass(frozen=True)
+class MoveRequest:
+    """An operator's word that ``channel`` belongs on ``node``. Once done it pins the
+    placement: the balancer's rebalancing leaves the channel there until its node
+    drains, is lost or is not ready (a move for any of those reasons ends the pin), or
+    another move replaces it."""
+
+    channel: str
+    node: int
+    request_id: str
+    at_ms: int
+    state: str = RequestState.PENDING
+    #: the balancer's ``cluster.move`` span, once done
+    trace_id: str = ""
+    #: why refused, or what was done (the channel was there already)
+    detail: str = ""
+
+
 @dataclass(frozen=True)
 class Drain:
     node: int
@@ -193,6 +223,7 @@ class ClusterKeys:
         self.released = self.root + "released/"
         self.moves = self.root + "moves/"
         self.lost = self.root + "lost/"
+        self.requested = self.root + "requested/"
 
     def node(self, node_id: int) -> str:
         return f"{self.nodes}{node_id}"

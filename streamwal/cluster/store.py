@@ -235,6 +235,21 @@ class ClusterStore(EtcdStore):
 
         return await self._call("seed", op, timeout)
 
+    async def put_if(
+        self, key: str, value: bytes, mod_revision: int, *, timeout: float | None = None
+    ) -> bool:
+        """Put ``key`` only while it is at ``mod_revision`` (0: absent); ``False`` when
+        someone changed it meanwhile."""
+
+        def op(client: Any) -> bool:
+            txn = client.transactions
+            ok, _ = client.transaction(
+                compare=[txn.mod(key) == mod_revision], success=[txn.put(key, value)], failure=[]
+            )
+            return bool(ok)
+
+        return await self._call("conditional put", op, timeout)
+
     async def fenced_write(
         self,
         term_key: str,

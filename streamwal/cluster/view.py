@@ -12,8 +12,10 @@ from streamwal.cluster.records import (
     Drain,
     Lost,
     Move,
+    MoveRequest,
     NodeRecord,
     Release,
+    RequestState,
     decode,
 )
 from streamwal.cluster.store import ClusterStore, Entry
@@ -45,6 +47,9 @@ class ClusterView:
     moves: list[tuple[str, Move]] = field(default_factory=list)
     #: nodes found dead by evidence (``lost/<id>``), by node id
     lost: dict[int, Lost] = field(default_factory=dict)
+    #: per channel: the operator's move (pending, or the placement it pinned), and
+    #: its mod revision
+    requests: dict[str, tuple[MoveRequest, int]] = field(default_factory=dict)
 
     def draining(self) -> set[int]:
         """Nodes asked to empty themselves, in the start the drain was asked for."""
@@ -84,6 +89,17 @@ class ClusterView:
         """``node`` released ``channel`` after etcd revision ``revision``."""
         held = self.releases.get(channel)
         return held is not None and held[0].node == node and held[1] > revision
+
+    def pinned(self) -> set[str]:
+        """Channels an operator's move placed where they are now: rebalancing leaves
+        them (:class:`MoveRequest`)."""
+        return {
+            channel
+            for channel, (request, _rev) in self.requests.items()
+            if request.state == RequestState.DONE
+            and (held := self.assignments.get(channel)) is not None
+            and held.node == request.node
+        }
 
     def ready_nodes(self) -> set[int]:
         """Live nodes that can take channels (they reached their broker)."""
@@ -153,3 +169,6 @@ def _place(view: ClusterView, keys: ClusterKeys, entry: Entry) -> None:
     elif key.startswith(keys.lost):
         lost = decode(Lost, raw)
         view.lost[lost.node] = lost
+    elif key.startswith(keys.requested):
+        request = decode(MoveRequest, raw)
+        view.requests[request.channel] = (request, entry.mod_revision)

@@ -8,7 +8,13 @@ the old one is closed: its producer fences the old one on the broker, so closing
 old one sends the broker nothing. (A client closing a producer while another
 producer's creation fences it can deadlock a Pulsar 4.0.7 broker.) A WAL found fenced
 (another node took the channel) is dropped and remembered, so ``ListChannels`` can
-report it once.
+report it once. A channel given up here stops showing in ``/metrics``
+(:mod:`streamwal.node.metric_scope`).
+
+Who places channels: by default whoever calls ``AssignChannel``/``RemoveChannel``.
+A layer that places them itself (a cluster) says so with :meth:`ChannelManager.place_by`,
+and the node refuses those calls from then on, naming the supported way; the layer
+keeps calling :meth:`ChannelManager.assign` and :meth:`ChannelManager.remove`.
 """
 
 from __future__ import annotations
@@ -19,7 +25,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from streamwal.errors import ChannelFencedError, ChannelNotFoundError, ClosedError
+from streamwal.errors import (
+    ChannelFencedError,
+    ChannelNotFoundError,
+    ClosedError,
+    PlacementRefusedError,
+)
+from streamwal.node import metric_scope
 from streamwal.tso import LocalAllocator
 from streamwal.wal.backend import BackendOpener, validate_channel_name
 from streamwal.wal.config import WALConfig
@@ -59,10 +71,22 @@ class ChannelManager:
         self._opens: dict[str, int] = {}  # successful opens per channel
         self._fenced: list[str] = []
         self._closed = False
+        self._placed_by: str | None = None
 
     @property
     def node_id(self) -> int:
         return self._node_id
+
+    def place_by(self, how: str) -> None:
+        """Channels here are placed by another layer from now on; ``how`` tells an
+        operator the supported way to move one (the refusal of a direct call says it)."""
+        self._placed_by = how
+
+    def check_direct_placement(self, action: str) -> None:
+        """:class:`PlacementRefusedError` when a direct ``action`` (an RPC's name) may
+        not place channels here (see the module docstring)."""
+        if self._placed_by is not None:
+            raise PlacementRefusedError(action, self._placed_by)
 
     async def assign(self, channel: str) -> OpenResult:
         """Open ``channel`` for writing on this node (fencing its previous owner).
@@ -101,6 +125,8 @@ class ChannelManager:
             self._wals[channel] = wal
             self._allocators[channel] = allocator
             self._opens[channel] = self._opens.get(channel, 0) + 1
+            if previous is None:  # a replaced WAL is the same holding
+                metric_scope.opened(channel)
             if previous is not None:
                 await previous.close()
             if previous_allocator is not None:
@@ -153,6 +179,7 @@ class ChannelManager:
             _log.warning("channel %s was fenced by another node; dropped", channel)
         if wal is not None:
             await wal.close()
+            metric_scope.given_up(channel)
         if allocator is not None:
             await allocator.close()
 

@@ -9,7 +9,8 @@ path fails loudly instead of reading a 200 that means nothing.
   loop: restart the process).
 - ``/readyz``: 200 ``ready`` when the node can serve (it reached the broker and, in a
   cluster, registered in etcd), else 503 with one line per reason.
-- ``/metrics``: the Prometheus exposition of the process's registry.
+- ``/metrics``: the Prometheus exposition of the process's registry, less the series
+  of channels this process gave up (:mod:`streamwal.node.metric_scope`).
 
 The server runs on a thread of its own, so it answers while the loop is busy; the
 state it reads is a few attributes the loop sets (:class:`Readiness`).
@@ -111,8 +112,10 @@ class _Handler(BaseHTTPRequestHandler):
             from prometheus_client import REGISTRY
             from prometheus_client.exposition import choose_encoder
 
+            from streamwal.node.metric_scope import ScopedRegistry
+
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._answer(200, encoder(REGISTRY), content_type)
+            self._answer(200, encoder(ScopedRegistry(REGISTRY)), content_type)
         elif path == "/livez":
             stalled = state.stalled_for()
             if stalled > STALL_S:

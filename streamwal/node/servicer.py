@@ -377,10 +377,12 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         self, request: pb.AssignChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AssignChannelResponse:
         """Opens the channel (no WAL yet to call): errors map as in :meth:`_call`, but
-        an open that gave up says so."""
+        an open that gave up says so. Refused where another layer places channels
+        (:meth:`ChannelManager.place_by`)."""
         self._tag_span()
         span_context = trace.get_current_span().get_span_context()
         try:
+            self._channels.check_direct_placement("AssignChannel")
             opened = await self._channels.assign(request.pchannel)
         except UnavailableError as exc:
             # the open gave up (``wal.first_time_tick_backoff.max_attempts``): say which channel
@@ -407,6 +409,7 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         """Closes the channel's WAL, if it is here (no WAL call)."""
         self._tag_span()
         try:
+            self._channels.check_direct_placement("RemoveChannel")
             await self._channels.remove(request.pchannel)
         except Exception as exc:
             await _abort(context, exc)

@@ -213,12 +213,14 @@ def _setup_metrics(config: NodeConfig, resource: Resource, serve: bool = True) -
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from opentelemetry.sdk.metrics import MeterProvider
-        from prometheus_client import start_http_server
+        from prometheus_client import REGISTRY, start_http_server
+
+        from streamwal.node.metric_scope import ScopedRegistry
 
         host, _, port = config.node.metrics_listen.rpartition(":")
         reader = PrometheusMetricReader(scope_info_enabled=False)  # no otel_scope_* labels
         metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
-        server, _thread = start_http_server(int(port), addr=host)
+        server, _thread = start_http_server(int(port), addr=host, registry=ScopedRegistry(REGISTRY))
         bound = int(server.server_address[1])
         _log.info("metrics on http://%s:%d/metrics", host, bound)
         return bound

@@ -81,6 +81,16 @@ class TestCluster:
         for node_id in node_ids:
             await self.node(node_id, **cluster).start()
 
+    async def start_balancer_with_metrics(self, port: int, timeout: float = 30.0) -> None:
+        """Node 1, serving ``/metrics`` on ``port``, until it runs the balancer (the
+        nodes started after it serve no metrics: one process per port)."""
+        self.extra = {"node": {"shutdown_grace_s": 15, "metrics_listen": f"127.0.0.1:{port}"}}
+        try:
+            await self.start(1)
+        finally:
+            self.extra = {}
+        await self.wait_for("node 1 balancing", lambda v: v.balancer_node == 1, timeout)
+
     async def restart(self, node_id: int) -> None:
         """The same node (same file, same port) again, after it stopped; its earlier
         log is kept beside the new one, which start() reads for "ready"."""

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from streamwal.cluster.placement import plan_round
-from streamwal.cluster.records import Assignment, ChannelStatus, Drain, MoveReason, NodeRecord
+from streamwal.cluster.records import (
+    Assignment,
+    ChannelStatus,
+    Drain,
+    MoveReason,
+    MoveRequest,
+    NodeRecord,
+)
 from streamwal.cluster.view import ClusterView
 
 
@@ -159,3 +166,43 @@ def test_a_channel_whose_opens_keep_failing_moves_after_the_bound_to_another_nod
     del alone.nodes[2], alone.assignments["b"], alone.statuses["b"]
     alone.channels.discard("b")
     assert _heal(alone, now=20_000) == []
+
+
+def _request(view: ClusterView, channel: str, node: int, state: str = "pending") -> None:
+    view.requests[channel] = (MoveRequest(channel, node, "r1", 0, state), 7)
+
+
+def test_a_requested_move_goes_where_asked_whatever_the_counts() -> None:
+    view = _view([1, 2], {"a": 1, "b": 2})
+    _request(view, "a", 2)
+    decisions = plan_round(view, now_ms=10_000, absent_since_ms={}, grace_ms=1000, max_moves=1)
+    assert [(d.channel, d.node, d.reason, d.previous) for d in decisions] == [
+        ("a", 2, MoveReason.REQUESTED, 1)
+    ]
+    assert decisions[0].request == view.requests["a"]
+
+
+def test_a_requested_move_to_a_drained_node_is_not_placed() -> None:
+    view = _view([1, 2], {"a": 1, "b": 2})
+    view.drains[2] = Drain(2, 1)
+    _request(view, "a", 2)
+    assert ("a", 2, MoveReason.REQUESTED) not in _plan(view)
+
+
+def test_rebalancing_leaves_a_requested_placement_where_it_is() -> None:
+    # a was moved onto 2 by an operator: 2 holds 3, 1 holds 1; without the pin the
+    # joining step would move one of 2's channels back, and a is the one it picks
+    view = _view([1, 2], {"a": 2, "b": 2, "c": 2, "d": 1})
+    assert _plan(view) == [("c", 1, MoveReason.NODE_JOINED)]
+    _request(view, "c", 2, state="done")
+    _request(view, "b", 2, state="done")
+    assert _plan(view) == [("a", 1, MoveReason.NODE_JOINED)]
+    _request(view, "a", 2, state="done")
+    assert _plan(view) == []
+
+
+def test_a_pin_ends_once_the_channel_moved_for_another_reason() -> None:
+    view = _view([1, 2], {"a": 1, "b": 1, "c": 1, "d": 2})
+    _request(view, "c", 2, state="done")  # c was pinned on 2, then moved (drain): no pin
+    assert view.pinned() == set()
+    assert _plan(view) == [("c", 2, MoveReason.NODE_JOINED)]
