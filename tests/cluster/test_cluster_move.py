@@ -55,7 +55,7 @@ class _Cluster:
     async def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-m", "streamwal.node.cli", "cluster", *args, *self.where],
+            [sys.executable, "-m", "streamwal.cli", "cluster", *args, *self.where],
             capture_output=True,
             text=True,
             timeout=90,
