@@ -193,6 +193,8 @@ _INVALID = [
     ("cluster:\n  round_interval_s: 0\n", "cluster.round_interval_s"),
     ("cluster:\n  poll_interval_s: -0.1\n", "cluster.poll_interval_s"),
     ("cluster:\n  open_failure_bound_s: 0\n", "cluster.open_failure_bound_s"),
+    ("cluster:\n  probe_interval_s: 0\n", "cluster.probe_interval_s"),
+    ("cluster:\n  probe_refusals: -1\n", "cluster.probe_refusals"),
     (
         "node:\n  listen: 0.0.0.0:7000\ntso:\n  mode: remote\n  remote_addresses: [h:1]\n"
         "cluster:\n  enabled: true\n",
