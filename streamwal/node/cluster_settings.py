@@ -48,10 +48,11 @@ class ClusterSettings:
     #: it to another ready node; doubled for each such move of the same channel in a
     #: row (up to 16 times), so a broken broker does not make channels bounce
     open_failure_bound_s: float = 10.0
-    #: how often every node connects to each other node's address; a node whose port
-    #: refuses ``probe_refusals`` times in a row is dead (killed: its lease is revoked
-    #: and its channels move without the grace); ``0`` relies on the lease alone
+    #: how often every node connects to each other node's advertised address, to find
+    #: a killed node before its lease runs out
     probe_interval_s: float = 0.25
+    #: refusals in a row that make a node dead: its lease is revoked and its channels
+    #: move without the grace (``0``: no probes, the lease alone)
     probe_refusals: int = 2
 
     def check(self) -> None:
