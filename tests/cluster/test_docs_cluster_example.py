@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from streamwal import defaults
+from streamwal.cluster.store import ClusterStore
 from streamwal.environment import ETCD_ENDPOINTS, PULSAR_ADMIN_URL, PULSAR_SERVICE_URL
 from streamwal.node.config import load_config
 from streamwal_lab.stack import StackInfo
@@ -276,3 +277,9 @@ async def test_the_three_node_example_runs_as_written(
     assert re.search(rf"deleted \d+ keys under {re.escape(prefix)}/cluster/", out), out
     for channel in channels:
         assert f"/{channel} deleted" in out, out
+    # what stays under the prefix is the oracle's, as the page's table says
+    async with ClusterStore([stack.etcd_endpoint]) as store:
+        _revision, left = await store.read_prefix(prefix + "/")
+    keys = {entry.key for entry in left}
+    assert f"{prefix}/tso/timestamp" in keys, keys
+    assert all(key.startswith(f"{prefix}/tso/") for key in keys), keys
