@@ -140,10 +140,12 @@ def wait_port_closed(port: int) -> bool:
     return not port_in_use(port)
 
 
-async def run_python(*args: str, timeout: float) -> tuple[int, str, str]:
-    """``python ARGS`` in a child process, killed if it outlives ``timeout``: its exit
-    code, its output and its error output (decoded). A test that fails shows the tail
-    of both through :func:`shown`."""
+async def run_python(
+    *args: str, timeout: float, cwd: Path | None = None
+) -> tuple[int, str, str]:
+    """``python ARGS`` in a child process (in ``cwd``, if given), killed if it outlives
+    ``timeout``: its exit code, its output and its error output (decoded). A test that
+    fails shows the tail of both through :func:`shown`."""
     proc = await asyncio.create_subprocess_exec(
         *die_with_parent(),
         sys.executable,
@@ -151,6 +153,7 @@ async def run_python(*args: str, timeout: float) -> tuple[int, str, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=os.environ.copy(),
+        cwd=cwd,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
