@@ -1,9 +1,10 @@
 """``streamwal channel status NAME``: a channel's truncation point, storage and consumers.
 
 Read from the broker (the admin API and a plain reader), not from a node, so it works
-on a channel nobody owns, from any shell that reaches the broker. Exit codes: 0, 2
-when the broker or its admin API cannot be read, 3 when the channel does not exist
-(asked of the admin API first: a reader would create the topic).
+on a channel nobody owns, from any shell that reaches the broker; ``--config`` takes
+the broker from a node's file. Exit codes (docs/cli.md): 0, 2 when the broker or its
+admin API cannot be read or the file is not a valid configuration, 3 when the channel
+does not exist (asked of the admin API first: a reader would create the topic).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pulsar
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.admin import require_topic
 from streamwal.adaptors.pulsar.scanner import to_backend_message
+from streamwal.cli_options import add_pulsar_options, pulsar_from_args
 from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
 from streamwal.timeouts import within
 from streamwal.tso.timestamp import physical_datetime
@@ -36,10 +38,7 @@ def register(sub: Any) -> None:
         "status", help="truncation point, storage used, consumers' checkpoints and lag"
     )
     status.add_argument("name", help="the pchannel")
-    status.add_argument("--pulsar", default=PulsarConfig().service_url, help="broker URL")
-    status.add_argument("--admin", help="the broker's admin URL (default: derived from --pulsar)")
-    status.add_argument("--tenant", default="public")
-    status.add_argument("--namespace", default="default")
+    add_pulsar_options(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_run)
 
@@ -136,12 +135,7 @@ def render(status: dict[str, Any]) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        config = PulsarConfig(
-            service_url=args.pulsar,
-            admin_url=args.admin,
-            tenant=args.tenant,
-            namespace=args.namespace,
-        )
+        config = pulsar_from_args(args)
         status = asyncio.run(channel_status(config, args.name))
     except NoSuchChannelError as exc:
         print(f"error: {exc}", file=sys.stderr)
