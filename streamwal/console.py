@@ -38,6 +38,7 @@ from streamwal.errors import (
 from streamwal.exitcodes import FAILED, NOT_FOUND, OK, USAGE
 from streamwal.node.client import Acked, Consumed, NodeClient, WireMessageId
 from streamwal.wal.backend import DeliveryPolicy, validate_channel_name
+from streamwal.wal.message import MessageType
 
 __all__ = ["consumed_json", "register"]
 
@@ -86,6 +87,11 @@ def register(sub: Any) -> None:
         help="stop once no message came for this many seconds (default: follow until Ctrl-C)",
     )
     consume.add_argument("--vchannel", default="", help="only this vchannel's messages")
+    consume.add_argument(
+        "--time-ticks",
+        action="store_true",
+        help="also show the time ticks the WAL writes itself (counted by --count then)",
+    )
     consume.add_argument(
         "--json",
         action="store_true",
@@ -249,6 +255,8 @@ async def _consume(args: argparse.Namespace, target: _Target) -> int:
                     message = await asyncio.wait_for(anext(stream), args.timeout)
                 except (StopAsyncIteration, TimeoutError):
                     break
+                if not args.time_ticks and _is_system(message.type):
+                    continue
                 got += 1
                 if args.json:
                     print(json.dumps(consumed_json(message)), flush=True)
@@ -259,6 +267,12 @@ async def _consume(args: argparse.Namespace, target: _Target) -> int:
         print(f"streamwal consume: {got} of {args.count} messages, then {why}", file=sys.stderr)
         return FAILED
     return OK
+
+
+def _is_system(wire_type: str) -> bool:
+    """A message the WAL writes itself (a time tick), not one a producer sent."""
+    kind = MessageType.from_wire(wire_type)
+    return kind is not None and kind.is_system
 
 
 def _text(payload: bytes) -> str:
