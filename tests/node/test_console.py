@@ -1,10 +1,12 @@
 """The console producer and consumer on one node, the node client's public read API,
-what a read that times out says, and the exit code of a configuration typo, which is
-the same for every command that reads a node's file (docs/cli.md, "Exit codes")."""
+a sparse write's time tick as recent as the write, what a read that times out says,
+and the exit code of a configuration typo, which is the same for every command that
+reads a node's file (docs/cli.md, "Exit codes")."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,10 +14,13 @@ import grpc
 import pytest
 
 from streamwal import DeliveryPolicy
+from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.console import consumed_json
 from streamwal.errors import OutcomeUnknownError, UnavailableError, WriteOutcome
+from streamwal.node.channel_status import channel_status
 from streamwal.node.client import Consumed, NodeClient, WireMessageId, policy
 from streamwal.node.client_errors import NodeCallError
+from streamwal.tso.timestamp import HybridTimestamp
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import plain_node, streamwal_cli
 
@@ -92,6 +97,14 @@ async def test_the_console_and_the_read_api_on_one_node(
             assert await _read(client, channel, DeliveryPolicy.start_from(first), 1) == [b"a"]
             assert await _read(client, channel, DeliveryPolicy.all(), 2) == [b"a", b"b"]
             assert await _read(client, channel, policy("all"), 1) == [b"a"]
+
+            # seconds after the first appends, a write's time tick is still the TSO's now,
+            # and so is the latest time tick `channel status` reads
+            late = await client.produce(channel, b"late")
+            behind_ms = time.time() * 1000 - HybridTimestamp.of(late.time_tick).physical_ms
+            assert behind_ms < 1500, behind_ms
+            status = await channel_status(PulsarConfig(service_url=stack.pulsar_url), channel)
+            assert status["latest_time_tick"] >= late.time_tick
 
             # a read that times out: nothing was written, and the error says no write
             got: list[Consumed] = []
