@@ -22,7 +22,7 @@ from streamwal.node.client import Consumed, NodeClient, WireMessageId, policy
 from streamwal.node.client_errors import NodeCallError
 from streamwal.tso.timestamp import HybridTimestamp
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import plain_node, streamwal_cli
+from tests.node.processes import free_port, plain_node, streamwal_cli
 
 
 async def _read(client: NodeClient, channel: str, delivery: object, limit: int) -> list[bytes]:
@@ -98,6 +98,14 @@ async def test_the_console_and_the_read_api_on_one_node(
             assert await _read(client, channel, DeliveryPolicy.all(), 2) == [b"a", b"b"]
             assert await _read(client, channel, policy("all"), 1) == [b"a"]
 
+            # the commands that read the broker take it from the node's file
+            by_file = ("--config", str(node.config_path))
+            status_cli = await streamwal_cli("channel", "status", channel, "--json", *by_file)
+            assert status_cli.returncode == 0, status_cli
+            assert json.loads(status_cli.stdout)["channel"] == channel
+            checked = await streamwal_cli("verify", "--channel", channel, *by_file)
+            assert checked.returncode == 0, checked
+
             # seconds after the first appends, a write's time tick is still the TSO's now,
             # and so is the latest time tick `channel status` reads
             late = await client.produce(channel, b"late")
@@ -144,3 +152,18 @@ async def test_a_configuration_typo_exits_2_in_every_command(tmp_path: Path) -> 
         done = await streamwal_cli(*args, timeout=60)
         assert done.returncode == 2, (args, done)
         assert "service_ulr" in done.stderr, (args, done.stderr)
+
+
+async def test_channel_status_and_verify_read_the_broker_of_the_nodes_file(
+    tmp_path: Path,
+) -> None:
+    nowhere = free_port()  # bound and released: nothing listens there
+    config = tmp_path / "node.yaml"
+    config.write_text(
+        f"pulsar:\n  service_url: pulsar://127.0.0.1:{nowhere}\n"
+        f"  admin_url: http://127.0.0.1:{nowhere}\n  operation_timeout_s: 1\n"
+    )
+    for args in (("channel", "status", "c"), ("verify", "--channel", "c")):
+        done = await streamwal_cli(*args, "--config", str(config), timeout=60)
+        assert done.returncode == 2, (args, done)  # unreadable: the file's broker is not there
+        assert str(nowhere) in done.stderr, (args, done.stderr)
