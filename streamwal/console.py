@@ -115,7 +115,8 @@ def _where(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class _Target:
-    """Where the messages go or come from, and what an answer names it as."""
+    """Where the messages go or come from: one node (``node``), or the cluster whose
+    keys are under ``prefix`` in the etcd at ``etcd``."""
 
     node: str | None = None
     etcd: tuple[str, ...] = ()
@@ -140,9 +141,9 @@ def _target(args: argparse.Namespace) -> _Target:
     contradict each other."""
     given = [name for name in ("node", "etcd", "config") if getattr(args, name)]
     if len(given) > 1:
-        raise ConfigError("where", f"give one of --node, --etcd, --config, not {given}")
+        raise ConfigError("--node/--etcd/--config", f"give one of them, not {given}")
     if args.cluster_prefix and not args.etcd:
-        raise ConfigError("where", "--cluster-prefix goes with --etcd")
+        raise ConfigError("--cluster-prefix", "goes with --etcd")
     if args.node:
         return _Target(node=args.node)
     if args.etcd:
