@@ -33,6 +33,7 @@ from streamwal.errors import (
     ConfigError,
     InvalidInputError,
     NoClusterError,
+    NoSuchChannelError,
     StreamwalError,
 )
 from streamwal.exitcodes import FAILED, NOT_FOUND, OK, USAGE
@@ -291,9 +292,12 @@ def _run(name: str, args: argparse.Namespace, body: Any) -> int:
         code: int = asyncio.run(body(args, target))
         return code
     except (ChannelNotFoundError, NoClusterError) as exc:
-        where = f" (asked node {target.node})" if target is not None and target.node else ""
+        node = target.node if target is not None else None
+        where = f" (asked node {node})" if node else ""
         print(f"streamwal {name}: {exc}{where}", file=sys.stderr)
-        return NOT_FOUND
+        # a cluster's channel without an owner in time may get one: a failure, not a typo
+        gone = node is not None or isinstance(exc, (NoSuchChannelError, NoClusterError))
+        return NOT_FOUND if gone else FAILED
     except InvalidInputError as exc:  # a configuration or an argument: nothing was sent
         print(f"streamwal {name}: {exc}", file=sys.stderr)
         return USAGE
