@@ -9,9 +9,9 @@ and never handed out, so the values an allocator returns strictly increase.
 A range is handed out for at most ``max_age_s`` after it was fetched, then dropped
 (the next caller fetches): a timestamp's physical part is the TSO's clock when its
 range was fetched, so on a channel written a few times a minute a range of 1000 would
-stamp time ticks many seconds, even minutes, behind the time of the write (a
-``channel status`` whose latest time tick is 30 s older than the last append). The
-drop is a timer, so the append path pays nothing for it.
+stamp time ticks many seconds, even minutes, behind the time of the write, and
+``channel status`` would date the last append that far back. The drop is a timer, so
+the append path pays nothing for it.
 """
 
 from __future__ import annotations

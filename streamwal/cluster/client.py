@@ -492,7 +492,9 @@ class ClusterClient:
             await asyncio.sleep(delay)
             delay = next(delays)
 
-    def _give_up(self, channel: str, producer_id: int, sequence: int, exc: StreamwalError) -> None:
+    def _give_up(
+        self, channel: str, producer_id: int, sequence: int, exc: StreamwalError
+    ) -> None:
         """Hand ``sequence`` back (known not written, the last numbered) or renew."""
         if producer_id != self.producer.producer_id:
             return  # renewed meanwhile by another append's give-up
