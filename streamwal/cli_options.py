@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from streamwal.adaptors.pulsar.config import PulsarConfig
+from streamwal.errors import ConfigError
 
 __all__ = ["add_pulsar_options", "pulsar_from_args"]
 
@@ -42,8 +43,14 @@ def pulsar_from_args(args: argparse.Namespace) -> PulsarConfig:
     not load (its exit code is 2, as for any configuration error)."""
     base = PulsarConfig()
     if args.config is not None:
-        from streamwal.node.config import load_config  # needs the node extra (YAML)
-
+        try:
+            from streamwal.node.config import load_config
+        except ModuleNotFoundError as exc:  # YAML comes with the node extra
+            raise ConfigError(
+                "--config",
+                f"reading a node's file needs the 'node' extra (module {exc.name!r} is not "
+                "installed): pip install 'streamwal[node]'",
+            ) from None
         base = load_config(args.config).pulsar
     given = {
         "service_url": args.pulsar,
