@@ -44,6 +44,7 @@ _COMMAND_MODULES: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("streamwal.tso.cli", ("tso",), "node"),
     ("streamwal.node.channel_status", ("channel",), "node"),
     ("streamwal.cluster.cli", ("cluster",), "node"),
+    ("streamwal.console", ("produce", "consume"), "node"),
     ("streamwal.verify.cli", ("verify",), None),
     ("streamwal.node.trace.cli", ("trace",), None),
 )

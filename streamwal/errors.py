@@ -39,6 +39,7 @@ __all__ = [
     "GrpcStatusName",
     "InvalidInputError",
     "MisconfiguredError",
+    "NoClusterError",
     "NoSuchChannelError",
     "NotLeaderError",
     "OutcomeUnknownError",
@@ -178,6 +179,19 @@ class NoSuchChannelError(ChannelNotFoundError):
     def __init__(self, channel: str, where: str) -> None:
         self.where = where
         super().__init__(channel, f"channel {short_repr(channel)} does not exist ({where})")
+
+
+class NoClusterError(StreamwalError, LookupError):
+    """Nothing of a cluster under the key prefix (no node, no balancer, no channel set):
+    most often a wrong prefix or etcd, and reading it as a channel without an owner
+    yet, or an empty cluster, would hide that. The CLI exits 3."""
+
+    def __init__(self, root: str, what: str = "no node, no balancer, no channel set") -> None:
+        self.root = root
+        super().__init__(
+            f"no cluster under {root} ({what}): check the key prefix (cluster.key_prefix, "
+            "--prefix) and the etcd endpoints"
+        )
 
 
 class ClosedError(StreamwalError):

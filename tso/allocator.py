@@ -5,6 +5,13 @@ timestamps in one call and hands them out one by one without I/O. Concurrent cal
 that find the range empty share one in-flight fetch. A fetched range that is not
 strictly above the previous one is rejected with :class:`TimestampRegressionError`
 and never handed out, so the values an allocator returns strictly increase.
+
+A range is handed out for at most ``max_age_s`` after it was fetched, then dropped
+(the next caller fetches): a timestamp's physical part is the TSO's clock when its
+range was fetched, so on a channel written a few times a minute a range of 1000 would
+stamp time ticks many seconds, even minutes, behind the time of the write, and
+``channel status`` would date the last append that far back. The drop is a timer, so
+the append path pays nothing for it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,11 @@ from streamwal.timestamps import TimestampAllocator
 from streamwal.tso.metrics import record_fetch_latency
 from streamwal.tso.timestamp import MAX_LOGICAL
 
-__all__ = ["LocalAllocator", "TimestampAllocator", "TimestampSource"]
+__all__ = ["DEFAULT_MAX_AGE_S", "LocalAllocator", "TimestampAllocator", "TimestampSource"]
+
+#: how long a fetched range is handed out at most: time ticks stay within this of the
+#: TSO's clock, for one fetch a second at most on an idle channel
+DEFAULT_MAX_AGE_S = 1.0
 
 
 @runtime_checkable
@@ -48,14 +59,23 @@ class LocalAllocator:
     """
 
     def __init__(
-        self, source: TimestampSource, batch_size: int = 1000, *, close_source: bool = False
+        self,
+        source: TimestampSource,
+        batch_size: int = 1000,
+        *,
+        close_source: bool = False,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise InvalidInputError(f"batch_size: must be an integer: {batch_size!r}")
         if not 0 < batch_size < MAX_LOGICAL:
             raise InvalidInputError(f"batch_size: must be in [1, {MAX_LOGICAL}): {batch_size}")
+        if not max_age_s > 0:
+            raise InvalidInputError(f"max_age_s: must be > 0: {max_age_s!r}")
         self._source = source
         self._batch = batch_size
+        self._max_age = max_age_s
+        self._expiry: asyncio.TimerHandle | None = None
         self._close_source = close_source
         self._next = 1  # the cached range is [_next, _end]; empty when _next > _end
         self._end = 0
@@ -128,6 +148,8 @@ class LocalAllocator:
             return
         self._closed = True
         self._next, self._end = 1, 0
+        if self._expiry is not None:
+            self._expiry.cancel()
         task, self._fetch = self._fetch, None
         if task is not None:
             task.cancel()
@@ -180,6 +202,14 @@ class LocalAllocator:
         self._high = top
         if epoch == self._epoch and not self._closed:
             self._next, self._end = first, top
+            if self._expiry is not None:
+                self._expiry.cancel()
+            self._expiry = asyncio.get_running_loop().call_later(self._max_age, self._expire, top)
+
+    def _expire(self, top: int) -> None:
+        """Drop the range that ends at ``top`` if it is still the cached one."""
+        if self._end == top:
+            self._next, self._end = 1, 0
 
 
 def _consume_exception(task: asyncio.Task[None]) -> None:

@@ -21,7 +21,14 @@ from typing import Any
 
 from streamwal import environment
 from streamwal.argtypes import count, seconds
-from streamwal.errors import DecodeError, StreamwalError, UnavailableError
+from streamwal.errors import (
+    ConfigError,
+    DecodeError,
+    InvalidInputError,
+    StreamwalError,
+    UnavailableError,
+)
+from streamwal.exitcodes import FAILED, USAGE
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, DEFAULT_KEY_PREFIX, EtcdConfig, TsoConfig
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
@@ -95,7 +102,7 @@ def register(subparsers: Any) -> None:
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
-    return 2
+    return USAGE
 
 
 def _print_ts(ts: int, as_json: bool) -> None:
@@ -112,9 +119,12 @@ def _parse(args: argparse.Namespace) -> int:
     try:
         ts = parse_timestamp(args.ts)
         _print_ts(ts, args.json)
+    except InvalidInputError as exc:  # the argument is wrong: nothing to try again
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE
     except StreamwalError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return FAILED
     return 0
 
 
@@ -150,9 +160,12 @@ def _now(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         ts = asyncio.run(allocate_one(config))
+    except ConfigError as exc:
+        print(f"error: invalid configuration: {exc}", file=sys.stderr)
+        return USAGE
     except StreamwalError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return FAILED
     _print_ts(ts, args.json)
     return 0
 
@@ -187,6 +200,9 @@ async def _serve_async(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_serve_async(args))
+    except ConfigError as exc:
+        print(f"error: invalid configuration: {exc}", file=sys.stderr)
+        return USAGE
     except StreamwalError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return FAILED

@@ -8,12 +8,15 @@ Deleting topics (``channels remove --delete-topics``, ``delete --delete-topics``
 deleting a cluster cannot be undone: on a terminal they ask first; elsewhere (a
 script, a pipe) they refuse unless ``--yes`` says the question was answered.
 
-Exit codes: 0; 1 when an action fails or is refused (etcd unreachable, a drain or a
-move that timed out, a move to a drained or not-ready node or of a channel being moved
-already, live nodes under a cluster to delete, a deletion not confirmed); 3 when a
-thing named is missing: no cluster under the prefix (no node, no balancer, no channel
-set: most often a wrong ``--prefix`` or ``--config``), a channel not in the set or a
-node that is not a live member (``move``).
+Exit codes (docs/cli.md, "Exit codes"): 0; 1 when an action fails or is refused (etcd
+unreachable, a drain or a move that timed out, a move to a drained or not-ready node or
+of a channel being moved already, live nodes under a cluster to delete, a deletion not
+confirmed); 2 when ``--config`` names a file that is not a valid node configuration;
+3 when a thing named is missing: no cluster under the prefix (no node, no balancer, no
+channel set: most often a wrong ``--prefix`` or ``--config``), a channel not in the set
+(``channels remove``: nothing is removed then; with ``--delete-topics`` its topic is
+still deleted, which finishes a removal whose topic deletion failed) or a node that is
+not a live member (``move``).
 """
 
 from __future__ import annotations
@@ -46,7 +49,14 @@ from streamwal.cluster.operations import (
 from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
-from streamwal.errors import InvalidInputError, NoSuchChannelError, StreamwalError
+from streamwal.errors import (
+    ConfigError,
+    InvalidInputError,
+    NoClusterError,
+    NoSuchChannelError,
+    StreamwalError,
+)
+from streamwal.exitcodes import NOT_FOUND, USAGE
 from streamwal.tso.config import DEFAULT_KEY_PREFIX
 from streamwal.wal.backend import validate_channel_name
 
@@ -57,12 +67,7 @@ if TYPE_CHECKING:
 __all__ = ["NoClusterError", "NotConfirmedError", "register"]
 
 #: exit code when nothing of a cluster is found under the prefix
-NO_CLUSTER = 3
-
-
-class NoClusterError(StreamwalError):
-    """Nothing of a cluster under the prefix: reading it as an empty cluster would
-    hide a wrong ``--prefix`` or ``--config``."""
+NO_CLUSTER = NOT_FOUND
 
 
 class NotConfirmedError(InvalidInputError):
@@ -169,9 +174,19 @@ def _store_and_keys(args: argparse.Namespace) -> tuple[ClusterStore, ClusterKeys
 
 def _require_cluster(view: ClusterView, keys: ClusterKeys) -> None:
     if not (view.nodes or view.balancer_node is not None or view.seeded or view.channels):
-        raise NoClusterError(
-            f"no cluster under {keys.root} (no node, no balancer, no channel set): "
-            "check --prefix (cluster.key_prefix) and --etcd/--config"
+        raise NoClusterError(keys.root)
+
+
+def _require_in_set(view: ClusterView, keys: ClusterKeys, names: list[str]) -> None:
+    """Refuse, before anything changes, to remove a channel the set does not hold: a
+    typo reported as removed would leave the operator believing it gone. Before the
+    first balancer seeded the set there is no set to check against."""
+    unknown = [c for c in names if c not in view.channels]
+    if view.seeded and unknown:
+        raise NoSuchChannelError(
+            unknown[0],
+            f"not in the channel set of the cluster under {keys.root}; nothing removed"
+            + (f" (also not in it: {' '.join(unknown[1:])})" if unknown[1:] else ""),
         )
 
 
@@ -248,6 +263,9 @@ async def _remove(store: ClusterStore, keys: ClusterKeys, args: argparse.Namespa
     serves them (confirmed before anything changes, so a refusal leaves the set)."""
     names = [validate_channel_name(c) for c in args.names]
     if not args.delete_topics:
+        # with --delete-topics a channel already out of the set is how a run whose
+        # topic deletion failed is finished: its topic is still deleted
+        _require_in_set(await read_view(store, keys), keys, names)
         await remove_channels(store, keys, names)
         return f"channels remove: {' '.join(names)}"
     pulsar, admin = _pulsar(args)
@@ -265,10 +283,7 @@ async def _delete(store: ClusterStore, keys: ClusterKeys, args: argparse.Namespa
     keys (the channel list) to try again with."""
     _revision, entries = await store.read_prefix(keys.root)
     if not entries:
-        raise NoClusterError(
-            f"no cluster under {keys.root} (no key at all): check --prefix (cluster.key_prefix) "
-            "and --etcd/--config"
-        )
+        raise NoClusterError(keys.root, "no key at all")
     view = await read_view(store, keys)
     if not args.force:  # refused before anything is asked
         require_no_live_nodes(view, keys)
@@ -324,7 +339,10 @@ def _run(args: argparse.Namespace) -> int:
         print(asyncio.run(_act(args)))
     except (NoClusterError, NoSuchChannelError, NoSuchNodeError) as exc:
         print(f"streamwal cluster {args.op}: {exc}", file=sys.stderr)
-        return NO_CLUSTER
+        return NOT_FOUND
+    except ConfigError as exc:
+        print(f"streamwal cluster {args.op}: invalid configuration: {exc}", file=sys.stderr)
+        return USAGE
     except StreamwalError as exc:
         print(f"streamwal cluster {args.op}: {exc}", file=sys.stderr)
         return 1

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 import grpc
@@ -41,12 +41,13 @@ from streamwal.cluster.moving import MoveResult, move_channel
 from streamwal.cluster.proto import routing_pb2 as routing_pb
 from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.cluster.records import Assignment, ClusterKeys, NodeRecord, decode
+from streamwal.cluster.routing import NO_SUCH_CHANNEL
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import (
-    BackendMismatchError,
     ChannelFencedError,
     ChannelNotFoundError,
     InvalidInputError,
+    NoClusterError,
     NoSuchChannelError,
     StreamwalError,
     UnavailableError,
@@ -57,8 +58,10 @@ from streamwal.node.client import (
     BatchProduceError,
     Consumed,
     NodeClient,
+    WireMessageId,
     final_error,
     give_up,
+    wire_policy,
 )
 from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError
 from streamwal.node.idempotence import ProducerIdentity
@@ -68,7 +71,6 @@ from streamwal.retry import Retry
 from streamwal.tso.config import DEFAULT_KEY_PREFIX
 from streamwal.tso.tls import ClientTLS, open_channel
 from streamwal.wal.backend import DeliveryPolicy
-from streamwal.wal.message_id import MessageId
 
 __all__ = ["ClusterClient", "Transaction", "WireMessageId"]
 
@@ -190,7 +192,9 @@ class ClusterClient:
     async def owner(self, channel: str, *, refresh: bool = False) -> str:
         """The address of the node that owns ``channel``; :class:`ChannelNotFoundError`
         while it has no live owner, :class:`NoSuchChannelError` (at once, not retried)
-        when the cluster's channel set does not hold it."""
+        when the cluster's channel set does not hold it (both forms: etcd, or the
+        nodes' look-up), :class:`~streamwal.errors.NoClusterError` (at once) when
+        nothing of a cluster is under the key prefix."""
         if not refresh and channel in self._owners:
             return self._owners[channel]
         if self._store is None:
@@ -220,6 +224,10 @@ class ClusterClient:
             raise NoSuchChannelError(
                 channel, f"not in the channel set of the cluster under {self._keys.root}"
             )
+        if await self._store.get(self._keys.balancer) is None:
+            _revision, nodes = await self._store.read_prefix(self._keys.nodes)
+            if not nodes:
+                raise NoClusterError(self._keys.root)
 
     async def _route(self, channel: str) -> str:
         """Ask the nodes in turn, starting with the last one that answered."""
@@ -234,7 +242,13 @@ class ClusterClient:
                 )
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
-                    raise ChannelNotFoundError(channel) from None
+                    if NO_SUCH_CHANNEL in tuple(exc.trailing_metadata() or ()):
+                        raise NoSuchChannelError(
+                            channel, f"not in the cluster's channel set, says {address}"
+                        ) from None
+                    raise ChannelNotFoundError(
+                        channel, f"channel {channel!r} has no live owner now (asked {address})"
+                    ) from None
                 last = exc
                 self._routers.remove(address)
                 self._routers.append(address)  # ask it last next time
@@ -392,14 +406,14 @@ class ClusterClient:
         *,
         vchannel: str = "",
         stop: asyncio.Event | None = None,
-    ) -> AsyncIterator[Consumed]:
+    ) -> AsyncGenerator[Consumed, None]:
         """Read ``channel`` from ``policy`` (:class:`~streamwal.DeliveryPolicy`, default
         all) through its owner, following it across moves: after a move the read goes
         on after the last message delivered, so nothing is skipped or repeated. It
         follows the tail until ``stop`` is set or the caller stops iterating (``break``,
         or ``aclose()``); a position from an :class:`Acked` is
         ``DeliveryPolicy.start_from(WireMessageId(acked.message_id))``."""
-        wire = _wire_policy(policy or DeliveryPolicy.all())
+        wire = wire_policy(policy or DeliveryPolicy.all())
         last: bytes | None = None
         loop = asyncio.get_running_loop()
 
@@ -593,49 +607,6 @@ class Transaction:
         else:
             with contextlib.suppress(StreamwalError):
                 await self.rollback()
-
-
-class WireMessageId(MessageId):
-    """A position as a client holds it (``Acked.message_id``, ``Consumed.message_id``):
-    the node's bytes, for a :class:`~streamwal.DeliveryPolicy` sent to the node. It has
-    no log order of its own: only the node's backend can compare positions."""
-
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: bytes) -> None:
-        self._raw = bytes(raw)
-
-    def sort_key(self) -> tuple[int, ...]:
-        raise BackendMismatchError("a client-side message id has no log order")
-
-    def to_bytes(self) -> bytes:
-        return self._raw
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, WireMessageId) and other._raw == self._raw
-
-    def __hash__(self) -> int:
-        return hash(self._raw)
-
-    def __str__(self) -> str:
-        return self._raw.hex()
-
-
-def _wire_policy(policy: DeliveryPolicy) -> pb.DeliveryPolicy:
-    if policy.kind == DeliveryPolicy.ALL:
-        return pb.DeliveryPolicy(all=pb.Empty())
-    if policy.kind == DeliveryPolicy.LATEST:
-        return pb.DeliveryPolicy(latest=pb.Empty())
-    if policy.kind == DeliveryPolicy.START_FROM_TIME_TICK:
-        return pb.DeliveryPolicy(start_from_time_tick=policy.time_tick or 0)
-    if policy.kind == DeliveryPolicy.AFTER_CHECKPOINT:
-        return pb.DeliveryPolicy(after_checkpoint=policy.consumer or "")
-    if policy.message_id is None:
-        raise InvalidInputError(f"delivery policy {policy} needs a message id")
-    raw = policy.message_id.to_bytes()
-    if policy.kind == DeliveryPolicy.START_FROM:
-        return pb.DeliveryPolicy(start_from=raw)
-    return pb.DeliveryPolicy(start_after=raw)
 
 
 async def _until(

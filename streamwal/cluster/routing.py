@@ -17,7 +17,11 @@ from streamwal.cluster.proto import routing_pb2_grpc as pb_grpc
 from streamwal.cluster.view import ClusterView
 from streamwal.errors import short_repr
 
-__all__ = ["RoutingServicer", "add_routing_servicer"]
+__all__ = ["NO_SUCH_CHANNEL", "RoutingServicer", "add_routing_servicer"]
+
+#: trailing metadata of a NOT_FOUND that waiting cannot change: the cluster's channel
+#: set is written and lacks the channel (a client raises NoSuchChannelError at once)
+NO_SUCH_CHANNEL = ("streamwal-no-such-channel", "1")
 
 
 class RoutingServicer(pb_grpc.ClusterRoutingServicer):  # type: ignore[misc]
@@ -35,6 +39,12 @@ class RoutingServicer(pb_grpc.ClusterRoutingServicer):  # type: ignore[misc]
             )
         assert view is not None  # abort raised
         assignment = view.assignments.get(channel)
+        if assignment is None and view.seeded and channel not in view.channels:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"channel {short_repr(channel)} does not exist (not in the cluster's channel set)",
+                trailing_metadata=(NO_SUCH_CHANNEL,),
+            )
         if assignment is None or assignment.node not in view.nodes:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,

@@ -1,9 +1,10 @@
 """``streamwal channel status NAME``: a channel's truncation point, storage and consumers.
 
 Read from the broker (the admin API and a plain reader), not from a node, so it works
-on a channel nobody owns, from any shell that reaches the broker. Exit codes: 0, 2
-when the broker or its admin API cannot be read, 3 when the channel does not exist
-(asked of the admin API first: a reader would create the topic).
+on a channel nobody owns, from any shell that reaches the broker; ``--config`` takes
+the broker from a node's file. Exit codes (docs/cli.md): 0, 2 when the broker or its
+admin API cannot be read or the file is not a valid configuration, 3 when the channel
+does not exist (asked of the admin API first: a reader would create the topic).
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from typing import Any
 
 import pulsar
 
-from streamwal import environment
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.admin import require_topic
 from streamwal.adaptors.pulsar.scanner import to_backend_message
-from streamwal.defaults import PULSAR_SERVICE_URL
 from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
-from streamwal.node.config_cli import add_source_arguments, config_from_args
+from streamwal.node.cli_options import add_pulsar_options, pulsar_from_args
+from streamwal.node.config_cli import config_from_args
 from streamwal.timeouts import within
 from streamwal.tso.timestamp import physical_datetime
 from streamwal.wal.initializing import open_read_only
@@ -40,17 +40,7 @@ def register(sub: Any) -> None:
         "status", help="truncation point, storage used, consumers' checkpoints and lag"
     )
     status.add_argument("name", help="the pchannel")
-    status.add_argument(
-        "--pulsar",
-        help="broker URL (default: the --config file's pulsar.service_url, else "
-        f"${environment.PULSAR_SERVICE_URL}, else {PULSAR_SERVICE_URL})",
-    )
-    status.add_argument(
-        "--admin", help="the broker's admin URL (default: the file's, else derived from --pulsar)"
-    )
-    status.add_argument("--tenant", help="default: the file's pulsar.tenant, else public")
-    status.add_argument("--namespace", help="default: the file's pulsar.namespace, else default")
-    add_source_arguments(status)  # a node's file: its pulsar section (token, TLS) too
+    add_pulsar_options(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_run)
 
@@ -164,7 +154,7 @@ def _pulsar_config(args: argparse.Namespace) -> PulsarConfig:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        config = _pulsar_config(args)
+        config = pulsar_from_args(args)
         status = asyncio.run(channel_status(config, args.name))
     except NoSuchChannelError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -3,9 +3,11 @@
 Each is a :class:`~streamwal.errors.StreamwalError` of the kind the library raises for
 the same condition (a fenced channel is a :class:`~streamwal.errors.ChannelFencedError`
 whether it came from a WAL in process or over gRPC), carries the write outcome of the
-append it ends (``outcome``), and keeps the gRPC status as a detail: it is also a
-``grpc.aio.AioRpcError``, so ``code()``, ``details()`` and the trailing metadata stay
-where code written against raw gRPC errors looks for them.
+append it ends (``outcome``; a read writes nothing, so a read's error is never
+phrased as a write outcome: ``read`` is true, its outcome not written), and keeps
+the gRPC status as a detail: it is also a ``grpc.aio.AioRpcError``, so ``code()``,
+``details()`` and the trailing metadata stay where code written against raw gRPC
+errors looks for them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "NodeTruncatedError",
     "NodeUnavailableError",
     "node_error",
+    "read_error",
 ]
 
 
@@ -55,6 +58,9 @@ class NodeCallError(StreamwalError, grpc.aio.AioRpcError):  # type: ignore[misc]
 
     producer_id: int | None = None
     sequence: int | None = None
+    #: the error ends a read (``Consume``): nothing was written, and the text says no
+    #: write outcome (a timed-out read is not an append whose fate is open)
+    read = False
 
     def __init__(
         self,
@@ -71,6 +77,8 @@ class NodeCallError(StreamwalError, grpc.aio.AioRpcError):  # type: ignore[misc]
         self.channel = ""  # what the library's errors of the same kind carry
 
     def __str__(self) -> str:
+        if self.read:
+            return f"{self.code().name}: {self.details()} (a read: nothing was written)"
         return f"{self.code().name}: {self.details()} (write outcome: {self.outcome.value})"
 
     __repr__ = grpc.aio.AioRpcError.__repr__
@@ -138,6 +146,24 @@ def node_error(
     trailing = exc.trailing_metadata()
     metadata = trailing if isinstance(trailing, grpc.aio.Metadata) else None
     return _class_of(code, text, outcome)(code, text, outcome, metadata)
+
+
+def read_error(exc: grpc.aio.AioRpcError) -> NodeCallError:
+    """``exc``, which ended a read, as its typed error: a read writes nothing, so its
+    outcome is not written and a call that timed out or broke is
+    :class:`NodeUnavailableError` (trying the read again is safe), never an unknown
+    write outcome."""
+    if isinstance(exc, NodeCallError) and exc.read:
+        return exc
+    code = exc.code()
+    text = exc.details() or ""
+    trailing = exc.trailing_metadata()
+    metadata = trailing if isinstance(trailing, grpc.aio.Metadata) else None
+    error = _class_of(code, text, WriteOutcome.NOT_WRITTEN)(
+        code, text, WriteOutcome.NOT_WRITTEN, metadata
+    )
+    error.read = True
+    return error
 
 
 _BY_CODE: dict[grpc.StatusCode, type[NodeCallError]] = {

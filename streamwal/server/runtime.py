@@ -252,13 +252,19 @@ class Node:
             asyncio.create_task(self._reach_broker(), name="node-reach-broker"),
             asyncio.create_task(self._watch(), name="node-watch"),
         ]
+        # "serving" is said only once the node is ready (_reach_broker): a node that
+        # never reaches its broker listens but serves nothing
         _log.info(
-            "node %d serving on %s, advertised as %s (tso %s)",
+            "node %d listening on %s, advertised as %s (tso %s); not ready until the "
+            "broker answers",
             cfg.node.id,
-            f"{cfg.node.listen.rpartition(':')[0]}:{self._port}",
+            self._listening(),
             self.address,
             cfg.tso.mode,
         )
+
+    def _listening(self) -> str:
+        return f"{self.config.node.listen.rpartition(':')[0]}:{self._port}"
 
     def _cluster_member(self) -> ClusterMember:
         return ClusterMember(
@@ -320,7 +326,10 @@ class Node:
             return
         await self._turn_ready()
         _log.info(
-            "node %d ready: broker %s reached", self.config.node.id, self.config.pulsar.service_url
+            "node %d ready: broker %s reached; serving on %s",
+            self.config.node.id,
+            self.config.pulsar.service_url,
+            self._listening(),
         )
         await self._keep_broker()
 

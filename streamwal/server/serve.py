@@ -2,9 +2,12 @@
 
 A start that cannot work stops at once with one line on stderr and exit code 1: a
 taken gRPC or metrics port, a node id a live node holds, an etcd that does not
-answer. The HTTP port (``/metrics``, ``/livez``, ``/readyz``) is bound first, so a
-probe reads "not ready" and why while the node starts. The ``ready on`` line is
-printed when the node can serve (it reached its broker), not when it listens.
+answer. A configuration that does not load (an unknown or misspelled key, a bad
+value, a file that cannot be read) exits 2 before anything starts, as every command
+does (:mod:`streamwal.exitcodes`). The HTTP port (``/metrics``, ``/livez``,
+``/readyz``) is bound first, so a probe reads "not ready" and why while the node
+starts. The ``ready on`` line is printed when the node can serve (it reached its
+broker), not when it listens.
 
 Its log lines name the node (several may share a host, a terminal, a collector), as
 text or JSON (``node.log_format``); its Pulsar client's log is a file of its own,
@@ -25,6 +28,7 @@ import traceback
 from typing import Any
 
 from streamwal.errors import StreamwalError
+from streamwal.exitcodes import USAGE
 from streamwal.node.config import ConfigError
 from streamwal.node.config_cli import add_source_arguments, config_from_args
 from streamwal.node.endpoints import HttpEndpoints, Readiness
@@ -65,7 +69,7 @@ def run(args: argparse.Namespace, *, clock: Clock | None = None) -> int:
         config = config_from_args(args)
     except ConfigError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     formatter = setup_node_logging(
         config.node.id, config.node.log_format, config.telemetry.log_level
     )

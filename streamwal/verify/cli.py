@@ -1,8 +1,9 @@
 """``streamwal verify``: check a channel's whole log with a plain Pulsar reader.
 
 Exit codes: 0 when the log holds no violation, 1 when it does (the summary names the
-first offending message ids), 2 when the log or the acknowledgements could not be read,
-3 when the channel does not exist (checked on the admin API; nothing is created).
+first offending message ids), 2 when the log, the acknowledgements or the node's file
+(``--config``, which names the broker) could not be read, 3 when the channel does not
+exist (checked on the admin API; nothing is created). docs/cli.md has every command's.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from typing import Any
 import pulsar
 from pulsar import asyncio as pulsar_asyncio
 
-from streamwal import environment
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
 from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for, require_topic
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.adaptors.pulsar.scanner import to_backend_message
-from streamwal.defaults import PULSAR_SERVICE_URL
 from streamwal.errors import NoSuchChannelError, StreamwalError
+from streamwal.node.cli_options import add_pulsar_options, pulsar_from_args
 from streamwal.timeouts import within
 from streamwal.verify.acks import Ack, Failure, TxnRecord, read_acks
 from streamwal.verify.history import HistoryReport, check_history
@@ -47,18 +47,7 @@ def register(sub: Any) -> None:
         help="a file of the message ids (hex, one a line) a reader of the whole channel "
         "delivered: checks no transaction was delivered uncommitted or in part",
     )
-    verify.add_argument(
-        "--pulsar",
-        default=environment.pulsar_service_url(),
-        help=f"broker URL (default: ${environment.PULSAR_SERVICE_URL}, else {PULSAR_SERVICE_URL})",
-    )
-    verify.add_argument(
-        "--admin",
-        help="the broker's admin URL, to read the truncation point (default: derived "
-        "from --pulsar for standard ports)",
-    )
-    verify.add_argument("--tenant", default="public")
-    verify.add_argument("--namespace", default="default")
+    add_pulsar_options(verify)  # the admin URL: to read the truncation point
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.set_defaults(func=_run)
 
@@ -138,14 +127,15 @@ def read_delivered(path: Path) -> list[bytes]:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        config = pulsar_from_args(args)
         report = asyncio.run(
             verify_channel(
-                args.pulsar,
+                config.service_url,
                 args.channel,
                 args.acks,
-                tenant=args.tenant,
-                namespace=args.namespace,
-                admin_url=args.admin,
+                tenant=config.tenant,
+                namespace=config.namespace,
+                admin_url=config.admin_url,
                 delivered=read_delivered(args.delivered) if args.delivered else None,
                 must_exist=True,
             )

@@ -12,9 +12,13 @@ from typing import Any
 
 import yaml
 
+from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.process import die_with_parent, port_in_use
 
-__all__ = ["NodeProcess", "free_port", "serve_once"]
+__all__ = ["NodeProcess", "free_port", "plain_node", "serve_once", "streamwal_cli"]
+
+
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -33,7 +37,7 @@ def serve_once(config_path: Path, env: dict[str, str]) -> subprocess.CompletedPr
         text=True,
         timeout=60,
         env=env,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=_ROOT,
         check=False,
     )
 
@@ -168,3 +172,35 @@ async def run_python(
 def shown(out: str, err: str, out_chars: int = 4000, err_chars: int = 2000) -> str:
     """The tails of a child's output and error output, for an assertion message."""
     return f"stdout:\n{out[-out_chars:]}\nstderr:\n{err[-err_chars:]}"
+
+
+async def streamwal_cli(
+    *args: str, stdin: str | None = None, timeout: float = 90.0
+) -> subprocess.CompletedProcess[str]:
+    """``streamwal ARGS`` in a child process (``stdin``: its input; none: no input at
+    all), run to its end: its exit code and output, decoded."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "streamwal.node.cli", *args],
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=_ROOT,
+        check=False,
+    )
+
+
+def plain_node(workdir: Path, stack: StackInfo, key_prefix: str) -> NodeProcess:
+    """Node 1 on the stack's broker and etcd, with an in-process TSO under
+    ``key_prefix`` and no cluster: not started."""
+    return NodeProcess(
+        workdir,
+        1,
+        {
+            "pulsar": {"service_url": stack.pulsar_url},
+            "etcd": {"endpoints": [stack.etcd_endpoint]},
+            "tso": {"mode": "in-process", "key_prefix": key_prefix},
+        },
+    )

@@ -1,4 +1,5 @@
-"""A node whose broker cannot be reached answers AssignChannel with UNAVAILABLE.
+"""A node whose broker cannot be reached answers AssignChannel with UNAVAILABLE, and
+never says it serves.
 
 Without ``wal.first_time_tick_backoff.max_attempts`` an open retries until the caller's deadline
 and the client sees DEADLINE_EXCEEDED, which does not say what went wrong; with it,
@@ -65,3 +66,6 @@ async def test_assign_with_the_broker_unreachable_is_unavailable(
     assert elapsed < _ATTEMPTS * 3 * _OPERATION_TIMEOUT_S + 5, elapsed
     assert node.log_text().count("first time tick attempt") == _ATTEMPTS - 1
     assert f"unreachable-{unique}" not in [c.pchannel for c in listing.channels]
+    # it listened but never served: nothing says it did
+    assert "serving on" not in node.log_text() and "ready on" not in node.log_text()
+    assert "not ready until the broker answers" in node.log_text()

@@ -178,3 +178,19 @@ async def test_close_fails_waiters_and_later_calls() -> None:
 def test_batch_size_is_validated(batch_size: int) -> None:
     with pytest.raises(InvalidInputError, match="batch_size"):
         LocalAllocator(CountingSource(), batch_size=batch_size)
+
+
+async def test_a_range_is_dropped_once_it_is_older_than_its_max_age() -> None:
+    # the physical part is the TSO's clock at the fetch: a range kept for long would
+    # stamp a sparse channel's time ticks far behind the time of its writes
+    source = CountingSource()
+    allocator = LocalAllocator(source, batch_size=100, max_age_s=0.05)
+    first = await allocator.allocate()
+    assert allocator.allocate_cached() == first + 1
+    await asyncio.sleep(0.2)
+    assert allocator.cached == 0 and allocator.allocate_cached() is None
+    second = await allocator.allocate()
+    assert source.calls == [100, 100] and second > first + 1
+    await allocator.close()
+    with pytest.raises(InvalidInputError):
+        LocalAllocator(source, max_age_s=0)

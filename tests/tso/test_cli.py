@@ -28,7 +28,7 @@ def test_parse_explains_a_timestamp(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_parse_rejects_garbage(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tso", "parse", "yesterday"]) == 1
+    assert main(["tso", "parse", "yesterday"]) == 2  # a wrong argument: docs/cli.md
     assert "not a timestamp" in capsys.readouterr().err
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from streamwal.node.client.answers import Acked, BatchProduceError, Consumed, grpc_code_of
 from streamwal.node.client.calls import NodeClient
 from streamwal.node.client.retries import final_error, give_up
-from streamwal.node.client.streams import AppendStream, policy
+from streamwal.node.client.streams import AppendStream, WireMessageId, policy, wire_policy
 from streamwal.node.outcome import write_outcome
 
 __all__ = [
@@ -36,9 +36,11 @@ __all__ = [
     "BatchProduceError",
     "Consumed",
     "NodeClient",
+    "WireMessageId",
     "final_error",
     "give_up",
     "grpc_code_of",
     "policy",
+    "wire_policy",
     "write_outcome",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from streamwal.errors import WriteOutcome
+from streamwal.errors import BackendMismatchError, InvalidInputError, WriteOutcome
 from streamwal.node.client.answers import (
     Acked,
     BatchProduceError,
@@ -24,13 +24,15 @@ from streamwal.node.client.answers import (
     numbers_of,
 )
 from streamwal.node.client.base import Numbering
-from streamwal.node.client_errors import NodeCallError, node_error
+from streamwal.node.client_errors import NodeCallError, node_error, read_error
 from streamwal.node.outcome import in_band_error, rpc_error
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.timeouts import within
+from streamwal.wal.backend import DeliveryPolicy
+from streamwal.wal.message_id import MessageId
 
-__all__ = ["AppendStream", "StreamCalls", "policy"]
+__all__ = ["AppendStream", "StreamCalls", "WireMessageId", "policy", "wire_policy"]
 
 
 def policy(
@@ -55,6 +57,54 @@ def policy(
     if kind == "after_checkpoint":
         return pb.DeliveryPolicy(after_checkpoint=consumer or "")
     raise ValueError(f"unknown delivery policy {kind!r}")
+
+
+class WireMessageId(MessageId):
+    """A position as a client holds it (``Acked.message_id``, ``Consumed.message_id``):
+    the node's bytes, for a :class:`~streamwal.DeliveryPolicy` sent to the node. It has
+    no log order of its own: only the node's backend can compare positions."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = bytes(raw)
+
+    def sort_key(self) -> tuple[int, ...]:
+        raise BackendMismatchError("a client-side message id has no log order")
+
+    def to_bytes(self) -> bytes:
+        return self._raw
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WireMessageId) and other._raw == self._raw
+
+    def __hash__(self) -> int:
+        return hash(self._raw)
+
+    def __str__(self) -> str:
+        return self._raw.hex()
+
+
+def wire_policy(policy: DeliveryPolicy | pb.DeliveryPolicy) -> pb.DeliveryPolicy:
+    """``policy`` as the node takes it: the public :class:`~streamwal.DeliveryPolicy`
+    (its message id a :class:`WireMessageId`, or any id whose bytes the node's
+    backend reads), or the wire type itself, passed through."""
+    if isinstance(policy, pb.DeliveryPolicy):
+        return policy
+    if policy.kind == DeliveryPolicy.ALL:
+        return pb.DeliveryPolicy(all=pb.Empty())
+    if policy.kind == DeliveryPolicy.LATEST:
+        return pb.DeliveryPolicy(latest=pb.Empty())
+    if policy.kind == DeliveryPolicy.START_FROM_TIME_TICK:
+        return pb.DeliveryPolicy(start_from_time_tick=policy.time_tick or 0)
+    if policy.kind == DeliveryPolicy.AFTER_CHECKPOINT:
+        return pb.DeliveryPolicy(after_checkpoint=policy.consumer or "")
+    if policy.message_id is None:
+        raise InvalidInputError(f"delivery policy {policy} needs a message id")
+    raw = policy.message_id.to_bytes()
+    if policy.kind == DeliveryPolicy.START_FROM:
+        return pb.DeliveryPolicy(start_from=raw)
+    return pb.DeliveryPolicy(start_after=raw)
 
 
 class StreamCalls(Numbering):
@@ -117,14 +167,20 @@ class StreamCalls(Numbering):
     async def consume(
         self,
         pchannel: str,
-        delivery: pb.DeliveryPolicy | None = None,
+        delivery: DeliveryPolicy | pb.DeliveryPolicy | None = None,
         *,
         vchannel: str = "",
         limit: int | None = None,
         timeout: float | None = None,
     ) -> AsyncGenerator[Consumed, None]:
+        """Read ``pchannel`` on this node from ``delivery`` (the public
+        :class:`~streamwal.DeliveryPolicy`, its position a :class:`WireMessageId`; the
+        wire type is taken too; default all), up to ``limit`` messages. A failure is a
+        read's error (:func:`~streamwal.node.client_errors.read_error`): nothing was
+        written, whatever the status."""
+        wire = policy() if delivery is None else wire_policy(delivery)
         call = self._stub.Consume(
-            pb.ConsumeRequest(pchannel=pchannel, policy=delivery or policy(), vchannel=vchannel),
+            pb.ConsumeRequest(pchannel=pchannel, policy=wire, vchannel=vchannel),
             timeout=timeout,
         )
         count = 0
@@ -135,7 +191,7 @@ class StreamCalls(Numbering):
                 if limit is not None and count >= limit:
                     return
         except grpc.aio.AioRpcError as exc:
-            raise node_error(exc) from exc
+            raise read_error(exc) from exc
         finally:
             call.cancel()
 
@@ -179,7 +235,7 @@ class StreamCalls(Numbering):
     async def consume_batches(
         self,
         pchannel: str,
-        delivery: pb.DeliveryPolicy | None = None,
+        delivery: DeliveryPolicy | pb.DeliveryPolicy | None = None,
         *,
         vchannel: str = "",
         max_messages: int = 0,
@@ -191,7 +247,7 @@ class StreamCalls(Numbering):
         call = self._stub.ConsumeBatch(
             pb.ConsumeRequest(
                 pchannel=pchannel,
-                policy=delivery or policy(),
+                policy=policy() if delivery is None else wire_policy(delivery),
                 vchannel=vchannel,
                 max_batch_messages=max_messages,
                 max_batch_bytes=max_bytes,
@@ -202,7 +258,7 @@ class StreamCalls(Numbering):
             async for frame in call:
                 yield [consumed_from(m) for m in frame.messages]
         except grpc.aio.AioRpcError as exc:
-            raise node_error(exc) from exc
+            raise read_error(exc) from exc
         finally:
             call.cancel()
 

@@ -16,10 +16,12 @@ import sys
 from typing import Any
 
 from streamwal.argtypes import count
-from streamwal.errors import StreamwalError
+from streamwal.errors import InvalidInputError, StreamwalError
+from streamwal.exitcodes import FAILED, NOT_FOUND, USAGE
 from streamwal.node.trace.jaeger import (
     DEFAULT_JAEGER_URL,
     ENV_JAEGER_URL,
+    TraceNotFoundError,
     default_jaeger_url,
     fetch_trace,
 )
@@ -99,5 +101,11 @@ def _opens(args: argparse.Namespace) -> int:
 
 
 def _fail(exc: StreamwalError) -> int:
+    """The exit code of docs/cli.md: 3 for a trace Jaeger does not hold, 2 for an id
+    that cannot be one, 1 for a Jaeger that does not answer."""
     print(f"error: {exc}", file=sys.stderr)
-    return 1
+    if isinstance(exc, TraceNotFoundError):
+        return NOT_FOUND
+    if isinstance(exc, InvalidInputError):
+        return USAGE
+    return FAILED

@@ -109,9 +109,11 @@ class TraceView:
     spans: tuple[TraceSpan, ...]
 
     def to_json(self) -> dict[str, Any]:
+        """The trace's times as its spans give theirs: in µs, and the duration in ms too."""
         return {
             "trace_id": self.trace_id,
             "start_us": self.start_us,
+            "duration_us": self.duration_us,
             "duration_ms": self.duration_us / 1000,
             "spans": [s.to_json() for s in self.spans],
         }

@@ -191,7 +191,7 @@ async def test_show_of_a_trace_jaeger_does_not_hold(telemetry_stack: StackInfo) 
     done = await asyncio.to_thread(
         _cli, "show", uuid.uuid4().hex, "--jaeger", telemetry_stack.jaeger_url
     )
-    assert done.returncode == 1 and done.stdout == ""
+    assert done.returncode == 3 and done.stdout == ""  # docs/cli.md: it does not exist
     assert done.stderr.startswith("error: ") and "holds no trace" in done.stderr
 
 
@@ -206,4 +206,4 @@ async def test_a_jaeger_that_does_not_answer_is_named() -> None:
 
 def test_a_bad_trace_id_is_refused() -> None:
     done = _cli("show", "not-a-trace", "--jaeger", "http://127.0.0.1:1")
-    assert done.returncode == 1 and "not a trace id" in done.stderr
+    assert done.returncode == 2 and "not a trace id" in done.stderr  # a wrong argument

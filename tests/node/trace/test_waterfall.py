@@ -154,3 +154,15 @@ def test_spans_that_are_their_own_ancestors_are_each_shown_once() -> None:
     }
     view = trace_view(trace)
     assert [(s.span_id, s.depth) for s in view.spans] == [("p", 0), ("q", 1)]
+
+
+def test_the_json_of_a_trace_has_the_fields_the_docs_name() -> None:
+    # docs/traces.md and docs/cli.md: times in µs, the ms a person reads beside them
+    view = trace_view(open_trace())
+    as_json = view.to_json()
+    assert set(as_json) == {"trace_id", "start_us", "duration_us", "duration_ms", "spans"}
+    assert as_json["duration_us"] == view.duration_us > 0
+    assert as_json["duration_ms"] == view.duration_us / 1000
+    assert {"offset_us", "duration_us", "start_offset_ms", "duration_ms"} <= set(
+        as_json["spans"][0]
+    )
