@@ -1,10 +1,12 @@
 """The broker options of the commands that read a channel straight from Pulsar
-(``channel status``, ``verify``): a node's file (``--config``, its ``pulsar:``
-section), each part of it overridden by the flag that names it, or the flags alone.
+(``channel status``, ``verify``): a node's file (``--config``, ``--set``: its
+``pulsar:`` section through the node's one loader, environment included), each part of
+it overridden by the flag that names it, or the flags alone.
 
 An operator who runs the nodes from a file should not retype its broker, tenant and
 namespace (and get one of them wrong) to inspect a channel: the ``cluster`` commands
-read the same file.
+read the same file. The loader is imported only when a file or ``--set`` is given:
+``verify`` runs without the ``node`` extra (YAML comes with it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import dataclasses
 from pathlib import Path
 
 from streamwal.adaptors.pulsar.config import PulsarConfig
+from streamwal.defaults import PULSAR_SERVICE_URL
 from streamwal.errors import ConfigError
 
 __all__ = ["add_pulsar_options", "pulsar_from_args"]
@@ -23,11 +26,21 @@ def add_pulsar_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         type=Path,
-        help="a node's file: its pulsar section (broker, admin URL, tenant, namespace); "
-        "the flags below override it",
+        help="a node's file: its pulsar section (broker, admin URL, tenant, namespace, "
+        "token, TLS); the flags below override it",
     )
     parser.add_argument(
-        "--pulsar", help=f"broker URL (default: the file's, else {PulsarConfig().service_url})"
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="a setting over the file and the environment (repeatable)",
+    )
+    parser.add_argument(
+        "--pulsar",
+        help="broker URL (default: the file's, else $STREAMWAL_PULSAR_SERVICE_URL, else "
+        f"{PULSAR_SERVICE_URL})",
     )
     parser.add_argument(
         "--admin",
@@ -40,9 +53,11 @@ def add_pulsar_options(parser: argparse.ArgumentParser) -> None:
 
 def pulsar_from_args(args: argparse.Namespace) -> PulsarConfig:
     """The broker to read: :class:`~streamwal.errors.ConfigError` for a file that does
-    not load (its exit code is 2, as for any configuration error)."""
+    not load (its exit code is 2, as for any configuration error). The client logs
+    through Python logging, as every command's does, not to a node's log file."""
     base = PulsarConfig()
-    if args.config is not None:
+    overrides = getattr(args, "overrides", None) or ()
+    if args.config is not None or overrides:
         try:
             from streamwal.node.config import load_config
         except ModuleNotFoundError as exc:  # YAML comes with the node extra
@@ -51,11 +66,14 @@ def pulsar_from_args(args: argparse.Namespace) -> PulsarConfig:
                 f"reading a node's file needs the 'node' extra (module {exc.name!r} is not "
                 "installed): pip install 'streamwal[node]'",
             ) from None
-        base = load_config(args.config).pulsar
+        base = load_config(args.config, overrides=overrides).pulsar
+    if args.pulsar and not args.admin:  # the file's admin API is its own broker's
+        base = dataclasses.replace(base, admin_url=None)
     given = {
         "service_url": args.pulsar,
         "admin_url": args.admin,
         "tenant": args.tenant,
         "namespace": args.namespace,
     }
-    return dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+    explicit = {k: v for k, v in given.items() if v is not None}
+    return dataclasses.replace(base, client_log_file=None, **explicit)

@@ -181,7 +181,7 @@ async def streamwal_cli(
     all), run to its end: its exit code and output, decoded."""
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "streamwal.node.cli", *args],
+        [sys.executable, "-m", "streamwal.cli", *args],
         input=stdin,
         stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,

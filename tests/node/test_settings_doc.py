@@ -121,7 +121,8 @@ def test_a_bad_flag_is_named(flag: str, key: str, capsys: pytest.CaptureFixture[
 def test_channel_status_reads_a_node_file_through_the_same_loader(tmp_path: Path) -> None:
     import argparse
 
-    from streamwal.node.channel_status import _pulsar_config, register
+    from streamwal.node.channel_status import register
+    from streamwal.node.cli_options import pulsar_from_args as _pulsar_config
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
