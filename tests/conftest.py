@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
+from streamwal_lab.chaos.services import PrivatePulsar
 from streamwal_lab.stack import Stack, StackInfo
 from streamwal_lab.stack.topics import delete_created, list_topics
 from tests.etcd_keys import EtcdPrefixes
@@ -62,6 +63,19 @@ async def stack(local_stack: Stack) -> AsyncIterator[StackInfo]:
     print(
         f"\nstack: deleted {deleted} of the {created} topics this session created", file=sys.stderr
     )
+
+
+@pytest.fixture(scope="session")
+async def stock(stack: StackInfo) -> AsyncIterator[PrivatePulsar]:
+    """A private broker with Pulsar's defaults (the stack installed its jars), one per
+    session: the adaptors' tests take namespaces of their own on it and the
+    ``stock-broker`` scenario borrows it, instead of each paying a JVM's start."""
+    broker = PrivatePulsar(stock=True)
+    try:
+        await broker.start()
+        yield broker
+    finally:
+        await broker.close()
 
 
 @pytest.fixture(scope="session")
