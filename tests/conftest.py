@@ -92,6 +92,15 @@ def unique() -> Iterator[str]:
     yield uuid.uuid4().hex[:10]
 
 
+@pytest.fixture(scope="module")
+async def module_etcd_prefix(stack: StackInfo) -> AsyncIterator[Callable[[str], str]]:
+    """``etcd_prefix`` for a module's fixtures: nodes that a module's tests share
+    (started once, not once per test) take their TSO prefix from it."""
+    prefixes = EtcdPrefixes(stack.etcd_endpoint)
+    yield prefixes.new
+    await prefixes.delete_all()
+
+
 @pytest.fixture
 async def etcd_prefix(stack: StackInfo) -> AsyncIterator[Callable[[str], str]]:
     """``etcd_prefix("name")``: a fresh key prefix in the shared etcd, deleted after the test.
