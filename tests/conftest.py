@@ -68,8 +68,9 @@ async def stack(local_stack: Stack) -> AsyncIterator[StackInfo]:
 @pytest.fixture(scope="session")
 async def stock(stack: StackInfo) -> AsyncIterator[PrivatePulsar]:
     """A private broker with Pulsar's defaults (the stack installed its jars), one per
-    session: the adaptors' tests take namespaces of their own on it and the
-    ``stock-broker`` scenario borrows it, instead of each paying a JVM's start."""
+    session: the adaptors' tests take namespaces of their own on it, the bookie-disk
+    test writes there and the ``stock-broker`` scenario borrows it, instead of each
+    paying a JVM's start."""
     broker = PrivatePulsar(stock=True)
     try:
         await broker.start()
