@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
+from streamwal_lab.chaos.services import PrivatePulsar
 from streamwal_lab.stack import Stack, StackInfo
 from streamwal_lab.stack.ports import environment as stack_environment
 from streamwal_lab.stack.topics import delete_created, list_topics
@@ -72,6 +73,20 @@ async def stack(local_stack: Stack) -> AsyncIterator[StackInfo]:
 
 
 @pytest.fixture(scope="session")
+async def stock(stack: StackInfo) -> AsyncIterator[PrivatePulsar]:
+    """A private broker with Pulsar's defaults (the stack installed its jars), one per
+    session: the adaptors' tests take namespaces of their own on it, the bookie-disk
+    test writes there and the ``stock-broker`` scenario borrows it, instead of each
+    paying a JVM's start."""
+    broker = PrivatePulsar(stock=True)
+    try:
+        await broker.start()
+        yield broker
+    finally:
+        await broker.close()
+
+
+@pytest.fixture(scope="session")
 async def telemetry_stack(local_stack: Stack, stack: StackInfo) -> StackInfo:
     missing = [n for n in ("jaeger", "otel-collector") if n not in local_stack.services]
     if missing:
@@ -83,6 +98,15 @@ async def telemetry_stack(local_stack: Stack, stack: StackInfo) -> StackInfo:
 def unique() -> Iterator[str]:
     """A short unique suffix for channel names and key prefixes."""
     yield uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="module")
+async def module_etcd_prefix(stack: StackInfo) -> AsyncIterator[Callable[[str], str]]:
+    """``etcd_prefix`` for a module's fixtures: nodes that a module's tests share
+    (started once, not once per test) take their TSO prefix from it."""
+    prefixes = EtcdPrefixes(stack.etcd_endpoint)
+    yield prefixes.new
+    await prefixes.delete_all()
 
 
 @pytest.fixture

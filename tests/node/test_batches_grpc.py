@@ -25,16 +25,17 @@ pytestmark = pytest.mark.integration
 MAX_MESSAGE = 2048
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 async def node(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
+    stack: StackInfo, module_workdir: Path, module_etcd_prefix: Callable[[str], str]
 ) -> AsyncIterator[NodeProcess]:
+    """One node for the module: each test writes a channel of its own."""
     settings = {
         "pulsar": {"service_url": stack.pulsar_url, "max_message_size": MAX_MESSAGE},
         "etcd": {"endpoints": [stack.etcd_endpoint]},
-        "tso": {"mode": "in-process", "key_prefix": etcd_prefix("batch")},
+        "tso": {"mode": "in-process", "key_prefix": module_etcd_prefix("batch")},
     }
-    process = NodeProcess(tmp_path, 1, settings)
+    process = NodeProcess(module_workdir, 1, settings)
     try:
         await process.start()
         yield process

@@ -24,35 +24,73 @@ from tests.node.processes import NodeProcess
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-async def two_nodes(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
-) -> AsyncIterator[tuple[NodeProcess, NodeProcess]]:
-    common = {
-        "pulsar": {"service_url": stack.pulsar_url},
-        "etcd": {"endpoints": [stack.etcd_endpoint]},
-    }
-    one = NodeProcess(
-        tmp_path,
+def _oracle(stack: StackInfo, workdir: Path, key_prefix: str) -> NodeProcess:
+    """Node 1: the TSO in-process."""
+    return NodeProcess(
+        workdir,
         1,
         {
-            **common,
-            "tso": {"mode": "in-process", "key_prefix": etcd_prefix("e2e")},
+            "pulsar": {"service_url": stack.pulsar_url},
+            "etcd": {"endpoints": [stack.etcd_endpoint]},
+            "tso": {"mode": "in-process", "key_prefix": key_prefix},
             # below the 6 MiB append of the bad-request test, which would otherwise be
             # chunked and written; its gRPC limit (1 MiB more) still lets it through
             "wal": {"max_message_bytes": 11 * 512 * 1024},
         },
     )
+
+
+@contextlib.asynccontextmanager
+async def _with_node_two(
+    stack: StackInfo, workdir: Path, oracle: NodeProcess
+) -> AsyncIterator[tuple[NodeProcess, NodeProcess]]:
+    """Node 2 running, its timestamps from node 1: ``(node 1, node 2)``."""
     two = NodeProcess(
-        tmp_path, 2, {**common, "tso": {"mode": "remote", "remote_addresses": [one.address]}}
+        workdir,
+        2,
+        {
+            "pulsar": {"service_url": stack.pulsar_url},
+            "etcd": {"endpoints": [stack.etcd_endpoint]},
+            "tso": {"mode": "remote", "remote_addresses": [oracle.address]},
+        },
     )
     try:
-        await one.start()
         await two.start()
-        yield one, two
-    finally:  # a node that never started is no reason to leave the other running
+        yield oracle, two
+    finally:
         await two.terminate()
+
+
+@pytest.fixture(scope="module")
+async def oracle(
+    stack: StackInfo, module_workdir: Path, module_etcd_prefix: Callable[[str], str]
+) -> AsyncIterator[NodeProcess]:
+    """Node 1, shared by the module's tests: each writes channels of its own and none
+    stops it, so starting it once per test would only cost time."""
+    one = _oracle(stack, module_workdir, module_etcd_prefix("e2e"))
+    try:
+        await one.start()
+        yield one
+    finally:
         await one.terminate()
+
+
+@pytest.fixture(scope="module")
+async def two_nodes(
+    stack: StackInfo, oracle: NodeProcess, module_workdir: Path
+) -> AsyncIterator[tuple[NodeProcess, NodeProcess]]:
+    """Nodes 1 and 2 for the tests that leave both running."""
+    async with _with_node_two(stack, module_workdir, oracle) as nodes:
+        yield nodes
+
+
+@pytest.fixture
+async def node_two_to_stop(
+    stack: StackInfo, oracle: NodeProcess, tmp_path: Path
+) -> AsyncIterator[tuple[NodeProcess, NodeProcess]]:
+    """Node 1 and a node 2 of the test's own, which the test stops."""
+    async with _with_node_two(stack, tmp_path, oracle) as nodes:
+        yield nodes
 
 
 async def test_produce_consume_round_trip(
@@ -262,13 +300,13 @@ async def test_move_a_channel_while_producing_loses_nothing(
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_a_stop_signal_during_traffic_loses_no_acknowledged_message(
-    two_nodes: tuple[NodeProcess, NodeProcess],
+    node_two_to_stop: tuple[NodeProcess, NodeProcess],
     unique: str,
     stack: StackInfo,
     tmp_path: Path,
     sig: signal.Signals,
 ) -> None:
-    _, two = two_nodes
+    _, two = node_two_to_stop
     channel = f"e2e-{sig.name.lower()}-{unique}"
     acks: list[Ack] = []
     async with NodeClient(two.address) as client:
@@ -352,11 +390,11 @@ async def test_bad_requests_get_typed_codes_and_the_node_keeps_serving(
 
 
 async def test_health_turns_not_serving_before_the_node_stops(
-    two_nodes: tuple[NodeProcess, NodeProcess],
+    node_two_to_stop: tuple[NodeProcess, NodeProcess],
 ) -> None:
     """A watcher hears NOT_SERVING from the node itself (so before its server stops),
     then its stream ends, and the watcher does not hold the stop for the grace period."""
-    _, two = two_nodes
+    _, two = node_two_to_stop
     request = health_pb2.HealthCheckRequest(service=SERVICE_NAME)
     async with grpc.aio.insecure_channel(two.address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)

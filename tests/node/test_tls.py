@@ -60,10 +60,12 @@ class Certs:
         }
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 async def tls_nodes(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
+    stack: StackInfo, module_workdir: Path, module_etcd_prefix: Callable[[str], str]
 ) -> AsyncIterator[tuple[Certs, NodeProcess, NodeProcess]]:
+    """Both nodes, shared by the module's tests: none stops them or leaves them changed."""
+    tmp_path = module_workdir
     certs = Certs(tmp_path)
     common = {
         "pulsar": {"service_url": stack.pulsar_url},
@@ -77,7 +79,7 @@ async def tls_nodes(
             **common,
             "tso": {
                 "mode": "in-process",
-                "key_prefix": etcd_prefix("tls"),
+                "key_prefix": module_etcd_prefix("tls"),
                 "tls": certs.tso_tls(),
             },
         },

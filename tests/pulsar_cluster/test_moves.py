@@ -57,6 +57,17 @@ def _assert_clean_log(
     return log
 
 
+async def _acked_beyond(acked: list[tuple[MessageId, bytes]], count: int, within: float) -> bool:
+    """Whether more than ``count`` appends are acknowledged within ``within`` seconds:
+    the wait ends as soon as they are, where a fixed sleep would always last."""
+    deadline = time.monotonic() + within
+    while len(acked) <= count:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
 async def test_a_channel_moved_between_brokers_under_load_fails_no_append(
     pulsar_cluster: ClusterInfo, unique: str
 ) -> None:
@@ -77,13 +88,14 @@ async def test_a_channel_moved_between_brokers_under_load_fails_no_append(
         ]
         try:
             for _ in range(MOVES):
-                await asyncio.sleep(1.0)
+                # the move starts under load: every appender has had time for a turn
+                flowing = await _acked_beyond(acked, len(acked) + APPENDERS, 10.0)
+                assert flowing, f"appends not flowing before move {len(owners)}"
                 before = len(acked)
                 destination = _other(pulsar_cluster, owners[-1])
                 await move_topic(admin, topic, destination)
                 owners.append(await owner_of(admin, topic))
-                await asyncio.sleep(1.0)
-                assert len(acked) > before, "appends stopped after a move"
+                assert await _acked_beyond(acked, before, 1.0), "appends stopped after a move"
         finally:
             stop.set()
             await asyncio.gather(*writers)

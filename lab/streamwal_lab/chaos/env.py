@@ -60,6 +60,10 @@ class ChaosEnv:
     #: the admin API of the broker at ``pulsar_url`` (the shared one's or a private
     #: stack's); the checker reads truncation points through it, truncating nodes use it
     admin_url: str | None = None
+    #: a stock broker the caller lends (the test suite's, started once per session):
+    #: :meth:`private_pulsar` hands it out instead of starting one, :meth:`close`
+    #: leaves it running
+    stock_pulsar: PrivatePulsar | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     _nodes: list[NodeProcess] = field(default_factory=list)
     _pulsars: list[PrivatePulsar] = field(default_factory=list)
@@ -111,7 +115,12 @@ class ChaosEnv:
         return node
 
     async def private_pulsar(self, *, stock: bool = False) -> PrivatePulsar:
-        """A broker of this run; ``stock``: with Pulsar's default policies."""
+        """A broker of this run; ``stock``: with Pulsar's default policies (the lent
+        one if there is one: a broker's start costs a JVM's, and a stock broker's
+        scenario never stops it)."""
+        if stock and self.stock_pulsar is not None:
+            await self.stock_pulsar.start()
+            return self.stock_pulsar
         pulsar = PrivatePulsar(progress=self.say, stock=stock)
         self._pulsars.append(pulsar)
         await pulsar.start()
@@ -129,10 +138,14 @@ class ChaosEnv:
         return traffic
 
     async def check(
-        self, result: ScenarioResult, traffic: Iterable[Traffic], pulsar_url: str | None = None
+        self,
+        result: ScenarioResult,
+        traffic: Iterable[Traffic],
+        pulsar_url: str | None = None,
+        namespace: str = "default",
     ) -> None:
         """Stop ``traffic`` and run the checker on each channel once, against what all
-        of its clients recorded."""
+        of its clients recorded; ``namespace``: the channels' (of tenant ``public``)."""
         traffic = list(traffic)
         for t in traffic:
             await t.stop()
@@ -151,6 +164,7 @@ class ChaosEnv:
                 acks=[a for t in clients for a in t.acks],
                 failures=[f for t in clients for f in t.failures],
                 batches=[b for t in clients for b in t.batches],
+                namespace=namespace,
                 admin_url=None if pulsar_url else self.admin_url,
             )
             result.absorb(channel, report)

@@ -17,6 +17,7 @@ from pathlib import Path
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios import SCENARIOS, Scenario
+from streamwal_lab.chaos.services import PrivatePulsar
 
 __all__ = ["run_scenario", "run_scenarios"]
 
@@ -33,11 +34,13 @@ async def run_scenario(
     keep_workdir: bool = True,
     pulsar_admin_url: str | None = None,
     admin_url: str | None = None,
+    stock_pulsar: PrivatePulsar | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``rounds`` rounds; never raises (failures become problems).
 
     ``pulsar_admin_url``: the shared broker's, whose topics the scenario's channels
-    leave behind (see :meth:`ChaosEnv.close`)."""
+    leave behind (see :meth:`ChaosEnv.close`). ``stock_pulsar``: a running stock
+    broker to use instead of starting one (see :attr:`ChaosEnv.stock_pulsar`)."""
     env = ChaosEnv(
         workdir=workdir,
         pulsar_url=pulsar_url,
@@ -46,6 +49,7 @@ async def run_scenario(
         say=say,
         pulsar_admin_url=pulsar_admin_url,
         admin_url=admin_url or pulsar_admin_url,
+        stock_pulsar=stock_pulsar,
     )
     started = time.monotonic()
     limit = scenario.time_limit(rounds)

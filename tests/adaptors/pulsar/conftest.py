@@ -1,9 +1,10 @@
-"""Fixtures of the Pulsar backend's tests: a private broker with Pulsar's defaults."""
+"""Fixtures of the Pulsar backend's tests: namespaces of their own on the session's
+stock broker (``stock``, in ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -12,17 +13,6 @@ from streamwal.tso import EtcdConfig, TsoConfig
 from streamwal_lab.chaos.services import PrivatePulsar
 from streamwal_lab.stack import StackInfo
 from tests.adaptors.pulsar.stock import StockNamespace
-
-
-@pytest.fixture(scope="session")
-async def stock(stack: StackInfo) -> AsyncIterator[PrivatePulsar]:
-    """A private broker with Pulsar's defaults (the stack installed its jars)."""
-    broker = PrivatePulsar(stock=True)
-    try:
-        await broker.start()
-        yield broker
-    finally:
-        await broker.close()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 
 from streamwal_lab.chaos import SCENARIOS, ScenarioResult, run_scenario
 from streamwal_lab.chaos.scenarios.brokers import FAULTS
+from streamwal_lab.chaos.services import PrivatePulsar
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.cluster import ClusterInfo
 from streamwal_lab.stack.topics import list_topics
@@ -23,9 +24,16 @@ pytestmark = pytest.mark.integration
 
 
 async def _run(
-    name: str, rounds: int, stack: StackInfo, tmp_path: Path, *, drop_topics: bool = False
+    name: str,
+    rounds: int,
+    stack: StackInfo,
+    tmp_path: Path,
+    *,
+    drop_topics: bool = False,
+    stock: PrivatePulsar | None = None,
 ) -> ScenarioResult:
-    """``drop_topics``: delete the run's topics afterwards (large ones fill the bookie)."""
+    """``drop_topics``: delete the run's topics afterwards (large ones fill the bookie);
+    ``stock``: the session's stock broker, lent to a scenario that would start one."""
     seed = random.SystemRandom().randrange(1 << 31)
     result = await run_scenario(
         SCENARIOS[name],
@@ -35,6 +43,7 @@ async def _run(
         workdir=tmp_path,
         seed=seed,
         pulsar_admin_url=stack.pulsar_admin_url if drop_topics else None,
+        stock_pulsar=stock,
     )
     detail = f"seed {seed}, logs in {tmp_path}:\n" + "\n".join(
         result.violations[:20] + result.problems[:20]
@@ -94,8 +103,11 @@ async def test_network_faults(stack: StackInfo, tmp_path: Path) -> None:
     assert result.figures["acks through a blackholed broker link"] == [0]
 
 
-async def test_an_ownerless_channel_on_a_stock_broker(stack: StackInfo, tmp_path: Path) -> None:
-    result = await _quick("stock-broker", stack, tmp_path)
+async def test_an_ownerless_channel_on_a_stock_broker(
+    stack: StackInfo, stock: PrivatePulsar, tmp_path: Path
+) -> None:
+    name = "stock-broker"
+    result = await _run(name, SCENARIOS[name].quick_rounds, stack, tmp_path, stock=stock)
     assert result.ownerships == result.rounds + 1
 
 

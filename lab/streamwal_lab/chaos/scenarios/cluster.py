@@ -52,6 +52,7 @@ from streamwal_lab.bench.cluster_run import ChannelWriter, balanced, wait_for_vi
 from streamwal_lab.chaos.env import ChaosEnv, node_settings
 from streamwal_lab.chaos.nodes import NodeProcess, free_port
 from streamwal_lab.chaos.result import ScenarioResult
+from streamwal_lab.chaos.scenarios.common import start_all
 from streamwal_lab.faultproxy import FaultProxy
 
 __all__ = ["run_broker_lost", "run_etcd_restart", "run_kill", "run_pause", "run_zombie"]
@@ -126,9 +127,13 @@ class _Cluster:
         return process
 
     async def start(self, count: int) -> None:
+        """Nodes 1 to ``count``: node 1 first, so that it registers first and balances,
+        then the others side by side (each start is a process's imports and a lease:
+        seconds on a busy machine, which one after the other only add up)."""
         await self.store.start()
-        for node_id in range(1, count + 1):
-            await (self.nodes.get(node_id) or self.add(node_id)).start()
+        nodes = [self.nodes.get(i) or self.add(i) for i in range(1, count + 1)]
+        await nodes[0].start()
+        await start_all(nodes[1:])
 
     async def wait(self, what: str, check: Any, timeout: float = 90.0) -> ClusterView:
         return await wait_for_view(self.store, self.keys, what, check, timeout)
