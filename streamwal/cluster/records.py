@@ -93,6 +93,14 @@ class Assignment:
     lost_at_ms: int | None = None
     #: W3C trace context of the balancer's decision, for the new owner's wal.open
     trace: dict[str, str] = field(default_factory=dict)
+    #: a node-lost move: W3C context of its failover's root span (``cluster.failover``,
+    #: emitted by the new owner at the channel's first acknowledged write), when the
+    #: previous owner was last known alive, and how precisely (ms) that is known
+    failover: dict[str, str] = field(default_factory=dict)
+    last_alive_ms: int | None = None
+    last_alive_precision_ms: int = 0
+    #: what the failover acted on: ``connection-refused x2 (seen by node 1)``, ``lease-expired``
+    evidence: str = ""
 
 
 @dataclass(frozen=True)
