@@ -5,8 +5,11 @@ Three ``streamwal serve`` processes form a self-managing cluster on the local st
 channel through :class:`~streamwal.cluster.ClusterClient`. The demo SIGKILLs the
 owner of the first channel; after the lease TTL and the grace period the balancer
 moves its channels, the writers follow, and the demo prints how long the channel
-took no writes, the failover's trace (the balancer's ``cluster.move`` span with the
-new owner's ``wal.open`` inside it) and its URL, then checks every channel's log.
+took no writes, the failover's trace (``cluster.failover``: from the dead owner's
+last lease renewal through the evidence, the balancer's ``cluster.move`` and the new
+owner's ``wal.open`` to its first acknowledged write) and its URL, then checks every
+channel's log. The nodes carry the product's names (``streamwal-node``, each its own
+``service.instance.id``), as deployed.
 
 Exit status 1 (lines marked ``!!``) when the channel did not serve elsewhere within
 TTL + grace + 2 s or the checker found a violation; a missing trace is a WARNING.
@@ -30,7 +33,6 @@ from streamwal_lab.stack.jaeger_ui import ui_is_real
 
 __all__ = ["cluster_demo"]
 
-_SERVICE = "streamwal-cluster-demo"
 _TTL_S = 3
 _GRACE_S = 2.0
 
@@ -40,7 +42,7 @@ async def cluster_demo() -> int:
     target = BenchTarget(info.pulsar_url, info.etcd_endpoint, info.pulsar_admin_url)
     run = f"{time.time_ns() % 10**8:08d}"
     channels = [f"demo-cluster-{run}-{i}" for i in range(4)]
-    env = {"STREAMWAL_TELEMETRY__SERVICE_NAME": _SERVICE}
+    env: dict[str, str] = {}
     if traced and info.otlp_endpoint:
         env["STREAMWAL_TELEMETRY__OTLP_ENDPOINT"] = info.otlp_endpoint
     workdir = Path(tempfile.mkdtemp(prefix="streamwal-demo-cluster-"))
@@ -111,8 +113,10 @@ async def cluster_demo() -> int:
 
 
 async def _show_failover(jaeger_url: str, trace_id: str, took: float | None) -> None:
-    say("== the failover, as Jaeger holds it: why the channel moved, and its new open")
-    trace = await get_trace(jaeger_url, trace_id, operation="wal.open", timeout=30)
+    say("== the failover, as Jaeger holds it: from the owner's last renewal to the first write")
+    trace = await get_trace(
+        jaeger_url, trace_id, operation="cluster.failover", also=("wal.open",), timeout=30
+    )
     if trace is None:
         warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}")
         return
@@ -122,6 +126,12 @@ async def _show_failover(jaeger_url: str, trace_id: str, took: float | None) -> 
     if decision is not None and opened is not None:
         ready = (opened.start_us + opened.duration_us - decision.start_us) / 1e6
         say(f"   from the balancer's decision to the new owner's open done: {ready:.2f} s")
+    root = next((s for s in spans if s.operation == "cluster.failover"), None)
+    if root is not None:
+        say(
+            f"   outage as the cluster saw it (last renewal to first write): "
+            f"{root.duration_us / 1e6:.2f} s"
+        )
     waterfall(trace)
     ui_real = await asyncio.to_thread(ui_is_real, jaeger_url)
     say(f"   failover trace: {trace_link(jaeger_url, trace_id, ui_real)}")
