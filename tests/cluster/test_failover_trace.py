@@ -6,6 +6,9 @@ owner) and whose parts come in the order they happened."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,3 +119,27 @@ async def test_a_killed_owners_failover_is_one_trace_spanning_the_outage(
         print(f"{channel}: kill to first ack {gap_s:.2f}s, failover trace {duration_s:.2f}s")
         assert duration_s >= 0.8 * gap_s, (duration_s, gap_s)
         assert duration_s <= gap_s + ttl_s / 3 + _ETCD_PRECISION_S, (duration_s, gap_s)
+        # ``streamwal trace failovers`` finds it by its tag and lists its parts in order
+        args = ("--channel", channel, "--since", "10m", "--jaeger", info.jaeger_url)
+        listed = json.loads(await _trace_cli("failovers", *args, "--json"))
+        assert [f["trace_id"] for f in listed] == [move.trace_id], listed
+        assert listed[0]["outage_us"] == root.duration_us
+        assert (listed[0]["from_node"], listed[0]["to_node"]) == (victim, move.node)
+        assert listed[0]["url"].endswith(f"/trace/{move.trace_id}")
+        named = [p["operation"] for p in listed[0]["parts"]]
+        assert [n for n in named if n in parts] == parts, named
+        text = await _trace_cli("failovers", *args)
+        assert channel in text and move.trace_id in text and "connection-refused" in text
+
+
+async def _trace_cli(*args: str) -> str:
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "streamwal.cli", "trace", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return done.stdout
