@@ -7,21 +7,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from streamwal.cluster import failover
 from streamwal.cluster.records import Assignment, Lost, MoveReason
 from streamwal.node.tracing import routed_to
+from tests.cluster.spans import capture_module_spans
 
 
 @pytest.fixture
 def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(failover, "_tracer", provider.get_tracer("test"))
+    provider, exporter = capture_module_spans(monkeypatch, failover)
     with routed_to(provider):
         yield exporter
 

@@ -14,13 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
 
-from streamwal.cluster import ClusterClient, ClusterSettings
+from streamwal.cluster import ClusterClient, ClusterSettings, waits
 from streamwal.cluster.records import MoveReason
 from streamwal.cluster.view import ClusterView
 from streamwal.node.trace.query import get_trace, span_summaries
 from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import TestCluster, Writer, owners
+from tests.cluster.spans import capture_module_spans
 
 pytestmark = pytest.mark.integration
 
@@ -30,9 +32,15 @@ _ETCD_PRECISION_S = 1.0
 
 
 async def test_a_killed_owners_failover_is_one_trace_spanning_the_outage(
-    telemetry_stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str], unique: str
+    telemetry_stack: StackInfo,
+    tmp_path: Path,
+    etcd_prefix: Callable[[str], str],
+    unique: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     info = telemetry_stack
+    # the writers' spans (this process's), kept here rather than exported
+    client_spans = capture_module_spans(monkeypatch, waits)[1]
     assert info.otlp_endpoint and info.jaeger_url
     channels = [f"fot-{unique}-{i}" for i in range(3)]
     cluster = TestCluster(
@@ -130,6 +138,30 @@ async def test_a_killed_owners_failover_is_one_trace_spanning_the_outage(
         assert [n for n in named if n in parts] == parts, named
         text = await _trace_cli("failovers", *args)
         assert channel in text and move.trace_id in text and "connection-refused" in text
+        # the writer's produce that waited across the failover: why, how long, linked
+        follows = [
+            s
+            for s in client_spans.get_finished_spans()
+            if s.name == "cluster.follow"
+            and s.attributes is not None
+            and s.attributes["streamwal.channel"] == channel
+            and s.attributes.get("streamwal.cluster.failover_trace_id") == move.trace_id
+        ]
+        assert follows, client_spans.get_finished_spans()
+        longest = max(follows, key=_waited_ms)
+        tags = longest.attributes
+        assert tags is not None
+        assert tags["streamwal.cluster.wait_reason"] in (waits.OWNER_GONE, waits.MOVED)
+        assert _waited_ms(longest) >= 0.5 * gap_s * 1000, (tags, gap_s)
+        assert tags["streamwal.cluster.to"] == move.node
+        linked = {format(link.context.trace_id, "032x") for link in longest.links}
+        assert linked == {move.trace_id}, longest.links
+
+
+def _waited_ms(span: ReadableSpan) -> int:
+    waited = (span.attributes or {}).get("streamwal.cluster.waited_ms")
+    assert isinstance(waited, int), span.attributes
+    return waited
 
 
 async def _trace_cli(*args: str) -> str:
