@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry.trace import Link, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
@@ -119,12 +119,22 @@ class FailoverStart:
 
 
 def _part(
-    context: Context, name: str, start_ms: int, end_ms: int, attributes: dict[str, AttributeValue]
+    context: Context,
+    name: str,
+    start_ms: int,
+    end_ms: int,
+    attributes: dict[str, AttributeValue],
+    links: list[Link] | None = None,
 ) -> None:
     span = _tracer.start_span(
-        name, context=context, attributes=attributes, start_time=start_ms * 1_000_000
+        name, context=context, attributes=attributes, start_time=start_ms * 1_000_000, links=links
     )
     span.end(end_time=max(end_ms, start_ms) * 1_000_000)
+
+
+def _links_to(carrier: dict[str, str], why: str) -> list[Link]:
+    found = trace.get_current_span(_W3C.extract(carrier)).get_span_context()
+    return [Link(found, {"streamwal.link": why})] if found.is_valid else []
 
 
 def emit_failover_start(
@@ -149,6 +159,7 @@ def emit_failover_start(
                     "streamwal.cluster.refusals": lost.refusals,
                     "streamwal.cluster.by": lost.by,
                 },
+                _links_to(lost.trace, "the declaration: its probes' account"),
             )
             return
         seen = start.absent_since_ms if start.absent_since_ms is not None else decided_ms

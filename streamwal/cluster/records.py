@@ -199,6 +199,9 @@ class Lost:
     #: lease had used of its TTL, in whole seconds (etcd counts lease time no finer);
     #: ``None`` when etcd no longer knew the lease
     last_renewal_ms: int | None = None
+    #: W3C context of the writer's ``cluster.node_lost`` span (its probes' account):
+    #: each failover's ``cluster.evidence`` links to it
+    trace: dict[str, str] = field(default_factory=dict)
 
 
 def encode(record: Any) -> bytes:

@@ -83,3 +83,17 @@ def test_an_assignment_without_a_failover_emits_nothing(spans: InMemorySpanExpor
     assignment = Assignment("ch", 3, 9, MoveReason.DRAIN, 1, 2)
     assert not failover.emit_failover_end(assignment, 3, 1, 2)
     assert spans.get_finished_spans() == ()
+
+
+def test_the_evidence_links_to_the_declaration_of_the_node_lost(
+    spans: InMemorySpanExporter,
+) -> None:
+    declared = failover.new_failover()  # any W3C context: the prober's span's here
+    lost = Lost(2, 1, 7, "connection-refused", 20_000, 2, 20_500, 1, 18_000, declared)
+    start = failover.FailoverStart.of(lost, None, ttl_ms=5_000, round_ms=500)
+    failover.emit_failover_start(failover.new_failover(), start, node=2, decided_ms=21_000)
+    (evidence,) = spans.get_finished_spans()
+    assert evidence.name == "cluster.evidence"
+    assert (evidence.start_time, evidence.end_time) == (20_000_000_000, 20_500_000_000)
+    linked = [format(link.context.trace_id, "032x") for link in evidence.links]
+    assert linked == [declared["traceparent"].split("-")[1]]
