@@ -10,7 +10,9 @@ Each open reports ``opening``, then ``serving`` or ``failed`` (with the error) t
 ``status/<channel>``; a failed open is tried again after a pause. The reports carry
 since when (and how often) the opens of this assignment fail, so the balancer can
 move a channel this node cannot open (:mod:`.placement`). Opening runs
-inside the trace context the balancer wrote, so ``wal.open`` joins its decision.
+inside the trace context the balancer wrote, so ``wal.open`` joins its decision; a
+failover's trace ends here, at the channel's first acknowledged write
+(:mod:`.failover`).
 
 A channel moved from a live node is opened only once that node has closed it and
 said so (``released/<channel>``), or after ``grace_s`` without a word, or once it is
