@@ -13,6 +13,8 @@ longer, open there) or UNAVAILABLE (node down or stopping) and *not written* dro
 the cached owner, looks it up again and tries again, backing off from 50 ms to
 ``max_backoff_s`` (0.25 s: a failover's end is seen within a quarter of a second,
 at four look-ups a second per waiting channel), for at most ``retry_for_s``.
+A call that waited so is a span of its own, linked to the move that ended the wait
+(:mod:`.waits`).
 
 Appends are idempotent: the client numbers each one once (one
 :class:`~streamwal.node.idempotence.ProducerIdentity` shared by the clients of every

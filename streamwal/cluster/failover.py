@@ -19,7 +19,9 @@ The root starts at the last lease renewal the cluster saw of the old owner (etcd
 lease time in whole seconds: ``streamwal.cluster.last_renewal_precision_ms``). For a
 lease that expired without other evidence, the balancer knows only when it saw the node
 gone: the renewal was one TTL before the expiry, known to the balancer's round interval
-and etcd's second.
+and etcd's second. A balancer elected after the node died saw it gone only from its
+first round on, so such a failover starts later than it did (the dead node was the
+balancer, say, and gave no other evidence).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from streamwal.node.client import BatchProduceError
 from streamwal.node.client_errors import NodeCallError
 from streamwal.node.tracing import LIFECYCLE_ATTRIBUTE
 
-__all__ = ["MOVED", "NO_OWNER", "OWNER_GONE", "OwnerWait", "wait_reason"]
+__all__ = ["MOVED", "NO_OWNER", "NO_OWNER_DETAIL", "OWNER_GONE", "OwnerWait", "wait_reason"]
 
 _tracer = trace.get_tracer(__name__)
 _W3C = TraceContextTextMapPropagator()
