@@ -37,6 +37,9 @@ async def test_the_cluster_demo_kills_an_owner_and_shows_the_failover(
     assert "cluster.failover  [streamwal-node]" in text, shown
     assert "`- cluster.first_write" in text, shown
     assert "streamwal-cluster-demo" not in text, shown
+    # the writers' produces that waited across it, linked to it, as the client's own
+    waited = re.search(r"(\d+) produce\(s\) waited across it, each linked to its move", text)
+    assert waited and int(waited.group(1)) >= 1, shown
     outage = re.search(
         r"outage as the cluster saw it \(last renewal to first write\): ([\d.]+) s", text
     )
