@@ -8,7 +8,8 @@ expired, a newer term began) writes nothing, and two writers never interleave on
 channel. Safety does not rest on this: the broker's fence does (docs/deploy.md).
 
 Each written move is a span (``cluster.move``) whose context travels in the
-assignment, so the new owner's ``wal.open`` joins the trace of the decision.
+assignment, so the new owner's ``wal.open`` joins the trace of the decision. A move
+for ``node-lost`` is part of its failover's trace (:mod:`.failover`).
 
 An operator's move (``requested/<channel>``, :class:`MoveRequest`) is answered in the
 balancer's round: carried out (marked done with the move's trace id, in the
@@ -27,6 +28,12 @@ from dataclasses import replace
 
 from opentelemetry import propagate, trace
 
+from streamwal.cluster.failover import (
+    FailoverStart,
+    emit_failover_start,
+    failover_context,
+    new_failover,
+)
 from streamwal.cluster.membership import Session
 from streamwal.cluster.metrics import record_balancer_term, record_channels_per_node, record_move
 from streamwal.cluster.placement import Decision, plan_round
@@ -65,7 +72,10 @@ class Balancer:
         max_moves: int,
         interval_s: float,
         open_failure_bound_s: float = 10.0,
+        lease_ttl_s: float = 5.0,
     ) -> None:
+        """``lease_ttl_s``: the nodes' lease TTL, which dates a lease-expiry failover's
+        start (:mod:`.failover`)."""
         self._store = store
         self._keys = keys
         self._session = session
@@ -73,6 +83,7 @@ class Balancer:
         self._grace_ms = int(grace_s * 1000)
         self._max_moves = max_moves
         self._interval = interval_s
+        self._ttl_ms = int(lease_ttl_s * 1000)
         self._term = 0
         self._lease: int | None = None
         self._absent_since: dict[int, int] = {}
@@ -229,7 +240,18 @@ class Balancer:
             "streamwal.cluster.from": -1 if decision.previous is None else decision.previous,
             "streamwal.cluster.to": -1 if decision.node is None else decision.node,
         }
-        with _tracer.start_as_current_span("cluster.move", attributes=attributes) as span:
+        failover: dict[str, str] = {}
+        start: FailoverStart | None = None
+        if decision.reason == MoveReason.NODE_LOST and decision.previous is not None:
+            failover = new_failover()
+            lost = view.lost.get(decision.previous)
+            absent = self._absent_since.get(decision.previous)
+            start = FailoverStart.of(lost, absent, self._ttl_ms, int(self._interval * 1000))
+            attributes["streamwal.cluster.evidence"] = start.evidence
+        parent = failover_context(failover)
+        with _tracer.start_as_current_span(
+            "cluster.move", context=parent, attributes=attributes
+        ) as span:
             carrier: dict[str, str] = {}
             propagate.inject(carrier)
             at = now_ms()
@@ -268,12 +290,18 @@ class Balancer:
                     decision.previous,
                     decision.lost_at_ms,
                     carrier,
+                    failover,
+                    None if start is None else start.last_alive_ms,
+                    0 if start is None else start.precision_ms,
+                    "" if start is None else start.evidence,
                 )
                 puts.append((key, encode(assignment)))
             written = await self._store.fenced_write(
                 self._keys.balancer, self._term, expect=expect, puts=puts, deletes=deletes
             )
             span.set_attribute("streamwal.cluster.written", written)
+        if written and start is not None and decision.previous is not None:
+            emit_failover_start(failover, start, decision.previous, at)
         if written:
             record_move(decision.reason)
             _log.info(

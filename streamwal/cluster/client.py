@@ -13,6 +13,8 @@ longer, open there) or UNAVAILABLE (node down or stopping) and *not written* dro
 the cached owner, looks it up again and tries again, backing off from 50 ms to
 ``max_backoff_s`` (0.25 s: a failover's end is seen within a quarter of a second,
 at four look-ups a second per waiting channel), for at most ``retry_for_s``.
+A call that waited so is a span of its own, linked to the move that ended the wait
+(:mod:`.waits`).
 
 Appends are idempotent: the client numbers each one once (one
 :class:`~streamwal.node.idempotence.ProducerIdentity` shared by the clients of every
@@ -43,6 +45,7 @@ from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.cluster.records import Assignment, ClusterKeys, NodeRecord, decode
 from streamwal.cluster.routing import NO_SUCH_CHANNEL
 from streamwal.cluster.store import ClusterStore
+from streamwal.cluster.waits import NO_OWNER_DETAIL, OwnerWait
 from streamwal.errors import (
     ChannelFencedError,
     ChannelNotFoundError,
@@ -148,6 +151,8 @@ class ClusterClient:
         self._timeout = timeout
         self._tracing = tracing
         self._owners: dict[str, str] = {}
+        #: the assignment each cached owner came from (its move's trace, for a wait's link)
+        self._assignments: dict[str, Assignment] = {}
         self._nodes: dict[str, NodeClient] = {}
         self.producer = ProducerIdentity()
         """The identity every append is numbered with, on whichever node it lands."""
@@ -204,8 +209,8 @@ class ClusterClient:
         raw = await self._store.get(self._keys.assign + channel)
         if raw is None:
             await self._require_in_set(channel)
-            raise ChannelNotFoundError(channel, f"channel {channel!r} has no owner yet")
-        assignment = decode(Assignment, raw)
+            raise ChannelNotFoundError(channel, f"channel {channel!r} {NO_OWNER_DETAIL}")
+        assignment = self._assignments[channel] = decode(Assignment, raw)
         raw_node = await self._store.get(self._keys.node(assignment.node))
         if raw_node is None:
             raise ChannelNotFoundError(channel)
@@ -464,6 +469,26 @@ class ClusterClient:
         *,
         writes: bool = False,
     ) -> _T:
+        """:meth:`_follow_tries`, its wait (if it waited) a span (:mod:`.waits`)."""
+        wait = OwnerWait(channel) if self._tracing else None
+        try:
+            answer = await self._follow_tries(channel, one_try, writes=writes, wait=wait)
+        except StreamwalError as exc:
+            if wait is not None:
+                wait.ended(self._assignments.get(channel), exc)
+            raise
+        if wait is not None:
+            wait.ended(self._assignments.get(channel))
+        return answer
+
+    async def _follow_tries(
+        self,
+        channel: str,
+        one_try: Callable[[NodeClient], Awaitable[_T]],
+        *,
+        writes: bool,
+        wait: OwnerWait | None,
+    ) -> _T:
         """``one_try`` on the channel's owner until it succeeds, fails for good or the
         retry time is spent. A call that may have been served (unknown outcome) is
         tried again only because every call made through here is idempotent; the
@@ -482,7 +507,7 @@ class ClusterClient:
         maybe_written: set[int] = set()  # the same for a batch's messages
         while True:
             try:
-                return await self._try(channel, one_try, refresh=refresh, writes=writes)
+                return await self._try(channel, one_try, refresh=refresh, writes=writes, wait=wait)
             except (ChannelNotFoundError, UnavailableError) as exc:
                 if isinstance(exc, NoSuchChannelError):
                     raise
@@ -531,16 +556,19 @@ class ClusterClient:
         *,
         refresh: bool,
         writes: bool,
+        wait: OwnerWait | None = None,
     ) -> _T:
         """One try on the owner, its failure or acknowledgement noted for the write
-        gap (a channel that does not exist, or bad input, is no gap)."""
+        gap and the wait (a channel that does not exist, or bad input, is neither)."""
         try:
             answer = await one_try(self._node(await self.owner(channel, refresh=refresh)))
         except (NoSuchChannelError, InvalidInputError):
             raise
-        except StreamwalError:
+        except StreamwalError as exc:
             if writes:
                 self._gaps.failed(channel)
+            if wait is not None:
+                wait.failed(exc)
             raise
         if writes:
             self._gaps.acknowledged(channel)

@@ -10,7 +10,9 @@ Each open reports ``opening``, then ``serving`` or ``failed`` (with the error) t
 ``status/<channel>``; a failed open is tried again after a pause. The reports carry
 since when (and how often) the opens of this assignment fail, so the balancer can
 move a channel this node cannot open (:mod:`.placement`). Opening runs
-inside the trace context the balancer wrote, so ``wal.open`` joins its decision.
+inside the trace context the balancer wrote, so ``wal.open`` joins its decision; a
+failover's trace ends here, at the channel's first acknowledged write
+(:mod:`.failover`).
 
 A channel moved from a live node is opened only once that node has closed it and
 said so (``released/<channel>``), or after ``grace_s`` without a word, or once it is
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
+from streamwal.cluster.failover import emit_failover_end
 from streamwal.cluster.metrics import record_reassignment, record_release_wait
 from streamwal.cluster.records import (
     Assignment,
@@ -51,6 +54,7 @@ from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import ChannelNotFoundError, ClosedError, StreamwalError, UnavailableError
 from streamwal.node.channels import ChannelManager
 from streamwal.tasks import cancel_and_wait
+from streamwal.wal.wal import WAL
 
 __all__ = ["Follower"]
 
@@ -94,6 +98,8 @@ class Follower:
         self._opening: dict[str, asyncio.Task[None]] = {}
         #: channels that moved away, being closed here (then released)
         self._letting_go: dict[str, asyncio.Task[None]] = {}
+        #: failovers onto this node awaiting their channel's first acknowledged write
+        self._failovers: set[asyncio.Task[None]] = set()
         self._reported: dict[str, tuple[str, int, int]] = {}
         #: per channel: (assignment revision, first failure ms, failures) while failing
         self._failing: dict[str, tuple[int, int, int]] = {}
@@ -116,7 +122,7 @@ class Follower:
         letting_go = [t for t in self._letting_go.values() if not t.done()]
         if letting_go and let_go_s > 0:
             await asyncio.wait(letting_go, timeout=let_go_s)
-        tasks = [*self._opening.values(), *self._letting_go.values()]
+        tasks = [*self._opening.values(), *self._letting_go.values(), *self._failovers]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -277,7 +283,7 @@ class Follower:
         last = self._last_error.get(channel, "") if failing and failing[0] == revision else ""
         await self._report(channel, "opening", last, revision)
         try:
-            await self._channels.assign(channel)
+            opened = await self._channels.assign(channel)
         except (StreamwalError, OSError) as exc:
             _log.warning("cluster: opening %s failed: %s", channel, exc)
             held = self._failing.get(channel)
@@ -289,9 +295,23 @@ class Follower:
             return
         self._failing.pop(channel, None)
         self._followed[channel] = revision
+        serving_ns = time.time_ns()
         await self._report(channel, "serving", "", revision)
         if assignment.lost_at_ms is not None:
             record_reassignment((now_ms() - assignment.lost_at_ms) / 1000, channel)
+        if assignment.failover:
+            task = asyncio.create_task(
+                self._end_failover(assignment, opened.wal, serving_ns),
+                name=f"cluster-failover-{channel}",
+            )
+            self._failovers.add(task)
+            task.add_done_callback(self._failovers.discard)
+
+    async def _end_failover(self, assignment: Assignment, wal: WAL, serving_ns: int) -> None:
+        """The failover's trace ends at the channel's first acknowledged write here."""
+        acknowledged = await wal.first_acknowledged()
+        if acknowledged is not None:
+            emit_failover_end(assignment, self._node_id, serving_ns, acknowledged)
 
     async def _report(self, channel: str, state: str, reason: str, revision: int) -> None:
         failing = self._failing.get(channel)

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 
 from streamwal.cluster.metrics import record_node_lost
 from streamwal.cluster.records import ClusterKeys, Lost, NodeRecord, encode, now_ms
@@ -44,6 +44,12 @@ _log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
 
 _REFUSED = {errno.ECONNREFUSED}
+
+
+def _context_of_current_span() -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
 
 
 class Probe:
@@ -191,6 +197,7 @@ class Prober:
                     at,
                     self._node_id,
                     last_renewal,
+                    _context_of_current_span(),
                 )
                 written = await self._store.declare_lost(
                     self._keys.node(node),

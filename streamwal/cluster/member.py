@@ -89,6 +89,7 @@ class ClusterMember:
                 max_moves=settings.max_moves_per_round,
                 interval_s=settings.round_interval_s,
                 open_failure_bound_s=settings.open_failure_bound_s,
+                lease_ttl_s=settings.lease_ttl_s,
             )
         self._left = False
         self._closed = False

@@ -93,6 +93,14 @@ class Assignment:
     lost_at_ms: int | None = None
     #: W3C trace context of the balancer's decision, for the new owner's wal.open
     trace: dict[str, str] = field(default_factory=dict)
+    #: a node-lost move: W3C context of its failover's root span (``cluster.failover``,
+    #: emitted by the new owner at the channel's first acknowledged write), when the
+    #: previous owner was last known alive, and how precisely (ms) that is known
+    failover: dict[str, str] = field(default_factory=dict)
+    last_alive_ms: int | None = None
+    last_alive_precision_ms: int = 0
+    #: what the failover acted on: ``connection-refused x2 (seen by node 1)``, ``lease-expired``
+    evidence: str = ""
 
 
 @dataclass(frozen=True)
@@ -191,6 +199,9 @@ class Lost:
     #: lease had used of its TTL, in whole seconds (etcd counts lease time no finer);
     #: ``None`` when etcd no longer knew the lease
     last_renewal_ms: int | None = None
+    #: W3C context of the writer's ``cluster.node_lost`` span (its probes' account):
+    #: each failover's ``cluster.evidence`` links to it
+    trace: dict[str, str] = field(default_factory=dict)
 
 
 def encode(record: Any) -> bytes:

@@ -140,6 +140,9 @@ def setup_telemetry(
     ``one_node=False``: the process hosts several nodes, so its resource names none of
     them (``config.node.id`` would be wrong for all but one) but its role, ``service``;
     each node takes a provider of its own from :meth:`Telemetry.node_tracer_provider`.
+    A second set-up with ``one_node=False`` leaves the global provider as the first
+    set it: the caller routes its spans to the new one with
+    :func:`~streamwal.node.tracing.routed_to`.
     ``serve_metrics=False``: the caller serves the registry itself (``streamwal serve``
     does, beside its probes: :mod:`streamwal.node.endpoints`).
     """
@@ -161,7 +164,10 @@ def setup_telemetry(
                 _log.info("exporting traces over OTLP to %s", endpoint)
             except Exception:
                 _log.warning("cannot export traces to %s", endpoint, exc_info=True)
-        trace.set_tracer_provider(provider if one_node else RoutingTracerProvider(provider))
+        if one_node or not isinstance(trace.get_tracer_provider(), RoutingTracerProvider):
+            trace.set_tracer_provider(provider if one_node else RoutingTracerProvider(provider))
+        # else a second set-up in a process hosting nodes (the demo's parts): the global
+        # provider can be set once only, so the caller routes to this one (routed_to)
     telemetry.metrics_port = _setup_metrics(config, resource, serve_metrics)
     return telemetry
 

@@ -21,6 +21,7 @@ calls and tasks), else to the process's own.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -53,6 +54,7 @@ __all__ = [
     "RoutingTracerProvider",
     "base_sampler",
     "client_span_name",
+    "emit_span_with_id",
     "name_client_span",
     "routed_to",
 ]
@@ -258,3 +260,49 @@ class RoutingTracerProvider(trace.TracerProvider):
             "attributes": attributes,
         }
         return _RoutingTracer(self.default, scope)
+
+
+def emit_span_with_id(
+    name: str,
+    context: trace.SpanContext,
+    *,
+    start_ns: int,
+    end_ns: int,
+    attributes: Mapping[str, AttributeValue],
+    scope: str,
+) -> bool:
+    """Hand a finished root span whose ids were chosen before it ran to the span
+    processors of the provider this context's spans go to; whether it was handed over.
+
+    Only the SDK makes a span from given ids (the API always draws new ones), so the
+    cluster layer, which uses the API, calls this for the one span whose id its
+    children named long before it could be emitted (``cluster.failover``). Never
+    raises: a span that cannot be emitted is no reason to fail the write it ends on.
+    """
+    try:
+        provider = _ROUTE.get() or trace.get_tracer_provider()
+        if isinstance(provider, RoutingTracerProvider):
+            provider = provider.default
+        processor = getattr(provider, "_active_span_processor", None)
+        resource = getattr(provider, "resource", None)
+        if processor is None or resource is None or not context.trace_flags.sampled:
+            return False
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        span = ReadableSpan(
+            name=name,
+            context=context,
+            parent=None,
+            resource=resource,
+            attributes=dict(attributes),
+            kind=SpanKind.INTERNAL,
+            start_time=start_ns,
+            end_time=max(end_ns, start_ns),
+            status=trace.Status(trace.StatusCode.OK),
+            instrumentation_scope=InstrumentationScope(scope),
+        )
+        processor.on_end(span)
+        return True
+    except Exception:
+        logging.getLogger(__name__).warning("span %s not emitted", name, exc_info=True)
+        return False

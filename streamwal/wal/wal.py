@@ -198,6 +198,9 @@ class WAL(_Readable):
             params.config.truncate_interval,
             lambda: self.params.mvcc.pchannel.time_tick,
         )
+        #: wall-clock ns of this owner's first acknowledged append (see first_acknowledged)
+        self._first_ack_ns: int | None = None
+        self._first_ack = asyncio.Event()
 
     @property
     def node_id(self) -> int:
@@ -216,6 +219,17 @@ class WAL(_Readable):
     def open_attempts(self) -> int:
         """How many attempts the first time tick took."""
         return self._open_attempts
+
+    async def first_acknowledged(self) -> int | None:
+        """When (wall-clock ns) this owner acknowledged its first append: where a
+        failover ends for the channel's writers. ``None`` once closed without one."""
+        await self._first_ack.wait()
+        return self._first_ack_ns
+
+    def _acknowledged(self) -> None:
+        if self._first_ack_ns is None:
+            self._first_ack_ns = time.time_ns()
+            self._first_ack.set()
 
     @property
     def is_fenced(self) -> bool:
@@ -326,6 +340,7 @@ class WAL(_Readable):
             plain = msg.producer_id is None and msg.txn_id is None
             result = await (chain.append_plain if plain else chain.append)(msg)
             outcome = "ok"
+            self._acknowledged()
             return result
         except ChannelFencedError:
             outcome = "fenced"
@@ -376,6 +391,8 @@ class WAL(_Readable):
             seconds,
         )
         results = [o for o in outcomes if isinstance(o, AppendResult)]
+        if results:
+            self._acknowledged()
         if len(results) == len(outcomes):
             return results
         quota = next((o for o in outcomes if isinstance(o, QuotaExceededError)), None)
@@ -388,6 +405,7 @@ class WAL(_Readable):
         raise BatchAppendError(self._channel, list(outcomes))
 
     async def _close_writer(self) -> None:
+        self._first_ack.set()  # a waiter for the first append gets None
         await self._truncator.close()
         await self._chain.close()
 

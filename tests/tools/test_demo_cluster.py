@@ -33,6 +33,17 @@ async def test_the_cluster_demo_kills_an_owner_and_shows_the_failover(
     assert moved and float(moved.group(1)) <= 7.0, shown
     assert re.search(r"failover trace: \S*[0-9a-f]{32}", text), shown
     assert "cluster.move" in text and "`- wal.open" in text, shown
+    # one trace from the dead owner's last renewal to the first write, by deployed names
+    assert "cluster.failover  [streamwal-node]" in text, shown
+    assert "`- cluster.first_write" in text, shown
+    assert "streamwal-cluster-demo" not in text, shown
+    # the writers' produces that waited across it, linked to it, as the client's own
+    waited = re.search(r"(\d+) produce\(s\) waited across it, each linked to its move", text)
+    assert waited and int(waited.group(1)) >= 1, shown
+    outage = re.search(
+        r"outage as the cluster saw it \(last renewal to first write\): ([\d.]+) s", text
+    )
+    assert outage and float(outage.group(1)) >= 0.8 * float(moved.group(1)), shown
     assert text.count(", 0 violations") == 4, shown
     # after a success its channels and its nodes' logs go
     channels = set(re.findall(r"\bdemo-cluster-\d{8}-\d\b", text))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 import pytest
 
@@ -208,3 +209,22 @@ async def test_the_allocator_failing_during_appends_is_retried(
     result = await wal.append(insert(b"x"))
     assert result.time_tick > wal.first_time_tick
     assert isinstance(result.message_id, MemoryMessageId)
+
+
+async def test_the_first_acknowledged_append_is_dated_once_and_a_close_ends_the_wait(
+    open_owner: OpenOwner,
+) -> None:
+    wal = await open_owner(node_id=5)
+    waiting = asyncio.create_task(wal.first_acknowledged())
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # the open's own first time tick is no acknowledged write
+    before = time.time_ns()
+    await wal.append(MutableMessage(MessageType.INSERT, b"a", vchannel="v1"))
+    first = await asyncio.wait_for(waiting, 5)
+    assert first is not None and before <= first <= time.time_ns()
+    await wal.append_many([MutableMessage(MessageType.INSERT, b"b", vchannel="v1")])
+    assert await wal.first_acknowledged() == first
+    unused = await open_owner(node_id=6)
+    waiting = asyncio.create_task(unused.first_acknowledged())
+    await unused.close()
+    assert await asyncio.wait_for(waiting, 5) is None

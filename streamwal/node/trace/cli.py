@@ -1,6 +1,7 @@
-"""``streamwal trace show TRACE_ID`` and ``streamwal trace opens``: traces from a shell.
+"""``streamwal trace show TRACE_ID``, ``streamwal trace opens`` and ``streamwal trace
+failovers``: traces from a shell.
 
-Both read Jaeger's query API (``--jaeger``, else ``$STREAMWAL_JAEGER_URL``, else
+All read Jaeger's query API (``--jaeger``, else ``$STREAMWAL_JAEGER_URL``, else
 ``http://127.0.0.1:16686``, where the lab's local stack serves it) and print text for a
 person or, with ``--json``, the same data for tools. Exit status 1 with one ``error:``
 line when Jaeger does not answer or does not hold the trace.
@@ -13,11 +14,13 @@ import asyncio
 import json
 import re
 import sys
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 from streamwal.argtypes import count
 from streamwal.errors import InvalidInputError, StreamwalError
 from streamwal.exitcodes import FAILED, NOT_FOUND, USAGE
+from streamwal.node.trace.failovers import recent_failovers, render_failovers
 from streamwal.node.trace.jaeger import (
     DEFAULT_JAEGER_URL,
     ENV_JAEGER_URL,
@@ -30,6 +33,13 @@ from streamwal.node.trace.opens import recent_opens, render_opens
 from streamwal.node.trace.waterfall import render_waterfall
 
 __all__ = ["parse_since", "register"]
+
+
+class _Listed(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+_Row = TypeVar("_Row", bound=_Listed)
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -56,7 +66,17 @@ def register(sub: Any) -> None:
     )
     opens.add_argument("--service", action="append", help="only these services (repeatable)")
     opens.add_argument("--limit", type=count, default=20, help="at most this many (default 20)")
-    for parser in (show, opens):
+    failovers = verbs.add_parser(
+        "failovers", help="recent failovers of channels: outage, parts, trace URL"
+    )
+    failovers.add_argument("--channel", help="only this channel's failovers")
+    failovers.add_argument(
+        "--since", type=parse_since, default=3600.0, help="how far back (90s, 15m, 1h; default 1h)"
+    )
+    failovers.add_argument(
+        "--limit", type=count, default=20, help="at most this many, newest first (default 20)"
+    )
+    for parser in (show, opens, failovers):
         parser.add_argument(
             "--jaeger",
             help=f"Jaeger query URL (default: ${ENV_JAEGER_URL}, else {DEFAULT_JAEGER_URL})",
@@ -64,6 +84,7 @@ def register(sub: Any) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     show.set_defaults(func=_show)
     opens.set_defaults(func=_opens)
+    failovers.set_defaults(func=_failovers)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -80,23 +101,40 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _opens(args: argparse.Namespace) -> int:
-    url = default_jaeger_url(args.jaeger)
+    search = recent_opens(
+        default_jaeger_url(args.jaeger),
+        channel=args.channel,
+        since_s=args.since,
+        services=args.service,
+        limit=max(args.limit, 1),
+    )
+    return _list(args, search, render_opens)
+
+
+def _failovers(args: argparse.Namespace) -> int:
+    search = recent_failovers(
+        default_jaeger_url(args.jaeger),
+        channel=args.channel,
+        since_s=args.since,
+        limit=max(args.limit, 1),
+    )
+    return _list(args, search, render_failovers)
+
+
+def _list(
+    args: argparse.Namespace,
+    search: Coroutine[Any, Any, list[_Row]],
+    render: Callable[[list[_Row]], list[str]],
+) -> int:
+    """Print what ``search`` found: a table, or its rows' JSON with ``--json``."""
     try:
-        found = asyncio.run(
-            recent_opens(
-                url,
-                channel=args.channel,
-                since_s=args.since,
-                services=args.service,
-                limit=max(args.limit, 1),
-            )
-        )
+        found = asyncio.run(search)
     except StreamwalError as exc:
         return _fail(exc)
     if args.json:
-        print(json.dumps([o.to_json() for o in found], indent=2))
+        print(json.dumps([row.to_json() for row in found], indent=2))
     else:
-        print("\n".join(render_opens(found)))
+        print("\n".join(render(found)))
     return 0
 
 

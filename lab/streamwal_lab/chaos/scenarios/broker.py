@@ -11,7 +11,6 @@ error and the last one not; appends on the loaded channels resume.
 from __future__ import annotations
 
 import asyncio
-import os
 
 import grpc
 from opentelemetry.sdk.trace import ReadableSpan
@@ -53,7 +52,6 @@ async def _rounds(env: ChaosEnv, rounds: int, result: ScenarioResult, spans: Spa
             "STREAMWAL_TSO__MODE": "remote",
             "STREAMWAL_TSO__REMOTE_ADDRESSES": nodes[0].address,
             "STREAMWAL_WAL__FIRST_TIME_TICK_BACKOFF__MAXIMUM": "0.5",
-            "OTEL_SERVICE_NAME": os.environ.get("OTEL_SERVICE_NAME", "streamwal-chaos"),
         }
     )
     home, traffic = await channel_per_node(env, result, nodes, "broker")
