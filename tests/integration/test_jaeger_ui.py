@@ -4,7 +4,9 @@ The demo (as a user runs it) makes the traces: a channel's open that retried whi
 the broker was unreachable, and its move to node 2 with node 1's refused write. The
 test opens both in Jaeger's UI and reads the page as a person would: the attempt
 rows, the red error marks, the span details (the refused write's domain error, the
-move's reason) and each node's process.
+move's reason) and each node's process. A second test kills (-9) the owner of a
+channel in a 3-node cluster and opens the failover's trace: its parts in the order
+they happened, and the duration the page shows against the outage the writers saw.
 
 It needs Jaeger serving its UI (``STREAMWAL_JAEGER_UI_ASSETS``: see docs/traces.md)
 and a Chromium (Debian's ``chromium``) driven by playwright. Without them it FAILS
@@ -30,6 +32,7 @@ import pytest
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.jaeger_ui import ui_is_real
 from streamwal_lab.stack.paths import ENV_JAEGER_UI_ASSETS
+from tests.cluster.failovers import DEFAULT_TIMES, failover_trace, kill_an_owner
 from tests.node.processes import run_python
 from tests.node.processes import shown as shown_of
 
@@ -201,3 +204,67 @@ async def test_an_operator_reads_the_open_and_the_move_in_jaegers_ui(
 
 
 ATTEMPT = "wal.first_time_tick.attempt"
+_FAILOVER_PARTS = ["cluster.evidence", "cluster.move", "wal.open", "cluster.first_write"]
+_UNITS = {"μs": 1e-6, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def _seconds(shown: str) -> float:
+    """A duration as Jaeger's UI prints it (``980.5ms``, ``1.68s``) in seconds."""
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*(μs|µs|us|ms|s|m)", shown.strip())
+    assert match, f"not a duration Jaeger prints: {shown!r}"
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+async def test_an_operator_reads_a_failover_whole_in_jaegers_ui(
+    jaeger_ui: str,
+    telemetry_stack: StackInfo,
+    tmp_path: Path,
+    etcd_prefix: Any,
+    unique: str,
+) -> None:
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: pip install -e './lab[dev]' (it drives Chromium)")
+    chromium = _chromium()
+    channels = [f"uifo-{unique}-{i}" for i in range(3)]
+    killed = await kill_an_owner(
+        telemetry_stack, tmp_path, etcd_prefix("uifo"), channels, **DEFAULT_TIMES
+    )
+    channel = sorted(killed.gaps)[0]
+    gap_s = killed.gaps[channel]
+    # the trace as Jaeger's API holds it (one root, parts in order, bounds)
+    move, root = await failover_trace(telemetry_stack, killed, channel, _FAILOVER_PARTS)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 620})
+            rows = await _open(page, jaeger_ui, move.trace_id, spans=len(_FAILOVER_PARTS) + 1)
+            operations = [r.operation for r in rows]
+            # the root first: the whole outage; then its parts, in the order they came
+            assert operations[0] == "cluster.failover", rows
+            assert all(r.service == "streamwal-node" for r in rows), rows
+            where = [operations.index(part) for part in _FAILOVER_PARTS]
+            assert where == sorted(where), rows
+            shown = await page.locator(
+                ".LabeledList--item", has_text="Duration"
+            ).locator("strong").inner_text()
+            duration_s = _seconds(shown)
+            # what the page shows is the root's length (to the UI's rounding) ...
+            assert abs(duration_s - root.duration_us / 1e6) <= 0.01 + 0.01 * duration_s, (
+                shown,
+                root.duration_us,
+            )
+            # ... and that is the outage: at least 0.8 of the gap the writers saw, at most
+            # that gap plus a renewal interval and the precision its start is known to
+            precision_s = float(root.tags["streamwal.cluster.last_renewal_precision_ms"]) / 1000
+            bound_s = gap_s + killed.lease_ttl_s / 3 + precision_s
+            print(f"{channel}: kill to first ack {gap_s:.2f}s, Jaeger shows {shown}")
+            assert 0.8 * gap_s <= duration_s <= bound_s + 0.01, (shown, gap_s, bound_s)
+            await _shoot(page, "jaeger-failover-trace.png", tmp_path)
+            details = await _details(page, 0)
+            assert "streamwal.cluster.reason" in details and "node-lost" in details, details
+            assert "connection-refused" in details, details
+            assert channel in details, details
+        finally:
+            await browser.close()
