@@ -90,6 +90,7 @@ from streamwal.verify.store import Store
 from streamwal.verify.transactions import TXN_RULES, ExactlyOnceChecker
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
+from streamwal.wal.message.codec import KEY_LAST_CONFIRMED
 from streamwal.wal.message_id import MessageId
 
 __all__ = [
@@ -175,6 +176,8 @@ class HistoryReport:
     #: acknowledgements before the truncation point (not checked: truncated)
     acks_truncated: int = 0
     truncated_before: str | None = None
+    started_at: str | None = None
+    """Where a read that starts inside the log (``--from``, ``--since``) began."""
     violations: list[Violation] = field(default_factory=list)
     violation_counts: dict[str, int] = field(default_factory=dict)
     acked_violations: int = 0
@@ -234,6 +237,8 @@ class HistoryReport:
             + (
                 f" ({self.acks_truncated} before the truncation point {self.truncated_before})"
                 if self.truncated_before
+                else f" ({self.acks_truncated} before the start {self.started_at})"
+                if self.started_at
                 else ""
             ),
             "failed appends: "
@@ -287,6 +292,7 @@ class HistoryReport:
             "foreign_count": max(self.foreign_count, len(self.foreign)),
             "acks_checked": self.acks_checked,
             "acks_truncated": self.acks_truncated,
+            "started_at": self.started_at,
             "truncated_before": self.truncated_before,
             "acked_violations": self.acked_violations,
             "failures": dict(self.failures),
@@ -328,7 +334,11 @@ class HistoryChecker:
     """The history rules, fed one entry at a time in log order (see the module).
 
     ``store``: the file of a checkpoint's digests (kept), else a temporary one under
-    ``work_dir``. Close it (or use it as a context manager) to free its store."""
+    ``work_dir``. Close it (or use it as a context manager) to free its store.
+    ``starts_inside``: the entries fed begin inside the log (a read from an id or a
+    time), so like a truncated log's the first continues an ownership, and perhaps a
+    transaction, that began before it, and acknowledgements before it are not
+    checked (counted with the truncated ones)."""
 
     def __init__(
         self,
@@ -338,9 +348,12 @@ class HistoryChecker:
         store: Path | None = None,
         work_dir: Path | None = None,
         keep: int = KEEP,
+        starts_inside: bool = False,
     ) -> None:
         self._decode_id = message_id_from_bytes
         self._truncated = truncated_before
+        self._starts_inside = starts_inside
+        self._from: MessageId | None = None  # the first entry read, when it starts inside
         self._store = Store(store, work_dir)
         self._keep = keep
         self.report = HistoryReport()
@@ -352,11 +365,12 @@ class HistoryChecker:
         self._n = 0  # violations recorded, over every run
         self._last_id: MessageId | None = None
         self._last_tt: int | None = None
-        self._last_tt_id = ""
+        self._last_tt_id: MessageId | str = ""  # made text only when a rule names it
+        self._confirmed: str | None = None  # a last-confirmed id that passed, as written
         self._current: _Ownership | None = None
         self._past_nodes: set[int] = set()
         self._eo = ExactlyOnceChecker(
-            self._store, self._emit, truncated=truncated_before is not None
+            self._store, self._emit, truncated=truncated_before is not None or starts_inside
         )
 
     def __enter__(self) -> HistoryChecker:
@@ -389,6 +403,9 @@ class HistoryChecker:
         if self._truncated is not None and message_id < self._truncated:
             return  # gone, or about to be: not part of the log any more
         report = self.report
+        if self._starts_inside and self._from is None:
+            self._from = message_id
+            self.report.started_at = str(message_id)
         self._last_id = message_id
         self._pos += 1
         pos = self._pos
@@ -402,7 +419,6 @@ class HistoryChecker:
             self._store.add("foreign_entry", (message_id.to_bytes(),))
             return
         report.decoded += 1
-        text_id = str(message_id)
         marker = msg.type.is_txn_marker  # a marker's payload is a count, not a client's
         self._store.add(
             "msg",
@@ -424,14 +440,16 @@ class HistoryChecker:
                 _LOG,
                 pos,
                 rule,
-                text_id,
+                str(message_id),
                 f"{what} {time_tick} is not above {last_tt} (at {self._last_tt_id})",
             )
         else:
-            self._last_tt, self._last_tt_id = time_tick, text_id
+            self._last_tt, self._last_tt_id = time_tick, message_id
         if msg.producer_id is not None or msg.txn_id is not None or msg.type in _EO_TYPES:
-            self._eo.feed(msg, pos, text_id)
+            self._eo.feed(msg, pos, str(message_id))
         if first_tick:
+            text_id = str(message_id)
+            self._confirmed = None
             if self._current is not None:
                 self._past_nodes.add(self._current.node)
             self._past_nodes.discard(msg.source)
@@ -440,15 +458,23 @@ class HistoryChecker:
             if len(report.owners) < self._keep:
                 report.owners.append((msg.source, text_id))
             return
-        if self._current is None and self._truncated is not None:
+        if self._current is None and (self._truncated is not None or self._from is not None):
             # the log starts at the truncation point, inside an ownership that began
             # before it: that ownership confirms this message's last-confirmed id
-            self._current = _Ownership(msg.source, msg.last_confirmed, f"before {self._truncated}")
-        violation = _owner_violation(
-            msg.source, msg.last_confirmed, self._current, self._past_nodes
-        )
+            self._current = _Ownership(
+                msg.source, msg.last_confirmed, f"before {self._truncated or self._from}"
+            )
+            self._confirmed = None
+        current = self._current
+        confirmed = raw.properties.get(KEY_LAST_CONFIRMED)
+        same_node = current is not None and msg.source == current.node
+        if same_node and confirmed is not None and confirmed == self._confirmed:
+            return  # what the message before it confirmed, and that passed: so does this
+        violation = _owner_violation(msg.source, msg.last_confirmed, current, self._past_nodes)
         if violation is not None:
-            self._emit(_LOG, pos, violation[0], text_id, violation[1])
+            self._emit(_LOG, pos, violation[0], str(message_id), violation[1])
+        elif same_node:
+            self._confirmed = confirmed
 
     # ---- the checkpoint -----------------------------------------------------------
 
@@ -463,14 +489,12 @@ class HistoryChecker:
             "n": self._n,
             "last_id": self._last_id.to_bytes().hex() if self._last_id is not None else None,
             "last_tt": self._last_tt,
-            "last_tt_id": self._last_tt_id,
+            "last_tt_id": str(self._last_tt_id),
             "current": None
             if current is None
             else [current.node, current.first_id.to_bytes().hex(), current.first_text],
             "past_nodes": sorted(self._past_nodes),
-            "truncated_before": self._truncated.to_bytes().hex()
-            if self._truncated is not None
-            else None,
+            "from": self._from.to_bytes().hex() if self._from is not None else None,
             "exactly_once": self._eo.state(),
         }
 
@@ -494,6 +518,10 @@ class HistoryChecker:
                 node, first, text = current
                 self._current = _Ownership(int(node), decode_id(bytes.fromhex(first)), str(text))
             self._past_nodes = {int(n) for n in state["past_nodes"]}
+            start = state["from"]
+            if start is not None:
+                self._from = decode_id(bytes.fromhex(start))
+                self.report.started_at = str(self._from)
             self._eo.restore(state["exactly_once"])
         except (KeyError, TypeError, ValueError, DecodeError) as exc:
             raise InvalidInputError(f"not a verify checkpoint: {exc!r}") from exc
@@ -550,7 +578,7 @@ class HistoryChecker:
         return report
 
     def _ack_rows(self, acks: Iterable[Ack]) -> Iterable[tuple[Any, ...]]:
-        report, point = self.report, self._truncated
+        report, point = self.report, self._start()
         for n, ack in enumerate(acks):
             truncated = point is not None and _before(ack.message_id, point, self._decode_id)
             if truncated:
@@ -559,6 +587,13 @@ class HistoryChecker:
                 report.acks_checked += 1
             text = _readable(ack.message_id, self._decode_id)
             yield (n, ack.message_id, text, ack.time_tick, _key(ack.digest), truncated)
+
+    def _start(self) -> MessageId | None:
+        """Where what is checked begins: the later of the truncation point and the
+        first entry of a read that started inside the log."""
+        if self._truncated is None or self._from is None:
+            return self._truncated or self._from
+        return max(self._truncated, self._from)
 
     def _copies(self) -> None:
         """Each payload's copies in the log, and where its last one is (markers left
@@ -619,7 +654,7 @@ class HistoryChecker:
         """``delivered-changed`` per delivery that is not the log's whole message at its
         id; ``ack-undelivered`` per acknowledged message (after the truncation point)
         that no delivery names."""
-        store, report, point = self._store, self.report, self._truncated
+        store, report, point = self._store, self.report, self._start()
 
         def rows() -> Iterable[tuple[Any, ...]]:
             for n, delivery in enumerate(deliveries):

@@ -119,12 +119,14 @@ class ExactlyOnceChecker:
         return {
             "serial": self._serial,
             "started": self._started,
+            "truncated": self._truncated,
             "open": [[t, o.serial, o.first.hex(), o.members] for t, o in self._open.items()],
         }
 
     def restore(self, state: dict[str, Any]) -> None:
         self._serial = int(state["serial"])
         self._started = bool(state["started"])
+        self._truncated = self._truncated or bool(state.get("truncated"))
         self._open = {
             int(t): _Open(int(s), bytes.fromhex(f), int(m)) for t, s, f, m in state["open"]
         }
