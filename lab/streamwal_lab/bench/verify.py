@@ -167,7 +167,8 @@ async def run_verify_bench(
     """Write one channel, then read it raw and verify it, interleaved; see the module."""
     channel = f"bench-verify-{uuid.uuid4().hex[:8]}"
     topic = PulsarConfig(service_url=target.pulsar_url).topic(channel)
-    admin_url = admin_url_for(target.pulsar_url)
+    admin_url = target.pulsar_admin_url or admin_url_for(target.pulsar_url)
+    admin_args = ("--admin", admin_url) if admin_url else ()
     try:
         started = time.perf_counter()
         entries = await asyncio.to_thread(
@@ -182,7 +183,7 @@ async def run_verify_bench(
             began = time.perf_counter()
             read = await asyncio.to_thread(read_raw, target.pulsar_url, topic)
             raw_rates.append(read / (time.perf_counter() - began))
-            run = await asyncio.to_thread(run_verify, target.pulsar_url, channel)
+            run = await asyncio.to_thread(run_verify, target.pulsar_url, channel, *admin_args)
             if run.code != 0 or run.report.get("messages") != entries:
                 raise RuntimeError(
                     f"verify exited {run.code} after {run.report.get('messages')} of "
