@@ -28,6 +28,7 @@ import os
 import re
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for, require_
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.errors import (
+    ClosedError,
     DecodeError,
     InvalidInputError,
     NoSuchChannelError,
@@ -429,7 +431,7 @@ async def verify_channel(
                 inclusive=after is None and start is not None,
                 since_ms=since_ms,
             )
-            _feed(checker, reassemble(channel, entries), progress, ledgers)
+            _feed(checker, reassemble(channel, entries), progress, ledgers, stop)
             report = checker.finish(
                 acks=recorded,
                 failures=failures,
@@ -444,7 +446,11 @@ async def verify_channel(
 
     if state is not None and saved is None:
         _db_of(state).unlink(missing_ok=True)  # a store without its checkpoint: stale
-    return await asyncio.to_thread(check)
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(check)
+    finally:
+        stop.set()  # cancelled (Ctrl-C): the reading thread stops at its next look
 
 
 def _feed(
@@ -452,21 +458,25 @@ def _feed(
     entries: Iterable[BackendMessage],
     out: TextIO | None,
     ledgers: list[tuple[int, int]] | None,
+    stop: threading.Event,
 ) -> None:
+    """Every entry into ``checker``; every :data:`_PROGRESS_CHECK` entries, the
+    progress line (if ``out``) and ``stop`` (set: :class:`ClosedError`, no checkpoint
+    saved: the next run redoes this one from the last)."""
     feed: Callable[[BackendMessage], None] = checker.feed
-    if out is None:
-        for raw in entries:
-            feed(raw)
-        return
-    line = _Progress(out, ledgers)
+    line = _Progress(out, ledgers) if out is not None else None
     try:
         for count, raw in enumerate(entries, 1):
             feed(raw)
             if count % _PROGRESS_CHECK == 0:
-                message_id = raw.message_id
-                line.update(count, message_id if isinstance(message_id, PulsarMessageId) else None)
+                if stop.is_set():
+                    raise ClosedError(f"verify stopped after {count} entries")
+                if line is not None:
+                    at = raw.message_id
+                    line.update(count, at if isinstance(at, PulsarMessageId) else None)
     finally:
-        line.clear()
+        if line is not None:
+            line.clear()
 
 
 def read_delivered(path: Path) -> list[bytes]:

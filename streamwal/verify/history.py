@@ -416,7 +416,7 @@ class HistoryChecker:
             report.foreign_count += 1
             if len(report.foreign) < self._keep:
                 report.foreign.append(str(message_id))
-            self._store.add("foreign_entry", (message_id.to_bytes(),))
+            self._store.add("foreign_entry", (message_id.to_bytes(), self._pos))
             return
         report.decoded += 1
         marker = msg.type.is_txn_marker  # a marker's payload is a count, not a client's
@@ -525,6 +525,7 @@ class HistoryChecker:
             self._eo.restore(state["exactly_once"])
         except (KeyError, TypeError, ValueError, DecodeError) as exc:
             raise InvalidInputError(f"not a verify checkpoint: {exc!r}") from exc
+        self._store.forget_after(self._pos, self._run - 1)
         if self._last_id is not None:
             self.report.resumed_after = str(self._last_id)
 

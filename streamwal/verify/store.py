@@ -13,9 +13,9 @@ Tables (``BLOB`` ids are the backend's ``MessageId.to_bytes()``, digests sha256)
 
 - ``msg(id, tt, digest, pos, counted)``: each decoded message, ``counted`` unless it
   is a transaction marker (whose payload is a count, not a client's);
-- ``foreign(id)``: entries that do not decode;
+- ``foreign_entry(id, pos)``: entries that do not decode;
 - ``seq(pid, sq, pos, text)``: idempotent appends (producer id, sequence number);
-- ``member(id, txn, serial)`` and ``txn(txn, serial, how, committed, commit_id,
+- ``member(id, txn, serial, pos)`` and ``txn(txn, serial, how, committed, commit_id,
   members, first)``: the messages of each transaction and how it ended;
 - ``viol(run, phase, pos, n, rule, text, detail)``: every violation found, in the
   order the report lists them (the report keeps only the first ones in memory);
@@ -42,9 +42,9 @@ FLUSH_ROWS = 5000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS msg(id BLOB, tt INTEGER, digest BLOB, pos INTEGER, counted INTEGER);
-CREATE TABLE IF NOT EXISTS foreign_entry(id BLOB);
+CREATE TABLE IF NOT EXISTS foreign_entry(id BLOB, pos INTEGER);
 CREATE TABLE IF NOT EXISTS seq(pid INTEGER, sq INTEGER, pos INTEGER, text TEXT);
-CREATE TABLE IF NOT EXISTS member(id BLOB, txn INTEGER, serial INTEGER);
+CREATE TABLE IF NOT EXISTS member(id BLOB, txn INTEGER, serial INTEGER, pos INTEGER);
 CREATE TABLE IF NOT EXISTS txn(
     txn INTEGER PRIMARY KEY, serial INTEGER, how TEXT, committed INTEGER,
     commit_id BLOB, members INTEGER, first BLOB);
@@ -60,9 +60,9 @@ CREATE TABLE IF NOT EXISTS told(n INTEGER, txn INTEGER, outcome TEXT);
 
 _INSERTS = {
     "msg": "INSERT INTO msg VALUES (?, ?, ?, ?, ?)",
-    "foreign_entry": "INSERT INTO foreign_entry VALUES (?)",
+    "foreign_entry": "INSERT INTO foreign_entry VALUES (?, ?)",
     "seq": "INSERT INTO seq VALUES (?, ?, ?, ?)",
-    "member": "INSERT INTO member VALUES (?, ?, ?)",
+    "member": "INSERT INTO member VALUES (?, ?, ?, ?)",
     "txn": "INSERT OR REPLACE INTO txn VALUES (?, ?, ?, ?, ?, ?, ?)",
     "viol": "INSERT INTO viol VALUES (?, ?, ?, ?, ?, ?, ?)",
     "ack": "INSERT INTO ack VALUES (?, ?, ?, ?, ?, ?)",
@@ -153,6 +153,15 @@ class Store:
         self.flush()
         row: tuple[Any, ...] | None = self._db.execute(sql, params).fetchone()
         return row
+
+    def forget_after(self, pos: int, run: int) -> None:
+        """Drop what a run that never saved its checkpoint wrote (killed, interrupted):
+        the rows of entries after position ``pos`` and the violations of runs after
+        ``run``. A transaction it ended is ended again, the same way, as the log is read
+        again (its row is replaced)."""
+        for table in ("msg", "foreign_entry", "seq", "member"):
+            self.execute(f"DELETE FROM {table} WHERE pos > ?", (pos,))
+        self.execute("DELETE FROM viol WHERE run > ?", (run,))
 
     def size(self) -> int:
         """Bytes the store takes on disk."""

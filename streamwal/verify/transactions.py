@@ -159,7 +159,7 @@ class ExactlyOnceChecker:
             if msg.time_tick in self._open:  # the same id begun twice: the first is lost
                 self._open.pop(msg.time_tick)
             self._open[msg.time_tick] = _Open(self._serial, begin)
-            self._store.add("member", (begin, msg.time_tick, self._serial))
+            self._store.add("member", (begin, msg.time_tick, self._serial, pos))
             return
         txn_id = msg.txn_id
         if txn_id is None:
@@ -194,7 +194,7 @@ class ExactlyOnceChecker:
                 self._end(txn_id, "committed", msg.message_id.to_bytes())
         else:
             txn.members += 1
-            self._store.add("member", (msg.message_id.to_bytes(), txn_id, txn.serial))
+            self._store.add("member", (msg.message_id.to_bytes(), txn_id, txn.serial, pos))
 
     # ---- once the log is read -----------------------------------------------------
 

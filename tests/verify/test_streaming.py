@@ -131,6 +131,28 @@ def test_a_checkpoint_keeps_the_ownership_and_an_idempotent_sequence(tmp_path: P
     assert "already at 7:1" in report.violations[1].detail
 
 
+def test_a_run_that_never_saved_its_checkpoint_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Killed after reading, before saving: the next run reads those entries again, and
+    what the killed run stored of them counts neither as copies nor as violations."""
+    store = tmp_path / "s.db"
+    with HistoryChecker(PulsarMessageId.from_bytes, store=store) as first:
+        first.feed(first_tick(0, 100, 1))
+        first.finish()
+        state = first.state()
+    read_again = [data(1, 101, 1, 0, payload=b"x"), data(2, 99, 1, 1)]
+    with HistoryChecker(PulsarMessageId.from_bytes, store=store) as killed:
+        killed.restore(state)
+        for raw in read_again:
+            killed.feed(raw)
+        killed.finish()  # its violations stored; then it dies before saving
+    with HistoryChecker(PulsarMessageId.from_bytes, store=store) as again:
+        again.restore(state)
+        again.feed(read_again[0])
+        report = again.finish(acks=[ack_of(read_again[0], 101)])
+    assert report.ok, report.summary()
+    assert (report.messages, report.acks_checked) == (1, 1)
+
+
 def test_a_bad_checkpoint_is_refused(
     topic: FakeTopic, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
