@@ -67,7 +67,7 @@ async def run_failover_bench(
         report = await verify_channel(
             target.pulsar_url, channel, acks=writer.acks, failures=writer.failures
         )
-        violations += len(report.violations)
+        violations += report.violations_total
     bound_s = lease_ttl_s + grace_s + 2.0
     return {
         "nodes": nodes,
