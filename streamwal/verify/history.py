@@ -129,7 +129,6 @@ KEEP = 1000
 #: exactly-once ones (see :mod:`streamwal.verify.transactions`), then the inputs' rules
 _LOG, _SHARED, _ACKS, _DELIVERIES, _FAILURES, _BATCHES = 0, 4, 5, 6, 7, 8
 _STATE_VERSION = 1
-_EO_TYPES = frozenset({MessageType.TIME_TICK, MessageType.BEGIN_TXN})
 
 Decoder = Callable[[BackendMessage, MessageIdDecoder], ImmutableMessage]
 DECODERS: tuple[Decoder, ...] = (decode,)
@@ -419,7 +418,8 @@ class HistoryChecker:
             self._store.add("foreign_entry", (message_id.to_bytes(), self._pos))
             return
         report.decoded += 1
-        marker = msg.type.is_txn_marker  # a marker's payload is a count, not a client's
+        kind = msg.type
+        marker = kind.is_txn_marker  # a marker's payload is a count, not a client's
         self._store.add(
             "msg",
             (
@@ -431,7 +431,8 @@ class HistoryChecker:
             ),
         )
         time_tick = msg.time_tick
-        first_tick = msg.type is MessageType.TIME_TICK and msg.last_confirmed == msg.message_id
+        tick = kind is MessageType.TIME_TICK
+        first_tick = tick and msg.last_confirmed == msg.message_id
         last_tt = self._last_tt
         if last_tt is not None and time_tick <= last_tt:
             rule = "first-time-tick" if first_tick else "time-tick-order"
@@ -445,7 +446,13 @@ class HistoryChecker:
             )
         else:
             self._last_tt, self._last_tt_id = time_tick, message_id
-        if msg.producer_id is not None or msg.txn_id is not None or msg.type in _EO_TYPES:
+        # identity, not set membership: an enum member hashes in Python, per message
+        if (
+            msg.producer_id is not None
+            or msg.txn_id is not None
+            or tick
+            or kind is MessageType.BEGIN_TXN
+        ):
             self._eo.feed(msg, pos, str(message_id))
         if first_tick:
             text_id = str(message_id)
