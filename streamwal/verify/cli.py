@@ -214,7 +214,7 @@ def iter_topic(
         # up to the last entry as the read starts without asking the broker for each
         # (has_message_available costs more than a read); then ask, for what came since
         end = _last_key(client, topic, wait_ms)
-        key = (-1, -1, -1)
+        key = end  # unknown until a first read: has_message_available decides that one
         available, read_next = reader.has_message_available, reader.read_next
         while key < end or available():
             try:

@@ -57,3 +57,14 @@ async def test_since_from_and_a_checkpoint_start_where_they_say(
     assert resumed.ok and resumed.messages == second, resumed.summary()
     assert resumed.resumed_after == str(ids[first - 1])
     assert resumed.owners == [(1, str(ids[first]))]
+    # nothing after the start: nothing read, and no wait for an entry that never comes
+    began = time.monotonic()
+    again = await verify_channel(url, channel, admin_url=admin, state=state)
+    assert again.ok and again.messages == 0 and again.resumed_after == str(ids[-1])
+    later = await verify_channel(url, channel, admin_url=admin, since_ms=int(time.time() * 1000))
+    assert later.ok and later.messages == 0
+    last = ids[-1]
+    assert isinstance(last, PulsarMessageId)
+    end = await verify_channel(url, channel, admin_url=admin, start=last)
+    assert end.messages == 1
+    assert time.monotonic() - began < 20
