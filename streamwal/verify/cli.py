@@ -76,6 +76,8 @@ RECEIVER_QUEUE = 5000
 _PROGRESS_EVERY_S = 0.25
 _PROGRESS_CHECK = 1024  # messages between looks at the clock
 _STATE_DB = ".db"
+_NOTHING = (-1, -1, -1)  # before every (ledger, entry, batch index)
+_EMPTY_LOOK_MS = 500
 
 
 def register(sub: Any) -> None:
@@ -214,12 +216,14 @@ def iter_topic(
         # up to the last entry as the read starts without asking the broker for each
         # (has_message_available costs more than a read); then ask, for what came since
         end = _last_key(client, topic, wait_ms)
-        key = end  # unknown until a first read: has_message_available decides that one
+        key = _start_key(start, inclusive, since_ms, end)
         available, read_next = reader.has_message_available, reader.read_next
         while key < end or available():
             try:
                 message = read_next(wait_ms)
             except pulsar.Timeout:
+                if not available():
+                    break  # a start that skipped past the last entry
                 raise TimeoutError(f"{topic}: no entry within {timeout} s") from None
             at = message.message_id()  # to_backend_message inlined: once per entry
             key = (at.ledger_id(), at.entry_id(), at.batch_index())
@@ -231,17 +235,30 @@ def iter_topic(
         client.close()
 
 
+def _start_key(
+    start: PulsarMessageId | None, inclusive: bool, since_ms: int | None, end: tuple[int, int, int]
+) -> tuple[int, int, int]:
+    """Where the reader stands before its first read, as (ledger, entry, batch index):
+    before everything for a read from the earliest, just before or at ``start``;
+    unknown after a seek by time (``end``: has_message_available decides)."""
+    if since_ms is not None:
+        return end
+    if start is None:
+        return _NOTHING
+    return (start.ledger, start.entry, start.batch_index - 1 if inclusive else start.batch_index)
+
+
 def _last_key(client: Any, topic: str, wait_ms: int) -> tuple[int, int, int]:
     """The (ledger, entry, batch index) of ``topic``'s last message, by a reader that
     starts at the latest inclusively; ``(-1, -1, -1)`` for an empty topic."""
     tail = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
     try:
-        if not tail.has_message_available():
-            return (-1, -1, -1)
-        at = tail.read_next(wait_ms).message_id()
+        # a reader just made can answer "nothing" before it knows: a short look anyway
+        wait = wait_ms if tail.has_message_available() else _EMPTY_LOOK_MS
+        at = tail.read_next(wait).message_id()
         return (at.ledger_id(), at.entry_id(), at.batch_index())
     except pulsar.Timeout:
-        return (-1, -1, -1)  # the reader's own has_message_available decides
+        return _NOTHING  # empty: the reader's own has_message_available decides
     finally:
         tail.close()
 
