@@ -48,6 +48,7 @@ async def test_since_from_and_a_checkpoint_start_where_they_say(
     assert since.owners_count == 1
 
     ids = [e.message_id for e in await asyncio.to_thread(lambda: list(iter_topic(url, topic)))]
+    assert len(ids) == first + second, [str(i) for i in ids[-3:]]
     start = ids[first + 50]
     assert isinstance(start, PulsarMessageId)
     from_id = await verify_channel(url, channel, admin_url=admin, start=start)

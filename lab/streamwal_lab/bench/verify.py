@@ -58,9 +58,17 @@ def write_wal_log(
 ) -> int:
     """A first time tick, then ``messages`` unique inserts of ``payload_bytes`` that
     confirm it, with increasing time ticks, through one raw batching producer; the
-    entries written (``messages + 1``)."""
+    entries written (``messages + 1``). A second call on the topic is a new ownership
+    of the same node, above the first."""
     client = pulsar.Client(pulsar_url, logger=client_logger())
     try:
+        # the WAL's cursor holds the backlog, as a WAL's channel has it: without a
+        # subscription the broker may drop a closed ledger of a topic without retention
+        client.subscribe(
+            topic,
+            PulsarConfig().cursor_subscription,
+            initial_position=pulsar.InitialPosition.Earliest,
+        ).close()
         producer = client.create_producer(
             topic,
             batching_enabled=True,
