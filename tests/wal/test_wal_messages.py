@@ -251,19 +251,12 @@ def test_built_mutable_and_stamping_agree_with_the_constructor(
     confirmed = MemoryMessageId(4)
     stamped = built.stamped(99, confirmed, 7)
     assert stamped == MutableMessage(
-        MessageType.INSERT,
-        b"p",
-        time_tick=99,
-        last_confirmed=confirmed,
-        source=7,
-        **fields,  # type: ignore[arg-type]
+        MessageType.INSERT, b"p", time_tick=99, last_confirmed=confirmed, source=7, **fields  # type: ignore[arg-type]
     )
     assert built.with_time_tick(5).time_tick == 5 and built.with_time_tick(5).payload == b"p"
     if txn_id is None:
         assert built.with_txn(11) == MutableMessage(
-            MessageType.INSERT,
-            b"p",
-            **{**fields, "txn_id": 11},  # type: ignore[arg-type]
+            MessageType.INSERT, b"p", **{**fields, "txn_id": 11}  # type: ignore[arg-type]
         )
 
 
