@@ -65,7 +65,7 @@ async def cluster_demo() -> int:
         report = await verify_channel(
             info.pulsar_url, channel, acks=writer.acks, failures=writer.failures
         )
-        say(f"   {channel}: {len(writer.acks)} acknowledged, {len(report.violations)} violations")
+        say(f"   {channel}: {len(writer.acks)} acknowledged, {report.violations_total} violations")
         if not report.ok:
             say(f"!! {report.summary()}")
             code = 1

@@ -59,23 +59,50 @@ violations that touch an acknowledged message (every ``ack-*`` one, and a log ru
 broken at an acknowledged id): a log can hold a message no client was told was
 persisted (a failed append may still land), and such a message breaking a rule is
 still a violation, but a different one from an acknowledged message breaking it.
+
+Streaming: :class:`HistoryChecker` is fed the log one entry at a time, in log order,
+then :meth:`HistoryChecker.finish` checks what clients recorded against it. Its
+memory is bounded by the channel's owners and open transactions, never by the log's
+length: the last time tick, the current ownership, the node ids of past owners,
+counters, and the first :data:`KEEP` violations, owners and foreign ids for display
+(with their totals). Every per-message digest (id -> time tick and payload digest,
+payload copies and positions, idempotent pairs, transaction members) and every
+violation goes to an on-disk :class:`~streamwal.verify.store.Store`, and the rules
+that need the whole log are queries on it. ``docs/verify.md`` lists, per rule, what
+is kept where. :func:`check_history` feeds an iterable through it.
+
+Entries are decoded by :func:`decode_entry`, the one place that knows the log's
+formats (:data:`DECODERS`): a second format is one more decoder there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
-from streamwal.errors import DecodeError, WriteOutcome
-from streamwal.verify.acks import Ack, Delivery, Failure, TxnRecord, digest
-from streamwal.verify.transactions import TXN_RULES, check_exactly_once
+from streamwal.errors import DecodeError, InvalidInputError, WriteOutcome
+from streamwal.verify.acks import Ack, Delivery, Failure, TxnRecord
+from streamwal.verify.store import Store
+from streamwal.verify.transactions import TXN_RULES, ExactlyOnceChecker
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
+from streamwal.wal.message.codec import KEY_LAST_CONFIRMED
 from streamwal.wal.message_id import MessageId
 
-__all__ = ["RULES", "HistoryReport", "Violation", "check_history"]
+__all__ = [
+    "DECODERS",
+    "KEEP",
+    "RULES",
+    "HistoryChecker",
+    "HistoryReport",
+    "Violation",
+    "check_history",
+    "decode_entry",
+]
 
 RULES = (
     "time-tick-order",
@@ -95,6 +122,30 @@ RULES = (
 """Every rule name a :class:`Violation` can carry."""
 
 _SHOWN = 20  # violations and foreign ids printed in a summary
+KEEP = 1000
+"""Violations, owners and foreign ids a report holds in memory (the totals are counted)."""
+
+#: the report's order of violations: log rules first (in log order), then the
+#: exactly-once ones (see :mod:`streamwal.verify.transactions`), then the inputs' rules
+_LOG, _SHARED, _ACKS, _DELIVERIES, _FAILURES, _BATCHES = 0, 4, 5, 6, 7, 8
+_STATE_VERSION = 1
+
+Decoder = Callable[[BackendMessage, MessageIdDecoder], ImmutableMessage]
+DECODERS: tuple[Decoder, ...] = (decode,)
+"""The log formats the checker reads, tried in order; each raises ``DecodeError`` for
+an entry that is not of its format."""
+
+
+def decode_entry(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> ImmutableMessage:
+    """The streamwal message ``raw`` holds, in whichever format it was written;
+    :class:`DecodeError` if none."""
+    error: DecodeError | None = None
+    for decoder in DECODERS:
+        try:
+            return decoder(raw, message_id_from_bytes)
+        except DecodeError as exc:
+            error = exc
+    raise error or DecodeError(f"message {raw.message_id}: no decoder")
 
 
 @dataclass(frozen=True)
@@ -109,17 +160,25 @@ class Violation:
 
 @dataclass
 class HistoryReport:
-    """The outcome of one check; ``ok`` when there is no violation."""
+    """The outcome of one check; ``ok`` when there is no violation.
+
+    ``violations``, ``owners`` and ``foreign`` hold the first :data:`KEEP` of each;
+    ``violation_counts``, ``owners_count`` and ``foreign_count`` count them all."""
 
     messages: int = 0
     decoded: int = 0
     owners: list[tuple[int, str]] = field(default_factory=list)  # (node id, first id)
+    owners_count: int = 0
     foreign: list[str] = field(default_factory=list)
+    foreign_count: int = 0
     acks_checked: int = 0
     #: acknowledgements before the truncation point (not checked: truncated)
     acks_truncated: int = 0
     truncated_before: str | None = None
+    started_at: str | None = None
+    """Where a read that starts inside the log (``--from``, ``--since``) began."""
     violations: list[Violation] = field(default_factory=list)
+    violation_counts: dict[str, int] = field(default_factory=dict)
     acked_violations: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     """Failed appends checked, by outcome."""
@@ -135,10 +194,20 @@ class HistoryReport:
     """Of those, the ones the log commits, by what the client was told."""
     deliveries_checked: int = 0
     """Messages a reader was handed, held against the log (``deliveries``)."""
+    resumed_after: str | None = None
+    """The last id of the run a checkpoint continued (this run checked what follows)."""
+    last_id: str | None = None
+    """The last entry read."""
+    work_bytes: int = 0
+    """What the on-disk store of digests took."""
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return not self.violation_counts and not self.violations
+
+    @property
+    def violations_total(self) -> int:
+        return sum(self.violation_counts.values()) or len(self.violations)
 
     @property
     def first_offending_ids(self) -> list[str]:
@@ -146,20 +215,29 @@ class HistoryReport:
         return list(dict.fromkeys(v.message_id for v in self.violations))
 
     def by_rule(self) -> dict[str, int]:
+        if self.violation_counts:
+            return dict(self.violation_counts)
         counts: dict[str, int] = {}
         for v in self.violations:
             counts[v.rule] = counts.get(v.rule, 0) + 1
         return counts
 
     def summary(self) -> str:
+        total = self.violations_total
+        foreign = max(self.foreign_count, len(self.foreign))
+        owners = max(self.owners_count, len(self.owners))
         lines = [
-            f"messages: {self.messages} ({self.decoded} streamwal, {len(self.foreign)} foreign)",
+            f"messages: {self.messages} ({self.decoded} streamwal, {foreign} foreign)"
+            + (f", after {self.resumed_after}" if self.resumed_after else ""),
             "owners: "
-            + (", ".join(f"node {n} from {m}" for n, m in self.owners) if self.owners else "none"),
+            + (", ".join(f"node {n} from {m}" for n, m in self.owners) if self.owners else "none")
+            + (f" ... {owners} in all" if owners > len(self.owners) else ""),
             f"acknowledgements checked: {self.acks_checked}"
             + (
                 f" ({self.acks_truncated} before the truncation point {self.truncated_before})"
                 if self.truncated_before
+                else f" ({self.acks_truncated} before the start {self.started_at})"
+                if self.started_at
                 else ""
             ),
             "failed appends: "
@@ -180,23 +258,23 @@ class HistoryReport:
                 )
                 or "none"
             ),
-            f"violations: {len(self.violations)}"
+            f"violations: {total}"
             + (
                 " (" + ", ".join(f"{r}: {n}" for r, n in self.by_rule().items()) + "; "
                 f"{self.acked_violations} on acknowledged messages)"
-                if self.violations
+                if total
                 else ""
             ),
         ]
         if self.violations:
             lines.append("first offending message ids: " + ", ".join(self.first_offending_ids[:10]))
         lines += [f"  {v}" for v in self.violations[:_SHOWN]]
-        if len(self.violations) > _SHOWN:
-            lines.append(f"  ... and {len(self.violations) - _SHOWN} more")
-        if self.foreign:
-            more = len(self.foreign) - _SHOWN
+        if total > _SHOWN:
+            lines.append(f"  ... and {total - _SHOWN} more")
+        if foreign:
+            more = foreign - min(_SHOWN, len(self.foreign))
             lines.append(
-                f"foreign or undecodable ({len(self.foreign)}): "
+                f"foreign or undecodable ({foreign}): "
                 + ", ".join(self.foreign[:_SHOWN])
                 + (f" ... and {more} more" if more > 0 else "")
             )
@@ -208,9 +286,12 @@ class HistoryReport:
             "messages": self.messages,
             "decoded": self.decoded,
             "owners": [{"node": n, "first_message_id": m} for n, m in self.owners],
+            "owners_count": max(self.owners_count, len(self.owners)),
             "foreign": list(self.foreign),
+            "foreign_count": max(self.foreign_count, len(self.foreign)),
             "acks_checked": self.acks_checked,
             "acks_truncated": self.acks_truncated,
+            "started_at": self.started_at,
             "truncated_before": self.truncated_before,
             "acked_violations": self.acked_violations,
             "failures": dict(self.failures),
@@ -220,11 +301,16 @@ class HistoryReport:
             "txn_outcomes": dict(self.txn_outcomes),
             "txn_outcomes_committed": dict(self.txn_outcomes_committed),
             "deliveries_checked": self.deliveries_checked,
+            "violations_total": self.violations_total,
+            "violation_counts": self.by_rule(),
             "violations": [
                 {"rule": v.rule, "message_id": v.message_id, "detail": v.detail}
                 for v in self.violations
             ],
             "first_offending_ids": self.first_offending_ids,
+            "resumed_after": self.resumed_after,
+            "last_id": self.last_id,
+            "work_bytes": self.work_bytes,
         }
 
 
@@ -233,6 +319,467 @@ class _Ownership:
     node: int
     first_id: MessageId
     first_text: str
+
+
+def _key(hex_digest: str) -> bytes:
+    """A recorded digest (sha256 hex) in the store's form (its bytes)."""
+    try:
+        return bytes.fromhex(hex_digest)
+    except ValueError:
+        return hex_digest.encode()  # matches nothing in the log, as it should
+
+
+class HistoryChecker:
+    """The history rules, fed one entry at a time in log order (see the module).
+
+    ``store``: the file of a checkpoint's digests (kept), else a temporary one under
+    ``work_dir``. Close it (or use it as a context manager) to free its store.
+    ``starts_inside``: the entries fed begin inside the log (a read from an id or a
+    time), so like a truncated log's the first continues an ownership, and perhaps a
+    transaction, that began before it, and acknowledgements before it are not
+    checked (counted with the truncated ones)."""
+
+    def __init__(
+        self,
+        message_id_from_bytes: MessageIdDecoder,
+        *,
+        truncated_before: MessageId | None = None,
+        store: Path | None = None,
+        work_dir: Path | None = None,
+        keep: int = KEEP,
+        starts_inside: bool = False,
+    ) -> None:
+        self._decode_id = message_id_from_bytes
+        self._truncated = truncated_before
+        self._starts_inside = starts_inside
+        self._from: MessageId | None = None  # the first entry read, when it starts inside
+        self._store = Store(store, work_dir)
+        self._keep = keep
+        self.report = HistoryReport()
+        if truncated_before is not None:
+            self.report.truncated_before = str(truncated_before)
+        self._run = 1
+        self._pos = 0  # entries read, over every run of a checkpoint
+        self._since = 0  # the position this run started at
+        self._n = 0  # violations recorded, over every run
+        self._last_id: MessageId | None = None
+        self._last_tt: int | None = None
+        self._last_tt_id: MessageId | str = ""  # made text only when a rule names it
+        self._confirmed: str | None = None  # a last-confirmed id that passed, as written
+        self._current: _Ownership | None = None
+        self._past_nodes: set[int] = set()
+        self._eo = ExactlyOnceChecker(
+            self._store, self._emit, truncated=truncated_before is not None or starts_inside
+        )
+
+    def __enter__(self) -> HistoryChecker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._store.close()
+
+    @property
+    def last_id(self) -> MessageId | None:
+        """The last entry fed (a checkpoint's next run starts after it)."""
+        return self._last_id
+
+    @property
+    def messages(self) -> int:
+        return self.report.messages
+
+    def _emit(self, phase: int, pos: int, rule: str, text: str, detail: str) -> None:
+        self._n += 1
+        self._store.add("viol", (self._run, phase, pos, self._n, rule, text, detail))
+
+    # ---- the log ------------------------------------------------------------------
+
+    def feed(self, raw: BackendMessage) -> None:
+        """Check one entry: the next in log order (chunked messages whole)."""
+        message_id = raw.message_id
+        if self._truncated is not None and message_id < self._truncated:
+            return  # gone, or about to be: not part of the log any more
+        report = self.report
+        if self._starts_inside and self._from is None:
+            self._from = message_id
+            self.report.started_at = str(message_id)
+        self._last_id = message_id
+        self._pos += 1
+        pos = self._pos
+        report.messages += 1
+        try:
+            msg = decode_entry(raw, self._decode_id)
+        except DecodeError:
+            report.foreign_count += 1
+            if len(report.foreign) < self._keep:
+                report.foreign.append(str(message_id))
+            self._store.add("foreign_entry", (message_id.to_bytes(), self._pos))
+            return
+        report.decoded += 1
+        kind = msg.type
+        marker = kind.is_txn_marker  # a marker's payload is a count, not a client's
+        self._store.add(
+            "msg",
+            (
+                message_id.to_bytes(),
+                msg.time_tick,
+                hashlib.sha256(msg.payload).digest(),
+                pos,
+                not marker,
+            ),
+        )
+        time_tick = msg.time_tick
+        tick = kind is MessageType.TIME_TICK
+        first_tick = tick and msg.last_confirmed == msg.message_id
+        last_tt = self._last_tt
+        if last_tt is not None and time_tick <= last_tt:
+            rule = "first-time-tick" if first_tick else "time-tick-order"
+            what = f"node {msg.source}'s first time tick" if first_tick else "time tick"
+            self._emit(
+                _LOG,
+                pos,
+                rule,
+                str(message_id),
+                f"{what} {time_tick} is not above {last_tt} (at {self._last_tt_id})",
+            )
+        else:
+            self._last_tt, self._last_tt_id = time_tick, message_id
+        # identity, not set membership: an enum member hashes in Python, per message
+        if (
+            msg.producer_id is not None
+            or msg.txn_id is not None
+            or tick
+            or kind is MessageType.BEGIN_TXN
+        ):
+            self._eo.feed(msg, pos, str(message_id))
+        if first_tick:
+            text_id = str(message_id)
+            self._confirmed = None
+            if self._current is not None:
+                self._past_nodes.add(self._current.node)
+            self._past_nodes.discard(msg.source)
+            self._current = _Ownership(msg.source, msg.message_id, text_id)
+            report.owners_count += 1
+            if len(report.owners) < self._keep:
+                report.owners.append((msg.source, text_id))
+            return
+        if self._current is None and (self._truncated is not None or self._from is not None):
+            # the log starts at the truncation point, inside an ownership that began
+            # before it: that ownership confirms this message's last-confirmed id
+            self._current = _Ownership(
+                msg.source, msg.last_confirmed, f"before {self._truncated or self._from}"
+            )
+            self._confirmed = None
+        current = self._current
+        confirmed = raw.properties.get(KEY_LAST_CONFIRMED)
+        same_node = current is not None and msg.source == current.node
+        if same_node and confirmed is not None and confirmed == self._confirmed:
+            return  # what the message before it confirmed, and that passed: so does this
+        violation = _owner_violation(msg.source, msg.last_confirmed, current, self._past_nodes)
+        if violation is not None:
+            self._emit(_LOG, pos, violation[0], str(message_id), violation[1])
+        elif same_node:
+            self._confirmed = confirmed
+
+    # ---- the checkpoint -----------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """What a next run needs to continue after :attr:`last_id` as if the log were
+        read in one go (the store's file holds the rest)."""
+        current = self._current
+        return {
+            "version": _STATE_VERSION,
+            "run": self._run,
+            "pos": self._pos,
+            "n": self._n,
+            "last_id": self._last_id.to_bytes().hex() if self._last_id is not None else None,
+            "last_tt": self._last_tt,
+            "last_tt_id": str(self._last_tt_id),
+            "current": None
+            if current is None
+            else [current.node, current.first_id.to_bytes().hex(), current.first_text],
+            "past_nodes": sorted(self._past_nodes),
+            "from": self._from.to_bytes().hex() if self._from is not None else None,
+            "exactly_once": self._eo.state(),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (:meth:`state` of the run before, on the same store):
+        this run's report counts what it reads after that run's last id.
+        :class:`InvalidInputError` if it is not such a state."""
+        try:
+            if state.get("version") != _STATE_VERSION:
+                raise InvalidInputError(f"checkpoint version {state.get('version')!r}")
+            decode_id = self._decode_id
+            self._run = int(state["run"]) + 1
+            self._pos = self._since = int(state["pos"])
+            self._n = int(state["n"])
+            last = state["last_id"]
+            self._last_id = decode_id(bytes.fromhex(last)) if last is not None else None
+            self._last_tt = None if state["last_tt"] is None else int(state["last_tt"])
+            self._last_tt_id = str(state["last_tt_id"])
+            current = state["current"]
+            if current is not None:
+                node, first, text = current
+                self._current = _Ownership(int(node), decode_id(bytes.fromhex(first)), str(text))
+            self._past_nodes = {int(n) for n in state["past_nodes"]}
+            start = state["from"]
+            if start is not None:
+                self._from = decode_id(bytes.fromhex(start))
+                self.report.started_at = str(self._from)
+            self._eo.restore(state["exactly_once"])
+        except (KeyError, TypeError, ValueError, DecodeError) as exc:
+            raise InvalidInputError(f"not a verify checkpoint: {exc!r}") from exc
+        self._store.forget_after(self._pos, self._run - 1)
+        if self._last_id is not None:
+            self.report.resumed_after = str(self._last_id)
+
+    # ---- once the log is read -----------------------------------------------------
+
+    def finish(
+        self,
+        acks: Iterable[Ack] = (),
+        failures: Iterable[Failure] = (),
+        batches: Iterable[Sequence[str]] = (),
+        txns: Iterable[TxnRecord] = (),
+        deliveries: Iterable[Delivery] | None = None,
+        delivered: Iterable[bytes] | None = None,
+    ) -> HistoryReport:
+        """Check what clients recorded against the whole log read so far (a
+        checkpoint's earlier runs included); the report of this run. Every input is
+        streamed into the store, never held in a list."""
+        store, report = self._store, self.report
+        report.last_id = str(self._last_id) if self._last_id is not None else None
+        store.execute("DELETE FROM viol WHERE phase >= 2")
+        for table in ("ack", "delivery", "failure"):
+            store.execute(f"DELETE FROM {table}")
+        eo = self._eo.finish(delivered, txns, self._since)
+        report.idempotent = eo.idempotent
+        report.transactions = dict(eo.transactions)
+        report.txn_outcomes = dict(eo.txn_outcomes)
+        report.txn_outcomes_committed = dict(eo.txn_outcomes_committed)
+        store.add_many("ack", self._ack_rows(acks))
+        store.add_many(
+            "failure", ((n, _key(f.digest), f.digest, f.outcome) for n, f in enumerate(failures))
+        )
+        failures_in = store.one("SELECT 1 FROM failure LIMIT 1")
+        acks_in = store.one("SELECT 1 FROM ack LIMIT 1")
+        batches = iter(batches)
+        first_batch = next(batches, None)
+        if acks_in or failures_in or first_batch is not None:
+            self._copies()
+        if acks_in:
+            store.index("msg_id", "foreign_id", "ack_id", "ack_text")
+            self._shared_positions()
+            self._acks()
+        if deliveries is not None:
+            store.index("msg_id", "ack_id", "ack_text")
+            self._deliveries(deliveries)
+        if failures_in:
+            self._failures()
+        if first_batch is not None:
+            self._batches([first_batch], batches)
+        self._collect()
+        report.work_bytes = store.size()
+        return report
+
+    def _ack_rows(self, acks: Iterable[Ack]) -> Iterable[tuple[Any, ...]]:
+        report, point = self.report, self._start()
+        for n, ack in enumerate(acks):
+            truncated = point is not None and _before(ack.message_id, point, self._decode_id)
+            if truncated:
+                report.acks_truncated += 1
+            else:
+                report.acks_checked += 1
+            text = _readable(ack.message_id, self._decode_id)
+            yield (n, ack.message_id, text, ack.time_tick, _key(ack.digest), truncated)
+
+    def _start(self) -> MessageId | None:
+        """Where what is checked begins: the later of the truncation point and the
+        first entry of a read that started inside the log."""
+        if self._truncated is None or self._from is None:
+            return self._truncated or self._from
+        return max(self._truncated, self._from)
+
+    def _copies(self) -> None:
+        """Each payload's copies in the log, and where its last one is (markers left
+        out): rebuilt at each finish, the log having grown."""
+        store = self._store
+        store.execute("DROP TABLE IF EXISTS copies")
+        store.execute(
+            "CREATE TABLE copies AS SELECT digest, COUNT(*) AS n, MAX(pos) AS pos, id "
+            "FROM msg WHERE counted GROUP BY digest"
+        )
+        store.index("copies")
+
+    def _shared_positions(self) -> None:
+        """``ack-position-shared``: one per position acknowledged to appends of different
+        payloads (the same append acknowledged twice, by a retry, is one payload)."""
+        for text, payloads in self._store.rows(
+            "SELECT MIN(text), COUNT(DISTINCT digest) FROM ack GROUP BY id "
+            "HAVING COUNT(DISTINCT digest) > 1 ORDER BY MIN(n)"
+        ):
+            self._emit(
+                _SHARED,
+                0,
+                "ack-position-shared",
+                text,
+                f"{payloads} appends of different payloads acknowledged at this position",
+            )
+
+    def _acks(self) -> None:
+        for text, tt, want, time_tick, payload, copies, foreign in self._store.rows(
+            """SELECT a.text, a.tt, a.digest, m.tt, m.digest, c.n,
+                   EXISTS(SELECT 1 FROM foreign_entry f WHERE f.id = a.id)
+               FROM ack a
+               LEFT JOIN msg m ON m.rowid =
+                   (SELECT rowid FROM msg WHERE id = a.id ORDER BY rowid DESC LIMIT 1)
+               LEFT JOIN copies c ON c.digest = a.digest
+               WHERE NOT a.truncated ORDER BY a.n"""
+        ):
+            if time_tick is None:
+                if foreign:
+                    self._emit(
+                        _ACKS, 0, "ack-changed", text, "acknowledged id holds a foreign entry"
+                    )
+                else:
+                    self._emit(
+                        _ACKS, 0, "ack-missing", text, "acknowledged message is not in the log"
+                    )
+            elif (time_tick, payload) != (tt, want):
+                changes: list[str] = []
+                if time_tick != tt:
+                    changes.append(f"time tick {time_tick}, acknowledged {tt}")
+                if payload != want:
+                    changes.append("another payload")
+                self._emit(_ACKS, 0, "ack-changed", text, "the log holds " + " and ".join(changes))
+            elif copies is not None and copies != 1:
+                self._emit(_ACKS, 0, "ack-duplicated", text, f"payload persisted {copies} times")
+
+    def _deliveries(self, deliveries: Iterable[Delivery]) -> None:
+        """``delivered-changed`` per delivery that is not the log's whole message at its
+        id; ``ack-undelivered`` per acknowledged message (after the truncation point)
+        that no delivery names."""
+        store, report, point = self._store, self.report, self._start()
+
+        def rows() -> Iterable[tuple[Any, ...]]:
+            for n, delivery in enumerate(deliveries):
+                if point is not None and _before(delivery.message_id, point, self._decode_id):
+                    continue
+                report.deliveries_checked += 1
+                yield (n, delivery.message_id, _key(delivery.digest))
+
+        store.add_many("delivery", rows())
+        store.index("delivery_id")
+        for message_id, want, payload in store.rows(
+            """SELECT d.id, d.digest, m.digest FROM delivery d
+               LEFT JOIN msg m ON m.rowid =
+                   (SELECT rowid FROM msg WHERE id = d.id ORDER BY rowid DESC LIMIT 1)
+               ORDER BY d.n"""
+        ):
+            where = _readable(message_id, self._decode_id)
+            if payload is None:
+                self._emit(
+                    _DELIVERIES,
+                    0,
+                    "delivered-changed",
+                    where,
+                    "delivered, yet the log holds no whole message at this id (a chunked "
+                    "message cut before its last chunk, or nothing)",
+                )
+            elif payload != want:
+                self._emit(
+                    _DELIVERIES,
+                    0,
+                    "delivered-changed",
+                    where,
+                    "delivered with a payload other than the log's",
+                )
+        for (text,) in store.rows(
+            "SELECT text FROM ack a WHERE NOT truncated AND NOT EXISTS "
+            "(SELECT 1 FROM delivery d WHERE d.id = a.id) ORDER BY n"
+        ):
+            self._emit(
+                _DELIVERIES,
+                0,
+                "ack-undelivered",
+                text,
+                "acknowledged, and a reader of the whole channel was not handed it",
+            )
+
+    def _failures(self) -> None:
+        report = self.report
+        for hex_digest, outcome, copies in self._store.rows(
+            "SELECT f.hex, f.outcome, c.n FROM failure f "
+            "LEFT JOIN copies c ON c.digest = f.digest ORDER BY f.n"
+        ):
+            report.failures[outcome] = report.failures.get(outcome, 0) + 1
+            if copies is None:
+                continue
+            report.failures_in_log[outcome] = report.failures_in_log.get(outcome, 0) + 1
+            if outcome == WriteOutcome.NOT_WRITTEN.value:
+                self._emit(
+                    _FAILURES,
+                    0,
+                    "not-written-persisted",
+                    hex_digest[:16],
+                    "an append answered 'not written' is in the log",
+                )
+
+    def _batches(self, *parts: Iterable[Sequence[str]]) -> None:
+        """``batch-split``: one per batch whose messages in the log are not consecutive
+        entries in the batch's order (a payload persisted twice is ``ack-duplicated``'s
+        matter, not this rule's)."""
+        store = self._store
+        for part in parts:
+            for batch in part:
+                landed: list[tuple[int, bytes]] = []
+                for d in batch:
+                    row = store.one(
+                        "SELECT pos, id FROM copies WHERE digest = ? AND n = 1", (_key(d),)
+                    )
+                    if row is not None:
+                        landed.append((int(row[0]), row[1]))
+                for (before, _), (at, message_id) in pairwise(landed):
+                    if at != before + 1:
+                        self._emit(
+                            _BATCHES,
+                            0,
+                            "batch-split",
+                            _readable(message_id, self._decode_id),
+                            f"a batch's next message is entry {at - before:+d} from the one "
+                            "before it, not the entry right after it",
+                        )
+                        break
+
+    def _collect(self) -> None:
+        """This run's violations: the first :data:`KEEP` in the report's order, the
+        count of each rule, and how many touch an acknowledged message."""
+        store, report, run = self._store, self.report, self._run
+        report.violations = [
+            Violation(rule, text, detail)
+            for rule, text, detail in store.rows(
+                "SELECT rule, text, detail FROM viol WHERE run = ? ORDER BY phase, pos, n LIMIT ?",
+                (run, self._keep),
+            )
+        ]
+        report.violation_counts = {
+            rule: int(count)
+            for rule, count in store.rows(
+                "SELECT rule, COUNT(*) FROM viol WHERE run = ? GROUP BY rule "
+                "ORDER BY MIN(phase * 1000000000000 + pos), MIN(n)",
+                (run,),
+            )
+        }
+        row = store.one(
+            f"""SELECT COUNT(*) FROM viol v WHERE v.run = ? AND (v.phase IN ({_SHARED}, {_ACKS})
+                OR (v.phase NOT IN ({_FAILURES}, {_BATCHES}) AND EXISTS
+                    (SELECT 1 FROM ack a WHERE a.text = v.text AND NOT a.truncated)))""",
+            (run,),
+        )
+        report.acked_violations = int(row[0]) if row else 0
 
 
 def check_history(
@@ -245,222 +792,29 @@ def check_history(
     batches: Iterable[Sequence[str]] = (),
     txns: Iterable[TxnRecord] = (),
     deliveries: Iterable[Delivery] | None = None,
+    work_dir: Path | None = None,
 ) -> HistoryReport:
     """Check ``entries`` (the whole log, in order, chunked messages rebuilt),
     ``acks``, ``failures``, ``batches``, ``txns`` and ``deliveries`` against it; see
     the module. ``truncated_before``: the channel's truncation point, if it was
     truncated. ``delivered``: the message ids a reader of the whole channel delivered
     (transaction rules); ``deliveries``: what such a reader was handed, with payload
-    digests (``delivered-changed``, ``ack-undelivered``).
+    digests (``delivered-changed``, ``ack-undelivered``). Entries are fed to a
+    :class:`HistoryChecker` as they come: an iterator is never held whole.
     """
-    report = HistoryReport()
-    if truncated_before is not None:
-        report.truncated_before = str(truncated_before)
-    last_tt: int | None = None
-    last_tt_id = ""
-    current: _Ownership | None = None
-    past_nodes: set[int] = set()
-    seen: dict[bytes, tuple[int, str]] = {}
-    foreign_ids: set[bytes] = set()
-    copies: dict[str, int] = {}
-    decoded: list[ImmutableMessage] = []
-    positions: dict[str, tuple[int, str]] = {}  # payload digest -> (entry index, id)
-    for raw in entries:
-        if truncated_before is not None and raw.message_id < truncated_before:
-            continue  # gone, or about to be: not part of the log any more
-        report.messages += 1
-        text_id = str(raw.message_id)
-        try:
-            msg = decode(raw, message_id_from_bytes)
-        except DecodeError:
-            report.foreign.append(text_id)
-            foreign_ids.add(raw.message_id.to_bytes())
-            continue
-        report.decoded += 1
-        decoded.append(msg)
-        payload_digest = digest(msg.payload)
-        seen[raw.message_id.to_bytes()] = (msg.time_tick, payload_digest)
-        if not msg.type.is_txn_marker:  # a marker's payload is a count, not a client's
-            copies[payload_digest] = copies.get(payload_digest, 0) + 1
-            positions[payload_digest] = (report.messages, text_id)
-        first_tick = msg.type is MessageType.TIME_TICK and msg.last_confirmed == msg.message_id
-        if last_tt is not None and msg.time_tick <= last_tt:
-            rule = "first-time-tick" if first_tick else "time-tick-order"
-            what = f"node {msg.source}'s first time tick" if first_tick else "time tick"
-            report.violations.append(
-                Violation(
-                    rule,
-                    text_id,
-                    f"{what} {msg.time_tick} is not above {last_tt} (at {last_tt_id})",
-                )
-            )
-        if last_tt is None or msg.time_tick > last_tt:
-            last_tt, last_tt_id = msg.time_tick, text_id
-        if first_tick:
-            if current is not None:
-                past_nodes.add(current.node)
-            past_nodes.discard(msg.source)
-            current = _Ownership(msg.source, msg.message_id, text_id)
-            report.owners.append((msg.source, text_id))
-            continue
-        if current is None and truncated_before is not None:
-            # the log starts at the truncation point, inside an ownership that began
-            # before it: that ownership confirms this message's last-confirmed id
-            current = _Ownership(msg.source, msg.last_confirmed, f"before {truncated_before}")
-        violation = _owner_violation(msg.source, msg.last_confirmed, current, past_nodes)
-        if violation is not None:
-            report.violations.append(Violation(violation[0], text_id, violation[1]))
-    exactly_once = check_exactly_once(
-        decoded, delivered, truncated=truncated_before is not None, records=txns
-    )
-    report.idempotent = exactly_once.idempotent
-    report.transactions = exactly_once.transactions
-    report.txn_outcomes = exactly_once.txn_outcomes
-    report.txn_outcomes_committed = exactly_once.txn_outcomes_committed
-    report.violations.extend(Violation(*v) for v in exactly_once.violations)
-    log_violations = len(report.violations)
-    acked_ids: set[str] = set()
-    acks = list(acks)
-    report.violations.extend(_shared_positions(acks, message_id_from_bytes))
-    for ack in acks:
-        if truncated_before is not None and _before(ack, truncated_before, message_id_from_bytes):
-            report.acks_truncated += 1
-            continue
-        report.acks_checked += 1
-        found = seen.get(ack.message_id)
-        ack_id = _readable(ack.message_id, message_id_from_bytes)
-        acked_ids.add(ack_id)
-        if found is None:
-            if ack.message_id in foreign_ids:
-                report.violations.append(
-                    Violation("ack-changed", ack_id, "acknowledged id holds a foreign entry")
-                )
-            else:
-                report.violations.append(
-                    Violation("ack-missing", ack_id, "acknowledged message is not in the log")
-                )
-        elif found != (ack.time_tick, ack.digest):
-            time_tick, payload_digest = found
-            changes: list[str] = []
-            if time_tick != ack.time_tick:
-                changes.append(f"time tick {time_tick}, acknowledged {ack.time_tick}")
-            if payload_digest != ack.digest:
-                changes.append("another payload")
-            report.violations.append(
-                Violation("ack-changed", ack_id, "the log holds " + " and ".join(changes))
-            )
-        elif copies[ack.digest] != 1:
-            report.violations.append(
-                Violation("ack-duplicated", ack_id, f"payload persisted {copies[ack.digest]} times")
-            )
-    report.acked_violations = (
-        len(report.violations)
-        - log_violations
-        + sum(1 for v in report.violations[:log_violations] if v.message_id in acked_ids)
-    )
-    if deliveries is not None:
-        handed = list(
-            _delivery_violations(
-                report, deliveries, acks, seen, truncated_before, message_id_from_bytes
-            )
+    with HistoryChecker(
+        message_id_from_bytes, truncated_before=truncated_before, work_dir=work_dir
+    ) as checker:
+        for raw in entries:
+            checker.feed(raw)
+        return checker.finish(
+            acks=acks,
+            failures=failures,
+            batches=batches,
+            txns=txns,
+            deliveries=deliveries,
+            delivered=delivered,
         )
-        report.violations.extend(handed)
-        report.acked_violations += sum(1 for v in handed if v.message_id in acked_ids)
-    for failure in failures:
-        report.failures[failure.outcome] = report.failures.get(failure.outcome, 0) + 1
-        if failure.digest not in copies:
-            continue
-        report.failures_in_log[failure.outcome] = report.failures_in_log.get(failure.outcome, 0) + 1
-        if failure.outcome == WriteOutcome.NOT_WRITTEN.value:
-            report.violations.append(
-                Violation(
-                    "not-written-persisted",
-                    failure.digest[:16],
-                    "an append answered 'not written' is in the log",
-                )
-            )
-    report.violations.extend(_batch_violations(batches, positions, copies))
-    return report
-
-
-def _delivery_violations(
-    report: HistoryReport,
-    deliveries: Iterable[Delivery],
-    acks: Sequence[Ack],
-    seen: dict[bytes, tuple[int, str]],
-    truncated_before: MessageId | None,
-    message_id_from_bytes: MessageIdDecoder,
-) -> Iterable[Violation]:
-    """``delivered-changed`` per delivery that is not the log's whole message at its
-    id; ``ack-undelivered`` per acknowledged message (after the truncation point)
-    that no delivery names."""
-    handed: set[bytes] = set()
-    for delivery in deliveries:
-        point = Ack(delivery.message_id, 0, delivery.digest)
-        if truncated_before is not None and _before(point, truncated_before, message_id_from_bytes):
-            continue
-        report.deliveries_checked += 1
-        handed.add(delivery.message_id)
-        found = seen.get(delivery.message_id)
-        where = _readable(delivery.message_id, message_id_from_bytes)
-        if found is None:
-            yield Violation(
-                "delivered-changed",
-                where,
-                "delivered, yet the log holds no whole message at this id (a chunked "
-                "message cut before its last chunk, or nothing)",
-            )
-        elif found[1] != delivery.digest:
-            yield Violation(
-                "delivered-changed", where, "delivered with a payload other than the log's"
-            )
-    for ack in acks:
-        if truncated_before is not None and _before(ack, truncated_before, message_id_from_bytes):
-            continue
-        if ack.message_id not in handed:
-            yield Violation(
-                "ack-undelivered",
-                _readable(ack.message_id, message_id_from_bytes),
-                "acknowledged, and a reader of the whole channel was not handed it",
-            )
-
-
-def _shared_positions(
-    acks: Sequence[Ack], message_id_from_bytes: MessageIdDecoder
-) -> Iterable[Violation]:
-    """``ack-position-shared``: one per position acknowledged to appends of different
-    payloads (the same append acknowledged twice, by a retry, is one payload)."""
-    payloads: dict[bytes, set[str]] = {}
-    for ack in acks:
-        payloads.setdefault(ack.message_id, set()).add(ack.digest)
-    for message_id, digests in payloads.items():
-        if len(digests) > 1:
-            yield Violation(
-                "ack-position-shared",
-                _readable(message_id, message_id_from_bytes),
-                f"{len(digests)} appends of different payloads acknowledged at this position",
-            )
-
-
-def _batch_violations(
-    batches: Iterable[Sequence[str]],
-    positions: dict[str, tuple[int, str]],
-    copies: dict[str, int],
-) -> Iterable[Violation]:
-    """``batch-split``: one per batch whose messages in the log are not consecutive
-    entries in the batch's order (a payload persisted twice is ``ack-duplicated``'s
-    matter, not this rule's)."""
-    for batch in batches:
-        landed = [positions[d] for d in batch if copies.get(d) == 1]
-        for (before, _), (at, text_id) in pairwise(landed):
-            if at != before + 1:
-                yield Violation(
-                    "batch-split",
-                    text_id,
-                    f"a batch's next message is entry {at - before:+d} from the one before "
-                    "it, not the entry right after it",
-                )
-                break
 
 
 def _owner_violation(
@@ -481,9 +835,9 @@ def _owner_violation(
     return None
 
 
-def _before(ack: Ack, point: MessageId, message_id_from_bytes: MessageIdDecoder) -> bool:
+def _before(message_id: bytes, point: MessageId, message_id_from_bytes: MessageIdDecoder) -> bool:
     try:
-        return message_id_from_bytes(ack.message_id) < point
+        return message_id_from_bytes(message_id) < point
     except DecodeError:
         return False
 

@@ -36,18 +36,28 @@ such a lie is reported whichever answer the client gave.
 
 A log checked from a truncation point may begin inside a transaction: its messages
 before its begin are counted, not reported.
+
+Streaming: :class:`ExactlyOnceChecker` is fed the log's messages one at a time. In
+memory it keeps the transactions open in the current ownership (id, serial, first
+message, member count: bounded by how many transactions are open at once, not by the
+log's length) and a few counters. Every per-message fact goes to the check's
+:class:`~streamwal.verify.store.Store`: idempotent (producer, sequence) pairs, each
+transaction's member ids and how it ended; duplicates, the client records and the
+delivered ids are checked by queries on it once the log is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from streamwal.verify.acks import TXN_ENDED, TxnOutcome, TxnRecord
+from streamwal.verify.store import Store
 from streamwal.wal.interceptors.txn.session import parse_decimal_payload
 from streamwal.wal.message import ImmutableMessage, MessageType
 
-__all__ = ["TXN_RULES", "ExactlyOnceReport", "check_exactly_once"]
+__all__ = ["TXN_RULES", "Emit", "ExactlyOnceChecker", "ExactlyOnceReport"]
 
 TXN_RULES = (
     "idempotent-duplicated",
@@ -62,19 +72,26 @@ TXN_RULES = (
     "txn-ended-delivered",
 )
 
+#: ``emit(phase, position, rule, message id text, detail)``: records one violation
+Emit = Callable[[int, int, str, str, str], None]
+
+#: the report's order: log rules, then client records, then deliveries
+PHASE_LOG, PHASE_RECORDS, PHASE_DELIVERED = 1, 2, 3
+
 
 @dataclass
-class _Txn:
-    members: list[bytes] = field(default_factory=list)  # message ids, begin first
-    committed: bool = False
-    commit_id: bytes | None = None  # its complete commit's
+class _Open:
+    """An open transaction: its members are on disk, only their count here."""
+
+    serial: int
+    first: bytes  # its begin's id
+    members: int = 1  # the begin included
 
 
 @dataclass
 class ExactlyOnceReport:
-    """Violations as (rule, message id text, detail); counts for the summary."""
+    """Counts for the summary (violations go through ``emit``)."""
 
-    violations: list[tuple[str, str, str]] = field(default_factory=list)
     idempotent: int = 0
     transactions: dict[str, int] = field(default_factory=dict)
     """Transactions by how they ended: committed, rolled-back, cut (owner change), open."""
@@ -84,203 +101,271 @@ class ExactlyOnceReport:
     """Of those, the ones the log commits, by what the client was told."""
 
 
-def check_exactly_once(
-    messages: Sequence[ImmutableMessage],
-    delivered: Iterable[bytes] | None = None,
-    *,
-    truncated: bool = False,
-    records: Iterable[TxnRecord] = (),
-) -> ExactlyOnceReport:
-    report = ExactlyOnceReport()
-    seen_sequences: dict[tuple[int, int], str] = {}
-    open_txns: dict[int, _Txn] = {}
-    ended: dict[int, _Txn] = {}
-    ended_how: dict[str, int] = {}
-    by_id: dict[bytes, int] = {}  # message id -> txn id, for delivered checks
-    started = False  # an ownership began within what is checked
+class ExactlyOnceChecker:
+    """The exactly-once rules fed one message at a time, in log order."""
 
-    def end(txn_id: int, how: str) -> None:
-        txn = open_txns.pop(txn_id)
-        ended[txn_id] = txn
-        ended_how[how] = ended_how.get(how, 0) + 1
+    def __init__(self, store: Store, emit: Emit, *, truncated: bool = False) -> None:
+        self._store = store
+        self._emit = emit
+        self._truncated = truncated
+        self.report = ExactlyOnceReport()
+        self._open: dict[int, _Open] = {}
+        self._serial = 0
+        self._started = False  # an ownership began within what is checked
 
-    for msg in messages:
-        text = str(msg.message_id)
+    # ---- the checkpoint: what a next run needs to continue ---------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "serial": self._serial,
+            "started": self._started,
+            "truncated": self._truncated,
+            "open": [[t, o.serial, o.first.hex(), o.members] for t, o in self._open.items()],
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._serial = int(state["serial"])
+        self._started = bool(state["started"])
+        self._truncated = self._truncated or bool(state.get("truncated"))
+        self._open = {
+            int(t): _Open(int(s), bytes.fromhex(f), int(m)) for t, s, f, m in state["open"]
+        }
+
+    # ---- the log ------------------------------------------------------------------
+
+    def _end(self, txn_id: int, how: str, commit_id: bytes | None = None) -> None:
+        txn = self._open.pop(txn_id)
+        self._store.add(
+            "txn",
+            (txn_id, txn.serial, how, commit_id is not None, commit_id, txn.members, txn.first),
+        )
+        ended = self.report.transactions
+        ended[how] = ended.get(how, 0) + 1
+
+    def feed(self, msg: ImmutableMessage, pos: int, text: str) -> None:
         if msg.producer_id is not None and msg.sequence is not None:
-            report.idempotent += 1
-            key = (msg.producer_id, msg.sequence)
-            if key in seen_sequences:
-                report.violations.append(
-                    (
-                        "idempotent-duplicated",
-                        text,
-                        f"producer {key[0]} sequence {key[1]} is already at {seen_sequences[key]}",
-                    )
-                )
-            else:
-                seen_sequences[key] = text
+            self.report.idempotent += 1
+            self._store.add("seq", (msg.producer_id, msg.sequence, pos, text))
         kind = msg.type
         if kind is MessageType.TIME_TICK:
             if msg.last_confirmed == msg.message_id:  # a new ownership: the rest is cut
-                started = True
-                for cut in list(open_txns):
-                    end(cut, "cut")
-            continue
+                self._started = True
+                for cut in list(self._open):
+                    self._end(cut, "cut")
+            return
         if kind is MessageType.BEGIN_TXN:
-            open_txns[msg.time_tick] = _Txn([msg.message_id.to_bytes()])
-            by_id[msg.message_id.to_bytes()] = msg.time_tick
-            continue
+            self._serial += 1
+            begin = msg.message_id.to_bytes()
+            if msg.time_tick in self._open:  # the same id begun twice: the first is lost
+                self._open.pop(msg.time_tick)
+            self._open[msg.time_tick] = _Open(self._serial, begin)
+            self._store.add("member", (begin, msg.time_tick, self._serial, pos))
+            return
         txn_id = msg.txn_id
         if txn_id is None:
-            continue
-        txn = open_txns.get(txn_id)
+            return
+        txn = self._open.get(txn_id)
         if txn is None:
-            if truncated and not started:
-                continue  # its begin may be before the truncation point
-            report.violations.append(
-                ("txn-orphan", text, f"transaction {txn_id} is not open in this ownership")
+            if self._truncated and not self._started:
+                return  # its begin may be before the truncation point
+            self._emit(
+                PHASE_LOG,
+                pos,
+                "txn-orphan",
+                text,
+                f"transaction {txn_id} is not open in this ownership",
             )
-            continue
+            return
         if kind is MessageType.ROLLBACK_TXN:
-            end(txn_id, "rolled-back")
+            self._end(txn_id, "rolled-back")
         elif kind is MessageType.COMMIT_TXN:
             count = parse_decimal_payload(msg.payload)
-            if count != len(txn.members) - 1:
-                report.violations.append(
-                    (
-                        "txn-incomplete",
-                        text,
-                        f"transaction {txn_id} commits {count} messages, the log holds "
-                        f"{len(txn.members) - 1}",
-                    )
+            if count != txn.members - 1:
+                self._emit(
+                    PHASE_LOG,
+                    pos,
+                    "txn-incomplete",
+                    text,
+                    f"transaction {txn_id} commits {count} messages, the log holds "
+                    f"{txn.members - 1}",
                 )
+                self._end(txn_id, "committed")
             else:
-                txn.committed = True
-                txn.commit_id = msg.message_id.to_bytes()
-            end(txn_id, "committed")
+                self._end(txn_id, "committed", msg.message_id.to_bytes())
         else:
-            txn.members.append(msg.message_id.to_bytes())
-            by_id[msg.message_id.to_bytes()] = txn_id
-    if open_txns:
-        ended_how["open"] = len(open_txns)
-        ended.update(open_txns)
-    report.transactions = ended_how
-    told = list(records)
-    _check_records(report, told, ended, truncated)
-    if delivered is not None:
-        _check_delivered(report, delivered, by_id, ended, told)
-    return report
+            txn.members += 1
+            self._store.add("member", (msg.message_id.to_bytes(), txn_id, txn.serial, pos))
 
+    # ---- once the log is read -----------------------------------------------------
 
-def _check_records(
-    report: ExactlyOnceReport, records: list[TxnRecord], txns: dict[int, _Txn], truncated: bool
-) -> None:
-    """Each client's answer against the log: a commit acknowledged is there whole at its
-    position; a transaction it was told ended is not committed."""
-    for record in records:
-        outcomes = report.txn_outcomes
-        outcomes[record.outcome] = outcomes.get(record.outcome, 0) + 1
-        txn = txns.get(record.txn_id)
-        if txn is not None and txn.committed:
-            counted = report.txn_outcomes_committed
-            counted[record.outcome] = counted.get(record.outcome, 0) + 1
-        if record.outcome == TxnOutcome.COMMITTED:
-            problem = _commit_problem(record, txn, truncated)
-            if problem is not None:
-                at = record.commit.message_id.hex() if record.commit else str(record.txn_id)
-                report.violations.append(("txn-commit-lost", at, problem))
-        elif record.outcome in TXN_ENDED and txn is not None and txn.committed:
-            at = (txn.commit_id or b"").hex()
-            report.violations.append(
-                (
+    def finish(
+        self,
+        delivered: Iterable[bytes] | None,
+        records: Iterable[TxnRecord],
+        since: int,
+    ) -> ExactlyOnceReport:
+        """The rules that need the whole log: duplicates of an idempotent append
+        (those at position ``since`` or after: this run's), the clients' records and
+        the delivered ids. The transactions still open are stored as open (a next
+        run replaces them as they end)."""
+        store = self._store
+        for txn_id, txn in self._open.items():
+            store.add("txn", (txn_id, txn.serial, "open", False, None, txn.members, txn.first))
+        if self._open:
+            self.report.transactions["open"] = len(self._open)
+        self._duplicates(since)
+        store.execute("DELETE FROM told")
+        store.index("member_id", "member_txn")
+        self._records(records)
+        if delivered is not None:
+            self._delivered(delivered)
+        return self.report
+
+    def _duplicates(self, since: int) -> None:
+        store = self._store
+        if store.one("SELECT 1 FROM seq LIMIT 1") is None:
+            return
+        store.index("seq_key")
+        keys = list(
+            store.rows(
+                "SELECT pid, sq FROM seq GROUP BY pid, sq HAVING COUNT(*) > 1 AND MAX(pos) >= ?",
+                (since,),
+            )
+        )
+        for pid, sq in keys:
+            rows = list(
+                store.rows("SELECT pos, text FROM seq WHERE pid=? AND sq=? ORDER BY pos", (pid, sq))
+            )
+            first = rows[0][1]
+            for pos, text in rows[1:]:
+                if pos >= since:
+                    self._emit(
+                        PHASE_LOG,
+                        pos,
+                        "idempotent-duplicated",
+                        text,
+                        f"producer {pid} sequence {sq} is already at {first}",
+                    )
+
+    def _records(self, records: Iterable[TxnRecord]) -> None:
+        """Each client's answer against the log: a commit acknowledged is there whole at
+        its position; a transaction it was told ended is not committed."""
+        store = self._store
+        outcomes = self.report.txn_outcomes
+        for n, record in enumerate(records):
+            outcomes[record.outcome] = outcomes.get(record.outcome, 0) + 1
+            store.add("told", (n, record.txn_id, record.outcome))
+            txn = store.one(
+                "SELECT serial, committed, commit_id FROM txn WHERE txn=?", (record.txn_id,)
+            )
+            committed = txn is not None and bool(txn[1])
+            if committed:
+                counted = self.report.txn_outcomes_committed
+                counted[record.outcome] = counted.get(record.outcome, 0) + 1
+            if record.outcome == TxnOutcome.COMMITTED:
+                problem = self._commit_problem(record, txn)
+                if problem is not None:
+                    at = record.commit.message_id.hex() if record.commit else str(record.txn_id)
+                    self._emit(PHASE_RECORDS, 0, "txn-commit-lost", at, problem)
+            elif record.outcome in TXN_ENDED and txn is not None and committed:
+                self._emit(
+                    PHASE_RECORDS,
+                    0,
                     "txn-ended-committed",
-                    at,
+                    (txn[2] or b"").hex(),
                     f"transaction {record.txn_id} commits in the log; its client was told "
                     f"{record.outcome}",
                 )
+
+    def _commit_problem(self, record: TxnRecord, txn: tuple[Any, ...] | None) -> str | None:
+        txn_id = record.txn_id
+        if txn is None:
+            return None if self._truncated else f"transaction {txn_id} is not in the log"
+        serial, committed, commit_id = txn
+        if not committed:
+            return f"transaction {txn_id} does not commit in the log"
+        if record.commit is not None and record.commit.message_id != commit_id:
+            return f"transaction {txn_id}'s commit is not at the acknowledged position"
+        lost = sum(
+            1
+            for a in record.members
+            if self._store.one(
+                "SELECT 1 FROM member WHERE id=? AND txn=? AND serial=?",
+                (a.message_id, txn_id, serial),
             )
-
-
-def _commit_problem(record: TxnRecord, txn: _Txn | None, truncated: bool) -> str | None:
-    txn_id = record.txn_id
-    if txn is None:
-        return None if truncated else f"transaction {txn_id} is not in the log"
-    if not txn.committed:
-        return f"transaction {txn_id} does not commit in the log"
-    if record.commit is not None and record.commit.message_id != txn.commit_id:
-        return f"transaction {txn_id}'s commit is not at the acknowledged position"
-    members = set(txn.members)
-    lost = [a for a in record.members if a.message_id not in members]
-    if lost:
-        return (
-            f"{len(lost)} append(s) acknowledged into transaction {txn_id} are not "
-            "among its messages"
+            is None
         )
-    return None
+        if lost:
+            return (
+                f"{lost} append(s) acknowledged into transaction {txn_id} are not "
+                "among its messages"
+            )
+        return None
 
-
-def _check_delivered(
-    report: ExactlyOnceReport,
-    delivered: Iterable[bytes],
-    by_id: dict[bytes, int],
-    txns: dict[int, _Txn],
-    records: list[TxnRecord],
-) -> None:
-    got: dict[int, set[bytes]] = {}
-    ended = {r.txn_id: r.outcome for r in records if r.outcome in TXN_ENDED}
-    for message_id in delivered:
-        txn_id = by_id.get(message_id)
-        if txn_id is None:
-            continue
-        txn = txns[txn_id]
-        if message_id in got.get(txn_id, ()):
-            report.violations.append(
-                (
+    def _delivered(self, delivered: Iterable[bytes]) -> None:
+        store = self._store
+        store.execute("DELETE FROM delivered")
+        store.add_many("delivered", enumerate(delivered))
+        store.index("delivered_id")
+        emit = self._emit
+        for _, message_id, txn_id, committed, k, told in store.rows(
+            """SELECT d.n, d.id, m.txn, t.committed,
+                   ROW_NUMBER() OVER (PARTITION BY d.id ORDER BY d.n),
+                   (SELECT o.outcome FROM told o WHERE o.txn = m.txn AND o.outcome IN
+                    ('rolled-back', 'expired', 'aborted', 'abandoned') ORDER BY o.n DESC LIMIT 1)
+               FROM delivered d JOIN member m ON m.id = d.id JOIN txn t ON t.txn = m.txn
+               ORDER BY d.n"""
+        ):
+            hexid = message_id.hex()
+            if k > 1:
+                emit(
+                    PHASE_DELIVERED,
+                    0,
                     "txn-delivered-twice",
-                    message_id.hex(),
+                    hexid,
                     f"a message of transaction {txn_id} delivered more than once",
                 )
-            )
-        if txn_id in ended:
-            report.violations.append(
-                (
+            if told is not None:
+                emit(
+                    PHASE_DELIVERED,
+                    0,
                     "txn-ended-delivered",
-                    message_id.hex(),
-                    f"delivered, but its client was told transaction {txn_id} {ended[txn_id]}",
+                    hexid,
+                    f"delivered, but its client was told transaction {txn_id} {told}",
                 )
-            )
-        if not txn.committed:
-            report.violations.append(
-                (
+            if not committed:
+                emit(
+                    PHASE_DELIVERED,
+                    0,
                     "txn-delivered-uncommitted",
-                    message_id.hex(),
+                    hexid,
                     f"delivered, but transaction {txn_id} did not commit",
                 )
-            )
-        got.setdefault(txn_id, set()).add(message_id)
-    for txn_id, ids in got.items():
-        txn = txns[txn_id]
-        if txn.committed and ids != set(txn.members):
-            report.violations.append(
-                (
-                    "txn-delivered-partial",
-                    txn.members[0].hex(),
-                    f"transaction {txn_id}: {len(ids)} of {len(txn.members)} messages delivered",
-                )
-            )
-    for record in records:
-        told = txns.get(record.txn_id)
-        if (
-            record.outcome == TxnOutcome.COMMITTED
-            and told is not None
-            and told.committed
-            and record.txn_id not in got
+        for txn_id, got, members, first in store.rows(
+            """SELECT m.txn, COUNT(DISTINCT d.id), t.members, t.first
+                   FROM delivered d JOIN member m ON m.id = d.id
+                   JOIN txn t ON t.txn = m.txn AND t.serial = m.serial
+                   WHERE t.committed GROUP BY m.txn ORDER BY MIN(d.n)"""
         ):
-            report.violations.append(
-                (
-                    "txn-commit-undelivered",
-                    (told.commit_id or b"").hex(),
-                    f"transaction {record.txn_id}'s commit was acknowledged and a reader "
-                    "got nothing of it",
+            if got != members:
+                emit(
+                    PHASE_DELIVERED,
+                    0,
+                    "txn-delivered-partial",
+                    first.hex(),
+                    f"transaction {txn_id}: {got} of {members} messages delivered",
                 )
+        for _, txn_id, commit_id in store.rows(
+            """SELECT o.n, o.txn, t.commit_id FROM told o JOIN txn t ON t.txn = o.txn
+               WHERE o.outcome = ? AND t.committed AND NOT EXISTS
+                 (SELECT 1 FROM member m JOIN delivered d ON d.id = m.id WHERE m.txn = o.txn)
+               ORDER BY o.n""",
+            (TxnOutcome.COMMITTED,),
+        ):
+            emit(
+                PHASE_DELIVERED,
+                0,
+                "txn-commit-undelivered",
+                (commit_id or b"").hex(),
+                f"transaction {txn_id}'s commit was acknowledged and a reader got nothing of it",
             )

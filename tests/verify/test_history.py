@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -207,16 +207,14 @@ def test_the_summary_names_the_first_offending_ids_and_counts_rules() -> None:
 def fake_topic(monkeypatch: pytest.MonkeyPatch) -> list[BackendMessage]:
     log: list[BackendMessage] = []
 
-    async def read_topic(
-        service_url: str, topic: str, timeout: float = 30.0
-    ) -> list[BackendMessage]:
+    def iter_topic(service_url: str, topic: str, **options: object) -> Iterator[BackendMessage]:
         assert topic == "persistent://public/default/chk"
-        return list(log)
+        yield from log
 
     async def require_topic(admin: object, topic: str, channel: str) -> None:
         assert topic == "persistent://public/default/chk"  # the fake topic exists
 
-    monkeypatch.setattr(streamwal.verify.cli, "read_topic", read_topic)
+    monkeypatch.setattr(streamwal.verify.cli, "iter_topic", iter_topic)
     monkeypatch.setattr(streamwal.verify.cli, "require_topic", require_topic)
     return log
 

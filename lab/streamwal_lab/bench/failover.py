@@ -113,7 +113,7 @@ async def _run_profile(
         report = await verify_channel(
             target.pulsar_url, channel, acks=writer.acks, failures=writer.failures
         )
-        violations += len(report.violations)
+        violations += report.violations_total
         for rule, count in report.by_rule().items():
             by_rule[rule] = by_rule.get(rule, 0) + count
         if not report.ok:

@@ -309,6 +309,22 @@ def _reads_md(r: dict[str, Any]) -> list[str]:
     return lines + _table(["path", "messages/s", "vs raw"], rows)
 
 
+def _verify_md(r: dict[str, Any]) -> list[str]:
+    per_s = r["per_s"]
+    rows = [
+        ["raw Pulsar reader (no decoding)", per_s["raw_reader"], 1.0, None, None],
+        ["streamwal verify (child process)", per_s["verify"], r["verify_vs_raw_ratio"],
+         r["verify_peak_rss_mb"], r["verify_work_mb"]],
+    ]  # fmt: skip
+    lines = [
+        f"{r['entries']} entries ({r['messages']} inserts of {r['payload_bytes']} B and a "
+        f"first time tick) written once; medians of {r['repeats']} interleaved reads, "
+        "messages/s (verify timed from its start to its exit).",
+        "",
+    ]
+    return lines + _table(["reader", "messages/s", "vs raw", "peak RSS MB", "disk MB"], rows)
+
+
 def _node_channels_md(r: dict[str, Any]) -> list[str]:
     rows = [
         [p["channels"], p["appenders"], p["raw"]["per_s"], p["node"]["per_s"],
@@ -545,6 +561,7 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "node-channels": ("Many channels through the node", _node_channels_md),
     "large-messages": ("Large messages: chunked appends vs raw 1 MiB sends", _large_md),
     "node-load": ("A node at load, default and full trace sampling", _node_load_md),
+    "verify": ("streamwal verify on a long channel vs a raw reader", _verify_md),
 }
 
 

@@ -41,6 +41,7 @@ from streamwal_lab.bench.reads import run_reads_bench
 from streamwal_lab.bench.scan import run_scan_bench
 from streamwal_lab.bench.takeover import run_takeover_bench
 from streamwal_lab.bench.target import BenchTarget
+from streamwal_lab.bench.verify import run_verify_bench
 
 __all__ = ["SUITES", "Suite", "default_arguments"]
 
@@ -302,6 +303,23 @@ _node_load = _calling(
 )
 
 
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--messages",
+        type=count,
+        default=1_000_000,
+        help="messages in the channel verified (default 1,000,000; 5,000,000 on request)",
+    )
+    p.add_argument("--payload-bytes", type=count, default=256, help="payload size")
+    p.add_argument("--repeats", type=count, default=2, help="interleaved runs of each")
+
+
+async def _verify(target: BenchTarget, a: argparse.Namespace) -> dict[str, Any]:
+    return await run_verify_bench(
+        target, messages=a.messages, payload_bytes=a.payload_bytes, repeats=a.repeats
+    )
+
+
 SUITES: dict[str, Suite] = {
     s.name: s
     for s in (
@@ -368,6 +386,12 @@ SUITES: dict[str, Suite] = {
             "large messages, many channels pipelined, batches, CPU per append",
             _node_load_args,
             _node_load,
+        ),
+        Suite(
+            "verify",
+            "streamwal verify on a long channel vs a raw reader: messages/s, peak RSS, disk",
+            _verify_args,
+            _verify,
         ),
     )
 }

@@ -238,6 +238,15 @@ def _reads(result: dict[str, Any]) -> list[Target]:
     ]  # fmt: skip
 
 
+def _verify(result: dict[str, Any]) -> list[Target]:
+    return [
+        _check("verify", "verify/raw reader messages/s", result["verify_vs_raw_ratio"], ">=",
+               result["verify_vs_raw_bound"]),
+        _check("verify", "verify peak RSS MB", result["verify_peak_rss_mb"], "<=",
+               result["verify_peak_rss_bound_mb"]),
+    ]  # fmt: skip
+
+
 def _node_channels(result: dict[str, Any]) -> list[Target]:
     return [
         _check("node-channels", f"node/raw, {p['channels']} channels",
@@ -258,6 +267,7 @@ _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "reads": _reads,
     "node-channels": _node_channels,
     "node-load": _node_load,
+    "verify": _verify,
 }
 
 

@@ -53,8 +53,8 @@ class ScenarioResult:
         self.channels += 1
         self.acks_checked += report.acks_checked
         self.messages += report.messages
-        self.ownerships += len(report.owners)
-        self.foreign += len(report.foreign)
+        self.ownerships += max(report.owners_count, len(report.owners))
+        self.foreign += max(report.foreign_count, len(report.foreign))
         self.violations.extend(f"{channel}: {v}" for v in report.violations)
         self.acked_violations += report.acked_violations
         not_written, unknown = WriteOutcome.NOT_WRITTEN.value, WriteOutcome.UNKNOWN.value
