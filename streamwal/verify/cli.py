@@ -1,5 +1,8 @@
 """``streamwal verify``: check a channel's log with a plain Pulsar reader, as it reads.
 
+It stays whole past 500 lines because it is one role, reading a channel for the check: the
+reader, its start (``--from``/``--since``), the checkpoint and the command are one path.
+
 The log is read one entry at a time (:func:`iter_topic`) and fed to the streaming
 :class:`~streamwal.verify.history.HistoryChecker`: memory stays flat whatever the
 channel's length (``docs/verify.md``). ``--from``/``--since`` start later than the

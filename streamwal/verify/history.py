@@ -1,5 +1,8 @@
 """The history checker: what must hold of a channel's log, checked from the log alone.
 
+It stays whole past 500 lines because it is one role, the rules of one pass over the log:
+splitting the rules from the checker that feeds them would spread one state across modules.
+
 It reads raw backend entries (not through the WAL, so a WAL bug cannot hide itself)
 and checks, in log order:
 

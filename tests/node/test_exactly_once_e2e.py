@@ -20,9 +20,9 @@ from streamwal.wal.config import WALConfig
 from streamwal_lab.faultproxy import FaultProxy
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
-from tests.node.test_node_e2e import two_nodes
+from tests.node.test_node_e2e import oracle, two_nodes
 
-__all__ = ["two_nodes"]  # the fixture, shared with the node's end-to-end tests
+__all__ = ["oracle", "two_nodes"]  # the fixtures, shared with the node's end-to-end tests
 
 pytestmark = pytest.mark.integration
 

@@ -129,7 +129,9 @@ class VerifyRun:
 
 def run_verify(pulsar_url: str, channel: str, *extra: str) -> VerifyRun:
     """``streamwal verify --json`` on ``channel`` in a child process; its peak RSS is
-    the child's own (``wait4``), not the largest of every child so far."""
+    the child's own high-water mark (``VmHWM``, read while it runs): ``wait4``'s
+    ``ru_maxrss`` of a forked child starts at its parent's peak on Linux (kept across
+    ``exec``), so from a large parent such as a test run it would report the parent."""
     command = [
         sys.executable,
         "-m",
@@ -145,12 +147,36 @@ def run_verify(pulsar_url: str, channel: str, *extra: str) -> VerifyRun:
     ]
     started = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = _drain(child)
+    peak_kb = [0]
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_hwm, args=(child.pid, done, peak_kb))
+    watcher.start()
+    try:
+        out, err = _drain(child)
+    finally:
+        done.set()
+        watcher.join()
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)
     report = json.loads(out) if out.strip() else {}
-    return VerifyRun(child.returncode, report, seconds, usage.ru_maxrss / 1024, err.decode())
+    peak_mb = (peak_kb[0] or usage.ru_maxrss) / 1024
+    return VerifyRun(child.returncode, report, seconds, peak_mb, err.decode())
+
+
+def _watch_hwm(pid: int, done: threading.Event, peak_kb: list[int]) -> None:
+    """The child's ``VmHWM`` (kB), polled until it exits or ``done`` is set."""
+    path = f"/proc/{pid}/status"
+    while not done.is_set():
+        try:
+            with open(path) as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        peak_kb[0] = max(peak_kb[0], int(line.split()[1]))
+                        break
+        except (OSError, ValueError):
+            return
+        done.wait(0.02)
 
 
 def _drain(child: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
