@@ -112,18 +112,22 @@ class DeliveryPolicy(_message.Message):
     def __init__(self, all: _Optional[_Union[Empty, _Mapping]] = ..., latest: _Optional[_Union[Empty, _Mapping]] = ..., start_from: _Optional[bytes] = ..., start_after: _Optional[bytes] = ..., start_from_time_tick: _Optional[int] = ..., after_checkpoint: _Optional[str] = ...) -> None: ...
 
 class ConsumeRequest(_message.Message):
-    __slots__ = ("pchannel", "policy", "vchannel", "max_batch_messages", "max_batch_bytes")
+    __slots__ = ("pchannel", "policy", "vchannel", "appended_only", "read_only", "max_batch_messages", "max_batch_bytes")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     VCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_ONLY_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     policy: DeliveryPolicy
     vchannel: str
+    appended_only: bool
+    read_only: bool
     max_batch_messages: int
     max_batch_bytes: int
-    def __init__(self, pchannel: _Optional[str] = ..., policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., vchannel: _Optional[str] = ..., max_batch_messages: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, pchannel: _Optional[str] = ..., policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., vchannel: _Optional[str] = ..., appended_only: _Optional[bool] = ..., read_only: _Optional[bool] = ..., max_batch_messages: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
 
 class ConsumedBatch(_message.Message):
     __slots__ = ("messages",)
@@ -132,7 +136,7 @@ class ConsumedBatch(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ConsumedMessage, _Mapping]]] = ...) -> None: ...
 
 class ConsumedMessage(_message.Message):
-    __slots__ = ("message_id", "message_id_text", "time_tick", "type", "payload", "vchannel", "properties", "source_node_id", "last_confirmed_id", "producer_id", "sequence", "txn_id")
+    __slots__ = ("message_id", "message_id_text", "time_tick", "type", "payload", "vchannel", "properties", "source_node_id", "last_confirmed_id", "producer_id", "sequence", "txn_id", "wal_record", "term")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +156,8 @@ class ConsumedMessage(_message.Message):
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    WAL_RECORD_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
     message_id: bytes
     message_id_text: str
     time_tick: int
@@ -164,29 +170,35 @@ class ConsumedMessage(_message.Message):
     producer_id: int
     sequence: int
     txn_id: int
-    def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., vchannel: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., source_node_id: _Optional[int] = ..., last_confirmed_id: _Optional[bytes] = ..., producer_id: _Optional[int] = ..., sequence: _Optional[int] = ..., txn_id: _Optional[int] = ...) -> None: ...
+    wal_record: bool
+    term: int
+    def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., type: _Optional[str] = ..., payload: _Optional[bytes] = ..., vchannel: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., source_node_id: _Optional[int] = ..., last_confirmed_id: _Optional[bytes] = ..., producer_id: _Optional[int] = ..., sequence: _Optional[int] = ..., txn_id: _Optional[int] = ..., wal_record: _Optional[bool] = ..., term: _Optional[int] = ...) -> None: ...
 
 class AssignChannelRequest(_message.Message):
-    __slots__ = ("pchannel",)
+    __slots__ = ("pchannel", "term")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
-    def __init__(self, pchannel: _Optional[str] = ...) -> None: ...
+    term: int
+    def __init__(self, pchannel: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
 
 class AssignChannelResponse(_message.Message):
-    __slots__ = ("pchannel", "first_time_tick", "first_message_id", "first_message_id_text", "attempts", "trace_id")
+    __slots__ = ("pchannel", "first_time_tick", "first_message_id", "first_message_id_text", "attempts", "trace_id", "term")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     FIRST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
     FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_MESSAGE_ID_TEXT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     first_time_tick: int
     first_message_id: bytes
     first_message_id_text: str
     attempts: int
     trace_id: str
-    def __init__(self, pchannel: _Optional[str] = ..., first_time_tick: _Optional[int] = ..., first_message_id: _Optional[bytes] = ..., first_message_id_text: _Optional[str] = ..., attempts: _Optional[int] = ..., trace_id: _Optional[str] = ...) -> None: ...
+    term: int
+    def __init__(self, pchannel: _Optional[str] = ..., first_time_tick: _Optional[int] = ..., first_message_id: _Optional[bytes] = ..., first_message_id_text: _Optional[str] = ..., attempts: _Optional[int] = ..., trace_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
 
 class RemoveChannelRequest(_message.Message):
     __slots__ = ("pchannel",)
@@ -203,14 +215,16 @@ class ListChannelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ChannelInfo(_message.Message):
-    __slots__ = ("pchannel", "first_time_tick", "fenced")
+    __slots__ = ("pchannel", "first_time_tick", "fenced", "term")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     FIRST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     first_time_tick: int
     fenced: bool
-    def __init__(self, pchannel: _Optional[str] = ..., first_time_tick: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
+    term: int
+    def __init__(self, pchannel: _Optional[str] = ..., first_time_tick: _Optional[int] = ..., fenced: _Optional[bool] = ..., term: _Optional[int] = ...) -> None: ...
 
 class ListChannelsResponse(_message.Message):
     __slots__ = ("channels", "fenced")
@@ -299,22 +313,42 @@ class GetRetentionResponse(_message.Message):
     def __init__(self, truncated_before: _Optional[bytes] = ..., truncated_before_text: _Optional[str] = ..., storage_bytes: _Optional[int] = ..., consumers: _Optional[_Iterable[_Union[ConsumerRetention, _Mapping]]] = ..., latest_time_tick: _Optional[int] = ...) -> None: ...
 
 class TruncateRequest(_message.Message):
-    __slots__ = ("pchannel", "retention_s")
+    __slots__ = ("pchannel", "retention_s", "up_to")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     RETENTION_S_FIELD_NUMBER: _ClassVar[int]
+    UP_TO_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     retention_s: float
-    def __init__(self, pchannel: _Optional[str] = ..., retention_s: _Optional[float] = ...) -> None: ...
+    up_to: bytes
+    def __init__(self, pchannel: _Optional[str] = ..., retention_s: _Optional[float] = ..., up_to: _Optional[bytes] = ...) -> None: ...
 
 class TruncateResponse(_message.Message):
-    __slots__ = ("moved", "truncated_before", "truncated_before_text")
+    __slots__ = ("moved", "truncated_before", "truncated_before_text", "truncated_through", "truncated_through_text")
     MOVED_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_BEFORE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_THROUGH_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_THROUGH_TEXT_FIELD_NUMBER: _ClassVar[int]
     moved: bool
     truncated_before: bytes
     truncated_before_text: str
-    def __init__(self, moved: _Optional[bool] = ..., truncated_before: _Optional[bytes] = ..., truncated_before_text: _Optional[str] = ...) -> None: ...
+    truncated_through: bytes
+    truncated_through_text: str
+    def __init__(self, moved: _Optional[bool] = ..., truncated_before: _Optional[bytes] = ..., truncated_before_text: _Optional[str] = ..., truncated_through: _Optional[bytes] = ..., truncated_through_text: _Optional[str] = ...) -> None: ...
+
+class DeleteChannelRequest(_message.Message):
+    __slots__ = ("pchannel",)
+    PCHANNEL_FIELD_NUMBER: _ClassVar[int]
+    pchannel: str
+    def __init__(self, pchannel: _Optional[str] = ...) -> None: ...
+
+class DeleteChannelResponse(_message.Message):
+    __slots__ = ("subscriptions_deleted", "keys_deleted")
+    SUBSCRIPTIONS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    KEYS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    subscriptions_deleted: int
+    keys_deleted: int
+    def __init__(self, subscriptions_deleted: _Optional[int] = ..., keys_deleted: _Optional[int] = ...) -> None: ...
 
 class BeginTxnRequest(_message.Message):
     __slots__ = ("pchannel", "vchannel", "keepalive_s")

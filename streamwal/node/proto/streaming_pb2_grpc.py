@@ -124,6 +124,11 @@ class StreamingNodeStub:
                 request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateRequest.SerializeToString,
                 response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateResponse.FromString,
                 _registered_method=True)
+        self.DeleteChannel = channel.unary_unary(
+                '/streamwal.v1.StreamingNode/DeleteChannel',
+                request_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.DeleteChannelRequest.SerializeToString,
+                response_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.DeleteChannelResponse.FromString,
+                _registered_method=True)
 
 
 class StreamingNodeServicer:
@@ -241,6 +246,12 @@ class StreamingNodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteChannel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StreamingNodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -333,6 +344,11 @@ def add_StreamingNodeServicer_to_server(servicer, server):
                     servicer.Truncate,
                     request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateRequest.FromString,
                     response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateResponse.SerializeToString,
+            ),
+            'DeleteChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteChannel,
+                    request_deserializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.DeleteChannelRequest.FromString,
+                    response_serializer=streamwal_dot_node_dot_proto_dot_streaming__pb2.DeleteChannelResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -821,6 +837,33 @@ class StreamingNode:
             '/streamwal.v1.StreamingNode/Truncate',
             streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateRequest.SerializeToString,
             streamwal_dot_node_dot_proto_dot_streaming__pb2.TruncateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamwal.v1.StreamingNode/DeleteChannel',
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.DeleteChannelRequest.SerializeToString,
+            streamwal_dot_node_dot_proto_dot_streaming__pb2.DeleteChannelResponse.FromString,
             options,
             channel_credentials,
             insecure,
