@@ -61,6 +61,9 @@ class NodeProcess:
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = workdir / f"node-{node_id}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        #: where the child runs (``python -m`` puts it first on ``sys.path``: a checkout
+        #: of another commit here runs that commit's code); None: this one's
+        self.cwd: Path | None = None
 
     async def start(
         self,
@@ -85,6 +88,7 @@ class NodeProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
+                cwd=self.cwd,
             )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
