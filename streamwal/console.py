@@ -257,7 +257,7 @@ async def _consume(args: argparse.Namespace, target: _Target) -> int:
                     message = await asyncio.wait_for(anext(stream), args.timeout)
                 except (StopAsyncIteration, TimeoutError):
                     break
-                if not args.time_ticks and _is_system(message.type):
+                if not args.time_ticks and _is_time_tick(message):
                     continue
                 got += 1
                 if args.json:
@@ -271,10 +271,9 @@ async def _consume(args: argparse.Namespace, target: _Target) -> int:
     return OK
 
 
-def _is_system(wire_type: str) -> bool:
-    """A message the WAL writes itself (a time tick), not one a producer sent."""
-    kind = MessageType.from_wire(wire_type)
-    return kind is not None and kind.is_system
+def _is_time_tick(message: Consumed) -> bool:
+    """A time tick the WAL wrote itself (a caller's ``TimeTick`` is a caller's message)."""
+    return message.wal_record and message.type == MessageType.TIME_TICK.wire_name
 
 
 def _text(payload: bytes) -> str:

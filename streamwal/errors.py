@@ -60,6 +60,7 @@ __all__ = [
     "UnavailableError",
     "UnknownPositionError",
     "UnsafeBrokerPolicyError",
+    "UnsupportedLogFormatError",
     "WriteOutcome",
     "outcome_of",
     "short_repr",
@@ -227,6 +228,24 @@ class EvictedError(StreamwalError):
 
 class DecodeError(StreamwalError):
     """A persisted message is not a valid streamwal message (foreign producer, corrupt)."""
+
+
+class UnsupportedLogFormatError(StreamwalError):
+    """An entry of a log format (or a WAL record) newer than this reader knows.
+
+    Never skipped as foreign: it was written by a newer streamwal, and skipping it would
+    lose messages without a trace, so the read ends here (not retriable: upgrade the
+    reader). A node answers FAILED_PRECONDITION."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+    def __init__(self, message_id: object, what: str) -> None:
+        self.message_id = message_id
+        self.what = what
+        super().__init__(
+            f"message {message_id}: {what} is of a newer log format than this reader "
+            "reads (formats 1 and 2)"
+        )
 
 
 class CorruptedChunkError(StreamwalError):

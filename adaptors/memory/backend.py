@@ -37,30 +37,46 @@ from streamwal.wal.retention_contract import Checkpoint, ConsumerState, Retentio
 __all__ = ["MemoryBackendWAL", "MemoryFaults", "MemoryLogStore", "MemoryMessageId", "MemoryOpener"]
 
 _ID_FORMAT = struct.Struct(">Q")
+_PACK_ID_FORMAT = struct.Struct(">Qi")
 
 
 class MemoryMessageId(MessageId):
-    """The offset of an entry in its in-memory log."""
+    """The offset of an entry in its in-memory log, and for a message of a pack of
+    several (log format v2) its index in the pack (``-1``: the entry itself)."""
 
-    __slots__ = ("offset",)
+    __slots__ = ("index", "offset")
 
-    def __init__(self, offset: int) -> None:
+    def __init__(self, offset: int, index: int = -1) -> None:
         self.offset = offset
+        self.index = index
 
     def sort_key(self) -> tuple[int, ...]:
-        return (self.offset,)
+        return (self.offset, self.index)
+
+    def in_pack(self, index: int) -> MemoryMessageId:
+        return MemoryMessageId(self.offset, index)
 
     def to_bytes(self) -> bytes:
-        return _ID_FORMAT.pack(self.offset)
+        if self.index < 0:
+            return _ID_FORMAT.pack(self.offset)
+        return _PACK_ID_FORMAT.pack(self.offset, self.index)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> MemoryMessageId:
+        if len(data) == _PACK_ID_FORMAT.size:
+            offset, index = _PACK_ID_FORMAT.unpack(data)
+            return cls(offset, index)
         if len(data) != _ID_FORMAT.size:
-            raise DecodeError(f"memory message id must be {_ID_FORMAT.size} bytes, got {len(data)}")
+            raise DecodeError(
+                f"memory message id must be {_ID_FORMAT.size} or {_PACK_ID_FORMAT.size} "
+                f"bytes, got {len(data)}"
+            )
         return cls(_ID_FORMAT.unpack(data)[0])
 
     def __str__(self) -> str:
-        return f"mem:{self.offset}"
+        if self.index < 0:
+            return f"mem:{self.offset}"
+        return f"mem:{self.offset}:{self.index}"
 
 
 @dataclass
@@ -264,7 +280,9 @@ class MemoryBackendWAL:
                     self._channel, message_id, MemoryMessageId(self._log.truncated_before)
                 )
             offset = message_id.offset
-            return offset if policy.kind == DeliveryPolicy.START_FROM else offset + 1
+            if policy.kind == DeliveryPolicy.START_FROM or message_id.index >= 0:
+                return offset  # a message inside a pack: its entry, which the WAL unpacks
+            return offset + 1
         raise InvalidInputError(f"the memory backend cannot read from {policy}")
 
     # ---- BackendRetention: the log keeps its own checkpoints --------------------------

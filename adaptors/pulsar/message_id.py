@@ -36,6 +36,16 @@ class PulsarMessageId(MessageId):
         """From a ``pulsar.MessageId`` or the C extension's ``_pulsar.MessageId``."""
         return cls(message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
 
+    def in_pack(self, index: int) -> PulsarMessageId:
+        """Message ``index`` of the pack in this entry: Pulsar's own addressing of a
+        message in a batch, ``(ledger, entry, index)``. Only an entry that is not a
+        Pulsar batch holds a pack of several (its batch index is free for ours)."""
+        if self.batch_index >= 0:
+            raise DecodeError(
+                f"entry {self} is part of a Pulsar batch: it cannot hold a pack of several"
+            )
+        return PulsarMessageId(self.ledger, self.entry, index)
+
     def to_pulsar(self) -> pulsar.MessageId:
         return pulsar.MessageId(-1, self.ledger, self.entry, self.batch_index)
 

@@ -73,12 +73,19 @@ class Readers:
         except BaseException:
             await reader.close()
             raise
-        if first.message_id != start and not (
-            policy.kind == DeliveryPolicy.START_FROM and _starts_entry(start, first.message_id)
+        in_pack = _holds_pack_member(start, first.message_id)
+        if (
+            first.message_id != start
+            and not in_pack
+            and not (
+                policy.kind == DeliveryPolicy.START_FROM and _starts_entry(start, first.message_id)
+            )
         ):
             await reader.close()
             raise InvalidInputError(f"message id {start} is not in channel {self._state.channel!r}")
-        keep = first if policy.kind == DeliveryPolicy.START_FROM else None
+        # a position inside a pack: its whole entry, both ways (the WAL unpacks it and
+        # leaves out the messages before the position)
+        keep = first if policy.kind == DeliveryPolicy.START_FROM or in_pack else None
         return PulsarScanner(reader, self._state.channel, first=keep)
 
     async def _reader(self, start: Any, inclusive: bool = False) -> Any:
@@ -99,5 +106,17 @@ def _starts_entry(start: PulsarMessageId, found: MessageId) -> bool:
         isinstance(found, PulsarMessageId)
         and start.batch_index < 0
         and found.batch_index == 0
+        and (found.ledger, found.entry) == (start.ledger, start.entry)
+    )
+
+
+def _holds_pack_member(start: PulsarMessageId, found: MessageId) -> bool:
+    """``start`` names a message of a pack (log format v2: ``ledger:entry:index``) and
+    ``found`` is the entry holding it, which Pulsar delivers whole (it is no Pulsar
+    batch, so Pulsar's reader does not split it)."""
+    return (
+        isinstance(found, PulsarMessageId)
+        and start.batch_index >= 0
+        and found.batch_index < 0
         and (found.ledger, found.entry) == (start.ledger, start.entry)
     )

@@ -27,7 +27,7 @@ from streamwal.node.config_cli import config_from_args
 from streamwal.timeouts import within
 from streamwal.tso.timestamp import physical_datetime
 from streamwal.wal.initializing import open_read_only
-from streamwal.wal.message import decode
+from streamwal.wal.message import decode_entry
 from streamwal.wal.retention_contract import time_tick_lag_ms
 
 __all__ = ["channel_status", "register"]
@@ -89,7 +89,7 @@ async def _latest_time_tick(client: Any, topic: str) -> int | None:
             return None
         raw = to_backend_message(await within(reader.read_next(), 10))
         try:
-            return decode(raw, PulsarMessageId.from_bytes).time_tick
+            return decode_entry(raw, PulsarMessageId.from_bytes)[-1].time_tick
         except DecodeError:
             return None
     finally:

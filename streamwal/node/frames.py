@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from streamwal.node.proto import streaming_pb2 as pb
-from streamwal.wal.message import ImmutableMessage
+from streamwal.wal.message import ImmutableMessage, MessageType
 from streamwal.wal.message_id import MessageId
 
 __all__ = ["batch_of", "consumed_of"]
@@ -49,7 +49,14 @@ def _fill(
     consumed.message_id = message_id.to_bytes()
     consumed.message_id_text = str(message_id)
     consumed.time_tick = msg.time_tick
-    consumed.type = msg.type.wire_name
+    kind = msg.type
+    if type(kind) is MessageType:
+        consumed.type = kind.wire_name
+        consumed.wal_record = True
+    else:
+        consumed.type = kind  # type: ignore[assignment]
+    if msg.term:
+        consumed.term = msg.term
     consumed.payload = msg.payload
     if msg.vchannel:
         consumed.vchannel = msg.vchannel

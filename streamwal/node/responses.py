@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from streamwal.errors import InvalidInputError, StreamwalError, short_repr
+from streamwal.errors import InvalidInputError, StreamwalError
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.wal.backend import BackendOpener, DeliveryPolicy
 from streamwal.wal.interceptors import AppendResult
-from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.message import MutableMessage
 from streamwal.wal.message.message import built_mutable
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.retention_contract import RetentionState, time_tick_lag_ms
@@ -40,22 +40,15 @@ _FRAME_BYTES = (1 << 20, 4 << 20)
 
 # ---- requests in ----------------------------------------------------------------------
 
-# the names streaming.proto documents, and only those: a client that sends anything
-# else learns it now, not from a reader that finds another type than it meant
-_TYPES = {t.name.lower(): t for t in MessageType if not t.is_system and not t.is_txn_marker}
-
-
-def parse_message_type(name: str) -> MessageType:
-    found = _TYPES.get(name)
-    if found is None:
-        known = ", ".join(sorted(_TYPES))
-        raise InvalidInputError(f"unknown message type {short_repr(name)} (one of: {known})")
-    return found
+def parse_message_type(name: str) -> str:
+    """A caller's type as the WAL carries it: the string itself, whatever it is (the
+    WAL's own records are told apart by a flag, not by a name)."""
+    return name
 
 
 # a message's own empty default, which it takes without checking; copying an empty
 # protobuf map instead costs an ABC walk per message
-_NO_PROPERTIES = MutableMessage(MessageType.INSERT).properties
+_NO_PROPERTIES = MutableMessage("").properties
 
 
 def message_of(
@@ -65,10 +58,11 @@ def message_of(
     sequence: int | None = None,
     txn_id: int | None = None,
 ) -> MutableMessage:
-    """The message a client sent; :class:`InvalidInputError` for an unknown type (or
-    for a producer id without a sequence, or the other way round)."""
+    """The message a client sent, its type and properties verbatim;
+    :class:`InvalidInputError` for a producer id without a sequence, or the other way
+    round."""
     return built_mutable(
-        parse_message_type(m.type),
+        m.type,
         bytes(m.payload),
         m.vchannel,
         dict(m.properties) if m.properties else _NO_PROPERTIES,

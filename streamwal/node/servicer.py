@@ -370,7 +370,11 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
             await ahead.close()
 
     async def _read(self, wal: WAL, request: pb.ConsumeRequest) -> Scanner:
-        return await wal.read(delivery_policy(request, self._opener), request.vchannel or None)
+        return await wal.read(
+            delivery_policy(request, self._opener),
+            request.vchannel or None,
+            appended_only=request.appended_only,
+        )
 
     # ---- channels ----------------------------------------------------------------------
     async def AssignChannel(

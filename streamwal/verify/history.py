@@ -75,13 +75,15 @@ that need the whole log are queries on it. ``docs/verify.md`` lists, per rule, w
 is kept where. :func:`check_history` feeds an iterable through it.
 
 Entries are decoded by :func:`decode_entry`, the one place that knows the log's
-formats (:data:`DECODERS`): a second format is one more decoder there.
+formats (v1 and v2, ``docs/wire-format.md``): an entry of format v2 may hold a pack of
+messages, each checked as one message; an entry of a newer format ends the check with
+:class:`~streamwal.errors.UnsupportedLogFormatError` rather than being counted foreign.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -92,12 +94,11 @@ from streamwal.verify.acks import Ack, Delivery, Failure, TxnRecord
 from streamwal.verify.store import Store
 from streamwal.verify.transactions import TXN_RULES, ExactlyOnceChecker
 from streamwal.wal.backend import BackendMessage
-from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
-from streamwal.wal.message.codec import KEY_LAST_CONFIRMED
+from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType
+from streamwal.wal.message import decode_entry as _decode_entry
 from streamwal.wal.message_id import MessageId
 
 __all__ = [
-    "DECODERS",
     "KEEP",
     "RULES",
     "HistoryChecker",
@@ -133,22 +134,12 @@ KEEP = 1000
 _LOG, _SHARED, _ACKS, _DELIVERIES, _FAILURES, _BATCHES = 0, 4, 5, 6, 7, 8
 _STATE_VERSION = 1
 
-Decoder = Callable[[BackendMessage, MessageIdDecoder], ImmutableMessage]
-DECODERS: tuple[Decoder, ...] = (decode,)
-"""The log formats the checker reads, tried in order; each raises ``DecodeError`` for
-an entry that is not of its format."""
-
-
-def decode_entry(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> ImmutableMessage:
-    """The streamwal message ``raw`` holds, in whichever format it was written;
-    :class:`DecodeError` if none."""
-    error: DecodeError | None = None
-    for decoder in DECODERS:
-        try:
-            return decoder(raw, message_id_from_bytes)
-        except DecodeError as exc:
-            error = exc
-    raise error or DecodeError(f"message {raw.message_id}: no decoder")
+def decode_entry(
+    raw: BackendMessage, message_id_from_bytes: MessageIdDecoder
+) -> list[ImmutableMessage]:
+    """The streamwal messages ``raw`` holds, in whichever format it was written;
+    :class:`DecodeError` if none, ``UnsupportedLogFormatError`` for a newer format."""
+    return _decode_entry(raw, message_id_from_bytes)
 
 
 @dataclass(frozen=True)
@@ -368,7 +359,7 @@ class HistoryChecker:
         self._last_id: MessageId | None = None
         self._last_tt: int | None = None
         self._last_tt_id: MessageId | str = ""  # made text only when a rule names it
-        self._confirmed: str | None = None  # a last-confirmed id that passed, as written
+        self._confirmed: MessageId | None = None  # a last-confirmed id that passed
         self._current: _Ownership | None = None
         self._past_nodes: set[int] = set()
         self._eo = ExactlyOnceChecker(
@@ -409,20 +400,28 @@ class HistoryChecker:
             self._from = message_id
             self.report.started_at = str(message_id)
         self._last_id = message_id
-        self._pos += 1
-        pos = self._pos
-        report.messages += 1
         try:
-            msg = decode_entry(raw, self._decode_id)
+            msgs = decode_entry(raw, self._decode_id)
         except DecodeError:
+            self._pos += 1
+            report.messages += 1
             report.foreign_count += 1
             if len(report.foreign) < self._keep:
                 report.foreign.append(str(message_id))
             self._store.add("foreign_entry", (message_id.to_bytes(), self._pos))
             return
+        for msg in msgs:
+            self._feed_message(msg)
+
+    def _feed_message(self, msg: ImmutableMessage) -> None:
+        report = self.report
+        message_id = msg.message_id
+        self._pos += 1
+        pos = self._pos
+        report.messages += 1
         report.decoded += 1
         kind = msg.type
-        marker = kind.is_txn_marker  # a marker's payload is a count, not a client's
+        marker = type(kind) is MessageType and kind.is_txn_marker  # its payload is a count
         self._store.add(
             "msg",
             (
@@ -476,9 +475,9 @@ class HistoryChecker:
             )
             self._confirmed = None
         current = self._current
-        confirmed = raw.properties.get(KEY_LAST_CONFIRMED)
+        confirmed = msg.last_confirmed
         same_node = current is not None and msg.source == current.node
-        if same_node and confirmed is not None and confirmed == self._confirmed:
+        if same_node and confirmed == self._confirmed:
             return  # what the message before it confirmed, and that passed: so does this
         violation = _owner_violation(msg.source, msg.last_confirmed, current, self._past_nodes)
         if violation is not None:

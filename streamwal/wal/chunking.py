@@ -13,7 +13,10 @@ from the id starts at the message's first record, a read after it starts inside 
 message and skips the rest of it (see :class:`ChunkAssembler`), and truncating before
 the id keeps all of the message.
 
-The records' format is specified in ``docs/wire-format.md`` ("Chunked messages").
+The records' format is specified in ``docs/wire-format.md`` ("Chunked messages"): in
+log format v1 the chunk markers are ``_c*`` properties; in v2 each chunk's payload is
+a chunk header of the WAL's frame (:mod:`streamwal.wal.message.frame`) and its part of
+the pack, and the rebuilt entry is the whole pack.
 The rules for readers:
 
 - chunks of one message are consecutive: the writer sends the next chunk only once the
@@ -41,7 +44,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from streamwal.errors import ClosedError, CorruptedChunkError, InvalidInputError
+from streamwal.errors import ClosedError, CorruptedChunkError, InvalidInputError, StreamwalError
 from streamwal.wal.backend import (
     AccessMode,
     AppendCallback,
@@ -49,6 +52,15 @@ from streamwal.wal.backend import (
     BackendScanner,
     BackendWAL,
     DeliveryPolicy,
+)
+from streamwal.wal.message.frame import (
+    CHUNK_HEADER,
+    FORMAT_PROPERTY,
+    V2_PROPERTIES,
+    ChunkHeader,
+    decode_chunk_header,
+    encode_chunk_header,
+    is_chunk,
 )
 from streamwal.wal.message_id import MessageId
 
@@ -132,6 +144,8 @@ def split(
     size = len(payload)
     if size + head_size <= max_entry_bytes:
         return None
+    if FORMAT_PROPERTY in properties:
+        return _split_v2(payload, properties, max_entry_bytes, chunk_id)
     room = max_entry_bytes - head_size - _MARKER_BYTES
     if room < max_entry_bytes // 4:
         raise InvalidInputError(
@@ -159,15 +173,46 @@ def split(
     return chunks
 
 
+def _split_v2(
+    payload: bytes, properties: Mapping[str, str], max_entry_bytes: int, chunk_id: str | None
+) -> list[tuple[bytes, dict[str, str]]]:
+    """Log format v2's chunks: the entry's properties on each (they are the format's,
+    a few bytes), the chunk header at the front of each payload."""
+    size = len(payload)
+    room = max_entry_bytes - properties_size(properties) - CHUNK_HEADER.size
+    count = max(2, math.ceil(size / room))
+    step = math.ceil(size / count)
+    cid = bytes.fromhex(chunk_id) if chunk_id is not None else uuid.uuid4().bytes
+    crc = zlib.crc32(payload)
+    view = memoryview(payload)
+    return [
+        (
+            encode_chunk_header(ChunkHeader(cid, index, count, size, crc))
+            + view[index * step : (index + 1) * step],
+            dict(properties),
+        )
+        for index in range(count)
+    ]
+
+
+def _is_chunk(raw: BackendMessage) -> bool:
+    props = raw.properties
+    if FORMAT_PROPERTY in props:
+        return is_chunk(raw.payload)
+    return KEY_CHUNK_ID in props
+
+
 class _Sequence:
     """A chunked message being read: its first record's id and properties, the parts."""
 
     __slots__ = ("chunk_id", "count", "crc", "discard", "head", "next_index", "parts", "size")
 
-    def __init__(self, head: BackendMessage, markers: tuple[str, int, int, int, str]) -> None:
+    def __init__(
+        self, head: BackendMessage, markers: tuple[str, int, int, int, str], part: bytes
+    ) -> None:
         self.chunk_id, _, self.count, self.size, self.crc = markers
         self.head = head
-        self.parts: list[bytes] = [head.payload]
+        self.parts: list[bytes] = [part]
         self.next_index = 1
         self.discard = False
 
@@ -193,19 +238,21 @@ class ChunkAssembler:
         return self._open is None
 
     def feed(self, raw: BackendMessage) -> BackendMessage | None:
-        props = raw.properties
-        if KEY_CHUNK_ID not in props:
+        if not _is_chunk(raw):
             if self._open is not None:
                 self._drop(raw)
             self._started = True
             return raw
-        markers = self._markers(raw)
+        if FORMAT_PROPERTY in raw.properties:
+            markers, part = self._v2_markers(raw)
+        else:
+            markers, part = self._markers(raw), raw.payload
         chunk_id, index, count, size, crc = markers
         if index == 0:
             if self._open is not None:
                 self._drop(raw)
             self._started = True
-            self._open = _Sequence(raw, markers)
+            self._open = _Sequence(raw, markers, part)
             return None
         open_ = self._open
         if open_ is None:
@@ -226,7 +273,7 @@ class ChunkAssembler:
             )
         if (count, size, crc) != (open_.count, open_.size, open_.crc):
             raise self._corrupted(raw, f"chunk {index} of {chunk_id} disagrees with its first")
-        open_.parts.append(raw.payload)
+        open_.parts.append(part)
         open_.next_index += 1
         if index < count - 1:
             return None
@@ -237,7 +284,20 @@ class ChunkAssembler:
             raise self._corrupted(raw, f"{chunk_id}: {len(payload)} bytes, its chunks say {size}")
         if f"{zlib.crc32(payload):08x}" != crc:
             raise self._corrupted(raw, f"{chunk_id}: the payload does not match its checksum")
-        return BackendMessage(open_.head.message_id, payload, _logical(open_.head.properties))
+        head_props = open_.head.properties
+        logical = dict(head_props) if FORMAT_PROPERTY in head_props else _logical(head_props)
+        return BackendMessage(open_.head.message_id, payload, logical)
+
+    def _v2_markers(self, raw: BackendMessage) -> tuple[tuple[str, int, int, int, str], bytes]:
+        try:
+            header, part = decode_chunk_header(raw)
+        except StreamwalError as exc:  # a newer frame version is corruption here too
+            raise self._corrupted(raw, f"malformed chunk header ({exc})") from None
+        count, index = header.count, header.index
+        if count < 2 or not 0 <= index < count:
+            raise self._corrupted(raw, f"chunk {index} of {count}")
+        markers = (header.chunk_id.hex(), index, count, header.size, f"{header.crc:08x}")
+        return markers, part
 
     def _markers(self, raw: BackendMessage) -> tuple[str, int, int, int, str]:
         props = raw.properties
@@ -317,7 +377,7 @@ class ChunkingScanner:
         inner, assembler = self._inner, self._assembler
         while True:
             raw = await inner.__anext__()
-            if assembler.idle and KEY_CHUNK_ID not in raw.properties:
+            if assembler.idle and not _is_chunk(raw):
                 assembler._started = True
                 return raw  # almost every entry: no call into the assembler
             msg = assembler.feed(raw)

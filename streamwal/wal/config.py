@@ -57,6 +57,11 @@ class WALConfig:
     - ``txn_keepalive``: a transaction's timeout when its begin names none: without an
       append or a keepalive for that long (elapsed time on the owner, not TSO time), it
       is rolled back.
+    - ``log_format``: the log format an owner writes, ``"v2"`` (default: the caller's
+      properties and type verbatim, packs, terms) or ``"v1"`` (for a log that readers of
+      streamwal before format v2 must still read; it refuses caller property keys
+      starting with ``_`` and types outside its names). Both are always read
+      (``docs/wire-format.md``).
     """
 
     first_time_tick_backoff: Backoff = field(
@@ -78,8 +83,11 @@ class WALConfig:
     idempotence_rebuild_timeout: float = 30.0
     txn_keepalive: float = 10.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    log_format: str = "v2"
 
     def __post_init__(self) -> None:
+        if self.log_format not in ("v1", "v2"):
+            raise ConfigError("log_format", f"must be 'v1' or 'v2', got {self.log_format!r}")
         for name in ("first_time_tick_backoff", "append_backoff", "scanner_backoff"):
             if not isinstance(getattr(self, name), Backoff):
                 raise ConfigError(name, "must be a Backoff")

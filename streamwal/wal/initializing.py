@@ -37,6 +37,7 @@ from streamwal.wal.chunking import with_chunking
 from streamwal.wal.config import Backoff, WALConfig
 from streamwal.wal.interceptors import ChannelInfo, InterceptorParams
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, encode
+from streamwal.wal.message.codec import LOG_FORMAT_V2, log_format_number
 from streamwal.wal.metrics import record_first_time_tick_attempt, record_open
 from streamwal.wal.mvcc import MVCCManager
 from streamwal.wal.retention_contract import BackendRetention
@@ -88,11 +89,16 @@ async def open_wal(
     config: WALConfig | None = None,
     *,
     clock: Callable[[], float] = time.monotonic,
+    term: int = 0,
+    log_format: str | int | None = None,
 ) -> WAL:
     """Take ``channel`` over for ``node_id`` and return its started WAL.
 
     ``clock``: the owner's monotonic clock in seconds (transaction keepalives), for
-    tests that move time without sleeping.
+    tests that move time without sleeping. ``term``: the owner's term, written in every
+    entry of format v2 (Milvus's ``PChannelInfo.Term``; 0 if the caller has none).
+    ``log_format``: the format to write, ``"v1"`` or ``"v2"``, in place of
+    ``config.log_format`` (a node passes what its cluster reads).
 
     Retries until the first time tick is persisted; ends early with
     :class:`~streamwal.errors.ChannelFencedError` if a newer owner exists, with
@@ -106,6 +112,14 @@ async def open_wal(
     validate_channel_name(channel)
     if not isinstance(node_id, int) or isinstance(node_id, bool) or node_id < 0:
         raise InvalidInputError(f"node id must be an int >= 0, got {node_id!r}")
+    if not isinstance(term, int) or isinstance(term, bool) or not 0 <= term < 2**64:
+        raise InvalidInputError(f"term must be an int in [0, 2**64), got {term!r}")
+    info = ChannelInfo(
+        channel,
+        node_id,
+        term,
+        log_format_number(log_format if log_format is not None else config.log_format),
+    )
     attributes: Attributes = {ATTR_CHANNEL: channel, ATTR_NODE_ID: node_id}
     started = time.perf_counter()
     outcome = "error"
@@ -113,10 +127,10 @@ async def open_wal(
         with _tracer.start_as_current_span("wal.open", attributes=attributes):
             backend = with_chunking(await opener.open(channel, AccessMode.READ_WRITE))
             try:
-                first = await _first_time_tick_within_quota(backend, allocator, node_id, config)
+                first = await _first_time_tick_within_quota(backend, allocator, info, config)
                 params = build_interceptor_params(
                     first.message,
-                    ChannelInfo(channel, node_id),
+                    info,
                     backend,
                     allocator,
                     config,
@@ -147,7 +161,7 @@ QUOTA_RETRY_S = 150.0
 
 
 async def _first_time_tick_within_quota(
-    backend: BackendWAL, allocator: TimestampAllocator, node_id: int, config: WALConfig
+    backend: BackendWAL, allocator: TimestampAllocator, info: ChannelInfo, config: WALConfig
 ) -> FirstTimeTick:
     """The first time tick; if a backlog quota blocks it, truncate and try again.
 
@@ -172,7 +186,12 @@ async def _first_time_tick_within_quota(
     while True:
         try:
             return await send_first_time_tick(
-                backend, allocator, node_id, config.first_time_tick_backoff
+                backend,
+                allocator,
+                info.node_id,
+                config.first_time_tick_backoff,
+                term=info.term,
+                log_format=info.log_format,
             )
         except QuotaExceededError as exc:
             if config.retention is None or not isinstance(backend, BackendRetention):
@@ -198,7 +217,13 @@ class FirstTimeTick:
 
 
 async def send_first_time_tick(
-    backend: BackendWAL, allocator: TimestampAllocator, node_id: int, backoff: Backoff
+    backend: BackendWAL,
+    allocator: TimestampAllocator,
+    node_id: int,
+    backoff: Backoff,
+    *,
+    term: int = 0,
+    log_format: int = LOG_FORMAT_V2,
 ) -> FirstTimeTick:
     """Fence, then persist this owner's first time tick directly on ``backend``.
 
@@ -226,7 +251,9 @@ async def send_first_time_tick(
     try:
         while True:
             attempt = retry.attempt
-            outcome = await _traced_attempt(backend, allocator, node_id, attempt, waited)
+            outcome = await _traced_attempt(
+                backend, allocator, (node_id, term, log_format), attempt, waited
+            )
             record_first_time_tick_attempt(
                 channel, "ok" if isinstance(outcome, ImmutableMessage) else "error"
             )
@@ -262,7 +289,11 @@ async def send_first_time_tick(
 
 
 async def _traced_attempt(
-    backend: BackendWAL, allocator: TimestampAllocator, node_id: int, attempt: int, waited: float
+    backend: BackendWAL,
+    allocator: TimestampAllocator,
+    owner: tuple[int, int, int],
+    attempt: int,
+    waited: float,
 ) -> ImmutableMessage | Exception:
     """One attempt in its own span; the error is returned, cancellation raised.
 
@@ -274,7 +305,7 @@ async def _traced_attempt(
         ATTR_CHANNEL: backend.channel,
         ATTR_ATTEMPT: attempt,
         ATTR_BACKOFF_MS: waited * 1000,
-        ATTR_NODE_ID: node_id,
+        ATTR_NODE_ID: owner[0],
     }
     with _tracer.start_as_current_span(
         "wal.first_time_tick.attempt",
@@ -283,7 +314,7 @@ async def _traced_attempt(
         set_status_on_exception=False,
     ) as span:
         try:
-            return await _attempt(backend, allocator, node_id, span)
+            return await _attempt(backend, allocator, owner, span)
         except asyncio.CancelledError:
             span.set_status(Status(StatusCode.ERROR, "cancelled"))
             raise
@@ -294,8 +325,9 @@ async def _traced_attempt(
 
 
 async def _attempt(
-    backend: BackendWAL, allocator: TimestampAllocator, node_id: int, span: Span
+    backend: BackendWAL, allocator: TimestampAllocator, owner: tuple[int, int, int], span: Span
 ) -> ImmutableMessage:
+    node_id, term, log_format = owner
     # THE FENCE, before any timestamp is taken. Once this owner's exclusive writer
     # exists, the old owner can persist nothing more; every time tick it did persist
     # was allocated before this point, so it is below what we allocate after it.
@@ -308,10 +340,10 @@ async def _attempt(
     # Last confirmed = itself: its id is known only after the append, so ``_lc`` is
     # left out and decoding derives it (see docs/wire-format.md).
     msg = MutableMessage(MessageType.TIME_TICK).stamped(time_tick, None, node_id)
-    payload, properties = encode(msg)
+    payload, properties = encode(msg, log_format=log_format, term=term)
     message_id = await append_entry(backend, payload, properties)  # directly: no interceptors yet
     span.set_attribute(ATTR_MESSAGE_ID, str(message_id))
-    return msg.into_immutable(message_id)
+    return msg.into_immutable(message_id, term)
 
 
 def _end(parent: Span, attempts: int, description: str) -> None:

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from functools import total_ordering
 from typing import Any
 
-from streamwal.errors import BackendMismatchError
+from streamwal.errors import BackendMismatchError, DecodeError
 
 __all__ = ["MessageId"]
 
@@ -32,6 +32,13 @@ class MessageId(ABC):
     @abstractmethod
     def to_bytes(self) -> bytes:
         """A lossless serialization; the backend's ``message_id_from_bytes`` reverses it."""
+
+    def in_pack(self, index: int) -> MessageId:
+        """The id of message ``index`` of a pack of several messages stored in the entry
+        this id names (log format v2). It orders after the entry's own id and before the
+        next entry's. :class:`~streamwal.errors.DecodeError` if this id cannot address
+        messages inside it (it already names a part of an entry)."""
+        raise DecodeError(f"{type(self).__name__} {self} cannot address messages of a pack")
 
     def _check(self, other: object) -> MessageId:
         if not isinstance(other, MessageId):

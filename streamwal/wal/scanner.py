@@ -14,8 +14,14 @@ Only persisted messages are yielded; in-memory time ticks advance :attr:`Scanner
 A transaction's messages are yielded at its commit, together and in log order, never
 after a rollback (:mod:`streamwal.wal.txn_assembly`); a time-tick policy and the
 vchannel filter apply to a transaction as a whole, at its commit.
+An entry of log format v2 may hold a pack of several messages: they are delivered in
+order, each with its own id, and a read that starts at (or after) a message inside a
+pack leaves out the pack's messages before (or up to) it. ``appended_only`` leaves
+out the records the WAL wrote itself (time ticks, transaction markers).
 Entries that do not decode are skipped, counted (:attr:`Scanner.skipped` and a metric) and
-logged. A retriable backend error reopens the backend after a backoff.
+logged; an entry of a newer log format ends the read with
+:class:`~streamwal.errors.UnsupportedLogFormatError` (skipping it would lose messages).
+A retriable backend error reopens the backend after a backoff.
 
 One task iterates a scanner at a time; :meth:`Scanner.close` may be called from any
 task at any time, and the iterating task then gets :class:`~streamwal.errors.ClosedError`.
@@ -27,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from opentelemetry import metrics
 
@@ -42,7 +48,8 @@ from streamwal.retry import Retry
 from streamwal.timeouts import within
 from streamwal.wal.backend import BackendScanner, BackendWAL, DeliveryPolicy
 from streamwal.wal.config import Backoff
-from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
+from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode_entry
+from streamwal.wal.message.codec import from_position
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_delivered, record_scanner_lag
 from streamwal.wal.txn_assembly import TxnAssembler
@@ -81,6 +88,7 @@ class Scanner:
         buffer: WriteAheadBuffer | None = None,
         backoff: Backoff,
         on_close: Callable[[Scanner], None] | None = None,
+        appended_only: bool = False,
     ) -> None:
         self.channel = channel
         self.policy = policy
@@ -107,6 +115,11 @@ class Scanner:
         self._close_event = asyncio.Event()
         self._txns = TxnAssembler(channel)
         self._ready: deque[ImmutableMessage] = deque()
+        self.appended_only = appended_only
+        # the rest of the pack the backend read last, in order
+        self._unpacked: deque[ImmutableMessage] = deque()
+        # the position a backend read was opened at, until its first entry is unpacked
+        self._pack_start: DeliveryPolicy | None = None
 
     @property
     def dropped_transactions(self) -> int:
@@ -156,7 +169,7 @@ class Scanner:
             if in_order:
                 released = self._txns.feed(msg)
                 if released and self._wanted(released[-1]):
-                    self._ready.extend(released)
+                    self._release(released)
 
     async def next_batch(self, limit: int) -> list[ImmutableMessage]:
         """The next message (waiting for it, as ``__anext__``) and, up to ``limit`` in
@@ -194,6 +207,7 @@ class Scanner:
                 if (
                     msg.txn_id is None
                     and msg.type is not MessageType.BEGIN_TXN
+                    and not self.appended_only
                     and last is not None
                     and time_tick > last
                     and not ready
@@ -212,7 +226,7 @@ class Scanner:
                 elif self._consume(msg):
                     released = txns.feed(msg)
                     if released and self._wanted(released[-1]):
-                        ready.extend(released)
+                        self._release(released)
         if len(batch) > start:  # one delivery: __anext__ sampled its oldest message
             record_delivered(self.channel, len(batch) - start)
 
@@ -238,7 +252,15 @@ class Scanner:
             return None
         return entry.message
 
+    def _release(self, released: Sequence[ImmutableMessage]) -> None:
+        if self.appended_only:
+            self._ready.extend(m for m in released if not m.is_wal_record)
+        else:
+            self._ready.extend(released)
+
     async def _next_from_backend(self) -> ImmutableMessage | None:
+        if self._unpacked:
+            return self._unpacked.popleft()
         if self._backend_scanner is None:
             await self._open_backend()
         scanner = self._backend_scanner
@@ -262,12 +284,20 @@ class Scanner:
             await self._retry.wait(delay)
             return None
         self._retry.reset()
+        start, self._pack_start = self._pack_start, None
         try:
-            return decode(raw, self._decode_id)
+            msgs = decode_entry(raw, self._decode_id)
         except DecodeError as exc:
             self._set_resume(DeliveryPolicy.start_after(raw.message_id))
             self._skip("undecodable", f"skipped undecodable message: {exc}")
             return None
+        if start is not None and len(msgs) > 1:
+            msgs = from_position(msgs, start)
+            if not msgs:
+                return None
+        if len(msgs) > 1:
+            self._unpacked.extend(msgs[1:])
+        return msgs[0]
 
     def _consume(self, msg: ImmutableMessage) -> bool:
         """Record ``msg`` as consumed; whether it is in order (else skipped)."""
@@ -308,6 +338,8 @@ class Scanner:
         buffer, last = self._buffer, self._last_time_tick
         if buffer is None or buffer.sealed or last is None or last < buffer.floor:
             return
+        if self._unpacked:  # the rest of a pack first: the buffer may not hold it
+            return
         self._cursor = buffer.read_after(last)
         self.source = SOURCE_BUFFER
         await self._close_backend_scanner()
@@ -334,6 +366,8 @@ class Scanner:
                 await _close_quietly(scanner)
                 self._check_open()
             self._backend_scanner = scanner
+            self._unpacked.clear()
+            self._pack_start = self._resume
             self.source = SOURCE_BACKEND
             return
 

@@ -16,7 +16,8 @@ from collections.abc import AsyncGenerator
 from streamwal.errors import DecodeError
 from streamwal.timeouts import within
 from streamwal.wal.backend import BackendWAL, DeliveryPolicy
-from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode
+from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, decode_entry
+from streamwal.wal.message.codec import from_position
 from streamwal.wal.message_id import MessageId
 
 __all__ = ["read_log"]
@@ -52,6 +53,7 @@ async def read_log(
     # backend.read's coroutine made and never awaited
     first_wait = left()
     scanner = await within(backend.read(policy), first_wait)
+    start: DeliveryPolicy | None = policy  # a position inside a pack, for the first entry
     try:
         while True:
             wait = min(idle, left())
@@ -65,7 +67,12 @@ async def read_log(
                 return
             if until is not None and not raw.message_id < until:
                 return
+            msgs: list[ImmutableMessage] = []
             with contextlib.suppress(DecodeError):
-                yield decode(raw, decode_id)
+                msgs = decode_entry(raw, decode_id)
+            if start is not None:
+                msgs, start = from_position(msgs, start), None
+            for msg in msgs:
+                yield msg
     finally:
         await scanner.close()

@@ -26,7 +26,7 @@ from streamwal.wal.backend import BackendWAL, DeliveryPolicy
 from streamwal.wal.config import WALConfig
 from streamwal.wal.interceptors import AppendResult, InterceptorChain, InterceptorParams
 from streamwal.wal.interceptors.txn import TxnInterceptor
-from streamwal.wal.message import MessageIdDecoder, MutableMessage
+from streamwal.wal.message import MessageIdDecoder, MessageType, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_append, record_append_batch
 from streamwal.wal.mvcc import MVCCManager
@@ -74,9 +74,15 @@ class _Readable:
             raise ClosedError(f"WAL of channel {self._channel!r} is closed")
 
     async def read(
-        self, policy: DeliveryPolicy | None = None, vchannel: str | None = None
+        self,
+        policy: DeliveryPolicy | None = None,
+        vchannel: str | None = None,
+        *,
+        appended_only: bool = False,
     ) -> Scanner:
-        """A started scanner from ``policy`` (default: all), filtered to ``vchannel``.
+        """A started scanner from ``policy`` (default: all), filtered to ``vchannel``;
+        ``appended_only``: only messages a caller appended (no time ticks or transaction
+        markers the WAL wrote; a transaction's messages still come at its commit).
 
         Raises :class:`~streamwal.errors.InvalidInputError` for a policy the backend rejects
         (an unknown message id), :class:`~streamwal.errors.TruncatedError` for a position
@@ -103,6 +109,7 @@ class _Readable:
             buffer=self._buffer,
             backoff=self._config.scanner_backoff,
             on_close=self._scanners.discard,
+            appended_only=appended_only,
         )
         self._scanners.add(scanner)
         try:
@@ -413,16 +420,39 @@ class WAL(_Readable):
         return self
 
 
+MAX_PROPERTIES_BYTES = 1024 * 1024
+"""The most bytes a message's properties may take (keys and values): a property map is
+metadata, copied whole wherever the message goes; data belongs in the payload."""
+_MAX_NAME_BYTES = 65_535  # a type or a vchannel, as log format v2 frames them
+
+
 def _check_message(msg: object, max_bytes: int) -> None:
     if not isinstance(msg, MutableMessage):
         raise InvalidInputError(f"append takes a MutableMessage, got {type(msg).__name__}")
-    if msg.type.is_system or msg.type.is_txn_marker:
-        raise InvalidInputError(f"{msg.type} messages are written by the WAL itself")
+    kind = msg.type
+    if isinstance(kind, MessageType):  # a caller's type is a str, "TimeTick" included
+        raise InvalidInputError(f"{kind} records are written by the WAL itself")
     if len(msg.payload) > max_bytes:
         raise InvalidInputError(
             f"a payload of {len(msg.payload)} bytes is over the largest message this WAL "
             f"takes, {max_bytes} bytes (wal.max_message_bytes)"
         )
+    if len(kind) > _MAX_NAME_BYTES // 4 or len(msg.vchannel) > _MAX_NAME_BYTES // 4:
+        for what, text in (("type", str(kind)), ("vchannel", msg.vchannel)):
+            if len(text.encode()) > _MAX_NAME_BYTES:
+                raise InvalidInputError(f"a message's {what} takes at most 65,535 bytes")
+    properties = msg.properties
+    if properties:
+        size = 0
+        for key, value in properties.items():
+            size += len(key) + len(value)
+        if size > MAX_PROPERTIES_BYTES // 4:
+            size = sum(len(k.encode()) + len(v.encode()) for k, v in properties.items())
+            if size > MAX_PROPERTIES_BYTES:
+                raise InvalidInputError(
+                    f"a message's properties take {size} bytes; at most "
+                    f"{MAX_PROPERTIES_BYTES} (data belongs in the payload)"
+                )
 
 
 def _outcome_label(outcome: AppendResult | StreamwalError) -> str:

@@ -57,6 +57,10 @@ class Consumed:
     producer_id: int | None = None
     sequence: int | None = None
     txn_id: int | None = None
+    #: the WAL wrote it (a time tick, a transaction marker), not a caller
+    wal_record: bool = False
+    #: the term of the owner that wrote it (0: before terms, or log format v1)
+    term: int = 0
 
 
 class BatchProduceError(StreamwalError):
@@ -138,6 +142,8 @@ _set_source_node_id = _slot_setter("source_node_id")
 _set_producer_id = _slot_setter("producer_id")
 _set_sequence = _slot_setter("sequence")
 _set_txn_id = _slot_setter("txn_id")
+_set_wal_record = _slot_setter("wal_record")
+_set_term = _slot_setter("term")
 
 
 def consumed_from(m: pb.ConsumedMessage) -> Consumed:
@@ -158,4 +164,6 @@ def consumed_from(m: pb.ConsumedMessage) -> Consumed:
     _set_producer_id(consumed, m.producer_id if has("producer_id") else None)
     _set_sequence(consumed, m.sequence if has("sequence") else None)
     _set_txn_id(consumed, m.txn_id if has("txn_id") else None)
+    _set_wal_record(consumed, m.wal_record)
+    _set_term(consumed, m.term)
     return consumed

@@ -53,10 +53,13 @@ AppendFunc = Callable[[MutableMessage], Awaitable[AppendResult]]
 
 @dataclass(frozen=True, slots=True)
 class ChannelInfo:
-    """The channel a WAL serves and the node that owns it."""
+    """The channel a WAL serves and the node that owns it, under which term, writing
+    which log format (1 or 2, ``docs/wire-format.md``)."""
 
     name: str
     node_id: int
+    term: int = 0
+    log_format: int = 2
 
 
 class WALHandle(Protocol):

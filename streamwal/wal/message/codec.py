@@ -1,28 +1,51 @@
-"""The wire format: a message as the backend's (payload, string properties).
+"""The wire format: messages as the backend's entries (payload, string properties).
 
-``docs/wire-format.md`` is the specification; this module is its implementation.
-:func:`decode` raises :class:`~streamwal.errors.DecodeError` for anything that is not a valid
-streamwal message, and no other exception.
+``docs/wire-format.md`` is the specification; :mod:`streamwal.wal.message.codec_v1` (one
+message per entry, the WAL's fields in ``_`` properties) and
+:mod:`streamwal.wal.message.frame` (format v2: a pack of messages in a frame of the
+WAL's own) implement its two versions, and this module picks one per entry. The
+version is read outside the caller's data: an entry with the backend property
+``swf`` is of that format version; one without it is v1.
+
+:func:`decode_entry` raises :class:`~streamwal.errors.DecodeError` for an entry that is
+not streamwal's (a reader may skip it) and
+:class:`~streamwal.errors.UnsupportedLogFormatError` for one of a newer format (a
+reader must not skip it), and no other exception.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from typing import Final
 
-from streamwal.errors import DecodeError, InvalidInputError
-from streamwal.wal.backend import BackendMessage
-from streamwal.wal.message.message import (
-    MAX_TIME_TICK,
-    RESERVED_PREFIX,
-    ImmutableMessage,
-    MutableMessage,
-    built_immutable,
+from streamwal.errors import DecodeError, InvalidInputError, UnsupportedLogFormatError
+from streamwal.wal.backend import BackendMessage, DeliveryPolicy
+from streamwal.wal.message import codec_v1
+from streamwal.wal.message.codec_v1 import (
+    KEY_LAST_CONFIRMED,
+    KEY_PRODUCER,
+    KEY_SEQUENCE,
+    KEY_SOURCE,
+    KEY_TIME_TICK,
+    KEY_TXN,
+    KEY_TYPE,
+    KEY_VCHANNEL,
+    KEY_VERSION,
+    MessageIdDecoder,
 )
+from streamwal.wal.message.frame import (
+    FORMAT_PROPERTY,
+    V2,
+    V2_PROPERTIES,
+    decode_pack,
+    encode_pack,
+    peek_pack,
+)
+from streamwal.wal.message.message import ImmutableMessage, MutableMessage
 from streamwal.wal.message.message_type import MessageType
 from streamwal.wal.message_id import MessageId
 
 __all__ = [
+    "FORMAT_PROPERTY",
     "KEY_LAST_CONFIRMED",
     "KEY_PRODUCER",
     "KEY_SEQUENCE",
@@ -32,30 +55,71 @@ __all__ = [
     "KEY_TYPE",
     "KEY_VCHANNEL",
     "KEY_VERSION",
+    "LOG_FORMATS",
+    "LOG_FORMAT_V1",
+    "LOG_FORMAT_V2",
     "MessageIdDecoder",
     "decode",
+    "decode_entry",
     "encode",
     "encode_stamped",
+    "entry_format",
+    "from_position",
+    "log_format_number",
+    "peek",
 ]
 
-KEY_TYPE = "_t"
-KEY_VERSION = "_v"
-KEY_TIME_TICK = "_tt"
-KEY_LAST_CONFIRMED = "_lc"
-KEY_VCHANNEL = "_vc"
-KEY_SOURCE = "_src"
-KEY_PRODUCER = "_pid"
-KEY_SEQUENCE = "_seq"
-KEY_TXN = "_tx"
-
-MessageIdDecoder = Callable[[bytes], MessageId]
-"""A backend's ``message_id_from_bytes``."""
-
-_DECIMAL = re.compile(r"(?:0|[1-9][0-9]{0,19})")
-_HEX = re.compile(r"(?:[0-9a-f]{2})+")
+LOG_FORMAT_V1: Final = 1
+LOG_FORMAT_V2: Final = V2
+LOG_FORMATS: Final = (LOG_FORMAT_V1, LOG_FORMAT_V2)
+"""The log formats this version reads (and may write)."""
 
 
-def encode(msg: MutableMessage) -> tuple[bytes, dict[str, str]]:
+def log_format_number(name: str | int) -> int:
+    """``"v1"``/``"v2"`` (or 1/2) as the format's number; ``InvalidInputError`` else."""
+    if isinstance(name, int) and not isinstance(name, bool) and name in LOG_FORMATS:
+        return name
+    if isinstance(name, str) and name in ("v1", "v2"):
+        return int(name[1])
+    raise InvalidInputError(f"log format {name!r}: one of v1, v2")
+
+
+def entry_format(raw: BackendMessage) -> int:
+    """The format version of the entry ``raw`` (from its ``swf`` property; 1 without).
+    :class:`~streamwal.errors.UnsupportedLogFormatError` for a version this reader does
+    not know."""
+    text = raw.properties.get(FORMAT_PROPERTY)
+    if text is None:
+        return LOG_FORMAT_V1
+    if text == "2":
+        return LOG_FORMAT_V2
+    raise UnsupportedLogFormatError(raw.message_id, f"log format {text!r}")
+
+
+def decode_entry(
+    raw: BackendMessage, message_id_from_bytes: MessageIdDecoder
+) -> list[ImmutableMessage]:
+    """The messages persisted in the entry ``raw`` (a whole entry: chunks rebuilt), in
+    order: one for v1, the pack's N >= 1 for v2."""
+    if FORMAT_PROPERTY not in raw.properties:
+        return [codec_v1.decode(raw, message_id_from_bytes)]
+    if entry_format(raw) == LOG_FORMAT_V2:
+        return decode_pack(raw, message_id_from_bytes)
+    raise AssertionError("unreachable: entry_format raised")  # pragma: no cover
+
+
+def decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> ImmutableMessage:
+    """The one message of the entry ``raw``; :class:`~streamwal.errors.DecodeError` for
+    a pack of several (read those with :func:`decode_entry`)."""
+    msgs = decode_entry(raw, message_id_from_bytes)
+    if len(msgs) != 1:
+        raise DecodeError(f"message {raw.message_id}: a pack of {len(msgs)} messages")
+    return msgs[0]
+
+
+def encode(
+    msg: MutableMessage, *, log_format: int = LOG_FORMAT_V2, term: int = 0
+) -> tuple[bytes, dict[str, str]]:
     """The payload and properties to hand to the backend.
 
     The message must be stamped (time tick and source); only a time tick may lack a
@@ -66,140 +130,60 @@ def encode(msg: MutableMessage) -> tuple[bytes, dict[str, str]]:
         raise InvalidInputError("only a stamped message (time tick and source) can be encoded")
     if msg.last_confirmed is None and msg.type is not MessageType.TIME_TICK:
         raise InvalidInputError(f"a {msg.type} message needs a last-confirmed id")
-    return encode_stamped(msg, msg.time_tick, msg.last_confirmed, msg.source)
-
-
-def encode_stamped(
-    msg: MutableMessage, time_tick: int, last_confirmed: MessageId | None, source: int
-) -> tuple[bytes, dict[str, str]]:
-    """:func:`encode` with the stamps given apart (the append path: no copy of ``msg``)."""
-    properties = {
-        KEY_TYPE: msg.type.wire_name,
-        KEY_VERSION: str(msg.version),
-        KEY_TIME_TICK: str(time_tick),
-        KEY_SOURCE: str(source),
-    }
-    if msg.properties:  # user keys never start with "_": no clash with the ones above
-        properties.update(msg.properties)
-    if msg.vchannel:
-        properties[KEY_VCHANNEL] = msg.vchannel
-    if last_confirmed is not None:
-        properties[KEY_LAST_CONFIRMED] = last_confirmed.to_bytes().hex()
-    if msg.producer_id is not None:
-        properties[KEY_PRODUCER] = str(msg.producer_id)
-        properties[KEY_SEQUENCE] = str(msg.sequence)
-    if msg.txn_id is not None:
-        properties[KEY_TXN] = str(msg.txn_id)
-    return msg.payload, properties
-
-
-def decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> ImmutableMessage:
-    """The streamwal message persisted as ``raw``; :class:`~streamwal.errors.DecodeError` if
-    none."""
-    try:
-        return _decode(raw, message_id_from_bytes)
-    except DecodeError:
-        raise
-    except Exception as exc:  # whatever a foreign entry trips, it is reported as one kind
-        raise DecodeError(f"message {raw.message_id}: {exc!r}") from exc
-
-
-def _decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> ImmutableMessage:
-    props = raw.properties
-    if not isinstance(props, Mapping) or not isinstance(raw.payload, bytes | bytearray):
-        raise DecodeError(f"message {raw.message_id}: not a payload with string properties")
-    type_name = _required(raw, KEY_TYPE)
-    msg_type = MessageType.from_wire(type_name)
-    if msg_type is None:
-        raise DecodeError(f"message {raw.message_id}: unknown message type {type_name!r}")
-    version = _decimal(raw, KEY_VERSION)
-    if version < 1:
-        raise DecodeError(f"message {raw.message_id}: version must be >= 1, got {version}")
-    time_tick = _decimal(raw, KEY_TIME_TICK)
-    if time_tick > MAX_TIME_TICK:
-        raise DecodeError(f"message {raw.message_id}: time tick {time_tick} exceeds 2**64 - 1")
-    source = _decimal(raw, KEY_SOURCE)
-    vchannel = props.get(KEY_VCHANNEL, "")
-    if not isinstance(vchannel, str):
-        raise DecodeError(f"message {raw.message_id}: {KEY_VCHANNEL} is not a string")
-    last_confirmed = _last_confirmed(raw, msg_type, message_id_from_bytes)
-    producer_id = _optional_decimal(raw, KEY_PRODUCER)
-    sequence = _optional_decimal(raw, KEY_SEQUENCE)
-    if (producer_id is None) != (sequence is None):
-        raise DecodeError(f"message {raw.message_id}: {KEY_PRODUCER} without {KEY_SEQUENCE}")
-    txn_id = _optional_decimal(raw, KEY_TXN)
-    user = {k: v for k, v in props.items() if not k.startswith(RESERVED_PREFIX)}
-    for key, value in user.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise DecodeError(f"message {raw.message_id}: property {key!r} is not a string")
-    return built_immutable(
-        raw.message_id,
-        msg_type,
-        bytes(raw.payload),
-        time_tick,
-        last_confirmed,
-        source,
-        vchannel,
-        user,
-        version,
-        producer_id,
-        sequence,
-        txn_id,
+    return encode_stamped(
+        msg,
+        msg.time_tick,
+        msg.last_confirmed,
+        msg.source,
+        log_format=log_format,
+        term=term,
     )
 
 
-def _required(raw: BackendMessage, key: str) -> str:
-    value = raw.properties.get(key)
-    if value is None:
-        raise DecodeError(f"message {raw.message_id}: not a streamwal message (no {key!r})")
-    if not isinstance(value, str):
-        raise DecodeError(f"message {raw.message_id}: {key!r} is not a string")
-    return value
+def encode_stamped(
+    msg: MutableMessage,
+    time_tick: int,
+    last_confirmed: MessageId | None,
+    source: int,
+    *,
+    log_format: int = LOG_FORMAT_V2,
+    term: int = 0,
+) -> tuple[bytes, dict[str, str]]:
+    """:func:`encode` with the stamps given apart (the append path: no copy of ``msg``):
+    a pack of this one message in v2, or v1's properties (v1 has no term)."""
+    if log_format == LOG_FORMAT_V2:
+        return encode_pack(((msg, time_tick),), last_confirmed, source, term), dict(V2_PROPERTIES)
+    return codec_v1.encode_stamped(msg, time_tick, last_confirmed, source)
 
 
-def _decimal(raw: BackendMessage, key: str) -> int:
-    text = _required(raw, key)
-    if not _DECIMAL.fullmatch(text):
-        raise DecodeError(f"message {raw.message_id}: {key!r} is not a decimal integer: {text!r}")
-    return int(text)
+def peek(raw: BackendMessage) -> tuple[int, bool, list[int]]:
+    """``(source, first_time_tick, time ticks)`` of the entry ``raw``, without decoding
+    ids or payloads: whether it is an owner's first time tick (one that confirms itself)
+    and which time ticks of which owner it holds. ``DecodeError`` (or
+    ``UnsupportedLogFormatError``) if it is not streamwal's."""
+    if entry_format(raw) == LOG_FORMAT_V2:
+        return peek_pack(raw)
+    props = raw.properties
+    try:
+        source = int(props[KEY_SOURCE])
+        tick = int(props[KEY_TIME_TICK])
+    except (KeyError, ValueError) as exc:
+        raise DecodeError(f"message {raw.message_id}: {exc!r}") from None
+    first = (
+        props.get(KEY_TYPE) == MessageType.TIME_TICK.wire_name and KEY_LAST_CONFIRMED not in props
+    )
+    return source, first, [tick]
 
 
-def _optional_decimal(raw: BackendMessage, key: str) -> int | None:
-    if key not in raw.properties:
-        return None
-    value = _decimal(raw, key)
-    if value > MAX_TIME_TICK:
-        raise DecodeError(f"message {raw.message_id}: {key!r} exceeds 2**64 - 1")
-    return value
-
-
-def _last_confirmed(
-    raw: BackendMessage, msg_type: MessageType, message_id_from_bytes: MessageIdDecoder
-) -> MessageId:
-    text = raw.properties.get(KEY_LAST_CONFIRMED)
-    if text is None:
-        if msg_type is not MessageType.TIME_TICK:
-            raise DecodeError(
-                f"message {raw.message_id}: a {msg_type} needs {KEY_LAST_CONFIRMED!r}"
-            )
-        return raw.message_id  # an owner's first time tick confirms itself
-    global _last_decoded
-    last = _last_decoded
-    if last is not None and last[0] is message_id_from_bytes and last[1] == text:
-        return last[2]
-    if not isinstance(text, str) or not _HEX.fullmatch(text):
-        raise DecodeError(
-            f"message {raw.message_id}: {KEY_LAST_CONFIRMED!r} is not lowercase hex: {text!r}"
-        )
-    message_id = message_id_from_bytes(bytes.fromhex(text))
-    if not isinstance(message_id, MessageId):
-        raise DecodeError(f"message {raw.message_id}: {KEY_LAST_CONFIRMED!r} is not a message id")
-    _last_decoded = (message_id_from_bytes, text, message_id)
-    return message_id
-
-
-# The last last-confirmed id decoded, with its decoder and text: the messages of a burst
-# share one (each confirms what was persisted before the burst), and decoding it (hex,
-# the backend's id, the checks) is a large part of a catch-up read's decoding. Ids are
-# immutable values, so messages may share the object; one tuple, replaced whole.
-_last_decoded: tuple[MessageIdDecoder, str, MessageId] | None = None
+def from_position(msgs: list[ImmutableMessage], policy: DeliveryPolicy) -> list[ImmutableMessage]:
+    """The messages of the first entry a read at ``policy`` got, from its position on:
+    a position inside a pack names one of its messages, and the backend delivers the
+    whole entry."""
+    start = policy.message_id
+    if start is None:
+        return msgs
+    if policy.kind == DeliveryPolicy.START_FROM:
+        return [m for m in msgs if not m.message_id < start]
+    if policy.kind == DeliveryPolicy.START_AFTER:
+        return [m for m in msgs if start < m.message_id]
+    return msgs

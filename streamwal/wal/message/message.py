@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from streamwal.errors import InvalidInputError
-from streamwal.wal.message.message_type import MessageType
+from streamwal.wal.message.message_type import MessageKind, MessageType
 from streamwal.wal.message_id import MessageId
 
 __all__ = [
@@ -25,7 +25,8 @@ __all__ = [
 ]
 
 RESERVED_PREFIX = "_"
-"""Property keys starting with this belong to the wire format, never to users."""
+"""Property keys starting with this belong to log format v1's own fields: a v1 writer
+refuses a caller's key there (format v2 carries the caller's map verbatim)."""
 
 MAX_TIME_TICK = 2**64 - 1
 
@@ -41,11 +42,6 @@ def _frozen_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
     for key, value in properties.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidInputError(f"property {key!r}: keys and values must be str")
-        if not key or key.startswith(RESERVED_PREFIX):
-            raise InvalidInputError(
-                f"property key {key!r} is reserved: user keys are non-empty and do not "
-                f"start with {RESERVED_PREFIX!r}"
-            )
     return MappingProxyType(dict(properties)) if properties else _EMPTY
 
 
@@ -88,14 +84,15 @@ def _check_exactly_once(producer_id: int | None, sequence: int | None, txn_id: i
 class MutableMessage:
     """A message on its way into the log.
 
-    ``vchannel`` ``""`` means every vchannel of the channel. ``properties`` are the
-    user's (keys may not start with ``_``; :class:`~streamwal.errors.InvalidInputError`).
+    ``type`` is the caller's opaque string (or, for the WAL's own records, a
+    :class:`MessageType`). ``vchannel`` ``""`` means every vchannel of the channel.
+    ``properties`` are the caller's, carried verbatim (any key, any value).
     The time tick, last-confirmed id and source are stamped by the WAL.
     ``producer_id`` and ``sequence`` (both or neither) make the append idempotent;
     ``txn_id`` puts it in a transaction (:meth:`streamwal.wal.WAL.begin_txn`).
     """
 
-    type: MessageType
+    type: MessageKind
     payload: bytes = b""
     vchannel: str = ""
     properties: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
@@ -108,8 +105,8 @@ class MutableMessage:
     txn_id: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.type, MessageType):
-            raise InvalidInputError(f"type must be a MessageType, got {self.type!r}")
+        if not isinstance(self.type, MessageType | str):
+            raise InvalidInputError(f"type must be a str or a MessageType, got {self.type!r}")
         if not isinstance(self.payload, bytes):
             if not isinstance(self.payload, bytearray | memoryview):
                 raise InvalidInputError(f"payload must be bytes, got {type(self.payload).__name__}")
@@ -187,7 +184,7 @@ class MutableMessage:
             get("txn_id", self.txn_id),
         )
 
-    def into_immutable(self, message_id: MessageId) -> ImmutableMessage:
+    def into_immutable(self, message_id: MessageId, term: int = 0) -> ImmutableMessage:
         """What this stamped message is once persisted at ``message_id``.
 
         A time tick without a last-confirmed id confirms itself (the first time tick
@@ -197,7 +194,7 @@ class MutableMessage:
             raise InvalidInputError("a message is persisted only with a time tick and a source")
         if self.last_confirmed is None and self.type is not MessageType.TIME_TICK:
             raise InvalidInputError(f"a {self.type} message needs a last-confirmed id")
-        return self.persisted_as(message_id, self.time_tick, self.last_confirmed, self.source)
+        return self.persisted_as(message_id, self.time_tick, self.last_confirmed, self.source, term)
 
     def persisted_as(
         self,
@@ -205,8 +202,10 @@ class MutableMessage:
         time_tick: int,
         last_confirmed: MessageId | None,
         source: int,
+        term: int = 0,
     ) -> ImmutableMessage:
-        """This message persisted with these stamps (``last_confirmed=None``: itself).
+        """This message persisted with these stamps (``last_confirmed=None``: itself),
+        by an owner of ``term``.
 
         No validation: for the WAL, which stamped it, and :meth:`into_immutable`. Built
         through the slots directly: the dataclass ``__init__`` of a frozen class sets
@@ -226,6 +225,7 @@ class MutableMessage:
             self.producer_id,
             self.sequence,
             self.txn_id,
+            term,
         )
 
 
@@ -253,7 +253,7 @@ _m_txn_id = _slot_setter(MutableMessage, "txn_id")
 
 
 def _built(
-    type: MessageType,
+    type: MessageKind,
     payload: bytes,
     vchannel: str,
     properties: Mapping[str, str],
@@ -282,7 +282,7 @@ def _built(
 
 
 def built_mutable(
-    type: MessageType,
+    type: MessageKind,
     payload: bytes,
     vchannel: str = "",
     properties: Mapping[str, str] = _EMPTY,
@@ -291,10 +291,10 @@ def built_mutable(
     txn_id: int | None = None,
 ) -> MutableMessage:
     """``MutableMessage(...)`` for a decoder whose fields already have their types (the
-    node's, from protobuf: ``type`` a :class:`MessageType`, ``payload`` bytes,
+    node's, from protobuf: ``type`` a str, ``payload`` bytes,
     ``vchannel`` a str, the ids unsigned 64-bit ints). The checks of values the decoder
     cannot guarantee still hold (:class:`~streamwal.errors.InvalidInputError` for a
-    reserved property key, or a producer id without a sequence); the type checks of
+    producer id without a sequence); the type checks of
     ``__post_init__``, once per message a node receives, are left out."""
     if (producer_id is None) != (sequence is None):
         raise InvalidInputError(_UNPAIRED)
@@ -318,10 +318,15 @@ def built_mutable(
 
 @dataclass(frozen=True, slots=True)
 class ImmutableMessage:
-    """A persisted message: every field is known, including its position in the log."""
+    """A persisted message: every field is known, including its position in the log.
+
+    ``term``: the term of the owner that wrote it (0 for a log written before terms, or
+    in format v1). :attr:`is_wal_record`: the WAL wrote it (a time tick, a transaction
+    marker), not a caller, whatever the caller's type string says.
+    """
 
     message_id: MessageId
-    type: MessageType
+    type: MessageKind
     payload: bytes
     time_tick: int
     last_confirmed: MessageId
@@ -332,10 +337,16 @@ class ImmutableMessage:
     producer_id: int | None = None
     sequence: int | None = None
     txn_id: int | None = None
+    term: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.properties, MappingProxyType):
             object.__setattr__(self, "properties", _frozen_properties(self.properties))
+
+    @property
+    def is_wal_record(self) -> bool:
+        """The WAL wrote this record itself (its type is a :class:`MessageType`)."""
+        return type(self.type) is MessageType
 
     @property
     def estimated_size(self) -> int:
@@ -363,11 +374,12 @@ _set_version = _slot_setter(ImmutableMessage, "version")
 _set_producer_id = _slot_setter(ImmutableMessage, "producer_id")
 _set_sequence = _slot_setter(ImmutableMessage, "sequence")
 _set_txn_id = _slot_setter(ImmutableMessage, "txn_id")
+_set_term = _slot_setter(ImmutableMessage, "term")
 
 
 def built_immutable(
     message_id: MessageId,
-    type: MessageType,
+    type: MessageKind,
     payload: bytes,
     time_tick: int,
     last_confirmed: MessageId,
@@ -378,6 +390,7 @@ def built_immutable(
     producer_id: int | None,
     sequence: int | None,
     txn_id: int | None,
+    term: int = 0,
 ) -> ImmutableMessage:
     """``ImmutableMessage(...)`` of fields the caller has checked (the WAL that stamped
     them, the decoder that parsed them), built through the slots: the dataclass
@@ -399,4 +412,5 @@ def built_immutable(
     _set_producer_id(msg, producer_id)
     _set_sequence(msg, sequence)
     _set_txn_id(msg, txn_id)
+    _set_term(msg, term)
     return msg

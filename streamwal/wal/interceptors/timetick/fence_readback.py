@@ -13,15 +13,13 @@ show up within the read's bound, the appends not found stay unknown.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from streamwal.errors import StreamwalError, WriteOutcome
+from streamwal.errors import DecodeError, StreamwalError, WriteOutcome
 from streamwal.timeouts import within
-from streamwal.wal.backend import BackendMessage, BackendWAL, DeliveryPolicy
-from streamwal.wal.message.codec import KEY_LAST_CONFIRMED, KEY_SOURCE, KEY_TIME_TICK, KEY_TYPE
-from streamwal.wal.message.message_type import MessageType
+from streamwal.wal.backend import BackendWAL, DeliveryPolicy
+from streamwal.wal.message.codec import peek
 from streamwal.wal.message_id import MessageId
 
 __all__ = ["FenceReadback"]
@@ -45,7 +43,7 @@ class FenceReadback:
     def __init__(self, channel: str, backend: BackendWAL, node_id: int) -> None:
         self._channel = channel
         self._backend = backend
-        self._source = str(node_id)
+        self._source = node_id
         self._read: asyncio.Task[_Findings | None] | None = None
 
     async def settle(self, time_tick: int, after: MessageId) -> MessageId | WriteOutcome:
@@ -72,12 +70,17 @@ class FenceReadback:
                             raw = await within(anext(scanner), _IDLE_S)
                         except TimeoutError:
                             break
-                        if _first_time_tick(raw):
+                        try:
+                            source, first, ticks = peek(raw)
+                        except DecodeError:
+                            continue  # not streamwal's: nobody's append
+                        if first:  # an owner's first time tick: the log was taken over
                             findings.taken_over = True
                             break
-                        if raw.properties.get(KEY_SOURCE) == self._source:
-                            with contextlib.suppress(KeyError, ValueError):
-                                findings.ours[int(raw.properties[KEY_TIME_TICK])] = raw.message_id
+                        if source == self._source:
+                            # a pack's messages are appends of one answer: the entry's id
+                            for tick in ticks:
+                                findings.ours[tick] = raw.message_id
                 finally:
                     await scanner.close()
         except (StreamwalError, TimeoutError) as exc:
@@ -101,10 +104,3 @@ class FenceReadback:
         if self._read is not None:
             await asyncio.gather(self._read, return_exceptions=True)
 
-
-def _first_time_tick(raw: BackendMessage) -> bool:
-    """An owner's first time tick: a time tick that confirms itself (no ``_lc``)."""
-    props = raw.properties
-    return (
-        props.get(KEY_TYPE) == MessageType.TIME_TICK.wire_name and KEY_LAST_CONFIRMED not in props
-    )

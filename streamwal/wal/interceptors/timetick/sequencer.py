@@ -85,6 +85,7 @@ class AckSequencer:
         self._holds = holds if holds is not None else ConfirmHolds()
         self._channel = channel
         self._node_id = node_id
+        self._term = first.term
         self._slots: deque[Slot] = deque()
         self._loop = asyncio.get_running_loop()
         self.last_confirmed: MessageId = first.message_id
@@ -147,7 +148,11 @@ class AckSequencer:
                     self.last_confirmed = slot.message_id
                     self._sink.publish(
                         slot.message.persisted_as(
-                            slot.message_id, slot.time_tick, slot.last_confirmed, self._node_id
+                            slot.message_id,
+                            slot.time_tick,
+                            slot.last_confirmed,
+                            self._node_id,
+                            self._term,
                         )
                     )
                 elif slot.state is SlotState.IN_MEMORY:

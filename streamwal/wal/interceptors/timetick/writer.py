@@ -114,6 +114,8 @@ class OrderedWriter:
         self._backend = params.backend
         self._allocator = params.allocator
         self._node_id = params.channel.node_id
+        self._term = params.channel.term
+        self._log_format = params.channel.log_format
         self._sequencer = sequencer
         self._check = check
         self._lock = _Gate()
@@ -183,7 +185,7 @@ class OrderedWriter:
 
     def _stamp(self, time_tick: int, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]]:
         future = self._enqueue(time_tick, msg)
-        if not msg.type.is_system:
+        if msg.type is not MessageType.TIME_TICK:
             self.dirty = True
         return time_tick, future
 
@@ -213,7 +215,12 @@ class OrderedWriter:
     def _enqueue(self, time_tick: int, msg: MutableMessage) -> asyncio.Future[MessageId]:
         sequencer = self._sequencer
         payload, properties = encode_stamped(
-            msg, time_tick, sequencer.confirmed_for_next, self._node_id
+            msg,
+            time_tick,
+            sequencer.confirmed_for_next,
+            self._node_id,
+            log_format=self._log_format,
+            term=self._term,
         )
         slot, done = sequencer.reserve(time_tick, msg)
         self._in_flight += 1

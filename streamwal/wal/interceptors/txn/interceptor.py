@@ -205,7 +205,7 @@ class TxnInterceptor(InterceptorBase):
     # -- the append path -------------------------------------------------------------
 
     async def do_append(self, msg: MutableMessage, append: AppendFunc) -> AppendResult:
-        if msg.txn_id is None or msg.type.is_txn_marker:
+        if msg.txn_id is None or type(msg.type) is MessageType:
             return await append(msg)
         session = self._session(msg.txn_id)
         if msg.vchannel != session.vchannel:
