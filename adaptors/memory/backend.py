@@ -65,6 +65,8 @@ class MemoryMessageId(MessageId):
     def from_bytes(cls, data: bytes) -> MemoryMessageId:
         if len(data) == _PACK_ID_FORMAT.size:
             offset, index = _PACK_ID_FORMAT.unpack(data)
+            if index < 0:
+                raise DecodeError(f"memory message id: index {index} of a pack")
             return cls(offset, index)
         if len(data) != _ID_FORMAT.size:
             raise DecodeError(

@@ -27,6 +27,7 @@ from streamwal.wal.chunking import (
 )
 from streamwal.wal.initializing import open_read_only
 from streamwal.wal.message import decode
+from streamwal.wal.message.frame import FORMAT_PROPERTY, decode_chunk_header, is_chunk
 from streamwal.wal.scanner import Scanner
 from tests.wal.testkit import OpenOwner, fast_config, wait_until
 
@@ -52,6 +53,20 @@ async def _take(scanner: Scanner, count: int) -> list[ImmutableMessage]:
             if len(got) == count:
                 break
     return got
+
+
+def _is_chunk(entry: BackendMessage) -> bool:
+    """A chunk record, in either log format (v2: a chunk header in the payload)."""
+    if FORMAT_PROPERTY in entry.properties:
+        return is_chunk(entry.payload)
+    return KEY_CHUNK_ID in entry.properties
+
+
+def _starts_message(entry: BackendMessage) -> bool:
+    """The first chunk of a chunked message, in either log format."""
+    if FORMAT_PROPERTY in entry.properties:
+        return is_chunk(entry.payload) and decode_chunk_header(entry)[0].index == 0
+    return entry.properties.get(KEY_CHUNK_INDEX) == "0"
 
 
 def _payloads() -> list[bytes]:
@@ -87,7 +102,7 @@ async def test_round_trips_on_every_read_path(
     results = [await wal.append(_insert(p, k="v")) for p in payloads]
     raw = store.entries(channel)
     assert len(raw) > 1 + len(payloads)  # chunk records in the log
-    assert sum(KEY_CHUNK_ID in e.properties for e in raw) == len(raw) - 3  # tick, 2 small
+    assert sum(_is_chunk(e) for e in raw) == len(raw) - 3  # tick, 2 small
 
     buffered = await _take(tail, len(payloads))
     assert tail.source == "buffer"
@@ -135,13 +150,13 @@ async def test_a_takeover_between_chunks_leaves_no_half_message(
     store.faults.append_delay = 0.01  # each chunk answered 10 ms later: room to take over
     big = os.urandom(ENTRY * 20)
     pending = asyncio.ensure_future(old.append(_insert(big)))
-    await wait_until(lambda: sum(KEY_CHUNK_ID in e.properties for e in store.entries(channel)) >= 3)
+    await wait_until(lambda: sum(_is_chunk(e) for e in store.entries(channel)) >= 3)
     new = await open_owner(node_id=2)
     store.faults.append_delay = 0
     with pytest.raises(ChannelFencedError):
         await pending
     raw = store.entries(channel)
-    started = [e for e in raw if e.properties.get(KEY_CHUNK_INDEX) == "0"]
+    started = [e for e in raw if _starts_message(e)]
     assert len(started) == 1  # the old owner's message stopped part-way ...
     assert new.first_message_id > started[0].message_id
     after = await new.append(_insert(b"after the takeover"))
@@ -158,12 +173,12 @@ async def test_an_unfinished_sequence_at_a_failed_chunk_is_dropped(
     big = os.urandom(ENTRY * 5)
     store.faults.append_delay = 0.005  # chunk by chunk, slowly enough to fail one
     pending = asyncio.ensure_future(wal.append(_insert(big)))
-    await wait_until(lambda: any(KEY_CHUNK_ID in e.properties for e in store.entries(channel)))
+    await wait_until(lambda: any(_is_chunk(e) for e in store.entries(channel)))
     store.faults.fail_appends = 1  # a later chunk fails: the append is retried whole
     result = await pending
     store.faults.append_delay = 0
     raw = store.entries(channel)
-    assert sum(e.properties.get(KEY_CHUNK_INDEX) == "0" for e in raw) == 2
+    assert sum(_starts_message(e) for e in raw) == 2
     small = await wal.append(_insert(b"small"))
     got = await _take(await wal.read(DeliveryPolicy.all()), 2)
     assert [m.message_id for m in got] == [result.message_id, small.message_id]

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore
+from streamwal.adaptors.memory.backend import MemoryMessageId
 from streamwal.errors import (
     OutcomeUnknownError,
     SequenceGapError,
@@ -16,7 +17,7 @@ from streamwal.errors import (
 )
 from streamwal.wal import WAL
 from streamwal.wal.interceptors.idempotence import IdempotenceInterceptor, ProducerTable
-from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.message import MessageType, MutableMessage, decode
 from tests.wal.testkit import OpenOwner, fast_config, log_messages
 
 PRODUCER = 7
@@ -66,8 +67,8 @@ async def test_the_producer_and_sequence_are_in_the_log(
     wal = await open_owner()
     result = await wal.append(_msg(5))
     raw = next(e for e in store.entries(channel) if e.message_id == result.message_id)
-    assert raw.properties["_pid"] == str(PRODUCER)
-    assert raw.properties["_seq"] == "5"
+    logged = decode(raw, MemoryMessageId.from_bytes)
+    assert (logged.producer_id, logged.sequence) == (PRODUCER, 5)
 
 
 async def test_a_sequence_that_skips_ahead_is_refused_and_not_appended(

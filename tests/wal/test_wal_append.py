@@ -113,9 +113,9 @@ async def test_retries_are_bounded(store: MemoryLogStore, open_owner: OpenOwner)
 
 async def test_invalid_input_is_not_retried(store: MemoryLogStore, open_owner: OpenOwner) -> None:
     wal = await open_owner()
-    store.max_message_size = 10
+    store.max_message_size = 200  # the entry: payload and the WAL's frame
     with pytest.raises(InvalidInputError):
-        await wal.append(insert(b"x" * 11))
+        await wal.append(insert(b"x" * 201))
     with pytest.raises(InvalidInputError):  # time ticks are the WAL's own
         await wal.append(MutableMessage(MessageType.TIME_TICK))
     assert (await wal.append(insert(b"small"))).time_tick > wal.first_time_tick

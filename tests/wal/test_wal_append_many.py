@@ -89,9 +89,9 @@ async def test_a_failure_in_the_middle_names_what_landed(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     wal = await open_owner()
-    store.max_message_size = 10
+    store.max_message_size = 200  # the entry: payload and the WAL's frame
     batch = _batch("m", 5)
-    batch[2] = MutableMessage(MessageType.INSERT, b"x" * 11)  # the backend refuses it
+    batch[2] = MutableMessage(MessageType.INSERT, b"x" * 201)  # the backend refuses it
     with pytest.raises(BatchAppendError) as caught:
         await wal.append_many(batch)
     error = caught.value

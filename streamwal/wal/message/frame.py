@@ -70,7 +70,7 @@ PACK_HEADER: Final = struct.Struct("<3sBBBHIQQ")
 _PACK_HAS_LAST_CONFIRMED = 0x01
 #: flags, txn role, reserved, version, time tick, producer id, sequence, txn id,
 #: type length, vchannel length, property count, payload length
-MESSAGE_HEADER: Final = struct.Struct("<BBHIQQQQHHII")
+MESSAGE_HEADER: Final = struct.Struct("<BBHQQQQQHHII")
 _PROPERTY = struct.Struct("<II")
 #: magic, version, kind, flags, chunk id, index, count, whole size, CRC-32
 CHUNK_HEADER: Final = struct.Struct("<3sBBB16sIIQI")
