@@ -61,6 +61,7 @@ async def open_owner(
         allocator: BatchAllocator | None = None,
         opener: RecordingOpener | None = None,
         clock: Callable[[], float] = time.monotonic,
+        term: int = 0,
     ) -> WAL:
         wal = await open_wal(
             opener if opener is not None else RecordingOpener(store),
@@ -69,6 +70,7 @@ async def open_owner(
             node_id,
             config if config is not None else fast_config(),
             clock=clock,
+            term=term,
         )
         opened.append(wal)
         return wal
