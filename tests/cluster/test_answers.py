@@ -97,7 +97,7 @@ async def test_a_cluster_answers_typos_at_once_and_the_console_round_trips(
     assert [m["id"] for m in read] == [a["id"] for a in acks]
     assert [m["time_tick"] for m in read] == [a["time_tick"] for a in acks]
     assert read[0]["properties"] == {"k": "v"} and read[2]["properties"] == {}
-    assert {m["type"] for m in read} == {"Insert"} and {m["encoding"] for m in read} == {"utf-8"}
+    assert {m["type"] for m in read} == {"insert"} and {m["encoding"] for m in read} == {"utf-8"}
 
     # a channel that does not exist: exit 3 for both, and nothing created anywhere
     missing = f"{channel}-missing"

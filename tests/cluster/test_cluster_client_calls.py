@@ -90,7 +90,7 @@ async def _read(client: ClusterClient, until: bytes, **kw: Any) -> list[Consumed
     got: list[Consumed] = []
     stop = asyncio.Event()
     async for message in client.consume(CHANNEL, stop=stop, **kw):
-        if message.type != "Insert":
+        if message.type != "insert":
             continue  # the WAL's own messages: time ticks, transaction markers
         got.append(message)
         if message.payload == until:

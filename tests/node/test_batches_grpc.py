@@ -145,7 +145,7 @@ async def test_frames_carry_every_field_as_produced(node: NodeProcess, channel: 
             if any(m.payload == b"in-txn" for m in frame):
                 break
         read = [m for frame in frames for m in frame]
-        data = [m for m in read if m.type == "Insert"]
+        data = [m for m in read if m.type == "insert"]
         assert [
             (
                 m.message_id,

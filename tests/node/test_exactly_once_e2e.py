@@ -148,7 +148,7 @@ async def test_a_transaction_cut_by_a_takeover_is_never_delivered(
             delivered.append(m)
             if m.payload == b"after":
                 break
-    payloads = [m.payload for m in delivered if m.type == "Insert"]
+    payloads = [m.payload for m in delivered if m.type == "insert"]
     assert payloads == [b"kept-1", b"after"]
     report = await verify_channel(
         stack.pulsar_url, channel, delivered=[m.message_id for m in delivered]

@@ -106,8 +106,9 @@ async def test_a_transaction_through_the_node(node: tuple[str, MemoryLogStore]) 
         await client.rollback_txn(CHANNEL, dropped)
         commit = await client.commit_txn(CHANNEL, txn)
         read = await _read(client, 5)
-        assert [m.type for m in read[1:]] == ["BeginTxn", "Insert", "Insert", "CommitTxn"]
-        assert [m.payload for m in read if m.type == "Insert"] == [b"t1", b"t2"]
+        assert [m.type for m in read[1:]] == ["BeginTxn", "insert", "insert", "CommitTxn"]
+        assert [m.wal_record for m in read[1:]] == [True, False, False, True]
+        assert [m.payload for m in read if m.type == "insert"] == [b"t1", b"t2"]
         assert all(m.txn_id == txn for m in read[2:])
         assert read[-1].message_id == commit.message_id
         # a repeated commit was ABORTED: now it is answered with the first result

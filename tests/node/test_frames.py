@@ -14,6 +14,7 @@ from streamwal.node.client.answers import consumed_from
 from streamwal.node.frames import batch_of, consumed_of
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.wal.message import ImmutableMessage, MessageType
+from streamwal.wal.message.message_type import type_name
 
 
 def _messages() -> list[ImmutableMessage]:
@@ -23,7 +24,7 @@ def _messages() -> list[ImmutableMessage]:
         msgs.append(
             ImmutableMessage(
                 message_id=PulsarMessageId(7, 10 + i, -1 if i % 3 else i % 5),
-                type=MessageType.TIME_TICK if i % 50 == 0 else MessageType.INSERT,
+                type=MessageType.TIME_TICK if i % 50 == 0 else ("TimeTick", "", "x")[i % 3],
                 payload=(b"%d" % i) * (4096 if i % 97 == 0 else 1),
                 time_tick=(1 << 42) + i,
                 # runs sharing one id object, then ids of their own (equal or not)
@@ -34,6 +35,7 @@ def _messages() -> list[ImmutableMessage]:
                 producer_id=(i % 2) if i % 5 == 0 else None,
                 sequence=i if i % 5 == 0 else None,
                 txn_id=0 if i % 11 == 0 else (i if i % 13 == 0 else None),
+                term=i % 4,
             )
         )
     return msgs
@@ -44,7 +46,7 @@ def _expected(msg: ImmutableMessage) -> Consumed:
         msg.message_id.to_bytes(),
         str(msg.message_id),
         msg.time_tick,
-        msg.type.wire_name,
+        type_name(msg.type),
         msg.payload,
         msg.vchannel,
         dict(msg.properties),
@@ -52,6 +54,8 @@ def _expected(msg: ImmutableMessage) -> Consumed:
         msg.producer_id,
         msg.sequence,
         msg.txn_id,
+        msg.is_wal_record,
+        msg.term,
     )
 
 
@@ -71,7 +75,7 @@ def _with_constructor(msg: ImmutableMessage) -> pb.ConsumedMessage:
         message_id=msg.message_id.to_bytes(),
         message_id_text=str(msg.message_id),
         time_tick=msg.time_tick,
-        type=msg.type.wire_name,
+        type=type_name(msg.type),
         payload=msg.payload,
         vchannel=msg.vchannel,
         properties=dict(msg.properties),
@@ -80,6 +84,8 @@ def _with_constructor(msg: ImmutableMessage) -> pb.ConsumedMessage:
         producer_id=msg.producer_id,
         sequence=msg.sequence,
         txn_id=msg.txn_id,
+        wal_record=msg.is_wal_record,
+        term=msg.term,
     )
 
 

@@ -162,8 +162,8 @@ async def test_a_failed_streamed_append_is_answered_in_band_and_the_stream_goes_
     async def requests() -> AsyncIterator[pb.ProduceRequest]:
         yield request(channel, b"first")
         yield request(f"hostile-absent-{unique}", b"lost")
-        yield pb.ProduceRequest(
-            pchannel=channel, message=pb.Message(type="no-such-type", payload=b"x")
+        yield pb.ProduceRequest(  # a producer id without its sequence number
+            pchannel=channel, message=pb.Message(type="insert", payload=b"x"), producer_id=7
         )
         yield request(channel, b"last")
 
@@ -172,7 +172,7 @@ async def test_a_failed_streamed_append_is_answered_in_band_and_the_stream_goes_
     assert [r.HasField("error") for r in replies] == [False, True, True, False]
     assert replies[1].error.code == grpc.StatusCode.NOT_FOUND.value[0]
     assert replies[2].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert "no-such-type" in replies[2].error.message
+    assert "sequence" in replies[2].error.message
     assert 0 < replies[0].time_tick < replies[3].time_tick
     await _still_serves(node, client, channel)
     inserted: list[bytes] = []

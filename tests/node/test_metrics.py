@@ -12,7 +12,6 @@ import grpc
 import pytest
 
 from streamwal.node.client import NodeClient, policy
-from streamwal.wal.message import MessageType
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess, free_port, metrics_node
 
@@ -143,7 +142,7 @@ async def test_batches_are_sampled_once(
             async for frame in client.consume_batches(channel, policy("all"), timeout=30):
                 frames += 1
                 read += len(frame)
-                seen += sum(1 for m in frame if m.type == MessageType.INSERT.wire_name)
+                seen += sum(1 for m in frame if m.type == "insert")
                 if seen == inserts:
                     break
             await asyncio.sleep(0.5)  # the read-ahead may deliver a little more, then waits

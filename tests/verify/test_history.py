@@ -15,7 +15,7 @@ from streamwal.verify.acks import Ack, Delivery, Failure, digest, write_acks
 from streamwal.verify.history import RULES, HistoryReport, check_history
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.chunking import reassemble, split
-from streamwal.wal.message import MessageType, MutableMessage, encode
+from streamwal.wal.message import MessageType, MutableMessage, decode, encode
 
 
 def mid(entry: int) -> PulsarMessageId:
@@ -41,8 +41,13 @@ def foreign(entry: int, props: Mapping[str, str] | None = None) -> BackendMessag
     return BackendMessage(mid(entry), b"not ours", dict(props or {}))
 
 
+def payload_of(entry: BackendMessage) -> bytes:
+    """The message's payload (an entry of format v2 holds it inside the WAL's frame)."""
+    return decode(entry, PulsarMessageId.from_bytes).payload
+
+
 def ack_of(entry: BackendMessage, tt: int) -> Ack:
-    return Ack(entry.message_id.to_bytes(), tt, digest(entry.payload))
+    return Ack(entry.message_id.to_bytes(), tt, digest(payload_of(entry)))
 
 
 def check(log: list[BackendMessage], acks: list[Ack] | None = None) -> HistoryReport:
@@ -291,9 +296,9 @@ def test_a_log_that_starts_at_its_truncation_point_is_not_missing_anything() -> 
 
 def test_entries_before_the_truncation_point_are_not_read_but_a_gap_after_it_still_is() -> None:
     log = two_owners()
-    acks = [ack_of(log[4], 201), Ack(mid(5).to_bytes(), 202, digest(log[5].payload))]
+    acks = [ack_of(log[4], 201), Ack(mid(5).to_bytes(), 202, digest(payload_of(log[5])))]
     # still on disk before the point (not deleted yet): ignored, even a duplicate there
-    dup = data(0, 90, 1, 0, payload=log[5].payload)
+    dup = data(0, 90, 1, 0, payload=payload_of(log[5]))
     gapped = [dup, *log[1:5]]  # entry 5, acknowledged, is missing after the point
     report = check_history(gapped, PulsarMessageId.from_bytes, acks, truncated_before=mid(1))
     assert rules(report) == [("ack-missing", "7:5")]
@@ -336,7 +341,7 @@ def _batch_log() -> list[BackendMessage]:
 
 
 def _digests(log: list[BackendMessage], *entries: int) -> list[str]:
-    return [digest(log[i].payload) for i in entries]
+    return [digest(payload_of(log[i])) for i in entries]
 
 
 def test_a_batch_whose_messages_sit_together_in_order_passes() -> None:
@@ -398,7 +403,7 @@ def test_a_chunked_message_delivered_whole_passes_and_its_cut_one_is_never_in_th
     log, whole, _, cut_at = _large_log()
     assert [m.message_id for m in log] == [mid(0), mid(1), mid(cut_at + 2), mid(cut_at + 3)]
     acks = [Ack(mid(1).to_bytes(), 101, digest(whole)), ack_of(log[3], 201)]
-    handed = [Delivery(m.message_id.to_bytes(), digest(m.payload)) for m in log]
+    handed = [Delivery(m.message_id.to_bytes(), digest(payload_of(m))) for m in log]
     report = check_history(log, PulsarMessageId.from_bytes, acks, deliveries=handed)
     assert report.ok, report.summary()
     assert (report.acks_checked, report.deliveries_checked) == (2, 4)
@@ -407,7 +412,7 @@ def test_a_chunked_message_delivered_whole_passes_and_its_cut_one_is_never_in_th
 def test_part_of_a_cut_chunked_message_delivered_is_flagged() -> None:
     """A reader that hands over what it had of a sequence the takeover cut."""
     log, _, cut, cut_at = _large_log()
-    handed = [Delivery(m.message_id.to_bytes(), digest(m.payload)) for m in log]
+    handed = [Delivery(m.message_id.to_bytes(), digest(payload_of(m))) for m in log]
     handed.insert(2, Delivery(mid(cut_at).to_bytes(), digest(cut[:2048])))
     report = check_history(log, PulsarMessageId.from_bytes, deliveries=handed)
     assert rules(report) == [("delivered-changed", f"7:{cut_at}")]

@@ -68,6 +68,17 @@ V1_CALLER_TYPES: dict[str, str] = {
 }
 """The caller types format v1 can carry (its closed set), each name to itself."""
 
+_NODE_NAMES = {
+    "insert": MessageType.INSERT,
+    "delete": MessageType.DELETE,
+    "create_collection": MessageType.CREATE_COLLECTION,
+    "drop_collection": MessageType.DROP_COLLECTION,
+    "flush": MessageType.FLUSH,
+    "user": MessageType.USER,
+}
+"""The names a node's API took for them before format v2: a cluster that still writes
+v1 (an older node reads it) keeps taking them from clients, as those nodes did."""
+
 _DECIMAL = re.compile(r"(?:0|[1-9][0-9]{0,19})")
 _HEX = re.compile(r"(?:[0-9a-f]{2})+")
 
@@ -96,6 +107,8 @@ def encode_stamped(
     outside v1's names (a v1 reader takes ``TimeTick`` for the WAL's own).
     """
     kind = msg.type
+    if isinstance(kind, str) and kind not in V1_CALLER_TYPES:
+        kind = _NODE_NAMES.get(kind, kind)
     if type(kind) is not MessageType and kind not in V1_CALLER_TYPES:
         raise InvalidInputError(
             f"message type {type_name(kind)!r}: this channel writes log format v1, whose "
