@@ -40,6 +40,7 @@ _FRAME_BYTES = (1 << 20, 4 << 20)
 
 # ---- requests in ----------------------------------------------------------------------
 
+
 def parse_message_type(name: str) -> str:
     """A caller's type as the WAL carries it: the string itself, whatever it is (the
     WAL's own records are told apart by a flag, not by a name)."""

@@ -134,6 +134,7 @@ KEEP = 1000
 _LOG, _SHARED, _ACKS, _DELIVERIES, _FAILURES, _BATCHES = 0, 4, 5, 6, 7, 8
 _STATE_VERSION = 1
 
+
 def decode_entry(
     raw: BackendMessage, message_id_from_bytes: MessageIdDecoder
 ) -> list[ImmutableMessage]:

@@ -56,7 +56,6 @@ from streamwal.wal.backend import (
 from streamwal.wal.message.frame import (
     CHUNK_HEADER,
     FORMAT_PROPERTY,
-    V2_PROPERTIES,
     ChunkHeader,
     decode_chunk_header,
     encode_chunk_header,

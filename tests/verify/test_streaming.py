@@ -255,7 +255,9 @@ def _synthetic(count: int) -> Iterator[BackendMessage]:
     """A first time tick, then ``count`` inserts of 256 B confirming it, made one at a
     time (the way a reader hands them over)."""
     yield first_tick(0, 1000, 1)
-    _, props = encode(MutableMessage(MessageType.INSERT, b"").stamped(1000, mid(0), 1))
+    _, props = encode(
+        MutableMessage(MessageType.INSERT, b"").stamped(1000, mid(0), 1), log_format=1
+    )  # format v1: a time tick per entry is one property to change
     filler = b"v" * 244
     for i in range(1, count + 1):
         entry = dict(props)

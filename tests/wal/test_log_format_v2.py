@@ -80,8 +80,7 @@ async def test_caller_types_and_properties_come_back_verbatim(
     wal = await open_owner(term=7)
     kinds = ["TimeTick", "BeginTxn", "", "CreateCollection", "999"]
     results = [
-        await wal.append(MutableMessage(k, k.encode(), properties=MILVUS_PROPERTIES))
-        for k in kinds
+        await wal.append(MutableMessage(k, k.encode(), properties=MILVUS_PROPERTIES)) for k in kinds
     ]
     for scanner, count in ((await wal.read(), 6), (await wal.read(appended_only=True), 5)):
         got = [m for m in await _take(scanner, count) if not m.is_wal_record]

@@ -27,7 +27,12 @@ def test_the_wal_types_are_its_own_records_only() -> None:
     # log format v2: the WAL's vocabulary is the records it writes; a caller's type is
     # an opaque string (the common names are plain-string constants, not members)
     assert [t for t in MessageType if t.is_system] == [MessageType.TIME_TICK]
-    assert [t.wire_name for t in MessageType] == ["TimeTick", "BeginTxn", "CommitTxn", "RollbackTxn"]
+    assert [t.wire_name for t in MessageType] == [
+        "TimeTick",
+        "BeginTxn",
+        "CommitTxn",
+        "RollbackTxn",
+    ]
     assert MessageType.from_wire("CreateCollection") is None
     assert MessageType.CREATE_COLLECTION == "CreateCollection"
     assert MessageType.from_wire("nope") is None
@@ -259,12 +264,19 @@ def test_built_mutable_and_stamping_agree_with_the_constructor(
     confirmed = MemoryMessageId(4)
     stamped = built.stamped(99, confirmed, 7)
     assert stamped == MutableMessage(
-        MessageType.INSERT, b"p", time_tick=99, last_confirmed=confirmed, source=7, **fields  # type: ignore[arg-type]
+        MessageType.INSERT,
+        b"p",
+        time_tick=99,
+        last_confirmed=confirmed,
+        source=7,
+        **fields,  # type: ignore[arg-type]
     )
     assert built.with_time_tick(5).time_tick == 5 and built.with_time_tick(5).payload == b"p"
     if txn_id is None:
         assert built.with_txn(11) == MutableMessage(
-            MessageType.INSERT, b"p", **{**fields, "txn_id": 11}  # type: ignore[arg-type]
+            MessageType.INSERT,
+            b"p",
+            **{**fields, "txn_id": 11},  # type: ignore[arg-type]
         )
 
 

@@ -8,7 +8,7 @@ from tests.wal.testkit import OpenOwner, fast_config, wait_until
 
 
 def _msg(
-    time_tick: int, vchannel: str, msg_type: MessageType = MessageType.INSERT
+    time_tick: int, vchannel: str, msg_type: MessageType | str = MessageType.INSERT
 ) -> ImmutableMessage:
     return (
         MutableMessage(msg_type, vchannel=vchannel)

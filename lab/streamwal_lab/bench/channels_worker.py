@@ -34,7 +34,7 @@ from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal.tso.timestamp import split
 from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_wal
-from streamwal.wal.message import MessageType, MutableMessage, decode
+from streamwal.wal.message import MessageType, MutableMessage, decode_entry
 from streamwal.wal.wal import WAL
 from streamwal_lab.bench.append import timed_appends
 from streamwal_lab.bench.raw import raw_client, raw_producer
@@ -179,7 +179,7 @@ async def _count_ticks(client: Any, topic: str, start_ms: float, end_ms: float) 
         while await reader.has_message_available():
             raw = to_backend_message(await reader.read_next())
             try:
-                msg = decode(raw, PulsarMessageId.from_bytes)
+                msg = decode_entry(raw, PulsarMessageId.from_bytes)[-1]
             except DecodeError:
                 continue
             if msg.type is not MessageType.TIME_TICK:

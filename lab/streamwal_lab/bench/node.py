@@ -267,7 +267,7 @@ async def _read_node(client: NodeClient, channel: str, inserts: int) -> float:
     seen = read = 0
     async for m in client.consume(channel, policy("all"), timeout=_READ_TIMEOUT_S):
         read += 1
-        if m.type == MessageType.INSERT.wire_name:
+        if m.type == "insert":
             seen += 1
             if seen == inserts:
                 break
@@ -281,7 +281,7 @@ async def _read_node_batches(client: NodeClient, channel: str, inserts: int) -> 
     async for frame in client.consume_batches(channel, policy("all"), timeout=_READ_TIMEOUT_S):
         for m in frame:
             read += 1
-            if m.type == MessageType.INSERT.wire_name:
+            if m.type == "insert":
                 seen += 1
                 if seen == inserts:
                     return read / (time.perf_counter() - started)

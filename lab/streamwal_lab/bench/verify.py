@@ -34,7 +34,7 @@ from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
 from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.wal.message import MessageType, MutableMessage, encode
-from streamwal.wal.message.codec import KEY_TIME_TICK, encode_stamped
+from streamwal.wal.message.codec import encode_stamped
 from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import BenchTarget
 
@@ -81,17 +81,16 @@ def write_wal_log(
         body, props = encode(MutableMessage(MessageType.TIME_TICK).stamped(base, None, node))
         first = PulsarMessageId.from_pulsar(producer.send(body, props))
         filler = b"v" * max(0, payload_bytes - 12)
-        _, template = encode_stamped(MutableMessage(MessageType.INSERT, filler), base, first, node)
         failed: list[str] = []
 
         def sent(result: Any, _: Any) -> None:
             if result != pulsar.Result.Ok:
                 failed.append(str(result))
 
-        for i in range(messages):
-            props = dict(template)
-            props[KEY_TIME_TICK] = str(base + 1 + i)
-            producer.send_async(b"%012d" % i + filler, sent, properties=props)
+        for i in range(messages):  # log format v2, as an owner writes it
+            msg = MutableMessage(MessageType.INSERT, b"%012d" % i + filler)
+            body, props = encode_stamped(msg, base + 1 + i, first, node)
+            producer.send_async(body, sent, properties=props)
         producer.flush()
         producer.close()
         if failed:

@@ -16,14 +16,14 @@ from collections.abc import Callable
 import pulsar
 import pytest
 
-from streamwal.adaptors.pulsar import PolicyAction, PulsarOpener
+from streamwal.adaptors.pulsar import PolicyAction, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import UnsafeBrokerPolicyError
 from streamwal.tso import InProcessTSO
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic, verify_channel
 from streamwal.wal.initializing import open_read_only, open_wal
-from streamwal.wal.message import MessageType, MutableMessage
+from streamwal.wal.message import MessageType, MutableMessage, decode_entry
 from streamwal_lab.chaos.services import PrivatePulsar
 from streamwal_lab.stack.pulsar import STOCK_INACTIVE_CHECK
 from tests.adaptors.pulsar.stock import StockNamespace, stock_config
@@ -82,7 +82,8 @@ async def test_an_ownerless_channel_keeps_its_log_and_its_topic(
     subscriptions = await admin.get(f"{PulsarAdmin.topic_path(topic)}/subscriptions")
     assert subscriptions == [config.cursor_subscription]
     entries = await read_topic(stock.url, topic)
-    inserts = [e.payload for e in entries if e.properties.get("_t") == "Insert"]
+    decoded = [decode_entry(e, PulsarMessageId.from_bytes) for e in entries]
+    inserts = [m.payload for ms in decoded for m in ms if m.type == MessageType.INSERT]
     assert len(inserts) == 50
     report = await verify_channel(stock.url, channel, acks=acks, namespace=ns)
     assert report.ok, report.summary()

@@ -48,7 +48,7 @@ from streamwal.verify.acks import digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
 from streamwal.wal.backend import BackendMessage, DeliveryPolicy
-from streamwal.wal.message import decode
+from streamwal.wal.message import MessageType, decode_entry
 from streamwal_lab.chaos.client_traffic import (
     ACKNOWLEDGED,
     TXN_VCHANNEL,
@@ -182,9 +182,9 @@ def _in_log(entries: list[BackendMessage]) -> set[str]:
     digests: set[str] = set()
     for raw in entries:
         with contextlib.suppress(DecodeError):
-            msg = decode(raw, PulsarMessageId.from_bytes)
-            if not msg.type.is_txn_marker:
-                digests.add(digest(msg.payload))
+            for msg in decode_entry(raw, PulsarMessageId.from_bytes):
+                if not (msg.is_wal_record and msg.type is not MessageType.TIME_TICK):
+                    digests.add(digest(msg.payload))  # not a transaction marker
     return digests
 
 

@@ -103,4 +103,3 @@ class FenceReadback:
         """Until a read in progress ends (bounded): appends wait for its answer."""
         if self._read is not None:
             await asyncio.gather(self._read, return_exceptions=True)
-
