@@ -231,11 +231,9 @@ class DecodeError(StreamwalError):
 
 
 class UnsupportedLogFormatError(StreamwalError):
-    """An entry of a log format (or a WAL record) newer than this reader knows.
-
-    Never skipped as foreign: it was written by a newer streamwal, and skipping it would
-    lose messages without a trace, so the read ends here (not retriable: upgrade the
-    reader). A node answers FAILED_PRECONDITION."""
+    """An entry of a log format (or a WAL record) newer than this reader knows: never
+    skipped as foreign (that would lose messages without a trace), so the read ends
+    here (not retriable: upgrade the reader)."""
 
     grpc_status = "FAILED_PRECONDITION"
 

@@ -104,5 +104,5 @@ async def test_the_readme_quickstart_runs(stack: StackInfo, tmp_path: Path) -> N
             await store.delete_prefix("/quickstart/", timeout=5.0)
     assert out.returncode == 0, out.stderr
     kind, payload, time_tick = out.stdout.split()
-    assert (kind, payload) == ("INSERT", "b'hello'")
+    assert (kind, payload) == ("Insert", "b'hello'")
     assert int(time_tick) > 0

@@ -1,5 +1,8 @@
 """Messages larger than one backend entry: split on append, rebuilt on read.
 
+This module stays whole past 500 lines: the writer of chunk records and their reader
+are one contract (both log formats' markers), read side by side.
+
 A backend refuses an entry over its limit (Pulsar's ``maxMessageSize``, 5 MiB by
 default), yet one Milvus insert can be larger. Pulsar's own client chunking is no way
 out: it does not work with batching, and its chunks would interleave with the fence
