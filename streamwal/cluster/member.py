@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from streamwal.cluster.balancer import Balancer
 from streamwal.cluster.follower import Follower
+from streamwal.cluster.formats import announce, cluster_log_format
 from streamwal.cluster.liveness import Prober
 from streamwal.cluster.membership import Session
 from streamwal.cluster.records import ClusterKeys, Drain, NodeRecord, encode, now_ms
@@ -91,6 +92,7 @@ class ClusterMember:
                 open_failure_bound_s=settings.open_failure_bound_s,
                 lease_ttl_s=settings.lease_ttl_s,
             )
+        self._channels = channels
         self._left = False
         self._closed = False
 
@@ -106,6 +108,10 @@ class ClusterMember:
     async def start(self) -> None:
         await self._store.start()
         await self._session.start()
+        # before any channel opens here: the formats this node reads, and which one it
+        # writes (v2 once every registered node reads it, docs/wire-format.md)
+        await announce(self._store, self._keys, self._session.record)
+        self._channels.gate_log_format(lambda: cluster_log_format(self._store, self._keys))
         await self._follower.start()
         await self._prober.start()
         if self._balancer is not None:

@@ -41,6 +41,7 @@ __all__ = [
     "MoveReason",
     "MoveRequest",
     "NodeRecord",
+    "ReadsFormats",
     "Release",
     "RequestState",
     "decode",
@@ -79,6 +80,19 @@ class NodeRecord:
     ready: bool = True
     #: why not, when not ready (``cluster status`` shows it)
     not_ready: str = ""
+
+
+@dataclass(frozen=True)
+class ReadsFormats:
+    """A node's word that it reads these log formats (``formats/<id>``, beside its
+    record rather than in it: a node before format v2 refuses a record with a field it
+    does not know, and would lose sight of the node). ``started_at_ms`` ties it to the
+    record of the run that wrote it: an older binary restarted under the same id says
+    nothing, which counts as format v1 only."""
+
+    node: int
+    started_at_ms: int
+    reads: list[int]
 
 
 @dataclass(frozen=True)
@@ -235,6 +249,7 @@ class ClusterKeys:
         self.moves = self.root + "moves/"
         self.lost = self.root + "lost/"
         self.requested = self.root + "requested/"
+        self.formats = self.root + "formats/"
 
     def node(self, node_id: int) -> str:
         return f"{self.nodes}{node_id}"

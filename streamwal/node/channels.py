@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,10 +72,17 @@ class ChannelManager:
         self._fenced: list[str] = []
         self._closed = False
         self._placed_by: str | None = None
+        self._log_format_gate: Callable[[], Awaitable[str]] | None = None
 
     @property
     def node_id(self) -> int:
         return self._node_id
+
+    def gate_log_format(self, gate: Callable[[], Awaitable[str]]) -> None:
+        """Ask ``gate`` at each open which log format to write (``"v1"``/``"v2"``): a
+        cluster member writes v2 only once every node reads it. Without a gate, the
+        ``wal.log_format`` setting decides."""
+        self._log_format_gate = gate
 
     def place_by(self, how: str) -> None:
         """Channels here are placed by another layer from now on; ``how`` tells an
@@ -108,9 +115,11 @@ class ChannelManager:
             if current is not None and current.is_fenced:
                 await self._drop(channel, fenced=True)
             allocator = self._allocator_factory()
+            gate = self._log_format_gate
+            fmt = {} if gate is None else {"log_format": await gate()}
             try:
                 wal = await self._open_wal(
-                    self._opener, channel, allocator, self._node_id, self._config
+                    self._opener, channel, allocator, self._node_id, self._config, **fmt
                 )
             except ChannelFencedError:
                 await allocator.close()

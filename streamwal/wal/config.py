@@ -60,7 +60,8 @@ class WALConfig:
     - ``log_format``: the log format an owner writes, ``"v2"`` (default: the caller's
       properties and type verbatim, packs, terms) or ``"v1"`` (for a log that readers of
       streamwal before format v2 must still read; it refuses caller property keys
-      starting with ``_`` and types outside its names). Both are always read
+      starting with ``_`` and types outside its names). A cluster member ignores it and
+      writes v2 only once every registered node reads v2. Both are always read
       (``docs/wire-format.md``).
     """
 
