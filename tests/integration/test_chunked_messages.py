@@ -30,7 +30,8 @@ from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
 from streamwal.wal import DeliveryPolicy, MessageType, MutableMessage, open_read_only, open_wal
-from streamwal.wal.chunking import KEY_CHUNK_ID, reassemble
+from streamwal.wal.chunking import reassemble
+from streamwal.wal.message.frame import is_chunk
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
@@ -50,15 +51,20 @@ def _payload(size: int, seed: int) -> bytes:
     return (block * (size // MiB + 1))[:size] if size >= MiB else block[:size] + bytes([seed])
 
 
-def _doc_reassemble() -> Callable[[Iterator[Any]], Iterator[tuple[Any, dict[str, str], bytes]]]:
-    """The plain reader's reassembly, taken from the document itself."""
-    section = DOC.read_text().split("### Reassembling chunks with pulsar-client only", 1)[1]
+def _doc_code(heading: str) -> dict[str, Any]:
+    """The first Python block under ``heading`` in the document, run."""
+    section = DOC.read_text().split(heading, 1)[1]
     code = section.split("```python", 1)[1].split("```", 1)[0]
     namespace: dict[str, Any] = {}
-    exec(code, namespace)
-    reassembled: Callable[[Iterator[Any]], Iterator[tuple[Any, dict[str, str], bytes]]] = namespace[
-        "reassemble"
-    ]
+    exec(code.split("\nclient = pulsar.Client(", 1)[0], namespace)  # no example run
+    return namespace
+
+
+def _doc_reassemble() -> Callable[[Iterator[Any]], Iterator[tuple[Any, dict[str, str], bytes]]]:
+    """The plain reader's reassembly, taken from the document itself."""
+    reassembled: Callable[[Iterator[Any]], Iterator[tuple[Any, dict[str, str], bytes]]] = (
+        _doc_code("### Reassembling chunks with pulsar-client only")["reassemble"]
+    )
     return reassembled
 
 
@@ -74,9 +80,12 @@ def _plain_read(service_url: str, topic: str) -> list[tuple[int, int, str, str]]
                 msg = reader.read_next(30_000)
                 yield msg.message_id(), msg.properties(), msg.data()
 
+        decode_entry = _doc_code("## Decoding with pulsar-client only")["decode_entry"]
+        id_bytes = _doc_code("## Decoding with pulsar-client only")["id_bytes"]
         return [
-            (int(props["_tt"]), len(data), props["_t"], _sha(data))
-            for _, props, data in reassembled(entries())
+            (m["time_tick"], len(m["payload"]), m["type"], _sha(m["payload"]))
+            for mid, props, data in reassembled(entries())
+            for m in decode_entry(id_bytes(mid), props, data)
         ]
     finally:
         client.close()
@@ -142,7 +151,7 @@ async def _library_round_trip(
             await wal.close()
     topic = config.topic(channel)
     raw = await read_topic(stack.pulsar_url, topic)
-    assert sum(KEY_CHUNK_ID in e.properties for e in raw) > len(sizes)  # chunked records
+    assert sum(is_chunk(e.payload) for e in raw) > len(sizes)  # chunked records (format v2)
     report = check_history(
         list(reassemble(channel, raw)), opener.message_id_from_bytes, acks, []
     )  # what verify checks
@@ -275,5 +284,5 @@ async def test_a_node_process_round_trips_20_and_64_mib(
     plain = await asyncio.to_thread(
         _plain_read, stack.pulsar_url, f"persistent://public/default/{channel}"
     )
-    assert [sha for _, _, kind, sha in plain if kind == "Insert"] == [e[2] for e in expected]
+    assert [sha for _, _, kind, sha in plain if kind == "insert"] == [e[2] for e in expected]
     assert [size for _, size, _, _ in plain if size > MiB] == [20 * MiB, 64 * MiB]

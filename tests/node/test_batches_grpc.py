@@ -103,10 +103,11 @@ async def test_a_partial_batch_names_what_landed_and_invalid_input_writes_nothin
         landed = [r for r in caught.value.results if isinstance(r, Acked)]
         assert len(landed) == 3
 
+        # (any type is a caller's now): message 1's sequence number would pass 2**64 - 1
         with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await client.produce_batch(channel, [b"q0", b"q1"], type="no-such-type")
+            await client.produce_batch(channel, [b"q0", b"q1"], numbers=(7, 2**64 - 1))
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "message 0 of the batch" in (refused.value.details() or "")
+        assert "message 1 of the batch" in (refused.value.details() or "")
         assert write_outcome(refused.value) is WriteOutcome.NOT_WRITTEN
 
         with pytest.raises(grpc.aio.AioRpcError) as missing:
