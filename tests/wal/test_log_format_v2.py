@@ -10,7 +10,12 @@ import struct
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
-from streamwal.errors import DecodeError, InvalidInputError, UnsupportedLogFormatError
+from streamwal.errors import (
+    CorruptedChunkError,
+    DecodeError,
+    InvalidInputError,
+    UnsupportedLogFormatError,
+)
 from streamwal.wal import DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.backend import AccessMode, BackendMessage, append_entry
 from streamwal.wal.chunking import reassemble, split
@@ -229,3 +234,19 @@ def test_a_v2_pack_over_the_entry_limit_is_chunked_in_its_frame() -> None:
     decoded = decode(whole, MemoryMessageId.from_bytes)
     assert decoded.payload == msg.payload and decoded.properties == {"_ck": "user's"}
     assert decoded.message_id == MemoryMessageId(0)
+
+
+def test_a_damaged_v2_chunk_is_corruption_not_a_skip() -> None:
+    msg = MutableMessage("Insert", bytes(range(256)) * 64)
+    payload, props = encode(msg.stamped(5, MemoryMessageId(1), 1))
+    chunks = split(payload, props, 4096)
+    assert chunks is not None
+    entries = [BackendMessage(MemoryMessageId(i), p, pr) for i, (p, pr) in enumerate(chunks)]
+    damaged = bytearray(entries[1].payload)
+    damaged[-1] ^= 0xFF  # the part, not the header: the pack's checksum no longer matches
+    entries[1] = BackendMessage(entries[1].message_id, bytes(damaged), entries[1].properties)
+    with pytest.raises(CorruptedChunkError, match="checksum"):
+        list(reassemble("ch", entries))
+    entries[1] = BackendMessage(entries[1].message_id, b"SWF\x02\x02" + b"\x00" * 3, props)
+    with pytest.raises(CorruptedChunkError, match="malformed chunk header"):
+        list(reassemble("ch", entries))
