@@ -39,7 +39,7 @@ from pulsar import asyncio as pulsar_asyncio
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.adaptors.pulsar.scanner import to_backend_message
-from streamwal.errors import CorruptedChunkError
+from streamwal.errors import CorruptedChunkError, DecodeError, UnsupportedLogFormatError
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.limits import grpc_message_limit
 from streamwal.node.outcome import write_outcome
@@ -49,6 +49,8 @@ from streamwal.verify.acks import Ack, Delivery, Failure, digest
 from streamwal.verify.history import check_history
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.chunking import KEY_CHUNK_ID, KEY_CHUNK_INDEX, ChunkAssembler
+from streamwal.wal.message import MessageType, MutableMessage, decode_entry
+from streamwal.wal.message.frame import CHUNK_HEADER, FORMAT_PROPERTY, encode_pack, is_chunk
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios.common import assign, keep_flowing, tso_group
@@ -72,6 +74,43 @@ def fingerprint(payload: bytes) -> bytes:
     if len(payload) <= FINGERPRINT_ABOVE:
         return payload
     return b"large:%d:%s" % (len(payload), hashlib.sha256(payload).hexdigest().encode())
+
+
+def _fingerprinted(entry: BackendMessage) -> BackendMessage:
+    """``entry`` with its messages' payloads fingerprinted: in log format v1 the entry's
+    payload is the message's; in v2 the messages are inside the WAL's frame, which is
+    written again around their fingerprints (ids, stamps and properties unchanged)."""
+    if FORMAT_PROPERTY not in entry.properties:
+        return BackendMessage(entry.message_id, fingerprint(entry.payload), entry.properties)
+    if len(entry.payload) <= FINGERPRINT_ABOVE:
+        return entry
+    try:
+        msgs = decode_entry(entry, PulsarMessageId.from_bytes)
+    except (DecodeError, UnsupportedLogFormatError):
+        return entry  # the checker reports it as it is
+    first = msgs[0]
+    confirms_itself = (
+        first.type is MessageType.TIME_TICK and first.last_confirmed == first.message_id
+    )
+    stamped = [
+        (
+            MutableMessage(
+                m.type,
+                fingerprint(m.payload),
+                vchannel=m.vchannel,
+                properties=m.properties,
+                version=m.version,
+                producer_id=m.producer_id,
+                sequence=m.sequence,
+                txn_id=m.txn_id,
+            ),
+            m.time_tick,
+        )
+        for m in msgs
+    ]
+    confirmed = None if confirms_itself else first.last_confirmed
+    frame = encode_pack(stamped, confirmed, first.source, first.term)
+    return BackendMessage(entry.message_id, frame, entry.properties)
 
 
 def _large_payload(header: bytes, size: int) -> bytes:
@@ -169,9 +208,13 @@ async def _first_chunk(client: Any, topic: str, timeout: float) -> bool:
     try:
         async with asyncio.timeout(timeout):
             while True:
-                props = (await reader.read_next()).properties()
+                message = await reader.read_next()
+                props = message.properties()
                 if KEY_CHUNK_ID in props and props.get(KEY_CHUNK_INDEX) == "0":
-                    return True
+                    return True  # log format v1
+                data = message.data()
+                if is_chunk(data) and CHUNK_HEADER.unpack_from(data)[5] == 0:
+                    return True  # log format v2: the index in the chunk header
     except TimeoutError:
         return False
     finally:
@@ -191,9 +234,7 @@ async def _log(pulsar_url: str, topic: str, channel: str) -> tuple[list[BackendM
             raw = to_backend_message(await asyncio.wait_for(reader.read_next(), 30))
             msg = assembler.feed(raw)
             if msg is not None:
-                entries.append(
-                    BackendMessage(msg.message_id, fingerprint(msg.payload), msg.properties)
-                )
+                entries.append(_fingerprinted(msg))
         await reader.close()
     finally:
         await client.close()
