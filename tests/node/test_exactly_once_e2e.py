@@ -10,13 +10,13 @@ from typing import Any
 import grpc
 import pytest
 
-from streamwal.adaptors.pulsar import PulsarConfig
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic, verify_channel
-from streamwal.wal.backend import BackendMessage
 from streamwal.wal.config import WALConfig
+from streamwal.wal.message import ImmutableMessage, decode_entry
 from streamwal_lab.faultproxy import FaultProxy
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
@@ -27,9 +27,14 @@ __all__ = ["oracle", "two_nodes"]  # the fixtures, shared with the node's end-to
 pytestmark = pytest.mark.integration
 
 
-async def _copies(stack: StackInfo, channel: str, payload: bytes) -> list[BackendMessage]:
+async def _messages(stack: StackInfo, channel: str) -> list[ImmutableMessage]:
+    """Every message of the channel's log, decoded (a v2 entry frames its payload)."""
     log = await read_topic(stack.pulsar_url, PulsarConfig().topic(channel))
-    return [e for e in log if e.payload == payload]
+    return [m for e in log for m in decode_entry(e, PulsarMessageId.from_bytes)]
+
+
+async def _copies(stack: StackInfo, channel: str, payload: bytes) -> list[ImmutableMessage]:
+    return [m for m in await _messages(stack, channel) if m.payload == payload]
 
 
 async def _until_persisted(stack: StackInfo, channel: str, payload: bytes) -> None:
@@ -172,6 +177,6 @@ async def test_concurrent_appends_of_one_client_are_all_taken_once(
                 *(client.produce(channel, b"c-%d-%d" % (burst, i)) for i in range(64))
             )
             assert len({a.sequence for a in acked}) == 64
-    log = await read_topic(stack.pulsar_url, PulsarConfig().topic(channel))
-    payloads = [e.payload for e in log if e.payload.startswith(b"c-")]
+    log = await _messages(stack, channel)
+    payloads = [m.payload for m in log if m.payload.startswith(b"c-")]
     assert sorted(payloads) == sorted({b"c-%d-%d" % (b, i) for b in range(5) for i in range(64)})

@@ -140,6 +140,47 @@ async def test_produce_consume_round_trip(
         assert state.time_tick >= acked[19].time_tick
 
 
+async def test_milvus_messages_pass_verbatim_and_wal_records_are_marked(
+    two_nodes: tuple[NodeProcess, NodeProcess], unique: str
+) -> None:
+    """Log format v2 through a node: a caller's type (Milvus's "TimeTick" included) and
+    properties ("_" keys, empty values) come back as sent, wal_record tells the WAL's
+    own records apart, and appended_only leaves them out."""
+    one, _ = two_nodes
+    channel = f"e2e-verbatim-{unique}"
+    milvus = {"_t": "1", "_v": "2", "_tt": "449", "_vc": "by-dev-rootcoord-dml_0", "_h": ""}
+    kinds = ["TimeTick", "Insert", "CreateCollection", "", "36"]
+    async with NodeClient(one.address) as client:
+        await client.assign(channel)
+        acked = [
+            await client.produce(channel, k.encode(), type=k, properties=milvus) for k in kinds
+        ]
+        everything = []
+        async for m in client.consume(channel, policy("all"), timeout=30):
+            everything.append(m)
+            if m.message_id == acked[-1].message_id:
+                break
+        assert everything[0].wal_record and everything[0].type == "TimeTick"
+        mine = [m for m in everything if not m.wal_record]
+        assert [(m.type, m.payload, m.properties) for m in mine] == [
+            (k, k.encode(), milvus) for k in kinds
+        ]
+        assert [m.message_id for m in mine] == [a.message_id for a in acked]
+        assert {m.term for m in everything} == {0}  # opened without a term
+        appended = [
+            m
+            async for m in client.consume(
+                channel, policy("all"), appended_only=True, limit=len(kinds), timeout=30
+            )
+        ]
+        assert [m.message_id for m in appended] == [a.message_id for a in acked]
+        async for first in client.consume_batches(
+            channel, policy("all"), appended_only=True, timeout=30
+        ):
+            assert first and not any(m.wal_record for m in first)
+            break
+
+
 async def _data(client: NodeClient, channel: str, delivery: object, count: int) -> list[Consumed]:
     """The first ``count`` non-time-tick messages a read with ``delivery`` yields."""
     got: list[Consumed] = []

@@ -172,15 +172,19 @@ class StreamCalls(Numbering):
         vchannel: str = "",
         limit: int | None = None,
         timeout: float | None = None,
+        appended_only: bool = False,
     ) -> AsyncGenerator[Consumed, None]:
         """Read ``pchannel`` on this node from ``delivery`` (the public
         :class:`~streamwal.DeliveryPolicy`, its position a :class:`WireMessageId`; the
-        wire type is taken too; default all), up to ``limit`` messages. A failure is a
+        wire type is taken too; default all), up to ``limit`` messages;
+        ``appended_only``: none of the WAL's own records. A failure is a
         read's error (:func:`~streamwal.node.client_errors.read_error`): nothing was
         written, whatever the status."""
         wire = policy() if delivery is None else wire_policy(delivery)
         call = self._stub.Consume(
-            pb.ConsumeRequest(pchannel=pchannel, policy=wire, vchannel=vchannel),
+            pb.ConsumeRequest(
+                pchannel=pchannel, policy=wire, vchannel=vchannel, appended_only=appended_only
+            ),
             timeout=timeout,
         )
         count = 0
@@ -241,6 +245,7 @@ class StreamCalls(Numbering):
         max_messages: int = 0,
         max_bytes: int = 0,
         timeout: float | None = None,
+        appended_only: bool = False,
     ) -> AsyncIterator[list[Consumed]]:
         """``ConsumeBatch``: what the node had ready, one list per frame (0: the node's
         bounds per frame)."""
@@ -249,6 +254,7 @@ class StreamCalls(Numbering):
                 pchannel=pchannel,
                 policy=policy() if delivery is None else wire_policy(delivery),
                 vchannel=vchannel,
+                appended_only=appended_only,
                 max_batch_messages=max_messages,
                 max_batch_bytes=max_bytes,
             ),
