@@ -17,6 +17,7 @@ from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
 from streamwal.wal import AppendResult, MessageType, MutableMessage, open_wal
+from streamwal.wal.message import decode_entry
 from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
@@ -101,7 +102,7 @@ async def test_batches_land_contiguous_and_a_fenced_batch_names_what_landed(
         report = check_history(raw, PulsarMessageId.from_bytes, acks)
         assert report.ok, report.summary()
         assert [node for node, _ in report.owners] == [1, 2]
-        payloads = [e.payload for e in raw]
+        payloads = [m.payload for e in raw for m in decode_entry(e, PulsarMessageId.from_bytes)]
         assert not set(not_written) & set(payloads)  # "not written" is never in the log
         for b, batch in enumerate(batches):
             start = payloads.index(batch[0].payload)
