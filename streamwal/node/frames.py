@@ -50,11 +50,11 @@ def _fill(
     consumed.message_id_text = str(message_id)
     consumed.time_tick = msg.time_tick
     kind = msg.type
-    if type(kind) is MessageType:
+    if isinstance(kind, MessageType):
         consumed.type = kind.wire_name
         consumed.wal_record = True
     else:
-        consumed.type = kind  # type: ignore[assignment]
+        consumed.type = kind
     if msg.term:
         consumed.term = msg.term
     consumed.payload = msg.payload

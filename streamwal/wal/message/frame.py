@@ -122,12 +122,12 @@ def encode_pack(
     for msg, time_tick in msgs:
         count += 1
         kind = msg.type
-        if type(kind) is MessageType:
+        if isinstance(kind, MessageType):
             flags = FLAG_WAL_RECORD
             type_bytes = kind.wire_name.encode()
         else:
             flags = 0
-            type_bytes = kind.encode()  # type: ignore[union-attr]
+            type_bytes = kind.encode()
         producer_id = msg.producer_id
         if producer_id is not None:
             flags |= FLAG_HAS_PRODUCER
@@ -280,11 +280,10 @@ def _decode_pack(
             raise DecodeError(f"message {raw.message_id}: invalid header of message {index}")
         message_id = entry_id if count == 1 else entry_id.in_pack(index)
         has_txn = flags & FLAG_HAS_TXN
-        expected_role = (
-            _MARKER_ROLES.get(kind, ROLE_NONE)  # type: ignore[call-overload]
-            if type(kind) is MessageType
-            else (ROLE_MEMBER if has_txn else ROLE_NONE)
-        )
+        if isinstance(kind, MessageType):
+            expected_role = _MARKER_ROLES.get(kind, ROLE_NONE)
+        else:
+            expected_role = ROLE_MEMBER if has_txn else ROLE_NONE
         if role != expected_role:
             raise DecodeError(
                 f"message {raw.message_id}: transaction role {role} of message {index} "
