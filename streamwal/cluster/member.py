@@ -176,4 +176,6 @@ class ClusterMember:
         await self._session.close()
         with contextlib.suppress(UnavailableError, ClosedError):
             await self._store.delete(self._keys.drain + str(self._session.record.id), timeout=1.0)
+        with contextlib.suppress(UnavailableError, ClosedError):  # its run is over
+            await self._store.delete(self._keys.formats + str(self._session.record.id), timeout=1.0)
         await self._store.close()
