@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from pathlib import Path
 
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.errors import (
     CorruptedChunkError,
     DecodeError,
@@ -250,3 +252,44 @@ def test_a_damaged_v2_chunk_is_corruption_not_a_skip() -> None:
     entries[1] = BackendMessage(entries[1].message_id, b"SWF\x02\x02" + b"\x00" * 3, props)
     with pytest.raises(CorruptedChunkError, match="malformed chunk header"):
         list(reassemble("ch", entries))
+
+
+def test_the_document_s_plain_decoder_agrees_with_the_codec() -> None:
+    """docs/wire-format.md's decoder (pulsar-client only) on a pack of three and a v1
+    entry: the same fields as the codec's."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "wire-format.md").read_text()
+    code = doc.split("## Decoding with pulsar-client only", 1)[1]
+    code = code.split("```python", 1)[1].split("```", 1)[0].split("\nclient = pulsar.Client(")[0]
+    namespace: dict[str, object] = {}
+    exec(code, namespace)
+    plain = namespace["decode_entry"]
+    msgs = [
+        (MutableMessage("Insert", b"a", properties={"_k": ""}).with_producer(1, 2), 10),
+        (MutableMessage("", b"b", vchannel="v").with_txn(9), 11),
+        (MutableMessage(MessageType.COMMIT_TXN, b"1", vchannel="v").with_txn(9), 12),
+    ]
+    entry = BackendMessage(
+        PulsarMessageId(3, 4), encode_pack(msgs, PulsarMessageId(3, 1), 7, 5), {"swf": "2"}
+    )
+    v1_payload, v1_props = encode(
+        MutableMessage("Delete", b"d").stamped(13, PulsarMessageId(3, 1), 7), log_format=1
+    )
+    v1 = BackendMessage(PulsarMessageId(3, 5), v1_payload, v1_props)
+    for raw in (entry, v1):
+        ours = decode_entry(raw, PulsarMessageId.from_bytes)
+        theirs = plain(raw.message_id.to_bytes(), dict(raw.properties), raw.payload)  # type: ignore[operator]
+        assert [
+            (
+                t["message_id"], t["type"], t["wal_record"], t["time_tick"], t["source"],
+                t["term"], t["vchannel"], t["last_confirmed"], t["producer_id"],
+                t["sequence"], t["txn_id"], t["payload"], t["properties"],
+            )
+            for t in theirs
+        ] == [
+            (
+                m.message_id.to_bytes(), str(m.type), m.is_wal_record, m.time_tick, m.source,
+                m.term, m.vchannel, m.last_confirmed.to_bytes(), m.producer_id,
+                m.sequence, m.txn_id, m.payload, dict(m.properties),
+            )
+            for m in ours
+        ]  # fmt: skip
