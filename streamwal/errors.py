@@ -23,6 +23,7 @@ import enum
 from typing import ClassVar, Literal
 
 __all__ = [
+    "AccessDeniedError",
     "BackendMismatchError",
     "BatchAppendError",
     "BufferSealedError",
@@ -43,6 +44,7 @@ __all__ = [
     "NoSuchChannelError",
     "NotLeaderError",
     "OutcomeUnknownError",
+    "PermissionDeniedError",
     "PlacementRefusedError",
     "PortInUseError",
     "QuotaExceededError",
@@ -57,6 +59,7 @@ __all__ = [
     "TransactionExpiredError",
     "TransactionNotFoundError",
     "TruncatedError",
+    "UnauthenticatedError",
     "UnavailableError",
     "UnknownPositionError",
     "UnsafeBrokerPolicyError",
@@ -481,3 +484,23 @@ class BatchAppendError(StreamwalError):
     def landed(self) -> list[int]:
         """The indices of the messages that are in the log."""
         return [i for i in range(len(self.results)) if i not in self.failed]
+
+
+class AccessDeniedError(StreamwalError):
+    """The node refused the call for who made it; nothing was changed, written or
+    fenced. Not retriable: the same credentials get the same answer until an operator
+    changes the node's ``auth:`` settings or the caller's token or certificate."""
+
+
+class UnauthenticatedError(AccessDeniedError):
+    """The call carried no identity the node knows (no token, an unknown token, or a
+    client certificate no identity names)."""
+
+    grpc_status = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(AccessDeniedError):
+    """The caller is known but its roles or channel prefixes do not allow the
+    operation on that channel; the node's answer names both."""
+
+    grpc_status = "PERMISSION_DENIED"

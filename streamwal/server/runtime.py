@@ -54,6 +54,7 @@ from streamwal.errors import (
     StreamwalError,
     UnavailableError,
 )
+from streamwal.node.auth import Authorizer, IdentityBook, exposure_warning
 from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
 from streamwal.node.endpoints import Readiness, check_port_free
@@ -194,10 +195,18 @@ class Node:
 
     async def _start(self) -> None:
         cfg = self.config
+        # before anything binds: a node other hosts reach serves over TLS to known
+        # callers unless its file says insecure on purpose (docs/auth.md)
+        insecure = exposure_warning(cfg.node.listen, cfg.node.tls, cfg.auth)
+        if insecure is not None:
+            _log.warning("node %d serves %s", cfg.node.id, insecure)
+            self.readiness.note("auth", insecure)
+        authorizer = Authorizer(IdentityBook(cfg.auth.identities)) if cfg.auth.enabled else None
         interceptor = ServerInterceptor(
             tracer_provider=self._tracer_provider,
             span_attributes={NODE_ID_ATTRIBUTE: cfg.node.id},
             route=self._tracer_provider is not None,
+            guard=authorizer.wrap if authorizer is not None else None,
         )
         self._server = grpc.aio.server(
             # one span per call (health checks none) and typed refusals of malformed
@@ -223,7 +232,11 @@ class Node:
             if cfg.tso.mode == "in-process":
                 await self._start_oracle(self._server)
             else:
-                self._remote = RemoteSource(cfg.tso.remote_addresses, tls=client_tls(cfg.tso.tls))
+                self._remote = RemoteSource(
+                    cfg.tso.remote_addresses,
+                    tls=client_tls(cfg.tso.tls),
+                    token=cfg.auth.peer_token(),
+                )
             self._opener = PulsarOpener(cfg.pulsar)
             await self._opener.start()
             self._channels = ChannelManager(
@@ -421,7 +434,9 @@ class Node:
         except NotLeaderError as exc:
             _log.info("TSO: %s leads; this node stands by as a candidate", exc.leader)
         addresses = [self.address, *self.config.tso.remote_addresses]
-        self._remote = RemoteSource(addresses, tls=client_tls(self.config.tso.tls))
+        self._remote = RemoteSource(
+            addresses, tls=client_tls(self.config.tso.tls), token=self.config.auth.peer_token()
+        )
         self._candidate = _CandidateSource(oracle, self._remote)
 
     def _bind(self, server: grpc.aio.Server) -> int:

@@ -35,7 +35,11 @@ class NodeClient(StreamCalls):
     ``retries``: how many times :meth:`produce` tries again an append that failed
     (backing off from 50 ms to 1 s): any unknown outcome when idempotent, else only
     UNAVAILABLE and not written. ``producer``: the identity that numbers appends (a
-    fresh one by default; ``idempotent=False``: none).
+    fresh one by default; ``idempotent=False``: none). ``token``: a bearer token sent
+    with every call, for a node with ``auth.enabled`` (a client certificate in ``tls``
+    identifies the caller instead); a refusal raises
+    :class:`~streamwal.node.client_errors.NodeUnauthenticatedError` or
+    :class:`~streamwal.node.client_errors.NodePermissionDeniedError`.
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class NodeClient(StreamCalls):
         retries: int = 0,
         idempotent: bool = True,
         producer: ProducerIdentity | None = None,
+        token: str | None = None,
     ) -> None:
         self.address = address
         self.producer: ProducerIdentity | None = (
@@ -64,7 +69,9 @@ class NodeClient(StreamCalls):
             else []
         )
         options = [("grpc.max_receive_message_length", DEFAULT_GRPC_MESSAGE_LIMIT)]
-        self._channel = open_channel(address, tls, options=options, interceptors=interceptors)
+        self._channel = open_channel(
+            address, tls, options=options, interceptors=interceptors, token=token
+        )
         self._stub = pb_grpc.StreamingNodeStub(self._channel)
 
     async def __aenter__(self) -> NodeClient:
