@@ -76,8 +76,8 @@ class IdentitySettings:
                 raise ConfigError(f"{key}.channels", "a prefix must not be empty")
         if self.token_file is None and self.token_env is None and self.certificate is None:
             raise ConfigError(key, "give token_file, token_env or certificate")
-        if self.token_file is not None or self.token_env is not None:
-            read_token(key, file=self.token_file, env=self.token_env)
+        if self.token_file is not None:  # a variable is read at start, from the process
+            read_token(key, file=self.token_file)
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,8 @@ class AuthSettings:
             names.add(identity.name)
         if self.enabled and not self.identities:
             raise ConfigError("auth.identities", "auth.enabled needs at least one identity")
-        if self.peer_token_file is not None or self.peer_token_env is not None:
-            read_token("auth.peer_token_file", file=self.peer_token_file, env=self.peer_token_env)
+        if self.peer_token_file is not None:
+            read_token("auth.peer_token_file", file=self.peer_token_file)
 
     def peer_token(self) -> str | None:
         """The token this node dials its peers with, read now; ``None``: none set."""

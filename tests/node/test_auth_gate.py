@@ -349,7 +349,9 @@ def test_safe_by_default(tmp_path: Path) -> None:
     assert "node.tls" in str(no_tls.value) and "auth.enabled" not in str(no_tls.value)
 
 
-def test_settings_load_and_never_show_tokens(tmp_path: Path) -> None:
+def test_settings_load_and_never_show_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     token = tmp_path / "admin.token"
     token.write_text("very-secret-value\n")
     path = tmp_path / "node.yaml"
@@ -359,13 +361,21 @@ def test_settings_load_and_never_show_tokens(tmp_path: Path) -> None:
         "      channels: [team-a-]\n"
         "    - name: app\n      roles: [producer]\n      token_env: APP_TOKEN\n"
     )
-    config = load_config(path, environ={"APP_TOKEN": "other-secret"})
+    config = load_config(path, environ={})
     assert config.auth.identities[0].roles == ("admin", "consumer")
     assert config.auth.identities[0].channels == ("team-a-",)
-    assert "very-secret" not in repr(config) and "other-secret" not in repr(config)
+    assert "very-secret" not in repr(config)
+    # a variable is read when the node starts (from its own environment)
+    monkeypatch.delenv("APP_TOKEN", raising=False)
     with pytest.raises(ConfigError) as unset:
-        load_config(path, environ={})
+        IdentityBook(config.auth.identities)
     assert unset.value.key == "auth.identities[1]" and "APP_TOKEN" in str(unset.value)
+    monkeypatch.setenv("APP_TOKEN", "other-secret")
+    IdentityBook(config.auth.identities)
+    token.write_text("  \n")
+    with pytest.raises(ConfigError) as empty_file:
+        load_config(path, environ={})
+    assert empty_file.value.key == "auth.identities[0]" and "very-secret" not in str(empty_file)
     path.write_text(
         "auth:\n  identities:\n    - name: x\n      roles: [root]\n      token_env: T\n"
     )
