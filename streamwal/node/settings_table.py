@@ -118,6 +118,8 @@ def _type_name(hint: Any) -> str:
         return " | ".join([_type_name(a) for a in inner] + ["null"])
     if origin is tuple:
         return f"list of {_type_name(args[0])}"
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return "mapping"  # a list item's keys follow as rows of their own
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return "one of " + ", ".join(str(m.value) for m in hint)
     return getattr(hint, "__name__", str(hint))

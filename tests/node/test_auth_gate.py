@@ -120,6 +120,13 @@ class _Servicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
             self.reached.append(("ProduceStream", request.pchannel))
             yield pb.ProduceResponse(message_id_text=request.pchannel)
 
+    async def ProduceBatchStream(
+        self, requests: AsyncIterator[pb.ProduceBatchRequest], context: Any
+    ) -> AsyncIterator[pb.ProduceBatchResponse]:
+        async for request in requests:
+            self.reached.append(("ProduceBatchStream", request.pchannel))
+            yield pb.ProduceBatchResponse(results=[pb.ProduceResponse() for _ in request.messages])
+
     async def Consume(
         self, request: pb.ConsumeRequest, context: Any
     ) -> AsyncIterator[pb.ConsumedMessage]:
@@ -261,10 +268,25 @@ async def test_streams_are_checked_frame_by_frame(
     metadata = (("authorization", f"Bearer {world.tokens['limited']}"),)
     frames = [pb.ProduceRequest(pchannel=c) for c in ("team-a-1", "team-a-2", "team-b", "team-a-3")]
     call = stub.ProduceStream(iter(frames), metadata=metadata)
-    answered = [r.message_id_text async for r in _until_error(call)]
-    assert answered == ["team-a-1", "team-a-2"]
-    assert await call.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert "team-b" in (await call.details())
+    answers = [r async for r in call]
+    assert await call.code() == grpc.StatusCode.OK  # refusals in band, as failed appends
+    assert [a.message_id_text for a in answers[:2]] == ["team-a-1", "team-a-2"]
+    refused = answers[2:]
+    assert len(refused) == 2  # the refused frame and every one after it
+    for answer in refused:
+        assert answer.error.code == grpc.StatusCode.PERMISSION_DENIED.value[0]
+        assert answer.error.outcome == pb.NOT_WRITTEN
+        assert "team-b" in answer.error.message and "ProduceStream" in answer.error.message
+    # no identity: every frame answered UNAUTHENTICATED, none served
+    call = stub.ProduceStream(iter(frames[:2]))
+    answers = [r async for r in call]
+    assert [a.error.code for a in answers] == [grpc.StatusCode.UNAUTHENTICATED.value[0]] * 2
+    batches = stub.ProduceBatchStream(
+        iter([pb.ProduceBatchRequest(pchannel="team-a-1", messages=[pb.Message()] * 3)]),
+        metadata=(("authorization", f"Bearer {world.tokens['reader']}"),),
+    )
+    results = [r async for r in batches][0].results
+    assert [r.error.code for r in results] == [grpc.StatusCode.PERMISSION_DENIED.value[0]] * 3
     # a read of a channel outside the prefixes ends before its handler starts
     reader = stub.Consume(pb.ConsumeRequest(pchannel="x"), metadata=metadata)
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -277,14 +299,6 @@ async def test_streams_are_checked_frame_by_frame(
     assert answer.status == health_pb2.HealthCheckResponse.SERVING
     await channel.close()
     assert servicer.reached == [("ProduceStream", "team-a-1"), ("ProduceStream", "team-a-2")]
-
-
-async def _until_error(call: Any) -> AsyncIterator[Any]:
-    try:
-        async for response in call:
-            yield response
-    except grpc.aio.AioRpcError:
-        return
 
 
 async def test_audit_log_and_span_identity(
@@ -307,7 +321,12 @@ async def test_audit_log_and_span_identity(
     fields = [r.fields for r in records]  # type: ignore[attr-defined]
     assert fields == [
         {"identity": "admin", "operation": "Truncate", "channel": "c1", "outcome": "OK"},
-        {"identity": "admin", "operation": "Truncate", "channel": "missing", "outcome": "NOT_FOUND"},
+        {
+            "identity": "admin",
+            "operation": "Truncate",
+            "channel": "missing",
+            "outcome": "NOT_FOUND",
+        },
         {
             "identity": "writer",
             "operation": "Truncate",

@@ -46,10 +46,7 @@ def exposure_warning(listen: str, tls: TLSFiles, auth: AuthSettings) -> str | No
         missing.append("auth.enabled with auth.identities")
     if not missing:
         return None
-    text = (
-        f"node.listen {listen!r} is reachable from other hosts without "
-        f"{' and '.join(missing)}"
-    )
+    text = f"node.listen {listen!r} is reachable from other hosts without {' and '.join(missing)}"
     if auth.insecure:
         return f"insecure: {text} (auth.insecure is true)"
     raise InsecureExposureError(

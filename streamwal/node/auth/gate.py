@@ -8,10 +8,12 @@ call's span: the span carries the identity's name (``streamwal.identity``), neve
 its token.
 
 A refused call never reaches its handler: nothing is written, fenced or truncated.
-A request stream (``ProduceStream``) is checked frame by frame: the frames before a
-refused one are served and answered, then the call ends PERMISSION_DENIED naming the
-refused frame's channel, as a malformed frame ends it (aborting from inside the
-input would race the handler's answers).
+A produce stream (``ProduceStream``, ``ProduceBatchStream``) is checked frame by
+frame and answers a refusal in band, as it answers any failed append: a caller
+without the role gets every frame answered UNAUTHENTICATED or PERMISSION_DENIED (not
+written); with the role, the frames before one outside its channel prefixes are
+served and answered, then that frame and every later one are answered
+PERMISSION_DENIED (not written) without reaching the handler.
 
 Every call of an audited (admin) method is logged once on the ``streamwal.audit``
 logger, refused or not, with the identity, the operation, the channel and the
@@ -31,6 +33,7 @@ from opentelemetry import trace
 from streamwal.errors import short_repr
 from streamwal.node.auth.identities import Identity, IdentityBook, Unknown
 from streamwal.node.auth.table import RULES, Rule
+from streamwal.node.proto import streaming_pb2 as pb
 
 __all__ = ["AUDIT_LOGGER", "IDENTITY_ATTRIBUTE", "Authorizer"]
 
@@ -73,30 +76,46 @@ class Authorizer:
         audited = rule is not None and rule.audited
 
         if inspect.isasyncgenfunction(behavior):
+            in_band = _IN_BAND.get(operation) if request_streaming else None
 
             async def streamed(request: Any, context: _Context) -> Any:
-                identity = await self._admit(operation, check, request, request_streaming, context)
-                if request_streaming:
-                    refused: list[_Denied] = []
-                    async for response in behavior(
-                        _frames(request, identity, check, refused), context
-                    ):
-                        yield response
-                    if refused:
-                        await context.abort(refused[0].code, refused[0].details)
-                    return
-                async for response in behavior(request, context):
+                if in_band is None:
+                    identity = await self._admit(
+                        operation, check, request, request_streaming, context
+                    )
+                    if not request_streaming:
+                        async for response in behavior(request, context):
+                            yield response
+                        return
+                else:
+                    try:  # the caller and its role; each frame's channel below
+                        identity = self._identify(operation, context)
+                        check(identity, None)
+                    except _Denied as whole:
+                        async for frame in request:
+                            yield in_band(whole, frame)
+                        return
+                refused: list[tuple[_Denied, Any]] = []
+                async for response in behavior(_frames(request, identity, check, refused), context):
                     yield response
+                if refused:
+                    first, frame = refused[0]
+                    if in_band is None:
+                        await context.abort(first.code, first.details)
+                        return
+                    yield in_band(first, frame)
+                    async for frame in request:  # the rest of the stream, unread
+                        yield in_band(first, frame)
 
             return streamed
 
         async def awaited(request: Any, context: _Context) -> Any:
             if request_streaming:  # stream in, one answer out: no method has it today
                 identity = await self._admit(operation, check, request, True, context)
-                refused: list[_Denied] = []
+                refused: list[tuple[_Denied, Any]] = []
                 response = await behavior(_frames(request, identity, check, refused), context)
                 if refused:
-                    await context.abort(refused[0].code, refused[0].details)
+                    await context.abort(refused[0][0].code, refused[0][0].details)
                 return response
             if not audited:
                 await self._admit(operation, check, request, False, context)
@@ -198,10 +217,11 @@ def _frames(
     requests: AsyncIterator[Any],
     identity: Identity,
     check: Callable[[Identity, str | None], None],
-    refused: list[_Denied],
+    refused: list[tuple[_Denied, Any]],
 ) -> AsyncIterator[Any]:
     """The request frames up to the first one the identity may not send (kept in
-    ``refused``); a run of frames on one channel is checked once."""
+    ``refused`` with its refusal; the frames after it stay unread in ``requests``); a
+    run of frames on one channel is checked once."""
 
     async def frames() -> AsyncIterator[Any]:
         allowed: str | None = None
@@ -211,12 +231,27 @@ def _frames(
                 try:
                     check(identity, channel)
                 except _Denied as denied:
-                    refused.append(denied)
+                    refused.append((denied, request))
                     return
                 allowed = channel
             yield request
 
     return frames()
+
+
+def _append_error(denied: _Denied) -> pb.AppendError:
+    return pb.AppendError(code=denied.code.value[0], message=denied.details, outcome=pb.NOT_WRITTEN)
+
+
+#: how a produce stream answers a refused frame: in band, as it answers any failed
+#: append (ending the call while the client still writes can reach an asyncio client
+#: as INTERNAL instead of the refusal, streaming.proto says)
+_IN_BAND: dict[str, Callable[[_Denied, Any], Any]] = {
+    "ProduceStream": lambda denied, frame: pb.ProduceResponse(error=_append_error(denied)),
+    "ProduceBatchStream": lambda denied, frame: pb.ProduceBatchResponse(
+        results=[pb.ProduceResponse(error=_append_error(denied)) for _ in frame.messages]
+    ),
+}
 
 
 def _record(identity: str, operation: str, channel: str | None, outcome: str) -> None:
