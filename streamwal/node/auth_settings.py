@@ -104,9 +104,7 @@ class AuthSettings:
         for i, identity in enumerate(self.identities):
             identity.check(f"auth.identities[{i}]")
             if identity.name in names:
-                raise ConfigError(
-                    f"auth.identities[{i}].name", f"{identity.name!r} is given twice"
-                )
+                raise ConfigError(f"auth.identities[{i}].name", f"{identity.name!r} is given twice")
             names.add(identity.name)
         if self.enabled and not self.identities:
             raise ConfigError("auth.identities", "auth.enabled needs at least one identity")

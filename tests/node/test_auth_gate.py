@@ -31,7 +31,11 @@ from streamwal.node.auth import (
 )
 from streamwal.node.auth_settings import AuthSettings, IdentitySettings
 from streamwal.node.client import NodeClient
-from streamwal.node.client_errors import NodePermissionDeniedError, NodeUnauthenticatedError
+from streamwal.node.client_errors import (
+    NodeChannelNotFoundError,
+    NodePermissionDeniedError,
+    NodeUnauthenticatedError,
+)
 from streamwal.node.config import load_config
 from streamwal.node.health import HealthService
 from streamwal.node.logs import NodeJsonFormatter
@@ -285,7 +289,8 @@ async def test_streams_are_checked_frame_by_frame(
         iter([pb.ProduceBatchRequest(pchannel="team-a-1", messages=[pb.Message()] * 3)]),
         metadata=(("authorization", f"Bearer {world.tokens['reader']}"),),
     )
-    results = [r async for r in batches][0].results
+    (answer,) = [r async for r in batches]
+    results = answer.results
     assert [r.error.code for r in results] == [grpc.StatusCode.PERMISSION_DENIED.value[0]] * 3
     # a read of a channel outside the prefixes ends before its handler starts
     reader = stub.Consume(pb.ConsumeRequest(pchannel="x"), metadata=metadata)
@@ -311,7 +316,7 @@ async def test_audit_log_and_span_identity(
     caplog.set_level(logging.INFO, logger=AUDIT_LOGGER)
     async with _client(world, address, "admin") as admin:
         await admin._unary(admin._stub.Truncate, pb.TruncateRequest(pchannel="c1"))
-        with pytest.raises(Exception):
+        with pytest.raises(NodeChannelNotFoundError):
             await admin._unary(admin._stub.Truncate, pb.TruncateRequest(pchannel="missing"))
     async with _client(world, address, "writer") as writer:
         with pytest.raises(NodePermissionDeniedError):

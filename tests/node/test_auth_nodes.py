@@ -11,6 +11,7 @@ unchanged. Node 2 takes its timestamps from node 1's TSO with its peer token.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 import etcd3
 import grpc
 import pytest
+import yaml
 
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
@@ -30,8 +32,9 @@ from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.tso import ClientTLS
 from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
 from streamwal_lab.stack import StackInfo
+from streamwal_lab.stack.process import port_in_use
 from tests.node.certs import CertPair, TestCA
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, free_port, serve_once
 
 pytestmark = pytest.mark.integration
 
@@ -99,11 +102,12 @@ async def world(
     ]
     tso_prefix = module_etcd_prefix("auth")
     node_tls = {"cert_file": node_cert.cert_file, "key_file": node_cert.key_file}
-    common = {
+    auth: dict[str, Any] = {"enabled": True, "identities": identities}
+    common: dict[str, Any] = {
         "pulsar": {"service_url": stack.pulsar_url},
         "etcd": {"endpoints": [stack.etcd_endpoint]},
         "node": {"tls": {**node_tls, "ca_file": ca.ca_file}, "log_format": "text"},
-        "auth": {"enabled": True, "identities": identities},
+        "auth": auth,
     }
     tso = {
         "mode": "in-process",
@@ -117,7 +121,7 @@ async def world(
         {
             **common,
             "tso": {**tso, "remote_addresses": [one.address]},
-            "auth": {**common["auth"], "peer_token_file": str(folder / "peer.token")},
+            "auth": {**auth, "peer_token_file": str(folder / "peer.token")},
         },
     )
     env = {"AUTH_TEST_READER_TOKEN": tokens["reader"]}
@@ -279,7 +283,9 @@ async def test_every_identity_tries_every_call(world: World, stack: StackInfo) -
     # the writer is limited to its prefix
     with pytest.raises(grpc.aio.AioRpcError) as outside:
         await writer_stub.Produce(
-            pb.ProduceRequest(pchannel=world.other, message=pb.Message(type="insert", payload=b"outside")),
+            pb.ProduceRequest(
+                pchannel=world.other, message=pb.Message(type="insert", payload=b"outside")
+            ),
             metadata=md(c["writer"]),
         )
     assert outside.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -376,3 +382,30 @@ async def test_every_identity_tries_every_call(world: World, stack: StackInfo) -
     for caller in c.values():
         if caller.token is not None:
             assert caller.token not in log and caller.token not in world.two.log_text()
+
+
+def test_a_node_other_hosts_reach_refuses_to_start_without_tls_and_auth(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    port = free_port()
+    path = tmp_path / "node.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "pulsar": {"service_url": stack.pulsar_url},
+                "etcd": {"endpoints": [stack.etcd_endpoint]},
+                "node": {
+                    "listen": f"0.0.0.0:{port}",
+                    "advertise_address": f"127.0.0.1:{port}",
+                    "metrics_listen": "",
+                },
+                "tso": {"mode": "remote", "remote_addresses": ["127.0.0.1:1"]},
+            }
+        )
+    )
+    done = serve_once(path, dict(os.environ))
+    assert done.returncode == 1, done.stderr
+    assert "refusing to serve" in done.stderr
+    assert "node.tls" in done.stderr and "auth.enabled" in done.stderr
+    assert "auth.insecure: true" in done.stderr
+    assert not port_in_use(port)
