@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from streamwal import environment
 from streamwal.errors import InvalidInputError, MisconfiguredError
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "ClientTLS",
     "TLSFileError",
     "bearer_interceptors",
+    "default_token",
     "open_channel",
     "read_token_file",
     "server_credentials",
@@ -83,6 +85,15 @@ class ClientTLS:
         if self.server_name:
             return [("grpc.ssl_target_name_override", self.server_name)]
         return []
+
+
+def default_token(token: str | None) -> str | None:
+    """``token``, else the one in the file ``STREAMWAL_TOKEN_FILE`` names, else
+    ``None``: what a client sends when its caller gave none."""
+    if token is not None:
+        return token
+    path = environment.token_file()
+    return None if path is None else read_token_file(path)
 
 
 def read_token_file(path: str) -> str:

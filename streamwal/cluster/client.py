@@ -72,7 +72,7 @@ from streamwal.node.outcome import write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.retry import Retry
 from streamwal.tso.config import DEFAULT_KEY_PREFIX
-from streamwal.tso.tls import ClientTLS, open_channel
+from streamwal.tso.tls import ClientTLS, default_token, open_channel
 from streamwal.wal.backend import DeliveryPolicy
 
 __all__ = ["ClusterClient", "Transaction", "WireMessageId"]
@@ -113,7 +113,10 @@ class ClusterClient:
     ``ClusterClient(nodes=[address, ...])`` to look owners up through the nodes.
 
     Safe to use from many tasks at once; one gRPC channel per node is shared.
-    ``moves_followed`` counts the look-ups a refused append caused.
+    ``moves_followed`` counts the look-ups a refused append caused. ``tls`` and
+    ``token`` (unset: the file ``STREAMWAL_TOKEN_FILE`` names, if any) are how it
+    reaches nodes with TLS and ``auth.enabled``; a refusal (UNAUTHENTICATED,
+    PERMISSION_DENIED) is raised at once, not followed to another node.
     """
 
     def __init__(
@@ -146,7 +149,7 @@ class ClusterClient:
         self._router_channels: dict[str, grpc.aio.Channel] = {}
         self._keys = ClusterKeys(key_prefix)
         self._tls = tls
-        self._token = token
+        self._token = default_token(token)  # read once: every node is sent the same
         self._retry_for = retry_for_s
         if not max_backoff_s > 0:
             raise InvalidInputError(f"max_backoff_s: must be > 0, got {max_backoff_s!r}")
