@@ -18,6 +18,10 @@ every WAL (each waits for its in-flight appends); a cluster node then gives up i
 so the channels a drain could not move go to other nodes once they are closed here
 (:mod:`streamwal.cluster.member` says why); close the opener; close the TSO.
 
+Who may call (``auth:``, docs/auth.md): every call but a health check passes the
+:class:`~streamwal.node.auth.Authorizer`; a node other hosts reach serves only with TLS
+and auth unless ``auth.insecure``; its TSO calls to peers carry its peer token.
+
 In-process TSO on several nodes: each node campaigns; start-up waits until either
 this node serves or another one is known to lead. A node that does not lead takes
 its timestamps from the leader's TSO service (it asks its own service, whose
@@ -195,8 +199,7 @@ class Node:
 
     async def _start(self) -> None:
         cfg = self.config
-        # before anything binds: a node other hosts reach serves over TLS to known
-        # callers unless its file says insecure on purpose (docs/auth.md)
+        # before anything binds: see docs/auth.md, "Safe by default"
         insecure = exposure_warning(cfg.node.listen, cfg.node.tls, cfg.auth)
         if insecure is not None:
             _log.warning("node %d serves %s", cfg.node.id, insecure)

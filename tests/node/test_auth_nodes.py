@@ -11,6 +11,7 @@ unchanged. Node 2 takes its timestamps from node 1's TSO with its peer token.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,7 +26,9 @@ import yaml
 
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.cluster.client import ClusterClient
 from streamwal.cluster.proto import routing_pb2, routing_pb2_grpc
+from streamwal.errors import UnauthenticatedError
 from streamwal.node.auth import RULES
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
@@ -34,7 +37,7 @@ from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.process import port_in_use
 from tests.node.certs import CertPair, TestCA
-from tests.node.processes import NodeProcess, free_port, serve_once
+from tests.node.processes import NodeProcess, free_port, serve_once, streamwal_cli
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +64,7 @@ class World:
     other: str  # outside it
     prefix: str
     tso_prefix: str
+    folder: Path
 
     def channel(self, caller: Caller) -> grpc.aio.Channel:
         tls = ClientTLS(
@@ -133,7 +137,9 @@ async def world(
         "peer": Caller("peer", frozenset({"node"}), tokens["peer"], stranger),
         "nobody": Caller("nobody", frozenset(), None, stranger),
     }
-    world = World(one, two, ca, callers, f"{prefix}main", f"auth-{uid}-b-other", prefix, tso_prefix)
+    world = World(
+        one, two, ca, callers, f"{prefix}main", f"auth-{uid}-b-other", prefix, tso_prefix, folder
+    )
     try:
         await one.start(env)
         await two.start(env)
@@ -382,6 +388,47 @@ async def test_every_identity_tries_every_call(world: World, stack: StackInfo) -
     for caller in c.values():
         if caller.token is not None:
             assert caller.token not in log and caller.token not in world.two.log_text()
+
+
+async def test_clients_and_the_console_say_who_they_are(world: World) -> None:
+    """``streamwal produce`` with a token file and a client certificate; without a
+    token, or with one of another role, exit 1 naming the refusal, nothing written;
+    ``ClusterClient`` raises a refusal at once instead of following it."""
+    stranger = world.callers["nobody"].cert
+    tls_options = [
+        "--ca-file", world.ca.ca_file, "--cert-file", stranger.cert_file,
+        "--key-file", stranger.key_file,
+    ]  # fmt: skip
+    where = ["--node", world.one.address, *tls_options]
+    ok = await streamwal_cli(
+        "produce", world.main, *where, "--token-file", str(world.folder / "writer.token"),
+        "-m", "cli-hello", "--json",
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    anonymous = await streamwal_cli("produce", world.main, *where, "-m", "cli-refused")
+    assert anonymous.returncode == 1
+    assert "UNAUTHENTICATED" in anonymous.stderr and "Produce" in anonymous.stderr
+    reader = await streamwal_cli(
+        "produce", world.main, *where, "--token-file", str(world.folder / "reader.token"),
+        "-m", "cli-refused",
+    )  # fmt: skip
+    assert reader.returncode == 1
+    assert "PERMISSION_DENIED" in reader.stderr and world.main in reader.stderr
+    read = await streamwal_cli(
+        "consume", world.main, *where, "--token-file", str(world.folder / "reader.token"),
+        "--timeout", "3", "--json",
+    )  # fmt: skip
+    payloads = [json.loads(line)["payload"] for line in read.stdout.splitlines()]
+    assert "cli-hello" in payloads and "cli-refused" not in payloads
+
+    tls = ClientTLS(
+        ca_file=world.ca.ca_file, cert_file=stranger.cert_file, key_file=stranger.key_file
+    )
+    async with ClusterClient(nodes=[world.one.address], tls=tls, retry_for_s=30) as cluster:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(UnauthenticatedError):
+            await cluster.produce(world.main, b"cluster-refused")
+        assert asyncio.get_running_loop().time() - started < 5  # not retried
 
 
 def test_a_node_other_hosts_reach_refuses_to_start_without_tls_and_auth(
