@@ -23,7 +23,6 @@ import enum
 from typing import ClassVar, Literal
 
 __all__ = [
-    "AccessDeniedError",
     "BackendMismatchError",
     "BatchAppendError",
     "BufferSealedError",
@@ -486,21 +485,14 @@ class BatchAppendError(StreamwalError):
         return [i for i in range(len(self.results)) if i not in self.failed]
 
 
-class AccessDeniedError(StreamwalError):
-    """The node refused the call for who made it; nothing was changed, written or
-    fenced. Not retriable: the same credentials get the same answer until an operator
-    changes the node's ``auth:`` settings or the caller's token or certificate."""
 
-
-class UnauthenticatedError(AccessDeniedError):
-    """The call carried no identity the node knows (no token, an unknown token, or a
-    client certificate no identity names)."""
+class UnauthenticatedError(StreamwalError):
+    """No identity the node knows (no token, an unknown one, an unnamed certificate)."""
 
     grpc_status = "UNAUTHENTICATED"
 
 
-class PermissionDeniedError(AccessDeniedError):
-    """The caller is known but its roles or channel prefixes do not allow the
-    operation on that channel; the node's answer names both."""
+class PermissionDeniedError(StreamwalError):
+    """A known caller without the role or the channel prefix; the answer names both."""
 
     grpc_status = "PERMISSION_DENIED"
