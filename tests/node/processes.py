@@ -144,7 +144,9 @@ def wait_port_closed(port: int) -> bool:
     return not port_in_use(port)
 
 
-async def run_python(*args: str, timeout: float, cwd: Path | None = None) -> tuple[int, str, str]:
+async def run_python(
+    *args: str, timeout: float, cwd: Path | None = None
+) -> tuple[int, str, str]:
     """``python ARGS`` in a child process (in ``cwd``, if given), killed if it outlives
     ``timeout``: its exit code, its output and its error output (decoded). A test that
     fails shows the tail of both through :func:`shown`."""

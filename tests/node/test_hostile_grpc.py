@@ -264,7 +264,10 @@ async def test_clients_that_go_away_mid_stream_leave_the_node_serving_and_the_lo
                     break  # the client goes away with appends in flight
             call.cancel()
         # and readers that vanish after one message
-        readers = [client.consume(channel, policy("all")) for _ in range(10)]
+        readers = [
+            client.consume(channel, policy("all"))
+            for _ in range(10)
+        ]
         for reader in readers:
             await anext(reader)
         for reader in readers:

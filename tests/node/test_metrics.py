@@ -128,7 +128,9 @@ async def test_batches_are_sampled_once(
     """A batch append is one latency sample and a batched read delivers many messages per
     lag sample (its oldest message's), while every message is counted: a histogram costs
     a batch one sample, not one each."""
-    node, port = metrics_node(tmp_path, stack.pulsar_url, stack.etcd_endpoint, etcd_prefix("lag"))
+    node, port = metrics_node(
+        tmp_path, stack.pulsar_url, stack.etcd_endpoint, etcd_prefix("lag")
+    )
     await node.start()
     channel = f"lag-{unique}"
     inserts = 300
