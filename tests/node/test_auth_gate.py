@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from streamwal import environment
 from streamwal.cluster.proto import routing_pb2
 from streamwal.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 from streamwal.node.auth import (
@@ -416,3 +417,42 @@ def test_settings_load_and_never_show_tokens(
     with pytest.raises(ConfigError) as no_ca:
         load_config(path, environ={})
     assert "node.tls.ca_file" in str(no_ca.value)
+
+
+async def test_auth_off_checks_nothing_and_audits_admin_calls(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = grpc.aio.server(interceptors=[ServerInterceptor(guard=Authorizer(None).wrap)])
+    servicer = _Servicer()
+    pb_grpc.add_StreamingNodeServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    caplog.set_level(logging.INFO, logger=AUDIT_LOGGER)
+    try:
+        async with NodeClient(f"127.0.0.1:{port}", tracing=False) as anyone:
+            await anyone.produce("c", b"x")
+            await anyone._unary(anyone._stub.Truncate, pb.TruncateRequest(pchannel="c"))
+            frames = iter([pb.ProduceRequest(pchannel="c")])
+            assert len([r async for r in anyone._stub.ProduceStream(frames)]) == 1
+    finally:
+        await server.stop(None)
+    assert servicer.reached == [("Produce", "c"), ("Truncate", "c"), ("ProduceStream", "c")]
+    fields = [r.fields for r in caplog.records if r.name == AUDIT_LOGGER]  # type: ignore[attr-defined]
+    assert fields == [
+        {"identity": "<anonymous>", "operation": "Truncate", "channel": "c", "outcome": "OK"}
+    ]
+
+
+async def test_clients_send_the_token_the_environment_names(
+    served: tuple[str, _Servicer], world: _World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    address, servicer = served
+    monkeypatch.setenv(environment.TOKEN_FILE, str(world.folder / "writer.token"))
+    async with NodeClient(address, tls=world.tls(world.stranger), tracing=False) as client:
+        await client.produce("from-env", b"x")
+    async with NodeClient(
+        address, tls=world.tls(world.stranger), tracing=False, token=world.tokens["reader"]
+    ) as given:  # an argument wins over the variable
+        with pytest.raises(NodePermissionDeniedError):
+            await given.produce("from-env", b"x")
+    assert servicer.reached == [("Produce", "from-env")]

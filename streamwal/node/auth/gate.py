@@ -17,7 +17,8 @@ PERMISSION_DENIED (not written) without reaching the handler.
 
 Every call of an audited (admin) method is logged once on the ``streamwal.audit``
 logger, refused or not, with the identity, the operation, the channel and the
-outcome, in the message and as the json log's fields.
+outcome, in the message and as the json log's fields; with auth off too (the caller
+``<anonymous>``), so a node's admin calls leave a trail whatever its settings.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class _Denied(Exception):
         self.details = details
 
 
+#: the caller of every call while auth is off: it holds every role
+_ANONYMOUS = Identity("<anonymous>", frozenset({"admin", "producer", "consumer", "node"}))
+
+
 def _operation(full_method: str) -> str:
     return full_method.rpartition("/")[2]
 
@@ -63,7 +68,9 @@ def _operation(full_method: str) -> str:
 class Authorizer:
     """Wraps handlers with the check of :data:`~streamwal.node.auth.table.RULES`."""
 
-    def __init__(self, book: IdentityBook) -> None:
+    def __init__(self, book: IdentityBook | None) -> None:
+        """``book`` ``None``: auth is off, nothing is checked, and the admin calls are
+        audited all the same (their caller ``<anonymous>``)."""
         self._book = book
 
     def wrap(self, full_method: str, behavior: Behavior, request_streaming: bool) -> Behavior:
@@ -74,6 +81,14 @@ class Authorizer:
             return behavior
         check = self._checker(operation, rule)
         audited = rule is not None and rule.audited
+        if self._book is None:
+            if not audited or request_streaming or inspect.isasyncgenfunction(behavior):
+                return behavior
+
+            async def anonymous(request: Any, context: _Context) -> Any:
+                return await self._audited(operation, check, behavior, request, context)
+
+            return anonymous
 
         if inspect.isasyncgenfunction(behavior):
             in_band = _IN_BAND.get(operation) if request_streaming else None
@@ -152,6 +167,8 @@ class Authorizer:
         return check
 
     def _identify(self, operation: str, context: _Context) -> Identity:
+        if self._book is None:
+            return _ANONYMOUS
         found = self._book.identify(context)
         if isinstance(found, Unknown):
             raise _Denied(grpc.StatusCode.UNAUTHENTICATED, f"{operation}: {found.why}")
