@@ -74,7 +74,8 @@ class Authorizer:
         self._book = book
 
     def wrap(self, full_method: str, behavior: Behavior, request_streaming: bool) -> Behavior:
-        """``behavior`` behind its method's rule; a method without a rule is refused."""
+        """``behavior`` behind its method's rule; with auth on, a method without a rule
+        is refused to everyone."""
         rule = RULES.get(full_method)
         operation = _operation(full_method)
         if rule is not None and rule.open:
