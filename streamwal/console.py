@@ -19,10 +19,11 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ from streamwal.errors import (
 )
 from streamwal.exitcodes import FAILED, NOT_FOUND, OK, USAGE
 from streamwal.node.client import Acked, Consumed, NodeClient, WireMessageId
+from streamwal.node.credential_options import add_credential_options, client_credentials
+from streamwal.tso.tls import ClientTLS
 from streamwal.wal.backend import DeliveryPolicy, validate_channel_name
 from streamwal.wal.message import MessageType
 
@@ -112,6 +115,7 @@ def _where(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--config", type=Path, help="a node's file: its cluster, or else the node itself"
     )
+    add_credential_options(parser)
 
 
 @dataclass(frozen=True)
@@ -124,14 +128,18 @@ class _Target:
     prefix: str = "/streamwal"
     etcd_user: str | None = None
     etcd_password: str | None = None
+    tls: ClientTLS | None = None
+    token: str | None = field(default=None, repr=False)
 
     def client(self) -> NodeClient | ClusterClient:
         if self.node is not None:
-            return NodeClient(self.node, tracing=False)
+            return NodeClient(self.node, tracing=False, tls=self.tls, token=self.token)
         return ClusterClient(
             self.etcd,
             key_prefix=self.prefix,
             tracing=False,
+            tls=self.tls,
+            token=self.token,
             etcd_user=self.etcd_user,
             etcd_password=self.etcd_password,
         )
@@ -140,6 +148,11 @@ class _Target:
 def _target(args: argparse.Namespace) -> _Target:
     """:class:`ConfigError` (exit 2) for a file that does not load or options that
     contradict each other."""
+    tls, token = client_credentials(args)
+    return dataclasses.replace(_where_to(args), tls=tls, token=token)
+
+
+def _where_to(args: argparse.Namespace) -> _Target:
     given = [name for name in ("node", "etcd", "config") if getattr(args, name)]
     if len(given) > 1:
         raise ConfigError("--node/--etcd/--config", f"give one of them, not {given}")

@@ -43,6 +43,7 @@ __all__ = [
     "NoSuchChannelError",
     "NotLeaderError",
     "OutcomeUnknownError",
+    "PermissionDeniedError",
     "PlacementRefusedError",
     "PortInUseError",
     "QuotaExceededError",
@@ -57,6 +58,7 @@ __all__ = [
     "TransactionExpiredError",
     "TransactionNotFoundError",
     "TruncatedError",
+    "UnauthenticatedError",
     "UnavailableError",
     "UnknownPositionError",
     "UnsafeBrokerPolicyError",
@@ -481,3 +483,16 @@ class BatchAppendError(StreamwalError):
     def landed(self) -> list[int]:
         """The indices of the messages that are in the log."""
         return [i for i in range(len(self.results)) if i not in self.failed]
+
+
+
+class UnauthenticatedError(StreamwalError):
+    """No identity the node knows (no token, an unknown one, an unnamed certificate)."""
+
+    grpc_status = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(StreamwalError):
+    """A known caller without the role or the channel prefix; the answer names both."""
+
+    grpc_status = "PERMISSION_DENIED"

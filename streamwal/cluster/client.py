@@ -66,13 +66,13 @@ from streamwal.node.client import (
     give_up,
     wire_policy,
 )
-from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError
+from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError, read_error
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.retry import Retry
 from streamwal.tso.config import DEFAULT_KEY_PREFIX
-from streamwal.tso.tls import ClientTLS, open_channel
+from streamwal.tso.tls import ClientTLS, default_token, open_channel
 from streamwal.wal.backend import DeliveryPolicy
 
 __all__ = ["ClusterClient", "Transaction", "WireMessageId"]
@@ -91,6 +91,8 @@ _FOLLOW = frozenset(
     }
 )
 
+#: the caller is not known or not allowed: the nodes of a cluster share their auth
+_REFUSED_CALLER = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 # refused for good whatever the owner: retrying them only repeats the answer
 _FINAL = frozenset(
@@ -111,7 +113,10 @@ class ClusterClient:
     ``ClusterClient(nodes=[address, ...])`` to look owners up through the nodes.
 
     Safe to use from many tasks at once; one gRPC channel per node is shared.
-    ``moves_followed`` counts the look-ups a refused append caused.
+    ``moves_followed`` counts the look-ups a refused append caused. ``tls`` and
+    ``token`` (unset: the file ``STREAMWAL_TOKEN_FILE`` names, if any) are how it
+    reaches nodes with TLS and ``auth.enabled``; a refusal (UNAUTHENTICATED,
+    PERMISSION_DENIED) is raised at once, not followed to another node.
     """
 
     def __init__(
@@ -121,6 +126,7 @@ class ClusterClient:
         nodes: Sequence[str] = (),
         key_prefix: str = DEFAULT_KEY_PREFIX,
         tls: ClientTLS | None = None,
+        token: str | None = None,
         retry_for_s: float = 30.0,
         max_backoff_s: float = 0.25,
         timeout: float = 10.0,
@@ -143,6 +149,7 @@ class ClusterClient:
         self._router_channels: dict[str, grpc.aio.Channel] = {}
         self._keys = ClusterKeys(key_prefix)
         self._tls = tls
+        self._token = default_token(token)  # read once: every node is sent the same
         self._retry_for = retry_for_s
         if not max_backoff_s > 0:
             raise InvalidInputError(f"max_backoff_s: must be > 0, got {max_backoff_s!r}")
@@ -240,7 +247,9 @@ class ClusterClient:
         for address in list(self._routers):
             rpc = self._router_channels.get(address)
             if rpc is None:
-                rpc = self._router_channels[address] = open_channel(address, self._tls)
+                rpc = self._router_channels[address] = open_channel(
+                    address, self._tls, token=self._token
+                )
             try:
                 answer = await routing_grpc.ClusterRoutingStub(rpc).LookupChannel(
                     routing_pb.LookupChannelRequest(pchannel=channel), timeout=self._timeout
@@ -254,6 +263,8 @@ class ClusterClient:
                     raise ChannelNotFoundError(
                         channel, f"channel {channel!r} has no live owner now (asked {address})"
                     ) from None
+                if exc.code() in _REFUSED_CALLER:  # every node of the cluster says the same
+                    raise read_error(exc) from None
                 last = exc
                 self._routers.remove(address)
                 self._routers.append(address)  # ask it last next time
@@ -267,6 +278,7 @@ class ClusterClient:
             node = self._nodes[address] = NodeClient(
                 address,
                 tls=self._tls,
+                token=self._token,
                 timeout=self._timeout,
                 tracing=self._tracing,
                 producer=self.producer,

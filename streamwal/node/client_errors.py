@@ -20,12 +20,14 @@ from streamwal.errors import (
     InvalidInputError,
     MisconfiguredError,
     OutcomeUnknownError,
+    PermissionDeniedError,
     QuotaExceededError,
     StreamwalError,
     TransactionAbortedError,
     TransactionExpiredError,
     TransactionNotFoundError,
     TruncatedError,
+    UnauthenticatedError,
     UnavailableError,
     WriteOutcome,
 )
@@ -38,11 +40,13 @@ __all__ = [
     "NodeInvalidInputError",
     "NodeMisconfiguredError",
     "NodeOutcomeUnknownError",
+    "NodePermissionDeniedError",
     "NodeQuotaError",
     "NodeTransactionAbortedError",
     "NodeTransactionExpiredError",
     "NodeTransactionNotFoundError",
     "NodeTruncatedError",
+    "NodeUnauthenticatedError",
     "NodeUnavailableError",
     "node_error",
     "read_error",
@@ -120,6 +124,16 @@ class NodeQuotaError(NodeCallError, QuotaExceededError):
     """RESOURCE_EXHAUSTED: the broker's backlog quota (or a message over a limit)."""
 
 
+class NodeUnauthenticatedError(NodeCallError, UnauthenticatedError):
+    """UNAUTHENTICATED: the node knows no identity for this call (give a token or a
+    client certificate one of its ``auth.identities`` names)."""
+
+
+class NodePermissionDeniedError(NodeCallError, PermissionDeniedError):
+    """PERMISSION_DENIED: the caller's roles or channel prefixes do not allow it;
+    nothing was changed."""
+
+
 class NodeUnavailableError(NodeCallError, UnavailableError):
     """The node could not be reached or did not answer, and nothing was written."""
 
@@ -171,6 +185,8 @@ _BY_CODE: dict[grpc.StatusCode, type[NodeCallError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: NodeInvalidInputError,
     grpc.StatusCode.OUT_OF_RANGE: NodeTruncatedError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: NodeQuotaError,
+    grpc.StatusCode.UNAUTHENTICATED: NodeUnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: NodePermissionDeniedError,
 }
 
 
@@ -191,6 +207,4 @@ def _class_of(code: grpc.StatusCode, details: str, outcome: WriteOutcome) -> typ
     # what is left says the call did not finish: unavailable if nothing was written
     if outcome is WriteOutcome.UNKNOWN:
         return NodeOutcomeUnknownError
-    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-        return NodeCallError
     return NodeUnavailableError

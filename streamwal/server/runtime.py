@@ -18,6 +18,10 @@ every WAL (each waits for its in-flight appends); a cluster node then gives up i
 so the channels a drain could not move go to other nodes once they are closed here
 (:mod:`streamwal.cluster.member` says why); close the opener; close the TSO.
 
+Who may call (``auth:``, docs/auth.md): every call but a health check passes the
+:class:`~streamwal.node.auth.Authorizer`; a node other hosts reach serves only with TLS
+and auth unless ``auth.insecure``; its TSO calls to peers carry its peer token.
+
 In-process TSO on several nodes: each node campaigns; start-up waits until either
 this node serves or another one is known to lead. A node that does not lead takes
 its timestamps from the leader's TSO service (it asks its own service, whose
@@ -54,6 +58,7 @@ from streamwal.errors import (
     StreamwalError,
     UnavailableError,
 )
+from streamwal.node.auth import Authorizer, IdentityBook, exposure_warning
 from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
 from streamwal.node.endpoints import Readiness, check_port_free
@@ -194,10 +199,17 @@ class Node:
 
     async def _start(self) -> None:
         cfg = self.config
+        # before anything binds: see docs/auth.md, "Safe by default"
+        insecure = exposure_warning(cfg.node.listen, cfg.node.tls, cfg.auth)
+        if insecure is not None:
+            _log.warning("node %d serves %s", cfg.node.id, insecure)
+            self.readiness.note("auth", insecure)
+        book = IdentityBook(cfg.auth.identities) if cfg.auth.enabled else None
         interceptor = ServerInterceptor(
             tracer_provider=self._tracer_provider,
             span_attributes={NODE_ID_ATTRIBUTE: cfg.node.id},
             route=self._tracer_provider is not None,
+            guard=Authorizer(book).wrap,  # with auth off: the admin calls' audit only
         )
         self._server = grpc.aio.server(
             # one span per call (health checks none) and typed refusals of malformed
@@ -223,7 +235,11 @@ class Node:
             if cfg.tso.mode == "in-process":
                 await self._start_oracle(self._server)
             else:
-                self._remote = RemoteSource(cfg.tso.remote_addresses, tls=client_tls(cfg.tso.tls))
+                self._remote = RemoteSource(
+                    cfg.tso.remote_addresses,
+                    tls=client_tls(cfg.tso.tls),
+                    token=cfg.auth.peer_token(),
+                )
             self._opener = PulsarOpener(cfg.pulsar)
             await self._opener.start()
             self._channels = ChannelManager(
@@ -421,7 +437,9 @@ class Node:
         except NotLeaderError as exc:
             _log.info("TSO: %s leads; this node stands by as a candidate", exc.leader)
         addresses = [self.address, *self.config.tso.remote_addresses]
-        self._remote = RemoteSource(addresses, tls=client_tls(self.config.tso.tls))
+        self._remote = RemoteSource(
+            addresses, tls=client_tls(self.config.tso.tls), token=self.config.auth.peer_token()
+        )
         self._candidate = _CandidateSource(oracle, self._remote)
 
     def _bind(self, server: grpc.aio.Server) -> int:
