@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -22,7 +23,7 @@ from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.node.client import Consumed, NodeClient, policy
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, streamwal_cli
 
 pytestmark = pytest.mark.integration
 
@@ -266,3 +267,29 @@ async def _until_async(
             return
         assert asyncio.get_running_loop().time() < deadline, f"still {value!r}"
         await asyncio.sleep(0.2)
+
+
+async def test_the_console_consumes_read_only_from_a_node_that_does_not_own_the_channel(
+    nodes: tuple[NodeProcess, NodeProcess, NodeProcess], unique: str
+) -> None:
+    a, b, _ = nodes
+    channel = f"ro-console-{unique}"
+    async with NodeClient(a.address) as owner:
+        await owner.assign(channel)
+        acked = [await owner.produce(channel, f"m-{i}".encode()) for i in range(3)]
+    at = ("--node", b.address)
+    read = await streamwal_cli(
+        "consume", channel, "--read-only", "--json", "--count", "3", "--timeout", "20", *at
+    )
+    assert read.returncode == 0, read
+    lines = [json.loads(line) for line in read.stdout.splitlines()]
+    assert [line["id"] for line in lines] == [a.message_id.hex() for a in acked]
+    assert [line["payload"] for line in lines] == ["m-0", "m-1", "m-2"]
+    # without --read-only, node B answers that it does not hold the channel: exit 3
+    owned_only = await streamwal_cli("consume", channel, "--count", "1", "--timeout", "5", *at)
+    assert owned_only.returncode == 3, owned_only
+    missing = await streamwal_cli(
+        "consume", f"ro-nothing-{unique}", "--read-only", "--count", "1", *at
+    )
+    assert missing.returncode == 3, missing
+    assert "does not exist" in missing.stderr
