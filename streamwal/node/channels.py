@@ -32,6 +32,7 @@ from streamwal.errors import (
     PlacementRefusedError,
 )
 from streamwal.node import metric_scope
+from streamwal.node.read_only import ReadOnlyChannels
 from streamwal.tso import LocalAllocator
 from streamwal.wal.backend import BackendOpener, validate_channel_name
 from streamwal.wal.config import WALConfig
@@ -72,6 +73,8 @@ class ChannelManager:
         self._fenced: list[str] = []
         self._closed = False
         self._placed_by: str | None = None
+        self.read_only = ReadOnlyChannels(opener, config)
+        """Read-only handles of any channel, owned here or not (``ConsumeRequest.read_only``)."""
 
     @property
     def node_id(self) -> int:
@@ -194,5 +197,7 @@ class ChannelManager:
         self._closed = True
         channels = list(self._wals)
         await asyncio.gather(
-            *(self._drop(channel, fenced=False) for channel in channels), return_exceptions=True
+            self.read_only.close(),
+            *(self._drop(channel, fenced=False) for channel in channels),
+            return_exceptions=True,
         )

@@ -32,6 +32,7 @@ span's resource cannot say which node served when one process hosts several.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -70,7 +71,7 @@ from streamwal.node.responses import (
 )
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.wal import WAL
-from streamwal.wal.backend import BackendOpener
+from streamwal.wal.backend import BackendOpener, validate_channel_name
 from streamwal.wal.interceptors import AppendResult
 from streamwal.wal.message import MutableMessage
 from streamwal.wal.message_id import MessageId
@@ -336,16 +337,14 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.ConsumedMessage]:
         self._tag_span()
-        scanner = await self._call(request, context, self._read)
-        try:
-            async for msg in scanner:
-                yield consumed_of(msg)
-        except ClosedError:
-            return  # the channel or the node closed: end the stream cleanly
-        except Exception as exc:
-            await _abort(context, exc)
-        finally:
-            await scanner.close()
+        async with self._scanner(request, context) as scanner:
+            try:
+                async for msg in scanner:
+                    yield consumed_of(msg)
+            except ClosedError:
+                return  # the channel or the node closed: end the stream cleanly
+            except Exception as exc:
+                await _abort(context, exc)
 
     async def ConsumeBatch(
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -354,20 +353,49 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         going while a frame is sent, and a frame never waits to fill up."""
         self._tag_span()
         max_messages, max_bytes = frame_bounds(request)
-        scanner = await self._call(request, context, self._read)
-        ahead = ReadAhead(scanner, 2 * max_messages)
-        ahead.start()
-        try:
-            while True:
-                try:
-                    msgs = await ahead.take(max_messages, max_bytes)
-                except ClosedError:
-                    return  # the channel or the node closed: end the stream cleanly
-                except Exception as exc:
-                    await _abort(context, exc)
-                yield batch_of(msgs)
-        finally:
-            await ahead.close()
+        async with self._scanner(request, context) as scanner:
+            ahead = ReadAhead(scanner, 2 * max_messages)
+            ahead.start()
+            try:
+                while True:
+                    try:
+                        msgs = await ahead.take(max_messages, max_bytes)
+                    except ClosedError:
+                        return  # the channel or the node closed: end the stream cleanly
+                    except Exception as exc:
+                        await _abort(context, exc)
+                    yield batch_of(msgs)
+            finally:
+                await ahead.close()
+
+    @contextlib.asynccontextmanager
+    async def _scanner(
+        self, request: pb.ConsumeRequest, context: _Context
+    ) -> AsyncIterator[Scanner]:
+        """The read's started scanner for the block, closed after it; a read that cannot
+        start ends the call with its status. ``read_only``: on the channel's read-only
+        handle (:mod:`streamwal.node.read_only`), whoever owns it; else on the WAL this
+        node owns."""
+        if not request.read_only:
+            scanner = await self._call(request, context, self._read)
+            try:
+                yield scanner
+            finally:
+                await scanner.close()
+            return
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                validate_channel_name(request.pchannel)
+                scanner = await stack.enter_async_context(
+                    self._channels.read_only.read(
+                        request.pchannel,
+                        delivery_policy(request, self._opener),
+                        request.vchannel or None,
+                    )
+                )
+            except Exception as exc:
+                await _abort(context, exc)
+            yield scanner
 
     async def _read(self, wal: WAL, request: pb.ConsumeRequest) -> Scanner:
         return await wal.read(delivery_policy(request, self._opener), request.vchannel or None)
