@@ -28,7 +28,7 @@ PLUGINS = {
 
 
 def _build_plugins(into: Path) -> None:
-    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
     for name, package in PLUGINS.items():
         subprocess.run(
             ["go", "build", "-o", str(into / name), package], cwd=ADAPTOR, env=env, check=True

@@ -34,17 +34,18 @@ def go_command() -> str:
 
 def go_env() -> dict[str, str]:
     """The environment for ``go``: go.mod and go.sum are updated if a pin moved
-    (``-mod=mod``), with the proxy and caches the machine has."""
+    (``-mod=mod``), with the proxy and caches the machine has; a ``go.work`` in some
+    parent folder does not change what is built (``GOWORK=off``)."""
     flags = os.environ.get("GOFLAGS", "")
     if "-mod=" not in flags:
         flags = f"{flags} -mod=mod".strip()
-    return {**os.environ, "GOFLAGS": flags}
+    return {**os.environ, "GOFLAGS": flags, "GOWORK": "off"}
 
 
 def go_run(
     args: list[str], *, say: str, timeout: float, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``go ARGS`` in the adaptor's module, announced on stderr (``say``) with its time."""
+    """``go ARGS`` in the adaptor's module, announced (``say``) with its time."""
     started = time.monotonic()
     print(f"milvus adaptor: {say} ...", flush=True)
     done = subprocess.run(
