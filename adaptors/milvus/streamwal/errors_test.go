@@ -17,6 +17,8 @@ func TestAFencedWriteIsMilvusErrFenced(t *testing.T) {
 	}
 	for _, other := range []error{
 		status.Error(codes.FailedPrecondition, "node misconfigured: no admin url"),
+		status.Error(codes.FailedPrecondition, "stale term: channel 'c' is at term 3"),
+		status.Error(codes.FailedPrecondition, "channel in use: node 2 serves it"),
 		status.Error(codes.NotFound, "channel 'c' is not open on this node"),
 		status.Error(codes.InvalidArgument, "bad"),
 	} {

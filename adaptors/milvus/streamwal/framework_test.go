@@ -18,8 +18,8 @@ const (
 	envReadOnly = "STREAMWAL_MILVUS_READ_ONLY" // "1": every read is a read-only read
 )
 
-// defaultMessages keeps a run to seconds on a small machine; Milvus's own backends
-// run the framework with 1000.
+// defaultMessages is the count Milvus's own Pulsar and Kafka tests run the framework
+// with.
 const defaultMessages = 100
 
 // TestWALImplsFramework runs Milvus's own walimpls conformance framework against
