@@ -49,6 +49,7 @@ __all__ = [
     "SequenceError",
     "SequenceGapError",
     "SequenceTooOldError",
+    "StaleTermError",
     "StreamwalError",
     "TimestampOverflowError",
     "TimestampRegressionError",
@@ -441,6 +442,30 @@ class PlacementRefusedError(StreamwalError):
         self.action = action
         self.how = how
         super().__init__(f"{action} refused: {how}")
+
+
+class StaleTermError(StreamwalError):
+    """An open of a channel under a term below its current one (Milvus's
+    ``PChannelInfo.Term``), or under the current term by another node: a newer owner
+    was given the channel, so this open would fence it. Nothing was opened; a caller
+    that means to take the channel over asks again with a higher term (or none)."""
+
+    grpc_status = "FAILED_PRECONDITION"
+    #: the status details start with this, which a client of the node reads back
+    DETAILS_PREFIX: ClassVar[str] = "stale term"
+
+    def __init__(self, channel: str, term: int, current: int, holder: int | None = None) -> None:
+        self.channel = channel
+        self.term = term
+        self.current = current
+        self.holder = holder
+        held = f" (held by node {holder})" if holder is not None else ""
+        super().__init__(
+            f"channel {short_repr(channel)}: term {term} is stale: its term is {current}{held}"
+        )
+
+    def status_details(self) -> str:
+        return f"{self.DETAILS_PREFIX}: {self}"
 
 
 class DeposedError(StreamwalError):

@@ -21,6 +21,7 @@ from streamwal.errors import (
     MisconfiguredError,
     OutcomeUnknownError,
     QuotaExceededError,
+    StaleTermError,
     StreamwalError,
     TransactionAbortedError,
     TransactionExpiredError,
@@ -39,6 +40,7 @@ __all__ = [
     "NodeMisconfiguredError",
     "NodeOutcomeUnknownError",
     "NodeQuotaError",
+    "NodeStaleTermError",
     "NodeTransactionAbortedError",
     "NodeTransactionExpiredError",
     "NodeTransactionNotFoundError",
@@ -90,6 +92,11 @@ class NodeChannelNotFoundError(NodeCallError, ChannelNotFoundError):
 
 class NodeFencedError(NodeCallError, ChannelFencedError):
     """FAILED_PRECONDITION: another node took the channel over."""
+
+
+class NodeStaleTermError(NodeCallError, StaleTermError):
+    """FAILED_PRECONDITION: the open's term is below the channel's (or its current term,
+    held by another node): a newer owner exists, and nothing was opened."""
 
 
 class NodeMisconfiguredError(NodeCallError, MisconfiguredError):
@@ -178,6 +185,8 @@ def _class_of(code: grpc.StatusCode, details: str, outcome: WriteOutcome) -> typ
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         if details.startswith("node misconfigured"):
             return NodeMisconfiguredError
+        if details.startswith(StaleTermError.DETAILS_PREFIX):
+            return NodeStaleTermError
         return NodeFencedError
     if code == grpc.StatusCode.ABORTED:
         if "expired" in details:
