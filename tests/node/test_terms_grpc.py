@@ -5,7 +5,7 @@ broker and an etcd)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 import pytest
@@ -78,7 +78,7 @@ async def _every_write(
 ) -> list[grpc.aio.AioRpcError]:
     """Each kind of write on ``channel`` (``txn`` open on its vchannel ``v``), each
     refused: its error."""
-    calls = {
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
         "produce": lambda: client.produce(channel, b"x"),
         "produce stream": lambda: client.produce_stream(channel, [b"s1", b"s2"]),
         "batch": lambda: client.produce_batch(channel, [b"b1", b"b2"]),
