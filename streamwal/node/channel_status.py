@@ -144,12 +144,11 @@ def _when(time_tick: int) -> str:
 def render(status: dict[str, Any]) -> str:
     latest = status["latest_time_tick"]
     lines = [
-        f"channel {status['channel']} ({status['topic']})",
-        "  term: "
+        f"channel {status['channel']} ({status['topic']}), "
         + (
-            f"{status['term']} (node {status['term_node']})"
+            f"term {status['term']} (node {status['term_node']})"
             if status.get("term") is not None
-            else "unknown (none given, or etcd not reached)"
+            else "term unknown (none given, or etcd not reached)"
         ),
         "  truncated before: " + (status["truncated_before"] or "never truncated"),
         f"  storage: {_size(status['storage_bytes'])}",

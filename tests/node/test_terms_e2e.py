@@ -91,6 +91,9 @@ async def test_a_higher_term_fences_and_a_stale_one_is_refused(
         assert status.returncode == 0, status
         shown = json.loads(status.stdout)
         assert (shown["term"], shown["term_node"]) == (2, 2), shown
+        text = await streamwal_cli("channel", "status", channel, "--config", str(one.config_path))
+        assert text.returncode == 0, text
+        assert text.stdout.splitlines()[0].endswith(", term 2 (node 2)"), text.stdout
 
         # the CLI: a term that is not a number is bad input (nothing sent), a stale one
         # refused
