@@ -39,6 +39,8 @@ from streamwal.errors import (
     ChannelNotFoundError,
     ClosedError,
     PlacementRefusedError,
+    StaleTermError,
+    UnavailableError,
 )
 from streamwal.node import metric_scope
 from streamwal.node.terms import ChannelTerm, ChannelTerms, check_term, next_term
@@ -163,6 +165,14 @@ class ChannelManager:
             except BaseException:
                 await allocator.close()
                 raise
+            try:
+                await self._confirm(channel, granted)
+            except BaseException:
+                await wal.close()
+                await allocator.close()
+                if channel in self._wals:  # fenced by the open just made
+                    await self._drop(channel, fenced=True)
+                raise
             previous = self._wals.get(channel)
             previous_allocator = self._allocators.get(channel)
             self._wals[channel] = wal
@@ -185,6 +195,24 @@ class ChannelManager:
         held = self.term_of(channel)
         current = None if held is None else ChannelTerm(channel, held, self._node_id)
         return next_term(channel, current, self._node_id, asked)
+
+    async def _confirm(self, channel: str, term: int) -> None:
+        """:class:`StaleTermError` when another node claimed a newer term while this
+        open ran: two opens that race both pass their claims, and the one that fences
+        last holds the broker; a lower term must not keep writing. The newer owner is
+        fenced by then (its next open fences this one): the channel is left to it.
+        etcd not answering now leaves the open standing (its claim did succeed)."""
+        if self._terms is None:
+            return
+        try:
+            held = await self._terms.read(channel)
+        except UnavailableError as exc:
+            _log.warning("channel %s: term %d not confirmed after the open: %s", channel, term, exc)
+            return
+        if held is not None and (
+            held.term > term or (held.term == term and held.node != self._node_id)
+        ):
+            raise StaleTermError(channel, term, held.term, held.node)
 
     def term_of(self, channel: str) -> int | None:
         """The term this node holds ``channel`` under, live or fenced (``None``: not here)."""

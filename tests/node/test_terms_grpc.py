@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -23,6 +24,7 @@ from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.servicer import NodeServicer
 from streamwal.node.terms import ChannelTerm, MemoryTerms, decode_term, encode_term, next_term
 from streamwal.tso import LocalAllocator
+from streamwal.wal import WAL, open_wal
 from tests.wal.testkit import fast_config
 
 CHANNEL = "terms"
@@ -181,3 +183,31 @@ async def test_without_a_term_store_the_node_refuses_a_term_below_its_own() -> N
         assert channels.term_of(CHANNEL) == 6
         with pytest.raises(InvalidInputError):
             await client.assign(CHANNEL, term=-1)
+
+
+async def test_an_open_that_a_newer_claim_overtook_is_given_up() -> None:
+    """Two opens race: each claim passes, then the lower term's open fences last. It
+    must not stay: it closes its WAL and says its term is stale."""
+    store, terms = MemoryLogStore(), MemoryTerms()
+
+    async def overtaken(*args: Any, **kwargs: Any) -> WAL:
+        await terms.claim(CHANNEL, 2, None)  # node 2's claim lands while node 1 opens
+        return await open_wal(*args, **kwargs)
+
+    channels = ChannelManager(
+        MemoryOpener(store),
+        lambda: LocalAllocator(_Counter()),
+        1,
+        fast_config(),
+        overtaken,
+        terms=terms,
+    )
+    try:
+        with pytest.raises(StaleTermError) as stale:
+            await channels.assign(CHANNEL)
+        assert (stale.value.term, stale.value.current, stale.value.holder) == (1, 2, 2)
+        assert channels.channels() == [] and channels.fenced_channels() == []
+        with pytest.raises(ChannelNotFoundError):
+            await channels.get(CHANNEL)
+    finally:
+        await channels.close()
