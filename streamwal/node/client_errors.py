@@ -22,6 +22,7 @@ from streamwal.errors import (
     OutcomeUnknownError,
     PermissionDeniedError,
     QuotaExceededError,
+    StaleTermError,
     StreamwalError,
     TransactionAbortedError,
     TransactionExpiredError,
@@ -42,6 +43,7 @@ __all__ = [
     "NodeOutcomeUnknownError",
     "NodePermissionDeniedError",
     "NodeQuotaError",
+    "NodeStaleTermError",
     "NodeTransactionAbortedError",
     "NodeTransactionExpiredError",
     "NodeTransactionNotFoundError",
@@ -94,6 +96,11 @@ class NodeChannelNotFoundError(NodeCallError, ChannelNotFoundError):
 
 class NodeFencedError(NodeCallError, ChannelFencedError):
     """FAILED_PRECONDITION: another node took the channel over."""
+
+
+class NodeStaleTermError(NodeCallError, StaleTermError):
+    """FAILED_PRECONDITION: the open's term is below the channel's (or its current term,
+    held by another node): a newer owner exists, and nothing was opened."""
 
 
 class NodeMisconfiguredError(NodeCallError, MisconfiguredError):
@@ -194,6 +201,8 @@ def _class_of(code: grpc.StatusCode, details: str, outcome: WriteOutcome) -> typ
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         if details.startswith("node misconfigured"):
             return NodeMisconfiguredError
+        if details.startswith(StaleTermError.DETAILS_PREFIX):
+            return NodeStaleTermError
         return NodeFencedError
     if code == grpc.StatusCode.ABORTED:
         if "expired" in details:

@@ -7,19 +7,20 @@ Parsing and answers with no call in them live in :mod:`streamwal.node.responses`
 
 Errors map to codes a client can act on, each error class naming its own
 (:attr:`~streamwal.errors.StreamwalError.grpc_status`): channel not here → NOT_FOUND;
-fenced by another node → FAILED_PRECONDITION (and, on a write, the channel is dropped
-from this node); bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node
-shutting down → UNAVAILABLE; an append that may be in the log → UNKNOWN; a transaction
-that cannot go on → ABORTED. A failed append also carries its write outcome (not
-written, or unknown: ``streaming.proto``), in band on a stream and as trailing metadata
-(:data:`~streamwal.node.outcome.OUTCOME_KEY`) of ``Produce``, ``ProduceBatch``,
-``CommitTxn`` and ``RollbackTxn``: an ``ABORTED`` commit alone cannot tell one that
-wrote nothing from one that may be in the log, and only the first may be given up on.
-A repeated commit or rollback of a transaction this owner ended is answered with the
-first result, so both are retriable. Anything unexpected is logged and returned as
-INTERNAL, and the node keeps serving. Request bytes that are not the expected protobuf
-message get INVALID_ARGUMENT (:mod:`streamwal.node.server_tracing`; gRPC alone answers
-UNKNOWN).
+fenced by another node → FAILED_PRECONDITION, on every later call too, until
+``RemoveChannel`` drops the channel from this node; an open under a stale term →
+FAILED_PRECONDITION (details "stale term: ..."); bad input → INVALID_ARGUMENT; broker or
+TSO unavailable, or the node shutting down → UNAVAILABLE; an append that may be in the
+log → UNKNOWN; a transaction that cannot go on → ABORTED. A failed append also carries
+its write outcome (not written, or unknown: ``streaming.proto``), in band on a stream
+and as trailing metadata (:data:`~streamwal.node.outcome.OUTCOME_KEY`) of ``Produce``,
+``ProduceBatch``, ``CommitTxn`` and ``RollbackTxn``: an ``ABORTED`` commit alone cannot
+tell one that wrote nothing from one that may be in the log, and only the first may be
+given up on. A repeated commit or rollback of a transaction this owner ended is answered
+with the first result, so both are retriable. Anything unexpected is logged and returned
+as INTERNAL, and the node keeps serving. Request bytes that are not the expected
+protobuf message get INVALID_ARGUMENT (:mod:`streamwal.node.server_tracing`; gRPC alone
+answers UNKNOWN).
 
 The batched RPCs carry many messages per request on produce and per frame on consume:
 one message per awaited call leaves most of a broker's rate unused (a gRPC message, a
@@ -199,9 +200,9 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         found (so NOT_FOUND comes before bad input); its answer, or the call ended with
         the status its error names (:func:`grpc_status_for`).
 
-        ``writes``: a fence that refuses ``call`` also drops the channel from this node
-        (a read leaves that to ``ListChannels``). ``outcome``: the status carries the
-        write outcome (an append). Without a ``context`` (a produce stream, which
+        ``writes``: a fence that refuses ``call`` also closes the channel's WAL here,
+        keeping it as fenced (a read leaves that to ``ListChannels``). ``outcome``: the
+        status carries the write outcome (an append). Without a ``context`` (a produce stream, which
         answers in band) the error is raised.
         """
         try:
@@ -411,7 +412,8 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         span_context = trace.get_current_span().get_span_context()
         try:
             self._channels.check_direct_placement("AssignChannel")
-            opened = await self._channels.assign(request.pchannel)
+            term = request.term if request.HasField("term") else None
+            opened = await self._channels.assign(request.pchannel, term)
         except UnavailableError as exc:
             # the open gave up (``wal.first_time_tick_backoff.max_attempts``): say which channel
             # and that trying later may work, not only what the broker last said
@@ -429,12 +431,14 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
             first_message_id_text=str(wal.first_message_id),
             attempts=wal.open_attempts,
             trace_id=(format(span_context.trace_id, "032x") if span_context.is_valid else ""),
+            term=wal.term,
         )
 
     async def RemoveChannel(
         self, request: pb.RemoveChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RemoveChannelResponse:
-        """Closes the channel's WAL, if it is here (no WAL call)."""
+        """Closes the channel's WAL, if it is here, or forgets a channel fenced here
+        (no WAL call)."""
         self._tag_span()
         try:
             self._channels.check_direct_placement("RemoveChannel")
@@ -446,19 +450,27 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
     async def ListChannels(
         self, request: pb.ListChannelsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListChannelsResponse:
+        """The channels owned here, then those fenced here (``fenced``, until removed)."""
         self._tag_span()
         for wal in self._channels.channels():
             if wal.is_fenced:
                 await self._channels.report_fenced(wal.channel)
-        return pb.ListChannelsResponse(
-            channels=[
-                pb.ChannelInfo(
-                    pchannel=w.channel, first_time_tick=w.first_time_tick, fenced=w.is_fenced
-                )
-                for w in self._channels.channels()
-            ],
-            fenced=self._channels.take_fenced(),
-        )
+        owned = [
+            pb.ChannelInfo(
+                pchannel=w.channel,
+                first_time_tick=w.first_time_tick,
+                fenced=w.is_fenced,
+                term=w.term,
+            )
+            for w in self._channels.channels()
+        ]
+        fenced = [
+            pb.ChannelInfo(
+                pchannel=f.channel, first_time_tick=f.first_time_tick, fenced=True, term=f.term
+            )
+            for f in self._channels.fenced_channels()
+        ]
+        return pb.ListChannelsResponse(channels=owned + fenced, fenced=self._channels.take_fenced())
 
     async def GetMVCC(
         self, request: pb.GetMVCCRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from streamwal.errors import ChannelFencedError, ChannelNotFoundError, TruncatedError
+from streamwal.errors import ChannelFencedError, TruncatedError
 from tests.conformance.targets import Acked, Owner, Policy, Seen, Target
 
 #: the reason the cases the next log format makes pass are expected to fail until it lands
@@ -27,15 +27,9 @@ VERBATIM_FORMAT = (
     "parallel and makes these pass"
 )
 
-#: why a node answers a fenced owner's later writes NOT_FOUND for now
-FENCED_FOREVER = (
-    "a node drops a channel it finds fenced, and answers later writes NOT_FOUND: "
-    "'fenced is forever, and said every time' (issue 45, point 4) lands in parallel"
-)
-#: what a write to a fenced owner is refused with on every target today; the test of
-#: the contract's own answer, always the fenced error, is
-#: test_a_fenced_owner_is_told_so_on_every_later_write
-REFUSED_AFTER_FENCE = (ChannelFencedError, ChannelNotFoundError)
+#: what a write to a fenced owner is refused with on every target: fenced is forever
+#: and said every time (a node keeps the fenced channel until it is removed)
+REFUSED_AFTER_FENCE = ChannelFencedError
 
 
 async def take(messages: AsyncIterator[Seen], count: int, timeout: float = 30.0) -> list[Seen]:
@@ -214,11 +208,7 @@ async def test_three_owners_in_turn_and_every_earlier_owners_messages_are_read(
     await owners[-1].close()
 
 
-async def test_a_fenced_owner_is_told_so_on_every_later_write(
-    target: Target, request: pytest.FixtureRequest
-) -> None:
-    if target.name == "node":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=FENCED_FOREVER))
+async def test_a_fenced_owner_is_told_so_on_every_later_write(target: Target) -> None:
     channel = target.channel("fenced")
     first = await target.open(channel, 0)
     await first.append(b"before")

@@ -3,8 +3,12 @@
 //
 // Status codes a client can act on:
 //   NOT_FOUND            the channel is not open on this node
-//   FAILED_PRECONDITION  the channel was fenced by another node (details say why);
-//                        the node has dropped it
+//   FAILED_PRECONDITION  the channel was fenced by another node (details say why):
+//                        every later call on it through this node says so too, until
+//                        RemoveChannel drops it here (ListChannels shows it fenced
+//                        meanwhile); or an AssignChannel under a stale term (details
+//                        start "stale term": a newer owner holds a higher term, or
+//                        the same term on another node; nothing was opened)
 //   INVALID_ARGUMENT     bad input (name, payload size, policy, message type)
 //   UNAVAILABLE          the broker or the TSO did not answer; retry later
 //   OUT_OF_RANGE         a read or checkpoint before the channel's truncation point; the

@@ -20,6 +20,7 @@ from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.limits import DEFAULT_GRPC_MESSAGE_LIMIT
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.terms import check_term
 from streamwal.node.tracing import name_client_span
 from streamwal.tso.tls import ClientTLS, default_token, open_channel
 
@@ -111,9 +112,18 @@ class NodeClient(StreamCalls):
             lambda exc: retry and may_retry(exc, idempotent=True),
         )
 
-    async def assign(self, pchannel: str, timeout: float | None = None) -> pb.AssignChannelResponse:
+    async def assign(
+        self, pchannel: str, timeout: float | None = None, *, term: int | None = None
+    ) -> pb.AssignChannelResponse:
+        """Open ``pchannel`` on this node under ``term`` (``None``: the channel's current
+        term plus one); :class:`~streamwal.node.client_errors.NodeStaleTermError` when a
+        newer owner holds a higher (or the same) term. The answer's ``term`` is the one
+        the node owns the channel under."""
+        request = pb.AssignChannelRequest(pchannel=pchannel)
+        if term is not None:
+            request.term = check_term(term)
         return await self._unary(  # type: ignore[no-any-return]
-            self._stub.AssignChannel, pb.AssignChannelRequest(pchannel=pchannel), timeout=timeout
+            self._stub.AssignChannel, request, timeout=timeout
         )
 
     async def remove(self, pchannel: str) -> None:
