@@ -88,17 +88,23 @@ async def open_wal(
     node_id: int,
     config: WALConfig | None = None,
     *,
-    clock: Callable[[], float] = time.monotonic,
     term: int = 0,
+    clock: Callable[[], float] = time.monotonic,
     log_format: str | int | None = None,
 ) -> WAL:
     """Take ``channel`` over for ``node_id`` and return its started WAL.
 
+    ``term``: the channel's term this owner opens it under (Milvus's
+    ``PChannelInfo.Term``), kept on the WAL (:attr:`WAL.term`) and written in every
+    entry of log format v2, so every message read says the term it was written under.
+    The library does not check it against earlier owners': whoever hands terms out (a
+    node, a cluster) refuses a stale one before the open; the broker's fence stays the
+    enforcement.
+
     ``clock``: the owner's monotonic clock in seconds (transaction keepalives), for
-    tests that move time without sleeping. ``term``: the owner's term, written in every
-    entry of format v2 (Milvus's ``PChannelInfo.Term``; 0 if the caller has none).
-    ``log_format``: the format to write, ``"v1"`` or ``"v2"``, in place of
-    ``config.log_format`` (a node passes what its cluster reads).
+    tests that move time without sleeping. ``log_format``: the format to write,
+    ``"v1"`` or ``"v2"``, in place of ``config.log_format`` (a cluster member passes
+    what every node of its cluster reads).
 
     Retries until the first time tick is persisted; ends early with
     :class:`~streamwal.errors.ChannelFencedError` if a newer owner exists, with
@@ -113,7 +119,7 @@ async def open_wal(
     if not isinstance(node_id, int) or isinstance(node_id, bool) or node_id < 0:
         raise InvalidInputError(f"node id must be an int >= 0, got {node_id!r}")
     if not isinstance(term, int) or isinstance(term, bool) or not 0 <= term < 2**64:
-        raise InvalidInputError(f"term must be an int in [0, 2**64), got {term!r}")
+        raise InvalidInputError(f"term must be an int >= 0 (and below 2**64), got {term!r}")
     info = ChannelInfo(
         channel,
         node_id,

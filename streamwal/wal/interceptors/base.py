@@ -53,8 +53,9 @@ AppendFunc = Callable[[MutableMessage], Awaitable[AppendResult]]
 
 @dataclass(frozen=True, slots=True)
 class ChannelInfo:
-    """The channel a WAL serves and the node that owns it, under which term, writing
-    which log format (1 or 2, ``docs/wire-format.md``)."""
+    """The channel a WAL serves, the node that owns it, the term it owns it under
+    (Milvus's ``PChannelInfo.Term``: 0 when the opener gave none), and the log format
+    it writes (1 or 2, ``docs/wire-format.md``)."""
 
     name: str
     node_id: int

@@ -51,6 +51,7 @@ from streamwal.wal.backend import BackendMessage
 from streamwal.wal.chunking import KEY_CHUNK_ID, KEY_CHUNK_INDEX, ChunkAssembler
 from streamwal.wal.message import MessageType, MutableMessage, decode_entry
 from streamwal.wal.message.frame import CHUNK_HEADER, FORMAT_PROPERTY, encode_pack, is_chunk
+from streamwal_lab.chaos.auth import chaos_channel
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios.common import assign, keep_flowing, tso_group
@@ -143,7 +144,7 @@ class _LargeWriters:
             ("grpc.max_send_message_length", limit),
             ("grpc.max_receive_message_length", limit),
         ]
-        self._channels = {a: grpc.aio.insecure_channel(a, options=options) for a in addresses}
+        self._channels = {a: chaos_channel(a, options=options) for a in addresses}
 
     def prefer(self, address: str) -> None:
         self._target = self.addresses.index(address)
