@@ -27,7 +27,7 @@ async def test_a_read_only_read_goes_on_through_a_move_without_following_it(
 
         async def read() -> None:
             async for message in stream:
-                if message.type == "Insert":
+                if message.type == "insert":
                     got.append(message)
                 if message.payload == b"d":
                     return

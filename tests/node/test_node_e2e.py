@@ -151,7 +151,7 @@ async def test_milvus_messages_pass_verbatim_and_wal_records_are_marked(
     milvus = {"_t": "1", "_v": "2", "_tt": "449", "_vc": "by-dev-rootcoord-dml_0", "_h": ""}
     kinds = ["TimeTick", "Insert", "CreateCollection", "", "36"]
     async with NodeClient(one.address) as client:
-        await client.assign(channel)
+        opened = await client.assign(channel)
         acked = [
             await client.produce(channel, k.encode(), type=k, properties=milvus) for k in kinds
         ]
@@ -166,7 +166,7 @@ async def test_milvus_messages_pass_verbatim_and_wal_records_are_marked(
             (k, k.encode(), milvus) for k in kinds
         ]
         assert [m.message_id for m in mine] == [a.message_id for a in acked]
-        assert {m.term for m in everything} == {0}  # opened without a term
+        assert {m.term for m in everything} == {opened.term} != {0}  # the owner's term
         appended = [
             m
             async for m in client.consume(

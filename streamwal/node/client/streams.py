@@ -177,27 +177,19 @@ class StreamCalls(Numbering):
     ) -> AsyncGenerator[Consumed, None]:
         """Read ``pchannel`` on this node from ``delivery`` (the public
         :class:`~streamwal.DeliveryPolicy`, its position a :class:`WireMessageId`; the
-        wire type is taken too; default all), up to ``limit`` messages;
-        ``appended_only``: none of the WAL's own records. A failure is a
-        read's error (:func:`~streamwal.node.client_errors.read_error`): nothing was
-        written, whatever the status.
+        wire type is taken too; default all), up to ``limit`` messages, none of the WAL's
+        own records if ``appended_only``. A failure is a read's error
+        (:func:`~streamwal.node.client_errors.read_error`): nothing was written.
 
         ``read_only``: the node need not own the channel, and the read goes on while the
         channel changes owners (the owner's ids and order); NOT_FOUND
         (:class:`~streamwal.errors.NoSuchChannelError`) only for a channel that does not
         exist. Without it, only the owner serves, and the read ends when the channel
         leaves it."""
-        wire = policy() if delivery is None else wire_policy(delivery)
-        call = self._stub.Consume(
-            pb.ConsumeRequest(
-                pchannel=pchannel,
-                policy=wire,
-                vchannel=vchannel,
-                read_only=read_only,
-                appended_only=appended_only,
-            ),
-            timeout=timeout,
-        )
+        request = pb.ConsumeRequest(pchannel=pchannel, vchannel=vchannel, read_only=read_only)
+        request.policy.CopyFrom(policy() if delivery is None else wire_policy(delivery))
+        request.appended_only = appended_only
+        call = self._stub.Consume(request, timeout=timeout)
         count = 0
         try:
             async for m in call:
