@@ -482,19 +482,26 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
     async def Truncate(
         self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.TruncateResponse:
+        """By the retention window, or, given ``up_to``, through that id (inclusive,
+        clamped by the slowest checkpoint: ``truncated_through`` says the point used)."""
         self._tag_span()
-        moved, point = await self._call(request, context, self._truncate)
-        return truncate_response(moved, point)
+        moved, point, through = await self._call(request, context, self._truncate)
+        return truncate_response(moved, point, through)
 
-    @staticmethod
     async def _truncate(
-        wal: WAL, request: pb.TruncateRequest
-    ) -> tuple[MessageId | None, MessageId | None]:
-        """Where the truncation moved to (``None``: it did not move), and where it is now."""
+        self, wal: WAL, request: pb.TruncateRequest
+    ) -> tuple[MessageId | None, MessageId | None, MessageId | None]:
+        """Where the truncation moved to (``None``: it did not move), where the retention
+        bound is now, and the last message an ``up_to`` call truncated."""
+        if request.up_to:
+            if request.HasField("retention_s"):
+                raise InvalidInputError("give retention_s or up_to, not both")
+            through = await wal.truncate_to(message_id_of(self._opener, request.up_to))
+            return through, (await wal.retention()).truncated_before, through
         window = request.retention_s if request.HasField("retention_s") else None
         moved = await wal.truncate(window)
         point = moved if moved is not None else (await wal.retention()).truncated_before
-        return moved, point
+        return moved, point, None
 
     # ---- transactions -----------------------------------------------------------------
     async def BeginTxn(

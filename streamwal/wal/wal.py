@@ -262,6 +262,19 @@ class WAL(_Readable):
         self._check_open()
         return await self._truncator.round(retention)
 
+    async def truncate_to(self, up_to: MessageId) -> MessageId | None:
+        """Truncate every message up to and including ``up_to`` (Milvus's
+        ``WALImpls.Truncate``): reads from it or before it get
+        :class:`~streamwal.errors.TruncatedError` from now on, and ``all`` starts
+        after it. Registered consumers clamp it to just before the slowest checkpoint.
+        Returns the last message id truncated (the point used), ``None`` if nothing
+        new was. :class:`~streamwal.errors.InvalidInputError` for an id that is not a
+        message of this channel: nothing is truncated then. Owner only; beside the
+        retention rule of :meth:`truncate`, which never undoes it.
+        """
+        self._check_open()
+        return await self._truncator.to(up_to)
+
     def _check_writable(self) -> None:
         self._check_open()
         self._chain.fence.check()
