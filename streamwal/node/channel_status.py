@@ -22,6 +22,7 @@ from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpene
 from streamwal.adaptors.pulsar.admin import require_topic
 from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
+from streamwal.node.channel_delete import add_delete_parser
 from streamwal.node.cli_options import add_pulsar_options, pulsar_from_args
 from streamwal.node.config_cli import config_from_args
 from streamwal.timeouts import within
@@ -34,7 +35,7 @@ __all__ = ["channel_status", "register"]
 
 
 def register(sub: Any) -> None:
-    channel = sub.add_parser("channel", help="inspect a channel on the broker")
+    channel = sub.add_parser("channel", help="inspect or delete a channel on the broker")
     commands = channel.add_subparsers(dest="channel_command", required=True)
     status = commands.add_parser(
         "status", help="truncation point, storage used, consumers' checkpoints and lag"
@@ -43,6 +44,7 @@ def register(sub: Any) -> None:
     add_pulsar_options(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_run)
+    add_delete_parser(commands)
 
 
 async def channel_status(config: PulsarConfig, channel: str) -> dict[str, Any]:

@@ -43,8 +43,9 @@ from opentelemetry.trace import TracerProvider
 
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.backoff import Backoff
+from streamwal.cluster.channel_records import ClusterChannelRecords
 from streamwal.cluster.member import ClusterMember
-from streamwal.cluster.records import NodeRecord
+from streamwal.cluster.records import ClusterKeys, NodeRecord
 from streamwal.cluster.routing import add_routing_servicer
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import (
@@ -75,6 +76,7 @@ from streamwal.tso import (
 )
 from streamwal.tso.tls import server_credentials
 from streamwal.version import __version__
+from streamwal.wal.deletion import ChannelRecords
 
 __all__ = ["Node", "client_tls"]
 
@@ -151,6 +153,7 @@ class Node:
         self._opener: PulsarOpener | None = None
         self._channels: ChannelManager | None = None
         self._cluster: ClusterMember | None = None
+        self._records: list[ChannelRecords] = []
         self._server: grpc.aio.Server | None = None
         self._health = HealthService()
         self._port = 0
@@ -230,7 +233,7 @@ class Node:
                 self._opener, self._allocator_factory(), cfg.node.id, cfg.wal
             )
             pb_grpc.add_StreamingNodeServicer_to_server(
-                NodeServicer(self._channels, self._opener), self._server
+                NodeServicer(self._channels, self._opener, records=self._records), self._server
             )
             health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
             if cfg.cluster.enabled:
@@ -267,9 +270,14 @@ class Node:
         return f"{self.config.node.listen.rpartition(':')[0]}:{self._port}"
 
     def _cluster_member(self) -> ClusterMember:
+        store = ClusterStore.from_settings(self.config.etcd)
+        # DeleteChannel deletes the cluster's keys of a channel too (the member starts
+        # and closes the store)
+        keys = ClusterKeys(self.config.cluster.key_prefix)
+        self._records.append(ClusterChannelRecords(store, keys))
         return ClusterMember(
             self.config.cluster,
-            ClusterStore.from_settings(self.config.etcd),
+            store,
             node_id=self.config.node.id,
             address=self.address,
             version=__version__,

@@ -130,7 +130,10 @@ async def test_a_checkpoint_behind_clamps_the_truncation(owner: tuple[WAL, Pulsa
 
 
 async def test_bad_ids_are_refused_and_truncate_nothing(
-    owner: tuple[WAL, PulsarOpener], stack: StackInfo, unique: str, etcd_prefix: Callable[[str], str]
+    owner: tuple[WAL, PulsarOpener],
+    stack: StackInfo,
+    unique: str,
+    etcd_prefix: Callable[[str], str],
 ) -> None:
     wal, opener = owner
     ids = await _append(wal, 5)
