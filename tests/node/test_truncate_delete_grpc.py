@@ -18,15 +18,15 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
-from streamwal.errors import (
-    ChannelInUseError,
-    ChannelNotFoundError,
-    InvalidInputError,
-    TruncatedError,
-)
 from streamwal.exitcodes import FAILED, NOT_FOUND, OK
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.client.answers import Consumed
+from streamwal.node.client_errors import (
+    NodeChannelInUseError,
+    NodeChannelNotFoundError,
+    NodeInvalidInputError,
+    NodeTruncatedError,
+)
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
@@ -106,7 +106,7 @@ async def test_truncate_to_an_id_through_the_node(node: NodeProcess, channel: st
         assert await _payloads(client, channel, policy("all"), 5, batch=True) == sent[7:]
         # from the id (or before) is truncated; after it is where the log goes on
         for asked in (acked[0], acked[6]):
-            with pytest.raises(TruncatedError) as early:
+            with pytest.raises(NodeTruncatedError) as early:
                 await _payloads(
                     client, channel, policy("start_from", message_id=asked.message_id), 1
                 )
@@ -121,10 +121,10 @@ async def test_truncate_to_an_id_through_the_node(node: NodeProcess, channel: st
 
         # bad ids: malformed, past the end; nothing truncated
         for bad in (b"\x01\x02\x03", acked[-1].message_id[:8] + b"\x7f" * 12):
-            with pytest.raises(InvalidInputError) as refused:
+            with pytest.raises(NodeInvalidInputError) as refused:
                 await client.truncate(channel, up_to=bad)
             assert refused.value.code().name == "INVALID_ARGUMENT"
-        with pytest.raises(InvalidInputError):
+        with pytest.raises(NodeInvalidInputError):
             await client.truncate(channel, retention_s=0, up_to=acked[8].message_id)
         assert await _payloads(client, channel, policy("all"), 5) == sent[7:]
 
@@ -149,7 +149,7 @@ async def test_delete_a_channel_through_the_node(
         assert "streamwal-consumer-indexer" in subscriptions and len(subscriptions) >= 2
 
         # served here: refused, nothing deleted
-        with pytest.raises(ChannelInUseError) as served:
+        with pytest.raises(NodeChannelInUseError) as served:
             await client.delete_channel(channel)
         assert served.value.code().name == "FAILED_PRECONDITION"
         assert "serves it" in served.value.details()
@@ -164,11 +164,11 @@ async def test_delete_a_channel_through_the_node(
         assert await admin.get(f"{path}/subscriptions") is None
 
         # a second delete: not found, and nothing was created to find out
-        with pytest.raises(ChannelNotFoundError) as gone:
+        with pytest.raises(NodeChannelNotFoundError) as gone:
             await client.delete_channel(channel)
         assert gone.value.code().name == "NOT_FOUND"
         assert "does not exist" in gone.value.details()
-        with pytest.raises(InvalidInputError):
+        with pytest.raises(NodeInvalidInputError):
             await client.delete_channel("not a channel name")
         await asyncio.sleep(1.0)
         assert topic not in await _topics(stack)
