@@ -31,7 +31,8 @@ async def _inserts(scanner: Scanner, count: int) -> list[MessageId]:
 
 async def test_truncate_to_an_id(open_owner: OpenOwner) -> None:
     wal = await open_owner()
-    ids = [(await wal.append(insert(f"m{i}".encode()))).message_id for i in range(8)]
+    results = [await wal.append(insert(f"m{i}".encode())) for i in range(8)]
+    ids = [r.message_id for r in results]
 
     await wal.checkpoint("slow", ids[2], 1)
     used = await wal.truncate_to(ids[5])
@@ -47,6 +48,10 @@ async def test_truncate_to_an_id(open_owner: OpenOwner) -> None:
     with pytest.raises(TruncatedError):
         await wal.read(DeliveryPolicy.start_after(ids[4]))
     assert await _inserts(await wal.read(DeliveryPolicy.start_after(ids[5])), 2) == ids[6:]
+    # a time-tick read the write-ahead buffer serves skips the truncated part too
+    by_time = await wal.read(DeliveryPolicy.start_from_time_tick(results[0].time_tick))
+    assert by_time.source == "buffer"
+    assert await _inserts(by_time, 2) == ids[6:]
 
     for bad in (MemoryMessageId(10_000), PulsarMessageId(1, 2)):
         with pytest.raises(InvalidInputError):
