@@ -154,9 +154,16 @@ class TopicRetention:
         )
 
     async def truncation_point(self) -> PulsarMessageId | None:
-        """The retention rounds' recorded truncation point (``truncated_before``)."""
-        before = (await self.truncation()).before
-        return before if isinstance(before, PulsarMessageId) else None
+        """Where a reader of the raw log (``streamwal verify``) finds it whole: the
+        retention rounds' point, or the entry of the last message a truncate to an id
+        discarded (kept while its entry is), whichever is further; ``None``: never
+        truncated."""
+        point = await self.truncation()
+        found = [_pulsar_id(point.before)] if point.before is not None else []
+        if point.through is not None:
+            through = _pulsar_id(point.through)
+            found.append(PulsarMessageId(through.ledger, through.entry))
+        return max(found) if found else None
 
     async def truncation(self) -> TruncationPoint:
         """What the recorded truncations discarded; nothing without an admin API (then

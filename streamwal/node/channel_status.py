@@ -63,6 +63,9 @@ async def channel_status(config: PulsarConfig, channel: str) -> dict[str, Any]:
         "channel": channel,
         "topic": config.topic(channel),
         "truncated_before": str(point) if point is not None else None,
+        "truncated_through": (
+            str(state.truncated_through) if state.truncated_through is not None else None
+        ),
         "storage_bytes": state.storage_bytes,
         "latest_time_tick": latest,
         "consumers": [
@@ -112,11 +115,19 @@ def _when(time_tick: int) -> str:
     return physical_datetime(time_tick).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _truncation_line(before: str | None, through: str | None) -> str:
+    if through is None:
+        return "  truncated before: " + (before or "never truncated")
+    if before is None:
+        return f"  truncated through: {through} (inclusive)"
+    return f"  truncated before: {before}; through {through} (inclusive)"
+
+
 def render(status: dict[str, Any]) -> str:
     latest = status["latest_time_tick"]
     lines = [
         f"channel {status['channel']} ({status['topic']})",
-        "  truncated before: " + (status["truncated_before"] or "never truncated"),
+        _truncation_line(status["truncated_before"], status.get("truncated_through")),
         f"  storage: {_size(status['storage_bytes'])}",
         "  latest time tick: "
         + (f"{latest} ({_when(latest)})" if latest else "none (no streamwal message)"),

@@ -9,6 +9,7 @@ created again by a second delete).
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +19,7 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.cli import main
 from streamwal.exitcodes import FAILED, NOT_FOUND, OK
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.client.answers import Consumed
@@ -79,7 +81,9 @@ async def _payloads(
     return got[:count]
 
 
-async def test_truncate_to_an_id_through_the_node(node: NodeProcess, channel: str) -> None:
+async def test_truncate_to_an_id_through_the_node(
+    node: NodeProcess, channel: str, stack: StackInfo, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with NodeClient(node.address) as client:
         await client.assign(channel)
         acked = [await client.produce(channel, f"m-{i}".encode()) for i in range(12)]
@@ -127,6 +131,15 @@ async def test_truncate_to_an_id_through_the_node(node: NodeProcess, channel: st
         with pytest.raises(NodeInvalidInputError):
             await client.truncate(channel, retention_s=0, up_to=acked[8].message_id)
         assert await _payloads(client, channel, policy("all"), 5) == sent[7:]
+
+    status_cmd = ["channel", "status", channel, "--pulsar", stack.pulsar_url]
+    assert await asyncio.to_thread(main, [*status_cmd, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["truncated_through"] == acked[6].message_id_text
+    assert status["truncated_before"] is None
+    assert await asyncio.to_thread(main, status_cmd) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line == f"  truncated through: {acked[6].message_id_text} (inclusive)"
 
 
 async def _topics(stack: StackInfo) -> set[str]:
