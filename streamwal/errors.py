@@ -1,6 +1,8 @@
 """The one error hierarchy of streamwal.
 
 Every error a caller can act on is a distinct type rooted in :class:`StreamwalError`.
+The module stays whole past 500 lines: one hierarchy in one module is where a caller
+finds every type it may catch, and the node every status it answers.
 ``retriable`` tells a retry loop whether trying again may succeed without the caller
 changing anything; it is read by the first-time-tick loop and the append retry.
 

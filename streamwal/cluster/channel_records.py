@@ -7,6 +7,11 @@ Per channel the cluster keeps ``channels/<name>`` (the set), ``assign/<name>``,
 live node is served: deleting it is refused until the balancer has withdrawn it (take
 it out of the set first). An assignment left to a node that is gone does not count:
 no balancer may be left to withdraw it.
+
+:func:`delete_channels` is what ``cluster channels remove --delete-topics`` runs once
+the channels are out of the set: :func:`~streamwal.wal.deletion.delete_channel` for
+each (the code of ``streamwal channel delete`` and of a node's ``DeleteChannel``), tried
+again while the former owner still holds the topic.
 """
 
 from __future__ import annotations
