@@ -98,11 +98,11 @@ class Truncator:
         except BackendMismatchError as exc:
             raise InvalidInputError(f"channel {self._channel!r}: {exc}") from None
         await backend.locate(up_to)
-        target: MessageId | None = up_to
+        target = up_to
         slowest = state.slowest
         if slowest is not None and slowest.checkpoint.message_id <= up_to:
-            target = await backend.message_before(slowest.checkpoint.message_id)
-            if target is None or point.covers(target):
+            before = await backend.message_before(slowest.checkpoint.message_id)
+            if before is None or point.covers(before):
                 _log.info(
                     "channel %s: truncate to %s held back by consumer %s at %s: nothing to drop",
                     self._channel,
@@ -111,7 +111,7 @@ class Truncator:
                     slowest.checkpoint.message_id,
                 )
                 return None
-        assert target is not None
+            target = before
         await backend.truncate_through(target)
         record_truncation(self._channel)
         _log.info(
