@@ -19,10 +19,11 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ from streamwal.errors import (
 )
 from streamwal.exitcodes import FAILED, NOT_FOUND, OK, USAGE
 from streamwal.node.client import Acked, Consumed, NodeClient, WireMessageId
+from streamwal.node.credential_options import add_credential_options, client_credentials
+from streamwal.tso.tls import ClientTLS
 from streamwal.wal.backend import DeliveryPolicy, validate_channel_name
 from streamwal.wal.message import MessageType
 
@@ -89,6 +92,12 @@ def register(sub: Any) -> None:
     )
     consume.add_argument("--vchannel", default="", help="only this vchannel's messages")
     consume.add_argument(
+        "--read-only",
+        action="store_true",
+        help="read without the owner: any node serves it (--node: that one, owner or "
+        "not), and the read goes on while the channel changes owners",
+    )
+    consume.add_argument(
         "--time-ticks",
         action="store_true",
         help="also show the time ticks the WAL writes itself (counted by --count then)",
@@ -112,6 +121,7 @@ def _where(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--config", type=Path, help="a node's file: its cluster, or else the node itself"
     )
+    add_credential_options(parser)
 
 
 @dataclass(frozen=True)
@@ -124,14 +134,18 @@ class _Target:
     prefix: str = "/streamwal"
     etcd_user: str | None = None
     etcd_password: str | None = None
+    tls: ClientTLS | None = None
+    token: str | None = field(default=None, repr=False)
 
     def client(self) -> NodeClient | ClusterClient:
         if self.node is not None:
-            return NodeClient(self.node, tracing=False)
+            return NodeClient(self.node, tracing=False, tls=self.tls, token=self.token)
         return ClusterClient(
             self.etcd,
             key_prefix=self.prefix,
             tracing=False,
+            tls=self.tls,
+            token=self.token,
             etcd_user=self.etcd_user,
             etcd_password=self.etcd_password,
         )
@@ -140,6 +154,11 @@ class _Target:
 def _target(args: argparse.Namespace) -> _Target:
     """:class:`ConfigError` (exit 2) for a file that does not load or options that
     contradict each other."""
+    tls, token = client_credentials(args)
+    return dataclasses.replace(_where_to(args), tls=tls, token=token)
+
+
+def _where_to(args: argparse.Namespace) -> _Target:
     given = [name for name in ("node", "etcd", "config") if getattr(args, name)]
     if len(given) > 1:
         raise ConfigError("--node/--etcd/--config", f"give one of them, not {given}")
@@ -250,7 +269,9 @@ async def _consume(args: argparse.Namespace, target: _Target) -> int:
     policy = _policy(args)
     got = 0
     async with target.client() as client:
-        stream = client.consume(args.channel, policy, vchannel=args.vchannel)
+        stream = client.consume(
+            args.channel, policy, vchannel=args.vchannel, read_only=args.read_only
+        )
         async with contextlib.aclosing(stream):
             while args.count is None or got < args.count:
                 try:

@@ -21,6 +21,7 @@ __all__ = [
     "JAEGER_URL",
     "PULSAR_ADMIN_URL",
     "PULSAR_SERVICE_URL",
+    "TOKEN_FILE",
     "VARIABLES",
     "default_from",
     "etcd_endpoints",
@@ -28,6 +29,7 @@ __all__ = [
     "pulsar_admin_url",
     "pulsar_service_url",
     "set_by",
+    "token_file",
 ]
 
 #: the broker's binary URL, ``pulsar://host:port``: ``PulsarConfig.service_url``,
@@ -41,6 +43,11 @@ PULSAR_ADMIN_URL = "STREAMWAL_PULSAR_ADMIN_URL"
 ETCD_ENDPOINTS = "STREAMWAL_ETCD_ENDPOINTS"
 #: Jaeger's query API, which ``streamwal trace`` reads (``--jaeger`` wins)
 JAEGER_URL = "STREAMWAL_JAEGER_URL"
+
+#: a file holding the bearer token ``NodeClient``, ``ClusterClient`` and the
+#: ``streamwal`` commands send when none is given (``--token-file`` wins), for nodes
+#: with ``auth.enabled``; it has no default: unset, no token is sent
+TOKEN_FILE = "STREAMWAL_TOKEN_FILE"
 
 #: every variable with the standard default it replaces
 VARIABLES: Mapping[str, str] = {
@@ -91,3 +98,8 @@ def set_by(variable: str) -> dict[str, str]:
     """A field's metadata: a standard variable (OpenTelemetry's) wins over the file
     for this field, which ``streamwal config show`` lists beside it."""
     return {"env": variable}
+
+
+def token_file(environ: Mapping[str, str] | None = None) -> str | None:
+    """:data:`TOKEN_FILE`, or ``None`` when unset."""
+    return _get(TOKEN_FILE, environ) or None

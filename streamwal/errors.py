@@ -2,7 +2,7 @@
 
 Every error a caller can act on is a distinct type rooted in :class:`StreamwalError`.
 The module stays whole past 500 lines: one hierarchy in one module is where a caller
-finds every type it may catch, and the node every status it answers.
+finds every error it may have to handle, and each class is a few lines.
 ``retriable`` tells a retry loop whether trying again may succeed without the caller
 changing anything; it is read by the first-time-tick loop and the append retry.
 
@@ -46,12 +46,14 @@ __all__ = [
     "NoSuchChannelError",
     "NotLeaderError",
     "OutcomeUnknownError",
+    "PermissionDeniedError",
     "PlacementRefusedError",
     "PortInUseError",
     "QuotaExceededError",
     "SequenceError",
     "SequenceGapError",
     "SequenceTooOldError",
+    "StaleTermError",
     "StreamwalError",
     "TimestampOverflowError",
     "TimestampRegressionError",
@@ -60,6 +62,7 @@ __all__ = [
     "TransactionExpiredError",
     "TransactionNotFoundError",
     "TruncatedError",
+    "UnauthenticatedError",
     "UnavailableError",
     "UnknownPositionError",
     "UnsafeBrokerPolicyError",
@@ -475,6 +478,30 @@ class PlacementRefusedError(StreamwalError):
         super().__init__(f"{action} refused: {how}")
 
 
+class StaleTermError(StreamwalError):
+    """An open of a channel under a term below its current one (Milvus's
+    ``PChannelInfo.Term``), or under the current term by another node: a newer owner
+    was given the channel, so this open would fence it. Nothing was opened; a caller
+    that means to take the channel over asks again with a higher term (or none)."""
+
+    grpc_status = "FAILED_PRECONDITION"
+    #: the status details start with this, which a client of the node reads back
+    DETAILS_PREFIX: ClassVar[str] = "stale term"
+
+    def __init__(self, channel: str, term: int, current: int, holder: int | None = None) -> None:
+        self.channel = channel
+        self.term = term
+        self.current = current
+        self.holder = holder
+        held = f" (held by node {holder})" if holder is not None else ""
+        super().__init__(
+            f"channel {short_repr(channel)}: term {term} is stale: its term is {current}{held}"
+        )
+
+    def status_details(self) -> str:
+        return f"{self.DETAILS_PREFIX}: {self}"
+
+
 class DeposedError(StreamwalError):
     """This balancer's term ended (its lease expired or a newer term began): the write
     was refused and nothing it decides may be applied any more."""
@@ -513,3 +540,16 @@ class BatchAppendError(StreamwalError):
     def landed(self) -> list[int]:
         """The indices of the messages that are in the log."""
         return [i for i in range(len(self.results)) if i not in self.failed]
+
+
+
+class UnauthenticatedError(StreamwalError):
+    """No identity the node knows (no token, an unknown one, an unnamed certificate)."""
+
+    grpc_status = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(StreamwalError):
+    """A known caller without the role or the channel prefix; the answer names both."""
+
+    grpc_status = "PERMISSION_DENIED"

@@ -8,7 +8,9 @@ when the last answer was a not-leader without a leader to follow).
 
 With ``tls`` every address is dialled over TLS with the same credentials: the TSO
 nodes of one cluster share a CA, and a node whose server requires client
-certificates gets this source's certificate.
+certificates gets this source's certificate. ``token``: a bearer token sent with
+every call, for TSO services on nodes with ``auth.enabled`` (an identity with the
+``node`` role there).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class RemoteSource:
         timeout_s: float = 5.0,
         rpc_timeout_s: float = 1.0,
         tls: ClientTLS | None = None,
+        token: str | None = None,
     ) -> None:
         addrs = [addresses] if isinstance(addresses, str) else list(addresses)
         addrs = [a.strip() for a in addrs if a and a.strip()]
@@ -73,6 +76,7 @@ class RemoteSource:
         self._timeout_s = timeout_s
         self._rpc_timeout_s = rpc_timeout_s
         self._tls = tls
+        self._token = token
         # read the files now: a node whose certificate cannot be read must not start
         # (TLSFileError), rather than fail its first timestamp fetch
         self._credentials: grpc.ChannelCredentials | None = (
@@ -98,6 +102,7 @@ class RemoteSource:
                 address,
                 self._tls,
                 credentials=self._credentials,
+                token=self._token,
                 options=[
                     ("grpc.initial_reconnect_backoff_ms", 100),
                     ("grpc.min_reconnect_backoff_ms", 100),

@@ -15,9 +15,22 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from streamwal import environment
 from streamwal.errors import InvalidInputError, MisconfiguredError
 
-__all__ = ["ClientTLS", "TLSFileError", "open_channel", "server_credentials"]
+__all__ = [
+    "AUTHORIZATION",
+    "ClientTLS",
+    "TLSFileError",
+    "bearer_interceptors",
+    "default_token",
+    "open_channel",
+    "read_token_file",
+    "server_credentials",
+]
+
+#: the metadata key a bearer token travels in (``Bearer <token>``)
+AUTHORIZATION = "authorization"
 
 #: gRPC channel options, as ``grpc.aio`` takes them
 ChannelOptions = Sequence[tuple[str, Any]]
@@ -74,6 +87,67 @@ class ClientTLS:
         return []
 
 
+def default_token(token: str | None) -> str | None:
+    """``token``, else the one in the file ``STREAMWAL_TOKEN_FILE`` names, else
+    ``None``: what a client sends when its caller gave none."""
+    if token is not None:
+        return token
+    path = environment.token_file()
+    return None if path is None else read_token_file(path)
+
+
+def read_token_file(path: str) -> str:
+    """A bearer token from ``path``, surrounding white space stripped; a missing or
+    empty file raises :class:`TLSFileError` naming the path (never the token)."""
+    token = _read(path).decode(errors="replace").strip()
+    if not token:
+        raise TLSFileError(path, "the token file is empty")
+    return token
+
+
+class _Bearer:
+    """Adds ``authorization: Bearer <token>`` to every call's metadata.
+
+    An interceptor rather than call credentials: gRPC sends call credentials only over
+    TLS, and a node on loopback may check tokens over plain text."""
+
+    def __init__(self, token: str) -> None:
+        self._entry = (AUTHORIZATION, f"Bearer {token}")
+
+    def __repr__(self) -> str:
+        return "_Bearer(<token>)"
+
+    def _details(self, details: Any) -> Any:
+        metadata = aio.Metadata(*(details.metadata or ()))
+        metadata.add(*self._entry)
+        return details._replace(metadata=metadata)
+
+
+class _UnaryUnary(_Bearer, aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(self._details(details), request)
+
+
+class _UnaryStream(_Bearer, aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(self._details(details), request)
+
+
+class _StreamUnary(_Bearer, aio.StreamUnaryClientInterceptor):  # type: ignore[misc]
+    async def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return await continuation(self._details(details), requests)
+
+
+class _StreamStream(_Bearer, aio.StreamStreamClientInterceptor):  # type: ignore[misc]
+    async def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return await continuation(self._details(details), requests)
+
+
+def bearer_interceptors(token: str) -> list[Any]:
+    """Client interceptors that send ``token`` with every call of a channel."""
+    return [_UnaryUnary(token), _UnaryStream(token), _StreamUnary(token), _StreamStream(token)]
+
+
 def open_channel(
     address: str,
     tls: ClientTLS | None,
@@ -81,11 +155,15 @@ def open_channel(
     credentials: grpc.ChannelCredentials | None = None,
     options: ChannelOptions = (),
     interceptors: Sequence[Any] | None = None,
+    token: str | None = None,
 ) -> aio.Channel:
     """A TLS channel when ``tls`` is given, else plain text.
 
     ``credentials`` lets a caller that opens many channels read the files once.
+    ``token``: a bearer token sent with every call (a node with ``auth.enabled``).
     """
+    if token is not None:
+        interceptors = [*bearer_interceptors(token), *(interceptors or ())]
     if tls is None:
         return aio.insecure_channel(address, options=list(options), interceptors=interceptors)
     return aio.secure_channel(

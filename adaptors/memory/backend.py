@@ -20,6 +20,7 @@ from streamwal.errors import (
     ClosedError,
     DecodeError,
     InvalidInputError,
+    NoSuchChannelError,
     OutcomeUnknownError,
     TruncatedError,
     UnavailableError,
@@ -106,6 +107,11 @@ class MemoryLogStore:
 
     def log(self, channel: str) -> _Log:
         return self._logs.setdefault(channel, _Log())
+
+    def exists(self, channel: str) -> bool:
+        """Whether an owner ever opened ``channel`` (a reader alone leaves it absent)."""
+        log = self._logs.get(channel)
+        return log is not None and (log.epoch > 0 or bool(log.entries))
 
     def entries(self, channel: str) -> list[BackendMessage]:
         """A snapshot of one log, for assertions."""
@@ -354,6 +360,12 @@ class MemoryOpener:
 
     def message_id_from_bytes(self, data: bytes) -> MemoryMessageId:
         return MemoryMessageId.from_bytes(data)
+
+    async def require_channel(self, channel: str) -> None:
+        """The :class:`~streamwal.wal.backend.ChannelDirectory` check."""
+        validate_channel_name(channel)
+        if not self.store.exists(channel):
+            raise NoSuchChannelError(channel, "no log of that name in the in-process store")
 
     async def close(self) -> None:
         self._closed = True

@@ -20,7 +20,7 @@ import pulsar
 from pulsar import asyncio as pulsar_asyncio
 from pulsar.asyncio import PulsarException
 
-from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
+from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for, require_topic
 from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
 from streamwal.adaptors.pulsar.client_check import check_client
 from streamwal.adaptors.pulsar.clients import WriterClients
@@ -190,6 +190,14 @@ class PulsarOpener:
         wal.message_size_limit = self.max_message_size
         self._channels.add(wal)
         return wal
+
+    async def require_channel(self, channel: str) -> None:
+        """The :class:`~streamwal.wal.backend.ChannelDirectory` check, asked of the admin
+        API (a reader would create the topic). Without an admin API nothing can be
+        asked without creating the topic, so the channel is taken to exist."""
+        validate_channel_name(channel)
+        if self.admin is not None:
+            await require_topic(self.admin, self.config.topic(channel), channel)
 
     async def verify_broker(self) -> None:
         """The self-checks a first write runs: exclusivity, then deduplication; and

@@ -2,7 +2,7 @@
 (:class:`~streamwal.wal.deletion.ChannelRecords`).
 
 Per channel the cluster keeps ``channels/<name>`` (the set), ``assign/<name>``,
-``status/<name>``, ``released/<name>``, ``requested/<name>`` and its moves,
+``status/<name>``, ``released/<name>``, ``requested/<name>``, ``terms/<name>`` and its moves,
 ``moves/<time>-<name>`` (:mod:`streamwal.cluster.records`). A channel assigned to a
 live node is served: deleting it is refused until the balancer has withdrawn it (take
 it out of the set first). An assignment left to a node that is gone does not count:
@@ -50,7 +50,7 @@ class ClusterChannelRecords:
 
     def _keys_of(self, channel: str) -> list[str]:
         k = self._keys
-        families = (k.channels, k.assign, k.status, k.released, k.requested)
+        families = (k.channels, k.assign, k.status, k.released, k.requested, k.terms)
         return [prefix + channel for prefix in families]
 
     async def delete_channel_keys(self, channel: str) -> int:

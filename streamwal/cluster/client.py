@@ -66,13 +66,13 @@ from streamwal.node.client import (
     give_up,
     wire_policy,
 )
-from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError
+from streamwal.node.client_errors import NodeCallError, NodeOutcomeUnknownError, read_error
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.retry import Retry
 from streamwal.tso.config import DEFAULT_KEY_PREFIX
-from streamwal.tso.tls import ClientTLS, open_channel
+from streamwal.tso.tls import ClientTLS, default_token, open_channel
 from streamwal.wal.backend import DeliveryPolicy
 
 __all__ = ["ClusterClient", "Transaction", "WireMessageId"]
@@ -91,6 +91,8 @@ _FOLLOW = frozenset(
     }
 )
 
+#: the caller is not known or not allowed: the nodes of a cluster share their auth
+_REFUSED_CALLER = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 # refused for good whatever the owner: retrying them only repeats the answer
 _FINAL = frozenset(
@@ -111,7 +113,10 @@ class ClusterClient:
     ``ClusterClient(nodes=[address, ...])`` to look owners up through the nodes.
 
     Safe to use from many tasks at once; one gRPC channel per node is shared.
-    ``moves_followed`` counts the look-ups a refused append caused.
+    ``moves_followed`` counts the look-ups a refused append caused. ``tls`` and
+    ``token`` (unset: the file ``STREAMWAL_TOKEN_FILE`` names, if any) are how it
+    reaches nodes with TLS and ``auth.enabled``; a refusal (UNAUTHENTICATED,
+    PERMISSION_DENIED) is raised at once, not followed to another node.
     """
 
     def __init__(
@@ -121,6 +126,7 @@ class ClusterClient:
         nodes: Sequence[str] = (),
         key_prefix: str = DEFAULT_KEY_PREFIX,
         tls: ClientTLS | None = None,
+        token: str | None = None,
         retry_for_s: float = 30.0,
         max_backoff_s: float = 0.25,
         timeout: float = 10.0,
@@ -143,6 +149,7 @@ class ClusterClient:
         self._router_channels: dict[str, grpc.aio.Channel] = {}
         self._keys = ClusterKeys(key_prefix)
         self._tls = tls
+        self._token = default_token(token)  # read once: every node is sent the same
         self._retry_for = retry_for_s
         if not max_backoff_s > 0:
             raise InvalidInputError(f"max_backoff_s: must be > 0, got {max_backoff_s!r}")
@@ -240,7 +247,9 @@ class ClusterClient:
         for address in list(self._routers):
             rpc = self._router_channels.get(address)
             if rpc is None:
-                rpc = self._router_channels[address] = open_channel(address, self._tls)
+                rpc = self._router_channels[address] = open_channel(
+                    address, self._tls, token=self._token
+                )
             try:
                 answer = await routing_grpc.ClusterRoutingStub(rpc).LookupChannel(
                     routing_pb.LookupChannelRequest(pchannel=channel), timeout=self._timeout
@@ -254,6 +263,8 @@ class ClusterClient:
                     raise ChannelNotFoundError(
                         channel, f"channel {channel!r} has no live owner now (asked {address})"
                     ) from None
+                if exc.code() in _REFUSED_CALLER:  # every node of the cluster says the same
+                    raise read_error(exc) from None
                 last = exc
                 self._routers.remove(address)
                 self._routers.append(address)  # ask it last next time
@@ -267,6 +278,7 @@ class ClusterClient:
             node = self._nodes[address] = NodeClient(
                 address,
                 tls=self._tls,
+                token=self._token,
                 timeout=self._timeout,
                 tracing=self._tracing,
                 producer=self.producer,
@@ -411,13 +423,20 @@ class ClusterClient:
         *,
         vchannel: str = "",
         stop: asyncio.Event | None = None,
+        read_only: bool = False,
     ) -> AsyncGenerator[Consumed, None]:
         """Read ``channel`` from ``policy`` (:class:`~streamwal.DeliveryPolicy`, default
         all) through its owner, following it across moves: after a move the read goes
         on after the last message delivered, so nothing is skipped or repeated. It
         follows the tail until ``stop`` is set or the caller stops iterating (``break``,
         or ``aclose()``); a position from an :class:`Acked` is
-        ``DeliveryPolicy.start_from(WireMessageId(acked.message_id))``."""
+        ``DeliveryPolicy.start_from(WireMessageId(acked.message_id))``.
+
+        ``read_only``: any live node serves the read, owner or not (the owner when
+        there is one, else another node), and a move does not end it; only a node that
+        stops answering sends it to another one, after the last message delivered. A
+        channel that does not exist is :class:`~streamwal.errors.ChannelNotFoundError`
+        at once (nothing is created to find out)."""
         wire = wire_policy(policy or DeliveryPolicy.all())
         last: bytes | None = None
         loop = asyncio.get_running_loop()
@@ -425,6 +444,12 @@ class ClusterClient:
         def follow(exc: BaseException) -> bool:
             if isinstance(exc, NoSuchChannelError):
                 return False
+            if (
+                read_only
+                and isinstance(exc, NodeCallError)
+                and isinstance(exc, ChannelNotFoundError)
+            ):
+                return False  # a node asked read-only says the channel does not exist
             return not isinstance(exc, NodeCallError) or _follow(exc)
 
         retry = Retry(
@@ -434,13 +459,18 @@ class ClusterClient:
             clock=loop.time,
         )
         refresh = False
+        address: str | None = None
         while stop is None or not stop.is_set():
             try:
-                address = await self.owner(channel, refresh=refresh)
+                if read_only:
+                    address = await self._reader(channel, avoid=address if refresh else None)
+                else:
+                    address = await self.owner(channel, refresh=refresh)
                 stream = self._node(address).consume(
                     channel,
                     wire if last is None else pb.DeliveryPolicy(start_after=last),
                     vchannel=vchannel,
+                    read_only=read_only,
                 )
                 async with contextlib.aclosing(stream):
                     async for message in _until(stream, stop):
@@ -460,6 +490,33 @@ class ClusterClient:
             self.moves_followed += 1
             refresh = True
             await retry.wait(delay)
+
+    async def _reader(self, channel: str, *, avoid: str | None) -> str:
+        """A node to read ``channel`` read-only from: its owner, or while it has none,
+        any node of the cluster; never ``avoid`` (the node that last failed the read)
+        while there is another one."""
+        try:
+            owner = await self.owner(channel, refresh=avoid is not None)
+        except NoSuchChannelError:
+            raise
+        except (ChannelNotFoundError, UnavailableError) as exc:
+            failed: StreamwalError | None = exc
+        else:
+            if owner != avoid:
+                return owner
+            failed = None
+        nodes = await self._node_addresses()
+        others = [a for a in nodes if a != avoid] or nodes
+        if not others:
+            raise failed or UnavailableError(f"no node of the cluster to read {channel!r} from")
+        return others[0]
+
+    async def _node_addresses(self) -> list[str]:
+        """The addresses of the cluster's nodes (registered in etcd, or given)."""
+        if self._store is None:
+            return list(self._routers)
+        _revision, entries = await self._store.read_prefix(self._keys.nodes)
+        return sorted(decode(NodeRecord, e.value).address for e in entries)
 
     # ---- following the owner ---------------------------------------------------------
     async def _following(

@@ -21,12 +21,15 @@ from streamwal.errors import (
     InvalidInputError,
     MisconfiguredError,
     OutcomeUnknownError,
+    PermissionDeniedError,
     QuotaExceededError,
+    StaleTermError,
     StreamwalError,
     TransactionAbortedError,
     TransactionExpiredError,
     TransactionNotFoundError,
     TruncatedError,
+    UnauthenticatedError,
     UnavailableError,
     WriteOutcome,
 )
@@ -40,11 +43,14 @@ __all__ = [
     "NodeInvalidInputError",
     "NodeMisconfiguredError",
     "NodeOutcomeUnknownError",
+    "NodePermissionDeniedError",
     "NodeQuotaError",
+    "NodeStaleTermError",
     "NodeTransactionAbortedError",
     "NodeTransactionExpiredError",
     "NodeTransactionNotFoundError",
     "NodeTruncatedError",
+    "NodeUnauthenticatedError",
     "NodeUnavailableError",
     "node_error",
     "read_error",
@@ -94,6 +100,11 @@ class NodeFencedError(NodeCallError, ChannelFencedError):
     """FAILED_PRECONDITION: another node took the channel over."""
 
 
+class NodeStaleTermError(NodeCallError, StaleTermError):
+    """FAILED_PRECONDITION: the open's term is below the channel's (or its current term,
+    held by another node): a newer owner exists, and nothing was opened."""
+
+
 class NodeMisconfiguredError(NodeCallError, MisconfiguredError):
     """FAILED_PRECONDITION from a node whose own set-up is wrong: no retry helps."""
 
@@ -124,6 +135,16 @@ class NodeTruncatedError(NodeCallError, TruncatedError):
 
 class NodeQuotaError(NodeCallError, QuotaExceededError):
     """RESOURCE_EXHAUSTED: the broker's backlog quota (or a message over a limit)."""
+
+
+class NodeUnauthenticatedError(NodeCallError, UnauthenticatedError):
+    """UNAUTHENTICATED: the node knows no identity for this call (give a token or a
+    client certificate one of its ``auth.identities`` names)."""
+
+
+class NodePermissionDeniedError(NodeCallError, PermissionDeniedError):
+    """PERMISSION_DENIED: the caller's roles or channel prefixes do not allow it;
+    nothing was changed."""
 
 
 class NodeUnavailableError(NodeCallError, UnavailableError):
@@ -177,6 +198,8 @@ _BY_CODE: dict[grpc.StatusCode, type[NodeCallError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: NodeInvalidInputError,
     grpc.StatusCode.OUT_OF_RANGE: NodeTruncatedError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: NodeQuotaError,
+    grpc.StatusCode.UNAUTHENTICATED: NodeUnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: NodePermissionDeniedError,
 }
 
 
@@ -186,6 +209,8 @@ def _class_of(code: grpc.StatusCode, details: str, outcome: WriteOutcome) -> typ
             return NodeMisconfiguredError
         if details.startswith("channel in use"):
             return NodeChannelInUseError
+        if details.startswith(StaleTermError.DETAILS_PREFIX):
+            return NodeStaleTermError
         return NodeFencedError
     if code == grpc.StatusCode.ABORTED:
         if "expired" in details:
@@ -199,6 +224,4 @@ def _class_of(code: grpc.StatusCode, details: str, outcome: WriteOutcome) -> typ
     # what is left says the call did not finish: unavailable if nothing was written
     if outcome is WriteOutcome.UNKNOWN:
         return NodeOutcomeUnknownError
-    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-        return NodeCallError
     return NodeUnavailableError

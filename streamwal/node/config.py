@@ -40,6 +40,7 @@ from streamwal import environment
 from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.defaults import METRICS_LISTEN, NODE_LISTEN
 from streamwal.errors import ConfigError
+from streamwal.node.auth_settings import AuthSettings, IdentitySettings
 from streamwal.node.cluster_settings import ClusterSettings
 from streamwal.node.tracing import DEFAULT_RATIO, DEFAULT_SAMPLER, SAMPLERS
 from streamwal.tls_files import ClientTLSFiles, TLSFiles
@@ -47,9 +48,11 @@ from streamwal.tso.config import EtcdConfig, OracleSettings, TsoConfig
 from streamwal.wal.config import WALConfig
 
 __all__ = [
+    "AuthSettings",
     "ClientTLSFiles",
     "ConfigError",
     "EtcdConfig",
+    "IdentitySettings",
     "NodeConfig",
     "NodeSettings",
     "TSOSettings",
@@ -292,10 +295,19 @@ class NodeConfig:
     tracing: TracingSettings = field(default_factory=TracingSettings)
     #: membership, balancing and failover through etcd (off: channels are assigned by RPC)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    #: who may call the node and what each may do (docs/auth.md); off by default
+    auth: AuthSettings = field(default_factory=AuthSettings)
 
     def __post_init__(self) -> None:
         for section in (self.node, self.tso, self.telemetry, self.tracing, self.cluster):
             section.check()
+        self.auth.check()
+        for i, identity in enumerate(self.auth.identities):
+            if identity.certificate is not None and self.node.tls.ca_file is None:
+                raise ConfigError(
+                    f"auth.identities[{i}].certificate",
+                    "a certificate identity needs client certificates: set node.tls.ca_file",
+                )
         if (
             self.cluster.enabled
             and not self.node.advertise_address

@@ -46,6 +46,7 @@ class Readiness:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._blockers: dict[str, str] = {"start": "starting"}
+        self._notes: dict[str, str] = {}
         self._beat = time.monotonic()
 
     def block(self, what: str, why: str) -> None:
@@ -56,6 +57,16 @@ class Readiness:
     def clear(self, what: str) -> None:
         with self._lock:
             self._blockers.pop(what, None)
+
+    def note(self, what: str, text: str) -> None:
+        """Something ``/readyz`` says whether the node is ready or not (a node serving
+        insecurely on purpose says so on every probe)."""
+        with self._lock:
+            self._notes[what] = text
+
+    def notes(self) -> list[str]:
+        with self._lock:
+            return [f"{what}: {text}" for what, text in sorted(self._notes.items())]
 
     @property
     def ready(self) -> bool:
@@ -124,10 +135,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._answer(200, b"ok\n")
         elif path == "/readyz":
             reasons = state.reasons()
+            notes = "".join(f"{note}\n" for note in state.notes())
             if reasons:
-                self._answer(503, ("not ready\n" + "\n".join(reasons) + "\n").encode())
+                body = "not ready\n" + "\n".join(reasons) + "\n" + notes
+                self._answer(503, body.encode())
             else:
-                self._answer(200, b"ready\n")
+                self._answer(200, f"ready\n{notes}".encode())
         else:
             self._answer(404, b"not found: the paths are /metrics, /livez and /readyz\n")
 

@@ -69,7 +69,10 @@ class NodeTextFormatter(logging.Formatter):
 
 class NodeJsonFormatter(logging.Formatter):
     """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
-    ``node``, ``message`` and, when there is one, ``exception`` (the traceback)."""
+    ``node``, ``message`` and, when there is one, ``exception`` (the traceback). A
+    line logged with ``extra={"fields": {...}}`` carries those fields too (the audit
+    log's identity, operation, channel and outcome), so a collector need not parse
+    the message."""
 
     def __init__(self, node_id: int) -> None:
         super().__init__()
@@ -84,6 +87,10 @@ class NodeJsonFormatter(logging.Formatter):
             "node": self.node_id,
             "message": record.getMessage(),
         }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                entry.setdefault(key, value)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:

@@ -252,7 +252,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ``joined_only``: services whose calls make one only inside a caller's trace;
     ``span_attributes``: on every call's span (a node names itself);
     ``route``: spans started during a call go to ``tracer_provider`` (a process hosting
-    several nodes, each with a provider of its own).
+    several nodes, each with a provider of its own);
+    ``guard``: wraps each method's handler once, inside the call's span and after the
+    request's check (the node's :class:`~streamwal.node.auth.Authorizer`): it gets the
+    full method name, the handler and whether the request is a stream.
     """
 
     def __init__(
@@ -263,7 +266,9 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         joined_only: Collection[str] = (TSO_SERVICE,),
         span_attributes: dict[str, AttributeValue] | None = None,
         route: bool = False,
+        guard: Callable[[str, Behavior, bool], Behavior] | None = None,
     ) -> None:
+        self._guard = guard
         self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
         self._untraced = frozenset(untraced)
         self._joined_only = frozenset(joined_only)
@@ -298,6 +303,8 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
             behavior = getattr(handler, kind)
             if behavior is not None:
+                if self._guard is not None:
+                    behavior = self._guard(full_method, behavior, kind.startswith("stream"))
                 changes[kind] = self._wrapped(behavior, method, kind.startswith("stream"))
         return handler._replace(**changes)
 

@@ -78,7 +78,8 @@ def _walk(cls: type, prefix: str, default: Any, value: Any) -> Iterator[Setting]
                 yield Setting(key, SECTION, None, None, (), None, docs[f.name])
             yield from _walk(hint, key, own_default, own_value)
             continue
-        variables = [ENV_PREFIX + key.upper().replace(".", "__")]
+        # a list item's keys are set in the file only: no variable names one item
+        variables = [] if "[]" in key else [ENV_PREFIX + key.upper().replace(".", "__")]
         if "env" in f.metadata:
             variables.append(f.metadata["env"])
         yield Setting(
@@ -90,6 +91,10 @@ def _walk(cls: type, prefix: str, default: Any, value: Any) -> Iterator[Setting]
             default_from=f.metadata.get("default_env"),
             description=docs.get(f.name, ""),
         )
+        item = typing.get_args(hint)[0] if typing.get_origin(hint) is tuple else None
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
+            # a list of mappings (auth.identities): each item's keys, under key[]
+            yield from _walk(item, f"{key}[]", item(), None)
 
 
 def _plain(name: str, value: Any) -> Any:
@@ -100,6 +105,8 @@ def _plain(name: str, value: Any) -> Any:
         return value.value
     if isinstance(value, tuple):
         return [_plain(name, v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
 
 
@@ -111,6 +118,8 @@ def _type_name(hint: Any) -> str:
         return " | ".join([_type_name(a) for a in inner] + ["null"])
     if origin is tuple:
         return f"list of {_type_name(args[0])}"
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return "mapping"  # a list item's keys follow as rows of their own
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return "one of " + ", ".join(str(m.value) for m in hint)
     return getattr(hint, "__name__", str(hint))

@@ -4,6 +4,9 @@ Start order: the gRPC port (a taken port fails the start: SO_REUSEPORT is off, s
 two nodes never share an address), TSO (in-process oracle campaigns, or a remote
 allocator), the backend opener, the gRPC server, then with ``cluster.enabled`` the
 node's cluster membership (:mod:`streamwal.cluster`), registered as not ready.
+Without a cluster, channels' terms are kept in etcd under ``tso.key_prefix``
+(:mod:`streamwal.node.terms`), shared by every node with that prefix; a cluster hands
+them out with its assignments.
 
 Readiness: the node is ready once it reached the broker (the opener's self-checks,
 which a first write needs anyway, pass). Until then gRPC health is NOT_SERVING,
@@ -17,6 +20,10 @@ NOT_SERVING and stop accepting; let in-flight RPCs finish within the grace perio
 every WAL (each waits for its in-flight appends); a cluster node then gives up its lease,
 so the channels a drain could not move go to other nodes once they are closed here
 (:mod:`streamwal.cluster.member` says why); close the opener; close the TSO.
+
+Who may call (``auth:``, docs/auth.md): every call but a health check passes the
+:class:`~streamwal.node.auth.Authorizer`; a node other hosts reach serves only with TLS
+and auth unless ``auth.insecure``; its TSO calls to peers carry its peer token.
 
 In-process TSO on several nodes: each node campaigns; start-up waits until either
 this node serves or another one is known to lead. A node that does not lead takes
@@ -55,6 +62,7 @@ from streamwal.errors import (
     StreamwalError,
     UnavailableError,
 )
+from streamwal.node.auth import Authorizer, IdentityBook, exposure_warning
 from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
 from streamwal.node.endpoints import Readiness, check_port_free
@@ -64,6 +72,7 @@ from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.server_tracing import ServerInterceptor
 from streamwal.node.servicer import NodeServicer
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
+from streamwal.node.terms import EtcdTerms
 from streamwal.node.tracing import routed_to
 from streamwal.retry import Retry
 from streamwal.tso import (
@@ -152,6 +161,7 @@ class Node:
         self._remote: RemoteSource | None = None
         self._opener: PulsarOpener | None = None
         self._channels: ChannelManager | None = None
+        self._terms: EtcdTerms | None = None
         self._cluster: ClusterMember | None = None
         self._records: list[ChannelRecords] = []
         self._server: grpc.aio.Server | None = None
@@ -197,10 +207,17 @@ class Node:
 
     async def _start(self) -> None:
         cfg = self.config
+        # before anything binds: see docs/auth.md, "Safe by default"
+        insecure = exposure_warning(cfg.node.listen, cfg.node.tls, cfg.auth)
+        if insecure is not None:
+            _log.warning("node %d serves %s", cfg.node.id, insecure)
+            self.readiness.note("auth", insecure)
+        book = IdentityBook(cfg.auth.identities) if cfg.auth.enabled else None
         interceptor = ServerInterceptor(
             tracer_provider=self._tracer_provider,
             span_attributes={NODE_ID_ATTRIBUTE: cfg.node.id},
             route=self._tracer_provider is not None,
+            guard=Authorizer(book).wrap,  # with auth off: the admin calls' audit only
         )
         self._server = grpc.aio.server(
             # one span per call (health checks none) and typed refusals of malformed
@@ -226,11 +243,19 @@ class Node:
             if cfg.tso.mode == "in-process":
                 await self._start_oracle(self._server)
             else:
-                self._remote = RemoteSource(cfg.tso.remote_addresses, tls=client_tls(cfg.tso.tls))
+                self._remote = RemoteSource(
+                    cfg.tso.remote_addresses,
+                    tls=client_tls(cfg.tso.tls),
+                    token=cfg.auth.peer_token(),
+                )
             self._opener = PulsarOpener(cfg.pulsar)
             await self._opener.start()
+            if not cfg.cluster.enabled:  # a cluster hands terms out with its assignments
+                self._terms = EtcdTerms(cfg.etcd, cfg.tso.key_prefix)
+                await self._terms.start()
+                self._records.append(self._terms)  # DeleteChannel forgets the term too
             self._channels = ChannelManager(
-                self._opener, self._allocator_factory(), cfg.node.id, cfg.wal
+                self._opener, self._allocator_factory(), cfg.node.id, cfg.wal, terms=self._terms
             )
             pb_grpc.add_StreamingNodeServicer_to_server(
                 NodeServicer(self._channels, self._opener, records=self._records), self._server
@@ -429,7 +454,9 @@ class Node:
         except NotLeaderError as exc:
             _log.info("TSO: %s leads; this node stands by as a candidate", exc.leader)
         addresses = [self.address, *self.config.tso.remote_addresses]
-        self._remote = RemoteSource(addresses, tls=client_tls(self.config.tso.tls))
+        self._remote = RemoteSource(
+            addresses, tls=client_tls(self.config.tso.tls), token=self.config.auth.peer_token()
+        )
         self._candidate = _CandidateSource(oracle, self._remote)
 
     def _bind(self, server: grpc.aio.Server) -> int:
@@ -469,6 +496,8 @@ class Node:
             if self._cluster is not None:
                 # only now: the channels a drain could not move are closed
                 await self._cluster.close()
+        if self._terms is not None:
+            await self._terms.close()
         if self._opener is not None:
             await self._opener.close()
         if self._remote is not None:

@@ -224,6 +224,11 @@ class WAL(_Readable):
         return self.params.channel.node_id
 
     @property
+    def term(self) -> int:
+        """The channel's term this owner opened it under (0: none given)."""
+        return self.params.channel.term
+
+    @property
     def first_time_tick(self) -> int:
         """The time tick this owner opened the channel with."""
         return self.params.first_message.time_tick

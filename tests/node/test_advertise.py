@@ -7,11 +7,13 @@ answer; a wildcard there would send each of them to itself.
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import etcd3
 import pytest
+import yaml
 
 from streamwal.node.client import NodeClient
 from streamwal.tso.store import LeaderRecord
@@ -24,9 +26,20 @@ pytestmark = pytest.mark.integration
 
 
 def _wildcard_node(tmp_path: Path, node_id: int, settings: dict[str, object]) -> NodeProcess:
+    """Without TLS and auth a node on every interface must say so: ``auth.insecure``."""
     port = free_port()
-    node = {"listen": f"0.0.0.0:{port}", "advertise_address": f"127.0.0.1:{port}"}
-    return NodeProcess(tmp_path, node_id, {**settings, "node": node}, port=port)
+    node = {
+        "listen": f"0.0.0.0:{port}",
+        "advertise_address": f"127.0.0.1:{port}",
+        "metrics_listen": f"127.0.0.1:{free_port()}",
+    }
+    auth = {"insecure": True}
+    return NodeProcess(tmp_path, node_id, {**settings, "node": node, "auth": auth}, port=port)
+
+
+def _readyz(address: str) -> str:
+    with urllib.request.urlopen(f"http://{address}/readyz", timeout=5) as answer:
+        return str(answer.read().decode())
 
 
 async def test_leader_record_holds_the_advertised_address(
@@ -45,6 +58,11 @@ async def test_leader_record_holds_the_advertised_address(
     channel = f"adv-{unique}"
     try:
         await leader.start()
+        # serving insecurely on purpose is said at start and on every readiness probe
+        assert "serves insecure: node.listen" in leader.log_text()
+        metrics = yaml.safe_load(leader.config_path.read_text())["node"]["metrics_listen"]
+        body = await asyncio.to_thread(_readyz, metrics)
+        assert body.startswith("ready\n") and "auth: insecure:" in body, body
         raw, _ = await asyncio.to_thread(etcd.get, f"{prefix}/tso/leader")
         assert raw is not None
         assert LeaderRecord.decode(raw).address == leader.address

@@ -200,6 +200,12 @@ _INVALID = [
         "cluster:\n  enabled: true\n",
         "node.advertise_address",
     ),
+    ("auth:\n  enabled: maybe\n", "auth.enabled"),
+    ("auth:\n  insecure: maybe\n", "auth.insecure"),
+    ("auth:\n  enabled: true\n", "auth.identities"),
+    ("auth:\n  identities: [{name: a, roles: [root], token_env: T}]\n", "auth.identities[0].roles"),
+    ("auth:\n  peer_token_file: /no/such/token\n", "auth.peer_token_file"),
+    ("auth:\n  peer_token_env: {a: b}\n", "auth.peer_token_env"),
     ("surprise:\n  a: 1\n", "surprise"),
     ("- just\n- a list\n", "config"),
 ]

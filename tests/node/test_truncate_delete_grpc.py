@@ -172,7 +172,7 @@ async def test_delete_a_channel_through_the_node(
         await client.remove(channel)
         deleted = await client.delete_channel(channel)
         assert deleted.subscriptions_deleted == len(subscriptions)
-        assert deleted.keys_deleted == 0  # a node without a cluster keeps no key of it
+        assert deleted.keys_deleted == 1  # the channel's term, in the nodes' etcd
         assert topic not in await _topics(stack)
         assert await admin.get(f"{path}/subscriptions") is None
 
@@ -216,9 +216,12 @@ async def test_channel_delete_command_exit_codes(
         assert topic in await _topics(stack)
 
         await client.remove(channel)
-    done = await asyncio.to_thread(_cli, channel, *where, "--yes")
+    done = await asyncio.to_thread(
+        _cli, channel, "--config", str(node.config_path), *where, "--yes"
+    )
     assert done.returncode == OK, done
     assert f"topic {topic} deleted" in done.stdout
+    assert "term forgotten (1 key)" in done.stdout
     assert topic not in await _topics(stack)
 
     again = await asyncio.to_thread(_cli, channel, *where, "--yes")

@@ -77,8 +77,12 @@ class BenchNode:
         ready_timeout_s: float = 60.0,
         extra_env: Mapping[str, str] | None = None,
         keep_log: bool = False,
+        config_file: Path | None = None,
     ) -> None:
+        """``config_file``: a node file for what variables cannot say (``auth:``'s
+        identities); the variables above still win over it."""
         self._env = {**_environment(target, node_id, key_prefix), **(extra_env or {})}
+        self._config_args = [] if config_file is None else ["--config", str(config_file)]
         self.log_path = log_path
         self._keep_log = keep_log
         self._ready_timeout_s = ready_timeout_s
@@ -98,6 +102,7 @@ class BenchNode:
                 "-m",
                 "streamwal.cli",
                 "serve",
+                *self._config_args,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
                 env=self._env,

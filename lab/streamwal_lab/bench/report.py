@@ -546,6 +546,22 @@ def _node_load_md(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _auth_md(r: dict[str, Any]) -> list[str]:
+    lines = [
+        f"{r['callers']} callers, one unary Produce of {r['payload_bytes']} B in flight each, "
+        f"on a node with auth.enabled (a bearer token checked on every call) and one "
+        f"without; {r['repeats']} interleaved runs of {r['seconds_per_run']:g} s, medians.",
+        "",
+    ]
+    return lines + _table(
+        ["node", "appends/s", "p50 ms", "p99 ms", "CPU us/append"],
+        [[side, r[side]["per_s"], r[side]["p50_ms"], r[side]["p99_ms"], r[side][CPU_KEY]]
+         for side in ("auth_off", "auth_on")]
+        + [["on/off", r["auth_on_vs_off_ratio"], r["auth_on_p50_vs_off_ratio"], "-",
+            r["auth_on_cpu_vs_off_ratio"]]],
+    )  # fmt: skip
+
+
 _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "append": ("Append: WAL vs raw producer", _append_md),
     "open": ("Open to ready", _open_md),
@@ -561,6 +577,7 @@ _SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "node-channels": ("Many channels through the node", _node_channels_md),
     "large-messages": ("Large messages: chunked appends vs raw 1 MiB sends", _large_md),
     "node-load": ("A node at load, default and full trace sampling", _node_load_md),
+    "auth": ("Auth on vs off: unary Produce", _auth_md),
     "verify": ("streamwal verify on a long channel vs a raw reader", _verify_md),
 }
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from streamwal.argtypes import count, count_or_zero, seconds, seconds_or_zero
 from streamwal_lab.bench.append import DEFAULT_CONCURRENCY, DEFAULT_PAYLOADS, run_append_bench
+from streamwal_lab.bench.auth import run_auth_bench
 from streamwal_lab.bench.channels import DEFAULT_CHANNELS, run_channels_bench
 from streamwal_lab.bench.exactly_once import DEFAULT_EOS_CONCURRENCY, run_exactly_once_bench
 from streamwal_lab.bench.failover import PROFILES, run_failover_bench
@@ -285,6 +286,14 @@ _node_channels = _calling(
 _large = _calling(
     run_large_bench, "sizes", "concurrency", "raw_message_bytes", "seconds", "repeats"
 )
+
+
+def _auth_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--callers", type=count, default=32, help="callers, one Produce in flight each")
+    _timed(p)
+
+
+_auth = _calling(run_auth_bench, "callers", "seconds", "repeats")
 _node_load = _calling(
     run_node_load_bench,
     "cells",
@@ -386,6 +395,12 @@ SUITES: dict[str, Suite] = {
             "large messages, many channels pipelined, batches, CPU per append",
             _node_load_args,
             _node_load,
+        ),
+        Suite(
+            "auth",
+            "unary Produce at 32 callers on a node with auth.enabled vs one without",
+            _auth_args,
+            _auth,
         ),
         Suite(
             "verify",

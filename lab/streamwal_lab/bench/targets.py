@@ -255,6 +255,16 @@ def _node_channels(result: dict[str, Any]) -> list[Target]:
     ]  # fmt: skip
 
 
+def _auth(result: dict[str, Any]) -> list[Target]:
+    """Checking the caller of every call costs at most 5 % of unary Produce at 32 callers."""
+    if result["callers"] != 32:
+        return []
+    return [
+        _check("auth", "Produce auth on/off, 128 B x 32", result["auth_on_vs_off_ratio"],
+               ">=", 0.95),
+    ]  # fmt: skip
+
+
 _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "append": _append,
     "open": _open,
@@ -267,6 +277,7 @@ _RULES: dict[str, Callable[[dict[str, Any]], list[Target]]] = {
     "reads": _reads,
     "node-channels": _node_channels,
     "node-load": _node_load,
+    "auth": _auth,
     "verify": _verify,
 }
 

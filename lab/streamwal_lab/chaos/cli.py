@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from streamwal_lab.chaos.auth import enable_auth
 from streamwal_lab.chaos.result import ScenarioResult, failures_table, markdown_table, text_table
 from streamwal_lab.chaos.runner import run_scenarios
 from streamwal_lab.chaos.scenarios import SCENARIOS
@@ -61,6 +62,11 @@ def register(sub: Any) -> None:
         action="store_true",
         help="run on a broker and an etcd of this run (not the shared local stack)",
     )
+    chaos.add_argument(
+        "--auth",
+        action="store_true",
+        help="run every node with auth.enabled (its clients and peers send a token)",
+    )
     chaos.set_defaults(func=_run)
 
 
@@ -92,6 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         + (f" --rounds {args.rounds}" if args.rounds else "")
         + (" --quick" if args.quick else "")
         + (" --private-stack" if args.private_stack else "")
+        + (" --auth" if args.auth else "")
         + "`."
     )
     (workdir / "chaos-results.json").write_text(
@@ -138,6 +145,7 @@ async def _main(
             say=say,
             keep=args.keep,
             pulsar_admin_url=None if args.private_stack else info.pulsar_admin_url,
+            auth_token_file=enable_auth(workdir) if args.auth else None,
             admin_url=pulsar.admin_url if pulsar is not None else info.pulsar_admin_url,
         )
     finally:

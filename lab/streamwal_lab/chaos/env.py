@@ -16,6 +16,7 @@ from typing import Any
 
 from streamwal.adaptors.pulsar.admin import admin_url_for
 from streamwal.verify.cli import verify_channel
+from streamwal_lab.chaos.auth import auth_section
 from streamwal_lab.chaos.nodes import SERVE, NodeProcess
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.services import PrivateEtcd, PrivatePulsar
@@ -64,6 +65,9 @@ class ChaosEnv:
     #: :meth:`private_pulsar` hands it out instead of starting one, :meth:`close`
     #: leaves it running
     stock_pulsar: PrivatePulsar | None = None
+    #: a run with ``auth.enabled`` on every node: the token file its identity and
+    #: its clients use (:mod:`streamwal_lab.chaos.auth`); ``None``: no auth
+    auth_token_file: Path | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     _nodes: list[NodeProcess] = field(default_factory=list)
     _pulsars: list[PrivatePulsar] = field(default_factory=list)
@@ -110,6 +114,8 @@ class ChaosEnv:
                 )
             pulsar["admin_url"] = admin
         settings = {**settings, "pulsar": pulsar}
+        if self.auth_token_file is not None:
+            settings = {**settings, "auth": auth_section(self.auth_token_file)}
         node = NodeProcess(self.workdir / "nodes", node_id, settings, command=command)
         self._nodes.append(node)
         return node

@@ -35,12 +35,15 @@ async def run_scenario(
     pulsar_admin_url: str | None = None,
     admin_url: str | None = None,
     stock_pulsar: PrivatePulsar | None = None,
+    auth_token_file: Path | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` for ``rounds`` rounds; never raises (failures become problems).
 
     ``pulsar_admin_url``: the shared broker's, whose topics the scenario's channels
     leave behind (see :meth:`ChaosEnv.close`). ``stock_pulsar``: a running stock
-    broker to use instead of starting one (see :attr:`ChaosEnv.stock_pulsar`)."""
+    broker to use instead of starting one (see :attr:`ChaosEnv.stock_pulsar`).
+    ``auth_token_file``: run the nodes with ``auth.enabled`` (see
+    :mod:`streamwal_lab.chaos.auth`)."""
     env = ChaosEnv(
         workdir=workdir,
         pulsar_url=pulsar_url,
@@ -50,6 +53,7 @@ async def run_scenario(
         pulsar_admin_url=pulsar_admin_url,
         admin_url=admin_url or pulsar_admin_url,
         stock_pulsar=stock_pulsar,
+        auth_token_file=auth_token_file,
     )
     started = time.monotonic()
     limit = scenario.time_limit(rounds)
@@ -84,6 +88,7 @@ async def run_scenarios(
     keep: bool = False,
     pulsar_admin_url: str | None = None,
     admin_url: str | None = None,
+    auth_token_file: Path | None = None,
 ) -> list[ScenarioResult]:
     """Run ``names`` one after the other; logs of a passed scenario are removed
     unless ``keep``."""
@@ -105,6 +110,7 @@ async def run_scenarios(
             keep_workdir=keep,
             pulsar_admin_url=pulsar_admin_url,
             admin_url=admin_url,
+            auth_token_file=auth_token_file,
         )
         verdict = "ok" if result.ok else "FAILED"
         say(

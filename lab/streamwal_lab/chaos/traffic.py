@@ -38,6 +38,7 @@ from streamwal.node.outcome import in_band_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.verify.acks import Ack, Failure, digest
+from streamwal_lab.chaos.auth import chaos_channel
 
 __all__ = ["CHANNEL_OPTIONS", "EXPECTED_CODES", "Traffic", "wait_for_count"]
 
@@ -129,7 +130,7 @@ class Traffic:
     def _stub(self, address: str) -> pb_grpc.StreamingNodeStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = chaos_channel(address, options=CHANNEL_OPTIONS)
             self._channels[address] = channel
             stub = self._stubs[address] = pb_grpc.StreamingNodeStub(channel)
         return stub

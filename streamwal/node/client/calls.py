@@ -20,8 +20,9 @@ from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.limits import DEFAULT_GRPC_MESSAGE_LIMIT
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.terms import check_term
 from streamwal.node.tracing import name_client_span
-from streamwal.tso.tls import ClientTLS, open_channel
+from streamwal.tso.tls import ClientTLS, default_token, open_channel
 
 __all__ = ["NodeClient"]
 
@@ -35,7 +36,12 @@ class NodeClient(StreamCalls):
     ``retries``: how many times :meth:`produce` tries again an append that failed
     (backing off from 50 ms to 1 s): any unknown outcome when idempotent, else only
     UNAVAILABLE and not written. ``producer``: the identity that numbers appends (a
-    fresh one by default; ``idempotent=False``: none).
+    fresh one by default; ``idempotent=False``: none). ``token``: a bearer token sent
+    with every call, for a node with ``auth.enabled`` (unset: the one in the file
+    ``STREAMWAL_TOKEN_FILE`` names, if any; a client certificate in ``tls``
+    identifies the caller instead); a refusal raises
+    :class:`~streamwal.node.client_errors.NodeUnauthenticatedError` or
+    :class:`~streamwal.node.client_errors.NodePermissionDeniedError`.
     """
 
     def __init__(
@@ -49,6 +55,7 @@ class NodeClient(StreamCalls):
         retries: int = 0,
         idempotent: bool = True,
         producer: ProducerIdentity | None = None,
+        token: str | None = None,
     ) -> None:
         self.address = address
         self.producer: ProducerIdentity | None = (
@@ -64,7 +71,9 @@ class NodeClient(StreamCalls):
             else []
         )
         options = [("grpc.max_receive_message_length", DEFAULT_GRPC_MESSAGE_LIMIT)]
-        self._channel = open_channel(address, tls, options=options, interceptors=interceptors)
+        self._channel = open_channel(
+            address, tls, options=options, interceptors=interceptors, token=default_token(token)
+        )
         self._stub = pb_grpc.StreamingNodeStub(self._channel)
 
     async def __aenter__(self) -> NodeClient:
@@ -103,9 +112,18 @@ class NodeClient(StreamCalls):
             lambda exc: retry and may_retry(exc, idempotent=True),
         )
 
-    async def assign(self, pchannel: str, timeout: float | None = None) -> pb.AssignChannelResponse:
+    async def assign(
+        self, pchannel: str, timeout: float | None = None, *, term: int | None = None
+    ) -> pb.AssignChannelResponse:
+        """Open ``pchannel`` on this node under ``term`` (``None``: the channel's current
+        term plus one); :class:`~streamwal.node.client_errors.NodeStaleTermError` when a
+        newer owner holds a higher (or the same) term. The answer's ``term`` is the one
+        the node owns the channel under."""
+        request = pb.AssignChannelRequest(pchannel=pchannel)
+        if term is not None:
+            request.term = check_term(term)
         return await self._unary(  # type: ignore[no-any-return]
-            self._stub.AssignChannel, pb.AssignChannelRequest(pchannel=pchannel), timeout=timeout
+            self._stub.AssignChannel, request, timeout=timeout
         )
 
     async def remove(self, pchannel: str) -> None:

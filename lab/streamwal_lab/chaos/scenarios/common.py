@@ -16,6 +16,7 @@ from streamwal.errors import DecodeError
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.tso.store import LeaderRecord
+from streamwal_lab.chaos.auth import chaos_channel
 from streamwal_lab.chaos.env import ChaosEnv, node_settings
 from streamwal_lab.chaos.nodes import NodeProcess
 from streamwal_lab.chaos.result import ScenarioResult
@@ -82,9 +83,7 @@ async def assign(
     down keeps failing new calls at once until its reconnect backoff ends, even after
     the node is back.
     """
-    async with grpc.aio.insecure_channel(
-        address, options=[("grpc.use_local_subchannel_pool", 1)]
-    ) as channel:
+    async with chaos_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
         stub = pb_grpc.StreamingNodeStub(channel)
         try:
             response: pb.AssignChannelResponse = await stub.AssignChannel(

@@ -49,6 +49,7 @@ from streamwal.verify.acks import Ack, Delivery, Failure, digest
 from streamwal.verify.history import check_history
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.chunking import KEY_CHUNK_ID, KEY_CHUNK_INDEX, ChunkAssembler
+from streamwal_lab.chaos.auth import chaos_channel
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios.common import assign, keep_flowing, tso_group
@@ -104,7 +105,7 @@ class _LargeWriters:
             ("grpc.max_send_message_length", limit),
             ("grpc.max_receive_message_length", limit),
         ]
-        self._channels = {a: grpc.aio.insecure_channel(a, options=options) for a in addresses}
+        self._channels = {a: chaos_channel(a, options=options) for a in addresses}
 
     def prefer(self, address: str) -> None:
         self._target = self.addresses.index(address)

@@ -1,0 +1,133 @@
+"""The auth suite: what checking every call's caller costs a node.
+
+Two nodes run as child processes, alike but for ``auth.enabled``: ``auth_on`` knows
+one identity (a bearer token, the producer and admin roles) and checks it on every
+call, ``auth_off`` serves everyone. ``callers`` (32) callers each keep one unary
+``Produce`` of 128 B in flight, on a channel of each node; the two sides run in turn,
+``repeats`` times, interleaved, so a burst from another process hits both, and the
+figures are the medians. ``auth_on_vs_off_ratio`` is the appends/s with auth over
+without (the target: at least 0.95, a cost of at most 5 %), ``auth_on_p50_vs_off_ratio``
+the median latencies' ratio and ``auth_on_cpu_vs_off_ratio`` the nodes' CPU per
+append.
+
+The suite deletes the topics and etcd keys it created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from streamwal.node.client import NodeClient
+from streamwal_lab.bench.cpu import CPU_KEY, metered
+from streamwal_lab.bench.node_channels import timed_spread
+from streamwal_lab.bench.node_load import Timed, interleaved
+from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.stats import median_of, ratio
+from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
+from streamwal_lab.stack.topics import delete_created, list_topics
+from streamwal_lab.stack.tso_keys import deleted_afterwards
+
+__all__ = ["SIDES", "run_auth_bench"]
+
+SIDES = ("auth_off", "auth_on")
+_PAYLOAD = 128
+
+
+def _auth_file(folder: Path, token: str) -> Path:
+    token_file = folder / "bench.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    config = folder / "node-auth.yaml"
+    identity = {"name": "bench", "roles": ["producer", "admin"], "token_file": str(token_file)}
+    config.write_text(yaml.safe_dump({"auth": {"enabled": True, "identities": [identity]}}))
+    return config
+
+
+async def run_auth_bench(
+    target: BenchTarget,
+    *,
+    callers: int = 32,
+    seconds: float = 2.0,
+    repeats: int = 3,
+    warmup_s: float = 0.3,
+) -> dict[str, Any]:
+    run = new_run()
+    admin = target.pulsar_admin_url
+    before = await list_topics(admin) if admin is not None else None
+    prefixes = {side: f"/bench-auth-{run}-{side}" for side in SIDES}
+    logs = Path(CLIENT_LOG).parent
+    token = f"bench-{run}-token"
+    payload = b"a" * _PAYLOAD
+    try:
+        with tempfile.TemporaryDirectory(prefix="streamwal-bench-auth-") as folder:
+            config_file = _auth_file(Path(folder), token)
+            nodes = {
+                "auth_off": BenchNode(
+                    target,
+                    key_prefix=prefixes["auth_off"],
+                    log_path=logs / f"auth-off-{run}.log",
+                ),
+                "auth_on": BenchNode(
+                    target,
+                    key_prefix=prefixes["auth_on"],
+                    log_path=logs / f"auth-on-{run}.log",
+                    node_id=2,
+                    config_file=config_file,
+                ),
+            }
+            async with (
+                deleted_afterwards(target.etcd_endpoint, tuple(prefixes.values())),
+                nodes["auth_off"],
+                nodes["auth_on"],
+                contextlib.AsyncExitStack() as held,
+            ):
+                sides: dict[str, Timed] = {}
+                for side, node in nodes.items():
+                    client = await held.enter_async_context(
+                        NodeClient(node.address, token=token if side == "auth_on" else None)
+                    )
+                    channel = f"bench-auth-{run}-{side}"
+                    await client.assign(channel)
+                    held.push_async_callback(client.remove, channel)
+
+                    async def unary(
+                        data: bytes, client: NodeClient = client, channel: str = channel
+                    ) -> object:
+                        return await client.produce(channel, data)
+
+                    sides[side] = metered(node.pid, _spread(unary, callers, payload))
+                runs = await interleaved(sides, repeats, seconds, warmup_s)
+    finally:
+        if admin is not None and before is not None:
+            await delete_created(admin, before, lambda t: run in t)
+    medians = {side: median_of(r) for side, r in runs.items()}
+    off, on = medians["auth_off"], medians["auth_on"]
+    cell: dict[str, Any] = {
+        "callers": callers,
+        "payload_bytes": _PAYLOAD,
+        "seconds_per_run": seconds,
+        "repeats": repeats,
+        **medians,
+        "auth_on_vs_off_ratio": ratio(on["per_s"], off["per_s"]),
+        "auth_on_p50_vs_off_ratio": ratio(on["p50_ms"], off["p50_ms"]),
+        "auth_on_cpu_vs_off_ratio": ratio(on[CPU_KEY], off[CPU_KEY]),
+        "runs": runs,
+    }
+    target.progress(
+        f"auth x{callers} unary Produce: off {off['per_s']:.0f}/s p50 {off['p50_ms']} ms, "
+        f"on {on['per_s']:.0f}/s p50 {on['p50_ms']} ms; on/off {cell['auth_on_vs_off_ratio']} "
+        f"(CPU/append {cell['auth_on_cpu_vs_off_ratio']})"
+    )
+    return cell
+
+
+def _spread(unary: Any, callers: int, payload: bytes) -> Timed:
+    async def timed(seconds: float) -> dict[str, float]:
+        return await timed_spread([unary] * callers, payload, seconds)
+
+    return timed
