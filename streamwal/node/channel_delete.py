@@ -32,7 +32,7 @@ from streamwal.errors import (
 from streamwal.exitcodes import FAILED, NOT_FOUND, OK, USAGE
 from streamwal.node.cli_options import add_pulsar_options, pulsar_from_args
 from streamwal.node.config_cli import config_from_args
-from streamwal.node.confirm import confirm
+from streamwal.node.confirm import NotConfirmedError, confirm
 from streamwal.node.terms import EtcdTerms
 from streamwal.wal.deletion import ChannelDeletion, ChannelRecords, delete_channel
 
@@ -87,6 +87,9 @@ def _run(args: argparse.Namespace) -> int:
     except NoSuchChannelError as exc:
         print(f"streamwal channel delete: {exc}", file=sys.stderr)
         return NOT_FOUND
+    except NotConfirmedError as exc:  # refused, as the cluster's deletions are
+        print(f"streamwal channel delete: {exc}", file=sys.stderr)
+        return FAILED
     except (ConfigError, MisconfiguredError, InvalidInputError) as exc:
         print(f"streamwal channel delete: {exc}", file=sys.stderr)
         return USAGE

@@ -62,6 +62,7 @@ async def test_delete_removes_the_topic_and_only_that_channels_keys(
             await store.put(keys.status + name, encode(status))
             await store.put(keys.released + name, encode(Release(name, 7, 0)))
             await store.put(keys.requested + name, encode(MoveRequest(name, 7, "r", 0)))
+            await store.put(keys.terms + name, b'{"channel": "x", "term": 1, "node": 7}')
             move = Move(name, None, 7, "initial", 1, 0)
             await store.put(keys.move(now_ms() * 1_000_000, name), encode(move))
         before = await _keys_of(store, keys)
@@ -80,13 +81,14 @@ async def test_delete_removes_the_topic_and_only_that_channels_keys(
         await store.revoke_lease(lease)
         done = await delete_channel(opener, channel, records)
         assert done.log_deleted and done.subscriptions_deleted == 2
-        assert done.keys_deleted == 6  # set, assign, status, released, requested, a move
+        # set, assign, status, released, requested, term, a move
+        assert done.keys_deleted == 7
         assert await admin.get(f"{path}/subscriptions") is None
         left = await _keys_of(store, keys)
         # the node's key went with its lease
         kept = {k for k in before if not k.endswith(channel) or k.endswith(others[1])}
         assert left == kept - {keys.node(7)}
-        assert len(left) == len(before) - 1 - 6
+        assert len(left) == len(before) - 1 - 7
         for name in others:
             assert keys.assign + name in left
 
