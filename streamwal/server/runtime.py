@@ -1,4 +1,5 @@
 """One streaming node: TSO access, the Pulsar opener, its channels and its gRPC server.
+The module stays whole past 500 lines: its start and close are one ordered sequence each.
 
 Start order: the gRPC port (a taken port fails the start: SO_REUSEPORT is off, so
 two nodes never share an address), TSO (in-process oracle campaigns, or a remote
@@ -50,9 +51,8 @@ from opentelemetry.trace import TracerProvider
 
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.backoff import Backoff
-from streamwal.cluster.channel_records import ClusterChannelRecords
 from streamwal.cluster.member import ClusterMember
-from streamwal.cluster.records import ClusterKeys, NodeRecord
+from streamwal.cluster.records import NodeRecord
 from streamwal.cluster.routing import add_routing_servicer
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import (
@@ -163,7 +163,7 @@ class Node:
         self._channels: ChannelManager | None = None
         self._terms: EtcdTerms | None = None
         self._cluster: ClusterMember | None = None
-        self._records: list[ChannelRecords] = []
+        self._records: list[ChannelRecords] = []  # who keeps keys of a channel (its delete)
         self._server: grpc.aio.Server | None = None
         self._health = HealthService()
         self._port = 0
@@ -253,7 +253,7 @@ class Node:
             if not cfg.cluster.enabled:  # a cluster hands terms out with its assignments
                 self._terms = EtcdTerms(cfg.etcd, cfg.tso.key_prefix)
                 await self._terms.start()
-                self._records.append(self._terms)  # DeleteChannel forgets the term too
+                self._records.append(self._terms)
             self._channels = ChannelManager(
                 self._opener, self._allocator_factory(), cfg.node.id, cfg.wal, terms=self._terms
             )
@@ -263,6 +263,7 @@ class Node:
             health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
             if cfg.cluster.enabled:
                 cluster = self._cluster = self._cluster_member()
+                self._records.append(cluster.channel_records())
                 add_routing_servicer(self._server, lambda: cluster.latest_view)
             else:
                 add_routing_servicer(self._server, None)
@@ -295,14 +296,9 @@ class Node:
         return f"{self.config.node.listen.rpartition(':')[0]}:{self._port}"
 
     def _cluster_member(self) -> ClusterMember:
-        store = ClusterStore.from_settings(self.config.etcd)
-        # DeleteChannel deletes the cluster's keys of a channel too (the member starts
-        # and closes the store)
-        keys = ClusterKeys(self.config.cluster.key_prefix)
-        self._records.append(ClusterChannelRecords(store, keys))
         return ClusterMember(
             self.config.cluster,
-            store,
+            ClusterStore.from_settings(self.config.etcd),
             node_id=self.config.node.id,
             address=self.address,
             version=__version__,
