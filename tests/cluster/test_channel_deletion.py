@@ -5,13 +5,16 @@ a live node is assigned the channel; the code ``cluster channels remove
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.cluster.channel_records import ClusterChannelRecords, delete_channels
+from streamwal.cluster.operations import remove_channels, wait_unserved
 from streamwal.cluster.records import (
     Assignment,
     ChannelStatus,
@@ -25,8 +28,11 @@ from streamwal.cluster.records import (
 )
 from streamwal.cluster.store import ClusterStore
 from streamwal.errors import ChannelInUseError, NoSuchChannelError
+from streamwal.node.client import NodeClient
+from streamwal.node.client_errors import NodeChannelInUseError, NodeChannelNotFoundError
 from streamwal.wal.deletion import delete_channel
 from streamwal_lab.stack import StackInfo
+from tests.cluster.harness import TestCluster
 
 pytestmark = pytest.mark.integration
 
@@ -102,3 +108,42 @@ async def test_delete_removes_the_topic_and_only_that_channels_keys(
         await store.put(keys.status + channel, encode(ChannelStatus(channel, 7, "", "", 0, 1)))
         finished = await delete_channel(opener, channel, records)
         assert not finished.log_deleted and finished.keys_deleted == 1
+
+
+async def test_delete_channel_through_a_cluster_node(
+    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str], unique: str
+) -> None:
+    """A cluster's node deletes the cluster's keys of a channel too, and refuses while
+    the channel is assigned to it."""
+    channel = f"cdeln-{unique}"
+    cluster = TestCluster(stack, tmp_path, etcd_prefix("cdeln"), [channel])
+    admin = PulsarAdmin(stack.pulsar_admin_url)
+    path = PulsarAdmin.topic_path(PulsarConfig().topic(channel))
+    try:
+        await cluster.start(1)
+        await cluster.wait_all_serving()
+        async with NodeClient(cluster.nodes[1].address) as client:
+            with pytest.raises(NodeChannelInUseError):
+                await client.delete_channel(channel)
+            assert await admin.get(f"{path}/subscriptions") is not None
+
+            await remove_channels(cluster.store, cluster.keys, [channel])
+            await wait_unserved(cluster.store, cluster.keys, [channel], timeout_s=30)
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:  # the owner lets go of the topic on its next poll
+                try:
+                    done = await client.delete_channel(channel)
+                    break
+                except NodeChannelInUseError:
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
+            assert done.subscriptions_deleted >= 1 and done.keys_deleted >= 1
+            assert await admin.get(f"{path}/subscriptions") is None
+            left = await _keys_of(cluster.store, cluster.keys)
+            assert not [k for k in left if k.endswith(f"/{channel}") or k.endswith(f"-{channel}")]
+            with pytest.raises(NodeChannelNotFoundError):
+                await client.delete_channel(channel)
+    finally:
+        await cluster.close()
+        await admin.delete(f"{path}?force=true")
