@@ -3,7 +3,8 @@
 It stays whole past 500 lines because it is one role, reading a channel for the check: the
 reader, its start (``--from``/``--since``), the checkpoint and the command are one path.
 
-The log is read one entry at a time (:func:`iter_topic`) and fed to the streaming
+The log is read one entry at a time (:func:`iter_topic`), in a second process that
+also decodes it (:mod:`streamwal.verify.pipeline`), and fed to the streaming
 :class:`~streamwal.verify.history.HistoryChecker`: memory stays flat whatever the
 channel's length (``docs/verify.md``). ``--from``/``--since`` start later than the
 earliest entry; ``--state FILE`` saves a checkpoint (and its digests, in ``FILE.db``)
@@ -53,15 +54,16 @@ from streamwal.errors import (
 )
 from streamwal.node.cli_options import add_pulsar_options, pulsar_from_args
 from streamwal.verify.acks import Ack, Delivery, Failure, TxnRecord, read_acks
-from streamwal.verify.history import HistoryChecker, HistoryReport
+from streamwal.verify.history import Facts, HistoryChecker, HistoryReport
+from streamwal.verify.pipeline import ReadingProcess, ReadOrder
 from streamwal.wal.backend import BackendMessage, validate_channel_name
-from streamwal.wal.chunking import reassemble
 
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_MISSING",
     "EXIT_OK",
     "EXIT_VIOLATIONS",
+    "iter_entries",
     "iter_topic",
     "parse_message_id",
     "parse_since",
@@ -194,6 +196,23 @@ def iter_topic(
     round trip); run it in a thread from async code. Raises
     :class:`UnavailableError` when the broker fails, :class:`TimeoutError` when an
     entry it announced does not come."""
+    for key, payload, properties in iter_entries(
+        service_url, topic, start=start, inclusive=inclusive, since_ms=since_ms, timeout=timeout
+    ):
+        yield BackendMessage(PulsarMessageId(*key), payload, properties)
+
+
+def iter_entries(
+    service_url: str,
+    topic: str,
+    *,
+    start: PulsarMessageId | None = None,
+    inclusive: bool = False,
+    since_ms: int | None = None,
+    timeout: float = 30.0,
+) -> Iterator[tuple[tuple[int, int, int], bytes, dict[str, str]]]:
+    """:func:`iter_topic`'s entries in parts: (ledger, entry, batch index), payload,
+    properties; what a reader that builds no object per entry reads."""
     try:
         client = pulsar.Client(
             service_url, operation_timeout_seconds=int(timeout), logger=client_logger()
@@ -215,7 +234,10 @@ def iter_topic(
         # (has_message_available costs more than a read); then ask, for what came since
         end = _last_key(client, topic, wait_ms)
         key = _start_key(start, inclusive, since_ms, end)
-        available, read_next = reader.has_message_available, reader.read_next
+        available = reader.has_message_available
+        # the C extension's reader when the client has one: the Python wrapper makes a
+        # Message object per entry and adds a call per field (about a microsecond)
+        read_next = getattr(getattr(reader, "_reader", None), "read_next", reader.read_next)
         while key < end or available():
             try:
                 message = read_next(wait_ms)
@@ -223,9 +245,9 @@ def iter_topic(
                 if not available():
                     break  # a start that skipped past the last entry
                 raise TimeoutError(f"{topic}: no entry within {timeout} s") from None
-            at = message.message_id()  # to_backend_message inlined: once per entry
+            at = message.message_id()
             key = (at.ledger_id(), at.entry_id(), at.batch_index())
-            yield BackendMessage(PulsarMessageId(*key), message.data(), message.properties())
+            yield key, message.data(), message.properties()
         reader.close()
     except pulsar.PulsarException as exc:
         raise UnavailableError(f"reading {topic}: {exc}") from exc
@@ -413,82 +435,99 @@ async def verify_channel(
     validate_channel_name(channel)
     config = PulsarConfig(service_url=service_url, tenant=tenant, namespace=namespace)
     topic = config.topic(channel)
-    admin = admin_url or admin_url_for(service_url)
-    truncated = None
-    ledgers = None
-    if admin is not None:
-        if must_exist:
-            await require_topic(PulsarAdmin(admin), topic, channel)
-        retention = TopicRetention(PulsarAdmin(admin), topic, channel, config.cursor_subscription)
-        truncated = await retention.truncation_point()
-        if progress is not None:
-            ledgers = await _ledgers(PulsarAdmin(admin), topic)
-    saved = _load_state(state, topic) if state is not None else None
-    if saved is not None and (start is not None or since_ms is not None):
-        raise InvalidInputError("--from and --since start a new check: not with a checkpoint")
-    recorded: Iterable[Ack] = itertools.chain(read_acks(acks_file) if acks_file else (), acks)
-
-    def check() -> HistoryReport:
-        with HistoryChecker(
-            PulsarMessageId.from_bytes,
-            truncated_before=truncated,
-            store=_db_of(state) if state is not None else None,
-            work_dir=work_dir,
-            starts_inside=start is not None or since_ms is not None,
-        ) as checker:
-            if saved is not None:
-                checker.restore(saved)
-            after = checker.last_id
-            entries = iter_topic(
-                service_url,
-                topic,
-                start=start if after is None else PulsarMessageId.from_bytes(after.to_bytes()),
-                inclusive=after is None and start is not None,
-                since_ms=since_ms,
-            )
-            _feed(checker, reassemble(channel, entries), progress, ledgers, stop)
-            report = checker.finish(
-                acks=recorded,
-                failures=failures,
-                batches=batches,
-                txns=txns,
-                deliveries=deliveries,
-                delivered=delivered,
-            )
-            if state is not None:
-                _save_state(state, topic, checker)
-            return report
-
-    if state is not None and saved is None:
-        _db_of(state).unlink(missing_ok=True)  # a store without its checkpoint: stale
-    stop = threading.Event()
+    # started first: its start-up overlaps the admin calls below (and it forks before
+    # they leave a thread behind); it reads once check() orders it to
+    reading = ReadingProcess()
+    reading.start()
+    checking = False
     try:
-        return await asyncio.to_thread(check)
+        admin = admin_url or admin_url_for(service_url)
+        truncated = None
+        ledgers = None
+        if admin is not None:
+            if must_exist:
+                await require_topic(PulsarAdmin(admin), topic, channel)
+            retention = TopicRetention(
+                PulsarAdmin(admin), topic, channel, config.cursor_subscription
+            )
+            truncated = await retention.truncation_point()
+            if progress is not None:
+                ledgers = await _ledgers(PulsarAdmin(admin), topic)
+        saved = _load_state(state, topic) if state is not None else None
+        if saved is not None and (start is not None or since_ms is not None):
+            raise InvalidInputError("--from and --since start a new check: not with a checkpoint")
+        recorded: Iterable[Ack] = itertools.chain(read_acks(acks_file) if acks_file else (), acks)
+
+        def check() -> HistoryReport:
+            with (
+                reading,
+                HistoryChecker(
+                    PulsarMessageId.from_bytes,
+                    truncated_before=truncated,
+                    store=_db_of(state) if state is not None else None,
+                    work_dir=work_dir,
+                    starts_inside=start is not None or since_ms is not None,
+                ) as checker,
+            ):
+                if saved is not None:
+                    checker.restore(saved)
+                after = checker.last_id
+                first = start if after is None else after
+                order = ReadOrder(
+                    service_url,
+                    topic,
+                    channel,
+                    start=first.to_bytes() if first is not None else None,
+                    inclusive=after is None and start is not None,
+                    since_ms=since_ms,
+                )
+                _feed(checker, reading.read(order), progress, ledgers, stop)
+                report = checker.finish(
+                    acks=recorded,
+                    failures=failures,
+                    batches=batches,
+                    txns=txns,
+                    deliveries=deliveries,
+                    delivered=delivered,
+                )
+                if state is not None:
+                    _save_state(state, topic, checker)
+                return report
+
+        if state is not None and saved is None:
+            _db_of(state).unlink(missing_ok=True)  # a store without its checkpoint: stale
+        stop = threading.Event()
+        checking = True  # from here the thread that reads closes the reading process
+        try:
+            return await asyncio.to_thread(check)
+        finally:
+            stop.set()  # cancelled (Ctrl-C): the reading thread stops at its next look,
+            reading.terminate()  # or at once if it waits for the reading process
     finally:
-        stop.set()  # cancelled (Ctrl-C): the reading thread stops at its next look
+        if not checking:
+            reading.close()
 
 
 def _feed(
     checker: HistoryChecker,
-    entries: Iterable[BackendMessage],
+    entries: Iterable[Facts],
     out: TextIO | None,
     ledgers: list[tuple[int, int]] | None,
     stop: threading.Event,
 ) -> None:
-    """Every entry into ``checker``; every :data:`_PROGRESS_CHECK` entries, the
-    progress line (if ``out``) and ``stop`` (set: :class:`ClosedError`, no checkpoint
-    saved: the next run redoes this one from the last)."""
-    feed: Callable[[BackendMessage], None] = checker.feed
+    """Every entry's facts into ``checker``; every :data:`_PROGRESS_CHECK` entries,
+    the progress line (if ``out``) and ``stop`` (set: :class:`ClosedError`, no
+    checkpoint saved: the next run redoes this one from the last)."""
+    feed: Callable[[Facts], None] = checker.feed_facts
     line = _Progress(out, ledgers) if out is not None else None
     try:
-        for count, raw in enumerate(entries, 1):
-            feed(raw)
+        for count, facts in enumerate(entries, 1):
+            feed(facts)
             if count % _PROGRESS_CHECK == 0:
                 if stop.is_set():
                     raise ClosedError(f"verify stopped after {count} entries")
                 if line is not None:
-                    at = raw.message_id
-                    line.update(count, at if isinstance(at, PulsarMessageId) else None)
+                    line.update(count, PulsarMessageId.from_bytes(facts[0]))
     finally:
         if line is not None:
             line.clear()

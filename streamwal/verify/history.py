@@ -81,11 +81,11 @@ formats (:data:`DECODERS`): a second format is one more decoder there.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from streamwal.errors import DecodeError, InvalidInputError, WriteOutcome
 from streamwal.verify.acks import Ack, Delivery, Failure, TxnRecord
@@ -119,6 +119,7 @@ __all__ = [
     "check_history",
     "decode_entry",
     "entry_facts",
+    "parts_facts",
 ]
 
 RULES = (
@@ -179,19 +180,35 @@ _KINDS = {t.wire_name: t for t in MessageType}
 
 
 def entry_facts(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> Facts:
-    """The :data:`Facts` of ``raw``, as :func:`decode_entry` reads it.
+    """The :data:`Facts` of ``raw``, as :func:`decode_entry` reads it."""
+    return parts_facts(
+        raw.message_id.to_bytes(), raw.payload, raw.properties, message_id_from_bytes, raw
+    )
+
+
+def parts_facts(
+    message_id: bytes,
+    payload: bytes,
+    properties: Mapping[str, str],
+    message_id_from_bytes: MessageIdDecoder,
+    raw: BackendMessage | None = None,
+) -> Facts:
+    """:func:`entry_facts` of an entry given in parts (``message_id`` as bytes), so a
+    reader builds no :class:`BackendMessage` for it unless it is needed (``raw``: the
+    entry, if the caller has it).
 
     The wire format's plain entries take a path that checks what :func:`decode`
     checks and builds no message (decoding is most of what checking an entry costs);
     anything that path is not sure of goes through :func:`decode_entry`, which decides:
     so the fast path can only agree with it (``tests/verify`` holds them to it)."""
-    message_id = raw.message_id.to_bytes()
     try:
-        facts = _plain_facts(raw, message_id, message_id_from_bytes)
+        facts = _plain_facts(message_id, payload, properties, message_id_from_bytes)
     except Exception:  # anything odd is the full decoder's to judge
         facts = None
     if facts is not None:
         return facts
+    if raw is None:
+        raw = BackendMessage(message_id_from_bytes(message_id), payload, properties)
     try:
         msg = decode_entry(raw, message_id_from_bytes)
     except DecodeError:
@@ -215,7 +232,7 @@ def _facts_of(msg: ImmutableMessage) -> Facts:
     )
 
 
-def _decimal(text: Any) -> bool:
+def _decimal(text: object) -> TypeGuard[str]:
     """What the codec's ``_DECIMAL`` pattern matches: ``0``, or up to 20 ASCII digits
     without a leading zero."""
     return (
@@ -237,30 +254,41 @@ def _bounded(props: dict[str, Any], key: str) -> int | None:
     return int(text)
 
 
-#: the last last-confirmed text checked, and its id's bytes (a burst shares one)
+#: what a burst of entries shares, checked once: the last last-confirmed text (with
+#: its decoder and id's bytes), and the last version and source texts
 _last_confirmed: tuple[MessageIdDecoder, str, bytes] | None = None
+_last_version_source: tuple[str, str] | None = None
+_ALWAYS = 4  # the keys every entry has: type, version, time tick, source
 
 
 def _plain_facts(
-    raw: BackendMessage, message_id: bytes, message_id_from_bytes: MessageIdDecoder
+    message_id: bytes, payload: Any, props: Any, message_id_from_bytes: MessageIdDecoder
 ) -> Facts | None:
     """:data:`Facts` of an entry of the wire format (``docs/wire-format.md``) that
     :func:`decode` accepts, checked as it checks them; ``None`` (or an exception) when
     not sure: the caller asks :func:`decode_entry`."""
-    global _last_confirmed
-    props: Any = raw.properties  # checked below, as decode checks it
-    payload = raw.payload
+    global _last_confirmed, _last_version_source
     if type(props) is not dict or type(payload) is not bytes:
         return None
-    kind = _KINDS.get(props.get(KEY_TYPE))
+    name = props.get(KEY_TYPE)
+    kind = _KINDS.get(name) if type(name) is str else None
     version, tick, source = props.get(KEY_VERSION), props.get(KEY_TIME_TICK), props.get(KEY_SOURCE)
-    if kind is None or not (_decimal(version) and _decimal(tick) and _decimal(source)):
+    if kind is None or type(version) is not str or type(source) is not str:
+        return None
+    if (version, source) != _last_version_source:
+        if not (_decimal(version) and version != "0" and _decimal(source)):
+            return None
+        _last_version_source = (version, source)
+    if not _decimal(tick):
         return None
     time_tick = int(tick)
-    if version == "0" or time_tick > MAX_TIME_TICK:
+    if time_tick > MAX_TIME_TICK:
         return None
-    if type(props.get(KEY_VCHANNEL, "")) is not str:
-        return None
+    keys = _ALWAYS
+    if KEY_VCHANNEL in props:
+        if type(props[KEY_VCHANNEL]) is not str:
+            return None
+        keys += 1
     text = props.get(KEY_LAST_CONFIRMED)
     if text is None:
         if kind is not MessageType.TIME_TICK:
@@ -279,13 +307,23 @@ def _plain_facts(
             ):
                 return None
             _last_confirmed = (message_id_from_bytes, text, confirmed)
-    producer, sequence = _bounded(props, KEY_PRODUCER), _bounded(props, KEY_SEQUENCE)
-    if (producer is None) != (sequence is None):
-        return None
-    txn = _bounded(props, KEY_TXN)
-    for key, value in props.items():
-        if type(key) is not str or (not key.startswith(RESERVED_PREFIX) and type(value) is not str):
+    if KEY_LAST_CONFIRMED in props:
+        keys += 1
+    producer = sequence = txn = None
+    if KEY_PRODUCER in props or KEY_SEQUENCE in props:
+        producer, sequence = _bounded(props, KEY_PRODUCER), _bounded(props, KEY_SEQUENCE)
+        if producer is None or sequence is None:
             return None
+        keys += 2
+    if KEY_TXN in props:
+        txn = _bounded(props, KEY_TXN)
+        keys += 1
+    if len(props) != keys:  # user properties: strings, as decode wants them
+        for key, value in props.items():
+            if type(key) is not str or (
+                not key.startswith(RESERVED_PREFIX) and type(value) is not str
+            ):
+                return None
     return (
         message_id,
         kind.wire_name,
