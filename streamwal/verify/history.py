@@ -89,6 +89,7 @@ from typing import Any, TypeGuard
 
 from streamwal.errors import DecodeError, InvalidInputError, WriteOutcome
 from streamwal.verify.acks import Ack, Delivery, Failure, TxnRecord
+from streamwal.verify.facts import Facts
 from streamwal.verify.store import Store
 from streamwal.verify.transactions import TXN_RULES, ExactlyOnceChecker
 from streamwal.wal.backend import BackendMessage
@@ -165,16 +166,6 @@ def decode_entry(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -
             error = exc
     raise error or DecodeError(f"message {raw.message_id}: no decoder")
 
-
-Facts = tuple[
-    bytes, str | None, int, bytes, bytes, int, int | None, int | None, int | None, int | None
-]
-"""What the rules read of one entry, in builtins only (so that a batch of them crosses
-to another process as one ``marshal`` blob): its id's bytes; its type's wire name
-(``None``: foreign or undecodable, and every other field empty); time tick; the
-payload's sha256; the last-confirmed id's bytes (an owner's first time tick confirms
-itself: its own id); source node; producer id and sequence; transaction id; and a
-``CommitTxn``'s member count (its payload, parsed)."""
 
 _KINDS = {t.wire_name: t for t in MessageType}
 

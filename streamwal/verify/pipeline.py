@@ -14,7 +14,7 @@ never payloads, so a batch is about 100 kB whatever the messages' size. A full p
 blocks the child: at most the pipe's buffer and one batch on each side are in
 flight, whatever the channel's length. The last blob is the end, or the error that
 stopped the read, raised again in the caller (:class:`~streamwal.errors.StreamwalError`
-or ``TimeoutError`` as :func:`~streamwal.verify.cli.iter_topic` raises them).
+or ``TimeoutError`` as :func:`~streamwal.verify.reading.iter_topic` raises them).
 
 The child is forked when the calling process has a single thread (the command: no
 lock can be held by a thread that the child does not have, and it starts at once,
@@ -34,7 +34,7 @@ import pickle
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -42,6 +42,7 @@ from typing import Any
 from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.errors import UnavailableError
 from streamwal.verify.history import Facts, entry_facts, parts_facts
+from streamwal.verify.reading import iter_entries, iter_topic
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.chunking import KEY_CHUNK_ID, ChunkAssembler, reassemble
 
@@ -58,7 +59,7 @@ _STOP_S = 5.0
 
 @dataclass(frozen=True)
 class ReadOrder:
-    """What the child reads: :func:`~streamwal.verify.cli.iter_topic`'s arguments."""
+    """What the child reads: :func:`~streamwal.verify.reading.iter_topic`'s arguments."""
 
     service_url: str
     topic: str
@@ -172,10 +173,13 @@ class ReadingProcess:
 
 
 class ReadingThread:
-    """:class:`ReadingProcess`'s interface, read in the caller's thread through the
-    command's :func:`~streamwal.verify.cli.iter_topic` as it is when :meth:`read`
-    runs: for a topic that exists only in this process (a test's stand-in for the
-    broker). The same facts as the process sends, on one core."""
+    """:class:`ReadingProcess`'s interface, read in the caller's thread through
+    ``entries_of`` (:func:`~streamwal.verify.reading.iter_topic`'s signature): for a
+    topic that exists only in this process (a test's stand-in for the broker). The
+    same facts as the process sends, on one core."""
+
+    def __init__(self, entries_of: Callable[..., Iterable[BackendMessage]] = iter_topic) -> None:
+        self._entries_of = entries_of
 
     def __enter__(self) -> ReadingThread:
         return self
@@ -187,10 +191,8 @@ class ReadingThread:
         """Nothing to start: :meth:`read` reads."""
 
     def read(self, order: ReadOrder) -> Iterator[Facts]:
-        from streamwal.verify import cli
-
         decode_id = PulsarMessageId.from_bytes
-        entries = cli.iter_topic(
+        entries = self._entries_of(
             order.service_url,
             order.topic,
             start=decode_id(order.start) if order.start is not None else None,
@@ -273,8 +275,6 @@ def _read(order: ReadOrder, out: Connection) -> None:
     facts: its parts go to :func:`~streamwal.verify.history.parts_facts`, and to the
     chunk assembler only when a chunked message is in the way (the assembler passes
     any other entry as it is, once it has seen one)."""
-    from streamwal.verify.cli import iter_entries  # the command's module imports this one
-
     decode_id = PulsarMessageId.from_bytes
     start = decode_id(order.start) if order.start is not None else None
     entries = iter_entries(

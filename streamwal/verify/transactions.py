@@ -38,7 +38,7 @@ A log checked from a truncation point may begin inside a transaction: its messag
 before its begin are counted, not reported.
 
 Streaming: :class:`ExactlyOnceChecker` is fed the log's messages one at a time (what
-the rules read of each: :data:`~streamwal.verify.history.Facts`). In
+the rules read of each: :data:`~streamwal.verify.facts.Facts`). In
 memory it keeps the transactions open in the current ownership (id, serial, first
 message, member count: bounded by how many transactions are open at once, not by the
 log's length) and a few counters. Every per-message fact goes to the check's
@@ -51,14 +51,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from streamwal.verify.acks import TXN_ENDED, TxnOutcome, TxnRecord
+from streamwal.verify.facts import Facts
 from streamwal.verify.store import Store
 from streamwal.wal.message import MessageType
-
-if TYPE_CHECKING:
-    from streamwal.verify.history import Facts
 
 __all__ = ["TXN_RULES", "Emit", "ExactlyOnceChecker", "ExactlyOnceReport"]
 
@@ -146,7 +144,7 @@ class ExactlyOnceChecker:
         ended[how] = ended.get(how, 0) + 1
 
     def feed(self, facts: Facts, kind: MessageType, pos: int, text: str) -> None:
-        """One message's :data:`~streamwal.verify.history.Facts` (``kind``: its type)."""
+        """One message's :data:`~streamwal.verify.facts.Facts` (``kind``: its type)."""
         message_id, _, time_tick, _, confirmed, _, producer, sequence, txn_id, count = facts
         if producer is not None and sequence is not None:
             self.report.idempotent += 1

@@ -21,6 +21,7 @@ from streamwal.wal.message import MessageType, MutableMessage, encode
 
 DECODE_ID = PulsarMessageId.from_bytes
 ID = PulsarMessageId(7, 3)
+CONFIRMED = PulsarMessageId(7, 1)
 
 
 def full(raw: BackendMessage) -> Facts:
@@ -47,7 +48,7 @@ def full(raw: BackendMessage) -> Facts:
 def entry(
     kind: MessageType = MessageType.INSERT,
     payload: bytes = b"payload",
-    confirms: PulsarMessageId | None = PulsarMessageId(7, 1),
+    confirms: PulsarMessageId | None = CONFIRMED,
     **fields: Any,
 ) -> BackendMessage:
     msg = MutableMessage(kind, payload, **fields).stamped(1000, confirms, 2)
@@ -152,8 +153,8 @@ def test_a_bent_entry_decodes_the_same_both_ways(
 def test_what_is_not_a_dict_of_strings_or_bytes_goes_to_the_decoder() -> None:
     raw = PLAIN[2]
     for odd in (
-        BackendMessage(ID, bytearray(raw.payload), raw.properties),
-        BackendMessage(ID, raw.payload, dict(raw.properties, extra=b"bytes")),
+        BackendMessage(ID, bytearray(raw.payload), raw.properties),  # type: ignore[arg-type]
+        BackendMessage(ID, raw.payload, {**raw.properties, "extra": b"bytes"}),  # type: ignore[dict-item]
         BackendMessage(ID, b"not ours", {}),
     ):
         assert entry_facts(odd, DECODE_ID) == full(odd)

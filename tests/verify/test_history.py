@@ -218,7 +218,7 @@ def fake_topic(monkeypatch: pytest.MonkeyPatch) -> list[BackendMessage]:
     monkeypatch.setattr(streamwal.verify.cli, "iter_topic", iter_topic)
     monkeypatch.setattr(streamwal.verify.cli, "require_topic", require_topic)
     # the patched reader exists in this process only: read it here, not in a child
-    monkeypatch.setattr(streamwal.verify.cli, "ReadingProcess", ReadingThread)
+    monkeypatch.setattr(streamwal.verify.cli, "ReadingProcess", lambda: ReadingThread(iter_topic))
     return log
 
 

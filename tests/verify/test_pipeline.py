@@ -15,7 +15,7 @@ from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import UnavailableError
 from streamwal.verify.cli import iter_topic, verify_channel
-from streamwal.verify.history import entry_facts
+from streamwal.verify.history import Facts, entry_facts
 from streamwal.verify.pipeline import BATCH, ReadingProcess, ReadOrder
 from streamwal.wal.chunking import reassemble
 from streamwal_lab.bench.verify import write_wal_log
@@ -44,7 +44,7 @@ async def channel(stack: StackInfo) -> AsyncIterator[str]:
     await PulsarAdmin(stack.pulsar_admin_url).delete(f"{PulsarAdmin.topic_path(topic)}?force=true")
 
 
-def read_facts(order: ReadOrder) -> tuple[list[object], object]:
+def read_facts(order: ReadOrder) -> tuple[list[Facts], object]:
     process = ReadingProcess()
     with process:
         process.start()
@@ -60,7 +60,7 @@ async def test_the_reading_process_sends_what_an_in_process_read_gives(
     entries = await asyncio.to_thread(write_wal_log, url, topic, 2 * BATCH + 17)
     before = children()
 
-    def here() -> list[object]:
+    def here() -> list[Facts]:
         return [
             entry_facts(raw, PulsarMessageId.from_bytes)
             for raw in reassemble(channel, iter_topic(url, topic))

@@ -58,7 +58,9 @@ def topic(monkeypatch: pytest.MonkeyPatch) -> FakeTopic:
     monkeypatch.setattr(streamwal.verify.cli, "iter_topic", fake.iter_topic)
     monkeypatch.setattr(streamwal.verify.cli, "require_topic", require_topic)
     # the patched reader exists in this process only: read it here, not in a child
-    monkeypatch.setattr(streamwal.verify.cli, "ReadingProcess", ReadingThread)
+    monkeypatch.setattr(
+        streamwal.verify.cli, "ReadingProcess", lambda: ReadingThread(fake.iter_topic)
+    )
     return fake
 
 
