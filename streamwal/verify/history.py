@@ -275,11 +275,6 @@ def _plain_facts(
     time_tick = int(tick)
     if time_tick > MAX_TIME_TICK:
         return None
-    keys = _ALWAYS
-    if KEY_VCHANNEL in props:
-        if type(props[KEY_VCHANNEL]) is not str:
-            return None
-        keys += 1
     text = props.get(KEY_LAST_CONFIRMED)
     if text is None:
         if kind is not MessageType.TIME_TICK:
@@ -298,23 +293,28 @@ def _plain_facts(
             ):
                 return None
             _last_confirmed = (message_id_from_bytes, text, confirmed)
-    if KEY_LAST_CONFIRMED in props:
-        keys += 1
     producer = sequence = txn = None
-    if KEY_PRODUCER in props or KEY_SEQUENCE in props:
-        producer, sequence = _bounded(props, KEY_PRODUCER), _bounded(props, KEY_SEQUENCE)
-        if producer is None or sequence is None:
-            return None
-        keys += 2
-    if KEY_TXN in props:
-        txn = _bounded(props, KEY_TXN)
-        keys += 1
-    if len(props) != keys:  # user properties: strings, as decode wants them
-        for key, value in props.items():
-            if type(key) is not str or (
-                not key.startswith(RESERVED_PREFIX) and type(value) is not str
-            ):
+    keys = _ALWAYS if text is None else _ALWAYS + 1
+    if len(props) != keys:  # more than the keys read above: check the others
+        keys = _ALWAYS + (KEY_LAST_CONFIRMED in props)
+        if KEY_VCHANNEL in props:
+            if type(props[KEY_VCHANNEL]) is not str:
                 return None
+            keys += 1
+        if KEY_PRODUCER in props or KEY_SEQUENCE in props:
+            producer, sequence = _bounded(props, KEY_PRODUCER), _bounded(props, KEY_SEQUENCE)
+            if producer is None or sequence is None:
+                return None
+            keys += 2
+        if KEY_TXN in props:
+            txn = _bounded(props, KEY_TXN)
+            keys += 1
+        if len(props) != keys:  # user properties: strings, as decode wants them
+            for key, value in props.items():
+                if type(key) is not str or (
+                    not key.startswith(RESERVED_PREFIX) and type(value) is not str
+                ):
+                    return None
     return (
         message_id,
         kind.wire_name,
