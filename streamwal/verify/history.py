@@ -75,7 +75,12 @@ that need the whole log are queries on it. ``docs/verify.md`` lists, per rule, w
 is kept where. :func:`check_history` feeds an iterable through it.
 
 Entries are decoded by :func:`decode_entry`, the one place that knows the log's
-formats (:data:`DECODERS`): a second format is one more decoder there.
+formats (:data:`DECODERS`): a second format is one more decoder there. The rules
+read each entry's :data:`~streamwal.verify.facts.Facts` (:func:`entry_facts`: a few
+fields, no message object), so that the decoding can run in another process
+(:mod:`streamwal.verify.pipeline`); the wire format's plain entries take a fast path
+beside :func:`decode_entry` that checks what it checks, and anything else goes
+through it.
 """
 
 from __future__ import annotations

@@ -4,12 +4,12 @@ Checking an entry costs the reading (the client's call, the entry's id, payload 
 properties), the decoding and the rules, each a few microseconds of one core's
 Python. In one process they run one after the other; here a child process reads the
 topic, rebuilds chunked messages and decodes each entry into its
-:data:`~streamwal.verify.history.Facts` (what the rules read, builtins only), while
+:data:`~streamwal.verify.facts.Facts` (what the rules read, builtins only), while
 the caller's process applies the rules to the batch before: the two run on two cores
 side by side, and verify reads at the pace of the slower half.
 
 The child sends batches of up to :data:`BATCH` entries' facts, each one ``marshal``
-blob on a pipe (a few bytes of tag, then the blob): ids, digests and small numbers,
+blob on a pipe (behind a one-byte tag): ids, digests and small numbers,
 never payloads, so a batch is about 100 kB whatever the messages' size. A full pipe
 blocks the child: at most the pipe's buffer and one batch on each side are in
 flight, whatever the channel's length. The last blob is the end, or the error that
