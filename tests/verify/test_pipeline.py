@@ -1,23 +1,29 @@
 """The reading process of ``streamwal verify``, on the real broker: it sends the facts
-an in-process read would give, in log order; a read that fails raises in the caller;
-and a check cancelled mid-read (Ctrl-C) leaves no process behind."""
+an in-process read would give, in log order, a chunked message whole; a read that
+fails raises in the caller; and a check cancelled mid-read (Ctrl-C) leaves no
+process behind."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 
+import pulsar
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
+from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.errors import UnavailableError
 from streamwal.verify.cli import iter_topic, verify_channel
 from streamwal.verify.history import Facts, entry_facts
 from streamwal.verify.pipeline import BATCH, ReadingProcess, ReadOrder
-from streamwal.wal.chunking import reassemble
+from streamwal.wal.chunking import MIN_ENTRY_BYTES, reassemble, split
+from streamwal.wal.message import MessageType, MutableMessage, encode
 from streamwal_lab.bench.verify import write_wal_log
 from streamwal_lab.stack import StackInfo
 
@@ -75,6 +81,42 @@ async def test_the_reading_process_sends_what_an_in_process_read_gives(
     order = ReadOrder(url, topic, channel, start=start[0], inclusive=True)
     later, _ = await asyncio.to_thread(read_facts, order)
     assert later == sent[BATCH + 3 :]
+
+
+def write_chunked(url: str, topic: str, payload: bytes) -> None:
+    """One insert of ``payload`` as chunk records (how the WAL writes one over the
+    broker's entry limit) after what the topic holds, then one plain insert; both
+    confirm the topic's first entry, as :func:`write_wal_log`'s do."""
+    client = pulsar.Client(url, logger=client_logger())
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        first = PulsarMessageId.from_pulsar(reader.read_next(10_000).message_id())
+        reader.close()
+        producer = client.create_producer(topic, batching_enabled=False)
+        tick = time.time_ns() // 1_000_000 << 18
+        for i, body in enumerate((payload, b"after")):
+            msg = MutableMessage(MessageType.INSERT, body).stamped(tick + i, first, 1)
+            data, props = encode(msg)
+            for chunk, chunk_props in split(data, props, MIN_ENTRY_BYTES) or [(data, props)]:
+                producer.send(chunk, chunk_props)
+        producer.close()
+    finally:
+        client.close()
+
+
+async def test_a_chunked_message_is_sent_whole(stack: StackInfo, channel: str) -> None:
+    url = stack.pulsar_url
+    topic = PulsarConfig(service_url=url).topic(channel)
+    await asyncio.to_thread(write_wal_log, url, topic, 10)
+    large = os.urandom(3 * MIN_ENTRY_BYTES)
+    await asyncio.to_thread(write_chunked, url, topic, large)
+    sent, _ = await asyncio.to_thread(read_facts, ReadOrder(url, topic, channel))
+    raws = await asyncio.to_thread(lambda: list(iter_topic(url, topic)))
+    assert len(raws) > len(sent) == 13  # the chunks are several entries, sent as one
+    here = [entry_facts(raw, PulsarMessageId.from_bytes) for raw in reassemble(channel, raws)]
+    assert sent == here
+    assert sent[11][1] == "Insert" and sent[11][3] == hashlib.sha256(large).digest()
+    assert sent[12][3] == hashlib.sha256(b"after").digest()
 
 
 async def test_a_read_that_fails_raises_its_error_in_the_caller(stack: StackInfo) -> None:
