@@ -29,6 +29,7 @@ __all__ = [
     "BatchAppendError",
     "BufferSealedError",
     "ChannelFencedError",
+    "ChannelInUseError",
     "ChannelNotFoundError",
     "ClosedError",
     "ConfigError",
@@ -177,6 +178,24 @@ class ChannelNotFoundError(StreamwalError, LookupError):
         super().__init__(message or f"channel {short_repr(channel)} is not open on this node")
 
 
+class ChannelInUseError(StreamwalError):
+    """A channel cannot be deleted while it is served: a node has it open, its
+    cluster assigns it to a live node, or a producer or reader is attached to its log.
+    Nothing was deleted; stop serving it (remove it from its node or its cluster's
+    set) and delete it then."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+    def __init__(self, channel: str, reason: str) -> None:
+        self.channel = channel
+        self.reason = reason
+        super().__init__(f"channel {short_repr(channel)} is in use ({reason}); nothing deleted")
+
+    def status_details(self) -> str:
+        """Told apart from a fence, which shares the code (the client reads the prefix)."""
+        return f"channel in use: {self}"
+
+
 class NoSuchChannelError(ChannelNotFoundError):
     """The channel does not exist at all (no topic on the broker, not in the cluster's
     channel set), as opposed to not being open here right now: waiting cannot help,
@@ -316,10 +335,21 @@ class TruncatedError(StreamwalError):
 
     grpc_status = "OUT_OF_RANGE"
 
-    def __init__(self, channel: str, asked: object, earliest: object) -> None:
+    def __init__(
+        self, channel: str, asked: object, earliest: object, *, through: bool = False
+    ) -> None:
         self.channel = channel
         self.asked = asked
         self.earliest = earliest
+        #: ``earliest`` is the last message discarded (a truncate to an id), not the
+        #: first kept
+        self.through = through
+        if through:
+            super().__init__(
+                f"channel {channel!r} is truncated through {earliest} (inclusive); {asked} "
+                f"is no longer kept (read after {earliest})"
+            )
+            return
         super().__init__(
             f"channel {channel!r} is truncated before {earliest}; {asked} is no longer kept "
             f"(read from {earliest} or later)"

@@ -283,7 +283,8 @@ class MemoryBackendWAL:
                 raise InvalidInputError(f"{message_id!r} is not a memory message id")
             if message_id.offset >= len(self._log.entries):
                 raise InvalidInputError(f"message id {message_id} is not in {self._channel!r}")
-            if message_id.offset < self._log.truncated_before:
+            first = message_id.offset + (policy.kind == DeliveryPolicy.START_AFTER)
+            if first < self._log.truncated_before:
                 raise TruncatedError(
                     self._channel, message_id, MemoryMessageId(self._log.truncated_before)
                 )
@@ -301,7 +302,8 @@ class MemoryBackendWAL:
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         self._check_open()
         point = self._truncation_point()
-        if point is not None and checkpoint.message_id < point:
+        # resuming after a checkpoint reads from the next message: that one must be kept
+        if point is not None and self._offset_of(checkpoint.message_id) + 1 < point.offset:
             raise TruncatedError(self._channel, checkpoint.message_id, point)
         self._log.checkpoints[checkpoint.consumer] = checkpoint
 
@@ -334,6 +336,24 @@ class MemoryBackendWAL:
         if not isinstance(before, MemoryMessageId):
             raise InvalidInputError(f"{before!r} is not a memory message id")
         self._log.truncated_before = max(self._log.truncated_before, before.offset)
+
+    async def truncate_through(self, through: MessageId) -> None:
+        """One message per entry here: the next offset is the first kept."""
+        await self.truncate(MemoryMessageId(self._offset_of(through) + 1))
+
+    async def locate(self, message_id: MessageId) -> None:
+        self._check_open()
+        if self._offset_of(message_id) >= len(self._log.entries):
+            raise InvalidInputError(f"message id {message_id} is not in {self._channel!r}")
+
+    async def message_before(self, message_id: MessageId) -> MessageId | None:
+        offset = self._offset_of(message_id) - 1
+        return MemoryMessageId(offset) if offset >= self._log.truncated_before else None
+
+    def _offset_of(self, message_id: MessageId) -> int:
+        if not isinstance(message_id, MemoryMessageId):
+            raise InvalidInputError(f"{message_id!r} is not a memory message id")
+        return message_id.offset
 
     async def close(self) -> None:
         if self._closed:

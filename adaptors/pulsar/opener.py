@@ -27,6 +27,7 @@ from streamwal.adaptors.pulsar.clients import WriterClients
 from streamwal.adaptors.pulsar.config import PolicyAction, PulsarConfig
 from streamwal.adaptors.pulsar.cursor import hold_log
 from streamwal.adaptors.pulsar.deduplication import deduplication_enforced
+from streamwal.adaptors.pulsar.deletion import delete_topic
 from streamwal.adaptors.pulsar.errors import translate
 from streamwal.adaptors.pulsar.exclusivity import probe_topic, verify_exclusive_access
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
@@ -42,6 +43,7 @@ from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.errors import (
     ClosedError,
     ExclusivityNotEnforcedError,
+    MisconfiguredError,
     StreamwalError,
     UnavailableError,
 )
@@ -431,6 +433,17 @@ class PulsarOpener:
         # a fresh error each time: re-raising one instance would grow its traceback
         assert self._refusal is not None
         return ExclusivityNotEnforcedError(*self._refusal.args)
+
+    async def delete_log(self, channel: str) -> int | None:
+        """Delete ``channel``'s topic and its subscriptions (:mod:`.deletion`; the
+        :class:`~streamwal.wal.deletion.ChannelDeleter` ability)."""
+        validate_channel_name(channel)
+        if self.admin is None:
+            raise MisconfiguredError(
+                f"channel {channel!r}: deleting a channel needs the broker's admin API; "
+                "set pulsar.admin_url"
+            )
+        return await delete_topic(self.admin, self.config.topic(channel), channel)
 
     def message_id_from_bytes(self, data: bytes) -> PulsarMessageId:
         return PulsarMessageId.from_bytes(data)

@@ -26,6 +26,7 @@ from streamwal.adaptors.pulsar.admin import require_topic
 from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
 from streamwal.node.channel_assign import add_assign
+from streamwal.node.channel_delete import add_delete_parser
 from streamwal.node.cli_options import add_pulsar_options, pulsar_from_args
 from streamwal.node.config import NodeConfig
 from streamwal.node.config_cli import config_from_args
@@ -40,7 +41,7 @@ __all__ = ["channel_status", "register", "terms_of"]
 
 
 def register(sub: Any) -> None:
-    channel = sub.add_parser("channel", help="inspect a channel on the broker")
+    channel = sub.add_parser("channel", help="inspect or delete a channel on the broker")
     commands = channel.add_subparsers(dest="channel_command", required=True)
     status = commands.add_parser(
         "status", help="truncation point, storage used, consumers' checkpoints and lag"
@@ -49,6 +50,7 @@ def register(sub: Any) -> None:
     add_pulsar_options(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_run)
+    add_delete_parser(commands)
     add_assign(commands)
 
 
@@ -73,6 +75,9 @@ async def channel_status(
         "term": None if term is None else term.term,
         "term_node": None if term is None else term.node,
         "truncated_before": str(point) if point is not None else None,
+        "truncated_through": (
+            str(state.truncated_through) if state.truncated_through is not None else None
+        ),
         "storage_bytes": state.storage_bytes,
         "latest_time_tick": latest,
         "consumers": [
@@ -141,6 +146,14 @@ def _when(time_tick: int) -> str:
     return physical_datetime(time_tick).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _truncation_line(before: str | None, through: str | None) -> str:
+    if through is None:
+        return "  truncated before: " + (before or "never truncated")
+    if before is None:
+        return f"  truncated through: {through} (inclusive)"
+    return f"  truncated before: {before}; through {through} (inclusive)"
+
+
 def render(status: dict[str, Any]) -> str:
     latest = status["latest_time_tick"]
     lines = [
@@ -150,7 +163,7 @@ def render(status: dict[str, Any]) -> str:
             if status.get("term") is not None
             else "term unknown (none given, or etcd not reached)"
         ),
-        "  truncated before: " + (status["truncated_before"] or "never truncated"),
+        _truncation_line(status["truncated_before"], status.get("truncated_through")),
         f"  storage: {_size(status['storage_bytes'])}",
         "  latest time tick: "
         + (f"{latest} ({_when(latest)})" if latest else "none (no streamwal message)"),

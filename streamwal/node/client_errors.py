@@ -16,6 +16,7 @@ import grpc
 
 from streamwal.errors import (
     ChannelFencedError,
+    ChannelInUseError,
     ChannelNotFoundError,
     InvalidInputError,
     MisconfiguredError,
@@ -36,6 +37,7 @@ from streamwal.node.call_outcome import write_outcome
 
 __all__ = [
     "NodeCallError",
+    "NodeChannelInUseError",
     "NodeChannelNotFoundError",
     "NodeFencedError",
     "NodeInvalidInputError",
@@ -123,6 +125,10 @@ class NodeTransactionNotFoundError(NodeCallError, TransactionNotFoundError):
     """ABORTED: the transaction is not open on this owner (ended, or a former owner's)."""
 
 
+class NodeChannelInUseError(NodeCallError, ChannelInUseError):
+    """FAILED_PRECONDITION: the channel is served, so it was not deleted."""
+
+
 class NodeTruncatedError(NodeCallError, TruncatedError):
     """OUT_OF_RANGE: that part of the log is truncated."""
 
@@ -201,6 +207,8 @@ def _class_of(code: grpc.StatusCode, details: str, outcome: WriteOutcome) -> typ
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         if details.startswith("node misconfigured"):
             return NodeMisconfiguredError
+        if details.startswith("channel in use"):
+            return NodeChannelInUseError
         if details.startswith(StaleTermError.DETAILS_PREFIX):
             return NodeStaleTermError
         return NodeFencedError

@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
@@ -45,6 +45,7 @@ from opentelemetry import trace
 from streamwal.errors import (
     BatchAppendError,
     ChannelFencedError,
+    ChannelInUseError,
     ClosedError,
     InvalidInputError,
     StreamwalError,
@@ -73,6 +74,7 @@ from streamwal.node.responses import (
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.wal import WAL
 from streamwal.wal.backend import BackendOpener, validate_channel_name
+from streamwal.wal.deletion import ChannelRecords, delete_channel
 from streamwal.wal.interceptors import AppendResult
 from streamwal.wal.message import MutableMessage
 from streamwal.wal.message_id import MessageId
@@ -178,10 +180,14 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         opener: BackendOpener,
         *,
         answer_timeout: float = _ANSWER_TIMEOUT_S,
+        records: Sequence[ChannelRecords] = (),
     ) -> None:
         self._channels = channels
         self._opener = opener
         self._answer_timeout = answer_timeout
+        #: who else keeps keys about a channel (its cluster), for ``DeleteChannel``; the
+        #: layer that builds the node adds to it (the sequence is read at each call)
+        self._records = records
 
     def _tag_span(self) -> None:
         """Name this node on the current (server) span; see the module docstring."""
@@ -451,6 +457,27 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
             await _abort(context, exc)
         return pb.RemoveChannelResponse()
 
+    async def DeleteChannel(
+        self, request: pb.DeleteChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteChannelResponse:
+        """Deletes the channel's log, subscriptions and keys (:mod:`streamwal.wal.deletion`):
+        FAILED_PRECONDITION while this node or any other serves it, NOT_FOUND when
+        nothing of it is left (no WAL call: the channel must not be open anywhere)."""
+        self._tag_span()
+        try:
+            validate_channel_name(request.pchannel)
+            if any(w.channel == request.pchannel for w in self._channels.channels()):
+                raise ChannelInUseError(
+                    request.pchannel,
+                    f"node {self._channels.node_id} serves it: remove it from the node first",
+                )
+            done = await delete_channel(self._opener, request.pchannel, self._records)
+        except Exception as exc:
+            await _abort(context, exc)
+        return pb.DeleteChannelResponse(
+            subscriptions_deleted=done.subscriptions_deleted, keys_deleted=done.keys_deleted
+        )
+
     async def ListChannels(
         self, request: pb.ListChannelsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListChannelsResponse:
@@ -526,19 +553,26 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
     async def Truncate(
         self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.TruncateResponse:
+        """By the retention window, or, given ``up_to``, through that id (inclusive,
+        clamped by the slowest checkpoint: ``truncated_through`` says the point used)."""
         self._tag_span()
-        moved, point = await self._call(request, context, self._truncate)
-        return truncate_response(moved, point)
+        moved, point, through = await self._call(request, context, self._truncate)
+        return truncate_response(moved, point, through)
 
-    @staticmethod
     async def _truncate(
-        wal: WAL, request: pb.TruncateRequest
-    ) -> tuple[MessageId | None, MessageId | None]:
-        """Where the truncation moved to (``None``: it did not move), and where it is now."""
+        self, wal: WAL, request: pb.TruncateRequest
+    ) -> tuple[MessageId | None, MessageId | None, MessageId | None]:
+        """Where the truncation moved to (``None``: it did not move), where the retention
+        bound is now, and the last message an ``up_to`` call truncated."""
+        if request.up_to:
+            if request.HasField("retention_s"):
+                raise InvalidInputError("give retention_s or up_to, not both")
+            through = await wal.truncate_to(message_id_of(self._opener, request.up_to))
+            return through, (await wal.retention()).truncated_before, through
         window = request.retention_s if request.HasField("retention_s") else None
         moved = await wal.truncate(window)
         point = moved if moved is not None else (await wal.retention()).truncated_before
-        return moved, point
+        return moved, point, None
 
     # ---- transactions -----------------------------------------------------------------
     async def BeginTxn(

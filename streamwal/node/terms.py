@@ -160,6 +160,15 @@ class _TermStore(EtcdStore):
         return await self._call("conditional put", op, None)
 
 
+    async def delete_key(self, key: str) -> int:
+        """Delete ``key``; 1 if it was there, else 0."""
+
+        def op(client: Any) -> int:
+            return 1 if client.delete(key) else 0
+
+        return await self._call("delete", op, None)
+
+
 class EtcdTerms:
     """:class:`ChannelTerms` in etcd, one key per channel under :func:`terms_root`.
 
@@ -209,6 +218,15 @@ class EtcdTerms:
     async def read(self, channel: str) -> ChannelTerm | None:
         raw, _revision = await self._store.read_revision(self.key(channel))
         return None if raw is None else decode_term(raw)
+
+    async def served_by(self, channel: str) -> str | None:
+        """A term does not say who serves the channel now (the broker's check of its
+        topic does): never a refusal (:class:`~streamwal.wal.deletion.ChannelRecords`)."""
+        return None
+
+    async def delete_channel_keys(self, channel: str) -> int:
+        """Forget ``channel``'s term, as the channel is deleted: 1 if it had one."""
+        return await self._store.delete_key(self.key(channel))
 
 
 def _now_ms() -> int:

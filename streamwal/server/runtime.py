@@ -1,4 +1,5 @@
 """One streaming node: TSO access, the Pulsar opener, its channels and its gRPC server.
+The module stays whole past 500 lines: its start and close are one ordered sequence each.
 
 Start order: the gRPC port (a taken port fails the start: SO_REUSEPORT is off, so
 two nodes never share an address), TSO (in-process oracle campaigns, or a remote
@@ -84,6 +85,7 @@ from streamwal.tso import (
 )
 from streamwal.tso.tls import server_credentials
 from streamwal.version import __version__
+from streamwal.wal.deletion import ChannelRecords
 
 __all__ = ["Node", "client_tls"]
 
@@ -161,6 +163,7 @@ class Node:
         self._channels: ChannelManager | None = None
         self._terms: EtcdTerms | None = None
         self._cluster: ClusterMember | None = None
+        self._records: list[ChannelRecords] = []  # who keeps keys of a channel (its delete)
         self._server: grpc.aio.Server | None = None
         self._health = HealthService()
         self._port = 0
@@ -250,15 +253,17 @@ class Node:
             if not cfg.cluster.enabled:  # a cluster hands terms out with its assignments
                 self._terms = EtcdTerms(cfg.etcd, cfg.tso.key_prefix)
                 await self._terms.start()
+                self._records.append(self._terms)
             self._channels = ChannelManager(
                 self._opener, self._allocator_factory(), cfg.node.id, cfg.wal, terms=self._terms
             )
             pb_grpc.add_StreamingNodeServicer_to_server(
-                NodeServicer(self._channels, self._opener), self._server
+                NodeServicer(self._channels, self._opener, records=self._records), self._server
             )
             health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
             if cfg.cluster.enabled:
                 cluster = self._cluster = self._cluster_member()
+                self._records.append(cluster.channel_records())
                 add_routing_servicer(self._server, lambda: cluster.latest_view)
             else:
                 add_routing_servicer(self._server, None)

@@ -107,6 +107,11 @@ class Owner(Protocol):
         """Truncate by a retention window now; the truncation point (``None``: none)."""
         ...
 
+    async def truncate_to(self, message_id: bytes) -> bytes | None:
+        """Truncate every message up to and including ``message_id``; the last id
+        truncated, after the checkpoints' clamp (``None``: nothing new)."""
+        ...
+
     async def close(self) -> None:
         """Give the channel up (the library closes its WAL, a node removes it)."""
         ...
@@ -190,6 +195,10 @@ class _LibraryOwner:
         await self.wal.truncate(retention_s)
         point = (await self.wal.retention()).truncated_before
         return point.to_bytes() if point is not None else None
+
+    async def truncate_to(self, message_id: bytes) -> bytes | None:
+        used = await self.wal.truncate_to(self.wal.message_id_decoder(message_id))
+        return used.to_bytes() if used is not None else None
 
     async def close(self) -> None:
         await self.wal.close()
@@ -297,6 +306,10 @@ class _NodeOwner:
     async def truncate(self, retention_s: float) -> bytes | None:
         answer = await self._client.truncate(self._channel, retention_s)
         return bytes(answer.truncated_before) or None
+
+    async def truncate_to(self, message_id: bytes) -> bytes | None:
+        answer = await self._client.truncate(self._channel, up_to=message_id)
+        return bytes(answer.truncated_through) or None
 
     async def close(self) -> None:
         """Idempotent, as the library's: a channel the node no longer holds (removed,

@@ -333,7 +333,7 @@ async def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 
 async def test_truncation_refuses_reads_of_what_it_dropped(target: Target) -> None:
     """By retention, held back by a consumer's checkpoint: the checkpoint's message is
-    kept, every one before it is truncated (truncate-to-id is not covered here yet)."""
+    kept, every one before it is truncated."""
     channel = target.channel("truncate")
     owner = await target.open(channel, 0)
     acked = [await owner.append(f"m-{i}".encode()) for i in range(5)]
@@ -350,4 +350,38 @@ async def test_truncation_refuses_reads_of_what_it_dropped(target: Target) -> No
             channel, Policy.start_from(acked[2].id), node=node, read_only=read_only
         ) as messages:
             assert ids(await take(messages, 3)) == [a.id for a in acked[2:]]
+    await owner.close()
+
+
+async def test_truncate_to_an_id_is_inclusive_and_all_starts_after_it(target: Target) -> None:
+    """Milvus's ``Truncate(id)``: the id and everything before it are discarded; ``all``
+    starts at the first message kept, from the owner and from a read-only reader; a
+    read from the id is refused, one after it is where the log goes on; a checkpoint
+    behind clamps it to just before the checkpoint's message."""
+    channel = target.channel("truncate-to")
+    owner = await target.open(channel, 0)
+    acked = [await owner.append(f"m-{i}".encode()) for i in range(8)]
+    await owner.checkpoint("slowest", acked[2].id, acked[2].time_tick)
+    clamped = await owner.truncate_to(acked[5].id)
+    assert clamped is not None
+    assert target.log_order(acked[1].id) <= target.log_order(clamped)
+    assert target.log_order(clamped) < target.log_order(acked[2].id)
+
+    await owner.checkpoint("slowest", acked[7].id, acked[7].time_tick)
+    assert await owner.truncate_to(acked[5].id) == acked[5].id
+    assert await owner.truncate_to(acked[3].id) is None  # truncated already
+    for node, read_only in ((0, False), (1, True)):
+        async with target.read(channel, Policy.all(), node=node, read_only=read_only) as messages:
+            first = [m for m in await take_until(messages, acked[7].id) if not m.wal_record]
+            assert ids(first) == [a.id for a in acked[6:]]
+        with pytest.raises(TruncatedError):
+            async with target.read(
+                channel, Policy.start_from(acked[5].id), node=node, read_only=read_only
+            ) as messages:
+                await take(messages, 1)
+        async with target.read(
+            channel, Policy.start_after(acked[5].id), node=node, read_only=read_only
+        ) as messages:
+            after = [m for m in await take_until(messages, acked[7].id) if not m.wal_record]
+            assert ids(after) == [a.id for a in acked[6:]]
     await owner.close()

@@ -308,9 +308,23 @@ class NodeClient(StreamCalls):
         )
 
     async def truncate(
-        self, pchannel: str, retention_s: float | None = None
+        self, pchannel: str, retention_s: float | None = None, *, up_to: bytes | None = None
     ) -> pb.TruncateResponse:
+        """By the retention window (``retention_s``, default the node's), or through the
+        message id ``up_to`` (inclusive); the answer's ``truncated_through`` is the point
+        the slowest checkpoint let it use (empty: nothing new was truncated)."""
         request = pb.TruncateRequest(pchannel=pchannel)
         if retention_s is not None:
             request.retention_s = retention_s
+        if up_to is not None:
+            request.up_to = up_to
         return await self._unary(self._stub.Truncate, request)  # type: ignore[no-any-return]
+
+    async def delete_channel(self, pchannel: str) -> pb.DeleteChannelResponse:
+        """Delete the channel: its log, its subscriptions, its keys. Raises the typed
+        errors of the refusal: :class:`~streamwal.errors.ChannelInUseError` (FAILED_PRECONDITION)
+        while a node serves it, :class:`~streamwal.errors.ChannelNotFoundError` (NOT_FOUND)
+        when there is nothing of it (a second delete)."""
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.DeleteChannel, pb.DeleteChannelRequest(pchannel=pchannel)
+        )
