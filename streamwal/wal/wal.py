@@ -27,7 +27,8 @@ from streamwal.wal.backend import BackendWAL, DeliveryPolicy
 from streamwal.wal.config import WALConfig
 from streamwal.wal.interceptors import AppendResult, InterceptorChain, InterceptorParams
 from streamwal.wal.interceptors.txn import TxnInterceptor
-from streamwal.wal.message import MessageIdDecoder, MessageType, MutableMessage
+from streamwal.wal.message import MessageIdDecoder, MutableMessage
+from streamwal.wal.message.checks import check_append as _check_message
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_append, record_append_batch
 from streamwal.wal.mvcc import MVCCManager
@@ -453,41 +454,6 @@ class WAL(_Readable):
 
     async def __aenter__(self) -> WAL:
         return self
-
-
-MAX_PROPERTIES_BYTES = 1024 * 1024
-"""The most bytes a message's properties may take (keys and values): a property map is
-metadata, copied whole wherever the message goes; data belongs in the payload."""
-_MAX_NAME_BYTES = 65_535  # a type or a vchannel, as log format v2 frames them
-
-
-def _check_message(msg: object, max_bytes: int) -> None:
-    if not isinstance(msg, MutableMessage):
-        raise InvalidInputError(f"append takes a MutableMessage, got {type(msg).__name__}")
-    kind = msg.type
-    if isinstance(kind, MessageType):  # a caller's type is a str, "TimeTick" included
-        raise InvalidInputError(f"{kind} records are written by the WAL itself")
-    if len(msg.payload) > max_bytes:
-        raise InvalidInputError(
-            f"a payload of {len(msg.payload)} bytes is over the largest message this WAL "
-            f"takes, {max_bytes} bytes (wal.max_message_bytes)"
-        )
-    if len(kind) > _MAX_NAME_BYTES // 4 or len(msg.vchannel) > _MAX_NAME_BYTES // 4:
-        for what, text in (("type", str(kind)), ("vchannel", msg.vchannel)):
-            if len(text.encode()) > _MAX_NAME_BYTES:
-                raise InvalidInputError(f"a message's {what} takes at most 65,535 bytes")
-    properties = msg.properties
-    if properties:
-        size = 0
-        for key, value in properties.items():
-            size += len(key) + len(value)
-        if size > MAX_PROPERTIES_BYTES // 4:
-            size = sum(len(k.encode()) + len(v.encode()) for k, v in properties.items())
-            if size > MAX_PROPERTIES_BYTES:
-                raise InvalidInputError(
-                    f"a message's properties take {size} bytes; at most "
-                    f"{MAX_PROPERTIES_BYTES} (data belongs in the payload)"
-                )
 
 
 def _outcome_label(outcome: AppendResult | StreamwalError) -> str:
