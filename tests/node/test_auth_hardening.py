@@ -14,7 +14,6 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import message_factory
 
 from streamwal.cli import main
 from streamwal.cluster.proto import routing_pb2, routing_pb2_grpc
@@ -148,8 +147,9 @@ async def _call(
 ) -> grpc.StatusCode:
     """The status a call of ``full`` on ``pchannel`` gets; a produce stream's in-band
     refusal counts as the call's."""
-    request_type = message_factory.GetMessageClass(method.input_type)
-    response_type = message_factory.GetMessageClass(method.output_type)
+    module = pb if method.containing_service.name == "StreamingNode" else routing_pb2
+    request_type = getattr(module, method.input_type.name)
+    response_type = getattr(module, method.output_type.name)
     request = request_type(pchannel=pchannel)
     if "messages" in request_type.DESCRIPTOR.fields_by_name:
         request.messages.add()
