@@ -167,3 +167,43 @@ async def test_cluster_client_takes_an_etcd_config(ops_etcd: EtcdProcess) -> Non
         ClusterClient([ops_etcd.endpoint], etcd=ops)
     with pytest.raises(InvalidInputError):
         ClusterClient(etcd=ops, nodes=["127.0.0.1:1"])
+
+
+def test_the_console_keeps_the_etcd_section_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``streamwal produce``/``consume`` through a node file's cluster use its etcd
+    section as it is (user, password and TLS), and etcd credentials given as options
+    go with ``--etcd`` only."""
+    from streamwal.cli import _build_parser, main
+    from streamwal.console import _where_to
+    from streamwal.node.config import load_config
+    from tests.node.certs import TestCA
+
+    ca = TestCA(tmp_path)
+    client = ca.issue("ops", server=False, client=True)
+    config = tmp_path / "node.yaml"
+    config.write_text(
+        "etcd:\n  endpoints: [127.0.0.1:2379]\n  user: ops\n  password: ops-pw-SECRET\n"
+        f"  tls: {{ca_file: {ca.ca_file}, cert_file: {client.cert_file}, "
+        f"key_file: {client.key_file}}}\n"
+        "cluster:\n  enabled: true\n  key_prefix: /prod-a\n"
+    )
+    args = _build_parser().parse_args(["produce", "c1", "-m", "x", "--config", str(config)])
+    target = _where_to(args)
+    assert target.etcd == load_config(config).etcd and target.prefix == "/prod-a"
+    assert target.etcd is not None and target.etcd.tls.cert_file == client.cert_file
+    password = _password_file(tmp_path, "ops")
+    args = _build_parser().parse_args(
+        [
+            *("consume", "c1", "--etcd", "127.0.0.1:2379", "--etcd-user", "ops"),
+            *("--etcd-password-file", password, "--etcd-ca-file", ca.ca_file),
+        ]
+    )
+    given = _where_to(args).etcd
+    assert given is not None and (given.user, given.password) == ("ops", "ops-pw-SECRET")
+    assert given.tls.ca_file == ca.ca_file
+    assert main(["produce", "c1", "-m", "x", "--node", "127.0.0.1:1", "--etcd-user", "ops"]) == 2
+    assert "--etcd-user" in capsys.readouterr().err
+    assert main(["produce", "c1", "-m", "x", "--etcd", "127.0.0.1:2379", "--etcd-user", "ops"]) == 2
+    assert "--etcd-password-file" in capsys.readouterr().err
