@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from streamwal.cli import main
+from streamwal.errors import ConfigError
 from streamwal.cluster.proto import routing_pb2, routing_pb2_grpc
 from streamwal.node.auth import (
     AUDIT_LOGGER,
@@ -28,6 +29,7 @@ from streamwal.node.auth import (
     is_loopback,
 )
 from streamwal.node.auth_settings import AuthSettings, IdentitySettings
+from streamwal.node.config import load_config
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.server_tracing import ServerInterceptor
@@ -403,3 +405,31 @@ def test_config_show_names_token_files_never_tokens(
         shown = capsys.readouterr().out
         assert "SECRET" not in shown, fmt
         assert str(token) in shown and str(peer) in shown and "APP_TOKEN" in shown
+
+
+def test_two_identities_never_share_a_token_or_a_certificate_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Either would make one identity the other, silently (the last one read won)."""
+    token = tmp_path / "a.token"
+    token.write_text("shared-SECRET\n")
+    monkeypatch.setenv("B_TOKEN", "  shared-SECRET ")
+    with pytest.raises(ConfigError) as same_token:
+        IdentityBook(
+            [
+                IdentitySettings("a", ("admin",), token_file=str(token)),
+                IdentitySettings("b", ("consumer",), token_env="B_TOKEN"),
+            ]
+        )
+    assert same_token.value.key == "auth.identities[1]"
+    assert "'a'" in str(same_token.value) and "SECRET" not in str(same_token.value)
+    path = tmp_path / "node.yaml"
+    path.write_text(
+        "auth:\n  identities:\n"
+        "    - name: ops\n      roles: [admin]\n      certificate: ops.example.com\n"
+        "    - name: app\n      roles: [producer]\n      certificate: ops.example.com\n"
+    )
+    with pytest.raises(ConfigError) as same_name:
+        load_config(path, environ={})
+    assert same_name.value.key == "auth.identities[1].certificate"
+    assert "'ops'" in str(same_name.value)

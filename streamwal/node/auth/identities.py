@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamwal.errors import ConfigError
 from streamwal.node.auth_settings import IdentitySettings, read_token
 
 __all__ = ["AUTHORIZATION", "Identity", "IdentityBook", "Unknown"]
@@ -74,20 +75,33 @@ class IdentityBook:
     """The identities of the ``auth:`` section, looked up by token or certificate name.
 
     Tokens are read once, when the book is built (a node start): a rotated token
-    file takes effect at the next start.
+    file takes effect at the next start. Two identities with the same token, or the
+    same certificate name, are refused here (:class:`ConfigError` naming both, never
+    the token): either would make one of them the other, silently.
     """
 
     def __init__(self, identities: Sequence[IdentitySettings]) -> None:
         self._tokens: list[tuple[bytes, Identity]] = []
         self._certificates: dict[str, Identity] = {}
         for i, settings in enumerate(identities):
+            key = f"auth.identities[{i}]"
             identity = Identity(settings.name, frozenset(settings.roles), tuple(settings.channels))
             if settings.token_file is not None or settings.token_env is not None:
-                token = read_token(
-                    f"auth.identities[{i}]", file=settings.token_file, env=settings.token_env
-                )
-                self._tokens.append((_digest(token), identity))
+                token = read_token(key, file=settings.token_file, env=settings.token_env)
+                digest = _digest(token)
+                for known, other in self._tokens:
+                    if hmac.compare_digest(digest, known):
+                        raise ConfigError(
+                            key, f"{settings.name!r} has the same token as {other.name!r}"
+                        )
+                self._tokens.append((digest, identity))
             if settings.certificate is not None:
+                other = self._certificates.get(settings.certificate)
+                if other is not None:
+                    raise ConfigError(
+                        f"{key}.certificate",
+                        f"{settings.certificate!r} is {other.name!r}'s certificate name too",
+                    )
                 self._certificates[settings.certificate] = identity
 
     def identify(self, context: Any) -> Identity | Unknown:
