@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from streamwal.cli import main
-from streamwal.errors import ConfigError
 from streamwal.cluster.proto import routing_pb2, routing_pb2_grpc
+from streamwal.errors import ConfigError
 from streamwal.node.auth import (
     AUDIT_LOGGER,
     RULES,
