@@ -89,10 +89,10 @@ class IdentityBook:
             if settings.token_file is not None or settings.token_env is not None:
                 token = read_token(key, file=settings.token_file, env=settings.token_env)
                 digest = _digest(token)
-                for known, other in self._tokens:
+                for known, holder in self._tokens:
                     if hmac.compare_digest(digest, known):
                         raise ConfigError(
-                            key, f"{settings.name!r} has the same token as {other.name!r}"
+                            key, f"{settings.name!r} has the same token as {holder.name!r}"
                         )
                 self._tokens.append((digest, identity))
             if settings.certificate is not None:
