@@ -98,6 +98,12 @@ def register(sub: Any) -> None:
     )
     consume.add_argument("--vchannel", default="", help="only this vchannel's messages")
     consume.add_argument(
+        "--read-only",
+        action="store_true",
+        help="read without the owner: any node serves it (--node: that one, owner or "
+        "not), and the read goes on while the channel changes owners",
+    )
+    consume.add_argument(
         "--time-ticks",
         action="store_true",
         help="also show the time ticks the WAL writes itself (counted by --count then)",
@@ -263,7 +269,9 @@ async def _consume(args: argparse.Namespace, target: _Target) -> int:
     policy = _policy(args)
     got = 0
     async with target.client() as client:
-        stream = client.consume(args.channel, policy, vchannel=args.vchannel)
+        stream = client.consume(
+            args.channel, policy, vchannel=args.vchannel, read_only=args.read_only
+        )
         async with contextlib.aclosing(stream):
             while args.count is None or got < args.count:
                 try:

@@ -1,6 +1,8 @@
 """The one error hierarchy of streamwal.
 
 Every error a caller can act on is a distinct type rooted in :class:`StreamwalError`.
+The module stays whole past 500 lines: one hierarchy in one module is where a caller
+finds every error it may have to handle, and each class is a few lines.
 ``retriable`` tells a retry loop whether trying again may succeed without the caller
 changing anything; it is read by the first-time-tick loop and the append retry.
 
@@ -27,6 +29,7 @@ __all__ = [
     "BatchAppendError",
     "BufferSealedError",
     "ChannelFencedError",
+    "ChannelInUseError",
     "ChannelNotFoundError",
     "ClosedError",
     "ConfigError",
@@ -50,6 +53,7 @@ __all__ = [
     "SequenceError",
     "SequenceGapError",
     "SequenceTooOldError",
+    "StaleTermError",
     "StreamwalError",
     "TimestampOverflowError",
     "TimestampRegressionError",
@@ -171,6 +175,24 @@ class ChannelNotFoundError(StreamwalError, LookupError):
     def __init__(self, channel: str, message: str | None = None) -> None:
         self.channel = channel
         super().__init__(message or f"channel {short_repr(channel)} is not open on this node")
+
+
+class ChannelInUseError(StreamwalError):
+    """A channel cannot be deleted while it is served: a node has it open, its
+    cluster assigns it to a live node, or a producer or reader is attached to its log.
+    Nothing was deleted; stop serving it (remove it from its node or its cluster's
+    set) and delete it then."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+    def __init__(self, channel: str, reason: str) -> None:
+        self.channel = channel
+        self.reason = reason
+        super().__init__(f"channel {short_repr(channel)} is in use ({reason}); nothing deleted")
+
+    def status_details(self) -> str:
+        """Told apart from a fence, which shares the code (the client reads the prefix)."""
+        return f"channel in use: {self}"
 
 
 class NoSuchChannelError(ChannelNotFoundError):
@@ -296,10 +318,21 @@ class TruncatedError(StreamwalError):
 
     grpc_status = "OUT_OF_RANGE"
 
-    def __init__(self, channel: str, asked: object, earliest: object) -> None:
+    def __init__(
+        self, channel: str, asked: object, earliest: object, *, through: bool = False
+    ) -> None:
         self.channel = channel
         self.asked = asked
         self.earliest = earliest
+        #: ``earliest`` is the last message discarded (a truncate to an id), not the
+        #: first kept
+        self.through = through
+        if through:
+            super().__init__(
+                f"channel {channel!r} is truncated through {earliest} (inclusive); {asked} "
+                f"is no longer kept (read after {earliest})"
+            )
+            return
         super().__init__(
             f"channel {channel!r} is truncated before {earliest}; {asked} is no longer kept "
             f"(read from {earliest} or later)"
@@ -443,6 +476,30 @@ class PlacementRefusedError(StreamwalError):
         self.action = action
         self.how = how
         super().__init__(f"{action} refused: {how}")
+
+
+class StaleTermError(StreamwalError):
+    """An open of a channel under a term below its current one (Milvus's
+    ``PChannelInfo.Term``), or under the current term by another node: a newer owner
+    was given the channel, so this open would fence it. Nothing was opened; a caller
+    that means to take the channel over asks again with a higher term (or none)."""
+
+    grpc_status = "FAILED_PRECONDITION"
+    #: the status details start with this, which a client of the node reads back
+    DETAILS_PREFIX: ClassVar[str] = "stale term"
+
+    def __init__(self, channel: str, term: int, current: int, holder: int | None = None) -> None:
+        self.channel = channel
+        self.term = term
+        self.current = current
+        self.holder = holder
+        held = f" (held by node {holder})" if holder is not None else ""
+        super().__init__(
+            f"channel {short_repr(channel)}: term {term} is stale: its term is {current}{held}"
+        )
+
+    def status_details(self) -> str:
+        return f"{self.DETAILS_PREFIX}: {self}"
 
 
 class DeposedError(StreamwalError):

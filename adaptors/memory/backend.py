@@ -20,6 +20,7 @@ from streamwal.errors import (
     ClosedError,
     DecodeError,
     InvalidInputError,
+    NoSuchChannelError,
     OutcomeUnknownError,
     TruncatedError,
     UnavailableError,
@@ -106,6 +107,11 @@ class MemoryLogStore:
 
     def log(self, channel: str) -> _Log:
         return self._logs.setdefault(channel, _Log())
+
+    def exists(self, channel: str) -> bool:
+        """Whether an owner ever opened ``channel`` (a reader alone leaves it absent)."""
+        log = self._logs.get(channel)
+        return log is not None and (log.epoch > 0 or bool(log.entries))
 
     def entries(self, channel: str) -> list[BackendMessage]:
         """A snapshot of one log, for assertions."""
@@ -259,7 +265,8 @@ class MemoryBackendWAL:
                 raise InvalidInputError(f"{message_id!r} is not a memory message id")
             if message_id.offset >= len(self._log.entries):
                 raise InvalidInputError(f"message id {message_id} is not in {self._channel!r}")
-            if message_id.offset < self._log.truncated_before:
+            first = message_id.offset + (policy.kind == DeliveryPolicy.START_AFTER)
+            if first < self._log.truncated_before:
                 raise TruncatedError(
                     self._channel, message_id, MemoryMessageId(self._log.truncated_before)
                 )
@@ -275,7 +282,8 @@ class MemoryBackendWAL:
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         self._check_open()
         point = self._truncation_point()
-        if point is not None and checkpoint.message_id < point:
+        # resuming after a checkpoint reads from the next message: that one must be kept
+        if point is not None and self._offset_of(checkpoint.message_id) + 1 < point.offset:
             raise TruncatedError(self._channel, checkpoint.message_id, point)
         self._log.checkpoints[checkpoint.consumer] = checkpoint
 
@@ -309,6 +317,24 @@ class MemoryBackendWAL:
             raise InvalidInputError(f"{before!r} is not a memory message id")
         self._log.truncated_before = max(self._log.truncated_before, before.offset)
 
+    async def truncate_through(self, through: MessageId) -> None:
+        """One message per entry here: the next offset is the first kept."""
+        await self.truncate(MemoryMessageId(self._offset_of(through) + 1))
+
+    async def locate(self, message_id: MessageId) -> None:
+        self._check_open()
+        if self._offset_of(message_id) >= len(self._log.entries):
+            raise InvalidInputError(f"message id {message_id} is not in {self._channel!r}")
+
+    async def message_before(self, message_id: MessageId) -> MessageId | None:
+        offset = self._offset_of(message_id) - 1
+        return MemoryMessageId(offset) if offset >= self._log.truncated_before else None
+
+    def _offset_of(self, message_id: MessageId) -> int:
+        if not isinstance(message_id, MemoryMessageId):
+            raise InvalidInputError(f"{message_id!r} is not a memory message id")
+        return message_id.offset
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -334,6 +360,12 @@ class MemoryOpener:
 
     def message_id_from_bytes(self, data: bytes) -> MemoryMessageId:
         return MemoryMessageId.from_bytes(data)
+
+    async def require_channel(self, channel: str) -> None:
+        """The :class:`~streamwal.wal.backend.ChannelDirectory` check."""
+        validate_channel_name(channel)
+        if not self.store.exists(channel):
+            raise NoSuchChannelError(channel, "no log of that name in the in-process store")
 
     async def close(self) -> None:
         self._closed = True

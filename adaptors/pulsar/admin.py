@@ -23,7 +23,12 @@ from streamwal.defaults import PULSAR_BROKER_PORT, PULSAR_WEB_PORT
 from streamwal.errors import MisconfiguredError, UnavailableError
 from streamwal.retry import Retry
 
-__all__ = ["PulsarAdmin", "admin_url_for", "require_topic"]
+__all__ = ["AdminRefusedError", "PulsarAdmin", "admin_url_for", "require_topic"]
+
+
+class AdminRefusedError(UnavailableError):
+    """412 Precondition Failed: the broker refused the call in the topic's present state
+    (a delete while a producer or consumer is attached); it may pass later."""
 
 #: Pulsar's standard binary ports and the admin port beside each
 _ADMIN_PORTS = {
@@ -131,6 +136,8 @@ class PulsarAdmin:
                 ) from None
             if exc.code == 409:
                 raise FileExistsError(f"{method} {path}: {detail}") from None
+            if exc.code == 412:
+                raise AdminRefusedError(f"admin {method} {path}: {exc.code} {detail}") from None
             raise UnavailableError(f"admin {method} {path}: {exc.code} {detail}") from None
         except (OSError, TimeoutError) as exc:
             raise UnavailableError(

@@ -133,6 +133,15 @@ class PulsarBackendWAL:
     async def truncate(self, before: MessageId) -> None:
         await self._retention.truncate(before)
 
+    async def truncate_through(self, through: MessageId) -> None:
+        await self._retention.truncate_through(through)
+
+    async def locate(self, message_id: MessageId) -> None:
+        await self._readers.locate(message_id)
+
+    async def message_before(self, message_id: MessageId) -> MessageId | None:
+        return await self._readers.message_before(message_id)
+
     async def explain_quota(self, error: QuotaExceededError) -> QuotaExceededError:
         return await self._retention.explain_quota(error)
 

@@ -20,13 +20,14 @@ import pulsar
 from pulsar import asyncio as pulsar_asyncio
 from pulsar.asyncio import PulsarException
 
-from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for
+from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for, require_topic
 from streamwal.adaptors.pulsar.channel import PulsarBackendWAL
 from streamwal.adaptors.pulsar.client_check import check_client
 from streamwal.adaptors.pulsar.clients import WriterClients
 from streamwal.adaptors.pulsar.config import PolicyAction, PulsarConfig
 from streamwal.adaptors.pulsar.cursor import hold_log
 from streamwal.adaptors.pulsar.deduplication import deduplication_enforced
+from streamwal.adaptors.pulsar.deletion import delete_topic
 from streamwal.adaptors.pulsar.errors import translate
 from streamwal.adaptors.pulsar.exclusivity import probe_topic, verify_exclusive_access
 from streamwal.adaptors.pulsar.message_id import PulsarMessageId
@@ -42,6 +43,7 @@ from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.errors import (
     ClosedError,
     ExclusivityNotEnforcedError,
+    MisconfiguredError,
     StreamwalError,
     UnavailableError,
 )
@@ -188,6 +190,14 @@ class PulsarOpener:
         wal.message_size_limit = self.max_message_size
         self._channels.add(wal)
         return wal
+
+    async def require_channel(self, channel: str) -> None:
+        """The :class:`~streamwal.wal.backend.ChannelDirectory` check, asked of the admin
+        API (a reader would create the topic). Without an admin API nothing can be
+        asked without creating the topic, so the channel is taken to exist."""
+        validate_channel_name(channel)
+        if self.admin is not None:
+            await require_topic(self.admin, self.config.topic(channel), channel)
 
     async def verify_broker(self) -> None:
         """The self-checks a first write runs: exclusivity, then deduplication; and
@@ -423,6 +433,17 @@ class PulsarOpener:
         # a fresh error each time: re-raising one instance would grow its traceback
         assert self._refusal is not None
         return ExclusivityNotEnforcedError(*self._refusal.args)
+
+    async def delete_log(self, channel: str) -> int | None:
+        """Delete ``channel``'s topic and its subscriptions (:mod:`.deletion`; the
+        :class:`~streamwal.wal.deletion.ChannelDeleter` ability)."""
+        validate_channel_name(channel)
+        if self.admin is None:
+            raise MisconfiguredError(
+                f"channel {channel!r}: deleting a channel needs the broker's admin API; "
+                "set pulsar.admin_url"
+            )
+        return await delete_topic(self.admin, self.config.topic(channel), channel)
 
     def message_id_from_bytes(self, data: bytes) -> PulsarMessageId:
         return PulsarMessageId.from_bytes(data)

@@ -1,4 +1,12 @@
-"""Readers of a Pulsar channel, one per delivery policy."""
+"""Readers of a Pulsar channel, one per delivery policy.
+
+Every policy honours the truncation point: a read from (or after) a truncated message
+is refused, and ``all`` starts at the first message that is not truncated, not at the
+first entry the broker still has (the cursor keeps a truncated message's entry while
+another message of it is kept, and the broker drops ledgers when it gets to it). That
+first message is found by message id, skipping the truncated ones of the entry the
+read opens at.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +55,7 @@ class Readers:
 
     async def _open_reader(self, policy: DeliveryPolicy) -> PulsarScanner:
         if policy.kind == DeliveryPolicy.ALL:
-            return PulsarScanner(await self._reader(pulsar.MessageId.earliest), self._state.channel)
+            return await self._read_all()
         if policy.kind == DeliveryPolicy.LATEST:
             return PulsarScanner(await self._reader(pulsar.MessageId.latest), self._state.channel)
         if policy.kind not in (DeliveryPolicy.START_FROM, DeliveryPolicy.START_AFTER):
@@ -55,9 +63,13 @@ class Readers:
         start = policy.message_id
         if not isinstance(start, PulsarMessageId):
             raise InvalidInputError(f"{start!r} is not a Pulsar message id")
-        truncated = await self._retention.truncation_point()
-        if truncated is not None and start < truncated:
-            raise TruncatedError(self._state.channel, start, truncated)
+        truncated = await self._retention.truncation()
+        if (
+            truncated.covers(start)
+            if policy.kind == DeliveryPolicy.START_FROM
+            else truncated.covers_after(start)
+        ):
+            raise truncated.error(self._state.channel, start)
         # Open inclusive and check that the first entry is the one asked for: a
         # Pulsar reader silently moves to the next valid position otherwise.
         reader = await self._reader(start.to_pulsar(), inclusive=True)
@@ -80,6 +92,56 @@ class Readers:
             raise InvalidInputError(f"message id {start} is not in channel {self._state.channel!r}")
         keep = first if policy.kind == DeliveryPolicy.START_FROM else None
         return PulsarScanner(reader, self._state.channel, first=keep)
+
+    async def _read_all(self) -> PulsarScanner:
+        """From the first message not truncated: the reader opens at the entry of the
+        furthest truncation point and drops the messages that point covers."""
+        truncated = await self._retention.truncation()
+        points = [p for p in (truncated.before, truncated.through) if p is not None]
+        if not points:
+            return PulsarScanner(await self._reader(pulsar.MessageId.earliest), self._state.channel)
+        furthest = max(points)
+        if not isinstance(furthest, PulsarMessageId):
+            raise InvalidInputError(f"{furthest!r} is not a Pulsar message id")
+        entry = PulsarMessageId(furthest.ledger, furthest.entry)
+        reader = await self._reader(entry.to_pulsar(), inclusive=True)
+        return PulsarScanner(reader, self._state.channel, drop=truncated.covers)
+
+    async def locate(self, message_id: MessageId) -> None:
+        """Return if ``message_id`` is a message of the topic (a read from it finds it)."""
+        scanner = await within(
+            self._open_reader(DeliveryPolicy.start_from(message_id)),
+            timeout=self._state.config.operation_timeout_s + 1,
+        )
+        await scanner.close()
+
+    async def message_before(self, message_id: MessageId) -> MessageId | None:
+        """The last message before ``message_id`` still kept: the batch index before it,
+        else the last message of the entry before (read, to see how many it holds)."""
+        if not isinstance(message_id, PulsarMessageId):
+            raise InvalidInputError(f"{message_id!r} is not a Pulsar message id")
+        if message_id.batch_index > 0:
+            return PulsarMessageId(message_id.ledger, message_id.entry, message_id.batch_index - 1)
+        previous = await self._retention.entry_before(message_id.ledger, message_id.entry)
+        if previous is None:
+            return None
+        try:
+            scanner = await self._open_reader(
+                DeliveryPolicy.start_from(PulsarMessageId(*previous))
+            )
+        except (TruncatedError, InvalidInputError):
+            return None  # that entry is gone already
+        last: MessageId | None = None
+        try:
+            while True:
+                found = await within(
+                    anext(scanner), timeout=self._state.config.operation_timeout_s
+                )
+                if found.message_id >= message_id:
+                    return last
+                last = found.message_id
+        finally:
+            await scanner.close()
 
     async def _reader(self, start: Any, inclusive: bool = False) -> Any:
         try:

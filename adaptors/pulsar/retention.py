@@ -11,7 +11,11 @@ the broker's subscription stats give each consumer's backlog for free.
 Truncation moves the WAL's own cursor (:mod:`.cursor`): its properties record the
 truncation point first, then the cursor is reset to it and the topic trimmed, so the
 broker deletes every ledger that no cursor holds any more and that the namespace's
-retention does not keep. Nothing else deletes.
+retention does not keep. Nothing else deletes. A truncate to an id records the last
+message discarded (``streamwal.truncated_through``) beside the retention rounds' bound
+(``streamwal.truncated_before``), and resets the cursor to that message's entry: the
+entry stays until a later truncation passes it, so an entry is dropped only once all
+its messages are.
 
 Everything here goes through the admin API (the binary protocol cannot set
 subscription properties, nor reset a cursor without connecting a consumer to it).
@@ -30,7 +34,6 @@ from streamwal.errors import (
     MisconfiguredError,
     QuotaExceededError,
     StreamwalError,
-    TruncatedError,
     UnavailableError,
 )
 from streamwal.wal.message_id import MessageId
@@ -38,6 +41,7 @@ from streamwal.wal.retention_contract import (
     Checkpoint,
     ConsumerState,
     RetentionState,
+    TruncationPoint,
     validate_consumer_name,
 )
 
@@ -47,6 +51,7 @@ CONSUMER_PREFIX = "streamwal-consumer-"
 _ID = "streamwal.checkpoint.id"
 _TIME_TICK = "streamwal.checkpoint.time_tick"
 _TRUNCATED = "streamwal.truncated_before"
+_THROUGH = "streamwal.truncated_through"
 
 
 def _position(message_id: MessageId) -> dict[str, int]:
@@ -59,6 +64,14 @@ def _pulsar_id(message_id: MessageId) -> PulsarMessageId:
     if not isinstance(message_id, PulsarMessageId):
         raise DecodeError(f"{message_id!r} is not a Pulsar message id")
     return message_id
+
+
+def _point(props: dict[str, str]) -> TruncationPoint:
+    def read(key: str) -> PulsarMessageId | None:
+        raw = props.get(key)
+        return PulsarMessageId.from_bytes(bytes.fromhex(raw)) if raw else None
+
+    return TruncationPoint(read(_TRUNCATED), read(_THROUGH))
 
 
 def _from_admin(answer: Any) -> PulsarMessageId | None:
@@ -95,9 +108,9 @@ class TopicRetention:
         return f"{self._path}/subscription/{urllib.parse.quote(name, safe='')}"
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        point = await self.truncation_point()
-        if point is not None and checkpoint.message_id < point:
-            raise TruncatedError(self._channel, checkpoint.message_id, point)
+        point = await self.truncation()
+        if point.covers_after(checkpoint.message_id):
+            raise point.error(self._channel, checkpoint.message_id)
         subscription = self._subscription(checkpoint.consumer)
         position = _position(checkpoint.message_id)
         try:  # created at the checkpoint: it holds from there from the start
@@ -120,11 +133,11 @@ class TopicRetention:
         if not isinstance(stats, dict):
             return RetentionState()
         consumers = []
-        truncated = None
+        truncated = TruncationPoint()
         for name, sub in (stats.get("subscriptions") or {}).items():
             props = sub.get("subscriptionProperties") or {}
-            if name == self._wal_cursor_name and _TRUNCATED in props:
-                truncated = PulsarMessageId.from_bytes(bytes.fromhex(props[_TRUNCATED]))
+            if name == self._wal_cursor_name:
+                truncated = _point(props)
             if not name.startswith(CONSUMER_PREFIX) or _ID not in props:
                 continue  # not ours, or created and not yet given its checkpoint
             checkpoint = Checkpoint(
@@ -136,18 +149,33 @@ class TopicRetention:
                 ConsumerState(checkpoint, sub.get("msgBacklog"), sub.get("backlogSize"))
             )
         consumers.sort(key=lambda c: c.checkpoint.consumer)
-        return RetentionState(truncated, stats.get("storageSize"), consumers)
+        return RetentionState(
+            truncated.before, stats.get("storageSize"), consumers, truncated.through
+        )
 
     async def truncation_point(self) -> PulsarMessageId | None:
-        """The recorded truncation point; ``None`` without one, or without an admin API
-        (then nothing can have been truncated through it either)."""
+        """Where a reader of the raw log (``streamwal verify``) finds it whole: the
+        retention rounds' point, or the entry of the last message a truncate to an id
+        discarded (kept while its entry is), whichever is further; ``None``: never
+        truncated."""
+        point = await self.truncation()
+        found = [_pulsar_id(point.before)] if point.before is not None else []
+        if point.through is not None:
+            through = _pulsar_id(point.through)
+            found.append(PulsarMessageId(through.ledger, through.entry))
+        return max(found) if found else None
+
+    async def truncation(self) -> TruncationPoint:
+        """What the recorded truncations discarded; nothing without an admin API (then
+        nothing can have been truncated through it either)."""
         if self._admin is None:
-            return None
+            return TruncationPoint()
+        return _point(await self._cursor_properties())
+
+    async def _cursor_properties(self) -> dict[str, str]:
         cursor = f"{self._path}/subscription/{self._wal_cursor}/properties"
-        props = await self._admin.get(cursor)
-        if not isinstance(props, dict) or _TRUNCATED not in props:
-            return None
-        return PulsarMessageId.from_bytes(bytes.fromhex(props[_TRUNCATED]))
+        props = await self.admin.get(cursor)
+        return dict(props) if isinstance(props, dict) else {}
 
     async def position_at(self, publish_time_ms: int) -> MessageId | None:
         found, first, last = await asyncio.gather(
@@ -200,10 +228,36 @@ class TopicRetention:
         return QuotaExceededError(f"{error}: quota {quota}{held}", error.outcome)
 
     async def truncate(self, before: MessageId) -> None:
+        await self._record_and_trim(_TRUNCATED, before)
+
+    async def truncate_through(self, through: MessageId) -> None:
+        await self._record_and_trim(_THROUGH, through)
+
+    async def _record_and_trim(self, key: str, point: MessageId) -> None:
+        """Record ``point`` under ``key`` (the properties are replaced whole: the other
+        kind's point is kept), then move the cursor to its entry and trim."""
         cursor = f"{self._path}/subscription/{self._wal_cursor}"
-        await self.admin.put(f"{cursor}/properties", {_TRUNCATED: before.to_bytes().hex()})
-        await self.admin.post(f"{cursor}/resetcursor", _position(before))
+        props = await self._cursor_properties()
+        props[key] = point.to_bytes().hex()
+        await self.admin.put(f"{cursor}/properties", props)
+        await self.admin.post(f"{cursor}/resetcursor", _position(point))
         try:
             await self.admin.post(f"{self._path}/trim")
         except UnavailableError:
             pass  # the broker's own retention check deletes the ledgers later
+
+    async def entry_before(self, ledger: int, entry: int) -> tuple[int, int] | None:
+        """The entry before ``ledger:entry`` in the topic's ledgers; ``None`` if none."""
+        if entry > 0:
+            return ledger, entry - 1
+        internal = await self.admin.get(f"{self._path}/internalStats")
+        ledgers = (internal or {}).get("ledgers") or []
+        earlier = [
+            (int(item["ledgerId"]), int(item.get("entries") or 0))
+            for item in ledgers
+            if int(item["ledgerId"]) < ledger and int(item.get("entries") or 0) > 0
+        ]
+        if not earlier:
+            return None
+        last_ledger, entries = max(earlier)
+        return last_ledger, entries - 1

@@ -14,6 +14,7 @@ from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.errors import ClosedError
 from streamwal.timeouts import within
 from streamwal.wal.backend import BackendMessage
+from streamwal.wal.message_id import MessageId
 
 __all__ = ["PulsarScanner"]
 
@@ -24,8 +25,9 @@ CLOSE_PROBE_S = 1.0
 class PulsarScanner:
     """An async iterator over a topic; ``close()`` may be called at any time.
 
-    ``skip_first`` drops the first entry (used for StartAfter, whose reader is opened
-    inclusive so the start id can be checked against the topic).
+    ``first`` is delivered before what the reader reads (StartFrom read it to check
+    the start id against the topic); ``drop`` tells the messages a read opened inside
+    the truncated part skips, until the first it keeps (ids only grow from there).
     """
 
     def __init__(
@@ -34,8 +36,10 @@ class PulsarScanner:
         channel: str,
         first: BackendMessage | None = None,
         on_close: Callable[[PulsarScanner], None] = lambda _: None,
+        drop: Callable[[MessageId], bool] | None = None,
     ) -> None:
         self._reader = reader
+        self._drop = drop
         self._channel = channel
         self._pending = first
         self._closed = False
@@ -50,6 +54,15 @@ class PulsarScanner:
         return self
 
     async def __anext__(self) -> BackendMessage:
+        if self._drop is None:
+            return await self._next()
+        while True:
+            message = await self._next()
+            if not self._drop(message.message_id):
+                self._drop = None
+                return message
+
+    async def _next(self) -> BackendMessage:
         if self._closed:
             raise ClosedError(f"scanner of {self._channel!r} is closed")
         if self._pending is not None:

@@ -5,7 +5,9 @@ lease; the key's create revision is the term. Every assignment is written in a
 transaction that compares the key's create revision with the term and the
 assignment's mod revision with the one planned from, so a deposed balancer (lease
 expired, a newer term began) writes nothing, and two writers never interleave on one
-channel. Safety does not rest on this: the broker's fence does (docs/deploy.md).
+channel. The same transaction raises the channel's own term (``terms/<name>``, which
+the new owner opens the channel under: :mod:`streamwal.node.terms`) by one. Safety
+does not rest on this: the broker's fence does (docs/deploy.md).
 
 Each written move is a span (``cluster.move``) whose context travels in the
 assignment, so the new owner's ``wal.open`` joins the trace of the decision. A move
@@ -50,6 +52,7 @@ from streamwal.cluster.records import (
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import DeposedError, UnavailableError
+from streamwal.node.terms import ChannelTerm, encode_term
 from streamwal.tasks import cancel_and_wait
 
 __all__ = ["Balancer"]
@@ -281,6 +284,12 @@ class Balancer:
                     self._keys.released + decision.channel,
                 ]
             else:
+                channel_term = view.channel_term(decision.channel) + 1
+                term_key = self._keys.terms + decision.channel
+                held = view.terms.get(decision.channel)
+                expect[term_key] = 0 if held is None else held[1]
+                record = ChannelTerm(decision.channel, channel_term, decision.node, at)
+                puts.append((term_key, encode_term(record)))
                 assignment = Assignment(
                     decision.channel,
                     decision.node,
@@ -294,6 +303,7 @@ class Balancer:
                     None if start is None else start.last_alive_ms,
                     0 if start is None else start.precision_ms,
                     "" if start is None else start.evidence,
+                    channel_term,
                 )
                 puts.append((key, encode(assignment)))
             written = await self._store.fenced_write(

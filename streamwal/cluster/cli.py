@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamwal.argtypes import count_or_zero, seconds
+from streamwal.cluster.channel_records import ClusterChannelRecords, delete_channels
 from streamwal.cluster.moving import NoSuchNodeError, move_channel
 from streamwal.cluster.operations import (
     LiveNodesError,
@@ -61,6 +63,7 @@ from streamwal.errors import (
     StreamwalError,
 )
 from streamwal.exitcodes import NOT_FOUND, USAGE
+from streamwal.node.confirm import NotConfirmedError, confirm
 from streamwal.tso.config import DEFAULT_KEY_PREFIX
 from streamwal.tso.etcd_options import (
     add_etcd_credential_options,
@@ -68,6 +71,7 @@ from streamwal.tso.etcd_options import (
     given_etcd_credentials,
 )
 from streamwal.wal.backend import validate_channel_name
+from streamwal.wal.deletion import ChannelDeletion
 
 if TYPE_CHECKING:
     from streamwal.adaptors.pulsar.admin import PulsarAdmin
@@ -77,11 +81,6 @@ __all__ = ["NoClusterError", "NotConfirmedError", "register"]
 
 #: exit code when nothing of a cluster is found under the prefix
 NO_CLUSTER = NOT_FOUND
-
-
-class NotConfirmedError(InvalidInputError):
-    """A destructive action nobody confirmed: declined at the prompt, or asked where
-    no one can answer (stdin is not a terminal) without ``--yes``."""
 
 
 def _where(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -238,23 +237,15 @@ def _pulsar(args: argparse.Namespace) -> tuple[PulsarConfig, PulsarAdmin]:
     return pulsar, admin
 
 
-def _confirm(question: str, *, yes: bool) -> None:
-    """Ask ``question`` on a terminal; :class:`NotConfirmedError` unless answered yes
-    (or ``--yes`` was given). Not on a terminal there is nobody to ask, and a default
-    of yes would let a pipe or a cron job delete what nobody meant to."""
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise NotConfirmedError(
-            f"refusing to {question} without confirmation: stdin is not a terminal "
-            "(pass --yes to confirm)"
+def _deletion_line(topic: str, done: ChannelDeletion | None) -> str:
+    if done is None:
+        return f"topic {topic} already missing (nothing to delete)"
+    if done.log_deleted:
+        return (
+            f"topic {topic} deleted ({done.subscriptions_deleted} subscriptions, "
+            f"{done.keys_deleted} keys)"
         )
-    try:
-        answer = input(f"{question}? [y/N] ")
-    except (EOFError, KeyboardInterrupt):
-        answer = ""
-    if answer.strip().lower() not in ("y", "yes"):
-        raise NotConfirmedError("not confirmed: nothing was deleted")
+    return f"topic {topic} already missing ({done.keys_deleted} keys of it deleted)"
 
 
 def _topic_lines(outcome: dict[str, bool]) -> list[str]:
@@ -285,12 +276,24 @@ async def _remove(store: ClusterStore, keys: ClusterKeys, args: argparse.Namespa
         return f"channels remove: {' '.join(names)}"
     pulsar, admin = _pulsar(args)
     topics = [pulsar.topic(c) for c in names]
-    _confirm(f"delete {len(topics)} topics ({', '.join(topics)})", yes=args.yes)
+    confirm(f"delete {len(topics)} topics ({', '.join(topics)})", yes=args.yes)
     deadline = time.monotonic() + args.timeout
     await remove_channels(store, keys, names)
     await wait_unserved(store, keys, names, timeout_s=args.timeout)
-    outcome = await delete_topics(admin, topics, timeout_s=max(0.0, deadline - time.monotonic()))
-    return "\n".join([f"channels remove: {' '.join(names)}", *_topic_lines(outcome)])
+    from streamwal.adaptors.pulsar.opener import PulsarOpener
+
+    opener = PulsarOpener(dataclasses.replace(pulsar, admin_url=admin.url))
+    try:
+        outcome = await delete_channels(
+            opener,
+            names,
+            [ClusterChannelRecords(store, keys)],
+            timeout_s=max(0.0, deadline - time.monotonic()),
+        )
+    finally:
+        await opener.close()
+    lines = [_deletion_line(pulsar.topic(c), d) for c, d in outcome.items()]
+    return "\n".join([f"channels remove: {' '.join(names)}", *lines])
 
 
 async def _delete(store: ClusterStore, keys: ClusterKeys, args: argparse.Namespace) -> str:
@@ -310,7 +313,7 @@ async def _delete(store: ClusterStore, keys: ClusterKeys, args: argparse.Namespa
     what = f"delete the cluster under {keys.root} ({len(entries)} keys)"
     if args.delete_topics:
         what += f" and {len(topics)} topics ({', '.join(topics) or 'none'})"
-    _confirm(what, yes=args.yes)
+    confirm(what, yes=args.yes)
     lines: list[str] = []
     if admin is not None:
         lines = _topic_lines(await delete_topics(admin, topics, timeout_s=args.timeout))

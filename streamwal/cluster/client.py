@@ -436,13 +436,20 @@ class ClusterClient:
         *,
         vchannel: str = "",
         stop: asyncio.Event | None = None,
+        read_only: bool = False,
     ) -> AsyncGenerator[Consumed, None]:
         """Read ``channel`` from ``policy`` (:class:`~streamwal.DeliveryPolicy`, default
         all) through its owner, following it across moves: after a move the read goes
         on after the last message delivered, so nothing is skipped or repeated. It
         follows the tail until ``stop`` is set or the caller stops iterating (``break``,
         or ``aclose()``); a position from an :class:`Acked` is
-        ``DeliveryPolicy.start_from(WireMessageId(acked.message_id))``."""
+        ``DeliveryPolicy.start_from(WireMessageId(acked.message_id))``.
+
+        ``read_only``: any live node serves the read, owner or not (the owner when
+        there is one, else another node), and a move does not end it; only a node that
+        stops answering sends it to another one, after the last message delivered. A
+        channel that does not exist is :class:`~streamwal.errors.ChannelNotFoundError`
+        at once (nothing is created to find out)."""
         wire = wire_policy(policy or DeliveryPolicy.all())
         last: bytes | None = None
         loop = asyncio.get_running_loop()
@@ -450,6 +457,12 @@ class ClusterClient:
         def follow(exc: BaseException) -> bool:
             if isinstance(exc, NoSuchChannelError):
                 return False
+            if (
+                read_only
+                and isinstance(exc, NodeCallError)
+                and isinstance(exc, ChannelNotFoundError)
+            ):
+                return False  # a node asked read-only says the channel does not exist
             return not isinstance(exc, NodeCallError) or _follow(exc)
 
         retry = Retry(
@@ -459,13 +472,18 @@ class ClusterClient:
             clock=loop.time,
         )
         refresh = False
+        address: str | None = None
         while stop is None or not stop.is_set():
             try:
-                address = await self.owner(channel, refresh=refresh)
+                if read_only:
+                    address = await self._reader(channel, avoid=address if refresh else None)
+                else:
+                    address = await self.owner(channel, refresh=refresh)
                 stream = self._node(address).consume(
                     channel,
                     wire if last is None else pb.DeliveryPolicy(start_after=last),
                     vchannel=vchannel,
+                    read_only=read_only,
                 )
                 async with contextlib.aclosing(stream):
                     async for message in _until(stream, stop):
@@ -485,6 +503,33 @@ class ClusterClient:
             self.moves_followed += 1
             refresh = True
             await retry.wait(delay)
+
+    async def _reader(self, channel: str, *, avoid: str | None) -> str:
+        """A node to read ``channel`` read-only from: its owner, or while it has none,
+        any node of the cluster; never ``avoid`` (the node that last failed the read)
+        while there is another one."""
+        try:
+            owner = await self.owner(channel, refresh=avoid is not None)
+        except NoSuchChannelError:
+            raise
+        except (ChannelNotFoundError, UnavailableError) as exc:
+            failed: StreamwalError | None = exc
+        else:
+            if owner != avoid:
+                return owner
+            failed = None
+        nodes = await self._node_addresses()
+        others = [a for a in nodes if a != avoid] or nodes
+        if not others:
+            raise failed or UnavailableError(f"no node of the cluster to read {channel!r} from")
+        return others[0]
+
+    async def _node_addresses(self) -> list[str]:
+        """The addresses of the cluster's nodes (registered in etcd, or given)."""
+        if self._store is None:
+            return list(self._routers)
+        _revision, entries = await self._store.read_prefix(self._keys.nodes)
+        return sorted(decode(NodeRecord, e.value).address for e in entries)
 
     # ---- following the owner ---------------------------------------------------------
     async def _following(

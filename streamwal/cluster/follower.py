@@ -283,7 +283,7 @@ class Follower:
         last = self._last_error.get(channel, "") if failing and failing[0] == revision else ""
         await self._report(channel, "opening", last, revision)
         try:
-            opened = await self._channels.assign(channel)
+            opened = await self._channels.assign(channel, assignment.channel_term or None)
         except (StreamwalError, OSError) as exc:
             _log.warning("cluster: opening %s failed: %s", channel, exc)
             held = self._failing.get(channel)

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from streamwal.cluster.balancer import Balancer
+from streamwal.cluster.channel_records import ClusterChannelRecords
 from streamwal.cluster.follower import Follower
 from streamwal.cluster.liveness import Prober
 from streamwal.cluster.membership import Session
@@ -98,6 +99,10 @@ class ClusterMember:
     def latest_view(self) -> ClusterView | None:
         """The follower's last reading of the cluster (``None`` before the first)."""
         return self._follower.last_view
+
+    def channel_records(self) -> ClusterChannelRecords:
+        """The cluster's keys of a channel, for a node's ``DeleteChannel``."""
+        return ClusterChannelRecords(self._store, self._keys)
 
     @property
     def balancer_term(self) -> int:

@@ -7,7 +7,11 @@ Layout under ``<prefix>/cluster/``:
                      is the term number, so a later term always has a larger one
 ``seeded``           set once the configured channel set was written
 ``channels/<name>``  the channel set
-``assign/<name>``    which node owns a channel, written by a balancer under its term
+``assign/<name>``    which node owns a channel, written by a balancer under its term,
+                     with the channel's own term for that owner
+``terms/<name>``     the channel's term (Milvus's ``PChannelInfo.Term``), raised in
+                     the transaction of each new assignment; kept when the channel
+                     leaves the set, so a channel added again goes on from it
 ``status/<name>``    what the owner reports: opening, serving or failed (reason,
                      since when its opens fail)
 ``released/<name>``  the last owner a channel moved away from has closed it there
@@ -101,6 +105,9 @@ class Assignment:
     last_alive_precision_ms: int = 0
     #: what the failover acted on: ``connection-refused x2 (seen by node 1)``, ``lease-expired``
     evidence: str = ""
+    #: the channel's term for this owner (``terms/<name>``), which the owner opens it
+    #: under; 0 in a record written before channels had terms
+    channel_term: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,6 +242,7 @@ class ClusterKeys:
         self.moves = self.root + "moves/"
         self.lost = self.root + "lost/"
         self.requested = self.root + "requested/"
+        self.terms = self.root + "terms/"
 
     def node(self, node_id: int) -> str:
         return f"{self.nodes}{node_id}"

@@ -105,6 +105,19 @@ class ClusterStore(EtcdStore):
 
         return await self._call("delete prefix", op, timeout)
 
+    async def delete_keys(self, keys: Sequence[str], *, timeout: float | None = None) -> int:
+        """Delete each of ``keys`` (exactly: not what lies under them) in one
+        transaction; how many there were."""
+        if not keys:
+            return 0
+
+        def op(client: Any) -> int:
+            deletes = [client.transactions.delete(key) for key in keys]
+            _ok, responses = client.transaction(compare=[], success=deletes, failure=[])
+            return sum(int(r.response_delete_range.deleted) for r in responses)
+
+        return await self._call("delete keys", op, timeout)
+
     async def delete_tree_unless(
         self, prefix: str, guard: str, *, timeout: float | None = None
     ) -> int | None:

@@ -20,6 +20,7 @@ from streamwal.cluster.records import (
 )
 from streamwal.cluster.store import ClusterStore, Entry
 from streamwal.errors import DecodeError
+from streamwal.node.terms import ChannelTerm, decode_term
 
 __all__ = ["ClusterView", "read_view"]
 
@@ -50,6 +51,8 @@ class ClusterView:
     #: per channel: the operator's move (pending, or the placement it pinned), and
     #: its mod revision
     requests: dict[str, tuple[MoveRequest, int]] = field(default_factory=dict)
+    #: per channel: its term (``terms/<name>``), and its mod revision
+    terms: dict[str, tuple[ChannelTerm, int]] = field(default_factory=dict)
 
     def draining(self) -> set[int]:
         """Nodes asked to empty themselves, in the start the drain was asked for."""
@@ -100,6 +103,15 @@ class ClusterView:
             and (held := self.assignments.get(channel)) is not None
             and held.node == request.node
         }
+
+    def channel_term(self, channel: str) -> int:
+        """The channel's current term (0: none given yet)."""
+        held = self.terms.get(channel)
+        assignment = self.assignments.get(channel)
+        return max(
+            0 if held is None else held[0].term,
+            0 if assignment is None else assignment.channel_term,
+        )
 
     def ready_nodes(self) -> set[int]:
         """Live nodes that can take channels (they reached their broker)."""
@@ -172,3 +184,6 @@ def _place(view: ClusterView, keys: ClusterKeys, entry: Entry) -> None:
     elif key.startswith(keys.requested):
         request = decode(MoveRequest, raw)
         view.requests[request.channel] = (request, entry.mod_revision)
+    elif key.startswith(keys.terms):
+        term = decode_term(raw)
+        view.terms[term.channel] = (term, entry.mod_revision)

@@ -16,12 +16,14 @@ import grpc
 
 from streamwal.errors import (
     ChannelFencedError,
+    ChannelInUseError,
     ChannelNotFoundError,
     InvalidInputError,
     MisconfiguredError,
     OutcomeUnknownError,
     PermissionDeniedError,
     QuotaExceededError,
+    StaleTermError,
     StreamwalError,
     TransactionAbortedError,
     TransactionExpiredError,
@@ -35,6 +37,7 @@ from streamwal.node.call_outcome import write_outcome
 
 __all__ = [
     "NodeCallError",
+    "NodeChannelInUseError",
     "NodeChannelNotFoundError",
     "NodeFencedError",
     "NodeInvalidInputError",
@@ -42,6 +45,7 @@ __all__ = [
     "NodeOutcomeUnknownError",
     "NodePermissionDeniedError",
     "NodeQuotaError",
+    "NodeStaleTermError",
     "NodeTransactionAbortedError",
     "NodeTransactionExpiredError",
     "NodeTransactionNotFoundError",
@@ -96,6 +100,11 @@ class NodeFencedError(NodeCallError, ChannelFencedError):
     """FAILED_PRECONDITION: another node took the channel over."""
 
 
+class NodeStaleTermError(NodeCallError, StaleTermError):
+    """FAILED_PRECONDITION: the open's term is below the channel's (or its current term,
+    held by another node): a newer owner exists, and nothing was opened."""
+
+
 class NodeMisconfiguredError(NodeCallError, MisconfiguredError):
     """FAILED_PRECONDITION from a node whose own set-up is wrong: no retry helps."""
 
@@ -114,6 +123,10 @@ class NodeTransactionExpiredError(NodeCallError, TransactionExpiredError):
 
 class NodeTransactionNotFoundError(NodeCallError, TransactionNotFoundError):
     """ABORTED: the transaction is not open on this owner (ended, or a former owner's)."""
+
+
+class NodeChannelInUseError(NodeCallError, ChannelInUseError):
+    """FAILED_PRECONDITION: the channel is served, so it was not deleted."""
 
 
 class NodeTruncatedError(NodeCallError, TruncatedError):
@@ -194,6 +207,10 @@ def _class_of(code: grpc.StatusCode, details: str, outcome: WriteOutcome) -> typ
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         if details.startswith("node misconfigured"):
             return NodeMisconfiguredError
+        if details.startswith("channel in use"):
+            return NodeChannelInUseError
+        if details.startswith(StaleTermError.DETAILS_PREFIX):
+            return NodeStaleTermError
         return NodeFencedError
     if code == grpc.StatusCode.ABORTED:
         if "expired" in details:

@@ -194,11 +194,15 @@ def retention_response(state: RetentionState, latest: int) -> pb.GetRetentionRes
     )
 
 
-def truncate_response(moved: MessageId | None, point: MessageId | None) -> pb.TruncateResponse:
+def truncate_response(
+    moved: MessageId | None, point: MessageId | None, through: MessageId | None = None
+) -> pb.TruncateResponse:
     """``moved``: the new truncation point, if this call moved it; ``point``: where the
-    log is truncated now."""
+    log is truncated now; ``through``: the last message a truncate to an id dropped."""
     return pb.TruncateResponse(
         moved=moved is not None,
         truncated_before=point.to_bytes() if point is not None else b"",
         truncated_before_text=str(point) if point is not None else "",
+        truncated_through=through.to_bytes() if through is not None else b"",
+        truncated_through_text=str(through) if through is not None else "",
     )

@@ -7,19 +7,20 @@ Parsing and answers with no call in them live in :mod:`streamwal.node.responses`
 
 Errors map to codes a client can act on, each error class naming its own
 (:attr:`~streamwal.errors.StreamwalError.grpc_status`): channel not here → NOT_FOUND;
-fenced by another node → FAILED_PRECONDITION (and, on a write, the channel is dropped
-from this node); bad input → INVALID_ARGUMENT; broker or TSO unavailable, or the node
-shutting down → UNAVAILABLE; an append that may be in the log → UNKNOWN; a transaction
-that cannot go on → ABORTED. A failed append also carries its write outcome (not
-written, or unknown: ``streaming.proto``), in band on a stream and as trailing metadata
-(:data:`~streamwal.node.outcome.OUTCOME_KEY`) of ``Produce``, ``ProduceBatch``,
-``CommitTxn`` and ``RollbackTxn``: an ``ABORTED`` commit alone cannot tell one that
-wrote nothing from one that may be in the log, and only the first may be given up on.
-A repeated commit or rollback of a transaction this owner ended is answered with the
-first result, so both are retriable. Anything unexpected is logged and returned as
-INTERNAL, and the node keeps serving. Request bytes that are not the expected protobuf
-message get INVALID_ARGUMENT (:mod:`streamwal.node.server_tracing`; gRPC alone answers
-UNKNOWN).
+fenced by another node → FAILED_PRECONDITION, on every later call too, until
+``RemoveChannel`` drops the channel from this node; an open under a stale term →
+FAILED_PRECONDITION (details "stale term: ..."); bad input → INVALID_ARGUMENT; broker or
+TSO unavailable, or the node shutting down → UNAVAILABLE; an append that may be in the
+log → UNKNOWN; a transaction that cannot go on → ABORTED. A failed append also carries
+its write outcome (not written, or unknown: ``streaming.proto``), in band on a stream
+and as trailing metadata (:data:`~streamwal.node.outcome.OUTCOME_KEY`) of ``Produce``,
+``ProduceBatch``, ``CommitTxn`` and ``RollbackTxn``: an ``ABORTED`` commit alone cannot
+tell one that wrote nothing from one that may be in the log, and only the first may be
+given up on. A repeated commit or rollback of a transaction this owner ended is answered
+with the first result, so both are retriable. Anything unexpected is logged and returned
+as INTERNAL, and the node keeps serving. Request bytes that are not the expected
+protobuf message get INVALID_ARGUMENT (:mod:`streamwal.node.server_tracing`; gRPC alone
+answers UNKNOWN).
 
 The batched RPCs carry many messages per request on produce and per frame on consume:
 one message per awaited call leaves most of a broker's rate unused (a gRPC message, a
@@ -32,9 +33,10 @@ span's resource cannot say which node served when one process hosts several.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 import grpc
@@ -43,6 +45,7 @@ from opentelemetry import trace
 from streamwal.errors import (
     BatchAppendError,
     ChannelFencedError,
+    ChannelInUseError,
     ClosedError,
     InvalidInputError,
     StreamwalError,
@@ -70,7 +73,8 @@ from streamwal.node.responses import (
 )
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.wal import WAL
-from streamwal.wal.backend import BackendOpener
+from streamwal.wal.backend import BackendOpener, validate_channel_name
+from streamwal.wal.deletion import ChannelRecords, delete_channel
 from streamwal.wal.interceptors import AppendResult
 from streamwal.wal.message import MutableMessage
 from streamwal.wal.message_id import MessageId
@@ -176,10 +180,14 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         opener: BackendOpener,
         *,
         answer_timeout: float = _ANSWER_TIMEOUT_S,
+        records: Sequence[ChannelRecords] = (),
     ) -> None:
         self._channels = channels
         self._opener = opener
         self._answer_timeout = answer_timeout
+        #: who else keeps keys about a channel (its cluster), for ``DeleteChannel``; the
+        #: layer that builds the node adds to it (the sequence is read at each call)
+        self._records = records
 
     def _tag_span(self) -> None:
         """Name this node on the current (server) span; see the module docstring."""
@@ -198,9 +206,9 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         found (so NOT_FOUND comes before bad input); its answer, or the call ended with
         the status its error names (:func:`grpc_status_for`).
 
-        ``writes``: a fence that refuses ``call`` also drops the channel from this node
-        (a read leaves that to ``ListChannels``). ``outcome``: the status carries the
-        write outcome (an append). Without a ``context`` (a produce stream, which
+        ``writes``: a fence that refuses ``call`` also closes the channel's WAL here,
+        keeping it as fenced (a read leaves that to ``ListChannels``). ``outcome``: the
+        status carries the write outcome (an append). Without a ``context`` (a produce stream, which
         answers in band) the error is raised.
         """
         try:
@@ -336,16 +344,14 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.ConsumedMessage]:
         self._tag_span()
-        scanner = await self._call(request, context, self._read)
-        try:
-            async for msg in scanner:
-                yield consumed_of(msg)
-        except ClosedError:
-            return  # the channel or the node closed: end the stream cleanly
-        except Exception as exc:
-            await _abort(context, exc)
-        finally:
-            await scanner.close()
+        async with self._scanner(request, context) as scanner:
+            try:
+                async for msg in scanner:
+                    yield consumed_of(msg)
+            except ClosedError:
+                return  # the channel or the node closed: end the stream cleanly
+            except Exception as exc:
+                await _abort(context, exc)
 
     async def ConsumeBatch(
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -354,20 +360,49 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         going while a frame is sent, and a frame never waits to fill up."""
         self._tag_span()
         max_messages, max_bytes = frame_bounds(request)
-        scanner = await self._call(request, context, self._read)
-        ahead = ReadAhead(scanner, 2 * max_messages)
-        ahead.start()
-        try:
-            while True:
-                try:
-                    msgs = await ahead.take(max_messages, max_bytes)
-                except ClosedError:
-                    return  # the channel or the node closed: end the stream cleanly
-                except Exception as exc:
-                    await _abort(context, exc)
-                yield batch_of(msgs)
-        finally:
-            await ahead.close()
+        async with self._scanner(request, context) as scanner:
+            ahead = ReadAhead(scanner, 2 * max_messages)
+            ahead.start()
+            try:
+                while True:
+                    try:
+                        msgs = await ahead.take(max_messages, max_bytes)
+                    except ClosedError:
+                        return  # the channel or the node closed: end the stream cleanly
+                    except Exception as exc:
+                        await _abort(context, exc)
+                    yield batch_of(msgs)
+            finally:
+                await ahead.close()
+
+    @contextlib.asynccontextmanager
+    async def _scanner(
+        self, request: pb.ConsumeRequest, context: _Context
+    ) -> AsyncIterator[Scanner]:
+        """The read's started scanner for the block, closed after it; a read that cannot
+        start ends the call with its status. ``read_only``: on the channel's read-only
+        handle (:mod:`streamwal.node.read_only`), whoever owns it; else on the WAL this
+        node owns."""
+        if not request.read_only:
+            scanner = await self._call(request, context, self._read)
+            try:
+                yield scanner
+            finally:
+                await scanner.close()
+            return
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                validate_channel_name(request.pchannel)
+                scanner = await stack.enter_async_context(
+                    self._channels.read_only.read(
+                        request.pchannel,
+                        delivery_policy(request, self._opener),
+                        request.vchannel or None,
+                    )
+                )
+            except Exception as exc:
+                await _abort(context, exc)
+            yield scanner
 
     async def _read(self, wal: WAL, request: pb.ConsumeRequest) -> Scanner:
         return await wal.read(delivery_policy(request, self._opener), request.vchannel or None)
@@ -383,7 +418,8 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         span_context = trace.get_current_span().get_span_context()
         try:
             self._channels.check_direct_placement("AssignChannel")
-            opened = await self._channels.assign(request.pchannel)
+            term = request.term if request.HasField("term") else None
+            opened = await self._channels.assign(request.pchannel, term)
         except UnavailableError as exc:
             # the open gave up (``wal.first_time_tick_backoff.max_attempts``): say which channel
             # and that trying later may work, not only what the broker last said
@@ -401,12 +437,14 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
             first_message_id_text=str(wal.first_message_id),
             attempts=wal.open_attempts,
             trace_id=(format(span_context.trace_id, "032x") if span_context.is_valid else ""),
+            term=wal.term,
         )
 
     async def RemoveChannel(
         self, request: pb.RemoveChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RemoveChannelResponse:
-        """Closes the channel's WAL, if it is here (no WAL call)."""
+        """Closes the channel's WAL, if it is here, or forgets a channel fenced here
+        (no WAL call)."""
         self._tag_span()
         try:
             self._channels.check_direct_placement("RemoveChannel")
@@ -415,22 +453,51 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
             await _abort(context, exc)
         return pb.RemoveChannelResponse()
 
+    async def DeleteChannel(
+        self, request: pb.DeleteChannelRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteChannelResponse:
+        """Deletes the channel's log, subscriptions and keys (:mod:`streamwal.wal.deletion`):
+        FAILED_PRECONDITION while this node or any other serves it, NOT_FOUND when
+        nothing of it is left (no WAL call: the channel must not be open anywhere)."""
+        self._tag_span()
+        try:
+            validate_channel_name(request.pchannel)
+            if any(w.channel == request.pchannel for w in self._channels.channels()):
+                raise ChannelInUseError(
+                    request.pchannel,
+                    f"node {self._channels.node_id} serves it: remove it from the node first",
+                )
+            done = await delete_channel(self._opener, request.pchannel, self._records)
+        except Exception as exc:
+            await _abort(context, exc)
+        return pb.DeleteChannelResponse(
+            subscriptions_deleted=done.subscriptions_deleted, keys_deleted=done.keys_deleted
+        )
+
     async def ListChannels(
         self, request: pb.ListChannelsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListChannelsResponse:
+        """The channels owned here, then those fenced here (``fenced``, until removed)."""
         self._tag_span()
         for wal in self._channels.channels():
             if wal.is_fenced:
                 await self._channels.report_fenced(wal.channel)
-        return pb.ListChannelsResponse(
-            channels=[
-                pb.ChannelInfo(
-                    pchannel=w.channel, first_time_tick=w.first_time_tick, fenced=w.is_fenced
-                )
-                for w in self._channels.channels()
-            ],
-            fenced=self._channels.take_fenced(),
-        )
+        owned = [
+            pb.ChannelInfo(
+                pchannel=w.channel,
+                first_time_tick=w.first_time_tick,
+                fenced=w.is_fenced,
+                term=w.term,
+            )
+            for w in self._channels.channels()
+        ]
+        fenced = [
+            pb.ChannelInfo(
+                pchannel=f.channel, first_time_tick=f.first_time_tick, fenced=True, term=f.term
+            )
+            for f in self._channels.fenced_channels()
+        ]
+        return pb.ListChannelsResponse(channels=owned + fenced, fenced=self._channels.take_fenced())
 
     async def GetMVCC(
         self, request: pb.GetMVCCRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -482,19 +549,26 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
     async def Truncate(
         self, request: pb.TruncateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.TruncateResponse:
+        """By the retention window, or, given ``up_to``, through that id (inclusive,
+        clamped by the slowest checkpoint: ``truncated_through`` says the point used)."""
         self._tag_span()
-        moved, point = await self._call(request, context, self._truncate)
-        return truncate_response(moved, point)
+        moved, point, through = await self._call(request, context, self._truncate)
+        return truncate_response(moved, point, through)
 
-    @staticmethod
     async def _truncate(
-        wal: WAL, request: pb.TruncateRequest
-    ) -> tuple[MessageId | None, MessageId | None]:
-        """Where the truncation moved to (``None``: it did not move), and where it is now."""
+        self, wal: WAL, request: pb.TruncateRequest
+    ) -> tuple[MessageId | None, MessageId | None, MessageId | None]:
+        """Where the truncation moved to (``None``: it did not move), where the retention
+        bound is now, and the last message an ``up_to`` call truncated."""
+        if request.up_to:
+            if request.HasField("retention_s"):
+                raise InvalidInputError("give retention_s or up_to, not both")
+            through = await wal.truncate_to(message_id_of(self._opener, request.up_to))
+            return through, (await wal.retention()).truncated_before, through
         window = request.retention_s if request.HasField("retention_s") else None
         moved = await wal.truncate(window)
         point = moved if moved is not None else (await wal.retention()).truncated_before
-        return moved, point
+        return moved, point, None
 
     # ---- transactions -----------------------------------------------------------------
     async def BeginTxn(

@@ -1,9 +1,13 @@
 """One streaming node: TSO access, the Pulsar opener, its channels and its gRPC server.
+The module stays whole past 500 lines: its start and close are one ordered sequence each.
 
 Start order: the gRPC port (a taken port fails the start: SO_REUSEPORT is off, so
 two nodes never share an address), TSO (in-process oracle campaigns, or a remote
 allocator), the backend opener, the gRPC server, then with ``cluster.enabled`` the
 node's cluster membership (:mod:`streamwal.cluster`), registered as not ready.
+Without a cluster, channels' terms are kept in etcd under ``tso.key_prefix``
+(:mod:`streamwal.node.terms`), shared by every node with that prefix; a cluster hands
+them out with its assignments.
 
 Readiness: the node is ready once it reached the broker (the opener's self-checks,
 which a first write needs anyway, pass). Until then gRPC health is NOT_SERVING,
@@ -68,6 +72,7 @@ from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.server_tracing import ServerInterceptor
 from streamwal.node.servicer import NodeServicer
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
+from streamwal.node.terms import EtcdTerms
 from streamwal.node.tracing import routed_to
 from streamwal.retry import Retry
 from streamwal.tso import (
@@ -80,6 +85,7 @@ from streamwal.tso import (
 )
 from streamwal.tso.tls import server_credentials
 from streamwal.version import __version__
+from streamwal.wal.deletion import ChannelRecords
 
 __all__ = ["Node", "client_tls"]
 
@@ -155,7 +161,9 @@ class Node:
         self._remote: RemoteSource | None = None
         self._opener: PulsarOpener | None = None
         self._channels: ChannelManager | None = None
+        self._terms: EtcdTerms | None = None
         self._cluster: ClusterMember | None = None
+        self._records: list[ChannelRecords] = []  # who keeps keys of a channel (its delete)
         self._server: grpc.aio.Server | None = None
         self._health = HealthService()
         self._port = 0
@@ -242,15 +250,20 @@ class Node:
                 )
             self._opener = PulsarOpener(cfg.pulsar)
             await self._opener.start()
+            if not cfg.cluster.enabled:  # a cluster hands terms out with its assignments
+                self._terms = EtcdTerms(cfg.etcd, cfg.tso.key_prefix)
+                await self._terms.start()
+                self._records.append(self._terms)
             self._channels = ChannelManager(
-                self._opener, self._allocator_factory(), cfg.node.id, cfg.wal
+                self._opener, self._allocator_factory(), cfg.node.id, cfg.wal, terms=self._terms
             )
             pb_grpc.add_StreamingNodeServicer_to_server(
-                NodeServicer(self._channels, self._opener), self._server
+                NodeServicer(self._channels, self._opener, records=self._records), self._server
             )
             health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
             if cfg.cluster.enabled:
                 cluster = self._cluster = self._cluster_member()
+                self._records.append(cluster.channel_records())
                 add_routing_servicer(self._server, lambda: cluster.latest_view)
             else:
                 add_routing_servicer(self._server, None)
@@ -479,6 +492,8 @@ class Node:
             if self._cluster is not None:
                 # only now: the channels a drain could not move are closed
                 await self._cluster.close()
+        if self._terms is not None:
+            await self._terms.close()
         if self._opener is not None:
             await self._opener.close()
         if self._remote is not None:

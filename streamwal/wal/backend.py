@@ -30,6 +30,7 @@ __all__ = [
     "BackendOpener",
     "BackendScanner",
     "BackendWAL",
+    "ChannelDirectory",
     "DeliveryPolicy",
     "append_entry",
     "settle_future",
@@ -232,3 +233,19 @@ class BackendOpener(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ChannelDirectory(Protocol):
+    """An opener that can tell whether a channel exists without creating it.
+
+    Optional: a reader that must not bring a channel into being by reading it (a
+    node serving read-only reads of any name a client sends) asks first; opening a
+    log for reading may create it on some backends (Pulsar auto-creates topics).
+    """
+
+    async def require_channel(self, channel: str) -> None:
+        """Return if ``channel`` exists; :class:`~streamwal.errors.NoSuchChannelError`
+        if not, having created nothing; :class:`~streamwal.errors.UnavailableError` if
+        the backend did not answer."""
+        ...

@@ -87,9 +87,15 @@ async def open_wal(
     node_id: int,
     config: WALConfig | None = None,
     *,
+    term: int = 0,
     clock: Callable[[], float] = time.monotonic,
 ) -> WAL:
     """Take ``channel`` over for ``node_id`` and return its started WAL.
+
+    ``term``: the channel's term this owner opens it under (Milvus's
+    ``PChannelInfo.Term``), kept on the WAL (:attr:`WAL.term`). The library does not
+    check it against earlier owners': whoever hands terms out (a node, a cluster)
+    refuses a stale one before the open; the broker's fence stays the enforcement.
 
     ``clock``: the owner's monotonic clock in seconds (transaction keepalives), for
     tests that move time without sleeping.
@@ -106,6 +112,8 @@ async def open_wal(
     validate_channel_name(channel)
     if not isinstance(node_id, int) or isinstance(node_id, bool) or node_id < 0:
         raise InvalidInputError(f"node id must be an int >= 0, got {node_id!r}")
+    if not isinstance(term, int) or isinstance(term, bool) or term < 0:
+        raise InvalidInputError(f"term must be an int >= 0, got {term!r}")
     attributes: Attributes = {ATTR_CHANNEL: channel, ATTR_NODE_ID: node_id}
     started = time.perf_counter()
     outcome = "error"
@@ -116,7 +124,7 @@ async def open_wal(
                 first = await _first_time_tick_within_quota(backend, allocator, node_id, config)
                 params = build_interceptor_params(
                     first.message,
-                    ChannelInfo(channel, node_id),
+                    ChannelInfo(channel, node_id, term),
                     backend,
                     allocator,
                     config,

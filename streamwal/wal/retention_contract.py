@@ -7,6 +7,15 @@ retention window (``WALConfig.retention``); the owner truncates before the older
 the two, and only there: nothing else deletes. A read or a checkpoint before the
 truncation point gets :class:`~streamwal.errors.TruncatedError`.
 
+Beside that rule, an owner may truncate to an id it names (Milvus's
+``WALImpls.Truncate``: every message up to and including it may be discarded), which
+registered consumers clamp to just before the slowest checkpoint: the checkpoint's own
+message stays, since resuming after it reads it to find its place. The two kinds are
+recorded apart (``truncated_before``, ``truncated_through``: one is a bound, the other
+a message), and :class:`TruncationPoint` decides what either has discarded, by message
+id: a backend that stores several messages per entry discards an entry only once all
+its messages are covered.
+
 Backends that can do this implement :class:`BackendRetention` beside
 :class:`~streamwal.wal.backend.BackendWAL` (an optional ability, like Milvus's small interfaces).
 """
@@ -16,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from streamwal.errors import InvalidInputError, QuotaExceededError
+from streamwal.errors import InvalidInputError, QuotaExceededError, TruncatedError
 from streamwal.wal.backend import CHANNEL_NAME_PATTERN
 from streamwal.wal.message_id import MessageId
 
@@ -26,6 +35,7 @@ __all__ = [
     "ConsumerState",
     "QuotaExplainer",
     "RetentionState",
+    "TruncationPoint",
     "time_tick_lag_ms",
     "truncation_target",
     "validate_consumer_name",
@@ -73,12 +83,47 @@ class ConsumerState:
 
 
 @dataclass(frozen=True, slots=True)
+class TruncationPoint:
+    """What a channel's truncations have discarded: everything before ``before`` (the
+    retention rounds) and everything up to and including ``through`` (a truncate to
+    an id). Either may be ``None``."""
+
+    before: MessageId | None = None
+    through: MessageId | None = None
+
+    def covers(self, message_id: MessageId) -> bool:
+        """``message_id`` is truncated: a read from it is refused, ``all`` skips it."""
+        return (self.before is not None and message_id < self.before) or (
+            self.through is not None and message_id <= self.through
+        )
+
+    def covers_after(self, message_id: MessageId) -> bool:
+        """A read after ``message_id`` (exclusive) would start at a truncated message:
+        after ``through`` itself is the first message kept."""
+        return (self.before is not None and message_id < self.before) or (
+            self.through is not None and message_id < self.through
+        )
+
+    def error(self, channel: str, asked: MessageId) -> TruncatedError:
+        """The refusal of a read (or checkpoint) at ``asked``."""
+        if self.through is not None and (self.before is None or self.through >= self.before):
+            return TruncatedError(channel, asked, self.through, through=True)
+        return TruncatedError(channel, asked, self.before)
+
+
+@dataclass(frozen=True, slots=True)
 class RetentionState:
     """A channel's truncation point, storage and registered consumers."""
 
     truncated_before: MessageId | None = None
     storage_bytes: int | None = None
     consumers: list[ConsumerState] = field(default_factory=list)
+    #: the last message a truncate to an id discarded (inclusive)
+    truncated_through: MessageId | None = None
+
+    @property
+    def point(self) -> TruncationPoint:
+        return TruncationPoint(self.truncated_before, self.truncated_through)
 
     def checkpoint_of(self, consumer: str) -> Checkpoint | None:
         for state in self.consumers:
@@ -119,6 +164,23 @@ class BackendRetention(Protocol):
         point first, so no read before it is answered from here on."""
         ...
 
+    async def truncate_through(self, through: MessageId) -> None:
+        """Let the log drop every message up to and including ``through`` (an entry
+        only once all its messages are); record it first, as :meth:`truncate` does.
+        The caller has checked that ``through`` is a message of this log."""
+        ...
+
+    async def locate(self, message_id: MessageId) -> None:
+        """Return if ``message_id`` names a message of this log; else
+        :class:`~streamwal.errors.InvalidInputError` (another channel's id, one past
+        the end, another backend's)."""
+        ...
+
+    async def message_before(self, message_id: MessageId) -> MessageId | None:
+        """The id of the last message before ``message_id`` still kept; ``None`` if
+        none is."""
+        ...
+
 
 @runtime_checkable
 class QuotaExplainer(Protocol):
@@ -146,6 +208,8 @@ def truncation_target(
         target = slowest.checkpoint.message_id
     if state.truncated_before is not None and target <= state.truncated_before:
         return None
+    if state.truncated_through is not None and target <= state.truncated_through:
+        return None  # a truncate to an id went further already
     return target
 
 

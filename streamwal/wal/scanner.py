@@ -45,6 +45,7 @@ from streamwal.wal.config import Backoff
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_delivered, record_scanner_lag
+from streamwal.wal.retention_contract import TruncationPoint
 from streamwal.wal.txn_assembly import TxnAssembler
 from streamwal.wal.write_ahead_buffer import BufferCursor, WriteAheadBuffer
 
@@ -81,6 +82,7 @@ class Scanner:
         buffer: WriteAheadBuffer | None = None,
         backoff: Backoff,
         on_close: Callable[[Scanner], None] | None = None,
+        truncated: TruncationPoint | None = None,
     ) -> None:
         self.channel = channel
         self.policy = policy
@@ -93,6 +95,9 @@ class Scanner:
         self._buffer = buffer
         self._on_close = on_close
         self._min_time_tick = policy.time_tick
+        # what the buffer may still hold of a truncated part (a time-tick read served
+        # from it); the backend skips that itself
+        self._truncated = truncated
         self._last_time_tick: int | None = None  # of the last consumed message
         self._resume = policy  # where the backend continues after what was consumed
         # the last consumed id, when newer than _resume: its policy is built only when
@@ -286,6 +291,8 @@ class Scanner:
     def _wanted(self, msg: ImmutableMessage) -> bool:
         """Whether the policy and filter want ``msg`` (a transaction: its commit)."""
         if self._min_time_tick is not None and msg.time_tick < self._min_time_tick:
+            return False
+        if self._truncated is not None and self._truncated.covers(msg.message_id):
             return False
         return self.vchannel is None or msg.applies_to(self.vchannel)
 

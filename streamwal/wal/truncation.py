@@ -6,6 +6,10 @@ published inside the window), and truncates before the older of that boundary an
 slowest checkpoint (:func:`streamwal.wal.retention_contract.truncation_target`). The loop runs every
 ``WALConfig.truncate_interval`` while ``retention`` is set; a failed round is logged
 and the next one tries again (nothing is lost by truncating later).
+
+A truncate to an id (:meth:`Truncator.to`) is the caller's rule instead of the window:
+everything up to and including the id, held back by the slowest checkpoint as a round
+is (a consumer keeps its checkpoint's message: resuming after it reads it first).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from streamwal.errors import InvalidInputError, StreamwalError
+from streamwal.errors import BackendMismatchError, InvalidInputError, StreamwalError
 from streamwal.tasks import cancel_and_wait
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.message_id import MessageId
@@ -73,6 +77,53 @@ class Truncator:
                 await self.round()
             except StreamwalError as exc:  # next round tries again
                 _log.warning("channel %s: truncation round failed: %s", self._channel, exc)
+
+    async def to(self, up_to: MessageId) -> MessageId | None:
+        """Truncate through ``up_to`` (inclusive), or just before the slowest checkpoint
+        if that is older; the last message id truncated, ``None`` if nothing new was
+        (``up_to`` truncated already, or the clamp leaves nothing to drop).
+
+        Raises :class:`~streamwal.errors.InvalidInputError` for an id that is not a
+        message of this channel (another channel's, past the end, another backend's);
+        nothing is truncated then.
+        """
+        backend = retention_of(self._backend, self._channel)
+        if not isinstance(up_to, MessageId):
+            raise InvalidInputError(f"truncate to what? {up_to!r} is not a message id")
+        state = await backend.retention_state()
+        point = state.point
+        try:
+            if point.covers(up_to):
+                return None
+        except BackendMismatchError as exc:
+            raise InvalidInputError(f"channel {self._channel!r}: {exc}") from None
+        await backend.locate(up_to)
+        target = up_to
+        slowest = state.slowest
+        if slowest is not None and slowest.checkpoint.message_id <= up_to:
+            before = await backend.message_before(slowest.checkpoint.message_id)
+            if before is None or point.covers(before):
+                _log.info(
+                    "channel %s: truncate to %s held back by consumer %s at %s: nothing to drop",
+                    self._channel,
+                    up_to,
+                    slowest.checkpoint.consumer,
+                    slowest.checkpoint.message_id,
+                )
+                return None
+            target = before
+        await backend.truncate_through(target)
+        record_truncation(self._channel)
+        _log.info(
+            "channel %s: truncated through %s (asked: %s%s)",
+            self._channel,
+            target,
+            up_to,
+            f", held back by consumer {slowest.checkpoint.consumer}"
+            if slowest is not None and target != up_to
+            else "",
+        )
+        return target
 
     async def round(self, retention: float | None = None) -> MessageId | None:
         """One round; returns the new truncation point, or ``None`` if it did not move."""

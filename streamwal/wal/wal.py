@@ -19,6 +19,7 @@ from streamwal.errors import (
     ChannelFencedError,
     ClosedError,
     InvalidInputError,
+    MisconfiguredError,
     QuotaExceededError,
     StreamwalError,
 )
@@ -30,7 +31,12 @@ from streamwal.wal.message import MessageIdDecoder, MutableMessage
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_append, record_append_batch
 from streamwal.wal.mvcc import MVCCManager
-from streamwal.wal.retention_contract import Checkpoint, QuotaExplainer, RetentionState
+from streamwal.wal.retention_contract import (
+    BackendRetention,
+    Checkpoint,
+    QuotaExplainer,
+    RetentionState,
+)
 from streamwal.wal.scanner import Scanner
 from streamwal.wal.truncation import Truncator, retention_of
 from streamwal.wal.write_ahead_buffer import WriteAheadBuffer
@@ -94,6 +100,16 @@ class _Readable:
                 if checkpoint is None
                 else DeliveryPolicy.start_after(checkpoint.message_id)
             )
+        truncated = None
+        if (
+            policy.kind == DeliveryPolicy.START_FROM_TIME_TICK
+            and self._buffer is not None
+            and isinstance(self._backend, BackendRetention)
+        ):  # served from the buffer, which may hold what a truncate to an id discarded
+            try:
+                truncated = (await self._backend.retention_state()).point
+            except MisconfiguredError:
+                pass  # no admin API: nothing can have been truncated
         scanner = Scanner(
             channel=self._channel,
             backend=self._backend,
@@ -103,6 +119,7 @@ class _Readable:
             buffer=self._buffer,
             backoff=self._config.scanner_backoff,
             on_close=self._scanners.discard,
+            truncated=truncated,
         )
         self._scanners.add(scanner)
         try:
@@ -207,6 +224,11 @@ class WAL(_Readable):
         return self.params.channel.node_id
 
     @property
+    def term(self) -> int:
+        """The channel's term this owner opened it under (0: none given)."""
+        return self.params.channel.term
+
+    @property
     def first_time_tick(self) -> int:
         """The time tick this owner opened the channel with."""
         return self.params.first_message.time_tick
@@ -261,6 +283,19 @@ class WAL(_Readable):
         """
         self._check_open()
         return await self._truncator.round(retention)
+
+    async def truncate_to(self, up_to: MessageId) -> MessageId | None:
+        """Truncate every message up to and including ``up_to`` (Milvus's
+        ``WALImpls.Truncate``): reads from it or before it get
+        :class:`~streamwal.errors.TruncatedError` from now on, and ``all`` starts
+        after it. Registered consumers clamp it to just before the slowest checkpoint.
+        Returns the last message id truncated (the point used), ``None`` if nothing
+        new was. :class:`~streamwal.errors.InvalidInputError` for an id that is not a
+        message of this channel: nothing is truncated then. Owner only; beside the
+        retention rule of :meth:`truncate`, which never undoes it.
+        """
+        self._check_open()
+        return await self._truncator.to(up_to)
 
     def _check_writable(self) -> None:
         self._check_open()

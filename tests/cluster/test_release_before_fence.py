@@ -55,7 +55,7 @@ class _Channels:
     def channels(self) -> list[_Wal]:
         return list(self._open.values())
 
-    async def assign(self, channel: str) -> None:
+    async def assign(self, channel: str, term: int | None = None) -> None:
         self._events.append((self._node, "open", time.monotonic()))
         self.opened.setdefault(channel, time.monotonic())
         if self.fail_opens:

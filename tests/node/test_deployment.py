@@ -52,25 +52,29 @@ async def test_three_nodes_one_tso_channels_move(
                     acks[channel].append(Ack(a.message_id, a.time_tick, digest(payload)))
         # Both earlier owners of each channel were fenced when it moved away, and
         # neither has touched it since. A quiet WAL learns of its fence only when it
-        # next writes (streamwal/node/channels.py), so each still holds the channel: its first
-        # refusal is FAILED_PRECONDITION, answered while streamwal/node/servicer.py drops the
-        # channel. NOT_FOUND is the documented answer only after that drop
-        # (docs/deploy.md), so it is required on the second try and nowhere else.
+        # next writes (streamwal/node/channels.py): its first refusal is
+        # FAILED_PRECONDITION, and so is every later one, until the channel is removed
+        # there (docs/deploy.md).
         for i, channel in enumerate(channels):
             for stale in (clients[i % 3], clients[(i + 1) % 3]):
-                for expected in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                for _ in range(2):
                     with pytest.raises(grpc.aio.AioRpcError) as err:
                         await stale.produce(channel, b"stale")
-                    assert err.value.code() == expected, err.value.details()
-        # now every channel is listed by exactly one node: its last owner
+                    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION, (
+                        err.value.details()
+                    )
+        # now every channel is owned by exactly one node, its last owner, and listed as
+        # fenced by the two before it
         listings = [await c.list_channels() for c in clients]
         for i, channel in enumerate(channels):
-            holders = [
-                n
+            holders = {
+                n: [c.fenced for c in listing.channels if c.pchannel == channel]
                 for n, listing in enumerate(listings)
-                if channel in [c.pchannel for c in listing.channels]
-            ]
-            assert holders == [(i + 2) % 3], (channel, holders)
+            }
+            assert holders == {i % 3: [True], (i + 1) % 3: [True], (i + 2) % 3: [False]}, (
+                channel,
+                holders,
+            )
     finally:
         for client in clients:
             await client.close()

@@ -282,13 +282,20 @@ async def test_move_a_channel_while_producing_loses_nothing(
         # to node 2 at once, so node 1 never had to answer NOT_FOUND
         assert codes == [grpc.StatusCode.FAILED_PRECONDITION], refusals
         assert f"channel {channel!r} is fenced by another owner: " in refusals[0], refusals
-        # node 1 dropped the channel: its next listing reports it fenced, once
+        # node 1 closed the channel: its next listing reports it fenced since the last
+        # one, once, and lists it as fenced (not owned) until it is removed there
         listing = await c1.list_channels()
         assert channel in listing.fenced
-        assert channel not in [c.pchannel for c in listing.channels]
+        assert [c.fenced for c in listing.channels if c.pchannel == channel] == [True]
         assert channel not in (await c1.list_channels()).fenced
+        for _ in range(2):  # fenced is said every time, not once and then NOT_FOUND
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await c1.produce(channel, b"late")
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION, err.value.details()
+        await c1.remove(channel)
+        assert channel not in [c.pchannel for c in (await c1.list_channels()).channels]
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await c1.produce(channel, b"late")
+            await c1.produce(channel, b"later")
         assert err.value.code() == grpc.StatusCode.NOT_FOUND, err.value.details()
     acks_file = tmp_path / "acks.jsonl"
     acks_file.write_text("".join(a.to_json() + "\n" for a in acks))

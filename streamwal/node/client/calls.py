@@ -20,6 +20,7 @@ from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.limits import DEFAULT_GRPC_MESSAGE_LIMIT
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.node.terms import check_term
 from streamwal.node.tracing import name_client_span
 from streamwal.tso.tls import ClientTLS, default_token, open_channel
 
@@ -111,9 +112,18 @@ class NodeClient(StreamCalls):
             lambda exc: retry and may_retry(exc, idempotent=True),
         )
 
-    async def assign(self, pchannel: str, timeout: float | None = None) -> pb.AssignChannelResponse:
+    async def assign(
+        self, pchannel: str, timeout: float | None = None, *, term: int | None = None
+    ) -> pb.AssignChannelResponse:
+        """Open ``pchannel`` on this node under ``term`` (``None``: the channel's current
+        term plus one); :class:`~streamwal.node.client_errors.NodeStaleTermError` when a
+        newer owner holds a higher (or the same) term. The answer's ``term`` is the one
+        the node owns the channel under."""
+        request = pb.AssignChannelRequest(pchannel=pchannel)
+        if term is not None:
+            request.term = check_term(term)
         return await self._unary(  # type: ignore[no-any-return]
-            self._stub.AssignChannel, pb.AssignChannelRequest(pchannel=pchannel), timeout=timeout
+            self._stub.AssignChannel, request, timeout=timeout
         )
 
     async def remove(self, pchannel: str) -> None:
@@ -298,9 +308,23 @@ class NodeClient(StreamCalls):
         )
 
     async def truncate(
-        self, pchannel: str, retention_s: float | None = None
+        self, pchannel: str, retention_s: float | None = None, *, up_to: bytes | None = None
     ) -> pb.TruncateResponse:
+        """By the retention window (``retention_s``, default the node's), or through the
+        message id ``up_to`` (inclusive); the answer's ``truncated_through`` is the point
+        the slowest checkpoint let it use (empty: nothing new was truncated)."""
         request = pb.TruncateRequest(pchannel=pchannel)
         if retention_s is not None:
             request.retention_s = retention_s
+        if up_to is not None:
+            request.up_to = up_to
         return await self._unary(self._stub.Truncate, request)  # type: ignore[no-any-return]
+
+    async def delete_channel(self, pchannel: str) -> pb.DeleteChannelResponse:
+        """Delete the channel: its log, its subscriptions, its keys. Raises the typed
+        errors of the refusal: :class:`~streamwal.errors.ChannelInUseError` (FAILED_PRECONDITION)
+        while a node serves it, :class:`~streamwal.errors.ChannelNotFoundError` (NOT_FOUND)
+        when there is nothing of it (a second delete)."""
+        return await self._unary(  # type: ignore[no-any-return]
+            self._stub.DeleteChannel, pb.DeleteChannelRequest(pchannel=pchannel)
+        )

@@ -172,15 +172,24 @@ class StreamCalls(Numbering):
         vchannel: str = "",
         limit: int | None = None,
         timeout: float | None = None,
+        read_only: bool = False,
     ) -> AsyncGenerator[Consumed, None]:
         """Read ``pchannel`` on this node from ``delivery`` (the public
         :class:`~streamwal.DeliveryPolicy`, its position a :class:`WireMessageId`; the
         wire type is taken too; default all), up to ``limit`` messages. A failure is a
         read's error (:func:`~streamwal.node.client_errors.read_error`): nothing was
-        written, whatever the status."""
+        written, whatever the status.
+
+        ``read_only``: the node need not own the channel, and the read goes on while the
+        channel changes owners (the owner's ids and order); NOT_FOUND
+        (:class:`~streamwal.errors.NoSuchChannelError`) only for a channel that does not
+        exist. Without it, only the owner serves, and the read ends when the channel
+        leaves it."""
         wire = policy() if delivery is None else wire_policy(delivery)
         call = self._stub.Consume(
-            pb.ConsumeRequest(pchannel=pchannel, policy=wire, vchannel=vchannel),
+            pb.ConsumeRequest(
+                pchannel=pchannel, policy=wire, vchannel=vchannel, read_only=read_only
+            ),
             timeout=timeout,
         )
         count = 0
@@ -241,9 +250,10 @@ class StreamCalls(Numbering):
         max_messages: int = 0,
         max_bytes: int = 0,
         timeout: float | None = None,
+        read_only: bool = False,
     ) -> AsyncIterator[list[Consumed]]:
         """``ConsumeBatch``: what the node had ready, one list per frame (0: the node's
-        bounds per frame)."""
+        bounds per frame); ``read_only`` as for :meth:`consume`."""
         call = self._stub.ConsumeBatch(
             pb.ConsumeRequest(
                 pchannel=pchannel,
@@ -251,6 +261,7 @@ class StreamCalls(Numbering):
                 vchannel=vchannel,
                 max_batch_messages=max_messages,
                 max_batch_bytes=max_bytes,
+                read_only=read_only,
             ),
             timeout=timeout,
         )

@@ -53,10 +53,12 @@ AppendFunc = Callable[[MutableMessage], Awaitable[AppendResult]]
 
 @dataclass(frozen=True, slots=True)
 class ChannelInfo:
-    """The channel a WAL serves and the node that owns it."""
+    """The channel a WAL serves, the node that owns it, and the term it owns it under
+    (Milvus's ``PChannelInfo.Term``: 0 when the opener gave none)."""
 
     name: str
     node_id: int
+    term: int = 0
 
 
 class WALHandle(Protocol):
