@@ -50,6 +50,8 @@ _COMMAND_MODULES: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
 )
 
 
+_PRODUCT_COMMANDS = frozenset(c for _, commands, _ in _COMMAND_MODULES for c in commands)
+
 #: commands that cannot run here: name -> the one line that says what to install
 _MISSING: dict[str, str] = {}
 
@@ -83,8 +85,10 @@ def _missing_command(argv: Sequence[str]) -> int | None:
     return 2
 
 
-def _product_commands(sub: Any) -> None:
+def _product_commands(sub: Any, only: str | None = None) -> None:
     for name, commands, extra in _COMMAND_MODULES:
+        if only is not None and only not in commands:
+            continue
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -127,7 +131,10 @@ def _plugin_commands(sub: Any) -> None:
             _needs_lab(sub, name, None)
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; only ``command``'s when it is one of the product's: a
+    command then imports its own module, not all of them (half a second of start-up,
+    which an operator's ``streamwal verify`` or a script's short call pays each time)."""
     parser = argparse.ArgumentParser(
         prog="streamwal",
         description="A write-ahead-log backend for a streaming node, on Apache Pulsar.",
@@ -136,14 +143,18 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"streamwal {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _MISSING.clear()  # what is missing is decided afresh for each parser
+    if command in _PRODUCT_COMMANDS:
+        _product_commands(sub, command)
+        return parser
     _product_commands(sub)
     _plugin_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _build_parser()
-    missing = _missing_command(sys.argv[1:] if argv is None else argv)
+    given = sys.argv[1:] if argv is None else argv
+    parser = _build_parser(next((a for a in given if not a.startswith("-")), None))
+    missing = _missing_command(given)
     if missing is not None:
         return missing
     args = parser.parse_args(argv)

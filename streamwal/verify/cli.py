@@ -3,7 +3,8 @@
 It stays whole past 500 lines because it is one role, reading a channel for the check: the
 reader, its start (``--from``/``--since``), the checkpoint and the command are one path.
 
-The log is read one entry at a time (:func:`iter_topic`) and fed to the streaming
+The log is read one entry at a time (:func:`iter_topic`), in a second process that
+also decodes it (:mod:`streamwal.verify.pipeline`), and fed to the streaming
 :class:`~streamwal.verify.history.HistoryChecker`: memory stays flat whatever the
 channel's length (``docs/verify.md``). ``--from``/``--since`` start later than the
 earliest entry; ``--state FILE`` saves a checkpoint (and its digests, in ``FILE.db``)
@@ -37,11 +38,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import pulsar
-
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
 from streamwal.adaptors.pulsar.admin import PulsarAdmin, admin_url_for, require_topic
-from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.adaptors.pulsar.retention import TopicRetention
 from streamwal.errors import (
     ClosedError,
@@ -49,19 +47,20 @@ from streamwal.errors import (
     InvalidInputError,
     NoSuchChannelError,
     StreamwalError,
-    UnavailableError,
 )
 from streamwal.node.cli_options import add_pulsar_options, pulsar_from_args
 from streamwal.verify.acks import Ack, Delivery, Failure, TxnRecord, read_acks
-from streamwal.verify.history import HistoryChecker, HistoryReport
+from streamwal.verify.history import Facts, HistoryChecker, HistoryReport
+from streamwal.verify.pipeline import ReadingProcess, ReadOrder
+from streamwal.verify.reading import iter_entries, iter_topic
 from streamwal.wal.backend import BackendMessage, validate_channel_name
-from streamwal.wal.chunking import reassemble
 
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_MISSING",
     "EXIT_OK",
     "EXIT_VIOLATIONS",
+    "iter_entries",
     "iter_topic",
     "parse_message_id",
     "parse_since",
@@ -73,16 +72,9 @@ __all__ = [
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_MISSING = 0, 1, 2, 3
 
-#: the reader's receiver queue, in messages: small, because the C++ client bounds a
-#: reader's memory by nothing else, and a chunked message's records are entries of up
-#: to the broker's 5 MiB each (32 of them: 160 MiB at most). The checker, not the
-#: reader, sets the pace: against 5,000 it costs 5-13 % of verify's messages/s
-RECEIVER_QUEUE = 32
 _PROGRESS_EVERY_S = 0.25
 _PROGRESS_CHECK = 1024  # messages between looks at the clock
 _STATE_DB = ".db"
-_NOTHING = (-1, -1, -1)  # before every (ledger, entry, batch index)
-_EMPTY_LOOK_MS = 500
 
 
 def register(sub: Any) -> None:
@@ -175,90 +167,6 @@ def parse_since(text: str, now: float | None = None) -> int:
 
 
 # ---- reading --------------------------------------------------------------------------
-
-
-def iter_topic(
-    service_url: str,
-    topic: str,
-    *,
-    start: PulsarMessageId | None = None,
-    inclusive: bool = False,
-    since_ms: int | None = None,
-    timeout: float = 30.0,
-) -> Iterator[BackendMessage]:
-    """Every entry of ``topic`` from the earliest (or after ``start``, or at it when
-    ``inclusive``, or from the first published at ``since_ms`` or later) up to its end
-    as the read goes, one at a time: nothing is held but the receiver queue.
-
-    A blocking reader (the synchronous client: one call per entry, no event-loop
-    round trip); run it in a thread from async code. Raises
-    :class:`UnavailableError` when the broker fails, :class:`TimeoutError` when an
-    entry it announced does not come."""
-    try:
-        client = pulsar.Client(
-            service_url, operation_timeout_seconds=int(timeout), logger=client_logger()
-        )
-    except pulsar.PulsarException as exc:
-        raise UnavailableError(f"cannot reach {service_url}: {exc}") from exc
-    try:
-        first = start.to_pulsar() if start is not None else pulsar.MessageId.earliest
-        reader = client.create_reader(
-            topic,
-            first,
-            receiver_queue_size=RECEIVER_QUEUE,
-            start_message_id_inclusive=inclusive,
-        )
-        if since_ms is not None:
-            reader.seek(since_ms)
-        wait_ms = int(timeout * 1000)
-        # up to the last entry as the read starts without asking the broker for each
-        # (has_message_available costs more than a read); then ask, for what came since
-        end = _last_key(client, topic, wait_ms)
-        key = _start_key(start, inclusive, since_ms, end)
-        available, read_next = reader.has_message_available, reader.read_next
-        while key < end or available():
-            try:
-                message = read_next(wait_ms)
-            except pulsar.Timeout:
-                if not available():
-                    break  # a start that skipped past the last entry
-                raise TimeoutError(f"{topic}: no entry within {timeout} s") from None
-            at = message.message_id()  # to_backend_message inlined: once per entry
-            key = (at.ledger_id(), at.entry_id(), at.batch_index())
-            yield BackendMessage(PulsarMessageId(*key), message.data(), message.properties())
-        reader.close()
-    except pulsar.PulsarException as exc:
-        raise UnavailableError(f"reading {topic}: {exc}") from exc
-    finally:
-        client.close()
-
-
-def _start_key(
-    start: PulsarMessageId | None, inclusive: bool, since_ms: int | None, end: tuple[int, int, int]
-) -> tuple[int, int, int]:
-    """Where the reader stands before its first read, as (ledger, entry, batch index):
-    before everything for a read from the earliest, just before or at ``start``;
-    unknown after a seek by time (``end``: has_message_available decides)."""
-    if since_ms is not None:
-        return end
-    if start is None:
-        return _NOTHING
-    return (start.ledger, start.entry, start.batch_index - 1 if inclusive else start.batch_index)
-
-
-def _last_key(client: Any, topic: str, wait_ms: int) -> tuple[int, int, int]:
-    """The (ledger, entry, batch index) of ``topic``'s last message, by a reader that
-    starts at the latest inclusively; ``(-1, -1, -1)`` for an empty topic."""
-    tail = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
-    try:
-        # a reader just made can answer "nothing" before it knows: a short look anyway
-        wait = wait_ms if tail.has_message_available() else _EMPTY_LOOK_MS
-        at = tail.read_next(wait).message_id()
-        return (at.ledger_id(), at.entry_id(), at.batch_index())
-    except pulsar.Timeout:
-        return _NOTHING  # empty: the reader's own has_message_available decides
-    finally:
-        tail.close()
 
 
 async def read_topic(service_url: str, topic: str, timeout: float = 30.0) -> list[BackendMessage]:
@@ -413,82 +321,99 @@ async def verify_channel(
     validate_channel_name(channel)
     config = PulsarConfig(service_url=service_url, tenant=tenant, namespace=namespace)
     topic = config.topic(channel)
-    admin = admin_url or admin_url_for(service_url)
-    truncated = None
-    ledgers = None
-    if admin is not None:
-        if must_exist:
-            await require_topic(PulsarAdmin(admin), topic, channel)
-        retention = TopicRetention(PulsarAdmin(admin), topic, channel, config.cursor_subscription)
-        truncated = await retention.truncation_point()
-        if progress is not None:
-            ledgers = await _ledgers(PulsarAdmin(admin), topic)
-    saved = _load_state(state, topic) if state is not None else None
-    if saved is not None and (start is not None or since_ms is not None):
-        raise InvalidInputError("--from and --since start a new check: not with a checkpoint")
-    recorded: Iterable[Ack] = itertools.chain(read_acks(acks_file) if acks_file else (), acks)
-
-    def check() -> HistoryReport:
-        with HistoryChecker(
-            PulsarMessageId.from_bytes,
-            truncated_before=truncated,
-            store=_db_of(state) if state is not None else None,
-            work_dir=work_dir,
-            starts_inside=start is not None or since_ms is not None,
-        ) as checker:
-            if saved is not None:
-                checker.restore(saved)
-            after = checker.last_id
-            entries = iter_topic(
-                service_url,
-                topic,
-                start=start if after is None else PulsarMessageId.from_bytes(after.to_bytes()),
-                inclusive=after is None and start is not None,
-                since_ms=since_ms,
-            )
-            _feed(checker, reassemble(channel, entries), progress, ledgers, stop)
-            report = checker.finish(
-                acks=recorded,
-                failures=failures,
-                batches=batches,
-                txns=txns,
-                deliveries=deliveries,
-                delivered=delivered,
-            )
-            if state is not None:
-                _save_state(state, topic, checker)
-            return report
-
-    if state is not None and saved is None:
-        _db_of(state).unlink(missing_ok=True)  # a store without its checkpoint: stale
-    stop = threading.Event()
+    # started first: its start-up overlaps the admin calls below (and it forks before
+    # they leave a thread behind); it reads once check() orders it to
+    reading = ReadingProcess()
+    reading.start()
+    checking = False
     try:
-        return await asyncio.to_thread(check)
+        admin = admin_url or admin_url_for(service_url)
+        truncated = None
+        ledgers = None
+        if admin is not None:
+            if must_exist:
+                await require_topic(PulsarAdmin(admin), topic, channel)
+            retention = TopicRetention(
+                PulsarAdmin(admin), topic, channel, config.cursor_subscription
+            )
+            truncated = await retention.truncation_point()
+            if progress is not None:
+                ledgers = await _ledgers(PulsarAdmin(admin), topic)
+        saved = _load_state(state, topic) if state is not None else None
+        if saved is not None and (start is not None or since_ms is not None):
+            raise InvalidInputError("--from and --since start a new check: not with a checkpoint")
+        recorded: Iterable[Ack] = itertools.chain(read_acks(acks_file) if acks_file else (), acks)
+
+        def check() -> HistoryReport:
+            with (
+                reading,
+                HistoryChecker(
+                    PulsarMessageId.from_bytes,
+                    truncated_before=truncated,
+                    store=_db_of(state) if state is not None else None,
+                    work_dir=work_dir,
+                    starts_inside=start is not None or since_ms is not None,
+                ) as checker,
+            ):
+                if saved is not None:
+                    checker.restore(saved)
+                after = checker.last_id
+                first = start if after is None else after
+                order = ReadOrder(
+                    service_url,
+                    topic,
+                    channel,
+                    start=first.to_bytes() if first is not None else None,
+                    inclusive=after is None and start is not None,
+                    since_ms=since_ms,
+                )
+                _feed(checker, reading.read(order), progress, ledgers, stop)
+                report = checker.finish(
+                    acks=recorded,
+                    failures=failures,
+                    batches=batches,
+                    txns=txns,
+                    deliveries=deliveries,
+                    delivered=delivered,
+                )
+                if state is not None:
+                    _save_state(state, topic, checker)
+                return report
+
+        if state is not None and saved is None:
+            _db_of(state).unlink(missing_ok=True)  # a store without its checkpoint: stale
+        stop = threading.Event()
+        checking = True  # from here the thread that reads closes the reading process
+        try:
+            return await asyncio.to_thread(check)
+        finally:
+            stop.set()  # cancelled (Ctrl-C): the reading thread stops at its next look,
+            reading.terminate()  # or at once if it waits for the reading process
     finally:
-        stop.set()  # cancelled (Ctrl-C): the reading thread stops at its next look
+        if not checking:
+            reading.close()
 
 
 def _feed(
     checker: HistoryChecker,
-    entries: Iterable[BackendMessage],
+    entries: Iterable[Facts],
     out: TextIO | None,
     ledgers: list[tuple[int, int]] | None,
     stop: threading.Event,
 ) -> None:
-    """Every entry into ``checker``; every :data:`_PROGRESS_CHECK` entries, the
-    progress line (if ``out``) and ``stop`` (set: :class:`ClosedError`, no checkpoint
-    saved: the next run redoes this one from the last)."""
-    feed: Callable[[BackendMessage], None] = checker.feed
+    """Every entry's facts into ``checker``; every :data:`_PROGRESS_CHECK` entries,
+    the progress line (if ``out``) and ``stop`` (set: :class:`ClosedError`, no
+    checkpoint saved: the next run redoes this one from the last)."""
+    feed: Callable[[Facts], None] = checker.feed_facts
     line = _Progress(out, ledgers) if out is not None else None
     try:
-        for count, raw in enumerate(entries, 1):
-            feed(raw)
+        for count, facts in enumerate(entries, 1):
+            feed(facts)
             if count % _PROGRESS_CHECK == 0:
                 if stop.is_set():
                     raise ClosedError(f"verify stopped after {count} entries")
                 if line is not None:
-                    at = raw.message_id
-                    line.update(count, at if isinstance(at, PulsarMessageId) else None)
+                    line.update(count, PulsarMessageId.from_bytes(facts[0]))
     finally:
         if line is not None:
             line.clear()

@@ -75,36 +75,57 @@ that need the whole log are queries on it. ``docs/verify.md`` lists, per rule, w
 is kept where. :func:`check_history` feeds an iterable through it.
 
 Entries are decoded by :func:`decode_entry`, the one place that knows the log's
-formats (:data:`DECODERS`): a second format is one more decoder there.
+formats (:data:`DECODERS`): a second format is one more decoder there. The rules
+read each entry's :data:`~streamwal.verify.facts.Facts` (:func:`entry_facts`: a few
+fields, no message object), so that the decoding can run in another process
+(:mod:`streamwal.verify.pipeline`); the wire format's plain entries take a fast path
+beside :func:`decode_entry` that checks what it checks, and anything else goes
+through it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from streamwal.errors import DecodeError, InvalidInputError, WriteOutcome
 from streamwal.verify.acks import Ack, Delivery, Failure, TxnRecord
+from streamwal.verify.facts import Facts
 from streamwal.verify.store import Store
 from streamwal.verify.transactions import TXN_RULES, ExactlyOnceChecker
 from streamwal.wal.backend import BackendMessage
+from streamwal.wal.interceptors.txn.session import parse_decimal_payload
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType, decode
-from streamwal.wal.message.codec import KEY_LAST_CONFIRMED
+from streamwal.wal.message.codec import (
+    KEY_LAST_CONFIRMED,
+    KEY_PRODUCER,
+    KEY_SEQUENCE,
+    KEY_SOURCE,
+    KEY_TIME_TICK,
+    KEY_TXN,
+    KEY_TYPE,
+    KEY_VCHANNEL,
+    KEY_VERSION,
+)
+from streamwal.wal.message.message import MAX_TIME_TICK, RESERVED_PREFIX
 from streamwal.wal.message_id import MessageId
 
 __all__ = [
     "DECODERS",
     "KEEP",
     "RULES",
+    "Facts",
     "HistoryChecker",
     "HistoryReport",
     "Violation",
     "check_history",
     "decode_entry",
+    "entry_facts",
+    "parts_facts",
 ]
 
 RULES = (
@@ -149,6 +170,168 @@ def decode_entry(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -
         except DecodeError as exc:
             error = exc
     raise error or DecodeError(f"message {raw.message_id}: no decoder")
+
+
+_KINDS = {t.wire_name: t for t in MessageType}
+
+
+def entry_facts(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> Facts:
+    """The :data:`Facts` of ``raw``, as :func:`decode_entry` reads it."""
+    return parts_facts(
+        raw.message_id.to_bytes(), raw.payload, raw.properties, message_id_from_bytes, raw
+    )
+
+
+def parts_facts(
+    message_id: bytes,
+    payload: bytes,
+    properties: Mapping[str, str],
+    message_id_from_bytes: MessageIdDecoder,
+    raw: BackendMessage | None = None,
+) -> Facts:
+    """:func:`entry_facts` of an entry given in parts (``message_id`` as bytes), so a
+    reader builds no :class:`BackendMessage` for it unless it is needed (``raw``: the
+    entry, if the caller has it).
+
+    The wire format's plain entries take a path that checks what :func:`decode`
+    checks and builds no message (decoding is most of what checking an entry costs);
+    anything that path is not sure of goes through :func:`decode_entry`, which decides:
+    so the fast path can only agree with it (``tests/verify`` holds them to it)."""
+    try:
+        facts = _plain_facts(message_id, payload, properties, message_id_from_bytes)
+    except Exception:  # anything odd is the full decoder's to judge
+        facts = None
+    if facts is not None:
+        return facts
+    if raw is None:
+        raw = BackendMessage(message_id_from_bytes(message_id), payload, properties)
+    try:
+        msg = decode_entry(raw, message_id_from_bytes)
+    except DecodeError:
+        return (message_id, None, 0, b"", b"", 0, None, None, None, None)
+    return _facts_of(msg)
+
+
+def _facts_of(msg: ImmutableMessage) -> Facts:
+    kind = msg.type
+    return (
+        msg.message_id.to_bytes(),
+        kind.wire_name,
+        msg.time_tick,
+        hashlib.sha256(msg.payload).digest(),
+        msg.last_confirmed.to_bytes(),
+        msg.source,
+        msg.producer_id,
+        msg.sequence,
+        msg.txn_id,
+        parse_decimal_payload(msg.payload) if kind is MessageType.COMMIT_TXN else None,
+    )
+
+
+def _decimal(text: object) -> TypeGuard[str]:
+    """What the codec's ``_DECIMAL`` pattern matches: ``0``, or up to 20 ASCII digits
+    without a leading zero."""
+    return (
+        type(text) is str
+        and text.isdigit()
+        and text.isascii()
+        and len(text) <= 20
+        and (text[0] != "0" or len(text) == 1)
+    )
+
+
+def _bounded(props: dict[str, Any], key: str) -> int | None:
+    """An optional decimal property up to 2**64 - 1; ``ValueError`` if it is not one."""
+    if key not in props:
+        return None
+    text = props[key]
+    if not _decimal(text) or int(text) > MAX_TIME_TICK:
+        raise ValueError(key)
+    return int(text)
+
+
+#: what a burst of entries shares, checked once: the last last-confirmed text (with
+#: its decoder and id's bytes), and the last version and source texts
+_last_confirmed: tuple[MessageIdDecoder, str, bytes] | None = None
+_last_version_source: tuple[str, str] | None = None
+_ALWAYS = 4  # the keys every entry has: type, version, time tick, source
+
+
+def _plain_facts(
+    message_id: bytes, payload: Any, props: Any, message_id_from_bytes: MessageIdDecoder
+) -> Facts | None:
+    """:data:`Facts` of an entry of the wire format (``docs/wire-format.md``) that
+    :func:`decode` accepts, checked as it checks them; ``None`` (or an exception) when
+    not sure: the caller asks :func:`decode_entry`."""
+    global _last_confirmed, _last_version_source
+    if type(props) is not dict or type(payload) is not bytes:
+        return None
+    name = props.get(KEY_TYPE)
+    kind = _KINDS.get(name) if type(name) is str else None
+    version, tick, source = props.get(KEY_VERSION), props.get(KEY_TIME_TICK), props.get(KEY_SOURCE)
+    if kind is None or type(version) is not str or type(source) is not str:
+        return None
+    if (version, source) != _last_version_source:
+        if not (_decimal(version) and version != "0" and _decimal(source)):
+            return None
+        _last_version_source = (version, source)
+    if not _decimal(tick):
+        return None
+    time_tick = int(tick)
+    if time_tick > MAX_TIME_TICK:
+        return None
+    text = props.get(KEY_LAST_CONFIRMED)
+    if text is None:
+        if kind is not MessageType.TIME_TICK:
+            return None
+        confirmed = message_id
+    else:
+        last = _last_confirmed
+        if last is not None and last[0] is message_id_from_bytes and last[1] == text:
+            confirmed = last[2]
+        else:
+            if type(text) is not str or not text or len(text) % 2:
+                return None
+            confirmed = bytes.fromhex(text)  # ValueError: not hex (the caller falls back)
+            if confirmed.hex() != text or not isinstance(  # lowercase, nothing between
+                message_id_from_bytes(confirmed), MessageId
+            ):
+                return None
+            _last_confirmed = (message_id_from_bytes, text, confirmed)
+    producer = sequence = txn = None
+    keys = _ALWAYS if text is None else _ALWAYS + 1
+    if len(props) != keys:  # more than the keys read above: check the others
+        keys = _ALWAYS + (KEY_LAST_CONFIRMED in props)
+        if KEY_VCHANNEL in props:
+            if type(props[KEY_VCHANNEL]) is not str:
+                return None
+            keys += 1
+        if KEY_PRODUCER in props or KEY_SEQUENCE in props:
+            producer, sequence = _bounded(props, KEY_PRODUCER), _bounded(props, KEY_SEQUENCE)
+            if producer is None or sequence is None:
+                return None
+            keys += 2
+        if KEY_TXN in props:
+            txn = _bounded(props, KEY_TXN)
+            keys += 1
+        if len(props) != keys:  # user properties: strings, as decode wants them
+            for key, value in props.items():
+                if type(key) is not str or (
+                    not key.startswith(RESERVED_PREFIX) and type(value) is not str
+                ):
+                    return None
+    return (
+        message_id,
+        kind.wire_name,
+        time_tick,
+        hashlib.sha256(payload).digest(),
+        confirmed,
+        int(source),
+        producer,
+        sequence,
+        txn,
+        parse_decimal_payload(payload) if kind is MessageType.COMMIT_TXN else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -365,10 +548,10 @@ class HistoryChecker:
         self._pos = 0  # entries read, over every run of a checkpoint
         self._since = 0  # the position this run started at
         self._n = 0  # violations recorded, over every run
-        self._last_id: MessageId | None = None
+        self._last_id: bytes | None = None
         self._last_tt: int | None = None
-        self._last_tt_id: MessageId | str = ""  # made text only when a rule names it
-        self._confirmed: str | None = None  # a last-confirmed id that passed, as written
+        self._last_tt_id: bytes | str = ""  # made text only when a rule names it
+        self._confirmed: bytes | None = None  # a last-confirmed id that passed
         self._current: _Ownership | None = None
         self._past_nodes: set[int] = set()
         self._eo = ExactlyOnceChecker(
@@ -387,7 +570,7 @@ class HistoryChecker:
     @property
     def last_id(self) -> MessageId | None:
         """The last entry fed (a checkpoint's next run starts after it)."""
-        return self._last_id
+        return self._decode_id(self._last_id) if self._last_id is not None else None
 
     @property
     def messages(self) -> int:
@@ -401,88 +584,86 @@ class HistoryChecker:
 
     def feed(self, raw: BackendMessage) -> None:
         """Check one entry: the next in log order (chunked messages whole)."""
-        message_id = raw.message_id
-        if self._truncated is not None and message_id < self._truncated:
+        if self._truncated is not None and raw.message_id < self._truncated:
             return  # gone, or about to be: not part of the log any more
+        self._check(entry_facts(raw, self._decode_id))
+
+    def feed_facts(self, facts: Facts) -> None:
+        """:meth:`feed` of an entry already decoded by :func:`entry_facts` (by another
+        process, say: reading and decoding then run beside the rules)."""
+        if self._truncated is not None and self._decode_id(facts[0]) < self._truncated:
+            return
+        self._check(facts)
+
+    def _text(self, message_id: bytes | str) -> str:
+        """An id as the report shows it (ids are kept as bytes until a rule names one)."""
+        if isinstance(message_id, str):
+            return message_id
+        return _readable(message_id, self._decode_id)
+
+    def _check(self, facts: Facts) -> None:
+        message_id, name, time_tick, digest, confirmed, source, producer, _, txn, _ = facts
         report = self.report
         if self._starts_inside and self._from is None:
-            self._from = message_id
-            self.report.started_at = str(message_id)
+            self._from = self._decode_id(message_id)
+            self.report.started_at = str(self._from)
         self._last_id = message_id
         self._pos += 1
         pos = self._pos
         report.messages += 1
-        try:
-            msg = decode_entry(raw, self._decode_id)
-        except DecodeError:
+        kind = _KINDS.get(name) if name is not None else None
+        if kind is None:
             report.foreign_count += 1
             if len(report.foreign) < self._keep:
-                report.foreign.append(str(message_id))
-            self._store.add("foreign_entry", (message_id.to_bytes(), self._pos))
+                report.foreign.append(self._text(message_id))
+            self._store.add("foreign_entry", (message_id, pos))
             return
         report.decoded += 1
-        kind = msg.type
-        marker = kind.is_txn_marker  # a marker's payload is a count, not a client's
-        self._store.add(
-            "msg",
-            (
-                message_id.to_bytes(),
-                msg.time_tick,
-                hashlib.sha256(msg.payload).digest(),
-                pos,
-                not marker,
-            ),
-        )
-        time_tick = msg.time_tick
+        # a marker's payload is a count, not a client's
+        self._store.add("msg", (message_id, time_tick, digest, pos, not kind.is_txn_marker))
         tick = kind is MessageType.TIME_TICK
-        first_tick = tick and msg.last_confirmed == msg.message_id
+        first_tick = tick and confirmed == message_id
         last_tt = self._last_tt
         if last_tt is not None and time_tick <= last_tt:
             rule = "first-time-tick" if first_tick else "time-tick-order"
-            what = f"node {msg.source}'s first time tick" if first_tick else "time tick"
+            what = f"node {source}'s first time tick" if first_tick else "time tick"
             self._emit(
                 _LOG,
                 pos,
                 rule,
-                str(message_id),
-                f"{what} {time_tick} is not above {last_tt} (at {self._last_tt_id})",
+                self._text(message_id),
+                f"{what} {time_tick} is not above {last_tt} (at {self._text(self._last_tt_id)})",
             )
         else:
             self._last_tt, self._last_tt_id = time_tick, message_id
         # identity, not set membership: an enum member hashes in Python, per message
-        if (
-            msg.producer_id is not None
-            or msg.txn_id is not None
-            or tick
-            or kind is MessageType.BEGIN_TXN
-        ):
-            self._eo.feed(msg, pos, str(message_id))
+        if producer is not None or txn is not None or tick or kind is MessageType.BEGIN_TXN:
+            self._eo.feed(facts, kind, pos, self._text(message_id))
         if first_tick:
-            text_id = str(message_id)
+            text_id = self._text(message_id)
             self._confirmed = None
             if self._current is not None:
                 self._past_nodes.add(self._current.node)
-            self._past_nodes.discard(msg.source)
-            self._current = _Ownership(msg.source, msg.message_id, text_id)
+            self._past_nodes.discard(source)
+            self._current = _Ownership(source, self._decode_id(message_id), text_id)
             report.owners_count += 1
             if len(report.owners) < self._keep:
-                report.owners.append((msg.source, text_id))
+                report.owners.append((source, text_id))
             return
         if self._current is None and (self._truncated is not None or self._from is not None):
             # the log starts at the truncation point, inside an ownership that began
             # before it: that ownership confirms this message's last-confirmed id
             self._current = _Ownership(
-                msg.source, msg.last_confirmed, f"before {self._truncated or self._from}"
+                source, self._decode_id(confirmed), f"before {self._truncated or self._from}"
             )
             self._confirmed = None
         current = self._current
-        confirmed = raw.properties.get(KEY_LAST_CONFIRMED)
-        same_node = current is not None and msg.source == current.node
-        if same_node and confirmed is not None and confirmed == self._confirmed:
+        same_node = current is not None and source == current.node
+        if same_node and confirmed == self._confirmed:
             return  # what the message before it confirmed, and that passed: so does this
-        violation = _owner_violation(msg.source, msg.last_confirmed, current, self._past_nodes)
+        violation = _owner_violation(source, self._decode_id(confirmed), current, self._past_nodes)
         if violation is not None:
-            self._emit(_LOG, pos, violation[0], str(message_id), violation[1])
+            self._emit(_LOG, pos, violation[0], self._text(message_id), violation[1])
         elif same_node:
             self._confirmed = confirmed
 
@@ -497,9 +678,9 @@ class HistoryChecker:
             "run": self._run,
             "pos": self._pos,
             "n": self._n,
-            "last_id": self._last_id.to_bytes().hex() if self._last_id is not None else None,
+            "last_id": self._last_id.hex() if self._last_id is not None else None,
             "last_tt": self._last_tt,
-            "last_tt_id": str(self._last_tt_id),
+            "last_tt_id": self._text(self._last_tt_id),
             "current": None
             if current is None
             else [current.node, current.first_id.to_bytes().hex(), current.first_text],
@@ -520,7 +701,7 @@ class HistoryChecker:
             self._pos = self._since = int(state["pos"])
             self._n = int(state["n"])
             last = state["last_id"]
-            self._last_id = decode_id(bytes.fromhex(last)) if last is not None else None
+            self._last_id = decode_id(bytes.fromhex(last)).to_bytes() if last is not None else None
             self._last_tt = None if state["last_tt"] is None else int(state["last_tt"])
             self._last_tt_id = str(state["last_tt_id"])
             current = state["current"]
@@ -537,7 +718,7 @@ class HistoryChecker:
             raise InvalidInputError(f"not a verify checkpoint: {exc!r}") from exc
         self._store.forget_after(self._pos, self._run - 1)
         if self._last_id is not None:
-            self.report.resumed_after = str(self._last_id)
+            self.report.resumed_after = self._text(self._last_id)
 
     # ---- once the log is read -----------------------------------------------------
 
@@ -554,7 +735,7 @@ class HistoryChecker:
         checkpoint's earlier runs included); the report of this run. Every input is
         streamed into the store, never held in a list."""
         store, report = self._store, self.report
-        report.last_id = str(self._last_id) if self._last_id is not None else None
+        report.last_id = self._text(self._last_id) if self._last_id is not None else None
         store.execute("DELETE FROM viol WHERE phase >= 2")
         for table in ("ack", "delivery", "failure"):
             store.execute(f"DELETE FROM {table}")

@@ -37,7 +37,8 @@ such a lie is reported whichever answer the client gave.
 A log checked from a truncation point may begin inside a transaction: its messages
 before its begin are counted, not reported.
 
-Streaming: :class:`ExactlyOnceChecker` is fed the log's messages one at a time. In
+Streaming: :class:`ExactlyOnceChecker` is fed the log's messages one at a time (what
+the rules read of each: :data:`~streamwal.verify.facts.Facts`). In
 memory it keeps the transactions open in the current ownership (id, serial, first
 message, member count: bounded by how many transactions are open at once, not by the
 log's length) and a few counters. Every per-message fact goes to the check's
@@ -53,9 +54,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamwal.verify.acks import TXN_ENDED, TxnOutcome, TxnRecord
+from streamwal.verify.facts import Facts
 from streamwal.verify.store import Store
-from streamwal.wal.interceptors.txn.session import parse_decimal_payload
-from streamwal.wal.message import ImmutableMessage, MessageType
+from streamwal.wal.message import MessageType
 
 __all__ = ["TXN_RULES", "Emit", "ExactlyOnceChecker", "ExactlyOnceReport"]
 
@@ -142,26 +143,25 @@ class ExactlyOnceChecker:
         ended = self.report.transactions
         ended[how] = ended.get(how, 0) + 1
 
-    def feed(self, msg: ImmutableMessage, pos: int, text: str) -> None:
-        if msg.producer_id is not None and msg.sequence is not None:
+    def feed(self, facts: Facts, kind: MessageType, pos: int, text: str) -> None:
+        """One message's :data:`~streamwal.verify.facts.Facts` (``kind``: its type)."""
+        message_id, _, time_tick, _, confirmed, _, producer, sequence, txn_id, count = facts
+        if producer is not None and sequence is not None:
             self.report.idempotent += 1
-            self._store.add("seq", (msg.producer_id, msg.sequence, pos, text))
-        kind = msg.type
+            self._store.add("seq", (producer, sequence, pos, text))
         if kind is MessageType.TIME_TICK:
-            if msg.last_confirmed == msg.message_id:  # a new ownership: the rest is cut
+            if confirmed == message_id:  # a new ownership: the rest is cut
                 self._started = True
                 for cut in list(self._open):
                     self._end(cut, "cut")
             return
         if kind is MessageType.BEGIN_TXN:
             self._serial += 1
-            begin = msg.message_id.to_bytes()
-            if msg.time_tick in self._open:  # the same id begun twice: the first is lost
-                self._open.pop(msg.time_tick)
-            self._open[msg.time_tick] = _Open(self._serial, begin)
-            self._store.add("member", (begin, msg.time_tick, self._serial, pos))
+            if time_tick in self._open:  # the same id begun twice: the first is lost
+                self._open.pop(time_tick)
+            self._open[time_tick] = _Open(self._serial, message_id)
+            self._store.add("member", (message_id, time_tick, self._serial, pos))
             return
-        txn_id = msg.txn_id
         if txn_id is None:
             return
         txn = self._open.get(txn_id)
@@ -179,7 +179,6 @@ class ExactlyOnceChecker:
         if kind is MessageType.ROLLBACK_TXN:
             self._end(txn_id, "rolled-back")
         elif kind is MessageType.COMMIT_TXN:
-            count = parse_decimal_payload(msg.payload)
             if count != txn.members - 1:
                 self._emit(
                     PHASE_LOG,
@@ -191,10 +190,10 @@ class ExactlyOnceChecker:
                 )
                 self._end(txn_id, "committed")
             else:
-                self._end(txn_id, "committed", msg.message_id.to_bytes())
+                self._end(txn_id, "committed", message_id)
         else:
             txn.members += 1
-            self._store.add("member", (msg.message_id.to_bytes(), txn_id, txn.serial, pos))
+            self._store.add("member", (message_id, txn_id, txn.serial, pos))
 
     # ---- once the log is read -----------------------------------------------------
 

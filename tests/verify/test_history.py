@@ -13,6 +13,7 @@ from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.cli import main
 from streamwal.verify.acks import Ack, Delivery, Failure, digest, write_acks
 from streamwal.verify.history import RULES, HistoryReport, check_history
+from streamwal.verify.pipeline import ReadingThread
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.chunking import reassemble, split
 from streamwal.wal.message import MessageType, MutableMessage, encode
@@ -216,6 +217,8 @@ def fake_topic(monkeypatch: pytest.MonkeyPatch) -> list[BackendMessage]:
 
     monkeypatch.setattr(streamwal.verify.cli, "iter_topic", iter_topic)
     monkeypatch.setattr(streamwal.verify.cli, "require_topic", require_topic)
+    # the patched reader exists in this process only: read it here, not in a child
+    monkeypatch.setattr(streamwal.verify.cli, "ReadingProcess", lambda: ReadingThread(iter_topic))
     return log
 
 

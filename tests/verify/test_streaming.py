@@ -18,6 +18,7 @@ from streamwal.errors import InvalidInputError
 from streamwal.verify.acks import digest, write_acks
 from streamwal.verify.cli import parse_message_id, parse_since
 from streamwal.verify.history import HistoryChecker, check_history
+from streamwal.verify.pipeline import ReadingThread
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import MessageType, MutableMessage, encode
 from streamwal.wal.message.codec import KEY_TIME_TICK
@@ -56,6 +57,10 @@ def topic(monkeypatch: pytest.MonkeyPatch) -> FakeTopic:
 
     monkeypatch.setattr(streamwal.verify.cli, "iter_topic", fake.iter_topic)
     monkeypatch.setattr(streamwal.verify.cli, "require_topic", require_topic)
+    # the patched reader exists in this process only: read it here, not in a child
+    monkeypatch.setattr(
+        streamwal.verify.cli, "ReadingProcess", lambda: ReadingThread(fake.iter_topic)
+    )
     return fake
 
 

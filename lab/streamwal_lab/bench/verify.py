@@ -8,7 +8,8 @@ WAL). Then, ``repeats`` times, interleaved over the same channel:
 - ``raw_reader``: the simplest ``pulsar.Client`` reader loop over every message (no
   decoding), in this process;
 - ``verify``: ``streamwal verify --json`` in a child process, timed from its start to
-  its exit, its peak RSS read from ``wait4``, the disk its store took from its report.
+  its exit, its peak RSS (with its reading process's) polled from ``/proc``, the disk
+  its store took from its report.
 
 Reported: messages/s of each, their ratio (bound: verify >= 0.5 x raw), verify's
 peak RSS (bound: 256 MB) and disk. The topic is deleted at the end.
@@ -129,7 +130,8 @@ class VerifyRun:
 
 def run_verify(pulsar_url: str, channel: str, *extra: str) -> VerifyRun:
     """``streamwal verify --json`` on ``channel`` in a child process; its peak RSS is
-    the child's own high-water mark (``VmHWM``, read while it runs): ``wait4``'s
+    the child's own high-water mark (``VmHWM``, read while it runs) plus that of the
+    process it reads the log with (:func:`_watch_hwm`): ``wait4``'s
     ``ru_maxrss`` of a forked child starts at its parent's peak on Linux (kept across
     ``exec``), so from a large parent such as a test run it would report the parent."""
     command = [
@@ -165,18 +167,41 @@ def run_verify(pulsar_url: str, channel: str, *extra: str) -> VerifyRun:
 
 
 def _watch_hwm(pid: int, done: threading.Event, peak_kb: list[int]) -> None:
-    """The child's ``VmHWM`` (kB), polled until it exits or ``done`` is set."""
-    path = f"/proc/{pid}/status"
+    """The peak memory (kB) of the child and of the process it reads with: its
+    ``VmHWM`` plus each of its own children's, polled until it exits or ``done`` is
+    set. A forked reader shares pages with the child, so the sum counts them twice:
+    an upper bound."""
+    children: dict[int, int] = {}
     while not done.is_set():
-        try:
-            with open(path) as status:
-                for line in status:
-                    if line.startswith("VmHWM:"):
-                        peak_kb[0] = max(peak_kb[0], int(line.split()[1]))
-                        break
-        except (OSError, ValueError):
+        own = _hwm(pid)
+        if own is None:
             return
+        for child in _children(pid):
+            seen = _hwm(child)
+            if seen is not None:
+                children[child] = max(children.get(child, 0), seen)
+        peak_kb[0] = max(peak_kb[0], own + sum(children.values()))
         done.wait(0.02)
+
+
+def _hwm(pid: int) -> int | None:
+    """A process's ``VmHWM`` in kB; ``None`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as text:
+            return [int(p) for p in text.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def _drain(child: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
