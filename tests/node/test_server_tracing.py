@@ -247,5 +247,5 @@ def test_the_services_named_for_tracing_are_the_served_ones() -> None:
     from streamwal.node.server_tracing import HEALTH_SERVICE, TSO_SERVICE
     from streamwal.tso.proto import tso_pb2
 
-    assert TSO_SERVICE == tso_pb2.DESCRIPTOR.services_by_name["TSO"].full_name
+    assert tso_pb2.DESCRIPTOR.services_by_name["TSO"].full_name == TSO_SERVICE
     assert HEALTH_SERVICE == "grpc.health.v1.Health"
