@@ -40,6 +40,12 @@ from streamwal.errors import (
 from streamwal.exitcodes import FAILED, NOT_FOUND, OK, USAGE
 from streamwal.node.client import Acked, Consumed, NodeClient, WireMessageId
 from streamwal.node.credential_options import add_credential_options, client_credentials
+from streamwal.tso.config import EtcdConfig
+from streamwal.tso.etcd_options import (
+    add_etcd_credential_options,
+    etcd_from_options,
+    given_etcd_credentials,
+)
 from streamwal.tso.tls import ClientTLS
 from streamwal.wal.backend import DeliveryPolicy, validate_channel_name
 from streamwal.wal.message import MessageType
@@ -121,6 +127,7 @@ def _where(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--config", type=Path, help="a node's file: its cluster, or else the node itself"
     )
+    add_etcd_credential_options(parser)
     add_credential_options(parser)
 
 
@@ -130,10 +137,9 @@ class _Target:
     keys are under ``prefix`` in the etcd at ``etcd``."""
 
     node: str | None = None
-    etcd: tuple[str, ...] = ()
+    #: the cluster's etcd: endpoints, user and password, TLS
+    etcd: EtcdConfig | None = None
     prefix: str = "/streamwal"
-    etcd_user: str | None = None
-    etcd_password: str | None = None
     tls: ClientTLS | None = None
     token: str | None = field(default=None, repr=False)
 
@@ -141,13 +147,7 @@ class _Target:
         if self.node is not None:
             return NodeClient(self.node, tracing=False, tls=self.tls, token=self.token)
         return ClusterClient(
-            self.etcd,
-            key_prefix=self.prefix,
-            tracing=False,
-            tls=self.tls,
-            token=self.token,
-            etcd_user=self.etcd_user,
-            etcd_password=self.etcd_password,
+            etcd=self.etcd, key_prefix=self.prefix, tracing=False, tls=self.tls, token=self.token
         )
 
 
@@ -164,21 +164,21 @@ def _where_to(args: argparse.Namespace) -> _Target:
         raise ConfigError("--node/--etcd/--config", f"give one of them, not {given}")
     if args.cluster_prefix and not args.etcd:
         raise ConfigError("--cluster-prefix", "goes with --etcd")
+    credentials = given_etcd_credentials(args)
+    if credentials and not args.etcd:
+        raise ConfigError(credentials[0], "goes with --etcd (a node file has its etcd section)")
     if args.node:
         return _Target(node=args.node)
     if args.etcd:
         endpoints = tuple(e.strip() for e in args.etcd.split(",") if e.strip())
-        return _Target(etcd=endpoints, prefix=args.cluster_prefix or "/streamwal")
+        return _Target(
+            etcd=etcd_from_options(endpoints, args), prefix=args.cluster_prefix or "/streamwal"
+        )
     from streamwal.node.config import load_config
 
     config = load_config(args.config)
     if config.cluster.enabled:
-        return _Target(
-            etcd=config.etcd.endpoints,
-            prefix=config.cluster.key_prefix,
-            etcd_user=config.etcd.user,
-            etcd_password=config.etcd.password,
-        )
+        return _Target(etcd=config.etcd, prefix=config.cluster.key_prefix)
     address = config.node.advertise_address or config.node.listen
     host, _, port = address.rpartition(":")
     if host in ("", "0.0.0.0", "[::]", "::"):

@@ -29,7 +29,8 @@ from streamwal.errors import (
     UnavailableError,
 )
 from streamwal.exitcodes import FAILED, USAGE
-from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, DEFAULT_KEY_PREFIX, EtcdConfig, TsoConfig
+from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, DEFAULT_KEY_PREFIX, TsoConfig
+from streamwal.tso.etcd_options import add_etcd_credential_options, etcd_from_options
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal.tso.inprocess import InProcessTSO
 from streamwal.tso.oracle import TimestampOracle
@@ -42,7 +43,8 @@ __all__ = ["add_etcd_arguments", "allocate_one", "config_from_args", "register"]
 
 
 def add_etcd_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--etcd`` (repeatable, or comma-separated) and ``--prefix``."""
+    """``--etcd`` (repeatable, or comma-separated), ``--prefix``, ``--timeout`` and
+    etcd's credentials (``--etcd-user``, ``--etcd-password-file``, TLS)."""
     parser.add_argument(
         "--etcd",
         action="append",
@@ -61,6 +63,7 @@ def add_etcd_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="seconds to wait for etcd or a serving leader (default: %(default)s)",
     )
+    add_etcd_credential_options(parser)
 
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> TsoConfig:
@@ -68,7 +71,7 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> TsoConfig:
     given = args.etcd or list(environment.etcd_endpoints())
     endpoints = [e.strip() for item in given for e in item.split(",")]
     return TsoConfig(
-        etcd=EtcdConfig(tuple(e for e in endpoints if e)),
+        etcd=etcd_from_options([e for e in endpoints if e], args),
         key_prefix=args.prefix,
         unavailable_after_s=args.timeout,
         **overrides,

@@ -3,6 +3,10 @@
 The cluster is found from a node's file (``--config``: its ``etcd:`` and ``cluster:``
 sections) or from ``--etcd`` and ``--prefix``. These options go before the action or
 after it (``streamwal cluster status --config node1.yaml``): operators write both.
+With ``--etcd``, the etcd user (``--etcd-user``, ``--etcd-password-file``) and TLS
+(``--etcd-ca-file``, ``--etcd-cert-file``, ``--etcd-key-file``) are options; with
+``--config``, the file's ``etcd:`` section says them (docs/auth.md, "Cluster
+operations").
 
 Deleting topics (``channels remove --delete-topics``, ``delete --delete-topics``) and
 deleting a cluster cannot be undone: on a terminal they ask first; elsewhere (a
@@ -61,6 +65,11 @@ from streamwal.errors import (
 from streamwal.exitcodes import NOT_FOUND, USAGE
 from streamwal.node.confirm import NotConfirmedError, confirm
 from streamwal.tso.config import DEFAULT_KEY_PREFIX
+from streamwal.tso.etcd_options import (
+    add_etcd_credential_options,
+    etcd_from_options,
+    given_etcd_credentials,
+)
 from streamwal.wal.backend import validate_channel_name
 from streamwal.wal.deletion import ChannelDeletion
 
@@ -85,6 +94,7 @@ def _where(parser: argparse.ArgumentParser, *, top: bool) -> None:
         "--etcd", default=default, help="etcd endpoint(s), comma separated (instead of --config)"
     )
     parser.add_argument("--prefix", default=default, help="cluster.key_prefix (default /streamwal)")
+    add_etcd_credential_options(parser, default=default)
 
 
 def register(sub: Any) -> None:
@@ -165,7 +175,12 @@ def _store_and_keys(args: argparse.Namespace) -> tuple[ClusterStore, ClusterKeys
 
     if args.etcd:
         endpoints = [e.strip() for e in args.etcd.split(",") if e.strip()]
-        return ClusterStore(endpoints), ClusterKeys(args.prefix or DEFAULT_KEY_PREFIX)
+        etcd = etcd_from_options(endpoints, args)
+        store = ClusterStore.from_settings(etcd, unavailable_after_s=5.0)
+        return store, ClusterKeys(args.prefix or DEFAULT_KEY_PREFIX)
+    credentials = given_etcd_credentials(args)
+    if credentials:
+        raise ConfigError(credentials[0], "goes with --etcd (a node file has its etcd section)")
     config = load_config(args.config)
     store = ClusterStore.from_settings(config.etcd, unavailable_after_s=5.0)
     return store, ClusterKeys(args.prefix or config.cluster.key_prefix)

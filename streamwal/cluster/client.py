@@ -71,7 +71,7 @@ from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.retry import Retry
-from streamwal.tso.config import DEFAULT_KEY_PREFIX
+from streamwal.tso.config import DEFAULT_KEY_PREFIX, EtcdConfig
 from streamwal.tso.tls import ClientTLS, default_token, open_channel
 from streamwal.wal.backend import DeliveryPolicy
 
@@ -116,7 +116,10 @@ class ClusterClient:
     ``moves_followed`` counts the look-ups a refused append caused. ``tls`` and
     ``token`` (unset: the file ``STREAMWAL_TOKEN_FILE`` names, if any) are how it
     reaches nodes with TLS and ``auth.enabled``; a refusal (UNAUTHENTICATED,
-    PERMISSION_DENIED) is raised at once, not followed to another node.
+    PERMISSION_DENIED) is raised at once, not followed to another node. ``etcd``
+    (instead of ``etcd_endpoints``): an :class:`~streamwal.tso.config.EtcdConfig`, a
+    node file's ``etcd:`` section, with the etcd user, password and TLS (a CA, a
+    client certificate) it names.
     """
 
     def __init__(
@@ -133,11 +136,21 @@ class ClusterClient:
         tracing: bool = True,
         etcd_user: str | None = None,
         etcd_password: str | None = None,
+        etcd: EtcdConfig | None = None,
     ) -> None:
-        if bool(etcd_endpoints) == bool(nodes):
-            raise InvalidInputError("ClusterClient: give either etcd_endpoints or nodes")
+        if bool(etcd_endpoints or etcd) == bool(nodes):
+            raise InvalidInputError("ClusterClient: give either etcd_endpoints (or etcd) or nodes")
+        if etcd is not None and (etcd_endpoints or etcd_user or etcd_password):
+            raise InvalidInputError(
+                "ClusterClient: etcd (an EtcdConfig) says the endpoints and credentials; "
+                "give it without etcd_endpoints, etcd_user, etcd_password"
+            )
         self._store: ClusterStore | None = None
-        if etcd_endpoints:
+        if etcd is not None:
+            self._store = ClusterStore.from_etcd(
+                etcd, request_timeout_s=1.0, unavailable_after_s=3.0
+            )
+        elif etcd_endpoints:
             self._store = ClusterStore(
                 etcd_endpoints,
                 request_timeout_s=1.0,

@@ -101,11 +101,19 @@ class AuthSettings:
 
     def check(self) -> None:
         names: set[str] = set()
+        certificates: dict[str, str] = {}
         for i, identity in enumerate(self.identities):
             identity.check(f"auth.identities[{i}]")
             if identity.name in names:
                 raise ConfigError(f"auth.identities[{i}].name", f"{identity.name!r} is given twice")
             names.add(identity.name)
+            if identity.certificate is not None:
+                other = certificates.setdefault(identity.certificate, identity.name)
+                if other != identity.name:  # one name, two identities: which would it be?
+                    raise ConfigError(
+                        f"auth.identities[{i}].certificate",
+                        f"{identity.certificate!r} is {other!r}'s certificate name too",
+                    )
         if self.enabled and not self.identities:
             raise ConfigError("auth.identities", "auth.enabled needs at least one identity")
         if self.peer_token_file is not None:

@@ -65,7 +65,7 @@ __all__ = ["HEALTH_SERVICE", "REFUSALS", "TSO_SERVICE", "ServerInterceptor"]
 _log = logging.getLogger(__name__)
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
-TSO_SERVICE = "tso.v1.TSO"
+TSO_SERVICE = "streamwal.tso.v1.TSO"
 #: domain errors whose refusal marks the server span ERROR (see the module docstring)
 REFUSALS: tuple[type[Exception], ...] = (ChannelFencedError, ChannelNotFoundError)
 

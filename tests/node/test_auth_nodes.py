@@ -253,6 +253,7 @@ async def test_every_identity_tries_every_call(world: World, stack: StackInfo) -
     wrong: list[str] = []
     written: set[str] = set()
     refused_tags: set[str] = set()
+    deleted: set[str] = set()  # the callers whose DeleteChannel of their scratch went
     for who, caller in c.items():
         rpc = world.channel(caller)
         for full in RULES:
@@ -280,6 +281,8 @@ async def test_every_identity_tries_every_call(world: World, stack: StackInfo) -
                     wrong.append(f"{who} {method}: {code.name}, expected {expected.name}")
             elif method.startswith("Produce") and code == grpc.StatusCode.OK:
                 written.add(tag)
+            elif method == "DeleteChannel" and code == grpc.StatusCode.OK:
+                deleted.add(who)
         await rpc.close()
     assert wrong == []
     assert written == {
@@ -353,11 +356,15 @@ async def test_every_identity_tries_every_call(world: World, stack: StackInfo) -
     assert seen & refused_tags == set()
 
     # etcd: the refused calls wrote no key (the TSO's own keys are the same set); the
-    # allowed assignments of the scratch channels each claimed their channel's term
+    # allowed assignments of the scratch channels each claimed their channel's term,
+    # which the same caller's DeleteChannel (after its RemoveChannel) forgot again
+    assert deleted == {
+        who for who, caller in c.items() if _allowed(caller, f"{_NODE}DeleteChannel")
+    }
     claimed = {
         f"{world.tso_prefix}/terms/{world.prefix}scratch-{who}"
         for who, caller in c.items()
-        if _allowed(caller, f"{_NODE}AssignChannel")
+        if _allowed(caller, f"{_NODE}AssignChannel") and who not in deleted
     }
     assert await _etcd_keys(stack, world.tso_prefix) == keys_before | claimed
 

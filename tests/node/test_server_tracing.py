@@ -240,3 +240,12 @@ async def _read_until_end(call: Any) -> AsyncIterator[bytes]:
             yield answer
     except grpc.aio.AioRpcError:
         return
+
+
+def test_the_services_named_for_tracing_are_the_served_ones() -> None:
+    # a name that matches no service would trace every TSO call as a root of its own
+    from streamwal.node.server_tracing import HEALTH_SERVICE, TSO_SERVICE
+    from streamwal.tso.proto import tso_pb2
+
+    assert tso_pb2.DESCRIPTOR.services_by_name["TSO"].full_name == TSO_SERVICE
+    assert HEALTH_SERVICE == "grpc.health.v1.Health"

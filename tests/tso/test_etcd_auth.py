@@ -60,3 +60,25 @@ async def test_wrong_password_is_unavailable_and_not_printed(auth_etcd: EtcdProc
         async with InProcessTSO(config):
             pass
     assert "not-the-password" not in str(err.value)
+
+
+def test_tso_now_logs_in_with_the_etcd_options(
+    auth_etcd: EtcdProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streamwal.cli import main
+
+    password = tmp_path / "tso.password"
+    password.write_text("tso-pw\n")
+    where = ["tso", "now", "--etcd", auth_etcd.endpoint, "--prefix", "/auth-test", "--json"]
+    assert main([*where, "--timeout", "2"]) == 1  # etcd with auth: no user, refused
+    assert "user name is empty" in capsys.readouterr().err
+    assert main([*where, "--etcd-user", "tso", "--etcd-password-file", str(password)]) == 0
+    assert '"timestamp"' in capsys.readouterr().out
+    password.write_text("not-the-password\n")
+    assert (
+        main(
+            [*where, "--timeout", "2", "--etcd-user", "tso", "--etcd-password-file", str(password)]
+        )
+        == 1
+    )
+    assert "not-the-password" not in capsys.readouterr().err

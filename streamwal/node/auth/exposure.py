@@ -23,14 +23,21 @@ class InsecureExposureError(MisconfiguredError):
 
 
 def is_loopback(listen: str) -> bool:
-    """Whether ``host:port`` binds a loopback address only (a wildcard binds all)."""
+    """Whether ``host:port`` binds a loopback address only (a wildcard binds all).
+
+    Judged from the text, never by resolving it: ``localhost`` is loopback by its
+    definition (RFC 6761), any other host name may resolve to an interface other
+    hosts reach (today or after a DNS change), so it counts as exposed."""
     host = listen.rpartition(":")[0].strip("[]")
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
-        return False  # a host name, or a wildcard ("" or 0.0.0.0 parses, not loopback)
+        return False  # a host name, or no host at all ("" binds every interface)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # ::ffff:127.0.0.1
+    return address.is_loopback  # 0.0.0.0 and :: parse, and are not
 
 
 def exposure_warning(listen: str, tls: TLSFiles, auth: AuthSettings) -> str | None:

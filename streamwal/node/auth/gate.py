@@ -13,7 +13,9 @@ frame and answers a refusal in band, as it answers any failed append: a caller
 without the role gets every frame answered UNAUTHENTICATED or PERMISSION_DENIED (not
 written); with the role, the frames before one outside its channel prefixes are
 served and answered, then that frame and every later one are answered
-PERMISSION_DENIED (not written) without reaching the handler.
+PERMISSION_DENIED (not written) without reaching the handler. An answer that lists
+channels (``ListChannels``) shows an identity limited to prefixes only the channels
+under them.
 
 Every call of an audited (admin) method is logged once on the ``streamwal.audit``
 logger, refused or not, with the identity, the operation, the channel and the
@@ -82,6 +84,7 @@ class Authorizer:
             return behavior
         check = self._checker(operation, rule)
         audited = rule is not None and rule.audited
+        listing = rule is not None and rule.listing
         if self._book is None:
             if not audited or request_streaming or inspect.isasyncgenfunction(behavior):
                 return behavior
@@ -133,10 +136,20 @@ class Authorizer:
                 if refused:
                     await context.abort(refused[0][0].code, refused[0][0].details)
                 return response
-            if not audited:
-                await self._admit(operation, check, request, False, context)
-                return await behavior(request, context)
-            return await self._audited(operation, check, behavior, request, context)
+            if audited:
+                return await self._audited(operation, check, behavior, request, context)
+            # the hot path (a unary Produce): identify and check in line, no coroutine
+            # of its own, an await only for a refusal
+            try:
+                identity = self._identify(operation, context)
+                check(identity, _channel_of(request))
+            except _Denied as denied:
+                await context.abort(denied.code, denied.details)
+                raise AssertionError("context.abort returned") from None
+            response = await behavior(request, context)
+            if listing and identity.prefixes:
+                return _listed(identity, response)
+            return response
 
         return awaited
 
@@ -224,6 +237,16 @@ class Authorizer:
             if outcome == "OK" and isinstance(code, grpc.StatusCode):
                 outcome = code.name
             _record(name, operation, channel, outcome)
+
+
+def _listed(identity: Identity, response: Any) -> Any:
+    """``ListChannels``' answer with only the channels ``identity``'s prefixes cover."""
+    if not isinstance(response, pb.ListChannelsResponse):
+        return response
+    return pb.ListChannelsResponse(
+        channels=[c for c in response.channels if identity.covers(c.pchannel)],
+        fenced=[name for name in response.fenced if identity.covers(name)],
+    )
 
 
 def _channel_of(request: Any) -> str | None:

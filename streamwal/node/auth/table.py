@@ -6,8 +6,12 @@ closed, not open), and a test fails for any RPC of the node's services that has 
 row, so the next RPC gets one on purpose.
 
 ``channel``: the request's ``pchannel`` must start with one of the identity's channel
-prefixes (when it has any). ``audited``: every call is logged once with its caller,
+prefixes (when it has any): a plain string prefix, so ``team-a`` covers ``team-ab``
+too (docs/auth.md says to end a prefix with a separator). An empty ``pchannel`` is
+outside every prefix. ``audited``: every call is logged once with its caller,
 channel and outcome (the admin calls: they fence, delete and truncate).
+``listing``: the answer names channels; an identity limited to prefixes is shown
+only the channels under them (another tenant's channel names are not its to read).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class Rule:
     channel: bool = True
     #: logged once per call in the audit log (identity, operation, channel, outcome)
     audited: bool = False
+    #: the answer lists channels: filtered to the identity's prefixes
+    listing: bool = False
 
     @property
     def open(self) -> bool:
@@ -75,7 +81,7 @@ RULES: dict[str, Rule] = {
     _NODE + "Checkpoint": _consumer(),
     _NODE + "RemoveCheckpoint": _consumer(),
     _NODE + "GetRetention": _consumer(),
-    _NODE + "ListChannels": Rule(frozenset({"consumer"}), channel=False),
+    _NODE + "ListChannels": Rule(frozenset({"consumer"}), channel=False, listing=True),
     # where a channel is served: whoever may use the channel may find it
     _ROUTING + "LookupChannel": Rule(frozenset({"admin", "producer", "consumer"})),
     # the nodes' own calls to each other: timestamps from the TSO leader
@@ -98,5 +104,7 @@ def rule_rows() -> list[tuple[str, str, str, str]]:
             checks.append("channel prefix")
         if rule.audited:
             checks.append("audited")
+        if rule.listing:
+            checks.append("answer filtered to the prefixes")
         rows.append((service, method, roles, ", ".join(checks) or "-"))
     return rows
