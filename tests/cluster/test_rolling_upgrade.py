@@ -3,10 +3,10 @@ writes the first log format to this checkout.
 
 The old nodes run the pinned commit's own code: its tree is taken from this
 repository's history (``git archive``) and each old node runs in it, so ``python -m``
-finds that commit's ``streamwal`` (and its lab) first. The new nodes write the old format for as long
-as an old node is registered (it could not read the new one) and the new format once
-every node reads it; the history checker reads both and finds every acknowledged
-append once.
+finds that commit's ``streamwal`` (and its lab) first. The new nodes write the old
+format for as long as an old node is registered (it could not read the new one) and
+the new format once every node reads it; the history checker reads both and finds
+every acknowledged append once.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.cluster import ClusterClient
 from streamwal.verify.cli import verify_channel
-from streamwal.adaptors.pulsar.message_id import PulsarMessageId
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message.codec import entry_format
 from streamwal_lab.stack import StackInfo
