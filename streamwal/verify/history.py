@@ -82,13 +82,15 @@ format ends the check with :class:`~streamwal.errors.UnsupportedLogFormatError`
 instead of being counted foreign. The rules read each message's
 :data:`~streamwal.verify.facts.Facts` (:func:`entry_facts`: a few fields, no message
 object), so that the decoding can run in another process
-(:mod:`streamwal.verify.pipeline`); v1's plain entries take a fast path beside
-:func:`decode_entry` that checks what it checks, and anything else goes through it.
+(:mod:`streamwal.verify.pipeline`); v1's plain entries and v2's packs take fast paths
+beside :func:`decode_entry` that check what it checks (a v2 pack read from its
+``struct`` fields, payloads only hashed), and anything else goes through it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -116,6 +118,22 @@ from streamwal.wal.message.codec import (
     KEY_VERSION,
 )
 from streamwal.wal.message.codec_v1 import V1_CALLER_TYPES
+from streamwal.wal.message.frame import (
+    FLAG_HAS_PRODUCER,
+    FLAG_HAS_TXN,
+    FLAG_WAL_RECORD,
+    FORMAT_PROPERTY,
+    KIND_PACK,
+    MAGIC,
+    MESSAGE_HEADER,
+    PACK_HEADER,
+    ROLE_BEGIN,
+    ROLE_COMMIT,
+    ROLE_MEMBER,
+    ROLE_NONE,
+    ROLE_ROLLBACK,
+    V2,
+)
 from streamwal.wal.message.message import MAX_TIME_TICK, RESERVED_PREFIX
 from streamwal.wal.message_id import MessageId
 
@@ -192,22 +210,28 @@ def parts_facts(
     reader builds no :class:`BackendMessage` for it unless it is needed (``raw``: the
     entry, if the caller has it).
 
-    The wire format's plain entries take a path that checks what :func:`decode`
-    checks and builds no message (decoding is most of what checking an entry costs);
+    The wire format's plain entries (v1's properties, v2's packs) take a path that
+    checks what :func:`decode_entry` checks and builds no message (decoding is most of
+    what checking an entry costs);
     anything that path is not sure of goes through :func:`decode_entry`, which decides:
     so the fast path can only agree with it (``tests/verify`` holds them to it)."""
     try:
-        facts = _plain_facts(message_id, payload, properties, message_id_from_bytes)
+        if FORMAT_PROPERTY in properties:
+            packed = _pack_facts(message_id, payload, properties, message_id_from_bytes)
+            if packed is not None:
+                return packed
+        else:
+            facts = _plain_facts(message_id, payload, properties, message_id_from_bytes)
+            if facts is not None:
+                return [facts]
     except Exception:  # anything odd is the full decoder's to judge
-        facts = None
-    if facts is not None:
-        return [facts]
+        pass
     if raw is None:
         raw = BackendMessage(message_id_from_bytes(message_id), payload, properties)
     try:
         msgs = decode_entry(raw, message_id_from_bytes)
     except DecodeError:
-        return [(message_id, None, 0, b"", b"", 0, None, None, None, None)]
+        return [(message_id, None, 0, b"", b"", 0, None, None, None, None, 0)]
     return [_facts_of(msg) for msg in msgs]
 
 
@@ -224,6 +248,7 @@ def _facts_of(msg: ImmutableMessage) -> Facts:
         msg.sequence,
         msg.txn_id,
         parse_decimal_payload(msg.payload) if kind is MessageType.COMMIT_TXN else None,
+        msg.term,
     )
 
 
@@ -334,7 +359,147 @@ def _plain_facts(
         sequence,
         txn,
         parse_decimal_payload(payload) if kind is MessageType.COMMIT_TXN else None,
+        0,  # v1 has no term
     )
+
+
+_PACK_START = MAGIC + bytes((V2, KIND_PACK))
+_PACK_FIELDS = PACK_HEADER.unpack_from
+_PACK_SIZE = PACK_HEADER.size
+_MESSAGE_FIELDS = MESSAGE_HEADER.unpack_from
+_MESSAGE_SIZE = MESSAGE_HEADER.size
+_PROPERTY_LENGTHS = struct.Struct("<II").unpack_from
+_UNKNOWN_FLAGS = ~(FLAG_WAL_RECORD | FLAG_HAS_PRODUCER | FLAG_HAS_TXN)
+_ROLES = {
+    MessageType.BEGIN_TXN: ROLE_BEGIN,
+    MessageType.COMMIT_TXN: ROLE_COMMIT,
+    MessageType.ROLLBACK_TXN: ROLE_ROLLBACK,
+}
+#: a WAL record's type as the frame holds it: its wire name and the transaction role
+#: its frame must carry
+_RECORDS = {t.wire_name.encode(): (t.wire_name, _ROLES.get(t, ROLE_NONE)) for t in MessageType}
+_TIME_TICK = MessageType.TIME_TICK.wire_name
+_COMMIT_TXN = MessageType.COMMIT_TXN.wire_name
+#: callers' types seen to be UTF-8 (a log repeats a few); bounded, a caller may use many
+_caller_types: set[bytes] = {name.encode() for name in V1_CALLER_TYPES}
+_CALLER_TYPES_MAX = 4096
+#: the last last-confirmed id of a pack: its decoder, its bytes in the frame, and the
+#: decoded id's bytes (the entries of a burst share one)
+_pack_confirmed: tuple[MessageIdDecoder, bytes, bytes] | None = None
+
+
+def _pack_facts(
+    message_id: bytes, data: Any, props: Any, message_id_from_bytes: MessageIdDecoder
+) -> list[Facts] | None:
+    """:data:`Facts` of each message of a log format v2 pack
+    (:mod:`streamwal.wal.message.frame`), checked as :func:`decode_entry` checks it,
+    from the frame's fixed fields: no message, no property map, no copy of a payload
+    but the slice its digest reads. ``None`` (or an exception) when not sure: a chunk,
+    another version, an unknown WAL record; the caller asks :func:`decode_entry`."""
+    global _pack_confirmed
+    if type(data) is not bytes or props.get(FORMAT_PROPERTY) != "2" or data[:5] != _PACK_START:
+        return None
+    _, _, _, pack_flags, lc_len, count, source, term = _PACK_FIELDS(data)
+    if count < 1:
+        return None
+    offset = _PACK_SIZE
+    confirmed: bytes | None = None
+    if pack_flags & 0x01:  # has a last-confirmed id
+        lc = data[offset : offset + lc_len]
+        last = _pack_confirmed
+        if last is not None and last[0] is message_id_from_bytes and last[1] == lc:
+            confirmed = last[2]
+        else:
+            decoded = message_id_from_bytes(lc)
+            if not isinstance(decoded, MessageId):
+                return None
+            confirmed = decoded.to_bytes()
+            _pack_confirmed = (message_id_from_bytes, lc, confirmed)
+    offset += lc_len
+    size = len(data)
+    entry_id: MessageId | None = None
+    sha256 = hashlib.sha256
+    out: list[Facts] = []
+    for index in range(count):
+        (
+            flags,
+            role,
+            _,
+            version,
+            time_tick,
+            producer,
+            sequence,
+            txn,
+            type_len,
+            vc_len,
+            prop_count,
+            payload_len,
+        ) = _MESSAGE_FIELDS(data, offset)
+        offset += _MESSAGE_SIZE
+        type_bytes = data[offset : offset + type_len]
+        offset += type_len
+        if flags & FLAG_WAL_RECORD:
+            record = _RECORDS.get(type_bytes)
+            if record is None:
+                return None
+            name, expected = record
+        else:
+            if type_bytes not in _caller_types:
+                type_bytes.decode()  # UnicodeDecodeError: the caller falls back
+                if len(_caller_types) < _CALLER_TYPES_MAX:
+                    _caller_types.add(type_bytes)
+            name = CALLER
+            expected = ROLE_MEMBER if flags & FLAG_HAS_TXN else ROLE_NONE
+        if vc_len:
+            data[offset : offset + vc_len].decode()
+            offset += vc_len
+        for _ in range(prop_count):  # read only to check they are UTF-8, as decode does
+            k_len, v_len = _PROPERTY_LENGTHS(data, offset)
+            offset += 8
+            data[offset : offset + k_len].decode()
+            offset += k_len
+            data[offset : offset + v_len].decode()
+            offset += v_len
+        end = offset + payload_len
+        if (
+            end > size
+            or flags & _UNKNOWN_FLAGS
+            or version < 1
+            or time_tick > MAX_TIME_TICK
+            or role != expected
+        ):
+            return None
+        if count == 1:
+            own = message_id
+        else:
+            if entry_id is None:
+                entry_id = message_id_from_bytes(message_id)
+            own = entry_id.in_pack(index).to_bytes()
+        if confirmed is None:  # only an owner's first time tick confirms itself
+            if index or name != _TIME_TICK:
+                return None
+            confirmed = own
+        payload = data[offset:end]
+        offset = end
+        has_producer = flags & FLAG_HAS_PRODUCER
+        out.append(
+            (
+                own,
+                name,
+                time_tick,
+                sha256(payload).digest(),
+                confirmed,
+                source,
+                producer if has_producer else None,
+                sequence if has_producer else None,
+                txn if flags & FLAG_HAS_TXN else None,
+                parse_decimal_payload(payload) if name == _COMMIT_TXN else None,
+                term,
+            )
+        )
+    if offset != size:
+        return None
+    return out
 
 
 @dataclass(frozen=True)
@@ -606,7 +771,7 @@ class HistoryChecker:
         return _readable(message_id, self._decode_id)
 
     def _check(self, facts: Facts) -> None:
-        message_id, name, time_tick, digest, confirmed, source, producer, _, txn, _ = facts
+        message_id, name, time_tick, digest, confirmed, source, producer, _, txn, _, _ = facts
         report = self.report
         if self._starts_inside and self._from is None:
             self._from = self._decode_id(message_id)
