@@ -45,7 +45,10 @@ and checks, in log order:
 7. messages a reader of the whole channel was handed (``deliveries``: id and payload
    digest): ``delivered-changed`` when one is not the log's whole message at its id
    (no whole message there: part of a chunked message cut before its last chunk, or
-   nothing; or another payload, a chunked message rebuilt wrong), and
+   nothing; or another payload, a chunked message rebuilt wrong),
+   ``delivered-out-of-order`` when one is not after the one before it in the log (handed
+   twice, or out of log order), ``delivered-skipped`` for a message of the log between
+   the first and the last delivered that the reader was not handed, and
    ``ack-undelivered`` when an acknowledged message is not among them (a reader that
    dropped a whole chunked message as if it were unfinished).
 
@@ -153,6 +156,8 @@ RULES = (
     "not-written-persisted",
     "batch-split",
     "delivered-changed",
+    "delivered-out-of-order",
+    "delivered-skipped",
     "ack-undelivered",
     *TXN_RULES,
 )
@@ -925,13 +930,27 @@ class HistoryChecker:
 
         store.add_many("delivery", rows())
         store.index("delivery_id")
-        for message_id, want, payload in store.rows(
-            """SELECT d.id, d.digest, m.digest FROM delivery d
+        # the msg table's rowids are in log order: a reader's deliveries must climb them
+        first = last = None
+        for message_id, want, payload, row in store.rows(
+            """SELECT d.id, d.digest, m.digest, m.rowid FROM delivery d
                LEFT JOIN msg m ON m.rowid =
                    (SELECT rowid FROM msg WHERE id = d.id ORDER BY rowid DESC LIMIT 1)
                ORDER BY d.n"""
         ):
             where = _readable(message_id, self._decode_id)
+            if row is not None:
+                if last is not None and row <= last:
+                    self._emit(
+                        _DELIVERIES,
+                        0,
+                        "delivered-out-of-order",
+                        where,
+                        "delivered again, or before a message that comes ahead of it in the "
+                        "log and was delivered first",
+                    )
+                else:
+                    first, last = row if first is None else first, row
             if payload is None:
                 self._emit(
                     _DELIVERIES,
@@ -948,6 +967,19 @@ class HistoryChecker:
                     "delivered-changed",
                     where,
                     "delivered with a payload other than the log's",
+                )
+        if first is not None:
+            for (message_id,) in store.rows(
+                "SELECT id FROM msg m WHERE m.rowid BETWEEN ? AND ? AND NOT EXISTS "
+                "(SELECT 1 FROM delivery d WHERE d.id = m.id) ORDER BY m.rowid",
+                (first, last),
+            ):
+                self._emit(
+                    _DELIVERIES,
+                    0,
+                    "delivered-skipped",
+                    _readable(message_id, self._decode_id),
+                    "in the log between two messages the reader was handed, and not handed",
                 )
         for (text,) in store.rows(
             "SELECT text FROM ack a WHERE NOT truncated AND NOT EXISTS "
