@@ -234,3 +234,7 @@ async def test_a_read_only_reader_on_a_node_that_never_owns_reads_through_kills_
     assert result.figures["faults by kind"] == {"kill-9-owner": 1, "takeover": 1}
     assert result.figures["messages handed to the read-only reader"] > result.acks_checked
     assert result.ownerships == result.rounds + 1
+    # each owner wrote under a term of its own, above the last: the term rules had
+    # something to check
+    terms = result.figures["terms handed to the reader"]
+    assert len(terms) == result.ownerships and 0 not in terms

@@ -46,6 +46,7 @@ class _Reader:
         self.channel = channel
         self.handed: list[Delivery] = []
         self.payloads: set[bytes] = set()
+        self.terms: set[int] = set()  # the terms of the owners that wrote what it got
         self.error: str | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -58,6 +59,7 @@ class _Reader:
                 async for m in client.consume(self.channel, policy("all"), read_only=True):
                     self.handed.append(Delivery(m.message_id, digest(m.payload)))
                     self.payloads.add(m.payload)
+                    self.terms.add(m.term)
         except (grpc.aio.AioRpcError, StreamwalError, OSError) as exc:
             self.error = repr(exc)
         else:
@@ -124,6 +126,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result.expect(report.deliveries_checked == len(reader.handed), "deliveries went unchecked")
     result.figures["faults by kind"] = kinds
     result.figures["messages handed to the read-only reader"] = len(reader.handed)
+    result.figures["terms handed to the reader"] = sorted(reader.terms)
     return result
 
 
