@@ -146,7 +146,7 @@ class ExactlyOnceChecker:
     def feed(self, facts: Facts, kind: MessageType | None, pos: int, text: str) -> None:
         """One message's :data:`~streamwal.verify.facts.Facts` (``kind``: its type if the
         WAL wrote it, ``None`` for a caller's message)."""
-        message_id, _, time_tick, _, confirmed, _, producer, sequence, txn_id, count = facts
+        message_id, _, time_tick, _, confirmed, _, producer, sequence, txn_id, count, _ = facts
         if producer is not None and sequence is not None:
             self.report.idempotent += 1
             self._store.add("seq", (producer, sequence, pos, text))

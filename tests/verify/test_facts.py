@@ -31,7 +31,7 @@ def full(raw: BackendMessage) -> list[Facts]:
     try:
         msgs = decode_entry(raw, DECODE_ID)
     except DecodeError:
-        return [(raw.message_id.to_bytes(), None, 0, b"", b"", 0, None, None, None, None)]
+        return [(raw.message_id.to_bytes(), None, 0, b"", b"", 0, None, None, None, None, 0)]
     return [
         (
             msg.message_id.to_bytes(),
@@ -44,6 +44,7 @@ def full(raw: BackendMessage) -> list[Facts]:
             msg.sequence,
             msg.txn_id,
             parse_decimal_payload(msg.payload) if msg.type is MessageType.COMMIT_TXN else None,
+            msg.term,
         )
         for msg in msgs
     ]
