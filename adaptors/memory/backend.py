@@ -195,6 +195,10 @@ class MemoryBackendWAL:
     def max_entry_bytes(self) -> int | None:
         return self._store.max_entry_bytes
 
+    def write_packs(self) -> bool:
+        """Every submit is an entry of its own here: packs of several messages may go."""
+        return True
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(f"channel {self._channel!r} is closed")

@@ -112,6 +112,16 @@ class PulsarBackendWAL:
             ENVELOPE_RESERVE,
         )
 
+    def write_packs(self) -> bool:
+        """The WAL writes packs of several messages per entry (log format v2): the
+        producer, made from now on, sends each append as an entry of its own (no client
+        batching), since a pack's messages take the batch index of their entry's id.
+        ``False`` if a producer already exists (it keeps batching)."""
+        if self._state.producer is not None:
+            return not self._state.batching
+        self._state.batching = False
+        return True
+
     async def ensure_writable(self) -> None:
         await self._takeover.ensure_writable()
 

@@ -159,7 +159,7 @@ class Sender:
         # send_async enqueues synchronously, which is what orders the log.
         native = producer._producer
         if segment is None:
-            if last or not self._state.config.batching:
+            if last or not self._state.batching:
                 self._send_one(native, Single(done, payload, properties), message)
                 return
             segment = self._segment = Segment([done], [payload], [properties])
