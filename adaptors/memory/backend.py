@@ -342,8 +342,11 @@ class MemoryBackendWAL:
         self._log.truncated_before = max(self._log.truncated_before, before.offset)
 
     async def truncate_through(self, through: MessageId) -> None:
-        """One message per entry here: the next offset is the first kept."""
-        await self.truncate(MemoryMessageId(self._offset_of(through) + 1))
+        """The next entry is the first kept, or ``through``'s own when it names a message
+        inside a pack (conservative: an entry goes only when all its messages may)."""
+        offset = self._offset_of(through)
+        inside = isinstance(through, MemoryMessageId) and through.index >= 0
+        await self.truncate(MemoryMessageId(offset if inside else offset + 1))
 
     async def locate(self, message_id: MessageId) -> None:
         self._check_open()
