@@ -22,7 +22,7 @@ from streamwal.wal.backend import (
     DeliveryPolicy,
 )
 from streamwal.wal.config import Backoff, WALConfig
-from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, decode
+from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.message.codec import decode_entry
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.wal import WAL
