@@ -195,9 +195,13 @@ class MemoryBackendWAL:
     def max_entry_bytes(self) -> int | None:
         return self._store.max_entry_bytes
 
-    def write_packs(self) -> bool:
-        """Every submit is an entry of its own here: packs of several messages may go."""
-        return True
+    def write_packs(self) -> int:
+        """Every submit is an entry of its own here: packs of several messages may go,
+        within the store's limits (less room for the frame's pack header)."""
+        limit = self._store.max_message_size
+        if self._store.max_entry_bytes is not None:
+            limit = min(limit, self._store.max_entry_bytes)
+        return max(limit - 1024, 0)
 
     def _check_open(self) -> None:
         if self._closed:

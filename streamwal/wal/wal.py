@@ -107,15 +107,20 @@ class _Readable:
                 else DeliveryPolicy.start_after(checkpoint.message_id)
             )
         truncated = None
-        if (
-            policy.kind == DeliveryPolicy.START_FROM_TIME_TICK
-            and self._buffer is not None
-            and isinstance(self._backend, BackendRetention)
+        if isinstance(self._backend, BackendRetention) and (
+            # ``all`` may start inside the pack that holds the truncation point
+            policy.kind == DeliveryPolicy.ALL
+            or (policy.kind == DeliveryPolicy.START_FROM_TIME_TICK and self._buffer is not None)
         ):  # served from the buffer, which may hold what a truncate to an id discarded
             try:
                 truncated = (await self._backend.retention_state()).point
             except MisconfiguredError:
                 pass  # no admin API: nothing can have been truncated
+            except StreamwalError:
+                if policy.kind != DeliveryPolicy.ALL:
+                    raise
+                # the backend's ``all`` starts at the entry of the point regardless
+                _log.warning("channel %s: no truncation point for a read", self._channel)
         scanner = Scanner(
             channel=self._channel,
             backend=self._backend,

@@ -55,12 +55,14 @@ _PROPERTY_OVERHEAD = 8
 
 
 def pack_budget(params: InterceptorParams) -> int:
-    """The bytes one pack may take (0: no packs): the backend's entry budget, at most
+    """The bytes one pack may take (0: no packs): what the backend said
+    (``ChannelInfo.pack_bytes``), at most its entry budget and
     :data:`~streamwal.wal.chunking.MIN_ENTRY_BYTES` (a larger pack saves nothing more,
     and that much always fits one entry without asking the backend its live limit)."""
-    if not params.channel.packs or params.channel.log_format != LOG_FORMAT_V2:
+    budget = params.channel.pack_bytes
+    if budget <= 0 or params.channel.log_format != LOG_FORMAT_V2:
         return 0
-    budget = MIN_ENTRY_BYTES
+    budget = min(budget, MIN_ENTRY_BYTES)
     limit = getattr(params.backend, "max_entry_bytes", None)
     if isinstance(limit, int) and not isinstance(limit, bool):
         budget = min(budget, limit)
