@@ -8,15 +8,19 @@ import asyncio
 
 import pytest
 
-from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
+from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
 from streamwal.errors import TruncatedError
+from streamwal.tso.allocator import LocalAllocator
 from streamwal.wal import WAL, DeliveryPolicy, MessageType, MutableMessage
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.chunking import reassemble
+from streamwal.wal.initializing import open_wal
+from streamwal.wal.interceptors import AppendResult
 from streamwal.wal.interceptors.timetick.fence_readback import FenceReadback
 from streamwal.wal.message.codec import decode_entry
 from streamwal.wal.message.frame import V2_PROPERTIES, encode_pack
 from tests.wal.test_fence_readback import _Log
+from tests.wal.test_writer_gate import _SlowSource
 from tests.wal.testkit import (
     OpenOwner,
     assert_strictly_increasing,
@@ -216,3 +220,36 @@ async def test_the_fence_read_back_finds_each_message_of_a_pack() -> None:
     assert answers[:3] == [MemoryMessageId(2, i) for i in range(3)]
     assert answers[3] is not None and not isinstance(answers[3], MemoryMessageId)
     await readback.close()
+
+
+async def test_batches_take_their_time_ticks_as_ranges_beside_single_appends() -> None:
+    """Batches allocate a range (``alloc(count)``) across allocator fetches, single
+    appends the cache: the log's time ticks still increase, each message's own."""
+    source = _SlowSource(delay_s=0.001)
+    store = MemoryLogStore()
+    wal = await open_wal(MemoryOpener(store), "ranges", LocalAllocator(source, batch_size=50), 1)
+    try:
+
+        async def batches(n: int) -> list[AppendResult]:
+            out: list[AppendResult] = []
+            for i in range(10):
+                out.extend(await wal.append_many(_batch(f"b{n}-{i}-", 30)))
+            return out
+
+        async def singles(n: int) -> list[AppendResult]:
+            return [await wal.append(insert(b"s%d-%d" % (n, i))) for i in range(40)]
+
+        answered = await asyncio.gather(batches(0), batches(1), singles(2), singles(3))
+    finally:
+        await wal.close()
+    log = log_messages(store, "ranges")
+    assert_strictly_increasing(log)
+    results = [r for group in answered for r in group]
+    assert len(results) == 2 * 300 + 2 * 40
+    assert sorted((r.time_tick, str(r.message_id)) for r in results) == sorted(
+        (m.time_tick, str(m.message_id)) for m in log if m.type == MessageType.INSERT
+    )
+    for group in answered[:2]:  # a batch's ticks increase in batch order
+        ticks = [r.time_tick for r in group]
+        assert ticks == sorted(ticks)
+    assert max(_entry_sizes(store, "ranges")) > 1

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from streamwal.errors import StreamwalError, TimestampRegressionError
 from streamwal.timestamps import CachedTimestampAllocator
@@ -51,6 +51,8 @@ __all__ = ["OrderedWriter", "Stamped", "pack_budget"]
 #: a message as stamped: its time tick, the future of its pack's ids, its index in them
 Stamped = tuple[int, "asyncio.Future[list[MessageId]]", int]
 _MESSAGE_OVERHEAD = MESSAGE_HEADER.size
+#: a batch allocates its time ticks as one range below this many (the TSO's logical bits)
+_MAX_RANGE = 1 << 17
 _PROPERTY_OVERHEAD = 8
 
 
@@ -169,6 +171,10 @@ class OrderedWriter:
         self._allocate_cached: Callable[[], int | None] | None = (
             allocator.allocate_cached if isinstance(allocator, CachedTimestampAllocator) else None
         )
+        alloc = getattr(allocator, "alloc", None)
+        self._alloc_range: Callable[[int], Awaitable[tuple[int, int]]] | None = (
+            alloc if callable(alloc) else None
+        )
         self._last_time_tick = params.first_message.time_tick
         self._budget = pack_budget(params)
         #: the pack still taking messages (its slot reserved, not handed over), its size
@@ -228,12 +234,13 @@ class OrderedWriter:
         shared: tuple[Slot, asyncio.Future[list[MessageId]]] | None = None
         async with self._lock:
             try:
-                for msg in msgs:
-                    time_tick = cached() if cached is not None else None
-                    if time_tick is None:
-                        time_tick = await self._allocate()
+                ticks = await self._allocate_range(len(msgs))
+                for position, msg in enumerate(msgs):
+                    if ticks is not None:
+                        time_tick = ticks + position
                     else:
-                        time_tick = self._accept(time_tick)
+                        one = cached() if cached is not None else None
+                        time_tick = await self._allocate() if one is None else self._accept(one)
                     slot, index = self._enqueue(time_tick, msg)
                     if shared is None or shared[0] is not slot:
                         shared = (slot, slot.waiter())  # one future per pack of the batch
@@ -263,6 +270,20 @@ class OrderedWriter:
 
     async def _allocate(self) -> int:
         return self._accept(await self._allocator.allocate())
+
+    async def _allocate_range(self, count: int) -> int | None:
+        """The first of ``count`` consecutive time ticks, in one call to an allocator
+        that hands out ranges (``alloc(count)``, :class:`~streamwal.tso.LocalAllocator`);
+        ``None``: allocate them one by one."""
+        alloc = self._alloc_range
+        if alloc is None or count < 2 or count >= _MAX_RANGE:
+            return None
+        first, last = await alloc(count)
+        self._accept(first)
+        if last - first != count - 1:
+            raise TimestampRegressionError(f"allocator returned {first}..{last} for {count}")
+        self._last_time_tick = last
+        return first
 
     def _accept(self, time_tick: int) -> int:
         self._check()
