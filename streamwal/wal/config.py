@@ -68,7 +68,7 @@ class WALConfig:
       a pack, rather than one entry each: one send and one answer for all of them. It
       asks the backend to write one entry per send (the Pulsar backend turns its
       client's batching off for the channel's producer). ``False``: one entry per
-      message, as before packs.
+      message (the producer batching as ``pulsar.batching`` says).
     """
 
     first_time_tick_backoff: Backoff = field(
