@@ -108,19 +108,13 @@ class _Readable:
             )
         truncated = None
         if isinstance(self._backend, BackendRetention) and (
-            # ``all`` may start inside the pack that holds the truncation point
-            policy.kind == DeliveryPolicy.ALL
+            policy.kind == DeliveryPolicy.ALL  # may start inside the pack holding the point
             or (policy.kind == DeliveryPolicy.START_FROM_TIME_TICK and self._buffer is not None)
         ):  # served from the buffer, which may hold what a truncate to an id discarded
             try:
                 truncated = (await self._backend.retention_state()).point
             except MisconfiguredError:
                 pass  # no admin API: nothing can have been truncated
-            except StreamwalError:
-                if policy.kind != DeliveryPolicy.ALL:
-                    raise
-                # the backend's ``all`` starts at the entry of the point regardless
-                _log.warning("channel %s: no truncation point for a read", self._channel)
         scanner = Scanner(
             channel=self._channel,
             backend=self._backend,
