@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,28 +31,13 @@ HEAL_S = 3.0
 
 
 @pytest.fixture
-async def make_cluster(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str], unique: str
-) -> AsyncIterator[Callable[..., TestCluster]]:
-    made: list[TestCluster] = []
+def cluster_tag() -> str:
+    return "op"
 
-    def make(channel_count: int, **cluster: object) -> TestCluster:
-        channels = [f"op-{unique}-{i}" for i in range(channel_count)]
-        made.append(
-            TestCluster(
-                stack,
-                tmp_path,
-                etcd_prefix("op"),
-                channels,
-                open_failure_bound_s=HEAL_S,
-                **cluster,
-            )
-        )
-        return made[-1]
 
-    yield make
-    for cluster in made:
-        await cluster.close()
+@pytest.fixture
+def cluster_defaults() -> dict[str, Any]:
+    return {"open_failure_bound_s": HEAL_S}
 
 
 async def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ import pytest
 from streamwal.cli import main
 from streamwal.node.client import NodeClient, policy
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, plain_node, running
 
 pytestmark = pytest.mark.integration
 
@@ -27,20 +27,8 @@ pytestmark = pytest.mark.integration
 async def node(
     stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
 ) -> AsyncIterator[NodeProcess]:
-    one = NodeProcess(
-        tmp_path,
-        1,
-        {
-            "pulsar": {"service_url": stack.pulsar_url},
-            "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "tso": {"mode": "in-process", "key_prefix": etcd_prefix("ckpt")},
-        },
-    )
-    try:
-        await one.start()
+    async with running(plain_node(tmp_path, stack, etcd_prefix("ckpt"))) as one:
         yield one
-    finally:
-        await one.terminate()
 
 
 async def test_checkpoint_resume_truncate_and_status_through_the_node(

@@ -30,7 +30,7 @@ from streamwal.node.client_errors import (
     NodeTruncatedError,
 )
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, plain_node, running
 
 pytestmark = pytest.mark.integration
 
@@ -41,20 +41,8 @@ _ROOT = Path(__file__).resolve().parents[2]
 async def node(
     stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
 ) -> AsyncIterator[NodeProcess]:
-    one = NodeProcess(
-        tmp_path,
-        1,
-        {
-            "pulsar": {"service_url": stack.pulsar_url},
-            "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "tso": {"mode": "in-process", "key_prefix": etcd_prefix("trdel")},
-        },
-    )
-    try:
-        await one.start()
+    async with running(plain_node(tmp_path, stack, etcd_prefix("trdel"))) as one:
         yield one
-    finally:
-        await one.terminate()
 
 
 async def _payloads(
