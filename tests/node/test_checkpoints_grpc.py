@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import grpc
 import pytest
@@ -18,17 +16,9 @@ import pytest
 from streamwal.cli import main
 from streamwal.node.client import NodeClient, policy
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess, plain_node, running
+from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def node(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
-) -> AsyncIterator[NodeProcess]:
-    async with running(plain_node(tmp_path, stack, etcd_prefix("ckpt"))) as one:
-        yield one
 
 
 async def test_checkpoint_resume_truncate_and_status_through_the_node(

@@ -12,7 +12,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -30,19 +29,11 @@ from streamwal.node.client_errors import (
     NodeTruncatedError,
 )
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess, plain_node, running
+from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration
 
 _ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-async def node(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
-) -> AsyncIterator[NodeProcess]:
-    async with running(plain_node(tmp_path, stack, etcd_prefix("trdel"))) as one:
-        yield one
 
 
 async def _payloads(
