@@ -4,7 +4,7 @@ the server and channel manager that several test modules build the same way."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -39,15 +39,20 @@ async def memory_node(
     store: MemoryLogStore,
     source: CounterSource,
     terms: ChannelTerms | None = None,
+    *,
+    also: Callable[[grpc.aio.Server], None] | None = None,
 ) -> AsyncIterator[tuple[str, ChannelManager]]:
     """A started gRPC server for node ``node_id`` over ``store``: its address and its
-    channel manager; stopped and closed on exit."""
+    channel manager; stopped and closed on exit. ``also`` adds services of its own to
+    the same server (a cluster's routing, say) before it starts."""
     opener = MemoryOpener(store)
     channels = ChannelManager(
         opener, lambda: LocalAllocator(source), node_id, fast_config(), terms=terms
     )
     server = grpc.aio.server()
     pb_grpc.add_StreamingNodeServicer_to_server(NodeServicer(channels, opener), server)
+    if also is not None:
+        also(server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
