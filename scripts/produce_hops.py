@@ -20,34 +20,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import grpc
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener  # noqa: E402
-from streamwal.node.channels import ChannelManager  # noqa: E402
+from streamwal.adaptors.memory import MemoryLogStore  # noqa: E402
 from streamwal.node.client import NodeClient  # noqa: E402
-from streamwal.node.proto import streaming_pb2_grpc as pb_grpc  # noqa: E402
-from streamwal.node.servicer import NodeServicer as Servicer  # noqa: E402
-from streamwal.tso import LocalAllocator  # noqa: E402
-from tests.wal.testkit import fast_config  # noqa: E402
+from tests.node.memory_node import CounterSource, memory_node  # noqa: E402
 
 PRODUCT = tuple(str(ROOT / d) for d in ("streamwal", "adaptors", "tso"))
 CHANNEL = "hops"
 CLIENT_FILES = ("node/client.py", "node/client_errors.py", "node/outcome.py")
-
-
-class _Counter:
-    def __init__(self) -> None:
-        self._next = 1000
-
-    async def fetch(self, count: int) -> int:
-        self._next += count
-        return self._next - 1
-
-    async def close(self) -> None:
-        return None
 
 
 class _Hops:
@@ -79,34 +61,31 @@ class _Hops:
         self._frames.add(id(frame))
         self._alive.append(frame)  # kept alive: ids stay unique while counting
         self.calls.append(f"{Path(path).relative_to(ROOT)}:{code.co_qualname}")
-        if self.to_write is None and "adaptors/memory" in path and code.co_name in (
-            "submit",
-            "append",
+        if (
+            self.to_write is None
+            and "adaptors/memory" in path
+            and code.co_name
+            in (
+                "submit",
+                "append",
+            )
         ):
             self.to_write = len(self.calls)
 
 
 async def main(show: bool) -> None:
-    store = MemoryLogStore()
-    opener = MemoryOpener(store)
-    channels = ChannelManager(opener, lambda: LocalAllocator(_Counter()), 1, fast_config())
-    server = grpc.aio.server()
-    pb_grpc.add_StreamingNodeServicer_to_server(Servicer(channels, opener), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
     hops = _Hops()
-    try:
-        async with NodeClient(f"127.0.0.1:{port}", tracing=False) as client:
-            await client.assign(CHANNEL)
-            await client.produce(CHANNEL, b"warm-up")
-            sys.setprofile(hops.profile)
-            try:
-                await client.produce(CHANNEL, b"counted")
-            finally:
-                sys.setprofile(None)
-    finally:
-        await server.stop(None)
-        await channels.close()
+    async with (
+        memory_node(1, MemoryLogStore(), CounterSource()) as (address, _),
+        NodeClient(address, tracing=False) as client,
+    ):
+        await client.assign(CHANNEL)
+        await client.produce(CHANNEL, b"warm-up")
+        sys.setprofile(hops.profile)
+        try:
+            await client.produce(CHANNEL, b"counted")
+        finally:
+            sys.setprofile(None)
     if show:
         for i, call in enumerate(hops.calls, 1):
             print(f"{i:4}  {call}")

@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
+from streamwal.adaptors.pulsar import PulsarConfig
+from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal_lab.chaos.services import PrivatePulsar
 from streamwal_lab.stack import Stack, StackInfo
 from streamwal_lab.stack.ports import environment as stack_environment
@@ -100,6 +102,18 @@ async def telemetry_stack(local_stack: Stack, stack: StackInfo) -> StackInfo:
 def unique() -> Iterator[str]:
     """A short unique suffix for channel names and key prefixes."""
     yield uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+async def channel(
+    stack: StackInfo, unique: str, request: pytest.FixtureRequest
+) -> AsyncIterator[str]:
+    """A fresh channel name (named for the test's folder: ``node-…``, ``verify-…``); its
+    topic is deleted after the test, whatever it holds."""
+    name = f"{request.path.parent.name}-{unique}"
+    yield name
+    topic = PulsarAdmin.topic_path(PulsarConfig(service_url=stack.pulsar_url).topic(name))
+    await PulsarAdmin(stack.pulsar_admin_url).delete(f"{topic}?force=true")
 
 
 @pytest.fixture(scope="module")

@@ -195,6 +195,14 @@ class MemoryBackendWAL:
     def max_entry_bytes(self) -> int | None:
         return self._store.max_entry_bytes
 
+    def write_packs(self) -> int:
+        """Every submit is an entry of its own here: packs of several messages may go,
+        within the store's limits (less room for the frame's pack header)."""
+        limit = self._store.max_message_size
+        if self._store.max_entry_bytes is not None:
+            limit = min(limit, self._store.max_entry_bytes)
+        return max(limit - 1024, 0)
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(f"channel {self._channel!r} is closed")
@@ -338,8 +346,11 @@ class MemoryBackendWAL:
         self._log.truncated_before = max(self._log.truncated_before, before.offset)
 
     async def truncate_through(self, through: MessageId) -> None:
-        """One message per entry here: the next offset is the first kept."""
-        await self.truncate(MemoryMessageId(self._offset_of(through) + 1))
+        """The next entry is the first kept, or ``through``'s own when it names a message
+        inside a pack (conservative: an entry goes only when all its messages may)."""
+        offset = self._offset_of(through)
+        inside = isinstance(through, MemoryMessageId) and through.index >= 0
+        await self.truncate(MemoryMessageId(offset if inside else offset + 1))
 
     async def locate(self, message_id: MessageId) -> None:
         self._check_open()

@@ -112,6 +112,18 @@ class PulsarBackendWAL:
             ENVELOPE_RESERVE,
         )
 
+    def write_packs(self) -> int:
+        """The WAL writes packs of several messages per entry (log format v2): the
+        producer, made from now on, sends each append as an entry of its own (no client
+        batching), since a pack's messages take the batch index of their entry's id.
+        Returns the most bytes a pack may take (what always fits one entry, and within
+        ``max_message_size``, which this backend refuses past); 0 if a batching producer
+        already exists (it keeps batching: no packs)."""
+        if self._state.producer is not None and self._state.batching:
+            return 0
+        self._state.batching = False
+        return max(min(self.min_entry_bytes, self._state.config.max_message_size - 1024), 0)
+
     async def ensure_writable(self) -> None:
         await self._takeover.ensure_writable()
 

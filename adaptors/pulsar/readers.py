@@ -22,7 +22,7 @@ from streamwal.adaptors.pulsar.scanner import PulsarScanner, to_backend_message
 from streamwal.adaptors.pulsar.state import ChannelState
 from streamwal.errors import ClosedError, InvalidInputError, TruncatedError
 from streamwal.timeouts import within
-from streamwal.wal.backend import DeliveryPolicy
+from streamwal.wal.backend import BackendMessage, DeliveryPolicy
 from streamwal.wal.message_id import MessageId
 
 __all__ = ["Readers"]
@@ -72,21 +72,20 @@ class Readers:
             raise truncated.error(self._state.channel, start)
         # Open inclusive and check that the first entry is the one asked for: a
         # Pulsar reader silently moves to the next valid position otherwise.
-        reader = await self._reader(start.to_pulsar(), inclusive=True)
-        try:
-            if not await reader.has_message_available():
-                raise InvalidInputError(
-                    f"message id {start} is not in channel {self._state.channel!r}"
-                )
-            first = to_backend_message(await reader.read_next())
-        except PulsarException as exc:
+        reader, first = await self._first_at(start.to_pulsar())
+        in_pack = first is not None and _holds_pack_member(start, first.message_id)
+        if start.batch_index >= 0 and (first is None or first.message_id != start):
+            # A message of a pack is no Pulsar batch member: the client skips its entry
+            # (it sorts before ``ledger:entry:index``), so read from the entry itself.
             await reader.close()
-            raise translate(exc, channel=self._state.channel, what="read") from exc
-        except BaseException:
-            await reader.close()
-            raise
-        in_pack = _holds_pack_member(start, first.message_id)
-        if (
+            reader, first = await self._first_at(
+                PulsarMessageId(start.ledger, start.entry).to_pulsar()
+            )
+            in_pack = first is not None and _holds_pack_member(start, first.message_id)
+            if not in_pack:  # not a pack there: as the first read found it
+                await reader.close()
+                reader, first = await self._first_at(start.to_pulsar())
+        if first is None or (
             first.message_id != start
             and not in_pack
             and not (
@@ -100,6 +99,21 @@ class Readers:
         keep = first if policy.kind == DeliveryPolicy.START_FROM or in_pack else None
         return PulsarScanner(reader, self._state.channel, first=keep)
 
+    async def _first_at(self, start: Any) -> tuple[Any, BackendMessage | None]:
+        """A reader opened at ``start`` (inclusive) and the first entry it has (``None``:
+        none yet); the reader is closed if this raises."""
+        reader = await self._reader(start, inclusive=True)
+        try:
+            if not await reader.has_message_available():
+                return reader, None
+            return reader, to_backend_message(await reader.read_next())
+        except PulsarException as exc:
+            await reader.close()
+            raise translate(exc, channel=self._state.channel, what="read") from exc
+        except BaseException:
+            await reader.close()
+            raise
+
     async def _read_all(self) -> PulsarScanner:
         """From the first message not truncated: the reader opens at the entry of the
         furthest truncation point and drops the messages that point covers."""
@@ -112,7 +126,15 @@ class Readers:
             raise InvalidInputError(f"{furthest!r} is not a Pulsar message id")
         entry = PulsarMessageId(furthest.ledger, furthest.entry)
         reader = await self._reader(entry.to_pulsar(), inclusive=True)
-        return PulsarScanner(reader, self._state.channel, drop=truncated.covers)
+
+        def drop(message_id: MessageId) -> bool:
+            # a point inside a pack keeps the pack's entry (its later messages are not
+            # truncated); the WAL leaves out the messages up to the point
+            if furthest.batch_index >= 0 and message_id == entry:
+                return False
+            return truncated.covers(message_id)
+
+        return PulsarScanner(reader, self._state.channel, drop=drop)
 
     async def locate(self, message_id: MessageId) -> None:
         """Return if ``message_id`` is a message of the topic (a read from it finds it)."""

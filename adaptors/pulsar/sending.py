@@ -108,6 +108,11 @@ class Sender:
         if not state.in_flight:
             self._on_first_in_flight()
         state.in_flight += 1
+        if not state.batching and self._held is None:
+            # every send is an entry with a receipt of its own (the WAL writes packs):
+            # nothing to learn from the next append, so nothing is held back for it
+            self._send((done, message, payload, 0, properties), last=True)
+            return
         held, self._held = (
             self._held,
             (done, message, payload, size_of(payload, properties), properties),
@@ -159,7 +164,7 @@ class Sender:
         # send_async enqueues synchronously, which is what orders the log.
         native = producer._producer
         if segment is None:
-            if last or not self._state.config.batching:
+            if last or not self._state.batching:
                 self._send_one(native, Single(done, payload, properties), message)
                 return
             segment = self._segment = Segment([done], [payload], [properties])

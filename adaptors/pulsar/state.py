@@ -58,6 +58,9 @@ class ChannelState:
         #: the producers' client (adaptors.pulsar.clients), given back at close
         self.writer_client = writer_client
         self.config = config
+        #: whether the writing producer batches in the client: ``config.batching`` until
+        #: the WAL writes packs (each send must then be an entry of its own)
+        self.batching = config.batching
         self.channel = channel
         self.topic = config.topic(channel)
         self.mode = mode

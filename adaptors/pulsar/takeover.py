@@ -167,7 +167,7 @@ class Takeover:
         return await retry_call(
             lambda: self._create_producer(
                 access_mode=pulsar.ProducerAccessMode.Exclusive,
-                batching_enabled=self._state.config.batching,
+                batching_enabled=self._state.batching,
                 batching_max_publish_delay_ms=self._state.config.batching_max_delay_ms,
                 # room for many segments: one is cut at most once (.segments)
                 batching_max_messages=64 * SEGMENT_MESSAGES,

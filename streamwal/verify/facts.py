@@ -17,6 +17,6 @@ Facts = tuple[
 to another process as one ``marshal`` blob): its id's bytes; its type's wire name
 (``None``: foreign or undecodable, and every other field empty); time tick; the
 payload's sha256; the last-confirmed id's bytes (an owner's first time tick confirms
-itself: its own id); source node; producer id and sequence; transaction id; a
-``CommitTxn``'s member count (its payload, parsed); and ``term``, the owner's term from
-a v2 pack's header (0 for log format v1, which has none)."""
+itself: its own id); source node; producer id and sequence; transaction id; and a
+``CommitTxn``'s member count (its payload, parsed); and the term of the owner that
+wrote it (0: unknown, as in log format v1)."""

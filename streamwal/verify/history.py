@@ -15,6 +15,13 @@ and checks, in log order:
    before, nor one of this same node from an earlier ownership (its last-confirmed
    id lies before the current owner's first message: every message of an ownership
    confirms that ownership's first time tick or something after it);
+   ``term-decreased``: a message's term is below an earlier message's (Milvus: terms
+   only grow in message-id order); ``term-without-owner-start``: a message's term is
+   above every earlier one and it is not an owner's first time tick (a WAL record),
+   so the first message of each term is its owner's first time tick. A term of 0 is
+   unknown (format v1, or a log written before terms) and exempt from both; so is the
+   first known term of an ownership whose first time tick had none (a channel whose
+   owner moved from v1 to v2 while it wrote);
 4. acknowledgements a client recorded (message id, time tick, payload digest):
    ``ack-missing`` (no streamwal message at that id), ``ack-changed`` (a different
    time tick or payload there), ``ack-duplicated`` (the payload is persisted more
@@ -38,7 +45,10 @@ and checks, in log order:
 7. messages a reader of the whole channel was handed (``deliveries``: id and payload
    digest): ``delivered-changed`` when one is not the log's whole message at its id
    (no whole message there: part of a chunked message cut before its last chunk, or
-   nothing; or another payload, a chunked message rebuilt wrong), and
+   nothing; or another payload, a chunked message rebuilt wrong),
+   ``delivered-out-of-order`` when one is not after the one before it in the log (handed
+   twice, or out of log order), ``delivered-skipped`` for a message of the log between
+   the first and the last delivered that the reader was not handed, and
    ``ack-undelivered`` when an acknowledged message is not among them (a reader that
    dropped a whole chunked message as if it were unfinished).
 
@@ -155,6 +165,8 @@ RULES = (
     "first-time-tick",
     "owner-start",
     "stale-owner",
+    "term-decreased",
+    "term-without-owner-start",
     "ack-missing",
     "ack-changed",
     "ack-duplicated",
@@ -162,6 +174,8 @@ RULES = (
     "not-written-persisted",
     "batch-split",
     "delivered-changed",
+    "delivered-out-of-order",
+    "delivered-skipped",
     "ack-undelivered",
     *TXN_RULES,
 )
@@ -359,7 +373,7 @@ def _plain_facts(
         sequence,
         txn,
         parse_decimal_payload(payload) if kind is MessageType.COMMIT_TXN else None,
-        0,  # v1 has no term
+        0,  # format v1: written before terms
     )
 
 
@@ -722,6 +736,9 @@ class HistoryChecker:
         self._confirmed: bytes | None = None  # a last-confirmed id that passed
         self._current: _Ownership | None = None
         self._past_nodes: set[int] = set()
+        self._top_term = 0  # the highest term read so far (0: none known)
+        self._top_term_id: bytes | str = ""  # where it was first read
+        self._owner_term = 0  # the current ownership's term (0: not known yet)
         self._eo = ExactlyOnceChecker(
             self._store, self._emit, truncated=truncated_before is not None or starts_inside
         )
@@ -771,7 +788,7 @@ class HistoryChecker:
         return _readable(message_id, self._decode_id)
 
     def _check(self, facts: Facts) -> None:
-        message_id, name, time_tick, digest, confirmed, source, producer, _, txn, _, _ = facts
+        message_id, name, time_tick, digest, confirmed, source, producer, _, txn, _, term = facts
         report = self.report
         if self._starts_inside and self._from is None:
             self._from = self._decode_id(message_id)
@@ -806,6 +823,10 @@ class HistoryChecker:
             )
         else:
             self._last_tt, self._last_tt_id = time_tick, message_id
+        if first_tick:
+            self._owner_term = term
+        if term:
+            self._check_term(term, first_tick, kind, source, pos, message_id)
         # identity, not set membership: an enum member hashes in Python, per message
         if producer is not None or txn is not None or tick or kind is MessageType.BEGIN_TXN:
             self._eo.feed(facts, kind, pos, self._text(message_id))
@@ -837,6 +858,45 @@ class HistoryChecker:
         elif same_node:
             self._confirmed = confirmed
 
+    def _check_term(
+        self,
+        term: int,
+        first_tick: bool,
+        kind: MessageType | None,
+        source: int,
+        pos: int,
+        message_id: bytes,
+    ) -> None:
+        """``term-decreased`` and ``term-without-owner-start`` of a message of a known
+        term (see the module); each term change is flagged once, at its first message."""
+        top = self._top_term
+        if term < top:
+            self._emit(
+                _LOG,
+                pos,
+                "term-decreased",
+                self._text(message_id),
+                f"node {source} wrote under term {term}, below term {top} "
+                f"(at {self._text(self._top_term_id)})",
+            )
+            return
+        if term == top:
+            if not self._owner_term:
+                self._owner_term = term
+            return
+        if top and self._owner_term and not first_tick:
+            what = "a caller's message" if kind is None else f"a {kind.wire_name} record"
+            self._emit(
+                _LOG,
+                pos,
+                "term-without-owner-start",
+                self._text(message_id),
+                f"node {source} began term {term} (after term {top}) with {what}, "
+                "not with an owner's first time tick",
+            )
+        self._top_term, self._top_term_id = term, message_id
+        self._owner_term = term
+
     # ---- the checkpoint -----------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
@@ -855,6 +915,7 @@ class HistoryChecker:
             if current is None
             else [current.node, current.first_id.to_bytes().hex(), current.first_text],
             "past_nodes": sorted(self._past_nodes),
+            "terms": [self._top_term, self._text(self._top_term_id), self._owner_term],
             "from": self._from.to_bytes().hex() if self._from is not None else None,
             "exactly_once": self._eo.state(),
         }
@@ -879,6 +940,11 @@ class HistoryChecker:
                 node, first, text = current
                 self._current = _Ownership(int(node), decode_id(bytes.fromhex(first)), str(text))
             self._past_nodes = {int(n) for n in state["past_nodes"]}
+            # a checkpoint saved before terms were checked knows none: the next term read
+            # is taken as the first known one
+            top, top_id, owner_term = state.get("terms", (0, "", 0))
+            self._top_term, self._top_term_id = int(top), str(top_id)
+            self._owner_term = int(owner_term)
             start = state["from"]
             if start is not None:
                 self._from = decode_id(bytes.fromhex(start))
@@ -1027,13 +1093,27 @@ class HistoryChecker:
 
         store.add_many("delivery", rows())
         store.index("delivery_id")
-        for message_id, want, payload in store.rows(
-            """SELECT d.id, d.digest, m.digest FROM delivery d
+        # the msg table's rowids are in log order: a reader's deliveries must climb them
+        first = last = None
+        for message_id, want, payload, row in store.rows(
+            """SELECT d.id, d.digest, m.digest, m.rowid FROM delivery d
                LEFT JOIN msg m ON m.rowid =
                    (SELECT rowid FROM msg WHERE id = d.id ORDER BY rowid DESC LIMIT 1)
                ORDER BY d.n"""
         ):
             where = _readable(message_id, self._decode_id)
+            if row is not None:
+                if last is not None and row <= last:
+                    self._emit(
+                        _DELIVERIES,
+                        0,
+                        "delivered-out-of-order",
+                        where,
+                        "delivered again, or before a message that comes ahead of it in the "
+                        "log and was delivered first",
+                    )
+                else:
+                    first, last = row if first is None else first, row
             if payload is None:
                 self._emit(
                     _DELIVERIES,
@@ -1050,6 +1130,19 @@ class HistoryChecker:
                     "delivered-changed",
                     where,
                     "delivered with a payload other than the log's",
+                )
+        if first is not None:
+            for (message_id,) in store.rows(
+                "SELECT id FROM msg m WHERE m.rowid BETWEEN ? AND ? AND NOT EXISTS "
+                "(SELECT 1 FROM delivery d WHERE d.id = m.id) ORDER BY m.rowid",
+                (first, last),
+            ):
+                self._emit(
+                    _DELIVERIES,
+                    0,
+                    "delivered-skipped",
+                    _readable(message_id, self._decode_id),
+                    "in the log between two messages the reader was handed, and not handed",
                 )
         for (text,) in store.rows(
             "SELECT text FROM ack a WHERE NOT truncated AND NOT EXISTS "

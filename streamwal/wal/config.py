@@ -63,6 +63,12 @@ class WALConfig:
       starting with ``_`` and types outside its names). A cluster member ignores it and
       writes v2 only once every registered node reads v2. Both are always read
       (``docs/wire-format.md``).
+    - ``pack_appends``: in log format v2, write the appends the WAL has in hand at one
+      send (a batch, the appends of one event-loop iteration) as one backend entry,
+      a pack, rather than one entry each: one send and one answer for all of them. It
+      asks the backend to write one entry per send (the Pulsar backend turns its
+      client's batching off for the channel's producer). ``False``: one entry per
+      message (the producer batching as ``pulsar.batching`` says).
     """
 
     first_time_tick_backoff: Backoff = field(
@@ -85,8 +91,11 @@ class WALConfig:
     txn_keepalive: float = 10.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     log_format: str = "v2"
+    pack_appends: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pack_appends, bool):
+            raise ConfigError("pack_appends", f"must be a bool, got {self.pack_appends!r}")
         if self.log_format not in ("v1", "v2"):
             raise ConfigError("log_format", f"must be 'v1' or 'v2', got {self.log_format!r}")
         for name in ("first_time_tick_backoff", "append_backoff", "scanner_backoff"):

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
@@ -133,6 +133,8 @@ async def open_wal(
         with _tracer.start_as_current_span("wal.open", attributes=attributes):
             backend = with_chunking(await opener.open(channel, AccessMode.READ_WRITE))
             try:
+                if config.pack_appends and info.log_format == LOG_FORMAT_V2:
+                    info = replace(info, pack_bytes=_write_packs(backend))
                 first = await _first_time_tick_within_quota(backend, allocator, info, config)
                 params = build_interceptor_params(
                     first.message,
@@ -158,6 +160,16 @@ async def open_wal(
         raise
     finally:
         record_open(channel, time.perf_counter() - started, outcome)
+
+
+def _write_packs(backend: BackendWAL) -> int:
+    """The most bytes a pack may take on ``backend`` (0: no packs), which writes one
+    entry per submit once asked to (before its writer exists: the Pulsar backend then
+    makes its producer without client batching): a pack of several messages must be
+    an entry of its own. A backend without ``write_packs`` gets one message per entry."""
+    ask = getattr(backend, "write_packs", None)
+    budget = ask() if callable(ask) else 0
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) else 0
 
 
 #: how long an open that truncated keeps trying under a backlog quota: the broker counts

@@ -108,10 +108,9 @@ class _Readable:
                 else DeliveryPolicy.start_after(checkpoint.message_id)
             )
         truncated = None
-        if (
-            policy.kind == DeliveryPolicy.START_FROM_TIME_TICK
-            and self._buffer is not None
-            and isinstance(self._backend, BackendRetention)
+        if isinstance(self._backend, BackendRetention) and (
+            policy.kind == DeliveryPolicy.ALL  # may start inside the pack holding the point
+            or (policy.kind == DeliveryPolicy.START_FROM_TIME_TICK and self._buffer is not None)
         ):  # served from the buffer, which may hold what a truncate to an id discarded
             try:
                 truncated = (await self._backend.retention_state()).point

@@ -24,7 +24,7 @@ from streamwal_lab.bench.cluster_run import balanced, wait_for_view
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
-__all__ = ["TestCluster", "Writer", "owners", "put_history"]
+__all__ = ["ClusterFactory", "TestCluster", "Writer", "owners", "put_history"]
 
 LEASE_TTL_S = 2
 GRACE_S = 1.0
@@ -127,6 +127,40 @@ class TestCluster:
         for process in self.nodes.values():
             await process.kill()
         await self.store.close()
+
+
+class ClusterFactory:
+    """Makes the clusters of one test, each on channels of its own under ``channel_base``
+    and a fresh etcd prefix from ``prefix``, and closes them all at its end.
+
+    ``defaults``: settings every cluster gets unless a call names them itself."""
+
+    def __init__(
+        self,
+        stack: StackInfo,
+        workdir: Path,
+        prefix: Callable[[], str],
+        channel_base: str,
+        **defaults: Any,
+    ) -> None:
+        self._stack = stack
+        self._workdir = workdir
+        self._prefix = prefix
+        self._channel_base = channel_base
+        self._defaults = defaults
+        self.made: list[TestCluster] = []
+
+    def __call__(self, channel_count: int, **cluster: Any) -> TestCluster:
+        channels = [f"{self._channel_base}-{len(self.made)}-{i}" for i in range(channel_count)]
+        settings = {**self._defaults, **cluster}
+        self.made.append(
+            TestCluster(self._stack, self._workdir, self._prefix(), channels, **settings)
+        )
+        return self.made[-1]
+
+    async def close(self) -> None:
+        for cluster in self.made:
+            await cluster.close()
 
 
 def owners(view: ClusterView) -> dict[str, int]:

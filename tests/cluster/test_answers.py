@@ -21,7 +21,6 @@ from streamwal.errors import NoClusterError, NoSuchChannelError
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.topics import list_topics
 from tests.cluster.harness import TestCluster
-from tests.cluster.test_cluster_nodes import make_cluster as make_cluster
 from tests.node.processes import streamwal_cli
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from streamwal.cluster.records import ClusterKeys, NodeRecord, encode, now_ms
 from streamwal.cluster.store import ClusterStore
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.topics import delete_topics, list_topics
-from tests.cluster.harness import LEASE_TTL_S, TestCluster
+from tests.cluster.harness import LEASE_TTL_S, ClusterFactory, TestCluster
 
 pytestmark = pytest.mark.integration
 
@@ -40,18 +40,12 @@ def topic(channel: str) -> str:
 async def make_cluster(
     stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str], unique: str
 ) -> AsyncIterator[Callable[[int], TestCluster]]:
-    made: list[TestCluster] = []
-
-    def make(channel_count: int) -> TestCluster:
-        channels = [f"cleanup-{unique}-{i}" for i in range(channel_count)]
-        made.append(TestCluster(stack, tmp_path, etcd_prefix("cleanup"), channels))
-        return made[-1]
-
-    yield make
-    for cluster in made:
-        await cluster.close()
-        # whatever a test left (a refused deletion keeps its topics)
-        await delete_topics(stack.pulsar_admin_url, [topic(c) for c in cluster.channels])
+    clusters = ClusterFactory(stack, tmp_path, lambda: etcd_prefix("cleanup"), f"cleanup-{unique}")
+    yield clusters
+    await clusters.close()
+    # whatever a test left (a refused deletion keeps its topics)
+    made = [c for cluster in clusters.made for c in cluster.channels]
+    await delete_topics(stack.pulsar_admin_url, [topic(c) for c in made])
 
 
 async def _cli(*args: str, answer: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,7 @@ in-process log store, with a routing service naming the current owner)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -13,20 +14,15 @@ import grpc
 import pytest
 
 from streamwal import DeliveryPolicy
-from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.cluster import ClusterClient
 from streamwal.cluster.client import WireMessageId
 from streamwal.cluster.proto import routing_pb2 as routing_pb
 from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.errors import TransactionError
-from streamwal.node.channels import ChannelManager
 from streamwal.node.client import Consumed, NodeClient
-from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import NodeServicer
-from streamwal.tso import LocalAllocator
 from streamwal.wal.message import decode
-from tests.node.test_exactly_once_grpc import _Counter
-from tests.wal.testkit import fast_config
+from tests.node.memory_node import CounterSource, memory_node
 
 CHANNEL = "calls"
 
@@ -61,29 +57,19 @@ class _Nodes:
 async def nodes() -> AsyncIterator[_Nodes]:
     store = MemoryLogStore()
     routing = _Routing()
-    counter = _Counter()  # one timestamp source: time ticks increase across owners
-    servers: list[grpc.aio.Server] = []
-    managers: list[ChannelManager] = []
-    addresses: list[str] = []
-    for node_id in (1, 2):
-        opener = MemoryOpener(store)
-        channels = ChannelManager(opener, lambda: LocalAllocator(counter), node_id, fast_config())
-        server = grpc.aio.server()
-        pb_grpc.add_StreamingNodeServicer_to_server(NodeServicer(channels, opener), server)
+    counter = CounterSource()  # one timestamp source: time ticks increase across owners
+
+    def add_routing(server: grpc.aio.Server) -> None:
         routing_grpc.add_ClusterRoutingServicer_to_server(routing, server)
-        addresses.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
-        await server.start()
-        servers.append(server)
-        managers.append(channels)
-    made = _Nodes(addresses, routing, store)
-    await made.move_to(0)
-    try:
+
+    async with contextlib.AsyncExitStack() as running:
+        addresses = [
+            (await running.enter_async_context(memory_node(n, store, counter, also=add_routing)))[0]
+            for n in (1, 2)
+        ]
+        made = _Nodes(addresses, routing, store)
+        await made.move_to(0)
         yield made
-    finally:
-        for server in servers:
-            await server.stop(None)
-        for manager in managers:
-            await manager.close()
 
 
 async def _read(client: ClusterClient, until: bytes, **kw: Any) -> list[Consumed]:

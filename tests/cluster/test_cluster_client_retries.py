@@ -10,17 +10,13 @@ from typing import Any
 import grpc
 import pytest
 
-from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.cluster import ClusterClient
 from streamwal.cluster.proto import routing_pb2 as routing_pb
 from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
-from streamwal.node.channels import ChannelManager
 from streamwal.node.client import NodeClient
-from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import NodeServicer
-from streamwal.tso import LocalAllocator
 from streamwal.wal.message import decode
-from tests.node.test_exactly_once_grpc import _Counter
+from tests.node.memory_node import CounterSource, memory_node
 from tests.wal.testkit import fast_config
 
 CHANNEL = "followed"
@@ -39,20 +35,14 @@ class _Routing(routing_grpc.ClusterRoutingServicer):  # type: ignore[misc]
 @pytest.fixture
 async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
     store = MemoryLogStore()
-    opener = MemoryOpener(store)
-    channels = ChannelManager(opener, lambda: LocalAllocator(_Counter()), 1, fast_config())
-    server = grpc.aio.server()
-    pb_grpc.add_StreamingNodeServicer_to_server(NodeServicer(channels, opener), server)
     routing = _Routing()
-    routing_grpc.add_ClusterRoutingServicer_to_server(routing, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    routing.address = f"127.0.0.1:{port}"
-    await server.start()
-    try:
-        yield routing.address, store
-    finally:
-        await server.stop(None)
-        await channels.close()
+
+    def add_routing(server: grpc.aio.Server) -> None:
+        routing_grpc.add_ClusterRoutingServicer_to_server(routing, server)
+
+    async with memory_node(1, store, CounterSource(), also=add_routing) as (address, _):
+        routing.address = address
+        yield address, store
 
 
 def _payloads(store: MemoryLogStore) -> list[bytes]:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,22 +34,6 @@ pytestmark = pytest.mark.integration
 
 #: the issue's failover goal: kill to first acknowledged append on the new owner
 FAILOVER_BOUND_S = LEASE_TTL_S + GRACE_S + 2.0
-
-
-@pytest.fixture
-async def make_cluster(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str], unique: str
-) -> AsyncIterator[Callable[..., TestCluster]]:
-    made: list[TestCluster] = []
-
-    def make(channel_count: int, **cluster: object) -> TestCluster:
-        channels = [f"cl-{unique}-{i}" for i in range(channel_count)]
-        made.append(TestCluster(stack, tmp_path, etcd_prefix("cl"), channels, **cluster))
-        return made[-1]
-
-    yield make
-    for cluster in made:
-        await cluster.close()
 
 
 async def test_a_node_registers_refuses_a_live_duplicate_and_leaves_at_once(

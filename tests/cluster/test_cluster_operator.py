@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,50 +18,22 @@ from streamwal.cluster.records import MoveReason
 from streamwal.errors import NoSuchChannelError
 from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import TestCluster, owners
-from tests.node.processes import free_port
+from tests.node.processes import free_port, streamwal_cli
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 #: the open-failure bound these clusters run with (cluster.open_failure_bound_s)
 HEAL_S = 3.0
 
 
 @pytest.fixture
-async def make_cluster(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str], unique: str
-) -> AsyncIterator[Callable[..., TestCluster]]:
-    made: list[TestCluster] = []
-
-    def make(channel_count: int, **cluster: object) -> TestCluster:
-        channels = [f"op-{unique}-{i}" for i in range(channel_count)]
-        made.append(
-            TestCluster(
-                stack,
-                tmp_path,
-                etcd_prefix("op"),
-                channels,
-                open_failure_bound_s=HEAL_S,
-                **cluster,
-            )
-        )
-        return made[-1]
-
-    yield make
-    for cluster in made:
-        await cluster.close()
+def cluster_tag() -> str:
+    return "op"
 
 
-async def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "streamwal.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=False,
-    )
+@pytest.fixture
+def cluster_defaults() -> dict[str, Any]:
+    return {"open_failure_bound_s": HEAL_S}
 
 
 async def test_status_in_either_option_order_as_json_with_a_dead_owner_and_a_wrong_prefix(
@@ -74,11 +43,11 @@ async def test_status_in_either_option_order_as_json_with_a_dead_owner_and_a_wro
     await cluster.start(1)
     await cluster.wait_all_serving()
     config = str(cluster.nodes[1].config_path)
-    after = await _cli("cluster", "status", "--config", config)
-    before = await _cli("cluster", "--config", config, "status")
+    after = await streamwal_cli("cluster", "status", "--config", config)
+    before = await streamwal_cli("cluster", "--config", config, "status")
     assert after.returncode == before.returncode == 0, (after.stderr, before.stderr)
     assert "serving" in after.stdout and cluster.channels[0] in after.stdout
-    done = await _cli("cluster", "status", "--json", "--config", config)
+    done = await streamwal_cli("cluster", "status", "--json", "--config", config)
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
     assert status["schema"] == 1 and status["balancer"]["node"] == 1
@@ -98,15 +67,15 @@ async def test_status_in_either_option_order_as_json_with_a_dead_owner_and_a_wro
     await cluster.nodes[1].kill()
     await cluster.wait_for("node 1's lease gone", lambda v: not v.nodes, timeout=10)
     where = ("--etcd", stack.etcd_endpoint, "--prefix", cluster.prefix)
-    done = await _cli("cluster", "status", "--json", *where)
+    done = await streamwal_cli("cluster", "status", "--json", *where)
     status = json.loads(done.stdout)
     assert status["nodes"] == []
     for channel in status["channels"]:
         assert channel["owner"] == 1 and channel["owner_live"] is False
         assert channel["serving"] is False and channel["state"] == "not serving (node gone)"
-    text = await _cli("cluster", "status", "--config", config)
+    text = await streamwal_cli("cluster", "status", "--config", config)
     assert "node 1 (gone)  not serving (node gone)" in text.stdout, text.stdout
-    wrong = await _cli(
+    wrong = await streamwal_cli(
         "cluster", "status", "--config", config, "--prefix", cluster.prefix + "-typo"
     )
     assert wrong.returncode == 3, wrong
@@ -120,14 +89,14 @@ async def test_undrain_lets_a_drained_node_take_channels_again(
     await cluster.start(1, 2)
     await cluster.wait_balanced()
     config = str(cluster.nodes[1].config_path)
-    drained = await _cli("cluster", "drain", "2", "--config", config, "--timeout", "30")
+    drained = await streamwal_cli("cluster", "drain", "2", "--config", config, "--timeout", "30")
     assert drained.returncode == 0, drained.stderr
     assert 2 not in owners(await cluster.view()).values()
-    undrained = await _cli("cluster", "undrain", "2", "--config", config)
+    undrained = await streamwal_cli("cluster", "undrain", "2", "--config", config)
     assert undrained.returncode == 0, undrained.stderr
     view = await cluster.wait_balanced()
     assert sorted(owners(view).values()) == [1, 1, 2, 2]
-    again = await _cli("cluster", "undrain", "2", "--config", config)
+    again = await streamwal_cli("cluster", "undrain", "2", "--config", config)
     assert again.returncode == 1 and "is not drained" in again.stderr
 
 

@@ -6,8 +6,7 @@ id whose word was for an earlier run, keeps the cluster writing v1."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -57,19 +56,8 @@ async def test_the_gate_reads_etcd_at_each_open(
 
 
 @pytest.fixture
-async def make_cluster(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str], unique: str
-) -> AsyncIterator[Callable[..., TestCluster]]:
-    made: list[TestCluster] = []
-
-    def make(channel_count: int) -> TestCluster:
-        channels = [f"fmt-{unique}-{len(made)}-{i}" for i in range(channel_count)]
-        made.append(TestCluster(stack, tmp_path, etcd_prefix("fmt"), channels))
-        return made[-1]
-
-    yield make
-    for cluster in made:
-        await cluster.close()
+def cluster_tag() -> str:
+    return "fmt"
 
 
 async def _entries(stack: StackInfo, channel: str) -> list[BackendMessage]:

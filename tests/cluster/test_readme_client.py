@@ -11,7 +11,6 @@ import pytest
 
 from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import TestCluster
-from tests.cluster.test_cluster_nodes import make_cluster as make_cluster
 from tests.node.processes import run_python
 from tests.node.processes import shown as shown_of
 

@@ -17,7 +17,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pulsar
@@ -62,19 +62,8 @@ def old_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-async def make_cluster(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str], unique: str
-) -> AsyncIterator[Callable[..., TestCluster]]:
-    made: list[TestCluster] = []
-
-    def make(channel_count: int, **cluster: object) -> TestCluster:
-        channels = [f"up-{unique}-{i}" for i in range(channel_count)]
-        made.append(TestCluster(stack, tmp_path, etcd_prefix("up"), channels, **cluster))
-        return made[-1]
-
-    yield make
-    for cluster in made:
-        await cluster.close()
+def cluster_tag() -> str:
+    return "up"
 
 
 def _formats(service_url: str, channel: str) -> list[int]:

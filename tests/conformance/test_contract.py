@@ -58,6 +58,16 @@ async def read_until(
         return await take_until(messages, last)
 
 
+async def refused_as_truncated(
+    target: Target, channel: str, policy: Policy, node: int, read_only: bool
+) -> None:
+    """A read of ``channel`` from ``policy`` on ``node`` is refused: where it starts was
+    truncated."""
+    with pytest.raises(TruncatedError):
+        async with target.read(channel, policy, node=node, read_only=read_only) as messages:
+            await take(messages, 1)
+
+
 def data(messages: list[Seen]) -> list[Seen]:
     """What callers appended (the WAL's own records left out)."""
     return [m for m in messages if not m.wal_record]
@@ -341,11 +351,7 @@ async def test_truncation_refuses_reads_of_what_it_dropped(target: Target) -> No
     await asyncio.sleep(0.05)  # every message is older than a window of 0 s
     assert await owner.truncate(0.0) is not None
     for node, read_only in ((0, False), (1, True)):
-        with pytest.raises(TruncatedError):
-            async with target.read(
-                channel, Policy.start_from(acked[1].id), node=node, read_only=read_only
-            ) as messages:
-                await take(messages, 1)
+        await refused_as_truncated(target, channel, Policy.start_from(acked[1].id), node, read_only)
         async with target.read(
             channel, Policy.start_from(acked[2].id), node=node, read_only=read_only
         ) as messages:
@@ -374,11 +380,7 @@ async def test_truncate_to_an_id_is_inclusive_and_all_starts_after_it(target: Ta
         async with target.read(channel, Policy.all(), node=node, read_only=read_only) as messages:
             first = [m for m in await take_until(messages, acked[7].id) if not m.wal_record]
             assert ids(first) == [a.id for a in acked[6:]]
-        with pytest.raises(TruncatedError):
-            async with target.read(
-                channel, Policy.start_from(acked[5].id), node=node, read_only=read_only
-            ) as messages:
-                await take(messages, 1)
+        await refused_as_truncated(target, channel, Policy.start_from(acked[5].id), node, read_only)
         async with target.read(
             channel, Policy.start_after(acked[5].id), node=node, read_only=read_only
         ) as messages:

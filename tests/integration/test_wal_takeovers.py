@@ -23,6 +23,7 @@ from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
 from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
+from streamwal.wal.message.codec import decode_entry
 from streamwal.wal.scanner import Scanner
 from streamwal.wal.wal import WAL
 from streamwal_lab.stack import StackInfo
@@ -126,8 +127,9 @@ async def test_three_owners_in_turn(
     assert report.acks_checked == len(acks) >= 3 * APPENDS_PER_OWNER
     assert not report.foreign
 
-    # the scanners stop at "last"; a periodic time tick may follow it in the log
-    log_ids = [str(e.message_id) for e in raw]
+    # the scanners stop at "last"; a periodic time tick may follow it in the log; an
+    # entry is a pack of one or more messages, each with its own id
+    log_ids = [str(m.message_id) for e in raw for m in decode_entry(e, PulsarMessageId.from_bytes)]
     log_ids = log_ids[: log_ids.index(str(last.message_id)) + 1]
     assert [str(m.message_id) for m in seen_before] == log_ids
     assert [str(m.message_id) for m in seen_after] == log_ids

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
-from streamwal.adaptors.pulsar import PulsarConfig
-from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal_lab.stack import StackInfo
-
-
-@pytest.fixture
-async def channel(stack: StackInfo, unique: str) -> AsyncIterator[str]:
-    """A fresh channel name; its topic is deleted after the test, whatever it holds."""
-    name = f"node-{unique}"
-    yield name
-    topic = PulsarAdmin.topic_path(PulsarConfig(service_url=stack.pulsar_url).topic(name))
-    await PulsarAdmin(stack.pulsar_admin_url).delete(f"{topic}?force=true")
+from tests.node.processes import NodeProcess, plain_node, running
 
 
 @pytest.fixture(scope="module")
@@ -27,3 +17,17 @@ def module_workdir(
 ) -> Path:
     """A folder for the node processes a module's tests share (``tmp_path`` is a test's)."""
     return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+
+
+@pytest.fixture
+async def node(
+    stack: StackInfo,
+    tmp_path: Path,
+    etcd_prefix: Callable[[str], str],
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[NodeProcess]:
+    """A started node of the test's own (:func:`plain_node`); a module that needs
+    another kind of node defines its own ``node``."""
+    tag = request.module.__name__.rsplit(".", 1)[-1]
+    async with running(plain_node(tmp_path, stack, etcd_prefix(tag))) as one:
+        yield one

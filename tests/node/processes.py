@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import yaml
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.process import die_with_parent, port_in_use
 
-__all__ = ["NodeProcess", "free_port", "plain_node", "serve_once", "streamwal_cli"]
+__all__ = ["NodeProcess", "free_port", "plain_node", "running", "serve_once", "streamwal_cli"]
 
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -148,9 +150,7 @@ def wait_port_closed(port: int) -> bool:
     return not port_in_use(port)
 
 
-async def run_python(
-    *args: str, timeout: float, cwd: Path | None = None
-) -> tuple[int, str, str]:
+async def run_python(*args: str, timeout: float, cwd: Path | None = None) -> tuple[int, str, str]:
     """``python ARGS`` in a child process (in ``cwd``, if given), killed if it outlives
     ``timeout``: its exit code, its output and its error output (decoded). A test that
     fails shows the tail of both through :func:`shown`."""
@@ -208,3 +208,13 @@ def plain_node(workdir: Path, stack: StackInfo, key_prefix: str) -> NodeProcess:
             "tso": {"mode": "in-process", "key_prefix": key_prefix},
         },
     )
+
+
+@contextlib.asynccontextmanager
+async def running(node: NodeProcess) -> AsyncIterator[NodeProcess]:
+    """``node`` started, and stopped (SIGTERM) on exit however the block ends."""
+    try:
+        await node.start()
+        yield node
+    finally:
+        await node.terminate()

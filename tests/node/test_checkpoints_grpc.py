@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import grpc
 import pytest
@@ -21,26 +19,6 @@ from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def node(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
-) -> AsyncIterator[NodeProcess]:
-    one = NodeProcess(
-        tmp_path,
-        1,
-        {
-            "pulsar": {"service_url": stack.pulsar_url},
-            "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "tso": {"mode": "in-process", "key_prefix": etcd_prefix("ckpt")},
-        },
-    )
-    try:
-        await one.start()
-        yield one
-    finally:
-        await one.terminate()
 
 
 async def test_checkpoint_resume_truncate_and_status_through_the_node(

@@ -128,6 +128,8 @@ _INVALID = [
     ("tso:\n  batch_size: 262144\n", "tso.batch_size"),
     ("wal:\n  buffer_capacity_bytes: 0\n", "wal.buffer_capacity_bytes"),
     ("wal:\n  max_message_bytes: 0\n", "wal.max_message_bytes"),
+    ("wal:\n  pack_appends: sometimes\n", "wal.pack_appends"),
+    ("wal:\n  log_format: v3\n", "wal.log_format"),
     ("wal:\n  buffer_keepalive: .nan\n", "wal.buffer_keepalive"),
     ("wal:\n  buffer_keepalive: -.inf\n", "wal.buffer_keepalive"),
     ("wal:\n  time_tick_interval: 0\n", "wal.time_tick_interval"),

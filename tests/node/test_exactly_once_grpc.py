@@ -8,50 +8,24 @@ from collections.abc import AsyncIterator, Awaitable
 import grpc
 import pytest
 
-from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
+from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.errors import WriteOutcome
-from streamwal.node.channels import ChannelManager
 from streamwal.node.client import Consumed, NodeClient, policy
 from streamwal.node.outcome import OUTCOME_KEY, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import NodeServicer
-from streamwal.tso import LocalAllocator
 from streamwal.wal.message import MessageType, decode
+from tests.node.memory_node import CounterSource, memory_node
 from tests.wal.testkit import fast_config
 
 CHANNEL = "eos"
 
 
-class _Counter:
-    """A timestamp source: a plain counter."""
-
-    def __init__(self) -> None:
-        self._next = 1000
-
-    async def fetch(self, count: int) -> int:
-        self._next += count
-        return self._next - 1
-
-    async def close(self) -> None:
-        return None
-
-
 @pytest.fixture
 async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
     store = MemoryLogStore()
-    opener = MemoryOpener(store)
-    source = _Counter()
-    channels = ChannelManager(opener, lambda: LocalAllocator(source), 1, fast_config())
-    server = grpc.aio.server()
-    pb_grpc.add_StreamingNodeServicer_to_server(NodeServicer(channels, opener), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}", store
-    finally:
-        await server.stop(None)
-        await channels.close()
+    async with memory_node(1, store, CounterSource()) as (address, _):
+        yield address, store
 
 
 def _log(store: MemoryLogStore) -> list[tuple[int | None, int | None, bytes]]:

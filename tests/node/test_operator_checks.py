@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from streamwal.node.client import NodeClient
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess, free_port
+from tests.node.processes import NodeProcess, free_port, streamwal_cli
 
 pytestmark = pytest.mark.integration
 
@@ -197,15 +197,7 @@ async def test_missing_channels_are_reported_missing_and_no_topic_is_created(
         ["verify", "--channel", channel, "--pulsar", stack.pulsar_url],
         ["channel", "status", channel, "--pulsar", stack.pulsar_url],
     ):
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "streamwal.cli", *command],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-            check=False,
-        )
+        done = await streamwal_cli(*command, timeout=60)
         assert done.returncode == 3, (command, done)
         assert f"channel '{channel}' does not exist" in done.stderr, done.stderr
         assert "OK" not in done.stdout

@@ -4,7 +4,6 @@ broker and an etcd)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -20,55 +19,21 @@ from streamwal.errors import (
 from streamwal.node.channels import ChannelManager
 from streamwal.node.client import BatchProduceError, NodeClient
 from streamwal.node.client_errors import NodeFencedError, NodeStaleTermError
-from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.servicer import NodeServicer
 from streamwal.node.terms import ChannelTerm, MemoryTerms, decode_term, encode_term, next_term
 from streamwal.tso import LocalAllocator
 from streamwal.wal import WAL, open_wal
+from tests.node.memory_node import CounterSource, memory_node
 from tests.wal.testkit import fast_config
 
 CHANNEL = "terms"
 
 
-class _Counter:
-    """A timestamp source shared by both nodes, as one TSO is."""
-
-    def __init__(self) -> None:
-        self._next = 1000
-
-    async def fetch(self, count: int) -> int:
-        self._next += count
-        return self._next - 1
-
-    async def close(self) -> None:
-        return None
-
-
-@contextlib.asynccontextmanager
-async def _node(
-    node_id: int, store: MemoryLogStore, terms: MemoryTerms | None, source: _Counter
-) -> AsyncIterator[tuple[str, ChannelManager]]:
-    opener = MemoryOpener(store)
-    channels = ChannelManager(
-        opener, lambda: LocalAllocator(source), node_id, fast_config(), terms=terms
-    )
-    server = grpc.aio.server()
-    pb_grpc.add_StreamingNodeServicer_to_server(NodeServicer(channels, opener), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}", channels
-    finally:
-        await server.stop(None)
-        await channels.close()
-
-
 @pytest.fixture
 async def two_nodes() -> AsyncIterator[tuple[NodeClient, NodeClient, MemoryTerms]]:
-    store, terms, source = MemoryLogStore(), MemoryTerms(), _Counter()
+    store, terms, source = MemoryLogStore(), MemoryTerms(), CounterSource()
     async with (
-        _node(1, store, terms, source) as (a, _),
-        _node(2, store, terms, source) as (b, _),
+        memory_node(1, store, source, terms) as (a, _),
+        memory_node(2, store, source, terms) as (b, _),
         NodeClient(a, tracing=False) as ca,
         NodeClient(b, tracing=False) as cb,
     ):
@@ -170,9 +135,9 @@ async def test_a_fenced_channel_answers_fenced_on_every_write_until_removed(
 
 
 async def test_without_a_term_store_the_node_refuses_a_term_below_its_own() -> None:
-    store, source = MemoryLogStore(), _Counter()
+    store, source = MemoryLogStore(), CounterSource()
     async with (
-        _node(1, store, None, source) as (address, channels),
+        memory_node(1, store, source) as (address, channels),
         NodeClient(address, tracing=False) as client,
     ):
         assert (await client.assign(CHANNEL, term=5)).term == 5
@@ -196,7 +161,7 @@ async def test_an_open_that_a_newer_claim_overtook_is_given_up() -> None:
 
     channels = ChannelManager(
         MemoryOpener(store),
-        lambda: LocalAllocator(_Counter()),
+        lambda: LocalAllocator(CounterSource()),
         1,
         fast_config(),
         overtaken,

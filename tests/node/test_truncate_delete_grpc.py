@@ -11,9 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
 
@@ -30,31 +27,9 @@ from streamwal.node.client_errors import (
     NodeTruncatedError,
 )
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, streamwal_cli
 
 pytestmark = pytest.mark.integration
-
-_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-async def node(
-    stack: StackInfo, tmp_path: Path, etcd_prefix: Callable[[str], str]
-) -> AsyncIterator[NodeProcess]:
-    one = NodeProcess(
-        tmp_path,
-        1,
-        {
-            "pulsar": {"service_url": stack.pulsar_url},
-            "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "tso": {"mode": "in-process", "key_prefix": etcd_prefix("trdel")},
-        },
-    )
-    try:
-        await one.start()
-        yield one
-    finally:
-        await one.terminate()
 
 
 async def _payloads(
@@ -187,16 +162,8 @@ async def test_delete_a_channel_through_the_node(
         assert topic not in await _topics(stack)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streamwal.cli", "channel", "delete", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=_ROOT,
-        check=False,
-    )
+async def _delete(*args: str) -> subprocess.CompletedProcess[str]:
+    return await streamwal_cli("channel", "delete", *args)
 
 
 async def test_channel_delete_command_exit_codes(
@@ -208,23 +175,21 @@ async def test_channel_delete_command_exit_codes(
         await client.assign(channel)
         await client.produce(channel, b"m-0")
 
-        served = await asyncio.to_thread(_cli, channel, *where, "--yes")
+        served = await _delete(channel, *where, "--yes")
         assert served.returncode == FAILED, served
         assert "in use" in served.stderr and "producer" in served.stderr
-        unasked = await asyncio.to_thread(_cli, channel, *where)
+        unasked = await _delete(channel, *where)
         assert unasked.returncode == FAILED and "--yes" in unasked.stderr, unasked
         assert topic in await _topics(stack)
 
         await client.remove(channel)
-    done = await asyncio.to_thread(
-        _cli, channel, "--config", str(node.config_path), *where, "--yes"
-    )
+    done = await _delete(channel, "--config", str(node.config_path), *where, "--yes")
     assert done.returncode == OK, done
     assert f"topic {topic} deleted" in done.stdout
     assert "term forgotten (1 key)" in done.stdout
     assert topic not in await _topics(stack)
 
-    again = await asyncio.to_thread(_cli, channel, *where, "--yes")
+    again = await _delete(channel, *where, "--yes")
     assert again.returncode == NOT_FOUND, again
     assert "does not exist" in again.stderr
     assert topic not in await _topics(stack)

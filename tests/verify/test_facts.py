@@ -121,17 +121,24 @@ ODD_VALUES = [
 KEYS = ["_t", "_v", "_tt", "_src", "_vc", "_lc", "_pid", "_seq", "_tx", "user", "_x", 5]
 
 
+def bent(base: BackendMessage, changes: list[tuple[Any, Any]]) -> BackendMessage:
+    """``base`` with each (key, value) of ``changes`` set, or the key dropped where the
+    value is ``"<drop>"``."""
+    props: dict[Any, Any] = dict(base.properties)
+    for key, value in changes:
+        if value == "<drop>":
+            props.pop(key, None)
+        else:
+            props[key] = value
+    return BackendMessage(base.message_id, base.payload, props)
+
+
 def test_each_single_change_to_a_plain_entry_decodes_the_same_both_ways() -> None:
     for base in PLAIN:
         for key in KEYS:
             for value in [*ODD_VALUES, "<drop>"]:
-                props: dict[Any, Any] = dict(base.properties)
-                if value == "<drop>":
-                    props.pop(key, None)
-                else:
-                    props[key] = value
-                raw = BackendMessage(base.message_id, base.payload, props)
-                assert entry_facts(raw, DECODE_ID) == full(raw), props
+                raw = bent(base, [(key, value)])
+                assert entry_facts(raw, DECODE_ID) == full(raw), raw.properties
 
 
 @settings(max_examples=600, deadline=None)
@@ -146,14 +153,8 @@ def test_each_single_change_to_a_plain_entry_decodes_the_same_both_ways() -> Non
 def test_a_bent_entry_decodes_the_same_both_ways(
     base: BackendMessage, changes: list[tuple[Any, Any]]
 ) -> None:
-    props: dict[Any, Any] = dict(base.properties)
-    for key, value in changes:
-        if value == "<drop>":
-            props.pop(key, None)
-        else:
-            props[key] = value
-    raw = BackendMessage(base.message_id, base.payload, props)
-    assert entry_facts(raw, DECODE_ID) == full(raw), props
+    raw = bent(base, changes)
+    assert entry_facts(raw, DECODE_ID) == full(raw), raw.properties
 
 
 def test_what_is_not_a_dict_of_strings_or_bytes_goes_to_the_decoder() -> None:
@@ -271,7 +272,7 @@ def test_a_v2_pack_has_its_ids_term_and_confirmations() -> None:
 
 def test_unusual_v2_entries_go_to_the_decoder_and_decode_the_same() -> None:
     base = PACKS[4]
-    bent: list[BackendMessage | bytes] = [
+    cases: list[BackendMessage | bytes] = [
         BackendMessage(ID, base.payload, {"swf": "3"}),  # a newer format: not skipped
         BackendMessage(ID, base.payload[:-1], {"swf": "2"}),  # cut short
         BackendMessage(ID, base.payload + b"\x00", {"swf": "2"}),  # bytes after it
@@ -302,7 +303,7 @@ def test_unusual_v2_entries_go_to_the_decoder_and_decode_the_same() -> None:
         pack((one("TimeTick", b""), 1000), confirms=None).payload,
         pack((one(), 1000), (one(MessageType.TIME_TICK, b""), 1001), confirms=None).payload,
     ]
-    odd = [BackendMessage(ID, b, {"swf": "2"}) if isinstance(b, bytes) else b for b in bent]
+    odd = [BackendMessage(ID, b, {"swf": "2"}) if isinstance(b, bytes) else b for b in cases]
     for raw in odd:
         assert outcome(fast, raw) == outcome(full, raw), raw.payload
         taken = outcome(

@@ -434,3 +434,35 @@ def test_an_acknowledged_chunked_message_delivered_short_or_not_at_all_is_flagge
     assert {"delivered-changed", "ack-undelivered"} <= set(RULES)
     # without a reader's deliveries the rules are not checked
     assert check_history(log, PulsarMessageId.from_bytes, acks).ok
+
+
+def _handed(log: list[BackendMessage], *entries: int) -> list[Delivery]:
+    return [Delivery(mid(e).to_bytes(), digest(payload_of(log[e]))) for e in entries]
+
+
+def test_a_reader_handed_the_log_in_order_once_passes() -> None:
+    log = two_owners()
+    report = check_history(log, PulsarMessageId.from_bytes, deliveries=_handed(log, *range(6)))
+    assert report.ok, report.summary()
+    assert report.deliveries_checked == 6
+
+
+def test_a_message_handed_twice_or_out_of_log_order_is_flagged() -> None:
+    log = two_owners()
+    twice = check_history(
+        log, PulsarMessageId.from_bytes, deliveries=_handed(log, 0, 1, 2, 2, 3, 4, 5)
+    )
+    assert rules(twice) == [("delivered-out-of-order", "7:2")]
+    swapped = check_history(
+        log, PulsarMessageId.from_bytes, deliveries=_handed(log, 0, 1, 3, 2, 4, 5)
+    )
+    assert rules(swapped) == [("delivered-out-of-order", "7:2")]
+    assert {"delivered-out-of-order", "delivered-skipped"} <= set(RULES)
+
+
+def test_a_message_the_reader_skipped_is_flagged_even_if_nobody_acknowledged_it() -> None:
+    log = two_owners()
+    report = check_history(log, PulsarMessageId.from_bytes, deliveries=_handed(log, 0, 1, 3, 5))
+    assert rules(report) == [("delivered-skipped", "7:2"), ("delivered-skipped", "7:4")]
+    # a reader that stopped early skipped nothing between what it was handed
+    assert check_history(log, PulsarMessageId.from_bytes, deliveries=_handed(log, 0, 1, 2)).ok

@@ -9,14 +9,11 @@ import asyncio
 import hashlib
 import os
 import time
-import uuid
-from collections.abc import AsyncIterator
 
 import pulsar
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
-from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.errors import UnavailableError
 from streamwal.verify.cli import iter_topic, verify_channel
@@ -40,14 +37,6 @@ def children() -> set[int]:
         except OSError:
             continue
     return found
-
-
-@pytest.fixture
-async def channel(stack: StackInfo) -> AsyncIterator[str]:
-    name = f"verify-pipeline-{uuid.uuid4().hex[:8]}"
-    yield name
-    topic = PulsarConfig(service_url=stack.pulsar_url).topic(name)
-    await PulsarAdmin(stack.pulsar_admin_url).delete(f"{PulsarAdmin.topic_path(topic)}?force=true")
 
 
 def read_facts(order: ReadOrder) -> tuple[list[Facts], object]:

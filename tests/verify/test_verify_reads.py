@@ -6,27 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId
-from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.verify.cli import iter_topic, verify_channel
 from streamwal_lab.bench.verify import write_wal_log
 from streamwal_lab.stack import StackInfo
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def channel(stack: StackInfo) -> AsyncIterator[str]:
-    name = f"verify-reads-{uuid.uuid4().hex[:8]}"
-    yield name
-    topic = PulsarConfig(service_url=stack.pulsar_url).topic(name)
-    await PulsarAdmin(stack.pulsar_admin_url).delete(f"{PulsarAdmin.topic_path(topic)}?force=true")
 
 
 async def test_since_from_and_a_checkpoint_start_where_they_say(

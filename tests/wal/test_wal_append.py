@@ -93,7 +93,7 @@ async def test_a_retried_append_gets_a_fresh_time_tick(
 async def test_a_failed_append_never_lands_behind_a_higher_time_tick(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
-    wal = await open_owner()
+    wal = await open_owner(config=fast_config(pack_appends=False))  # one entry each
     store.faults.fail_appends = 1  # the first of the batch fails, the others pass
     results = await asyncio.gather(*(wal.append(insert(b"%d" % i)) for i in range(10)))
     log = log_messages(store, channel)

@@ -26,6 +26,7 @@ from tests.wal.testkit import (
     ProxyBackend,
     RecordingOpener,
     assert_strictly_increasing,
+    fast_config,
     log_messages,
 )
 
@@ -88,7 +89,7 @@ async def test_an_invalid_message_refuses_the_whole_batch(
 async def test_a_failure_in_the_middle_names_what_landed(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
-    wal = await open_owner()
+    wal = await open_owner(config=fast_config(pack_appends=False))  # one entry each
     store.max_message_size = 200  # the entry: payload and the WAL's frame
     batch = _batch("m", 5)
     batch[2] = MutableMessage(MessageType.INSERT, b"x" * 201)  # the backend refuses it
@@ -109,7 +110,7 @@ async def test_a_failure_in_the_middle_names_what_landed(
 async def test_a_failed_head_is_not_retried_behind_its_successors(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
-    wal = await open_owner()
+    wal = await open_owner(config=fast_config(pack_appends=False))  # one entry each
     store.faults.fail_appends = 1  # message 0 fails retriably, the others land
     with pytest.raises(BatchAppendError) as caught:
         await wal.append_many(_batch("m", 4))

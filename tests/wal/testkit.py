@@ -22,7 +22,8 @@ from streamwal.wal.backend import (
     DeliveryPolicy,
 )
 from streamwal.wal.config import Backoff, WALConfig
-from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage, decode
+from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
+from streamwal.wal.message.codec import decode_entry
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.wal import WAL
 
@@ -221,8 +222,13 @@ def fast_config(**overrides: object) -> WALConfig:
 
 
 def log_messages(store: MemoryLogStore, channel: str) -> list[ImmutableMessage]:
-    """Every entry of the channel's log, decoded (fails on a foreign entry)."""
-    return [decode(raw, MemoryMessageId.from_bytes) for raw in store.entries(channel)]
+    """Every message of the channel's log, decoded, a pack's one by one (fails on a
+    foreign entry)."""
+    return [
+        msg
+        for raw in store.entries(channel)
+        for msg in decode_entry(raw, MemoryMessageId.from_bytes)
+    ]
 
 
 def assert_strictly_increasing(messages: list[ImmutableMessage]) -> None:

@@ -14,6 +14,9 @@ medians:
   a node in a child process (:mod:`streamwal_lab.bench.node_process`; its tracing on).
 
 Batch latency (``batch_p50_ms``, ``batch_p99_ms``) is the time one batch call takes.
+``pack_appends`` is the WAL's and the node's ``wal.pack_appends`` (off: one entry per
+message, the producer batching as ``pulsar.batching`` says): the same run with it off
+and on shows what packs change.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.node.client import NodeClient
 from streamwal.tso import InProcessTSO
+from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal_lab.bench.node_process import BenchNode
@@ -103,6 +107,7 @@ async def run_pipelined_bench(
     seconds: float = 2.0,
     repeats: int = 3,
     warmup_s: float = 0.3,
+    pack_appends: bool = True,
 ) -> dict[str, Any]:
     """Every payload size; see the module docstring."""
     run = new_run()
@@ -110,7 +115,13 @@ async def run_pipelined_bench(
     wal_prefix, node_prefix = f"/bench-pipe-{run}-wal", f"/bench-pipe-{run}-node"
     tso_config = target.tso_config(wal_prefix)
     log_path = Path(CLIENT_LOG).parent / f"node-pipelined-{run}.log"
-    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
+    node = BenchNode(
+        target,
+        key_prefix=node_prefix,
+        log_path=log_path,
+        extra_env={"STREAMWAL_WAL__PACK_APPENDS": str(pack_appends).lower()},
+    )
+    wal_config = WALConfig(pack_appends=pack_appends)
     raw_client = pulsar.Client(target.pulsar_url, logger=client_logger(CLIENT_LOG))
     cells: list[dict[str, Any]] = []
     try:
@@ -124,7 +135,7 @@ async def run_pipelined_bench(
             for size in payloads:
                 cell = await _cell(
                     raw_client, client, opener, tso, config, f"{run}-{size}", size,
-                    batch, callers, seconds, repeats, warmup_s,
+                    batch, callers, seconds, repeats, warmup_s, wal_config,
                 )  # fmt: skip
                 cells.append(cell)
                 target.progress(
@@ -139,6 +150,7 @@ async def run_pipelined_bench(
         "repeats": repeats,
         "batch": batch,
         "callers": callers,
+        "pack_appends": pack_appends,
         "node": {"process": "child", "tracing": "on, not exported", "exit_code": node.exit_code},
         "cells": cells,
     }
@@ -157,6 +169,7 @@ async def _cell(
     seconds: float,
     repeats: int,
     warmup_s: float,
+    wal_config: WALConfig,
 ) -> dict[str, Any]:
     payload = bytes(size)
     msgs = [MutableMessage(MessageType.INSERT, payload)] * batch
@@ -173,7 +186,9 @@ async def _cell(
             block_if_queue_full=True,
         )
         held.push_async_callback(asyncio.to_thread, producer.close)
-        wal = await open_wal(opener, f"bench-pipe-wal-{name}", tso.allocator(), node_id=1)
+        wal = await open_wal(
+            opener, f"bench-pipe-wal-{name}", tso.allocator(), node_id=1, config=wal_config
+        )
         held.push_async_callback(wal.close)
         await client.assign(node_channel)
         held.push_async_callback(client.remove, node_channel)

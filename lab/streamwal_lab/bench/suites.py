@@ -207,6 +207,12 @@ def _pipelined_args(p: argparse.ArgumentParser) -> None:
     _sizes(p, "--payloads", DEFAULT_PIPELINED_PAYLOADS, "payload sizes in bytes")
     p.add_argument("--batch", type=count, default=256, help="messages per batch call")
     p.add_argument("--callers", type=count, default=4, help="concurrent batch callers")
+    p.add_argument(
+        "--no-pack-appends",
+        dest="pack_appends",
+        action="store_false",
+        help="the WAL and the node with wal.pack_appends off (one entry per message)",
+    )
     _timed(p)
 
 
@@ -278,7 +284,9 @@ _node = _calling(
     consume_repeats="consume_repeats",
 )
 _exactly_once = _calling(run_exactly_once_bench, "concurrency", "seconds", "repeats", "txn_size")
-_pipelined = _calling(run_pipelined_bench, "payloads", "batch", "callers", "seconds", "repeats")
+_pipelined = _calling(
+    run_pipelined_bench, "payloads", "batch", "callers", "seconds", "repeats", "pack_appends"
+)
 _reads = _calling(run_reads_bench, "messages", "repeats")
 _node_channels = _calling(
     run_node_channels_bench, "channels", "min_appenders", "seconds", "repeats"

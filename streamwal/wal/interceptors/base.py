@@ -54,13 +54,16 @@ AppendFunc = Callable[[MutableMessage], Awaitable[AppendResult]]
 @dataclass(frozen=True, slots=True)
 class ChannelInfo:
     """The channel a WAL serves, the node that owns it, the term it owns it under
-    (Milvus's ``PChannelInfo.Term``: 0 when the opener gave none), and the log format
-    it writes (1 or 2, ``docs/wire-format.md``)."""
+    (Milvus's ``PChannelInfo.Term``: 0 when the opener gave none), the log format
+    it writes (1 or 2, ``docs/wire-format.md``), and the most bytes a pack of several
+    messages in one entry may take (0: one message per entry; v2 only,
+    ``WALConfig.pack_appends`` on a backend that writes one entry per submit)."""
 
     name: str
     node_id: int
     term: int = 0
     log_format: int = 2
+    pack_bytes: int = 0
 
 
 class WALHandle(Protocol):

@@ -85,6 +85,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "batch-appends",
         "client-retries",
         "large-messages",
+        "read-only-reader",
         "cluster-kill-9",
         "cluster-pause",
         "cluster-zombie",

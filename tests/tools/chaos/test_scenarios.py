@@ -223,3 +223,18 @@ async def test_cluster_brokers_moving_and_losing_topics_under_two_nodes(
     seen = {key.split(":")[0] for key in result.figures if key.endswith("appends again")}
     assert seen == set(FAULTS), result.figures
     assert await list_topics(pulsar_cluster.admin_url) <= before
+
+
+async def test_a_read_only_reader_on_a_node_that_never_owns_reads_through_kills_and_takeovers(
+    stack: StackInfo, tmp_path: Path
+) -> None:
+    """Issue 45: a read-only read on any node outlives the owner's kills and takeovers,
+    and hands over the log's messages at their ids, in order, once each."""
+    result = await _quick("read-only-reader", stack, tmp_path)
+    assert result.figures["faults by kind"] == {"kill-9-owner": 1, "takeover": 1}
+    assert result.figures["messages handed to the read-only reader"] > result.acks_checked
+    assert result.ownerships == result.rounds + 1
+    # each owner wrote under a term of its own, above the last: the term rules had
+    # something to check
+    terms = result.figures["terms handed to the reader"]
+    assert len(terms) == result.ownerships and 0 not in terms

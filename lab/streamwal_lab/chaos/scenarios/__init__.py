@@ -25,6 +25,7 @@ from streamwal_lab.chaos.scenarios import (
     kill,
     large,
     network,
+    read_only,
     stock,
     takeover,
     tso_leader,
@@ -165,6 +166,16 @@ SCENARIOS: dict[str, Scenario] = {
             "unary, stream, batch appends and transactions through lost answers and kill -9 "
             "of the owner; every acknowledgement in the log once at its position, nothing "
             "answered not written there",
+        ),
+        Scenario(
+            "read-only-reader",
+            read_only.run,
+            6,
+            2,
+            20.0,
+            "a read-only reader on a node that never owns the channel reads it whole "
+            "through kill -9 of the owner and takeovers: one stream, the log's messages "
+            "at their ids, in order, once, every acknowledged append among them",
         ),
         Scenario(
             "large-messages",

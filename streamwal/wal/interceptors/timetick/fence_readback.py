@@ -78,9 +78,13 @@ class FenceReadback:
                             findings.taken_over = True
                             break
                         if source == self._source:
-                            # a pack's messages are appends of one answer: the entry's id
-                            for tick in ticks:
-                                findings.ours[tick] = raw.message_id
+                            # a pack's messages: the entry's id, or (entry, i) in a pack of N > 1
+                            entry = raw.message_id
+                            if len(ticks) == 1:
+                                findings.ours[ticks[0]] = entry
+                            else:
+                                for index, tick in enumerate(ticks):
+                                    findings.ours[tick] = entry.in_pack(index)
                 finally:
                     await scanner.close()
         except (StreamwalError, TimeoutError) as exc:

@@ -107,10 +107,10 @@ class TimeTickInterceptor(InterceptorBase):
                         if retry is None:
                             self._check_usable()
                         stamped = await self._writer.write(msg)
-                    time_tick, future = stamped
+                    time_tick, future, index = stamped
                     sent_after = self._sequencer.last_confirmed
                     try:
-                        return AppendResult(await future, time_tick)
+                        return AppendResult((await future)[index], time_tick)
                     except ChannelFencedError as exc:
                         if exc.outcome is not WriteOutcome.UNKNOWN:
                             raise
@@ -165,7 +165,9 @@ class TimeTickInterceptor(InterceptorBase):
                     break
                 sent_after = self._sequencer.last_confirmed
                 stamped, refused = await self._writer.write_many(rest)
-                outcomes = [await self._outcome(f, tick, sent_after) for tick, f in stamped]
+                outcomes = [
+                    await self._outcome(f, tick, i, sent_after) for tick, f, i in stamped
+                ]
                 if refused is not None:
                     outcomes.extend([refused] * (len(rest) - len(stamped)))
                 landed = next(
@@ -189,11 +191,16 @@ class TimeTickInterceptor(InterceptorBase):
                 self._idle.set()
 
     async def _outcome(
-        self, future: asyncio.Future[MessageId], time_tick: int, sent_after: MessageId
+        self,
+        future: asyncio.Future[list[MessageId]],
+        time_tick: int,
+        index: int,
+        sent_after: MessageId,
     ) -> AppendResult | StreamwalError:
-        """One batched message's outcome, settled as :meth:`do_append` settles it."""
+        """One batched message's outcome, settled as :meth:`do_append` settles it (the
+        messages of one pack share its future: awaited once, then at once)."""
         try:
-            return AppendResult(await future, time_tick)
+            return AppendResult((await future)[index], time_tick)
         except ChannelFencedError as exc:
             self._fence.set(exc)
             if exc.outcome is not WriteOutcome.UNKNOWN:

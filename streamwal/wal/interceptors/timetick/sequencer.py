@@ -1,18 +1,20 @@
 """Publishes appends in log order, whatever order their results arrive in.
 
-Each message handed to the backend takes a slot, in the order it was handed over,
-which is the log order. A slot is resolved when the backend answers; the resolved
-slots at the head are then released in order: persisted messages are published (and
-become the last-confirmed id of what is allocated next), failed ones are dropped,
-in-memory time ticks are published after everything enqueued before them; a failed
-slot whose outcome is unknown is reported (``on_unknown``: the write-ahead buffer marks
-a gap there, so tailing readers look for it in the backend). A
-published time tick T therefore guarantees that every message below T that will ever
-be persisted by this owner has been published (a failed one is retried with a fresh,
-higher time tick). Each slot's ``done`` future is resolved at its release, after the
-publication: an append returns only once its message is in MVCC and the write-ahead
-buffer, and appends return in log order. This is the ``ack`` manager of Milvus's
-time-tick interceptor.
+Each entry handed to the backend (a pack of one or more messages, log format v2)
+takes a slot, in the order it was handed over, which is the log order. A slot is
+resolved when the backend answers; the resolved slots at the head are then released
+in order: persisted messages are published one by one, each with its id in the pack
+(the pack's last becomes the last-confirmed id of what is allocated next), failed ones
+are dropped, in-memory time ticks are published after everything enqueued before
+them; a failed slot whose outcome is unknown is reported (``on_unknown``: the
+write-ahead buffer marks a gap there, so tailing readers look for it in the backend).
+A published time tick T therefore guarantees that every message below T that will
+ever be persisted by this owner has been published (a failed one is retried with a
+fresh, higher time tick). Each slot's waiters (one future per call that put messages
+in it, not one per message) are resolved at its release with the ids of the pack's
+messages, after the publication: an append returns only once its message is in MVCC
+and the write-ahead buffer, and appends return in log order. This is the ``ack``
+manager of Milvus's time-tick interceptor.
 """
 
 from __future__ import annotations
@@ -44,11 +46,22 @@ class SlotState(enum.Enum):
 class Slot:
     """One entry handed to the backend (or an in-memory time tick), awaiting release.
 
-    ``message`` is the caller's unstamped message; ``time_tick`` and ``last_confirmed``
-    are the stamps it was encoded with.
+    ``messages`` are the callers' unstamped messages of the entry's pack, in pack order,
+    and ``time_ticks`` the time tick each was encoded with; ``time_tick`` is the
+    first's; ``last_confirmed`` the pack's (shared by its messages). An open pack (the
+    writer's) still takes messages; it is closed before it is handed over.
     """
 
-    __slots__ = ("done", "error", "last_confirmed", "message", "message_id", "state", "time_tick")
+    __slots__ = (
+        "error",
+        "last_confirmed",
+        "message_ids",
+        "messages",
+        "state",
+        "time_tick",
+        "time_ticks",
+        "waiters",
+    )
 
     def __init__(
         self,
@@ -56,16 +69,23 @@ class Slot:
         message: MutableMessage | None,
         last_confirmed: MessageId | None,
         state: SlotState,
-        done: asyncio.Future[MessageId] | None,
     ) -> None:
         self.time_tick = time_tick
-        self.message = message
+        self.messages: list[MutableMessage] = [] if message is None else [message]
+        self.time_ticks: list[int] = [] if message is None else [time_tick]
         self.last_confirmed = last_confirmed
         self.state = state
-        self.message_id: MessageId | None = None
+        self.message_ids: list[MessageId] | None = None
         self.error: BaseException | None = None
-        self.done = done
-        """Resolved at release: the id once published, or the backend's error."""
+        self.waiters: list[asyncio.Future[list[MessageId]]] = []
+        """Resolved at release: the messages' ids once published, or the backend's error."""
+
+    def waiter(self) -> asyncio.Future[list[MessageId]]:
+        """A future of this slot's outcome for one caller (each awaits its own: a caller
+        cancelled while it waits must not cancel the others' wait)."""
+        future: asyncio.Future[list[MessageId]] = asyncio.get_running_loop().create_future()
+        self.waiters.append(future)
+        return future
 
 
 class AckSequencer:
@@ -103,33 +123,37 @@ class AckSequencer:
     def in_flight(self) -> int:
         return len(self._slots)
 
-    def reserve(
-        self, time_tick: int, message: MutableMessage
-    ) -> tuple[Slot, asyncio.Future[MessageId]]:
-        """A slot for ``message`` about to be handed to the backend at ``time_tick``.
+    def reserve(self, time_tick: int, message: MutableMessage) -> Slot:
+        """A slot for a pack starting with ``message`` at ``time_tick``, about to be
+        handed to the backend (the writer may add messages to it until it hands it over).
 
-        Its last-confirmed id is :attr:`confirmed_for_next` as of now. The future
-        resolves at the slot's release.
+        Its last-confirmed id is :attr:`confirmed_for_next` as of now.
         """
-        done: asyncio.Future[MessageId] = self._loop.create_future()
-        slot = Slot(time_tick, message, self.confirmed_for_next, SlotState.PENDING, done)
+        slot = Slot(time_tick, message, self.confirmed_for_next, SlotState.PENDING)
         self._slots.append(slot)
-        return slot, done
+        return slot
 
     def reserve_time_tick(self, time_tick: int) -> None:
         """An in-memory time tick, published once everything before it is released."""
-        self._slots.append(Slot(time_tick, None, None, SlotState.IN_MEMORY, None))
+        self._slots.append(Slot(time_tick, None, None, SlotState.IN_MEMORY))
         self._release()
 
     def resolve(
         self, slot: Slot, message_id: MessageId | None, error: BaseException | None
     ) -> None:
-        """The backend's answer for ``slot``, once (the writer keeps out a second one)."""
+        """The backend's answer for ``slot`` (the entry's id), once (the writer keeps out
+        a second one). A pack of one message has the entry's id, a pack of N > 1
+        ids ``(entry, i)`` (``docs/wire-format.md``)."""
         if error is not None or message_id is None:
             slot.error = error or UnavailableError("the backend answered without an id")
             slot.state = SlotState.FAILED
         else:
-            slot.message_id = message_id
+            count = len(slot.messages)
+            slot.message_ids = (
+                [message_id]
+                if count == 1
+                else [message_id.in_pack(index) for index in range(count)]
+            )
             slot.state = SlotState.PERSISTED
         self._release()
 
@@ -144,17 +168,18 @@ class AckSequencer:
         while slots and slots[0].state is not SlotState.PENDING:
             slot = slots.popleft()
             try:
-                if slot.message is not None and slot.message_id is not None:
-                    self.last_confirmed = slot.message_id
-                    self._sink.publish(
-                        slot.message.persisted_as(
-                            slot.message_id,
-                            slot.time_tick,
-                            slot.last_confirmed,
-                            self._node_id,
-                            self._term,
+                ids = slot.message_ids
+                if ids is not None:
+                    self.last_confirmed = ids[-1]
+                    publish = self._sink.publish
+                    confirmed = slot.last_confirmed
+                    node_id, term = self._node_id, self._term
+                    for message, message_id, time_tick in zip(
+                        slot.messages, ids, slot.time_ticks, strict=True
+                    ):
+                        publish(
+                            message.persisted_as(message_id, time_tick, confirmed, node_id, term)
                         )
-                    )
                 elif slot.state is SlotState.IN_MEMORY:
                     self._sink.publish_time_tick(slot.time_tick)
                 elif (
@@ -162,7 +187,7 @@ class AckSequencer:
                     and slot.error is not None
                     and outcome_of(slot.error) is WriteOutcome.UNKNOWN
                 ):
-                    self._on_unknown(slot.time_tick)  # it may be in the log: say so
+                    self._on_unknown(slot.time_ticks[-1])  # it may be in the log: say so
             except Exception:  # a hook bug must not stop the log order for everyone else
                 _log.exception(
                     "channel %s: publishing time tick %d failed", self._channel, slot.time_tick
@@ -171,10 +196,11 @@ class AckSequencer:
 
 
 def _settle(slot: Slot) -> None:
-    done = slot.done
-    if done is None or done.done():  # nobody waits, or its waiter was cancelled
-        return
-    if slot.message_id is not None:
-        done.set_result(slot.message_id)
-    elif slot.error is not None:
-        done.set_exception(slot.error)
+    ids, error = slot.message_ids, slot.error
+    for done in slot.waiters:
+        if done.done():  # its waiter was cancelled
+            continue
+        if ids is not None:
+            done.set_result(ids)
+        elif error is not None:
+            done.set_exception(error)

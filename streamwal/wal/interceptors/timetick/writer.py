@@ -16,6 +16,17 @@ waiter through in one iteration after a release. When the gate is free and the
 allocator has a cached time tick
 (:class:`~streamwal.timestamps.CachedTimestampAllocator`), an append does the whole
 section without entering it: nothing in it suspends then.
+
+**Packs** (``WALConfig.pack_appends``, log format v2, a backend that writes one entry
+per submit): the messages stamped in one event-loop iteration (a batch, a node's
+window, concurrent single appends) go to the backend as one entry, a pack, with one
+slot in the sequencer and one answer from the backend. The open pack is handed over
+at the end of the iteration, when the next message would take it past the pack
+budget, or before an in-memory time tick (which must follow every message stamped
+before it, and precede every one after). A message that alone is over the budget goes
+in an entry of its own (the chunking layer below splits it as before). Handing the
+pack over later than the stamp changes nothing in the order: packs are handed over in
+the order they were opened, and no message joins a pack once a later one exists.
 """
 
 from __future__ import annotations
@@ -23,17 +34,54 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from streamwal.errors import StreamwalError, TimestampRegressionError
 from streamwal.timestamps import CachedTimestampAllocator
+from streamwal.wal.chunking import MIN_ENTRY_BYTES
 from streamwal.wal.interceptors.base import InterceptorParams
 from streamwal.wal.interceptors.timetick.sequencer import AckSequencer, Slot, SlotState
 from streamwal.wal.message import MessageType, MutableMessage
-from streamwal.wal.message.codec import encode_stamped
+from streamwal.wal.message.codec import LOG_FORMAT_V2, encode_stamped
+from streamwal.wal.message.frame import MESSAGE_HEADER, V2_PROPERTIES, encode_pack
 from streamwal.wal.message_id import MessageId
 
-__all__ = ["OrderedWriter"]
+__all__ = ["OrderedWriter", "Stamped", "pack_budget"]
+
+#: a message as stamped: its time tick, the future of its pack's ids, its index in them
+Stamped = tuple[int, "asyncio.Future[list[MessageId]]", int]
+_MESSAGE_OVERHEAD = MESSAGE_HEADER.size
+#: a batch allocates its time ticks as one range below this many (the TSO's logical bits)
+_MAX_RANGE = 1 << 17
+_PROPERTY_OVERHEAD = 8
+
+
+def pack_budget(params: InterceptorParams) -> int:
+    """The bytes one pack may take (0: no packs): what the backend said
+    (``ChannelInfo.pack_bytes``), at most its entry budget and
+    :data:`~streamwal.wal.chunking.MIN_ENTRY_BYTES` (a larger pack saves nothing more,
+    and that much always fits one entry without asking the backend its live limit)."""
+    budget = params.channel.pack_bytes
+    if budget <= 0 or params.channel.log_format != LOG_FORMAT_V2:
+        return 0
+    budget = min(budget, MIN_ENTRY_BYTES)
+    limit = getattr(params.backend, "max_entry_bytes", None)
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        budget = min(budget, limit)
+    return budget
+
+
+def _size(msg: MutableMessage) -> int:
+    """About what ``msg`` takes in a pack (characters for bytes: an estimate; the
+    chunking layer below splits an entry the estimate let grow too large)."""
+    kind = msg.type
+    size = _MESSAGE_OVERHEAD + len(msg.payload) + len(msg.vchannel)
+    size += len(kind) if type(kind) is str else 16
+    properties = msg.properties
+    if properties:
+        for key, value in properties.items():
+            size += _PROPERTY_OVERHEAD + len(key) + len(value)
+    return size
 
 _TIME_TICK = MutableMessage(MessageType.TIME_TICK)
 
@@ -123,17 +171,29 @@ class OrderedWriter:
         self._allocate_cached: Callable[[], int | None] | None = (
             allocator.allocate_cached if isinstance(allocator, CachedTimestampAllocator) else None
         )
+        alloc = getattr(allocator, "alloc", None)
+        self._alloc_range: Callable[[int], Awaitable[tuple[int, int]]] | None = (
+            alloc if callable(alloc) else None
+        )
         self._last_time_tick = params.first_message.time_tick
+        self._budget = pack_budget(params)
+        #: the pack still taking messages (its slot reserved, not handed over), its size
+        self._open: Slot | None = None
+        self._open_size = 0
+        self._flush_scheduled = False
+        self._loop = asyncio.get_running_loop()
         self.dirty = False
         self._in_flight = 0
         self._drained = asyncio.Event()
         self._drained.set()
 
-    async def write(self, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]]:
-        """Stamp and enqueue ``msg``; the future resolves once it is persisted and published.
+    async def write(self, msg: MutableMessage) -> Stamped:
+        """Stamp and enqueue ``msg``; the future resolves (to the ids of its pack's
+        messages, ``msg``'s at the index) once it is persisted and published.
 
         Cancelling the caller while it waits for the lock or the allocation enqueues
-        nothing; once this returns, the entry is the backend's.
+        nothing; once this returns, the entry is the backend's (or, in an open pack,
+        will be at the end of this event-loop iteration whatever the caller does).
         """
         stamped = self.write_now(msg)
         if stamped is not None:
@@ -141,7 +201,7 @@ class OrderedWriter:
         async with self._lock:
             return self._stamp(await self._allocate(), msg)
 
-    def write_now(self, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]] | None:
+    def write_now(self, msg: MutableMessage) -> Stamped | None:
         """:meth:`write` if it can be done without suspending, else ``None`` (nothing done).
 
         The fast lane, same critical section: with the gate free (nobody holding it,
@@ -158,50 +218,72 @@ class OrderedWriter:
 
     async def write_many(
         self, msgs: Sequence[MutableMessage]
-    ) -> tuple[list[tuple[int, asyncio.Future[MessageId]]], StreamwalError | None]:
+    ) -> tuple[list[Stamped], StreamwalError | None]:
         """Stamp and enqueue ``msgs`` in order, back to back: one critical section for
         the batch, so nothing else enters the log between them and their time ticks
-        increase in batch order.
+        increase in batch order. With packs, they fill as few entries as the pack
+        budget allows, and the messages of one pack share one future.
 
         Returns what was enqueued (a prefix of ``msgs``) and, when stamping stopped
         early (fenced, closing, the allocator failed), the error for the rest, none of
         which reached the backend. Cancelling the caller while it waits for an
         allocation leaves the prefix already enqueued to the backend.
         """
-        stamped: list[tuple[int, asyncio.Future[MessageId]]] = []
+        stamped: list[Stamped] = []
         cached = self._allocate_cached
+        shared: tuple[Slot, asyncio.Future[list[MessageId]]] | None = None
         async with self._lock:
             try:
-                for msg in msgs:
-                    time_tick = cached() if cached is not None else None
-                    if time_tick is None:
-                        time_tick = await self._allocate()
+                ticks = await self._allocate_range(len(msgs))
+                for position, msg in enumerate(msgs):
+                    if ticks is not None:
+                        time_tick = ticks + position
                     else:
-                        time_tick = self._accept(time_tick)
-                    stamped.append(self._stamp(time_tick, msg))
+                        one = cached() if cached is not None else None
+                        time_tick = await self._allocate() if one is None else self._accept(one)
+                    slot, index = self._enqueue(time_tick, msg)
+                    if shared is None or shared[0] is not slot:
+                        shared = (slot, slot.waiter())  # one future per pack of the batch
+                    stamped.append((time_tick, shared[1], index))
+                    self.dirty = True
             except StreamwalError as exc:
                 return stamped, exc
         return stamped, None
 
-    def _stamp(self, time_tick: int, msg: MutableMessage) -> tuple[int, asyncio.Future[MessageId]]:
-        future = self._enqueue(time_tick, msg)
+    def _stamp(self, time_tick: int, msg: MutableMessage) -> Stamped:
+        slot, index = self._enqueue(time_tick, msg)
         if msg.type is not MessageType.TIME_TICK:
             self.dirty = True
-        return time_tick, future
+        return time_tick, slot.waiter(), index
 
-    async def tick(self) -> asyncio.Future[MessageId] | None:
+    async def tick(self) -> asyncio.Future[list[MessageId]] | None:
         """A time tick: persisted if the channel is dirty (its future), else in memory."""
         async with self._lock:
             time_tick = await self._allocate()
             if not self.dirty:
+                self.flush()  # the in-memory tick follows every message stamped before it
                 self._sequencer.reserve_time_tick(time_tick)
                 return None
-            future = self._enqueue(time_tick, _TIME_TICK)
+            slot, _ = self._enqueue(time_tick, _TIME_TICK)
             self.dirty = False
-            return future
+            return slot.waiter()
 
     async def _allocate(self) -> int:
         return self._accept(await self._allocator.allocate())
+
+    async def _allocate_range(self, count: int) -> int | None:
+        """The first of ``count`` consecutive time ticks, in one call to an allocator
+        that hands out ranges (``alloc(count)``, :class:`~streamwal.tso.LocalAllocator`);
+        ``None``: allocate them one by one."""
+        alloc = self._alloc_range
+        if alloc is None or count < 2 or count >= _MAX_RANGE:
+            return None
+        first, last = await alloc(count)
+        self._accept(first)
+        if last - first != count - 1:
+            raise TimestampRegressionError(f"allocator returned {first}..{last} for {count}")
+        self._last_time_tick = last
+        return first
 
     def _accept(self, time_tick: int) -> int:
         self._check()
@@ -212,28 +294,77 @@ class OrderedWriter:
         self._last_time_tick = time_tick
         return time_tick
 
-    def _enqueue(self, time_tick: int, msg: MutableMessage) -> asyncio.Future[MessageId]:
-        sequencer = self._sequencer
-        payload, properties = encode_stamped(
-            msg,
-            time_tick,
-            sequencer.confirmed_for_next,
-            self._node_id,
-            log_format=self._log_format,
-            term=self._term,
-        )
-        slot, done = sequencer.reserve(time_tick, msg)
+    def _enqueue(self, time_tick: int, msg: MutableMessage) -> tuple[Slot, int]:
+        """Put ``msg`` in the open pack, or in a new slot: its slot and index there."""
+        budget = self._budget
+        size = 0
+        if budget:
+            size = _size(msg)
+            pack = self._open
+            if pack is not None:
+                if self._open_size + size <= budget:
+                    pack.messages.append(msg)
+                    pack.time_ticks.append(time_tick)
+                    self._open_size += size
+                    return pack, len(pack.messages) - 1
+                self.flush()
+        slot = self._sequencer.reserve(time_tick, msg)
         self._in_flight += 1
         self._drained.clear()
+        if budget and size < budget:
+            self._open = slot
+            self._open_size = size
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._end_iteration)
+            return slot, 0
+        self._submit(slot, raise_refusal=True)
+        return slot, 0
+
+    def _end_iteration(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Hand the open pack (if any) to the backend now."""
+        pack = self._open
+        if pack is not None:
+            self._open = None
+            self._submit(pack, raise_refusal=False)
+
+    def _submit(self, slot: Slot, *, raise_refusal: bool) -> None:
+        """Encode ``slot``'s pack and hand it to the backend. A backend that raises
+        (refusals go through its callback: this is a broken one) fails the slot; the
+        error is also raised to a caller that handed the entry over itself."""
+        messages = slot.messages
+        if len(messages) == 1:
+            payload, properties = encode_stamped(
+                messages[0],
+                slot.time_tick,
+                slot.last_confirmed,
+                self._node_id,
+                log_format=self._log_format,
+                term=self._term,
+            )
+        else:
+            payload = encode_pack(
+                zip(messages, slot.time_ticks, strict=True),
+                slot.last_confirmed,
+                self._node_id,
+                self._term,
+            )
+            properties = dict(V2_PROPERTIES)
         try:
             self._backend.submit(payload, properties, functools.partial(self._on_answer, slot))
-        except BaseException as exc:  # refusals go through done(); this is a broken backend
+        except BaseException as exc:
             if slot.state is SlotState.PENDING:
                 self._answered()
-                done.cancel()  # the error is raised here, not through the future
-                sequencer.abandon(slot, exc)
-            raise
-        return done
+                if raise_refusal:
+                    for waiter in slot.waiters:
+                        waiter.cancel()  # the error is raised here, not through the future
+                self._sequencer.abandon(slot, exc)
+            if raise_refusal:
+                raise
 
     def _on_answer(
         self, slot: Slot, message_id: MessageId | None, error: BaseException | None
