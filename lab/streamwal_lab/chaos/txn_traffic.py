@@ -151,7 +151,7 @@ async def check_delivery(address: str, traffic: TxnTraffic, timeout: float = 60.
             await _check_tail(client, traffic.channel, check)
     one_by_one = [m.message_id for m in delivered]
     check.delivered_ids = one_by_one
-    data = [m.payload for m in delivered if m.type == "Insert" and m.payload != sentinel]
+    data = [m.payload for m in delivered if not m.wal_record and m.payload != sentinel]
     position = {payload: i for i, payload in enumerate(data)}
     counts = Counter(data)
     dup = [p for p, n in counts.items() if n > 1]
@@ -218,7 +218,7 @@ async def _check_tail(client: NodeClient, channel: str, check: DeliveryCheck) ->
             f"at the tail, ConsumeBatch delivered {len(batched)} messages and Consume "
             f"{len(one_by_one)}, not the same"
         )
-    data = [m.payload for m in one_by_one if m.type == "Insert"]
+    data = [m.payload for m in one_by_one if not m.wal_record]
     expected = [b"tail-marker", b"tail-between", b"tail-kept-0", b"tail-kept-1", b"tail-last"]
     if data != expected:
         check.problems.append(f"at the tail, a reader of {VCHANNEL!r} got {data!r}")
