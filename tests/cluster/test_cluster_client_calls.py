@@ -21,7 +21,7 @@ from streamwal.cluster.proto import routing_pb2 as routing_pb
 from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.errors import TransactionError
 from streamwal.node.client import Consumed, NodeClient
-from streamwal.wal.message import decode
+from streamwal.wal.message import decode_entry
 from tests.node.memory_node import CounterSource, memory_node
 
 CHANNEL = "calls"
@@ -49,7 +49,11 @@ class _Nodes:
         self.routing.owner = self.addresses[index]
 
     def payloads(self) -> list[bytes]:
-        messages = [decode(raw, MemoryMessageId.from_bytes) for raw in self.store.entries(CHANNEL)]
+        messages = [
+            m
+            for raw in self.store.entries(CHANNEL)
+            for m in decode_entry(raw, MemoryMessageId.from_bytes)
+        ]
         return [m.payload for m in messages if m.payload and m.txn_id is None]
 
 

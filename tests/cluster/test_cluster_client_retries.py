@@ -15,7 +15,7 @@ from streamwal.cluster import ClusterClient
 from streamwal.cluster.proto import routing_pb2 as routing_pb
 from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.node.client import NodeClient
-from streamwal.wal.message import decode
+from streamwal.wal.message import decode_entry
 from tests.node.memory_node import CounterSource, memory_node
 from tests.wal.testkit import fast_config
 
@@ -46,7 +46,9 @@ async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
 
 
 def _payloads(store: MemoryLogStore) -> list[bytes]:
-    messages = [decode(raw, MemoryMessageId.from_bytes) for raw in store.entries(CHANNEL)]
+    messages = [
+        m for raw in store.entries(CHANNEL) for m in decode_entry(raw, MemoryMessageId.from_bytes)
+    ]
     return [m.payload for m in messages if m.payload]
 
 

@@ -21,14 +21,16 @@ from streamwal.cluster import ClusterClient
 from streamwal.errors import OutcomeUnknownError, StreamwalError, WriteOutcome
 from streamwal.node.client import NodeClient
 from streamwal.node.client_errors import NodeChannelNotFoundError, NodeOutcomeUnknownError
-from streamwal.wal.message import decode
+from streamwal.wal.message import decode_entry
 from tests.cluster.test_cluster_client_retries import CHANNEL
 from tests.cluster.test_cluster_client_retries import node as node
 
 
 def _landed(store: MemoryLogStore) -> list[tuple[bytes, bytes]]:
     """(payload, message id) of every user message in the log, in log order."""
-    messages = [decode(raw, MemoryMessageId.from_bytes) for raw in store.entries(CHANNEL)]
+    messages = [
+        m for raw in store.entries(CHANNEL) for m in decode_entry(raw, MemoryMessageId.from_bytes)
+    ]
     return [(m.payload, m.message_id.to_bytes()) for m in messages if m.payload]
 
 
