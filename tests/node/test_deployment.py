@@ -24,8 +24,12 @@ async def test_three_nodes_one_tso_channels_move(
         "pulsar": {"service_url": stack.pulsar_url},
         "etcd": {"endpoints": [stack.etcd_endpoint]},
     }
+    # one deployment, one prefix: the remote-TSO nodes keep the channels' terms beside
+    # the oracle's (a node that kept them elsewhere would open under a lower term: the
+    # checker's term-decreased)
+    prefix = etcd_prefix("dep")
     oracle = NodeProcess(
-        tmp_path, 1, {**common, "tso": {"mode": "in-process", "key_prefix": etcd_prefix("dep")}}
+        tmp_path, 1, {**common, "tso": {"mode": "in-process", "key_prefix": prefix}}
     )
     await oracle.start()
     nodes = [oracle]
@@ -33,7 +37,14 @@ async def test_three_nodes_one_tso_channels_move(
         node = NodeProcess(
             tmp_path,
             node_id,
-            {**common, "tso": {"mode": "remote", "remote_addresses": [oracle.address]}},
+            {
+                **common,
+                "tso": {
+                    "mode": "remote",
+                    "remote_addresses": [oracle.address],
+                    "key_prefix": prefix,
+                },
+            },
         )
         await node.start()
         nodes.append(node)
