@@ -173,9 +173,12 @@ class ChannelManager:
                     self._node_id,
                     self._config,
                     term=granted,
+                    # after the fence, before anything is written: a newer claim since
+                    # ours ends the open there, so no lower term follows a higher one
+                    fenced_hook=lambda: self._confirm(channel, granted),
                     **fmt,
                 )
-            except ChannelFencedError:
+            except (ChannelFencedError, StaleTermError):
                 await allocator.close()
                 if channel in self._wals:  # a newer owner exists: our previous WAL is stale
                     await self._drop(channel, fenced=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from opentelemetry import trace
@@ -23,6 +23,7 @@ from streamwal.errors import (
     InvalidInputError,
     MisconfiguredError,
     QuotaExceededError,
+    StaleTermError,
 )
 from streamwal.retry import Retry, RetryAttempt
 from streamwal.timestamps import TimestampAllocator
@@ -78,7 +79,13 @@ ATTR_MESSAGE_ID = "wal.message_id"
 # broker does not enforce the single-writer fence (it will not start to by waiting,
 # and retrying would only hide that behind an open that never returns).
 #: an operator (or a consumer, for a quota) must act before another attempt can succeed
-_FINAL_ERRORS = (ChannelFencedError, ClosedError, MisconfiguredError, QuotaExceededError)
+_FINAL_ERRORS = (
+    ChannelFencedError,
+    ClosedError,
+    MisconfiguredError,
+    QuotaExceededError,
+    StaleTermError,
+)
 
 
 async def open_wal(
@@ -91,6 +98,7 @@ async def open_wal(
     term: int = 0,
     clock: Callable[[], float] = time.monotonic,
     log_format: str | int | None = None,
+    fenced_hook: Callable[[], Awaitable[None]] | None = None,
 ) -> WAL:
     """Take ``channel`` over for ``node_id`` and return its started WAL.
 
@@ -100,6 +108,12 @@ async def open_wal(
     The library does not check it against earlier owners': whoever hands terms out (a
     node, a cluster) refuses a stale one before the open; the broker's fence stays the
     enforcement.
+
+    ``fenced_hook``: awaited once the old owner is fenced and before anything is
+    written; raising abandons the open (nothing written). A term store checks there
+    that no newer term was claimed meanwhile: every later claimant fences after its
+    claim, so a term checked after this owner's fence is never followed in the log by
+    a lower one.
 
     ``clock``: the owner's monotonic clock in seconds (transaction keepalives), for
     tests that move time without sleeping. ``log_format``: the format to write,
@@ -135,7 +149,9 @@ async def open_wal(
             try:
                 if config.pack_appends and info.log_format == LOG_FORMAT_V2:
                     info = replace(info, pack_bytes=_write_packs(backend))
-                first = await _first_time_tick_within_quota(backend, allocator, info, config)
+                first = await _first_time_tick_within_quota(
+                    backend, allocator, info, config, fenced_hook
+                )
                 params = build_interceptor_params(
                     first.message,
                     info,
@@ -179,7 +195,11 @@ QUOTA_RETRY_S = 150.0
 
 
 async def _first_time_tick_within_quota(
-    backend: BackendWAL, allocator: TimestampAllocator, info: ChannelInfo, config: WALConfig
+    backend: BackendWAL,
+    allocator: TimestampAllocator,
+    info: ChannelInfo,
+    config: WALConfig,
+    fenced_hook: Callable[[], Awaitable[None]] | None = None,
 ) -> FirstTimeTick:
     """The first time tick; if a backlog quota blocks it, truncate and try again.
 
@@ -210,6 +230,7 @@ async def _first_time_tick_within_quota(
                 config.first_time_tick_backoff,
                 term=info.term,
                 log_format=info.log_format,
+                fenced_hook=fenced_hook,
             )
         except QuotaExceededError as exc:
             if config.retention is None or not isinstance(backend, BackendRetention):
@@ -242,8 +263,10 @@ async def send_first_time_tick(
     *,
     term: int = 0,
     log_format: int = LOG_FORMAT_V2,
+    fenced_hook: Callable[[], Awaitable[None]] | None = None,
 ) -> FirstTimeTick:
-    """Fence, then persist this owner's first time tick directly on ``backend``.
+    """Fence, then persist this owner's first time tick directly on ``backend``
+    (``fenced_hook``, if given, between the two: see :func:`open_wal`).
 
     Retries every error except a fenced or closed backend and a misconfigured one (a
     broker that does not enforce exclusivity, or policies that would lose data: an
@@ -270,7 +293,7 @@ async def send_first_time_tick(
         while True:
             attempt = retry.attempt
             outcome = await _traced_attempt(
-                backend, allocator, (node_id, term, log_format), attempt, waited
+                backend, allocator, (node_id, term, log_format), attempt, waited, fenced_hook
             )
             record_first_time_tick_attempt(
                 channel, "ok" if isinstance(outcome, ImmutableMessage) else "error"
@@ -312,6 +335,7 @@ async def _traced_attempt(
     owner: tuple[int, int, int],
     attempt: int,
     waited: float,
+    fenced_hook: Callable[[], Awaitable[None]] | None = None,
 ) -> ImmutableMessage | Exception:
     """One attempt in its own span; the error is returned, cancellation raised.
 
@@ -332,7 +356,7 @@ async def _traced_attempt(
         set_status_on_exception=False,
     ) as span:
         try:
-            return await _attempt(backend, allocator, owner, span)
+            return await _attempt(backend, allocator, owner, span, fenced_hook)
         except asyncio.CancelledError:
             span.set_status(Status(StatusCode.ERROR, "cancelled"))
             raise
@@ -343,7 +367,11 @@ async def _traced_attempt(
 
 
 async def _attempt(
-    backend: BackendWAL, allocator: TimestampAllocator, owner: tuple[int, int, int], span: Span
+    backend: BackendWAL,
+    allocator: TimestampAllocator,
+    owner: tuple[int, int, int],
+    span: Span,
+    fenced_hook: Callable[[], Awaitable[None]] | None = None,
 ) -> ImmutableMessage:
     node_id, term, log_format = owner
     # THE FENCE, before any timestamp is taken. Once this owner's exclusive writer
@@ -352,6 +380,8 @@ async def _attempt(
     # Allocating first and fencing after leaves a window in which the old owner,
     # still writing, persists a time tick above our first one.
     await backend.ensure_writable()
+    if fenced_hook is not None:
+        await fenced_hook()  # fenced, nothing written: the owner's last word on the open
     await allocator.sync()  # drop any batch fetched before the fence
     time_tick = await allocator.allocate()
     span.set_attribute(ATTR_TIME_TICK, time_tick)

@@ -67,7 +67,13 @@ async def tso_group(
     more = sections or {}
     oracle = env.node(1, node_settings(pulsar, etcd, tso, **more))
     await oracle.start()
-    remote = {"mode": "remote", "remote_addresses": [oracle.address], "batch_size": batch_size}
+    # the oracle's prefix on every node: the channels' terms live under it
+    remote = {
+        "mode": "remote",
+        "remote_addresses": [oracle.address],
+        "batch_size": batch_size,
+        "key_prefix": key_prefix,
+    }
     others = [env.node(i, node_settings(pulsar, etcd, remote, **more)) for i in range(2, count + 1)]
     await start_all(others)
     return [oracle, *others]

@@ -61,7 +61,12 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
             node_settings(
                 f"pulsar://{to_broker_2.url_host}",
                 env.etcd_endpoint,
-                {"mode": "remote", "remote_addresses": [one.address], "batch_size": 50},
+                {
+                    "mode": "remote",
+                    "remote_addresses": [one.address],
+                    "batch_size": 50,
+                    "key_prefix": prefix,  # the channels' terms, beside the oracle's
+                },
                 pulsar={"admin_url": env.broker_admin_url},
             ),
         )

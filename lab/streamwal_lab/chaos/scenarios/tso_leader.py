@@ -43,7 +43,12 @@ async def candidates(
     await one.start()
     two = env.node(2, settings, commands[1])
     await two.start()
-    remote = {"mode": "remote", "remote_addresses": [one.address, two.address], "batch_size": 100}
+    remote = {
+        "mode": "remote",
+        "remote_addresses": [one.address, two.address],
+        "batch_size": 100,
+        "key_prefix": key_prefix,  # the channels' terms, beside the oracle's
+    }
     three = env.node(3, node_settings(env.pulsar_url, env.etcd_endpoint, remote))
     await start_all([three])
     return [one, two, three]
