@@ -69,7 +69,7 @@ from streamwal.node.endpoints import Readiness, check_port_free
 from streamwal.node.health import HealthService
 from streamwal.node.limits import grpc_message_limit
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
-from streamwal.node.server_tracing import ServerInterceptor
+from streamwal.node.server_tracing import TSO_SERVICE, ServerInterceptor
 from streamwal.node.servicer import NodeServicer
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.node.terms import EtcdTerms
@@ -93,7 +93,6 @@ _log = logging.getLogger(__name__)
 
 SERVICE_NAME = "streamwal.v1.StreamingNode"
 ROUTING_SERVICE = "streamwal.cluster.v1.ClusterRouting"
-TSO_SERVICE = "streamwal.tso.v1.TSO"
 #: pauses between tries to reach the broker while not ready: from 1 s, doubled up to 15 s
 _BROKER_BACKOFF = Backoff(initial=1.0, maximum=15.0)
 #: how often a ready node asks its broker at most (node.broker_lost_after_s / 3 if less)
