@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gen_protos import out_of, run_protoc  # this folder: scripts run as scripts
+
 ROOT = Path(__file__).resolve().parent.parent
 ADAPTOR = ROOT / "adaptors" / "milvus"
 PROTO = "streamwal/node/proto/streaming.proto"
@@ -36,15 +38,11 @@ def _build_plugins(into: Path) -> None:
 
 
 def generate(out: Path = ADAPTOR) -> int:
-    from grpc_tools import protoc  # type: ignore[import-untyped]  # dev dependency, generating only
-
     with tempfile.TemporaryDirectory() as tmp:
         bin_dir = Path(tmp)
         _build_plugins(bin_dir)
         mapping = f"M{PROTO}={GO_PACKAGE}"
         args = [
-            "protoc",
-            f"-I{ROOT}",
             f"--plugin=protoc-gen-go={bin_dir / 'protoc-gen-go'}",
             f"--plugin=protoc-gen-go-grpc={bin_dir / 'protoc-gen-go-grpc'}",
             f"--go_out={out}",
@@ -54,15 +52,11 @@ def generate(out: Path = ADAPTOR) -> int:
             PROTO,
         ]
         out.mkdir(parents=True, exist_ok=True)
-        if protoc.main(args) != 0:
-            print(f"protoc failed on {PROTO}", file=sys.stderr)
-            return 1
-    return 0
+        return 0 if run_protoc(args, PROTO) else 1
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else ADAPTOR
-    return generate(out)
+    return generate(out_of(argv, ADAPTOR))
 
 
 if __name__ == "__main__":

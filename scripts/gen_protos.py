@@ -24,28 +24,33 @@ def protos() -> list[Path]:
     ]
 
 
-def generate(out: Path = ROOT) -> int:
-    from grpc_tools import protoc  # type: ignore[import-untyped]  # dev dependency, generating only
+def run_protoc(args: list[str], what: str) -> bool:
+    """protoc of grpcio-tools (a dev dependency: generating only) on ``args``; False,
+    said on stderr, when it fails."""
+    from grpc_tools import protoc  # type: ignore[import-untyped]
 
+    if protoc.main(["protoc", f"-I{ROOT}", *args]) == 0:
+        return True
+    print(f"protoc failed on {what}", file=sys.stderr)
+    return False
+
+
+def out_of(argv: list[str], default: Path) -> Path:
+    """``--out DIR`` of the command line, or ``default``."""
+    return Path(argv[argv.index("--out") + 1]) if "--out" in argv else default
+
+
+def generate(out: Path = ROOT) -> int:
     for rel in protos():
-        args = [
-            "protoc",
-            f"-I{ROOT}",
-            f"--python_out={out}",
-            f"--pyi_out={out}",
-            f"--grpc_python_out={out}",
-            str(rel),
-        ]
+        args = [f"--python_out={out}", f"--pyi_out={out}", f"--grpc_python_out={out}", str(rel)]
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        if protoc.main(args) != 0:
-            print(f"protoc failed on {rel}", file=sys.stderr)
+        if not run_protoc(args, str(rel)):
             return 1
     return 0
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else ROOT
-    return generate(out)
+    return generate(out_of(argv, ROOT))
 
 
 if __name__ == "__main__":

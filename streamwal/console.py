@@ -213,7 +213,8 @@ def acked_json(acked: Acked) -> dict[str, Any]:
 
 def consumed_json(message: Consumed) -> dict[str, Any]:
     """What ``consume --json`` prints of a message: the payload as text when it is
-    UTF-8, else base64 (``encoding`` says which)."""
+    UTF-8, else base64 (``encoding`` says which); ``wal_record`` and ``term`` as the
+    node delivered them (a reader tells the WAL's own records from the callers')."""
     try:
         payload, encoding = message.payload.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
@@ -225,6 +226,8 @@ def consumed_json(message: Consumed) -> dict[str, Any]:
         "type": message.type,
         "vchannel": message.vchannel,
         "properties": message.properties,
+        "wal_record": message.wal_record,
+        "term": message.term,
         "payload": payload,
         "encoding": encoding,
     }

@@ -70,6 +70,9 @@ async def test_the_console_and_the_read_api_on_one_node(
             assert [m["payload"] for m in read] == ["a", "b", "c", "d"]
             assert [m["id"] for m in read[:2]] == [a["id"] for a in acks]
             assert read[0]["properties"] == {"k": "v"} and read[3]["properties"] == {}
+            # callers' appends, each with the term of the owner that wrote it
+            assert not any(m["wal_record"] for m in read), read
+            assert {m["term"] for m in read} == {read[0]["term"]} and read[0]["term"] >= 1, read
             after = await streamwal_cli(
                 "consume", channel, "--policy", "after", "--from", acks[0]["id"],
                 "--count", "3", "--timeout", "20", *at,
@@ -133,7 +136,8 @@ def test_a_payload_that_is_not_text_is_printed_as_base64() -> None:
     message = Consumed(b"\x01", "1:0:0", 7, "Insert", b"\xff\xfe", "", {}, 1)
     assert consumed_json(message) == {
         "id": "01", "id_text": "1:0:0", "time_tick": 7, "type": "Insert", "vchannel": "",
-        "properties": {}, "payload": "//4=", "encoding": "base64",
+        "properties": {}, "wal_record": False, "term": 0, "payload": "//4=",
+        "encoding": "base64",
     }  # fmt: skip
 
 
