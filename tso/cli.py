@@ -17,6 +17,7 @@ import contextlib
 import json
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from streamwal import environment
@@ -159,18 +160,25 @@ async def allocate_one(config: TsoConfig) -> int:
         return await tso.source.fetch(1)
 
 
-def _now(args: argparse.Namespace) -> int:
+def _exit_code(command: Callable[[], int]) -> int:
+    """Run ``command``: bad configuration exits :data:`USAGE`, any other error of ours
+    :data:`FAILED`, each with its message on stderr (never a traceback)."""
     try:
-        config = config_from_args(args)
-        ts = asyncio.run(allocate_one(config))
+        return command()
     except ConfigError as exc:
         print(f"error: invalid configuration: {exc}", file=sys.stderr)
         return USAGE
     except StreamwalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return FAILED
-    _print_ts(ts, args.json)
-    return 0
+
+
+def _now(args: argparse.Namespace) -> int:
+    def command() -> int:
+        _print_ts(asyncio.run(allocate_one(config_from_args(args))), args.json)
+        return 0
+
+    return _exit_code(command)
 
 
 async def _serve_async(args: argparse.Namespace) -> int:
@@ -201,11 +209,4 @@ async def _serve_async(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(_serve_async(args))
-    except ConfigError as exc:
-        print(f"error: invalid configuration: {exc}", file=sys.stderr)
-        return USAGE
-    except StreamwalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return FAILED
+    return _exit_code(lambda: asyncio.run(_serve_async(args)))
