@@ -33,12 +33,12 @@ from streamwal.wal import DeliveryPolicy, MessageType, MutableMessage, open_read
 from streamwal.wal.chunking import reassemble
 from streamwal.wal.message.frame import is_chunk
 from streamwal_lab.stack import StackInfo
+from tests.doc_snippets import python_block
 from tests.node.processes import NodeProcess
 
 pytestmark = pytest.mark.integration
 
 MiB = 1024 * 1024
-DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-format.md"
 
 
 def _sha(data: bytes) -> str:
@@ -53,8 +53,7 @@ def _payload(size: int, seed: int) -> bytes:
 
 def _doc_code(heading: str) -> dict[str, Any]:
     """The first Python block under ``heading`` in the document, run."""
-    section = DOC.read_text().split(heading, 1)[1]
-    code = section.split("```python", 1)[1].split("```", 1)[0]
+    code = python_block("docs/wire-format.md", heading)
     namespace: dict[str, Any] = {}
     exec(code.split("\nclient = pulsar.Client(", 1)[0], namespace)  # no example run
     return namespace

@@ -20,6 +20,7 @@ from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
+from tests.node.rpc_codes import code_of
 
 pytestmark = pytest.mark.integration
 
@@ -390,13 +391,6 @@ async def test_bad_requests_get_typed_codes_and_the_node_keeps_serving(
 ) -> None:
     one, _ = two_nodes
     channel = f"e2e-bad-{unique}"
-
-    async def code_of(call: object) -> grpc.StatusCode | None:
-        try:
-            await call  # type: ignore[misc]
-        except grpc.aio.AioRpcError as exc:
-            return exc.code()
-        return None
 
     async with NodeClient(one.address) as client:
         assert await code_of(client.produce(f"nowhere-{unique}", b"x")) == grpc.StatusCode.NOT_FOUND

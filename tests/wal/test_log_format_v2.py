@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from pathlib import Path
 
 import pytest
 
@@ -33,6 +32,7 @@ from streamwal.wal.message.frame import (
     encode_pack,
 )
 from streamwal.wal.scanner import Scanner
+from tests.doc_snippets import python_block
 from tests.wal.testkit import OpenOwner, fast_config, log_messages
 
 MILVUS_PROPERTIES = {"_t": "1", "_v": "2", "_tt": "449", "_vc": "by-dev-rootcoord-dml_0", "": ""}
@@ -257,9 +257,8 @@ def test_a_damaged_v2_chunk_is_corruption_not_a_skip() -> None:
 def test_the_document_s_plain_decoder_agrees_with_the_codec() -> None:
     """docs/wire-format.md's decoder (pulsar-client only) on a pack of three and a v1
     entry: the same fields as the codec's."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "wire-format.md").read_text()
-    code = doc.split("## Decoding with pulsar-client only", 1)[1]
-    code = code.split("```python", 1)[1].split("```", 1)[0].split("\nclient = pulsar.Client(")[0]
+    code = python_block("docs/wire-format.md", "## Decoding with pulsar-client only")
+    code = code.split("\nclient = pulsar.Client(")[0]
     namespace: dict[str, object] = {}
     exec(code, namespace)
     plain = namespace["decode_entry"]
