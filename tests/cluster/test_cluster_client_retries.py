@@ -5,43 +5,28 @@ routing service that names that node)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.cluster import ClusterClient
-from streamwal.cluster.proto import routing_pb2 as routing_pb
-from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.node.client import NodeClient
 from streamwal.wal.message import decode_entry
+from tests.cluster.static_routing import StaticRouting
 from tests.node.memory_node import CounterSource, memory_node
 from tests.wal.testkit import fast_config
 
 CHANNEL = "followed"
 
 
-class _Routing(routing_grpc.ClusterRoutingServicer):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.address = ""
-
-    async def LookupChannel(self, request: Any, context: Any) -> Any:
-        return routing_pb.LookupChannelResponse(
-            pchannel=request.pchannel, address=self.address, state="serving"
-        )
-
-
 @pytest.fixture
 async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
     store = MemoryLogStore()
-    routing = _Routing()
+    routing = StaticRouting()
 
-    def add_routing(server: grpc.aio.Server) -> None:
-        routing_grpc.add_ClusterRoutingServicer_to_server(routing, server)
-
-    async with memory_node(1, store, CounterSource(), also=add_routing) as (address, _):
-        routing.address = address
+    async with memory_node(1, store, CounterSource(), also=routing.add_to) as (address, _):
+        routing.owner = address
         yield address, store
 
 
