@@ -17,19 +17,17 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from streamwal import environment
 from streamwal.argtypes import count, seconds
 from streamwal.errors import (
-    ConfigError,
     DecodeError,
     InvalidInputError,
     StreamwalError,
     UnavailableError,
 )
-from streamwal.exitcodes import FAILED, USAGE
+from streamwal.exitcodes import FAILED, USAGE, exit_code
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, DEFAULT_KEY_PREFIX, TsoConfig
 from streamwal.tso.etcd_options import add_etcd_credential_options, etcd_from_options
 from streamwal.tso.etcd_store import EtcdStore
@@ -160,25 +158,12 @@ async def allocate_one(config: TsoConfig) -> int:
         return await tso.source.fetch(1)
 
 
-def _exit_code(command: Callable[[], int]) -> int:
-    """Run ``command``: bad configuration exits :data:`USAGE`, any other error of ours
-    :data:`FAILED`, each with its message on stderr (never a traceback)."""
-    try:
-        return command()
-    except ConfigError as exc:
-        print(f"error: invalid configuration: {exc}", file=sys.stderr)
-        return USAGE
-    except StreamwalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return FAILED
-
-
 def _now(args: argparse.Namespace) -> int:
     def command() -> int:
         _print_ts(asyncio.run(allocate_one(config_from_args(args))), args.json)
         return 0
 
-    return _exit_code(command)
+    return exit_code(command, "error")
 
 
 async def _serve_async(args: argparse.Namespace) -> int:
@@ -209,4 +194,4 @@ async def _serve_async(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    return _exit_code(lambda: asyncio.run(_serve_async(args)))
+    return exit_code(lambda: asyncio.run(_serve_async(args)), "error")
