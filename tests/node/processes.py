@@ -24,6 +24,7 @@ __all__ = [
     "run_streamwal",
     "running",
     "serve_once",
+    "stack_environ",
     "streamwal_cli",
 ]
 
@@ -212,6 +213,21 @@ async def streamwal_cli(
 ) -> subprocess.CompletedProcess[str]:
     """:func:`run_streamwal` off the event loop."""
     return await asyncio.to_thread(run_streamwal, *args, stdin=stdin, timeout=timeout)
+
+
+def stack_environ(stack: StackInfo, node_id: int, key_prefix: str) -> dict[str, str]:
+    """The settings (``STREAMWAL_*`` variables, for ``load_config``) of node ``node_id``
+    run inside the test's process on the stack's broker and etcd: any free port, no
+    metrics listener, an in-process TSO under ``key_prefix``."""
+    return {
+        "STREAMWAL_NODE__ID": str(node_id),
+        "STREAMWAL_NODE__LISTEN": "127.0.0.1:0",
+        "STREAMWAL_NODE__METRICS_LISTEN": "",
+        "STREAMWAL_PULSAR__SERVICE_URL": stack.pulsar_url,
+        "STREAMWAL_ETCD__ENDPOINTS": stack.etcd_endpoint,
+        "STREAMWAL_TSO__MODE": "in-process",
+        "STREAMWAL_TSO__KEY_PREFIX": key_prefix,
+    }
 
 
 def plain_node(workdir: Path, stack: StackInfo, key_prefix: str) -> NodeProcess:
