@@ -20,7 +20,7 @@ from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.stack import StackInfo
 from tests.etcd_keys import EtcdPrefixes
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, running
 from tests.node.rpc_codes import code_of
 
 pytestmark = pytest.mark.integration
@@ -44,10 +44,9 @@ async def node(stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> As
         },
     )
     try:
-        await process.start()
-        yield process.address
+        async with running(process):
+            yield process.address
     finally:
-        await process.terminate()
         await prefixes.delete_all()
 
 
