@@ -261,3 +261,20 @@ async def read_payloads(
         return [message.payload for message in await take(scanner, count, timeout)]
     finally:
         await scanner.close()
+
+
+async def take_and_close(
+    scanner: Scanner, count: int, timeout: float = 5.0
+) -> list[ImmutableMessage]:
+    """The next ``count`` messages of ``scanner`` within ``timeout`` seconds in all; the
+    scanner is closed after, whatever the read raised."""
+    got: list[ImmutableMessage] = []
+    try:
+        async with asyncio.timeout(timeout):
+            async for message in scanner:
+                got.append(message)
+                if len(got) == count:
+                    break
+    finally:
+        await scanner.close()
+    return got
