@@ -20,7 +20,7 @@ from streamwal.errors import TransactionError
 from streamwal.node.client import Consumed, NodeClient
 from streamwal.wal.message import decode_entry
 from tests.cluster.static_routing import StaticRouting
-from tests.node.memory_node import CounterSource, memory_node
+from tests.node.memory_node import CounterSource, assign_on, memory_node
 
 CHANNEL = "calls"
 
@@ -32,8 +32,7 @@ class _Nodes:
     store: MemoryLogStore
 
     async def move_to(self, index: int) -> None:
-        async with NodeClient(self.addresses[index], tracing=False) as admin:
-            await admin.assign(CHANNEL)
+        await assign_on(self.addresses[index], CHANNEL)
         self.routing.owner = self.addresses[index]
 
     def payloads(self) -> list[bytes]:

@@ -11,10 +11,9 @@ import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.cluster import ClusterClient
-from streamwal.node.client import NodeClient
 from streamwal.wal.message import decode_entry
 from tests.cluster.static_routing import StaticRouting
-from tests.node.memory_node import CounterSource, memory_node
+from tests.node.memory_node import CounterSource, assign_on, memory_node
 from tests.wal.testkit import fast_config
 
 CHANNEL = "followed"
@@ -41,8 +40,7 @@ async def test_an_append_of_unknown_outcome_is_retried_and_lands_once(
     node: tuple[str, MemoryLogStore],
 ) -> None:
     address, store = node
-    async with NodeClient(address, tracing=False) as admin:
-        await admin.assign(CHANNEL)
+    await assign_on(address, CHANNEL)
     async with ClusterClient(nodes=[address], tracing=False, retry_for_s=10) as client:
         first = await client.produce(CHANNEL, b"a")
         store.faults.lose_answers = 1  # persisted, then answered "unknown"
@@ -59,8 +57,7 @@ async def test_an_append_of_unknown_outcome_is_retried_and_lands_once(
 async def test_a_refused_append_is_not_retried(node: tuple[str, MemoryLogStore]) -> None:
     """A sequence the node refuses for good (a gap) fails at once, unwritten."""
     address, store = node
-    async with NodeClient(address, tracing=False) as admin:
-        await admin.assign(CHANNEL)
+    await assign_on(address, CHANNEL)
     async with ClusterClient(nodes=[address], tracing=False, retry_for_s=10) as client:
         await client.produce(CHANNEL, b"a")
         # as if a whole window of appends had been lost

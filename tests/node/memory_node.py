@@ -10,13 +10,14 @@ import grpc
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener
 from streamwal.node.channels import ChannelManager
+from streamwal.node.client import NodeClient
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.servicer import NodeServicer
 from streamwal.node.terms import ChannelTerms
 from streamwal.tso import LocalAllocator
 from tests.wal.testkit import fast_config
 
-__all__ = ["CounterSource", "memory_node"]
+__all__ = ["CounterSource", "assign_on", "memory_node"]
 
 
 class CounterSource:
@@ -60,3 +61,10 @@ async def memory_node(
     finally:
         await server.stop(None)
         await channels.close()
+
+
+async def assign_on(address: str, channel: str) -> None:
+    """Open ``channel`` on the node at ``address`` as an operator's ``AssignChannel``
+    does, through a client of its own that is closed after."""
+    async with NodeClient(address, tracing=False) as admin:
+        await admin.assign(channel)

@@ -15,7 +15,7 @@ from streamwal.node.outcome import OUTCOME_KEY, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.wal.message import MessageType, decode
-from tests.node.memory_node import CounterSource, memory_node
+from tests.node.memory_node import CounterSource, assign_on, memory_node
 from tests.wal.testkit import fast_config
 
 CHANNEL = "eos"
@@ -104,8 +104,7 @@ async def test_bad_numbers_and_unknown_transactions_get_typed_codes(
     address, store = node
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.StreamingNodeStub(channel)
-        async with NodeClient(address, tracing=False) as client:
-            await client.assign(CHANNEL)
+        await assign_on(address, CHANNEL)
         before = len(store.entries(CHANNEL))
         message = pb.Message(type="insert", payload=b"x")
         cases = [
@@ -135,8 +134,7 @@ async def test_commit_and_rollback_answer_their_outcome_and_repeats_their_first_
     node: tuple[str, MemoryLogStore],
 ) -> None:
     address, store = node
-    async with NodeClient(address, tracing=False) as client:
-        await client.assign(CHANNEL)
+    await assign_on(address, CHANNEL)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.StreamingNodeStub(channel)
 
