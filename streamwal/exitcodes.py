@@ -10,7 +10,12 @@ they cannot use: 2. Their 1 is ``verify``'s violations.
 
 from __future__ import annotations
 
-__all__ = ["FAILED", "INTERRUPTED", "NOT_FOUND", "OK", "PIPE_CLOSED", "USAGE"]
+import sys
+from collections.abc import Callable
+
+from streamwal.errors import ConfigError, StreamwalError
+
+__all__ = ["FAILED", "INTERRUPTED", "NOT_FOUND", "OK", "PIPE_CLOSED", "USAGE", "exit_code"]
 
 #: it did what was asked
 OK = 0
@@ -28,3 +33,26 @@ NOT_FOUND = 3
 INTERRUPTED = 130
 #: its output was piped into a reader that quit early (``head``)
 PIPE_CLOSED = 141
+
+
+def exit_code(
+    command: Callable[[], int],
+    prefix: str,
+    *,
+    not_found: tuple[type[StreamwalError], ...] = (),
+) -> int:
+    """``command``'s own code, or the rule's for what it raised: one of ``not_found``
+    :data:`NOT_FOUND`, a configuration that does not load :data:`USAGE`, any other
+    error of ours :data:`FAILED`; the message goes to stderr after ``prefix``, never
+    as a traceback."""
+    try:
+        return command()
+    except not_found as exc:
+        print(f"{prefix}: {exc}", file=sys.stderr)
+        return NOT_FOUND
+    except ConfigError as exc:
+        print(f"{prefix}: invalid configuration: {exc}", file=sys.stderr)
+        return USAGE
+    except StreamwalError as exc:
+        print(f"{prefix}: {exc}", file=sys.stderr)
+        return FAILED

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from streamwal.argtypes import count, count_or_zero, seconds, seconds_or_zero
+from tests.node.processes import run_streamwal
 
 
 @pytest.mark.parametrize("parse", [count, seconds])
@@ -44,14 +43,7 @@ def test_plain_values_pass_and_zero_where_it_means_none() -> None:
     ],
 )
 def test_a_typo_in_a_number_is_a_usage_error(args: list[str], option: str, tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "streamwal.cli", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_streamwal(*args, cwd=tmp_path, timeout=60)
     assert done.returncode == 2, done
     assert f"argument {option}: need a " in done.stderr, done.stderr
     assert not any(tmp_path.iterdir())  # nothing ran: no bench-results/, no output

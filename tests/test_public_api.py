@@ -14,8 +14,7 @@ import streamwal
 from streamwal import environment
 from streamwal.tso.etcd_store import EtcdStore
 from streamwal_lab.stack import StackInfo
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.doc_snippets import python_block
 
 
 def test_every_exported_name_exists_and_is_documented() -> None:
@@ -78,11 +77,7 @@ def test_the_version_is_the_distributions() -> None:
 
 def quickstart() -> str:
     """The README's Python quickstart, verbatim."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Python quickstart", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the README has no Python quickstart"
-    return match.group(1)
+    return python_block("README.md", "## Python quickstart")
 
 
 @pytest.mark.integration

@@ -127,13 +127,8 @@ class LocalAllocator:
         """``count`` consecutive timestamps as ``(first, last)``, both inclusive."""
         if isinstance(count, bool) or not isinstance(count, int) or not 0 < count < MAX_LOGICAL:
             raise InvalidInputError(f"count: must be in [1, {MAX_LOGICAL}): {count!r}")
-        nxt = self._next
-        last = nxt + count - 1
-        if last <= self._end:
-            self._next = last + 1
-            self._last = last
-            return nxt, last
-        return await self._alloc_slow(count)
+        taken = self._take(count)
+        return taken if taken is not None else await self._alloc_slow(count)
 
     async def sync(self) -> None:
         """Drop the cached range; a fetch already in flight is not used either."""
@@ -163,16 +158,24 @@ class LocalAllocator:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def _take(self, count: int) -> tuple[int, int] | None:
+        """``count`` timestamps from the cached range, or ``None`` (nothing taken) when it
+        holds fewer: synchronous, so no other task takes the same ones."""
+        nxt = self._next
+        last = nxt + count - 1
+        if last > self._end:
+            return None
+        self._next = last + 1
+        self._last = last
+        return nxt, last
+
     async def _alloc_slow(self, count: int) -> tuple[int, int]:
         while True:
             if self._closed:
                 raise ClosedError("timestamp allocator is closed")
-            nxt = self._next
-            last = nxt + count - 1
-            if last <= self._end:
-                self._next = last + 1
-                self._last = last
-                return nxt, last
+            taken = self._take(count)
+            if taken is not None:
+                return taken
             task = self._fetch
             if task is None:
                 task = asyncio.create_task(self._do_fetch(max(count, self._batch), self._epoch))

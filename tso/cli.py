@@ -22,13 +22,12 @@ from typing import Any
 from streamwal import environment
 from streamwal.argtypes import count, seconds
 from streamwal.errors import (
-    ConfigError,
     DecodeError,
     InvalidInputError,
     StreamwalError,
     UnavailableError,
 )
-from streamwal.exitcodes import FAILED, USAGE
+from streamwal.exitcodes import FAILED, USAGE, exit_code
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, DEFAULT_KEY_PREFIX, TsoConfig
 from streamwal.tso.etcd_options import add_etcd_credential_options, etcd_from_options
 from streamwal.tso.etcd_store import EtcdStore
@@ -160,17 +159,11 @@ async def allocate_one(config: TsoConfig) -> int:
 
 
 def _now(args: argparse.Namespace) -> int:
-    try:
-        config = config_from_args(args)
-        ts = asyncio.run(allocate_one(config))
-    except ConfigError as exc:
-        print(f"error: invalid configuration: {exc}", file=sys.stderr)
-        return USAGE
-    except StreamwalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return FAILED
-    _print_ts(ts, args.json)
-    return 0
+    def command() -> int:
+        _print_ts(asyncio.run(allocate_one(config_from_args(args))), args.json)
+        return 0
+
+    return exit_code(command, "error")
 
 
 async def _serve_async(args: argparse.Namespace) -> int:
@@ -201,11 +194,4 @@ async def _serve_async(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(_serve_async(args))
-    except ConfigError as exc:
-        print(f"error: invalid configuration: {exc}", file=sys.stderr)
-        return USAGE
-    except StreamwalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return FAILED
+    return exit_code(lambda: asyncio.run(_serve_async(args)), "error")

@@ -281,6 +281,43 @@ class EtcdStore:
 
         return await self._call("get", op, timeout)
 
+    async def read_revision(
+        self, key: str, *, timeout: float | None = None
+    ) -> tuple[bytes | None, int]:
+        """The value of ``key`` and its mod revision (``None`` and 0: absent), the pair a
+        later :meth:`put_if` compares against."""
+
+        def op(client: Any) -> tuple[bytes | None, int]:
+            value, meta = client.get(key)
+            if value is None or meta is None:
+                return None, 0
+            return bytes(value), int(meta.mod_revision)
+
+        return await self._call("get", op, timeout)
+
+    async def put_if(
+        self, key: str, value: bytes, mod_revision: int, *, timeout: float | None = None
+    ) -> bool:
+        """Put ``key`` only while it is at ``mod_revision`` (0: absent); ``False`` when
+        someone changed it meanwhile."""
+
+        def op(client: Any) -> bool:
+            txn = client.transactions
+            ok, _ = client.transaction(
+                compare=[txn.mod(key) == mod_revision], success=[txn.put(key, value)], failure=[]
+            )
+            return bool(ok)
+
+        return await self._call("conditional put", op, timeout)
+
+    async def delete(self, key: str, *, timeout: float | None = None) -> bool:
+        """Delete ``key``; ``True`` if it was there."""
+
+        def op(client: Any) -> bool:
+            return bool(client.delete(key))
+
+        return await self._call("delete", op, timeout)
+
     async def grant_lease(self, ttl_s: int, *, timeout: float | None = None) -> tuple[int, int]:
         def op(client: Any) -> tuple[int, int]:
             lease = client.lease(ttl_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Container
 from typing import Any
 
 import pulsar
@@ -49,14 +50,12 @@ async def verify_exclusive_access(
     producers = [first]
     try:
         await first.send(b"probe")
-        try:
-            producers.append(
-                await client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
-            )
-        except PulsarException as exc:
-            if exc.error() not in _REFUSALS:
-                raise translate(exc, channel=topic, what="exclusivity probe") from exc
-        else:
+
+        async def second() -> None:
+            exclusive = pulsar.ProducerAccessMode.Exclusive
+            producers.append(await client.create_producer(topic, access_mode=exclusive))
+
+        if not await _refused(second(), _REFUSALS, topic):
             raise ExclusivityNotEnforcedError(
                 f"broker {broker} accepted two exclusive producers on {topic}; "
                 "streamwal will not open a WAL on it"
@@ -67,12 +66,7 @@ async def verify_exclusive_access(
             batching_enabled=False,
         )
         producers.append(fencer)
-        try:
-            await first.send(b"after-fence")
-        except PulsarException as exc:
-            if exc.error() not in FENCING_RESULTS:
-                raise translate(exc, channel=topic, what="exclusivity probe") from exc
-        else:
+        if not await _refused(first.send(b"after-fence"), FENCING_RESULTS, topic):
             raise ExclusivityNotEnforcedError(
                 f"broker {broker} let a fenced producer write on {topic}; "
                 "streamwal will not open a WAL on it"
@@ -84,3 +78,16 @@ async def verify_exclusive_access(
                 await producer.close()
             except Exception:  # closing a fenced producer may fail; nothing to do
                 pass
+
+
+async def _refused(attempt: Awaitable[object], refusals: Container[Any], topic: str) -> bool:
+    """Whether the broker refused ``attempt`` as one that enforces exclusivity must (a
+    result in ``refusals``); any other failure is the probe's own, typed as every
+    broker error is."""
+    try:
+        await attempt
+    except PulsarException as exc:
+        if exc.error() not in refusals:
+            raise translate(exc, channel=topic, what="exclusivity probe") from exc
+        return True
+    return False

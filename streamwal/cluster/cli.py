@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,9 +59,8 @@ from streamwal.errors import (
     InvalidInputError,
     NoClusterError,
     NoSuchChannelError,
-    StreamwalError,
 )
-from streamwal.exitcodes import NOT_FOUND, USAGE
+from streamwal.exitcodes import NOT_FOUND, exit_code
 from streamwal.node.confirm import NotConfirmedError, confirm
 from streamwal.tso.config import DEFAULT_KEY_PREFIX
 from streamwal.tso.etcd_options import (
@@ -353,15 +351,12 @@ async def _act(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
+    def command() -> int:
         print(asyncio.run(_act(args)))
-    except (NoClusterError, NoSuchChannelError, NoSuchNodeError) as exc:
-        print(f"streamwal cluster {args.op}: {exc}", file=sys.stderr)
-        return NOT_FOUND
-    except ConfigError as exc:
-        print(f"streamwal cluster {args.op}: invalid configuration: {exc}", file=sys.stderr)
-        return USAGE
-    except StreamwalError as exc:
-        print(f"streamwal cluster {args.op}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return exit_code(
+        command,
+        f"streamwal cluster {args.op}",
+        not_found=(NoClusterError, NoSuchChannelError, NoSuchNodeError),
+    )

@@ -465,12 +465,7 @@ class ClusterClient:
                 return False  # a node asked read-only says the channel does not exist
             return not isinstance(exc, NodeCallError) or _follow(exc)
 
-        retry = Retry(
-            self._backoff,
-            deadline=loop.time() + self._retry_for,
-            retry_if=follow,
-            clock=loop.time,
-        )
+        retry = self._retries(follow)
         refresh = False
         address: str | None = None
         while stop is None or not stop.is_set():
@@ -503,6 +498,17 @@ class ClusterClient:
             self.moves_followed += 1
             refresh = True
             await retry.wait(delay)
+
+    def _retries(self, retry_if: Callable[[BaseException], bool]) -> Retry:
+        """One call's tries: this client's backoff, for ``retry_for_s`` from now (a read
+        that delivers resets it)."""
+        loop = asyncio.get_running_loop()
+        return Retry(
+            self._backoff,
+            deadline=loop.time() + self._retry_for,
+            retry_if=retry_if,
+            clock=loop.time,
+        )
 
     async def _reader(self, channel: str, *, avoid: str | None) -> str:
         """A node to read ``channel`` read-only from: its owner, or while it has none,
@@ -565,13 +571,7 @@ class ClusterClient:
         final error's outcome is the strongest of all tries: unknown if any try's was.
         ``writes``: the tries are writes, whose gaps the client measures (a gap may
         span calls: one that gave up, then one that landed)."""
-        loop = asyncio.get_running_loop()
-        retry = Retry(
-            self._backoff,
-            deadline=loop.time() + self._retry_for,
-            retry_if=_worth_following,
-            clock=loop.time,
-        )
+        retry = self._retries(_worth_following)
         refresh = False
         unknown: NodeCallError | None = None  # a try that may have been written
         maybe_written: set[int] = set()  # the same for a batch's messages

@@ -87,12 +87,6 @@ class ClusterStore(EtcdStore):
 
         await self._call("put", op, timeout)
 
-    async def delete(self, key: str, *, timeout: float | None = None) -> None:
-        def op(client: Any) -> None:
-            client.delete(key)
-
-        await self._call("delete", op, timeout)
-
     async def delete_tree(self, prefix: str, *, timeout: float | None = None) -> int:
         """Delete every key under ``prefix`` in one request; how many there were. The
         count is etcd's own, so an operator is told what went, not what was read
@@ -247,21 +241,6 @@ class ClusterStore(EtcdStore):
             return bool(ok)
 
         return await self._call("seed", op, timeout)
-
-    async def put_if(
-        self, key: str, value: bytes, mod_revision: int, *, timeout: float | None = None
-    ) -> bool:
-        """Put ``key`` only while it is at ``mod_revision`` (0: absent); ``False`` when
-        someone changed it meanwhile."""
-
-        def op(client: Any) -> bool:
-            txn = client.transactions
-            ok, _ = client.transaction(
-                compare=[txn.mod(key) == mod_revision], success=[txn.put(key, value)], failure=[]
-            )
-            return bool(ok)
-
-        return await self._call("conditional put", op, timeout)
 
     async def fenced_write(
         self,

@@ -19,23 +19,29 @@ from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.defaults import PULSAR_SERVICE_URL
 from streamwal.errors import ConfigError
 
-__all__ = ["add_pulsar_options", "pulsar_from_args"]
+__all__ = ["add_file_options", "add_pulsar_options", "pulsar_from_args"]
 
 
-def add_pulsar_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        type=Path,
-        help="a node's file: its pulsar section (broker, admin URL, tenant, namespace, "
-        "token, TLS); the flags below override it",
-    )
+def add_file_options(parser: argparse.ArgumentParser, file_help: str) -> None:
+    """``--config FILE`` and ``--set section.key=value`` (repeatable): a node's settings
+    as the node's one loader reads them, so every command spells them the same way."""
+    parser.add_argument("--config", type=Path, help=file_help)
     parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="a setting over the file and the environment (repeatable)",
+        help="a setting over the file and the environment (repeatable; lists comma "
+        "separated; e.g. --set node.id=2)",
+    )
+
+
+def add_pulsar_options(parser: argparse.ArgumentParser) -> None:
+    add_file_options(
+        parser,
+        "a node's file: its pulsar section (broker, admin URL, tenant, namespace, token, "
+        "TLS); the flags below override it",
     )
     parser.add_argument(
         "--pulsar",

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
+from streamwal.node.cli_options import add_file_options
 from streamwal.node.config import ConfigError, NodeConfig, load_config
 from streamwal.node.settings_table import FORMATS, render, settings
 
@@ -22,20 +22,10 @@ __all__ = ["add_source_arguments", "config_from_args", "register"]
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """``--config FILE`` and ``--set section.key=value`` (repeatable)."""
-    parser.add_argument(
-        "--config",
-        type=Path,
-        help="node.yaml (default: none; Pulsar's and etcd's standard local endpoints, "
-        "or the ones $STREAMWAL_PULSAR_SERVICE_URL and $STREAMWAL_ETCD_ENDPOINTS name)",
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="a setting over the file and the environment (repeatable; lists comma "
-        "separated; e.g. --set node.id=2)",
+    add_file_options(
+        parser,
+        "node.yaml (default: none; Pulsar's and etcd's standard local endpoints, or the "
+        "ones $STREAMWAL_PULSAR_SERVICE_URL and $STREAMWAL_ETCD_ENDPOINTS name)",
     )
 
 

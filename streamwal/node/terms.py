@@ -22,7 +22,7 @@ import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from streamwal.errors import DecodeError, InvalidInputError, StaleTermError, UnavailableError
 from streamwal.tso.config import EtcdConfig
@@ -133,42 +133,6 @@ class MemoryTerms:
         return self._terms.get(channel)
 
 
-class _TermStore(EtcdStore):
-    """:class:`EtcdStore` with the compare-and-put a claim needs."""
-
-    async def read_revision(self, key: str) -> tuple[bytes | None, int]:
-        """The value of ``key`` and its mod revision (``None`` and 0: absent)."""
-
-        def op(client: Any) -> tuple[bytes | None, int]:
-            value, meta = client.get(key)
-            if value is None or meta is None:
-                return None, 0
-            return bytes(value), int(meta.mod_revision)
-
-        return await self._call("get", op, None)
-
-    async def put_if(self, key: str, value: bytes, mod_revision: int) -> bool:
-        """Put ``key`` only while it is at ``mod_revision`` (0: absent)."""
-
-        def op(client: Any) -> bool:
-            txn = client.transactions
-            ok, _ = client.transaction(
-                compare=[txn.mod(key) == mod_revision], success=[txn.put(key, value)], failure=[]
-            )
-            return bool(ok)
-
-        return await self._call("conditional put", op, None)
-
-
-    async def delete_key(self, key: str) -> int:
-        """Delete ``key``; 1 if it was there, else 0."""
-
-        def op(client: Any) -> int:
-            return 1 if client.delete(key) else 0
-
-        return await self._call("delete", op, None)
-
-
 class EtcdTerms:
     """:class:`ChannelTerms` in etcd, one key per channel under :func:`terms_root`.
 
@@ -179,7 +143,7 @@ class EtcdTerms:
     """
 
     def __init__(self, etcd: EtcdConfig, key_prefix: str, *, timeout_s: float = 5.0) -> None:
-        self._store = _TermStore.from_etcd(
+        self._store = EtcdStore.from_etcd(
             etcd, request_timeout_s=min(1.0, timeout_s), unavailable_after_s=timeout_s
         )
         self._root = terms_root(key_prefix)
@@ -226,7 +190,7 @@ class EtcdTerms:
 
     async def delete_channel_keys(self, channel: str) -> int:
         """Forget ``channel``'s term, as the channel is deleted: 1 if it had one."""
-        return await self._store.delete_key(self.key(channel))
+        return 1 if await self._store.delete(self.key(channel)) else 0
 
 
 def _now_ms() -> int:

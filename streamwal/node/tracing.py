@@ -154,7 +154,8 @@ class LifecycleSampler(Sampler):
 
 class NodeIdProcessor(SpanProcessor):
     """Puts the node id on every span a node's provider starts: one key the Find box
-    and ``trace show`` read, whichever code made the span."""
+    and ``trace show`` read, whichever code made the span. Only starts matter here:
+    the SDK's base class is the no-op end, flush and shutdown."""
 
     def __init__(self, key: str, node_id: int) -> None:
         self._key = key
@@ -162,15 +163,6 @@ class NodeIdProcessor(SpanProcessor):
 
     def on_start(self, span: SDKSpan, parent_context: Context | None = None) -> None:
         span.set_attribute(self._key, self._node_id)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
 
 
 class ClientSpanNamer(SpanProcessor):
@@ -180,15 +172,6 @@ class ClientSpanNamer(SpanProcessor):
     def on_start(self, span: SDKSpan, parent_context: Context | None = None) -> None:
         if span.kind is SpanKind.CLIENT and span.name.startswith("/"):
             span.update_name(client_span_name(span.name))
-
-    def on_end(self, span: ReadableSpan) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
 
 
 # the provider of the node whose work runs in this context, if not the process's own

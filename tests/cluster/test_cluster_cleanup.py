@@ -10,7 +10,6 @@ import json
 import os
 import pty
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -25,10 +24,9 @@ from streamwal.cluster.store import ClusterStore
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.topics import delete_topics, list_topics
 from tests.cluster.harness import LEASE_TTL_S, ClusterFactory, TestCluster
+from tests.node.processes import run_streamwal
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def topic(channel: str) -> str:
@@ -52,26 +50,14 @@ async def _cli(*args: str, answer: str | None = None) -> subprocess.CompletedPro
     """``streamwal ARGS`` with stdin not a terminal, or, given ``answer``, a terminal
     on which ``answer`` is typed."""
     if answer is None:
-        return await asyncio.to_thread(_run, list(args), subprocess.DEVNULL)
+        return await asyncio.to_thread(run_streamwal, *args)
     controller, terminal = pty.openpty()
     try:
         os.write(controller, answer.encode() + b"\n")
-        return await asyncio.to_thread(_run, list(args), terminal)
+        return await asyncio.to_thread(run_streamwal, *args, stdin=terminal)
     finally:
         os.close(terminal)
         os.close(controller)
-
-
-def _run(args: list[str], stdin: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streamwal.cli", *args],
-        stdin=stdin,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=ROOT,
-        check=False,
-    )
 
 
 async def test_remove_with_delete_topics_deletes_only_that_topic_once_unserved(

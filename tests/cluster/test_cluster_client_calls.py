@@ -10,42 +10,29 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 import pytest
 
 from streamwal import DeliveryPolicy
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.cluster import ClusterClient
 from streamwal.cluster.client import WireMessageId
-from streamwal.cluster.proto import routing_pb2 as routing_pb
-from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
 from streamwal.errors import TransactionError
 from streamwal.node.client import Consumed, NodeClient
 from streamwal.wal.message import decode_entry
-from tests.node.memory_node import CounterSource, memory_node
+from tests.cluster.static_routing import StaticRouting
+from tests.node.memory_node import CounterSource, assign_on, memory_node
 
 CHANNEL = "calls"
-
-
-class _Routing(routing_grpc.ClusterRoutingServicer):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.owner = ""
-
-    async def LookupChannel(self, request: Any, context: Any) -> Any:
-        return routing_pb.LookupChannelResponse(
-            pchannel=request.pchannel, address=self.owner, state="serving"
-        )
 
 
 @dataclass
 class _Nodes:
     addresses: list[str]
-    routing: _Routing
+    routing: StaticRouting
     store: MemoryLogStore
 
     async def move_to(self, index: int) -> None:
-        async with NodeClient(self.addresses[index], tracing=False) as admin:
-            await admin.assign(CHANNEL)
+        await assign_on(self.addresses[index], CHANNEL)
         self.routing.owner = self.addresses[index]
 
     def payloads(self) -> list[bytes]:
@@ -60,17 +47,12 @@ class _Nodes:
 @pytest.fixture
 async def nodes() -> AsyncIterator[_Nodes]:
     store = MemoryLogStore()
-    routing = _Routing()
+    routing = StaticRouting()
     counter = CounterSource()  # one timestamp source: time ticks increase across owners
 
-    def add_routing(server: grpc.aio.Server) -> None:
-        routing_grpc.add_ClusterRoutingServicer_to_server(routing, server)
-
     async with contextlib.AsyncExitStack() as running:
-        addresses = [
-            (await running.enter_async_context(memory_node(n, store, counter, also=add_routing)))[0]
-            for n in (1, 2)
-        ]
+        served = [memory_node(n, store, counter, also=routing.add_to) for n in (1, 2)]
+        addresses = [(await running.enter_async_context(node))[0] for node in served]
         made = _Nodes(addresses, routing, store)
         await made.move_to(0)
         yield made

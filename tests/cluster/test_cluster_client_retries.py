@@ -5,43 +5,27 @@ routing service that names that node)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.cluster import ClusterClient
-from streamwal.cluster.proto import routing_pb2 as routing_pb
-from streamwal.cluster.proto import routing_pb2_grpc as routing_grpc
-from streamwal.node.client import NodeClient
 from streamwal.wal.message import decode_entry
-from tests.node.memory_node import CounterSource, memory_node
+from tests.cluster.static_routing import StaticRouting
+from tests.node.memory_node import CounterSource, assign_on, memory_node
 from tests.wal.testkit import fast_config
 
 CHANNEL = "followed"
 
 
-class _Routing(routing_grpc.ClusterRoutingServicer):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.address = ""
-
-    async def LookupChannel(self, request: Any, context: Any) -> Any:
-        return routing_pb.LookupChannelResponse(
-            pchannel=request.pchannel, address=self.address, state="serving"
-        )
-
-
 @pytest.fixture
 async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
     store = MemoryLogStore()
-    routing = _Routing()
+    routing = StaticRouting()
 
-    def add_routing(server: grpc.aio.Server) -> None:
-        routing_grpc.add_ClusterRoutingServicer_to_server(routing, server)
-
-    async with memory_node(1, store, CounterSource(), also=add_routing) as (address, _):
-        routing.address = address
+    async with memory_node(1, store, CounterSource(), also=routing.add_to) as (address, _):
+        routing.owner = address
         yield address, store
 
 
@@ -56,8 +40,7 @@ async def test_an_append_of_unknown_outcome_is_retried_and_lands_once(
     node: tuple[str, MemoryLogStore],
 ) -> None:
     address, store = node
-    async with NodeClient(address, tracing=False) as admin:
-        await admin.assign(CHANNEL)
+    await assign_on(address, CHANNEL)
     async with ClusterClient(nodes=[address], tracing=False, retry_for_s=10) as client:
         first = await client.produce(CHANNEL, b"a")
         store.faults.lose_answers = 1  # persisted, then answered "unknown"
@@ -74,8 +57,7 @@ async def test_an_append_of_unknown_outcome_is_retried_and_lands_once(
 async def test_a_refused_append_is_not_retried(node: tuple[str, MemoryLogStore]) -> None:
     """A sequence the node refuses for good (a gap) fails at once, unwritten."""
     address, store = node
-    async with NodeClient(address, tracing=False) as admin:
-        await admin.assign(CHANNEL)
+    await assign_on(address, CHANNEL)
     async with ClusterClient(nodes=[address], tracing=False, retry_for_s=10) as client:
         await client.produce(CHANNEL, b"a")
         # as if a whole window of appends had been lost

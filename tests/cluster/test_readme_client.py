@@ -3,7 +3,6 @@ of a self-managing cluster, and everything it wrote is read back."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,21 +10,16 @@ import pytest
 
 from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import TestCluster
+from tests.doc_snippets import python_block
 from tests.node.processes import run_python
 from tests.node.processes import shown as shown_of
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def client_snippet() -> str:
     """The README's ``ClusterClient`` snippet, verbatim."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Through the nodes: `ClusterClient`", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the README has no ClusterClient snippet"
-    return match.group(1)
+    return python_block("README.md", "### Through the nodes: `ClusterClient`")
 
 
 async def test_the_readme_cluster_client_snippet_runs(

@@ -33,12 +33,12 @@ from streamwal.wal import DeliveryPolicy, MessageType, MutableMessage, open_read
 from streamwal.wal.chunking import reassemble
 from streamwal.wal.message.frame import is_chunk
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess
+from tests.doc_snippets import python_block
+from tests.node.processes import NodeProcess, stack_environ
 
 pytestmark = pytest.mark.integration
 
 MiB = 1024 * 1024
-DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-format.md"
 
 
 def _sha(data: bytes) -> str:
@@ -53,8 +53,7 @@ def _payload(size: int, seed: int) -> bytes:
 
 def _doc_code(heading: str) -> dict[str, Any]:
     """The first Python block under ``heading`` in the document, run."""
-    section = DOC.read_text().split(heading, 1)[1]
-    code = section.split("```python", 1)[1].split("```", 1)[0]
+    code = python_block("docs/wire-format.md", heading)
     namespace: dict[str, Any] = {}
     exec(code.split("\nclient = pulsar.Client(", 1)[0], namespace)  # no example run
     return namespace
@@ -185,17 +184,7 @@ async def test_library_round_trip_64_mib(stack: StackInfo, tso: InProcessTSO, un
 
 @pytest.fixture
 async def node(stack: StackInfo, etcd_prefix: Callable[[str], str]) -> AsyncIterator[Node]:
-    config = load_config(
-        environ={
-            "STREAMWAL_NODE__ID": "41",
-            "STREAMWAL_NODE__LISTEN": "127.0.0.1:0",
-            "STREAMWAL_NODE__METRICS_LISTEN": "",
-            "STREAMWAL_PULSAR__SERVICE_URL": stack.pulsar_url,
-            "STREAMWAL_ETCD__ENDPOINTS": stack.etcd_endpoint,
-            "STREAMWAL_TSO__MODE": "in-process",
-            "STREAMWAL_TSO__KEY_PREFIX": etcd_prefix("chunk-node"),
-        }
-    )
+    config = load_config(environ=stack_environ(stack, 41, etcd_prefix("chunk-node")))
     async with Node(config) as running:
         yield running
 

@@ -24,6 +24,7 @@ from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message.frame import encode_pack
 from streamwal.wal.scanner import Scanner
 from streamwal_lab.stack import StackInfo
+from tests.wal.testkit import take_and_close
 
 pytestmark = pytest.mark.integration
 
@@ -38,16 +39,7 @@ async def tso(stack: StackInfo, etcd_prefix: Callable[[str], str]) -> AsyncItera
 
 
 async def _take(scanner: Scanner, count: int) -> list[ImmutableMessage]:
-    got: list[ImmutableMessage] = []
-    try:
-        async with asyncio.timeout(30):
-            async for msg in scanner:
-                got.append(msg)
-                if len(got) == count:
-                    break
-    finally:
-        await scanner.close()
-    return got
+    return await take_and_close(scanner, count, timeout=30)  # a real broker: slower
 
 
 def _send_raw(

@@ -20,6 +20,7 @@ from streamwal.verify.history import check_history
 from streamwal.wal import WAL, DeliveryPolicy, MessageType, MutableMessage, open_wal
 from streamwal.wal.message import decode_entry
 from streamwal_lab.stack import StackInfo
+from tests.wal.testkit import read_payloads
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +33,7 @@ def _batch(prefix: str, count: int) -> list[MutableMessage]:
 
 
 async def _payloads(wal: WAL, policy: DeliveryPolicy, count: int) -> list[bytes]:
-    scanner = await wal.read(policy, appended_only=True)
-    try:
-        return [(await asyncio.wait_for(scanner.__anext__(), 30)).payload for _ in range(count)]
-    finally:
-        await scanner.close()
+    return await read_payloads(wal, policy, count, timeout=30)  # a real broker: slower
 
 
 @pytest.fixture

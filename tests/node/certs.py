@@ -41,6 +41,24 @@ def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
     )
 
 
+def _builder(
+    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey, *, ca: bool
+) -> x509.CertificateBuilder:
+    """What every test certificate has: valid from a few minutes ago (clocks differ a
+    little) for :data:`_LIFETIME`, a CA or not."""
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + _LIFETIME)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+
+
 class TestCA:
     """A CA in ``folder``; :meth:`issue` signs server or client certificates."""
 
@@ -49,16 +67,8 @@ class TestCA:
     def __init__(self, folder: Path, name: str = "streamwal test CA") -> None:
         self._folder = folder
         self._key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
         self._cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name(name))
-            .issuer_name(_name(name))
-            .public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + _LIFETIME)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            _builder(_name(name), _name(name), self._key, ca=True)
             .add_extension(
                 x509.KeyUsage(
                     digital_signature=True,
@@ -83,16 +93,8 @@ class TestCA:
         key = ec.generate_private_key(ec.SECP256R1())
         usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
         usages += [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
-        now = datetime.datetime.now(datetime.UTC)
         cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name(name))
-            .issuer_name(self._cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + _LIFETIME)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            _builder(_name(name), self._cert.subject, key, ca=False)
             .add_extension(
                 x509.SubjectAlternativeName(
                     [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener
 from streamwal.node.channels import ChannelManager
+from streamwal.node.client import Consumed, NodeClient, policy
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.servicer import NodeServicer
 from streamwal.node.terms import ChannelTerms
 from streamwal.tso import LocalAllocator
 from tests.wal.testkit import fast_config
 
-__all__ = ["CounterSource", "memory_node"]
+__all__ = ["CounterSource", "assign_on", "memory_node", "read_from_start"]
 
 
 class CounterSource:
@@ -60,3 +62,19 @@ async def memory_node(
     finally:
         await server.stop(None)
         await channels.close()
+
+
+async def assign_on(address: str, channel: str) -> None:
+    """Open ``channel`` on the node at ``address`` as an operator's ``AssignChannel``
+    does, through a client of its own that is closed after."""
+    async with NodeClient(address, tracing=False) as admin:
+        await admin.assign(channel)
+
+
+async def read_from_start(
+    client: NodeClient, channel: str, count: int, **options: Any
+) -> list[Consumed]:
+    """The first ``count`` messages a read of ``channel`` from its start delivers, within
+    5 s (``options``: the read's own, ``vchannel`` or ``read_only``)."""
+    got = client.consume(channel, policy("all"), limit=count, timeout=5, **options)
+    return [m async for m in got]

@@ -17,7 +17,16 @@ import yaml
 from streamwal_lab.stack import StackInfo
 from streamwal_lab.stack.process import die_with_parent, port_in_use
 
-__all__ = ["NodeProcess", "free_port", "plain_node", "running", "serve_once", "streamwal_cli"]
+__all__ = [
+    "NodeProcess",
+    "free_port",
+    "plain_node",
+    "run_streamwal",
+    "running",
+    "serve_once",
+    "stack_environ",
+    "streamwal_cli",
+]
 
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -178,22 +187,47 @@ def shown(out: str, err: str, out_chars: int = 4000, err_chars: int = 2000) -> s
     return f"stdout:\n{out[-out_chars:]}\nstderr:\n{err[-err_chars:]}"
 
 
-async def streamwal_cli(
-    *args: str, stdin: str | None = None, timeout: float = 90.0
+def run_streamwal(
+    *args: str,
+    stdin: str | int | None = None,
+    cwd: Path = _ROOT,
+    timeout: float = 90.0,
 ) -> subprocess.CompletedProcess[str]:
-    """``streamwal ARGS`` in a child process (``stdin``: its input; none: no input at
-    all), run to its end: its exit code and output, decoded."""
-    return await asyncio.to_thread(
-        subprocess.run,
+    """``streamwal ARGS`` in a child process run to its end: its exit code and output,
+    decoded. ``stdin``: text its input, a file descriptor (a terminal, say) read as it
+    is; none: no input at all, so a command that would ask never waits."""
+    return subprocess.run(
         [sys.executable, "-m", "streamwal.cli", *args],
-        input=stdin,
-        stdin=subprocess.DEVNULL if stdin is None else None,
+        input=stdin if isinstance(stdin, str) else None,
+        stdin=subprocess.DEVNULL if stdin is None else None if isinstance(stdin, str) else stdin,
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=_ROOT,
+        cwd=cwd,
         check=False,
     )
+
+
+async def streamwal_cli(
+    *args: str, stdin: str | None = None, timeout: float = 90.0
+) -> subprocess.CompletedProcess[str]:
+    """:func:`run_streamwal` off the event loop."""
+    return await asyncio.to_thread(run_streamwal, *args, stdin=stdin, timeout=timeout)
+
+
+def stack_environ(stack: StackInfo, node_id: int, key_prefix: str) -> dict[str, str]:
+    """The settings (``STREAMWAL_*`` variables, for ``load_config``) of node ``node_id``
+    run inside the test's process on the stack's broker and etcd: any free port, no
+    metrics listener, an in-process TSO under ``key_prefix``."""
+    return {
+        "STREAMWAL_NODE__ID": str(node_id),
+        "STREAMWAL_NODE__LISTEN": "127.0.0.1:0",
+        "STREAMWAL_NODE__METRICS_LISTEN": "",
+        "STREAMWAL_PULSAR__SERVICE_URL": stack.pulsar_url,
+        "STREAMWAL_ETCD__ENDPOINTS": stack.etcd_endpoint,
+        "STREAMWAL_TSO__MODE": "in-process",
+        "STREAMWAL_TSO__KEY_PREFIX": key_prefix,
+    }
 
 
 def plain_node(workdir: Path, stack: StackInfo, key_prefix: str) -> NodeProcess:

@@ -18,7 +18,7 @@ from streamwal.node.client import (
     write_outcome,
 )
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, running
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +35,8 @@ async def node(
         "etcd": {"endpoints": [stack.etcd_endpoint]},
         "tso": {"mode": "in-process", "key_prefix": module_etcd_prefix("batch")},
     }
-    process = NodeProcess(module_workdir, 1, settings)
-    try:
-        await process.start()
+    async with running(NodeProcess(module_workdir, 1, settings)) as process:
         yield process
-    finally:
-        await process.terminate()
 
 
 async def _read_data(client: NodeClient, channel: str, count: int) -> list[list[Consumed]]:

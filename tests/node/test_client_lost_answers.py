@@ -24,6 +24,7 @@ from streamwal.node.client_errors import NodeChannelNotFoundError, NodeOutcomeUn
 from streamwal.wal.message import decode_entry
 from tests.cluster.test_cluster_client_retries import CHANNEL
 from tests.cluster.test_cluster_client_retries import node as node
+from tests.node.memory_node import assign_on
 
 
 def _landed(store: MemoryLogStore) -> list[tuple[bytes, bytes]]:
@@ -86,8 +87,7 @@ class _LoseThenCut:
 @pytest.fixture
 async def assigned(node: tuple[str, MemoryLogStore]) -> AsyncIterator[tuple[str, MemoryLogStore]]:
     address, store = node
-    async with NodeClient(address, tracing=False) as admin:
-        await admin.assign(CHANNEL)
+    await assign_on(address, CHANNEL)
     yield address, store
 
 

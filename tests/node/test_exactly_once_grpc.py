@@ -10,12 +10,12 @@ import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.errors import WriteOutcome
-from streamwal.node.client import Consumed, NodeClient, policy
+from streamwal.node.client import NodeClient, policy
 from streamwal.node.outcome import OUTCOME_KEY, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.wal.message import MessageType, decode
-from tests.node.memory_node import CounterSource, memory_node
+from tests.node.memory_node import CounterSource, assign_on, memory_node, read_from_start
 from tests.wal.testkit import fast_config
 
 CHANNEL = "eos"
@@ -31,11 +31,6 @@ async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
 def _log(store: MemoryLogStore) -> list[tuple[int | None, int | None, bytes]]:
     messages = [decode(raw, MemoryMessageId.from_bytes) for raw in store.entries(CHANNEL)]
     return [(m.producer_id, m.sequence, m.payload) for m in messages if m.payload]
-
-
-async def _read(client: NodeClient, count: int) -> list[Consumed]:
-    got = client.consume(CHANNEL, policy("all"), vchannel="v", limit=count, timeout=5)
-    return [m async for m in got]
 
 
 async def test_a_retried_sequence_is_answered_with_the_first_result(
@@ -79,7 +74,7 @@ async def test_a_transaction_through_the_node(node: tuple[str, MemoryLogStore]) 
         await client.produce(CHANNEL, b"never", vchannel="v", txn_id=dropped)
         await client.rollback_txn(CHANNEL, dropped)
         commit = await client.commit_txn(CHANNEL, txn)
-        read = await _read(client, 5)
+        read = await read_from_start(client, CHANNEL, 5, vchannel="v")
         assert [m.type for m in read[1:]] == ["BeginTxn", "insert", "insert", "CommitTxn"]
         assert [m.wal_record for m in read[1:]] == [True, False, False, True]
         assert [m.payload for m in read if m.type == "insert"] == [b"t1", b"t2"]
@@ -104,8 +99,7 @@ async def test_bad_numbers_and_unknown_transactions_get_typed_codes(
     address, store = node
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.StreamingNodeStub(channel)
-        async with NodeClient(address, tracing=False) as client:
-            await client.assign(CHANNEL)
+        await assign_on(address, CHANNEL)
         before = len(store.entries(CHANNEL))
         message = pb.Message(type="insert", payload=b"x")
         cases = [
@@ -135,8 +129,7 @@ async def test_commit_and_rollback_answer_their_outcome_and_repeats_their_first_
     node: tuple[str, MemoryLogStore],
 ) -> None:
     address, store = node
-    async with NodeClient(address, tracing=False) as client:
-        await client.assign(CHANNEL)
+    await assign_on(address, CHANNEL)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.StreamingNodeStub(channel)
 

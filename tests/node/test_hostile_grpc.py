@@ -20,7 +20,8 @@ from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.stack import StackInfo
 from tests.etcd_keys import EtcdPrefixes
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, running
+from tests.node.rpc_codes import code_of
 
 pytestmark = pytest.mark.integration
 
@@ -43,10 +44,9 @@ async def node(stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> As
         },
     )
     try:
-        await process.start()
-        yield process.address
+        async with running(process):
+            yield process.address
     finally:
-        await process.terminate()
         await prefixes.delete_all()
 
 
@@ -54,14 +54,6 @@ async def node(stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> As
 async def client(node: str) -> AsyncIterator[NodeClient]:
     async with NodeClient(node, timeout=30) as c:
         yield c
-
-
-async def _code(call: object) -> grpc.StatusCode | None:
-    try:
-        await call  # type: ignore[misc]
-    except grpc.aio.AioRpcError as exc:
-        return exc.code()
-    return None
 
 
 async def _still_serves(address: str, client: NodeClient, channel: str) -> None:
@@ -90,7 +82,7 @@ async def test_malformed_request_bytes_get_invalid_argument(
                 pass
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         unknown = raw.unary_unary(_SERVICE + "NoSuchMethod")
-        assert await _code(unknown(b"", timeout=10)) == grpc.StatusCode.UNIMPLEMENTED
+        assert await code_of(unknown(b"", timeout=10)) == grpc.StatusCode.UNIMPLEMENTED
     await _still_serves(node, client, channel)
 
 
@@ -131,9 +123,9 @@ async def test_every_rpc_on_an_unknown_channel_is_not_found(
     node: str, client: NodeClient, unique: str
 ) -> None:
     nowhere = f"hostile-nowhere-{unique}"
-    assert await _code(client.produce(nowhere, b"x")) == grpc.StatusCode.NOT_FOUND
-    assert await _code(client.mvcc(nowhere, "v")) == grpc.StatusCode.NOT_FOUND
-    assert await _code(client.remove(nowhere)) == grpc.StatusCode.NOT_FOUND
+    assert await code_of(client.produce(nowhere, b"x")) == grpc.StatusCode.NOT_FOUND
+    assert await code_of(client.mvcc(nowhere, "v")) == grpc.StatusCode.NOT_FOUND
+    assert await code_of(client.remove(nowhere)) == grpc.StatusCode.NOT_FOUND
     with pytest.raises(grpc.aio.AioRpcError) as err:
         async for _ in client.consume(nowhere, limit=1):
             pass
@@ -143,7 +135,7 @@ async def test_every_rpc_on_an_unknown_channel_is_not_found(
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert "append 1 of 2" in (err.value.details() or "")
     for bad in ("", "x" * 201, "a/b", "-leading-dash", "ünïcode", "with space"):
-        assert await _code(client.assign(bad)) == grpc.StatusCode.INVALID_ARGUMENT, bad
+        assert await code_of(client.assign(bad)) == grpc.StatusCode.INVALID_ARGUMENT, bad
     await client.assign(nowhere)
     await _still_serves(node, client, nowhere)
 
@@ -191,7 +183,7 @@ async def test_oversized_input_is_refused_with_a_typed_code(
     await client.assign(channel)
     # properties the broker cannot take in one message
     many = {f"k{i}": "x" * 600 for i in range(10_000)}
-    assert await _code(client.produce(channel, b"x", properties=many)) == (
+    assert await code_of(client.produce(channel, b"x", properties=many)) == (
         grpc.StatusCode.INVALID_ARGUMENT
     )
     # over the gRPC message limit, inside a stream

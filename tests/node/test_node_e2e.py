@@ -19,7 +19,8 @@ from streamwal.server.runtime import SERVICE_NAME
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import verify_channel
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess
+from tests.node.processes import NodeProcess, running
+from tests.node.rpc_codes import code_of
 
 pytestmark = pytest.mark.integration
 
@@ -54,11 +55,8 @@ async def _with_node_two(
             "tso": {"mode": "remote", "remote_addresses": [oracle.address]},
         },
     )
-    try:
-        await two.start()
+    async with running(two):
         yield oracle, two
-    finally:
-        await two.terminate()
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +65,8 @@ async def oracle(
 ) -> AsyncIterator[NodeProcess]:
     """Node 1, shared by the module's tests: each writes channels of its own and none
     stops it, so starting it once per test would only cost time."""
-    one = _oracle(stack, module_workdir, module_etcd_prefix("e2e"))
-    try:
-        await one.start()
+    async with running(_oracle(stack, module_workdir, module_etcd_prefix("e2e"))) as one:
         yield one
-    finally:
-        await one.terminate()
 
 
 @pytest.fixture(scope="module")
@@ -390,13 +384,6 @@ async def test_bad_requests_get_typed_codes_and_the_node_keeps_serving(
 ) -> None:
     one, _ = two_nodes
     channel = f"e2e-bad-{unique}"
-
-    async def code_of(call: object) -> grpc.StatusCode | None:
-        try:
-            await call  # type: ignore[misc]
-        except grpc.aio.AioRpcError as exc:
-            return exc.code()
-        return None
 
     async with NodeClient(one.address) as client:
         assert await code_of(client.produce(f"nowhere-{unique}", b"x")) == grpc.StatusCode.NOT_FOUND

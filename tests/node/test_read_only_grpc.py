@@ -13,14 +13,10 @@ import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore
 from streamwal.node.client import Consumed, NodeClient, policy
+from tests.node.memory_node import read_from_start
 from tests.node.test_exactly_once_grpc import CHANNEL, node
 
 __all__ = ["node"]  # the fixture: one node over an in-process store
-
-
-async def _read(client: NodeClient, channel: str, count: int, read_only: bool) -> list[Consumed]:
-    got = client.consume(channel, policy("all"), limit=count, timeout=5, read_only=read_only)
-    return [m async for m in got]
 
 
 async def test_a_bad_name_is_invalid_and_a_missing_channel_not_found_creating_nothing(
@@ -29,10 +25,10 @@ async def test_a_bad_name_is_invalid_and_a_missing_channel_not_found_creating_no
     address, store = node
     async with NodeClient(address, tracing=False) as client:
         with pytest.raises(grpc.aio.AioRpcError) as bad:
-            await _read(client, "not a name", 1, read_only=True)
+            await read_from_start(client, "not a name", 1, read_only=True)
         assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(grpc.aio.AioRpcError) as missing:
-            await _read(client, "nobody-here", 1, read_only=True)
+            await read_from_start(client, "nobody-here", 1, read_only=True)
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
         assert "does not exist" in (missing.value.details() or "")
     assert not store.exists("nobody-here")
@@ -45,8 +41,8 @@ async def test_the_owning_node_serves_read_only_reads_with_its_readers_ids(
     async with NodeClient(address, tracing=False) as client:
         await client.assign(CHANNEL)
         acked = [await client.produce(CHANNEL, f"m-{i}".encode()) for i in range(4)]
-        owner = await _read(client, CHANNEL, 5, read_only=False)
-        read_only = await _read(client, CHANNEL, 5, read_only=True)
+        owner = await read_from_start(client, CHANNEL, 5, read_only=False)
+        read_only = await read_from_start(client, CHANNEL, 5, read_only=True)
         assert [m.message_id for m in read_only] == [m.message_id for m in owner]
         assert [m.message_id for m in read_only[1:]] == [a.message_id for a in acked]
         frames = cast(

@@ -15,7 +15,7 @@ from streamwal.node.client_errors import NodeFencedError, NodeStaleTermError
 from streamwal.node.terms import EtcdTerms
 from streamwal.tso.config import EtcdConfig
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess, streamwal_cli
+from tests.node.processes import NodeProcess, running, streamwal_cli
 from tests.node.test_terms_grpc import _every_write
 
 pytestmark = pytest.mark.integration
@@ -41,13 +41,8 @@ async def nodes(
             "tso": {"mode": "remote", "remote_addresses": [one.address], "key_prefix": prefix},
         },
     )
-    try:
-        await one.start()
-        await two.start()
+    async with running(one), running(two):
         yield one, two, prefix
-    finally:
-        await two.terminate()
-        await one.terminate()
 
 
 async def test_a_higher_term_fences_and_a_stale_one_is_refused(

@@ -32,6 +32,18 @@ def test_parse_rejects_garbage(capsys: pytest.CaptureFixture[str]) -> None:
     assert "not a timestamp" in capsys.readouterr().err
 
 
+def test_now_exits_two_for_a_bad_endpoint_and_one_for_an_etcd_that_does_not_answer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["tso", "now", "--etcd", "http://x:notaport"]) == 2
+    assert capsys.readouterr().err.startswith("error: invalid configuration: --etcd")
+    # port 9 (discard) is closed on loopback: nothing answers
+    assert main(["tso", "now", "--etcd", "127.0.0.1:9", "--timeout", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: etcd ") and "no answer" in err, err
+    assert "Traceback" not in err
+
+
 @pytest.mark.integration
 def test_now_allocates_increasing_timestamps(
     etcd_endpoint: str, tso_prefix: str, capsys: pytest.CaptureFixture[str]

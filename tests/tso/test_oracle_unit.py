@@ -40,16 +40,26 @@ def _config(**overrides: Any) -> TsoConfig:
 
 
 @asynccontextmanager
-async def serving(
+async def started_oracle(
     store: MemoryStore, clock: ManualClock | None = None, *, address: str = "", **overrides: Any
 ) -> AsyncIterator[TimestampOracle]:
+    """An oracle on ``store`` once started (leader or not yet), closed on exit."""
     oracle = TimestampOracle(_config(**overrides), address=address, store=store, clock=clock)
     await oracle.start()
     try:
-        await oracle.wait_serving(2.0)
         yield oracle
     finally:
         await oracle.close()
+
+
+@asynccontextmanager
+async def serving(
+    store: MemoryStore, clock: ManualClock | None = None, *, address: str = "", **overrides: Any
+) -> AsyncIterator[TimestampOracle]:
+    """An oracle on ``store`` once it serves, closed on exit."""
+    async with started_oracle(store, clock, address=address, **overrides) as oracle:
+        await oracle.wait_serving(2.0)
+        yield oracle
 
 
 async def _wait_until(predicate: Callable[[], bool], timeout: float = 3.0) -> None:
@@ -181,19 +191,17 @@ async def test_the_lease_deadline_is_on_the_monotonic_clock() -> None:
 
 async def test_a_follower_names_the_leader() -> None:
     store = MemoryStore()
-    async with serving(store, address="leader:1") as leader:
-        follower = TimestampOracle(_config(), address="follower:2", store=store)
-        await follower.start()
-        try:
-            with pytest.raises(NotLeaderError) as info:
-                await follower.wait_serving(1.0, fail_if_follower=True)
-            assert info.value.leader == "leader:1"
-            assert follower.leader_address == "leader:1"
-            with pytest.raises(NotLeaderError):
-                await follower.generate()
-            assert leader.is_serving
-        finally:
-            await follower.close()
+    async with (
+        serving(store, address="leader:1") as leader,
+        started_oracle(store, address="follower:2") as follower,
+    ):
+        with pytest.raises(NotLeaderError) as info:
+            await follower.wait_serving(1.0, fail_if_follower=True)
+        assert info.value.leader == "leader:1"
+        assert follower.leader_address == "leader:1"
+        with pytest.raises(NotLeaderError):
+            await follower.generate()
+        assert leader.is_serving
 
 
 async def test_the_follower_takes_over_above_the_old_leader() -> None:
@@ -201,30 +209,22 @@ async def test_the_follower_takes_over_above_the_old_leader() -> None:
     old = TimestampOracle(_config(), address="a", store=store)
     await old.start()
     await old.wait_serving(2.0)
-    follower = TimestampOracle(_config(), address="b", store=store)
-    await follower.start()
-    try:
+    async with started_oracle(store, address="b") as follower:
         last_old = max([await old.generate() for _ in range(10)])
         await old.close()  # resigns: the key goes at once
         await follower.wait_serving(2.0)
         assert await follower.generate() > last_old
-    finally:
-        await follower.close()
 
 
 async def test_unavailable_store_bounds_the_wait() -> None:
     store = MemoryStore()
     store.available = False
-    oracle = TimestampOracle(_config(), store=store)
-    await oracle.start()
-    try:
+    async with started_oracle(store) as oracle:
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(UnavailableError):
             await oracle.wait_serving(0.3)
         assert loop.time() - started < 1.0
-    finally:
-        await oracle.close()
 
 
 async def test_closed_oracle_refuses() -> None:
@@ -244,18 +244,16 @@ async def test_closed_oracle_refuses() -> None:
 
 async def test_a_leader_found_dead_at_its_address_is_deposed_at_once_and_only_that_one() -> None:
     store = MemoryStore()
-    async with serving(store, address="dead:1") as leader:
-        standby = TimestampOracle(_config(), address="alive:2", store=store)
-        await standby.start()
-        try:
-            before = await leader.generate()
-            assert not await standby.depose_dead_leader("elsewhere:3")  # not the leader
-            assert not await leader.depose_dead_leader("dead:1")  # never itself
-            held = store.value(leader.config.leader_key)
-            assert held is not None
-            assert await standby.depose_dead_leader("dead:1")
-            assert store.value(leader.config.leader_key) != held  # the term is over
-            await standby.wait_serving(3.0)  # campaigns at once, no lease to wait out
-            assert await standby.generate() > before
-        finally:
-            await standby.close()
+    async with (
+        serving(store, address="dead:1") as leader,
+        started_oracle(store, address="alive:2") as standby,
+    ):
+        before = await leader.generate()
+        assert not await standby.depose_dead_leader("elsewhere:3")  # not the leader
+        assert not await leader.depose_dead_leader("dead:1")  # never itself
+        held = store.value(leader.config.leader_key)
+        assert held is not None
+        assert await standby.depose_dead_leader("dead:1")
+        assert store.value(leader.config.leader_key) != held  # the term is over
+        await standby.wait_serving(3.0)  # campaigns at once, no lease to wait out
+        assert await standby.generate() > before

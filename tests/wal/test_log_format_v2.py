@@ -4,9 +4,7 @@ messages addressed by index, v1 logs still read, a newer format never skipped.""
 
 from __future__ import annotations
 
-import asyncio
 import struct
-from pathlib import Path
 
 import pytest
 
@@ -32,21 +30,10 @@ from streamwal.wal.message.frame import (
     PACK_HEADER,
     encode_pack,
 )
-from streamwal.wal.scanner import Scanner
-from tests.wal.testkit import OpenOwner, fast_config, log_messages
+from tests.doc_snippets import python_block
+from tests.wal.testkit import OpenOwner, fast_config, log_messages, take_and_close
 
 MILVUS_PROPERTIES = {"_t": "1", "_v": "2", "_tt": "449", "_vc": "by-dev-rootcoord-dml_0", "": ""}
-
-
-async def _take(scanner: Scanner, count: int) -> list[ImmutableMessage]:
-    got: list[ImmutableMessage] = []
-    async with asyncio.timeout(5):
-        async for msg in scanner:
-            got.append(msg)
-            if len(got) == count:
-                break
-    await scanner.close()
-    return got
 
 
 def test_the_frame_is_the_documented_layout() -> None:
@@ -90,7 +77,7 @@ async def test_caller_types_and_properties_come_back_verbatim(
         await wal.append(MutableMessage(k, k.encode(), properties=MILVUS_PROPERTIES)) for k in kinds
     ]
     for scanner, count in ((await wal.read(), 6), (await wal.read(appended_only=True), 5)):
-        got = [m for m in await _take(scanner, count) if not m.is_wal_record]
+        got = [m for m in await take_and_close(scanner, count) if not m.is_wal_record]
         assert [m.type for m in got] == kinds
         assert [m.message_id for m in got] == [r.message_id for r in results]
         assert all(m.properties == MILVUS_PROPERTIES and m.term == 7 for m in got)
@@ -109,9 +96,9 @@ async def test_appended_only_leaves_out_the_wal_records(open_owner: OpenOwner) -
     await wal.append(MutableMessage("b", b"2", vchannel="v").with_txn(txn))
     await wal.commit_txn(txn)
     await wal.append(MutableMessage("c", b"3"))
-    everything = await _take(await wal.read(), 6)
+    everything = await take_and_close(await wal.read(), 6)
     assert any(m.is_wal_record for m in everything)
-    only = await _take(await wal.read(appended_only=True), 3)
+    only = await take_and_close(await wal.read(appended_only=True), 3)
     assert [(m.type, m.payload) for m in only] == [("a", b"1"), ("b", b"2"), ("c", b"3")]
     assert only[1].txn_id == txn
 
@@ -169,17 +156,18 @@ async def test_a_pack_of_three_is_read_and_addressed_by_index(
 
     reader = await open_read_only(MemoryOpener(store), channel, fast_config())
     try:
-        got = await _take(await reader.read(), 6)
+        got = await take_and_close(await reader.read(), 6)
         assert [m.payload for m in got[2:]] == [*payloads, b"after the pack"]
         assert [m.message_id for m in got[2:5]] == ids
         assert got[1].message_id == before.message_id
         for i in range(3):
-            start = await _take(await reader.read(DeliveryPolicy.start_from(ids[i])), 1)
+            start = await take_and_close(await reader.read(DeliveryPolicy.start_from(ids[i])), 1)
             assert start[0].message_id == ids[i]
-            after = await _take(await reader.read(DeliveryPolicy.start_after(ids[i])), 1)
+            after = await take_and_close(await reader.read(DeliveryPolicy.start_after(ids[i])), 1)
             assert after[0].payload == [*payloads, b"after the pack"][i + 1]
         by_tick = DeliveryPolicy.start_from_time_tick(packed[1].time_tick)
-        assert [m.payload for m in await _take(await reader.read(by_tick), 2)] == [b"p1", b"p2"]
+        from_tick = await take_and_close(await reader.read(by_tick), 2)
+        assert [m.payload for m in from_tick] == [b"p1", b"p2"]
     finally:
         await reader.close()
 
@@ -196,7 +184,7 @@ async def test_a_v1_log_is_read_and_a_v2_owner_continues_it(
     assert all("swf" not in e.properties for e in store.entries(channel))
     new = await open_owner(node_id=2, term=3)
     await new.append(MutableMessage("Milvus", b"v2", properties={"_t": "1"}))
-    got = [m for m in await _take(await new.read(), 4) if not m.is_wal_record]
+    got = [m for m in await take_and_close(await new.read(), 4) if not m.is_wal_record]
     assert [(m.type, m.payload, dict(m.properties), m.term) for m in got] == [
         (MessageType.INSERT, b"v1", {"k": "v"}, 0),
         ("Milvus", b"v2", {"_t": "1"}, 3),
@@ -219,7 +207,7 @@ async def test_an_entry_of_a_newer_format_ends_the_read(
     try:
         scanner = await reader.read()
         with pytest.raises(UnsupportedLogFormatError, match="newer log format"):
-            await _take(scanner, 3)
+            await take_and_close(scanner, 3)
         assert scanner.skipped == 0
     finally:
         await reader.close()
@@ -257,9 +245,8 @@ def test_a_damaged_v2_chunk_is_corruption_not_a_skip() -> None:
 def test_the_document_s_plain_decoder_agrees_with_the_codec() -> None:
     """docs/wire-format.md's decoder (pulsar-client only) on a pack of three and a v1
     entry: the same fields as the codec's."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "wire-format.md").read_text()
-    code = doc.split("## Decoding with pulsar-client only", 1)[1]
-    code = code.split("```python", 1)[1].split("```", 1)[0].split("\nclient = pulsar.Client(")[0]
+    code = python_block("docs/wire-format.md", "## Decoding with pulsar-client only")
+    code = code.split("\nclient = pulsar.Client(")[0]
     namespace: dict[str, object] = {}
     exec(code, namespace)
     plain = namespace["decode_entry"]

@@ -11,7 +11,7 @@ import pytest
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId, MemoryOpener
 from streamwal.errors import TruncatedError
 from streamwal.tso.allocator import LocalAllocator
-from streamwal.wal import WAL, DeliveryPolicy, MessageType, MutableMessage
+from streamwal.wal import DeliveryPolicy, MessageType, MutableMessage
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.chunking import reassemble
 from streamwal.wal.initializing import open_wal
@@ -27,6 +27,7 @@ from tests.wal.testkit import (
     fast_config,
     insert,
     log_messages,
+    read_payloads,
 )
 
 
@@ -40,14 +41,6 @@ def _batch(prefix: str, count: int, size: int = 0) -> list[MutableMessage]:
 def _entry_sizes(store: MemoryLogStore, channel: str) -> list[int]:
     """How many messages each entry of the log holds (the first time tick's included)."""
     return [len(decode_entry(raw, MemoryMessageId.from_bytes)) for raw in store.entries(channel)]
-
-
-async def _read(wal: WAL, policy: DeliveryPolicy, count: int) -> list[bytes]:
-    scanner = await wal.read(policy, appended_only=True)
-    try:
-        return [(await asyncio.wait_for(scanner.__anext__(), 2.0)).payload for _ in range(count)]
-    finally:
-        await scanner.close()
 
 
 async def test_a_batch_is_one_entry_each_message_with_its_id_in_it(
@@ -113,16 +106,16 @@ async def test_every_read_path_unpacks(
     tailed = [(await asyncio.wait_for(tail.__anext__(), 2.0)).payload for _ in range(6)]
     await tail.close()
     assert tailed == expected  # the tail reader gets them one by one
-    assert await _read(wal, DeliveryPolicy.all(), 6) == expected
+    assert await read_payloads(wal, DeliveryPolicy.all(), 6) == expected
     inside = results[2].message_id
-    assert await _read(wal, DeliveryPolicy.start_from(inside), 4) == expected[2:]
-    assert await _read(wal, DeliveryPolicy.start_after(inside), 3) == expected[3:]
+    assert await read_payloads(wal, DeliveryPolicy.start_from(inside), 4) == expected[2:]
+    assert await read_payloads(wal, DeliveryPolicy.start_after(inside), 3) == expected[3:]
     tick = results[4].time_tick
-    assert await _read(wal, DeliveryPolicy.start_from_time_tick(tick), 2) == expected[4:]
+    assert await read_payloads(wal, DeliveryPolicy.start_from_time_tick(tick), 2) == expected[4:]
     # a new owner reads the old owner's packs from the backend (no buffer of its own)
     await wal.close()
     successor = await open_owner(node_id=2)
-    assert await _read(successor, DeliveryPolicy.start_after(inside), 3) == expected[3:]
+    assert await read_payloads(successor, DeliveryPolicy.start_after(inside), 3) == expected[3:]
 
 
 async def test_a_failed_pack_is_retried_whole_and_lands_once_in_order(
@@ -171,7 +164,7 @@ async def test_a_transaction_inside_a_pack_is_delivered_at_its_commit(
     )
     assert max(_entry_sizes(store, channel)) == 4  # the four appends shared an entry
     await wal.commit_txn(txn)
-    got = await _read(wal, DeliveryPolicy.all(), 4)
+    got = await read_payloads(wal, DeliveryPolicy.all(), 4)
     assert got == [b"plain", b"t0", b"t1", b"t2"]
 
 
@@ -185,11 +178,11 @@ async def test_truncating_to_a_message_inside_a_pack_keeps_its_entry(
     with pytest.raises(TruncatedError):
         await wal.read(DeliveryPolicy.start_from(before.message_id))
     # the pack's later messages are kept: its entry is discarded only when all may be
-    assert await _read(wal, DeliveryPolicy.start_after(results[1].message_id), 2) == [
+    assert await read_payloads(wal, DeliveryPolicy.start_after(results[1].message_id), 2) == [
         b"m2",
         b"m3",
     ]
-    assert await _read(wal, DeliveryPolicy.start_from(results[0].message_id), 4) == [
+    assert await read_payloads(wal, DeliveryPolicy.start_from(results[0].message_id), 4) == [
         b"m0",
         b"m1",
         b"m2",

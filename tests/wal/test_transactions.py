@@ -25,7 +25,14 @@ from streamwal.errors import (
 from streamwal.wal import WAL, DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.scanner import Scanner
-from tests.wal.testkit import CounterTSO, ManualClock, OpenOwner, log_messages, wait_until
+from tests.wal.testkit import (
+    CounterTSO,
+    ManualClock,
+    OpenOwner,
+    log_messages,
+    take,
+    wait_until,
+)
 
 VCHANNEL = "v1"
 
@@ -33,10 +40,6 @@ VCHANNEL = "v1"
 def _insert(payload: bytes, txn_id: int | None = None) -> MutableMessage:
     msg = MutableMessage(MessageType.INSERT, payload, VCHANNEL)
     return msg if txn_id is None else msg.with_txn(txn_id)
-
-
-async def _take(scanner: Scanner, count: int) -> list[ImmutableMessage]:
-    return [await asyncio.wait_for(scanner.__anext__(), 2.0) for _ in range(count)]
 
 
 async def _advance_tso(wal: WAL, tso: CounterTSO, ms: int) -> None:
@@ -59,15 +62,15 @@ async def test_a_transaction_is_delivered_at_its_commit_together_and_in_order(
 ) -> None:
     wal = await open_owner()
     scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    await _take(scanner, 1)  # the first time tick
+    await take(scanner, 1)  # the first time tick
     txn = await wal.begin_txn(VCHANNEL)
     for payload in (b"t1", b"t2", b"t3"):
         await wal.append(_insert(payload, txn))
     await wal.append(_insert(b"plain"))
-    assert _data(await _take(scanner, 1)) == [b"plain"]  # the transaction is held
+    assert _data(await take(scanner, 1)) == [b"plain"]  # the transaction is held
     await _nothing_more(scanner)
     commit = await wal.commit_txn(txn)
-    delivered = await _take(scanner, 5)
+    delivered = await take(scanner, 5)
     assert [m.type for m in delivered] == [
         MessageType.BEGIN_TXN,
         MessageType.INSERT,
@@ -88,7 +91,7 @@ async def test_a_rolled_back_transaction_is_never_delivered(open_owner: OpenOwne
     await wal.rollback_txn(txn)
     await wal.append(_insert(b"after"))
     scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    delivered = await _take(scanner, 2)
+    delivered = await take(scanner, 2)
     assert _data(delivered) == [b"after"]
     await _nothing_more(scanner)
     assert scanner.dropped_transactions == 1
@@ -111,7 +114,7 @@ async def test_last_confirmed_never_passes_the_begin_of_an_open_transaction(
     start = by_id[held[-1].message_id].last_confirmed
     scanner = await wal.read(DeliveryPolicy.start_from(start), vchannel=VCHANNEL)
     await wal.commit_txn(txn)
-    delivered = await _take(scanner, 6)
+    delivered = await take(scanner, 6)
     assert _data(delivered) == [b"p0", b"p1", b"p2", b"in"]
     after = await wal.append(_insert(b"after"))
     by_id = {m.message_id: m for m in log_messages(store, channel)}
@@ -139,7 +142,7 @@ async def test_a_transaction_without_keepalive_expires_in_elapsed_time(
     )
     assert wal.open_transactions == 0
     scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    assert _data(await _take(scanner, 3)) == [b"plain", b"plain2"]
+    assert _data(await take(scanner, 3)) == [b"plain", b"plain2"]
 
 
 async def test_appends_keep_a_transaction_alive(open_owner: OpenOwner, tso: CounterTSO) -> None:
@@ -162,7 +165,7 @@ async def test_tso_jumps_do_not_expire_a_live_transaction(
     clock = ManualClock()
     wal = await open_owner(clock=clock)
     scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    await _take(scanner, 1)  # the first time tick
+    await take(scanner, 1)  # the first time tick
     txn = await wal.begin_txn(VCHANNEL, keepalive=1.5)
     for i in range(4):
         await _advance_tso(wal, tso, 60_000)  # a minute of TSO time at once
@@ -176,7 +179,7 @@ async def test_tso_jumps_do_not_expire_a_live_transaction(
     clock.advance(1.4)  # still within the keepalive since the last keepalive
     await _advance_tso(wal, tso, 60_000)
     commit = await wal.commit_txn(txn)
-    delivered = await _take(scanner, 8)
+    delivered = await take(scanner, 8)
     assert _data(delivered) == [b"plain0", b"plain1", b"plain2", b"plain3", b"t0", b"t2"]
     assert delivered[-1].message_id == commit.message_id
 
@@ -206,7 +209,7 @@ async def test_a_dead_transaction_expires_while_tso_time_stands_still(
     assert not any(m.type is MessageType.COMMIT_TXN for m in log_messages(store, channel))
     await wal.append(_insert(b"after"))
     scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    assert _data(await _take(scanner, 2)) == [b"after"]
+    assert _data(await take(scanner, 2)) == [b"after"]
     await _nothing_more(scanner)
     assert scanner.dropped_transactions == 1
 
@@ -226,7 +229,7 @@ async def test_a_change_of_owner_ends_the_transactions_in_flight(
         await new.commit_txn(txn)
     await new.append(_insert(b"new"))
     scanner = await new.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    delivered = await _take(scanner, 3)  # the two first time ticks, then "new"
+    delivered = await take(scanner, 3)  # the two first time ticks, then "new"
     assert b"cut" not in _data(delivered)
     assert b"new" in _data(delivered)
 
@@ -254,7 +257,7 @@ async def test_a_deposed_owners_commit_behind_the_new_first_time_tick_is_not_del
     store.log(channel).entries.append(BackendMessage(MemoryMessageId(offset), b"1", late_commit))
     await new.append(_insert(b"new"))
     scanner = await new.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    delivered = await _take(scanner, 3)
+    delivered = await take(scanner, 3)
     assert _data(delivered) == [b"new"]
 
 
@@ -270,7 +273,7 @@ async def test_commit_waits_for_the_appends_in_flight(
     results = await asyncio.gather(*pending)
     assert all(r.message_id < commit.message_id for r in results)
     scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    assert len(_data(await _take(scanner, 6))) == 3
+    assert len(_data(await take(scanner, 6))) == 3
 
 
 async def test_bad_transaction_calls_get_typed_errors(open_owner: OpenOwner) -> None:
@@ -327,7 +330,7 @@ async def test_an_append_of_unknown_outcome_forbids_the_commit(
     assert [m.type for m in log if m.txn_id == txn][-1] is MessageType.ROLLBACK_TXN
     await wal.append(_insert(b"after"))
     scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    assert _data(await _take(scanner, 2)) == [b"after"]
+    assert _data(await take(scanner, 2)) == [b"after"]
 
 
 async def test_nothing_goes_into_a_transaction_being_committed(
@@ -389,7 +392,7 @@ async def test_a_commit_not_written_may_be_retried(
     store.faults.fail_appends = 0
     commit = await wal.commit_txn(txn)
     scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
-    delivered = await _take(scanner, 4)
+    delivered = await take(scanner, 4)
     assert _data(delivered) == [b"t1"]
     assert delivered[-1].message_id == commit.message_id
 

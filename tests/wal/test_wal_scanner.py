@@ -13,7 +13,6 @@ from streamwal.wal import (
     WAL,
     DeliveryPolicy,
     ImmutableMessage,
-    Scanner,
     open_read_only,
 )
 from streamwal.wal.backend import BackendMessage
@@ -24,12 +23,9 @@ from tests.wal.testkit import (
     fast_config,
     insert,
     log_messages,
+    take,
     wait_until,
 )
-
-
-async def _take(scanner: Scanner, count: int) -> list[ImmutableMessage]:
-    return [await asyncio.wait_for(scanner.__anext__(), 2.0) for _ in range(count)]
 
 
 async def _previous_owner(open_owner: OpenOwner, payloads: list[bytes]) -> WAL:
@@ -48,11 +44,11 @@ async def test_read_all_catches_up_from_the_backend_then_tails_the_buffer(
     wal = await open_owner(node_id=2)
     scanner = await wal.read(DeliveryPolicy.all())
     assert scanner.source == "backend"
-    caught_up = await _take(scanner, 4)  # tt1, a, b, tt2
+    caught_up = await take(scanner, 4)  # tt1, a, b, tt2
     assert caught_up == log_messages(store, channel)
     assert scanner.source == "buffer"  # reached this owner's first time tick
     result = await wal.append(insert(b"c"))
-    (live,) = await _take(scanner, 1)
+    (live,) = await take(scanner, 1)
     assert live.message_id == result.message_id and live.payload == b"c"
     assert live == log_messages(store, channel)[-1]
 
@@ -65,7 +61,7 @@ async def test_read_latest_sees_only_new_messages(
     scanner = await wal.read(DeliveryPolicy.latest())
     assert scanner.source == "buffer"
     await wal.append(insert(b"new"))
-    assert [m.payload for m in await _take(scanner, 1)] == [b"new"]
+    assert [m.payload for m in await take(scanner, 1)] == [b"new"]
 
 
 async def test_start_from_and_start_after_a_message_id(
@@ -74,9 +70,9 @@ async def test_start_from_and_start_after_a_message_id(
     wal = await open_owner()
     results = [await wal.append(insert(b"%d" % i)) for i in range(4)]
     scanner = await wal.read(DeliveryPolicy.start_from(results[1].message_id))
-    assert [m.payload for m in await _take(scanner, 3)] == [b"1", b"2", b"3"]
+    assert [m.payload for m in await take(scanner, 3)] == [b"1", b"2", b"3"]
     scanner = await wal.read(DeliveryPolicy.start_after(results[1].message_id))
-    assert [m.payload for m in await _take(scanner, 2)] == [b"2", b"3"]
+    assert [m.payload for m in await take(scanner, 2)] == [b"2", b"3"]
     assert scanner.source == "buffer"
     with pytest.raises(InvalidInputError):
         await wal.read(DeliveryPolicy.start_from(MemoryMessageId(999)))
@@ -87,7 +83,7 @@ async def test_start_from_a_time_tick_in_the_buffer(open_owner: OpenOwner) -> No
     results = [await wal.append(insert(b"%d" % i)) for i in range(4)]
     scanner = await wal.read(DeliveryPolicy.start_from_time_tick(results[2].time_tick))
     assert scanner.source == "buffer"
-    assert [m.payload for m in await _take(scanner, 2)] == [b"2", b"3"]
+    assert [m.payload for m in await take(scanner, 2)] == [b"2", b"3"]
 
 
 async def test_start_from_a_time_tick_older_than_the_buffer(
@@ -98,7 +94,7 @@ async def test_start_from_a_time_tick_older_than_the_buffer(
     wal = await open_owner(node_id=2)
     scanner = await wal.read(DeliveryPolicy.start_from_time_tick(old[2].time_tick))
     assert scanner.source == "backend"
-    got = await _take(scanner, 3)
+    got = await take(scanner, 3)
     assert [m.payload for m in got] == [b"b", b"c", b""]
     assert got[-1].message_id == wal.first_message_id
     assert scanner.source == "buffer"
@@ -109,7 +105,7 @@ async def test_the_vchannel_filter(open_owner: OpenOwner) -> None:
     scanner = await wal.read(DeliveryPolicy.latest(), vchannel="v1")
     for payload, vchannel in [(b"1", "v1"), (b"2", "v2"), (b"3", ""), (b"4", "v1")]:
         await wal.append(insert(payload, vchannel))
-    assert [m.payload for m in await _take(scanner, 3)] == [b"1", b"3", b"4"]
+    assert [m.payload for m in await take(scanner, 3)] == [b"1", b"3", b"4"]
 
 
 async def test_evicted_readers_fall_back_to_the_backend_and_lose_nothing(
@@ -122,16 +118,16 @@ async def test_evicted_readers_fall_back_to_the_backend_and_lose_nothing(
     wal = await open_owner(config=fast_config(buffer_capacity_bytes=600))
     await wal.append(insert(b"0"))
     scanner = await wal.read(DeliveryPolicy.all())
-    await _take(scanner, 2)
+    await take(scanner, 2)
     assert scanner.source == "buffer"
     for i in range(1, 40):  # far more than the buffer holds, while the reader waits
         await wal.append(insert(b"%d" % i))
-    got = await _take(scanner, 39)
+    got = await take(scanner, 39)
     assert [m.payload for m in got] == [b"%d" % i for i in range(1, 40)]
     assert scanner.source == "buffer"  # fell back, caught up, switched again
     assert any("falls back to the backend" in r.getMessage() for r in caplog.records)
     (late,) = [await wal.append(insert(b"late"))]
-    assert (await _take(scanner, 1))[0].message_id == late.message_id
+    assert (await take(scanner, 1))[0].message_id == late.message_id
 
 
 async def test_concurrent_scanners_and_appenders_see_the_log_exactly(
@@ -172,7 +168,7 @@ async def test_undecodable_entries_are_skipped_and_counted(
     log.entries.append(BackendMessage(MemoryMessageId(len(log.entries)), b"foreign", {}))
     wal = await open_owner(node_id=2)
     scanner = await wal.read(DeliveryPolicy.all())
-    got = await _take(scanner, 3)
+    got = await take(scanner, 3)
     assert [m.payload for m in got] == [b"", b"a", b""]
     assert got[-1].message_id == wal.first_message_id
     assert scanner.skipped == 1
@@ -186,10 +182,10 @@ async def test_a_read_only_wal_reads_the_backend(
     reader = await open_read_only(RecordingOpener(store), channel, fast_config())
     scanner = await reader.read(DeliveryPolicy.all())
     latest = await reader.read(DeliveryPolicy.latest())
-    assert [m.payload for m in await _take(scanner, 2)] == [b"", b"a"]
+    assert [m.payload for m in await take(scanner, 2)] == [b"", b"a"]
     await wal.append(insert(b"b"))
-    assert [m.payload for m in await _take(scanner, 1)] == [b"b"]
-    assert [m.payload for m in await _take(latest, 1)] == [b"b"]
+    assert [m.payload for m in await take(scanner, 1)] == [b"b"]
+    assert [m.payload for m in await take(latest, 1)] == [b"b"]
     assert scanner.source == "backend"
     assert not wal.is_fenced  # reading fenced nobody
     await reader.close()
@@ -238,10 +234,10 @@ async def test_retriable_backend_errors_reopen_where_the_scanner_was(
     assert isinstance(backend, ProxyBackend)
     backend.fail_reads = 2
     scanner = await reader.read(DeliveryPolicy.all())
-    first_two = await _take(scanner, 2)
+    first_two = await take(scanner, 2)
     backend.fail_scans = 1
     backend.fail_reads = 1
-    rest = await _take(scanner, 2)
+    rest = await take(scanner, 2)
     assert [m.payload for m in first_two + rest] == [b"", b"0", b"1", b"2"]
     assert backend.reads[-1] == DeliveryPolicy.start_after(results[0].message_id)
     await reader.close()

@@ -25,6 +25,7 @@ from streamwal.wal.config import Backoff, WALConfig
 from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.message.codec import decode_entry
 from streamwal.wal.message_id import MessageId
+from streamwal.wal.scanner import Scanner
 from streamwal.wal.wal import WAL
 
 Hook = Callable[[], Awaitable[None]]
@@ -242,3 +243,38 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0.002)
+
+
+async def take(scanner: Scanner, count: int, timeout: float = 2.0) -> list[ImmutableMessage]:
+    """The next ``count`` messages of ``scanner``, each within ``timeout`` seconds: a
+    missing message fails the test instead of hanging it."""
+    return [await asyncio.wait_for(scanner.__anext__(), timeout) for _ in range(count)]
+
+
+async def read_payloads(
+    wal: WAL, policy: DeliveryPolicy, count: int, timeout: float = 2.0
+) -> list[bytes]:
+    """The payloads of the first ``count`` appended messages a read from ``policy``
+    delivers (time ticks left out); the scanner is closed."""
+    scanner = await wal.read(policy, appended_only=True)
+    try:
+        return [message.payload for message in await take(scanner, count, timeout)]
+    finally:
+        await scanner.close()
+
+
+async def take_and_close(
+    scanner: Scanner, count: int, timeout: float = 5.0
+) -> list[ImmutableMessage]:
+    """The next ``count`` messages of ``scanner`` within ``timeout`` seconds in all; the
+    scanner is closed after, whatever the read raised."""
+    got: list[ImmutableMessage] = []
+    try:
+        async with asyncio.timeout(timeout):
+            async for message in scanner:
+                got.append(message)
+                if len(got) == count:
+                    break
+    finally:
+        await scanner.close()
+    return got

@@ -19,7 +19,7 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -69,24 +69,10 @@ async def find_traces(
     if operation is not None:
         query["operation"] = operation
     url = f"{jaeger_url.rstrip('/')}/api/traces?{urlencode(query)}"
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    traces: list[dict[str, Any]] = []
-    answered = False
-    last_error: Exception | None = None
-    while True:
-        try:
-            traces = await asyncio.to_thread(get_data, url)
-            answered = True
-            if _count_spans(traces, service, operation) >= min_spans:
-                return traces
-        except (OSError, ValueError) as exc:  # URLError/HTTPError are OSErrors
-            last_error = exc
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        await asyncio.sleep(min(interval, remaining))
-    if not answered:
+    traces, last_error = await _poll(
+        url, timeout, interval, lambda data: _count_spans(data, service, operation) >= min_spans
+    )
+    if traces is None:
         raise ConnectionError(f"Jaeger at {jaeger_url} did not answer: {last_error}")
     return traces
 
@@ -111,21 +97,38 @@ async def get_trace(
     if not trace_id:
         raise ValueError("trace_id: must not be empty")
     url = f"{jaeger_url.rstrip('/')}/api/traces/{trace_id}"
+    wanted = {*also, *(() if operation is None else (operation,))}
+
+    def complete(data: list[Any]) -> dict[str, Any] | None:
+        found: dict[str, Any] = data[0] if data else {}
+        spans = found.get("spans")
+        return found if spans and wanted <= {x.get("operationName") for x in spans} else None
+
+    # Jaeger answers 404 for a trace until its spans arrive
+    data, _ = await _poll(url, timeout, interval, lambda data: complete(data) is not None)
+    return None if data is None else complete(data)
+
+
+async def _poll(
+    url: str, timeout: float, interval: float, enough: Callable[[list[Any]], bool]
+) -> tuple[list[Any] | None, Exception | None]:
+    """``GET url`` every ``interval`` seconds until an answer is ``enough`` or
+    ``timeout`` passed: the last answer (``None``: Jaeger never gave one) and the last
+    failure. A failed request (Jaeger not up yet, an HTTP error) is tried again."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    answer: list[Any] | None = None
+    last_error: Exception | None = None
     while True:
         try:
-            data = await asyncio.to_thread(get_data, url)
-            found: dict[str, Any] = data[0] if data else {}
-            spans = found.get("spans")
-            wanted = {*also, *(() if operation is None else (operation,))}
-            if spans and wanted <= {x.get("operationName") for x in spans}:
-                return found
-        except (OSError, ValueError):  # 404 until the spans arrive; URLError too
-            pass
+            answer = await asyncio.to_thread(get_data, url)
+            if enough(answer):
+                return answer, None
+        except (OSError, ValueError) as exc:  # URLError/HTTPError are OSErrors
+            last_error = exc
         remaining = deadline - loop.time()
         if remaining <= 0:
-            return None
+            return answer, last_error
         await asyncio.sleep(min(interval, remaining))
 
 

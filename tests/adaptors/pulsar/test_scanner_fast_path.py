@@ -6,31 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from streamwal.adaptors.pulsar.scanner import PulsarScanner
-
-
-class _Id:
-    def __init__(self, entry: int) -> None:
-        self.entry = entry
-
-    def ledger_id(self) -> int:
-        return 1
-
-    def entry_id(self) -> int:
-        return self.entry
-
-    def batch_index(self) -> int:
-        return -1
+from tests.adaptors.pulsar.fake_ids import FakeId
 
 
 class _Message:
     def __init__(self, entry: int) -> None:
-        self._id = _Id(entry)
+        self._id = FakeId(1, entry)
 
-    def message_id(self) -> _Id:
+    def message_id(self) -> FakeId:
         return self._id
 
     def data(self) -> bytes:
-        return b"%d" % self._id.entry
+        return b"%d" % self._id.entry_id()
 
     def properties(self) -> dict[str, str]:
         return {}

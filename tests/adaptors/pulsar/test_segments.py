@@ -43,6 +43,7 @@ from streamwal.errors import (
 )
 from streamwal.wal.backend import AccessMode, append_entry
 from streamwal.wal.message_id import MessageId
+from tests.adaptors.pulsar.fake_ids import FakeId
 
 OK = _pulsar.Result.Ok
 Callback = Callable[[Any, Any], None] | None
@@ -52,25 +53,6 @@ def test_size_counts_payload_and_properties_high() -> None:
     assert size_of(b"x" * 100, {}) > 100
     assert size_of(b"", {"key": "v" * 50}) > 53
     assert SEGMENT_MESSAGES * size_of(b"x" * 128, {}) < SEGMENT_BYTES
-
-
-class FakeId:
-    def __init__(self, ledger: int, entry: int, batch_index: int, batch_size: int = 0) -> None:
-        self._parts = (ledger, entry, batch_index)
-        self._batch_size = batch_size
-
-    def serialize(self) -> bytes:
-        """Just the field the channel reads: MessageIdData.batch_size (6, varint)."""
-        return bytes([0x30, self._batch_size]) if self._batch_size else b""
-
-    def ledger_id(self) -> int:
-        return self._parts[0]
-
-    def entry_id(self) -> int:
-        return self._parts[1]
-
-    def batch_index(self) -> int:
-        return self._parts[2]
 
 
 class FakeProducer:

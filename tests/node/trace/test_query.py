@@ -1,13 +1,19 @@
-"""Jaeger JSON -> typed span summaries, and the Go build spec's validation."""
+"""Jaeger JSON -> typed span summaries, the polling of Jaeger's query API, and the Go
+build spec's validation."""
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from streamwal.node.trace.query import (
     find_traces,
+    get_trace,
     span_summaries,
     span_tree_summary,
     spans_by_operation,
@@ -104,6 +110,74 @@ async def test_find_traces_raises_when_jaeger_never_answers() -> None:
     # port 9 (discard) is closed on loopback: every poll fails to connect
     with pytest.raises(ConnectionError, match="did not answer"):
         await find_traces("http://127.0.0.1:9", "svc", timeout=0.3, interval=0.1)
+
+
+class _Jaeger:
+    """A Jaeger query API on loopback answering what a test sets: 404 while the trace
+    is ``None``, else ``{"data": [trace]}``; it counts the requests."""
+
+    def __init__(self) -> None:
+        self.trace: dict[str, Any] | None = None
+        self.requests = 0
+        jaeger = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                jaeger.requests += 1
+                if jaeger.trace is None:
+                    self.send_error(404)
+                    return
+                body = json.dumps({"data": [jaeger.trace]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def jaeger() -> Iterator[_Jaeger]:
+    fake = _Jaeger()
+    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+
+
+def _trace(*operations: str) -> dict[str, Any]:
+    spans = [_span(f"s{i}", op, 1000 + i) for i, op in enumerate(operations)]
+    return {"traceID": "t1", "spans": spans, "processes": {"p1": {"serviceName": "svc"}}}
+
+
+async def test_get_trace_polls_until_the_trace_holds_every_span_asked_for(
+    jaeger: _Jaeger,
+) -> None:
+    jaeger.trace = _trace("a")
+    assert await get_trace(jaeger.url, "t1", operation="b", timeout=0.3, interval=0.05) is None
+    assert jaeger.requests > 1  # asked again until the bound
+    jaeger.trace = None  # 404: not there yet
+    assert await get_trace(jaeger.url, "t1", timeout=0.2, interval=0.05) is None
+    jaeger.trace = _trace("a", "b")
+    found = await get_trace(jaeger.url, "t1", operation="b", also=("a",), timeout=5)
+    assert found is not None and len(found["spans"]) == 2
+
+
+async def test_find_traces_gives_the_last_answer_when_too_few_spans_arrive(
+    jaeger: _Jaeger,
+) -> None:
+    jaeger.trace = _trace("a")
+    enough = await find_traces(jaeger.url, "svc", timeout=5)
+    assert [t["traceID"] for t in enough] == ["t1"]
+    short = await find_traces(jaeger.url, "svc", min_spans=2, timeout=0.3, interval=0.05)
+    assert len(short) == 1 and len(short[0]["spans"]) == 1  # what did arrive
 
 
 @pytest.mark.parametrize(

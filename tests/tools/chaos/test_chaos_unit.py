@@ -26,6 +26,7 @@ from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult, failures_table, markdown_table, text_table
 from streamwal_lab.chaos.runner import run_scenario
 from streamwal_lab.chaos.scenarios import SCENARIOS, Scenario
+from tests.adaptors.pulsar.fake_ids import FakeId
 
 
 def test_a_result_absorbs_checker_reports_and_fails_on_violations_or_problems() -> None:
@@ -167,20 +168,6 @@ def test_the_test_clock_follows_the_offset_file(tmp_path: Path) -> None:
     assert abs(clock.wall_ms() - (now + 5000)) < 1000
 
 
-class _Id:
-    def __init__(self, ledger: int, entry: int, batch: int = -1) -> None:
-        self._v = (ledger, entry, batch)
-
-    def ledger_id(self) -> int:
-        return self._v[0]
-
-    def entry_id(self) -> int:
-        return self._v[1]
-
-    def batch_index(self) -> int:
-        return self._v[2]
-
-
 async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner() -> None:
     async def nothing() -> None:
         return None
@@ -201,9 +188,8 @@ async def test_an_entry_written_by_someone_else_between_ours_fences_this_owner()
 
     def answer(ledger: int, entry: int, batch: int = -1) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = loop.create_future()
-        backend._state.complete(
-            functools.partial(settle_future, future), _pulsar.Result.Ok, _Id(ledger, entry, batch)
-        )
+        landed = FakeId(ledger, entry, batch)
+        backend._state.complete(functools.partial(settle_future, future), _pulsar.Result.Ok, landed)
         return future
 
     assert str(answer(5, 10).result()) == "5:10"

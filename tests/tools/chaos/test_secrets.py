@@ -17,7 +17,7 @@ from streamwal.node.config import load_config
 from streamwal.server.runtime import Node
 from streamwal_lab.chaos.spans import capture_spans
 from streamwal_lab.stack import StackInfo
-from tests.node.processes import NodeProcess, serve_once
+from tests.node.processes import NodeProcess, serve_once, stack_environ
 
 pytestmark = pytest.mark.integration
 
@@ -97,15 +97,10 @@ async def test_spans_and_records_of_an_in_process_node_never_hold_secrets(
     token, password = _secrets()
     config = load_config(
         environ={
-            "STREAMWAL_NODE__ID": "7",
-            "STREAMWAL_NODE__LISTEN": "127.0.0.1:0",
-            "STREAMWAL_NODE__METRICS_LISTEN": "",
-            "STREAMWAL_PULSAR__SERVICE_URL": stack.pulsar_url,
+            **stack_environ(stack, 7, etcd_prefix("secrets")),
             "STREAMWAL_PULSAR__AUTH_TOKEN": token,
-            "STREAMWAL_ETCD__ENDPOINTS": stack.etcd_endpoint,
             "STREAMWAL_ETCD__USER": "root",
             "STREAMWAL_ETCD__PASSWORD": password,
-            "STREAMWAL_TSO__KEY_PREFIX": etcd_prefix("secrets"),
         }
     )
     channel = f"secrets-spans-{unique}"
