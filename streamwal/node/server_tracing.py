@@ -26,6 +26,15 @@ This does the same observable job with less work per call:
 - health checks make no span: they would flood the traces; TSO calls make one only
   when they join a caller's trace (a timestamp batch fetched in the background would
   otherwise be a one-span trace of its own per fetch);
+- a call the node's sampler would drop makes no span object at all: the sampler
+  (:class:`~streamwal.node.tracing.LifecycleSampler`) decides first, and the call runs
+  in its caller's unsampled context, or in one shared unsampled context when it has
+  none, so what it starts or calls is dropped as a dropped span's children are. The
+  SDK would draw two ids, count the span in its own metrics and build a context and a
+  non-recording span for it: with 1 % of new traces kept, that is work for nothing on
+  99 of 100 calls. A sampled call's span, its attributes and its parent are as they
+  would be without this. With a provider of another sampler, every call starts its
+  span through the SDK, which decides;
 - with ``route=True`` (a process hosting several nodes) the spans library code starts
   during the call go to this node's provider (:mod:`streamwal.node.tracing`).
 
@@ -54,11 +63,21 @@ from urllib.parse import unquote
 import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TracerProvider,
+)
 from opentelemetry.util.types import AttributeValue
 
 from streamwal.errors import ChannelFencedError, ChannelNotFoundError
-from streamwal.node.tracing import route_call, unroute
+from streamwal.node.tracing import LifecycleSampler, RoutingTracerProvider, route_call, unroute
 
 __all__ = ["HEALTH_SERVICE", "REFUSALS", "TSO_SERVICE", "ServerInterceptor"]
 
@@ -91,6 +110,28 @@ _SERVER_FAULTS = frozenset(
     }
 )
 _LOOPBACK = frozenset({"[::1]", "127.0.0.1"})
+
+# The context a dropped call without a caller's trace runs in: one unsampled parent for
+# them all, so that their children are dropped too (a child of no span would be a new
+# root, sampled anew) without ids drawn per call. Nothing records an unsampled trace id.
+_UNSAMPLED = trace.set_span_in_context(
+    NonRecordingSpan(SpanContext(0x5E1DE7, 0x5E1DE7, is_remote=False, trace_flags=TraceFlags(0)))
+)
+
+#: what extracting from headers that carry no trace context gives
+_EMPTY = Context()
+
+
+def _presampler(provider: TracerProvider | None) -> LifecycleSampler | None:
+    """The sampler that decides the spans of ``provider`` (the global one if ``None``),
+    if it can decide before a span exists."""
+    if provider is None:
+        provider = trace.get_tracer_provider()
+    if isinstance(provider, RoutingTracerProvider):
+        provider = provider.default  # a process's nodes share one sampler
+    sampler = getattr(provider, "sampler", None)
+    return sampler if isinstance(sampler, LifecycleSampler) else None
+
 
 Behavior = Callable[..., Any]
 
@@ -199,11 +240,14 @@ def _domain_error(exc: Exception) -> Exception:
 
 
 class _Call:
-    """One call's span, current while its handler runs."""
+    """One call's span, current while its handler runs; ``span`` ``None``: a call that
+    makes none (untraced, or dropped by the sampler), with nothing to record."""
 
     __slots__ = ("escaped", "refused", "route", "span", "token")
 
-    def __init__(self, span: Span, token: object | None, route: object | None = None) -> None:
+    def __init__(
+        self, span: Span | None, token: object | None, route: object | None = None
+    ) -> None:
         self.span = span
         self.token = token
         self.route = route
@@ -213,6 +257,8 @@ class _Call:
     def failed(self, exc: Exception) -> None:
         """Record what the handler raised (``context.abort`` raises too), as the domain
         error it answered where there is one."""
+        if self.span is None:
+            return
         self.escaped = exc
         error = _domain_error(exc)
         if isinstance(error, grpc.aio.AbortError):
@@ -224,6 +270,8 @@ class _Call:
 
     def end(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         span = self.span
+        if span is None:
+            return
         code = context.code()  # set by ``abort`` and ``set_code``, else None
         details = context.details()
         if code is None and self.escaped is not None:  # gRPC answers it UNKNOWN
@@ -275,6 +323,12 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._span_attributes = dict(span_attributes or {})
         self._route = tracer_provider if route else None
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._provider = tracer_provider
+        # read at the first call, once telemetry is set up (the global provider may be
+        # installed after this interceptor is made)
+        self._resolved = False
+        self._sampler: LifecycleSampler | None = None
+        self._fields: frozenset[str] = frozenset()
 
     async def intercept_service(
         self,
@@ -291,6 +345,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return wrapped
 
     def _wrap(self, full_method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        if not self._resolved:
+            self._sampler = _presampler(self._provider)
+            self._fields = frozenset(propagate.get_global_textmap().fields)
+            self._resolved = True
         service = full_method.lstrip("/").partition("/")[0]
         method = None if service in self._untraced else _Method.of(full_method)
         if method is not None:
@@ -311,21 +369,32 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _begin(self, method: _Method | None, context: grpc.aio.ServicerContext[Any, Any]) -> _Call:
         route = route_call(self._route) if self._route is not None else None
         if method is None:
-            return _Call(trace.INVALID_SPAN, None, route)
-        attributes = dict(method.attributes)
-        parent = None
+            return _Call(None, None, route)
+        parent: Context | None = None
+        agent = None
         metadata = context.invocation_metadata()
         if metadata:
             carrier = {key: value for key, value in metadata}
-            parent = propagate.extract(carrier)
+            # no header the propagators read: what extracting would give, without the work
+            parent = _EMPTY if self._fields.isdisjoint(carrier) else propagate.extract(carrier)
             agent = carrier.get("user-agent")
-            if agent:
-                attributes[RPC_USER_AGENT] = agent
-        if method.joined_only and not trace.get_current_span(parent).get_span_context().is_valid:
-            return _Call(trace.INVALID_SPAN, None, route)
+        caller = trace.get_current_span(parent).get_span_context()
+        if method.joined_only and not caller.is_valid:
+            return _Call(None, None, route)
+        start_in = parent
+        if self._sampler is not None:
+            start_in = self._sampler.presample(
+                parent, method.name, SpanKind.SERVER, method.attributes
+            )
+            if start_in is None:  # dropped: no span (see the module docstring)
+                unsampled = parent if caller.is_valid else _UNSAMPLED
+                return _Call(None, otel_context.attach(unsampled), route)  # type: ignore[arg-type]
+        attributes = dict(method.attributes)
+        if agent:
+            attributes[RPC_USER_AGENT] = agent
         attributes.update(_peer_attributes(context.peer()))
         span = self._tracer.start_span(
-            method.name, context=parent, kind=SpanKind.SERVER, attributes=attributes
+            method.name, context=start_in, kind=SpanKind.SERVER, attributes=attributes
         )
         token = otel_context.attach(trace.set_span_in_context(span, parent))
         return _Call(span, token, route)
@@ -361,6 +430,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def awaited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             call = begin(method, context)
             try:
+                if not request_streaming:  # the one request checked here, as _admitted does
+                    if isinstance(request, _Malformed):
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.problem)
+                    return await behavior(request, context)
                 malformed: list[_Malformed] = []
                 request = await _admitted(request, request_streaming, malformed, context)
                 response = await behavior(request, context)

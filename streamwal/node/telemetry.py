@@ -15,7 +15,9 @@ otherwise ``OTEL_EXPORTER_OTLP_INSECURE`` decides when set, and when unset an
 ``http://`` endpoint (the local stack's collector) is plain text and any other is TLS.
 ``OTEL_EXPORTER_OTLP_CERTIFICATE`` and the client certificate and key variables
 configure that TLS. Metrics: a ``MeterProvider`` read by the Prometheus exporter and
-served on ``/metrics``. A telemetry failure is logged, never raised into the node.
+served on ``/metrics``, beside the WAL's single-append latency, which the WAL keeps
+outside the SDK (:mod:`streamwal.node.append_histogram`). A telemetry failure is
+logged, never raised into the node.
 
 One process may host several nodes (the demo runs two beside its client): it sets
 telemetry up with ``one_node=False``; its own resource then names its role
@@ -35,6 +37,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import Sampler
 
+from streamwal.node.append_histogram import register_append_durations
 from streamwal.node.config import NodeConfig, TracingSettings
 from streamwal.node.tracing import (
     ClientSpanNamer,
@@ -212,9 +215,11 @@ def _setup_metrics(config: NodeConfig, resource: Resource, serve: bool = True) -
     if not serve:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from opentelemetry.sdk.metrics import MeterProvider
+        from prometheus_client import REGISTRY
 
         reader = PrometheusMetricReader(scope_info_enabled=False)  # no otel_scope_* labels
         metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
+        register_append_durations(REGISTRY)
         return None
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -226,6 +231,7 @@ def _setup_metrics(config: NodeConfig, resource: Resource, serve: bool = True) -
         host, _, port = config.node.metrics_listen.rpartition(":")
         reader = PrometheusMetricReader(scope_info_enabled=False)  # no otel_scope_* labels
         metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
+        register_append_durations(REGISTRY)
         server, _thread = start_http_server(int(port), addr=host, registry=ScopedRegistry(REGISTRY))
         bound = int(server.server_address[1])
         _log.info("metrics on http://%s:%d/metrics", host, bound)

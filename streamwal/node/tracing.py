@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.context import Context
+from opentelemetry.context import Context, create_key, get_value, set_value
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import Span as SDKSpan
 from opentelemetry.sdk.trace.sampling import (
@@ -118,6 +119,10 @@ def base_sampler(name: str, ratio: float) -> Sampler:
     return samplers[name]
 
 
+# in the context a presampled span starts in: its sampling is decided already
+_PRESAMPLED = create_key("streamwal-presampled")
+
+
 class LifecycleSampler(Sampler):
     """Lifecycle spans and children of sampled parents always; the rest as ``delegate``
     decides (see the module docstring for why)."""
@@ -125,6 +130,28 @@ class LifecycleSampler(Sampler):
     def __init__(self, delegate: Sampler, names: frozenset[str] = LIFECYCLE_SPANS) -> None:
         self._delegate = delegate
         self._names = names
+
+    def presample(
+        self,
+        parent_context: Context | None,
+        name: str,
+        kind: SpanKind,
+        attributes: Attributes = None,
+    ) -> Context | None:
+        """Decide a span's sampling before it exists: ``None`` if it would be dropped,
+        so a caller that would start it for nothing makes no span object at all (the
+        SDK builds ids, a context and a non-recording span for a dropped one); else the
+        context to start it in (``parent_context`` marked decided), where this sampler
+        keeps it without deciding again: a ratio's second draw, on the trace id the SDK
+        then generates, would keep only ratio² of new traces. A root's decision is
+        drawn on a random trace id, as the SDK's own ids are, so the ratio holds.
+        ``parent_context`` ``None``: the current context, as ``start_span`` reads it."""
+        parent = trace.get_current_span(parent_context).get_span_context()
+        trace_id = parent.trace_id if parent.is_valid else random.getrandbits(128)
+        result = self.should_sample(parent_context, trace_id, name, kind, attributes)
+        if result.decision is not Decision.RECORD_AND_SAMPLE:
+            return None
+        return set_value(_PRESAMPLED, True, parent_context)
 
     def should_sample(
         self,
@@ -138,7 +165,8 @@ class LifecycleSampler(Sampler):
     ) -> SamplingResult:
         parent = trace.get_current_span(parent_context).get_span_context()
         if (
-            name in self._names
+            (parent_context is not None and get_value(_PRESAMPLED, parent_context) is True)
+            or name in self._names
             or (attributes is not None and attributes.get(LIFECYCLE_ATTRIBUTE) is True)
             or (parent.is_valid and parent.trace_flags.sampled)
         ):

@@ -17,10 +17,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from streamwal.node.config import TracingSettings
 from streamwal.node.health import HealthService
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.server_tracing import ServerInterceptor
+from streamwal.node.telemetry import sampler_of
 
 _SERVICE = "streamwal.v1.StreamingNode"
 
@@ -54,9 +56,14 @@ def exporter() -> InMemorySpanExporter:
     return InMemorySpanExporter()
 
 
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> TracerProvider:
-    provider = TracerProvider()
+@pytest.fixture(params=["sdk", "node"])
+def provider(request: pytest.FixtureRequest, exporter: InMemorySpanExporter) -> TracerProvider:
+    """The SDK's default sampler (the interceptor lets the SDK decide), and the node's,
+    keeping every call (the interceptor decides first): the same spans either way."""
+    if request.param == "sdk":
+        provider = TracerProvider()
+    else:
+        provider = TracerProvider(sampler=sampler_of(TracingSettings("parentbased_always_on")))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider
 
