@@ -8,13 +8,14 @@ errors of failed calls are :mod:`streamwal.node.client_errors`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from streamwal.errors import StreamwalError, WriteOutcome
+from streamwal.errors import DecodeError, StreamwalError, WriteOutcome
 from streamwal.node.outcome import in_band_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 
@@ -25,10 +26,14 @@ __all__ = [
     "acked_of",
     "batch_acks",
     "consumed_from",
+    "expand_runs",
     "grpc_code_of",
     "number_at",
     "numbers_of",
 ]
+
+#: the trailing index of a message id inside an entry (PackRun in streaming.proto)
+_INDEX = struct.Struct(">i")
 
 
 @dataclass(frozen=True)
@@ -100,9 +105,61 @@ def numbers_of(request: pb.ProduceBatchRequest) -> list[tuple[int, int] | None]:
     return [(request.producer_id, first + i) for i in range(len(request.messages))]
 
 
+def expand_runs(
+    runs: Iterable[pb.PackRun], numbers: list[tuple[int, int] | None]
+) -> list[Acked]:
+    """The per-message acknowledgements a compact answer stands for (``PackRun`` in
+    ``streaming.proto``: message k of a run has the first's id with its trailing
+    index plus k, and its time tick plus k). :class:`~streamwal.errors.DecodeError`
+    for a run that cannot be expanded (its id has no index to count on from)."""
+    acked: list[Acked] = []
+    for run in runs:
+        first, text, tick, count = (
+            run.first_message_id,
+            run.first_message_id_text,
+            run.first_time_tick,
+            run.count,
+        )
+        if count == 1:
+            acked.append(_acked(first, text, tick, number_at(numbers, len(acked))))
+            continue
+        colon = text.rfind(":")
+        if count < 1 or len(first) < _INDEX.size or colon < 0:
+            raise DecodeError(f"a run of {count} from {text!r}: cannot be expanded")
+        head, text_head = first[: -_INDEX.size], text[: colon + 1]
+        (index,) = _INDEX.unpack_from(first, len(first) - _INDEX.size)
+        pack = _INDEX.pack
+        for k in range(count):
+            acked.append(
+                _acked(
+                    head + pack(index + k),
+                    f"{text_head}{index + k}",
+                    tick + k,
+                    number_at(numbers, len(acked)),
+                )
+            )
+    return acked
+
+
+def _acked(
+    message_id: bytes, text: str, time_tick: int, numbers: tuple[int, int] | None
+) -> Acked:
+    if numbers is None:
+        return Acked(message_id, text, time_tick)
+    return Acked(message_id, text, time_tick, numbers[0], numbers[1])
+
+
 def batch_acks(
     response: pb.ProduceBatchResponse, which: str, numbers: list[tuple[int, int] | None]
 ) -> list[Acked]:
+    """A batch's acknowledgements, from either answer form (runs when every message
+    landed and the request asked for them, else one result per message); raises
+    :class:`BatchProduceError` when a message failed."""
+    if response.runs:
+        acked = expand_runs(response.runs, numbers)
+        if len(acked) != len(numbers):
+            raise DecodeError(f"{which}: runs of {len(acked)} messages for {len(numbers)}")
+        return acked
     results: list[Acked | grpc.aio.AioRpcError] = []
     for i, r in enumerate(response.results):
         if r.HasField("error"):
