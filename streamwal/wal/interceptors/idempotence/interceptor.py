@@ -114,6 +114,9 @@ class IdempotenceInterceptor(InterceptorBase):
     def on_persisted(self, msg: ImmutableMessage) -> None:
         self._last_id = msg.message_id
 
+    def on_persisted_many(self, msgs: Sequence[ImmutableMessage]) -> None:
+        self._last_id = msgs[-1].message_id
+
     async def _after_rebuild(self) -> None:
         """Wait for the rebuild, in arrival order: appends that waited pass one after the
         other, and one arriving while any of them has not passed yet queues behind them
