@@ -6,9 +6,8 @@ resolved when the backend answers; the resolved slots at the head are then relea
 in order: a pack's persisted messages are published together (``publish_many``: each
 log listener is told of all of them in one call, and still sees every one), each with
 its id in the pack (the pack's last becomes the last-confirmed id of what is allocated
-next), failed ones
-are dropped, in-memory time ticks are published after everything enqueued before
-them; a failed slot whose outcome is unknown is reported (``on_unknown``: the
+next), failed ones are dropped, in-memory time ticks are published after everything
+enqueued before them; a failed slot whose outcome is unknown is reported (``on_unknown``: the
 write-ahead buffer marks a gap there, so tailing readers look for it in the backend).
 A published time tick T therefore guarantees that every message below T that will
 ever be persisted by this owner has been published (a failed one is retried with a
