@@ -36,7 +36,7 @@ __all__ = [
 _INDEX = struct.Struct(">i")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Acked:
     """An acknowledged append: what a client records to check the log later."""
 
@@ -89,9 +89,7 @@ class BatchProduceError(StreamwalError):
 
 
 def acked_of(r: pb.ProduceResponse, numbers: tuple[int, int] | None) -> Acked:
-    if numbers is None:
-        return Acked(r.message_id, r.message_id_text, r.time_tick)
-    return Acked(r.message_id, r.message_id_text, r.time_tick, numbers[0], numbers[1])
+    return _acked(r.message_id, r.message_id_text, r.time_tick, numbers)
 
 
 def number_at(numbers: list[tuple[int, int] | None], index: int) -> tuple[int, int] | None:
@@ -144,9 +142,16 @@ def expand_runs(
 def _acked(
     message_id: bytes, text: str, time_tick: int, numbers: tuple[int, int] | None
 ) -> Acked:
-    if numbers is None:
-        return Acked(message_id, text, time_tick)
-    return Acked(message_id, text, time_tick, numbers[0], numbers[1])
+    """Built through the slots, as :func:`consumed_from` builds a message read: the
+    frozen dataclass's ``__init__`` costs a run's expansion more than the rest of it."""
+    acked = _new_acked(Acked)
+    _set_acked_id(acked, message_id)
+    _set_acked_text(acked, text)
+    _set_acked_tick(acked, time_tick)
+    producer_id, sequence = (None, None) if numbers is None else numbers
+    _set_acked_producer(acked, producer_id)
+    _set_acked_sequence(acked, sequence)
+    return acked
 
 
 def batch_acks(
@@ -182,9 +187,17 @@ def grpc_code_of(exc: BaseException) -> grpc.StatusCode | None:
     return None
 
 
-def _slot_setter(name: str) -> Callable[[Consumed, Any], None]:
-    setter: Callable[[Consumed, Any], None] = Consumed.__dict__[name].__set__
+def _slot_setter(name: str, kind: type = Consumed) -> Callable[[Any, Any], None]:
+    setter: Callable[[Any, Any], None] = kind.__dict__[name].__set__
     return setter
+
+
+_new_acked = object.__new__
+_set_acked_id = _slot_setter("message_id", Acked)
+_set_acked_text = _slot_setter("message_id_text", Acked)
+_set_acked_tick = _slot_setter("time_tick", Acked)
+_set_acked_producer = _slot_setter("producer_id", Acked)
+_set_acked_sequence = _slot_setter("sequence", Acked)
 
 
 _new_consumed = object.__new__
