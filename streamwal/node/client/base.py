@@ -82,6 +82,10 @@ def batch_request(
     message saves the node and the client most of a batch's answer."""
     request = pb.ProduceBatchRequest(pchannel=pchannel, compact=True)
     add = request.messages.add
-    for payload in payloads:
-        add(type=type, payload=payload, vchannel=vchannel)
+    for payload in payloads:  # field by field: keywords cost about half as much again
+        message = add()
+        message.type = type
+        message.payload = payload
+        if vchannel:
+            message.vchannel = vchannel
     return request

@@ -240,6 +240,10 @@ class OrderedWriter:
         async with self._lock:
             try:
                 first = await self._allocate_range(len(msgs))
+                if first is not None and self._budget:
+                    self._place_range(first, msgs, placed)
+                    self.dirty = self.dirty or bool(placed)
+                    return placed, None
                 for position, msg in enumerate(msgs):
                     if first is not None:
                         time_tick = first + position
@@ -256,6 +260,35 @@ class OrderedWriter:
             except StreamwalError as exc:
                 return placed, exc
         return placed, None
+
+    def _place_range(
+        self, first: int, msgs: Sequence[MutableMessage], placed: list[Placed]
+    ) -> None:
+        """Enqueue ``msgs`` at the time ticks ``first, first + 1, ...``, a pack at a
+        time: the first message of each goes through :meth:`_enqueue` (which opens a
+        pack, joins the open one, or sends an oversized message alone), and as many of
+        the next as fit the budget join it in one step. Appends to ``placed`` as it
+        goes, so what was enqueued is known if the backend refuses an entry."""
+        budget = self._budget
+        count = len(msgs)
+        position = 0
+        while position < count:
+            slot, index = self._enqueue(first + position, msgs[position])
+            end = position + 1
+            if slot is self._open:  # a pack still taking messages: fill it
+                size = self._open_size
+                while end < count:
+                    grown = size + _size(msgs[end])
+                    if grown > budget:
+                        break
+                    size = grown
+                    end += 1
+                if end > position + 1:
+                    slot.messages.extend(msgs[position + 1 : end])
+                    slot.time_ticks.extend(range(first + position + 1, first + end))
+                    self._open_size = size
+            placed.append((list(range(first + position, first + end)), slot.waiter(), index))
+            position = end
 
     def _stamp(self, time_tick: int, msg: MutableMessage) -> Stamped:
         slot, index = self._enqueue(time_tick, msg)
