@@ -4,6 +4,8 @@ the pure functions, and the real servicer and client over the in-process backend
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 import pytest
 
@@ -84,56 +86,58 @@ def test_runs_that_do_not_cover_the_batch_are_refused() -> None:
         batch_acks(bad, "the batch", [None] * 3)
 
 
-async def test_both_forms_from_the_node_agree_with_the_log() -> None:
+@pytest.fixture
+async def node() -> AsyncIterator[tuple[NodeClient, pb_grpc.StreamingNodeStub]]:
+    """A node over the in-process backend with the channel assigned: its client, and a
+    stub that sends requests as they are built."""
+    async with (
+        memory_node(1, MemoryLogStore(), CounterSource()) as (address, _),
+        NodeClient(address, tracing=False) as client,
+        grpc.aio.insecure_channel(address) as raw,
+    ):
+        await client.assign(CHANNEL)
+        yield client, pb_grpc.StreamingNodeStub(raw)
+
+
+async def test_both_forms_from_the_node_agree_with_the_log(
+    node: tuple[NodeClient, pb_grpc.StreamingNodeStub],
+) -> None:
     """The same node answers a compact batch in runs and a plain one per message; each
     form's ids and ticks are the ones a reader gets back from the log."""
-    store = MemoryLogStore()
-    async with (
-        memory_node(1, store, CounterSource()) as (address, _),
-        NodeClient(address, tracing=False) as client,
-        grpc.aio.insecure_channel(address) as raw,
-    ):
-        await client.assign(CHANNEL)
-        stub = pb_grpc.StreamingNodeStub(raw)
-        answers: list[Acked] = []
-        for compact in (True, False, True):
-            request = pb.ProduceBatchRequest(pchannel=CHANNEL, compact=compact)
-            request.messages.extend(
-                [pb.Message(type="t", payload=b"%d-%03d" % (compact, i)) for i in range(200)]
-            )
-            reply = await stub.ProduceBatch(request)
-            if compact:
-                assert not reply.results and 1 <= len(reply.runs) < 10
-            else:
-                assert not reply.runs and len(reply.results) == 200
-            answers += batch_acks(reply, "the batch", [None] * 200)
-        answers += await client.produce_batch(CHANNEL, [b"c%d" % i for i in range(50)])
-        read = client.consume(
-            CHANNEL, policy("all"), limit=len(answers), timeout=5, appended_only=True
+    client, stub = node
+    answers: list[Acked] = []
+    for compact in (True, False, True):
+        request = pb.ProduceBatchRequest(pchannel=CHANNEL, compact=compact)
+        request.messages.extend(
+            [pb.Message(type="t", payload=b"%d-%03d" % (compact, i)) for i in range(200)]
         )
-        log = [(m.message_id, m.message_id_text, m.time_tick) async for m in read]
-        assert log == [(a.message_id, a.message_id_text, a.time_tick) for a in answers]
+        reply = await stub.ProduceBatch(request)
+        if compact:
+            assert not reply.results and 1 <= len(reply.runs) < 10
+        else:
+            assert not reply.runs and len(reply.results) == 200
+        answers += batch_acks(reply, "the batch", [None] * 200)
+    answers += await client.produce_batch(CHANNEL, [b"c%d" % i for i in range(50)])
+    read = client.consume(CHANNEL, policy("all"), limit=len(answers), timeout=5, appended_only=True)
+    log = [(m.message_id, m.message_id_text, m.time_tick) async for m in read]
+    assert log == [(a.message_id, a.message_id_text, a.time_tick) for a in answers]
 
 
-async def test_a_batch_with_a_failed_message_is_answered_per_message() -> None:
+async def test_a_batch_with_a_failed_message_is_answered_per_message(
+    node: tuple[NodeClient, pb_grpc.StreamingNodeStub],
+) -> None:
     """An independent batch with an invalid message asks for runs and gets results:
     its error is in band, the others are acknowledged."""
-    store = MemoryLogStore()
-    async with (
-        memory_node(1, store, CounterSource()) as (address, _),
-        NodeClient(address, tracing=False) as client,
-        grpc.aio.insecure_channel(address) as raw,
-    ):
-        await client.assign(CHANNEL)
-        request = pb.ProduceBatchRequest(pchannel=CHANNEL, compact=True, independent=True)
-        request.messages.extend(
-            [
-                pb.Message(type="t", payload=b"ok-0"),
-                pb.Message(type="é" * 40_000, payload=b"bad"),  # a type over 65,535 bytes
-                pb.Message(type="t", payload=b"ok-2"),
-            ]
-        )
-        reply = await pb_grpc.StreamingNodeStub(raw).ProduceBatch(request)
-        assert not reply.runs
-        assert [r.HasField("error") for r in reply.results] == [False, True, False]
-        assert reply.results[1].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    _, stub = node
+    request = pb.ProduceBatchRequest(pchannel=CHANNEL, compact=True, independent=True)
+    request.messages.extend(
+        [
+            pb.Message(type="t", payload=b"ok-0"),
+            pb.Message(type="é" * 40_000, payload=b"bad"),  # a type over 65,535 bytes
+            pb.Message(type="t", payload=b"ok-2"),
+        ]
+    )
+    reply = await stub.ProduceBatch(request)
+    assert not reply.runs
+    assert [r.HasField("error") for r in reply.results] == [False, True, False]
+    assert reply.results[1].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
