@@ -57,6 +57,15 @@ class MemoryMessageId(MessageId):
     def in_pack(self, index: int) -> MemoryMessageId:
         return MemoryMessageId(self.offset, index)
 
+    def follows_in_entry(self, previous: MessageId) -> bool:
+        """Same offset, index one more (the 12-byte form ends with it)."""
+        return (
+            type(previous) is MemoryMessageId
+            and previous.index >= 0
+            and self.index == previous.index + 1
+            and self.offset == previous.offset
+        )
+
     def to_bytes(self) -> bytes:
         if self.index < 0:
             return _ID_FORMAT.pack(self.offset)

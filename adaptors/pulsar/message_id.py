@@ -46,6 +46,16 @@ class PulsarMessageId(MessageId):
             )
         return PulsarMessageId(self.ledger, self.entry, index)
 
+    def follows_in_entry(self, previous: MessageId) -> bool:
+        """Same ledger and entry, batch index one more (the byte form ends with it)."""
+        return (
+            type(previous) is PulsarMessageId
+            and previous.batch_index >= 0
+            and self.batch_index == previous.batch_index + 1
+            and self.entry == previous.entry
+            and self.ledger == previous.ledger
+        )
+
     def to_pulsar(self) -> pulsar.MessageId:
         return pulsar.MessageId(-1, self.ledger, self.entry, self.batch_index)
 

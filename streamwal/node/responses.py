@@ -8,6 +8,7 @@ answers) in the servicer, which maps them (:func:`~streamwal.node.servicer.grpc_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from streamwal.errors import InvalidInputError, StreamwalError
@@ -21,6 +22,7 @@ from streamwal.wal.retention_contract import RetentionState, time_tick_lag_ms
 
 __all__ = [
     "MAX_BATCH_MESSAGES",
+    "compact_batch_response",
     "delivery_policy",
     "frame_bounds",
     "independent_messages",
@@ -163,6 +165,40 @@ def produce_response(
     answer.message_id_text = str(message_id)
     answer.time_tick = result.time_tick
     return answer
+
+
+def compact_batch_response(results: Sequence[AppendResult]) -> pb.ProduceBatchResponse:
+    """A batch that landed whole, answered in runs (``PackRun``): one id, its text and
+    a time tick per run of messages that follow each other in one entry with
+    consecutive time ticks, instead of a ``ProduceResponse`` per message. Runs are cut
+    wherever an id or a tick does not follow, so the client's expansion is exact
+    whatever the packs and the allocator did."""
+    frame = pb.ProduceBatchResponse()
+    add = frame.runs.add
+    run: pb.PackRun | None = None
+    count = 0
+    previous: MessageId | None = None
+    previous_tick = 0
+    for message_id, time_tick in results:
+        if (
+            previous is not None
+            and time_tick == previous_tick + 1
+            and message_id.follows_in_entry(previous)
+        ):
+            count += 1
+        else:
+            if run is not None:
+                run.count = count
+            run = add(
+                first_message_id=message_id.to_bytes(),
+                first_message_id_text=str(message_id),
+                first_time_tick=time_tick,
+            )
+            count = 1
+        previous, previous_tick = message_id, time_tick
+    if run is not None:
+        run.count = count
+    return frame
 
 
 def retention_response(state: RetentionState, latest: int) -> pb.GetRetentionResponse:

@@ -61,6 +61,7 @@ from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.read_ahead import ReadAhead
 from streamwal.node.responses import (
+    compact_batch_response,
     delivery_policy,
     frame_bounds,
     independent_messages,
@@ -152,8 +153,15 @@ def _append_error(exc: BaseException) -> pb.ProduceResponse:
     )
 
 
-def _batch_response(results: list[AppendResult | StreamwalError]) -> pb.ProduceBatchResponse:
-    """One answer per message, each filled where the frame adds it."""
+def _batch_response(
+    results: list[AppendResult | StreamwalError], compact: bool = False
+) -> pb.ProduceBatchResponse:
+    """One answer per message, each filled where the frame adds it; in runs instead
+    (``compact``, asked by the request) when every message landed."""
+    if compact:
+        landed = [r for r in results if type(r) is AppendResult]
+        if len(landed) == len(results):
+            return compact_batch_response(landed)
     frame = pb.ProduceBatchResponse()
     add = frame.results.add
     for r in results:
@@ -304,7 +312,8 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         if request.independent:
             return await self._append_separately(wal, request)
         msgs = messages_of(request)
-        return _batch_response(await self._append_many(wal, request.pchannel, msgs))
+        results = await self._append_many(wal, request.pchannel, msgs)
+        return _batch_response(results, request.compact)
 
     async def _append_many(
         self, wal: WAL, pchannel: str, msgs: list[MutableMessage]
@@ -337,7 +346,8 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
             results.append(None)
             valid.append(msg)
         landed = iter(await self._append_many(wal, request.pchannel, valid) if valid else ())
-        return _batch_response([r if r is not None else next(landed) for r in results])
+        answers = [r if r is not None else next(landed) for r in results]
+        return _batch_response(answers, request.compact)
 
     # ---- consume --------------------------------------------------------------------
     async def Consume(

@@ -7,6 +7,12 @@ one after the other, in the order declared in :mod:`streamwal.wal.interceptors.c
 published to them the same way, once. Hooks are synchronous, so a listener sees the
 log exactly as far as the sequencer has released it, and must not raise: one that does
 is logged and the others are still told.
+
+The messages of one pack (one log entry) are released together: a listener with an
+``on_persisted_many(msgs)`` hook is told of them in one call, in log order, which
+saves it the per-message work that can be done once per pack (a clock read, waking
+readers, evicting); one without it gets ``on_persisted`` for each. Either way it sees
+every message, one after the other.
 """
 
 from __future__ import annotations

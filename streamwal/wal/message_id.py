@@ -40,6 +40,15 @@ class MessageId(ABC):
         messages inside it (it already names a part of an entry)."""
         raise DecodeError(f"{type(self).__name__} {self} cannot address messages of a pack")
 
+    def follows_in_entry(self, previous: MessageId) -> bool:
+        """Whether this id names the message right after ``previous`` inside one entry
+        (same entry, index one more). Its byte form is then ``previous``'s with the
+        trailing 4-byte big-endian index one more, and its text ``previous``'s with the
+        part after the last ``:`` one more: a compact ``ProduceBatchResponse`` sends one
+        id per run of such messages (``streaming.proto``, ``PackRun``). ``False`` unless
+        a backend's ids are laid out that way."""
+        return False
+
     def _check(self, other: object) -> MessageId:
         if not isinstance(other, MessageId):
             raise BackendMismatchError(f"cannot compare {type(self).__name__} with {other!r}")

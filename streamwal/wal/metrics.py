@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -177,21 +177,19 @@ def append_durations() -> Iterator[tuple[str, list[int], float]]:
 
 
 def record_append_batch(
-    channel: str, sizes: Iterable[int], outcomes: Iterable[str], seconds: float
+    channel: str, landed: int, landed_bytes: int, failed: Mapping[str, int], seconds: float
 ) -> None:
-    """A batch's messages counted one by one (as :func:`record_append` counts them), and
-    one latency sample for the batch when all of it landed."""
-    all_ok = True
-    landed = 0
-    for size, outcome in zip(sizes, outcomes, strict=True):
+    """A batch's messages counted (as :func:`record_append` counts them, by outcome:
+    ``landed`` ok with ``landed_bytes`` of payload, ``failed`` by outcome) in one update,
+    and one latency sample for the batch when all of it landed."""
+    if landed:
+        key = (channel, "ok")
+        _append_counts[key] = _append_counts.get(key, 0) + landed
+        _append_byte_counts[channel] = _append_byte_counts.get(channel, 0) + landed_bytes
+    for outcome, count in failed.items():
         key = (channel, outcome)
-        _append_counts[key] = _append_counts.get(key, 0) + 1
-        if outcome == "ok":
-            landed += size
-        else:
-            all_ok = False
-    _append_byte_counts[channel] = _append_byte_counts.get(channel, 0) + landed
-    if all_ok:
+        _append_counts[key] = _append_counts.get(key, 0) + count
+    if not failed:
         _append_batch_duration.record(seconds, _attrs(channel))
 
 

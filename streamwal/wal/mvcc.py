@@ -9,6 +9,7 @@ flight any more.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from streamwal.errors import ChannelFencedError
@@ -58,6 +59,18 @@ class MVCCManager:
             self._pchannel = VChannelMVCC(msg.time_tick, confirmed=False)
             self._vchannels.clear()
 
+    def update_many(self, msgs: Sequence[ImmutableMessage]) -> None:
+        """:meth:`update` for the messages of one pack, in log order."""
+        vchannels = self._vchannels
+        for msg in msgs:
+            if msg.type is MessageType.TIME_TICK:
+                self.sync(msg.time_tick)
+            elif msg.vchannel:
+                vchannels[msg.vchannel] = VChannelMVCC(msg.time_tick, confirmed=False)
+            else:
+                self._pchannel = VChannelMVCC(msg.time_tick, confirmed=False)
+                vchannels.clear()
+
     def sync(self, time_tick: int) -> None:
         """A time tick: every vchannel is confirmed up to ``time_tick``."""
         if time_tick < self._pchannel.time_tick:
@@ -67,6 +80,7 @@ class MVCCManager:
 
     # the listener hooks are the methods themselves: one call less per append
     on_persisted = update
+    on_persisted_many = update_many
     on_time_tick = sync
 
     def on_fenced(self, error: ChannelFencedError) -> None:

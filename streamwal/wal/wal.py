@@ -426,17 +426,23 @@ class WAL(_Readable):
         started = time.perf_counter()
         outcomes = await self._chain.append_many(batch)
         seconds = time.perf_counter() - started
-        record_append_batch(
-            self._channel,
-            [len(msg.payload) for msg in batch],
-            [_outcome_label(outcome) for outcome in outcomes],
-            seconds,
-        )
-        results = [o for o in outcomes if isinstance(o, AppendResult)]
+        results = [o for o in outcomes if type(o) is AppendResult]
+        if len(results) == len(outcomes):  # the usual case: one count for the batch
+            nbytes = sum(map(len, [msg.payload for msg in batch]))
+            record_append_batch(self._channel, len(batch), nbytes, {}, seconds)
+            self._acknowledged()
+            return results
+        failed: dict[str, int] = {}
+        nbytes = 0
+        for msg, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, AppendResult):
+                nbytes += len(msg.payload)
+            else:
+                label = _outcome_label(outcome)
+                failed[label] = failed.get(label, 0) + 1
+        record_append_batch(self._channel, len(results), nbytes, failed, seconds)
         if results:
             self._acknowledged()
-        if len(results) == len(outcomes):
-            return results
         quota = next((o for o in outcomes if isinstance(o, QuotaExceededError)), None)
         if quota is not None and isinstance(self._backend, QuotaExplainer):
             why = str(await self._backend.explain_quota(quota))  # one look-up per batch

@@ -18,7 +18,7 @@ import bisect
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from opentelemetry import metrics
@@ -120,6 +120,35 @@ class WriteAheadBuffer:
         """Add a persisted message (log order; ignored once sealed)."""
         self._add(BufferEntry(msg.time_tick, msg, msg.estimated_size, self._clock()))
 
+    def append_many(self, msgs: Sequence[ImmutableMessage]) -> None:
+        """:meth:`append` for the messages of one pack, in log order: one clock read,
+        one eviction round and one wake-up of the readers for all of them. A message
+        whose time tick is not above the last is left out and raises, after the
+        others are in (as appending them one by one would have)."""
+        if self._sealed:
+            return
+        now = self._clock()
+        entries = self._entries
+        last = entries[-1].time_tick
+        size = self._size
+        refused: InvalidInputError | None = None
+        for msg in msgs:
+            time_tick = msg.time_tick
+            if time_tick <= last:
+                refused = refused or InvalidInputError(
+                    f"buffer of {self.channel!r}: time tick {time_tick} is not above {last}"
+                )
+                continue
+            entry_size = msg.estimated_size
+            entries.append(BufferEntry(time_tick, msg, entry_size, now))
+            size += entry_size
+            last = time_tick
+        self._size = size
+        self.evict()
+        self._notify()
+        if refused is not None:
+            raise refused
+
     def append_time_tick(self, time_tick: int) -> None:
         """Add an in-memory time tick: no persisted message at or below it is still to come."""
         self._add(BufferEntry(time_tick, None, _TICK_SIZE, self._clock()))
@@ -161,6 +190,7 @@ class WriteAheadBuffer:
 
     # the listener hooks are the methods themselves: one call less per append
     on_persisted = append
+    on_persisted_many = append_many
     on_time_tick = append_time_tick
 
     def on_fenced(self, error: ChannelFencedError) -> None:

@@ -17,6 +17,9 @@ from streamwal.node.client import (
     policy,
     write_outcome,
 )
+from streamwal.node.client.answers import batch_acks
+from streamwal.node.proto import streaming_pb2 as pb
+from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess, running
 
@@ -82,6 +85,35 @@ async def test_batches_land_in_order_and_are_read_back_in_frames(
             if len(single) == len(data):
                 break
         assert single == data
+
+
+async def test_the_compact_and_the_per_message_answers_give_the_log_s_ids_and_ticks(
+    node: NodeProcess, channel: str
+) -> None:
+    """On Pulsar, with packs: batches asked in runs and batches asked per message,
+    interleaved, each expanded by the client to the ids, texts and ticks a reader
+    gets back from the log; a run stands for many messages."""
+    async with NodeClient(node.address) as client, grpc.aio.insecure_channel(node.address) as raw:
+        await client.assign(channel)
+        stub = pb_grpc.StreamingNodeStub(raw)
+        answers: list[Acked] = []
+        runs = 0
+        for batch, compact in enumerate((True, False, True, False)):
+            request = pb.ProduceBatchRequest(pchannel=channel, compact=compact)
+            request.messages.extend(
+                [pb.Message(type="insert", payload=b"%d-%03d" % (batch, i)) for i in range(150)]
+            )
+            reply = await stub.ProduceBatch(request)
+            expected = (0, True) if compact else (150, False)
+            assert (len(reply.results), bool(reply.runs)) == expected
+            runs += len(reply.runs)
+            answers += batch_acks(reply, "the batch", [None] * 150)
+        assert runs < 300 / 10  # 300 messages in runs: far fewer runs than messages
+        frames = await _read_data(client, channel, len(answers))
+        data = [m for frame in frames for m in frame if m.type != "TimeTick"]
+        assert [(m.message_id, m.message_id_text, m.time_tick) for m in data] == [
+            (a.message_id, a.message_id_text, a.time_tick) for a in answers
+        ]
 
 
 async def test_a_partial_batch_names_what_landed_and_invalid_input_writes_nothing(

@@ -40,7 +40,7 @@ def test_batch_read_and_channel_targets() -> None:
     results = {
         "pipelined": {
             "cells": [
-                {"payload_bytes": 128, "wal_vs_raw_ratio": 0.85, "node_vs_raw_ratio": 0.5},
+                {"payload_bytes": 128, "wal_vs_raw_ratio": 3.1, "node_vs_raw_ratio": 1.9},
                 {"payload_bytes": 4096, "wal_vs_raw_ratio": 0.1, "node_vs_raw_ratio": 0.1},
             ]
         },

@@ -16,6 +16,7 @@ from streamwal.errors import (
     WriteOutcome,
 )
 from streamwal.wal import WAL
+from streamwal.wal.interceptors import AppendResult
 from streamwal.wal.interceptors.idempotence import IdempotenceInterceptor, ProducerTable
 from streamwal.wal.message import MessageType, MutableMessage, decode
 from tests.wal.testkit import OpenOwner, fast_config, log_messages
@@ -229,3 +230,42 @@ async def test_a_new_owner_reads_only_the_logs_tail(
     assert _copies(store, channel, 0, producer=2) == 1
     await new.append(_msg(0, producer=1))
     assert _copies(store, channel, 0, producer=1) == 2
+
+
+def test_a_run_of_new_sequences_is_decided_at_once_and_a_known_one_is_not() -> None:
+    """``begin_range`` reserves a run only when every sequence of it is new and inside
+    the window; otherwise it reserves nothing and each is decided on its own."""
+    table = ProducerTable(window=8, max_producers=10)
+
+    async def run() -> None:
+        assert table.begin_range(1, 0, 4)
+        producer = table.get(1)
+        assert producer is not None and producer.next_seq == 4
+        assert (await _pending_of(table, 1, 2)) is not None  # in flight: a retry waits
+        results = [AppendResult(MemoryMessageId(9, i), 100 + i) for i in range(4)]
+        table.finish_range(1, 0, results)
+        assert table.decide(1, 2).result == results[2]
+        assert not table.begin_range(1, 3, 2)  # 3 is known: nothing reserved
+        assert producer.next_seq == 4 and 4 not in producer.in_flight
+        assert not table.begin_range(1, 4, 9)  # its tail is a window ahead
+        assert table.begin_range(1, 6, 6)  # skips 4 and 5, as one append may
+        assert producer.next_seq == 12
+
+    asyncio.run(run())
+
+
+async def _pending_of(table: ProducerTable, producer_id: int, seq: int) -> object:
+    return table.decide(producer_id, seq).pending
+
+
+async def test_a_batch_numbered_as_one_run_lands_once_and_its_retry_is_answered(
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str
+) -> None:
+    wal = await open_owner()
+    batch = [_msg(seq) for seq in range(10, 20)]
+    first = await wal.append_many(batch)
+    entries = len(store.entries(channel))
+    assert await wal.append_many(batch) == first  # the whole run again: the first results
+    assert await wal.append_many(batch[3:6]) == first[3:6]
+    assert len(store.entries(channel)) == entries
+    assert all(_copies(store, channel, seq) == 1 for seq in range(10, 20))

@@ -11,7 +11,9 @@ medians:
 - ``wal``: ``callers`` tasks each appending batches of ``batch`` messages with
   :meth:`~streamwal.wal.WAL.append_many`, in this process;
 - ``node``: ``callers`` tasks each sending ``ProduceBatch`` calls of ``batch`` messages to
-  a node in a child process (:mod:`streamwal_lab.bench.node_process`; its tracing on).
+  a node in a child process (:mod:`streamwal_lab.bench.node_process`; its tracing on),
+  answered in the compact form (a run per pack, expanded by the client, as
+  :meth:`~streamwal.node.client.NodeClient.produce_batch` asks for it).
 
 Batch latency (``batch_p50_ms``, ``batch_p99_ms``) is the time one batch call takes.
 ``pack_appends`` is the WAL's and the node's ``wal.pack_appends`` (off: one entry per

@@ -156,9 +156,9 @@ def _pipelined(result: dict[str, Any]) -> list[Target]:
     cell = cells[0]
     return [
         _check("pipelined", "batch appends WAL/raw send_async, 128 B",
-               cell["wal_vs_raw_ratio"], ">=", 0.8),
+               cell["wal_vs_raw_ratio"], ">=", 3.0),
         _check("pipelined", "batch produce node/raw send_async, 128 B",
-               cell["node_vs_raw_ratio"], ">=", 0.8),
+               cell["node_vs_raw_ratio"], ">=", 2.0),
     ]  # fmt: skip
 
 

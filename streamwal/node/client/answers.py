@@ -8,13 +8,14 @@ errors of failed calls are :mod:`streamwal.node.client_errors`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from streamwal.errors import StreamwalError, WriteOutcome
+from streamwal.errors import DecodeError, StreamwalError, WriteOutcome
 from streamwal.node.outcome import in_band_error, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 
@@ -25,13 +26,17 @@ __all__ = [
     "acked_of",
     "batch_acks",
     "consumed_from",
+    "expand_runs",
     "grpc_code_of",
     "number_at",
     "numbers_of",
 ]
 
+#: the trailing index of a message id inside an entry (PackRun in streaming.proto)
+_INDEX = struct.Struct(">i")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class Acked:
     """An acknowledged append: what a client records to check the log later."""
 
@@ -84,9 +89,7 @@ class BatchProduceError(StreamwalError):
 
 
 def acked_of(r: pb.ProduceResponse, numbers: tuple[int, int] | None) -> Acked:
-    if numbers is None:
-        return Acked(r.message_id, r.message_id_text, r.time_tick)
-    return Acked(r.message_id, r.message_id_text, r.time_tick, numbers[0], numbers[1])
+    return _acked(r.message_id, r.message_id_text, r.time_tick, numbers)
 
 
 def number_at(numbers: list[tuple[int, int] | None], index: int) -> tuple[int, int] | None:
@@ -100,9 +103,68 @@ def numbers_of(request: pb.ProduceBatchRequest) -> list[tuple[int, int] | None]:
     return [(request.producer_id, first + i) for i in range(len(request.messages))]
 
 
+def expand_runs(
+    runs: Iterable[pb.PackRun], numbers: list[tuple[int, int] | None]
+) -> list[Acked]:
+    """The per-message acknowledgements a compact answer stands for (``PackRun`` in
+    ``streaming.proto``: message k of a run has the first's id with its trailing
+    index plus k, and its time tick plus k). :class:`~streamwal.errors.DecodeError`
+    for a run that cannot be expanded (its id has no index to count on from)."""
+    acked: list[Acked] = []
+    for run in runs:
+        first, text, tick, count = (
+            run.first_message_id,
+            run.first_message_id_text,
+            run.first_time_tick,
+            run.count,
+        )
+        if count == 1:
+            acked.append(_acked(first, text, tick, number_at(numbers, len(acked))))
+            continue
+        colon = text.rfind(":")
+        if count < 1 or len(first) < _INDEX.size or colon < 0:
+            raise DecodeError(f"a run of {count} from {text!r}: cannot be expanded")
+        head, text_head = first[: -_INDEX.size], text[: colon + 1]
+        (index,) = _INDEX.unpack_from(first, len(first) - _INDEX.size)
+        pack = _INDEX.pack
+        for k in range(count):
+            acked.append(
+                _acked(
+                    head + pack(index + k),
+                    f"{text_head}{index + k}",
+                    tick + k,
+                    number_at(numbers, len(acked)),
+                )
+            )
+    return acked
+
+
+def _acked(
+    message_id: bytes, text: str, time_tick: int, numbers: tuple[int, int] | None
+) -> Acked:
+    """Built through the slots, as :func:`consumed_from` builds a message read: the
+    frozen dataclass's ``__init__`` costs a run's expansion more than the rest of it."""
+    acked = _new_acked(Acked)
+    _set_acked_id(acked, message_id)
+    _set_acked_text(acked, text)
+    _set_acked_tick(acked, time_tick)
+    producer_id, sequence = (None, None) if numbers is None else numbers
+    _set_acked_producer(acked, producer_id)
+    _set_acked_sequence(acked, sequence)
+    return acked
+
+
 def batch_acks(
     response: pb.ProduceBatchResponse, which: str, numbers: list[tuple[int, int] | None]
 ) -> list[Acked]:
+    """A batch's acknowledgements, from either answer form (runs when every message
+    landed and the request asked for them, else one result per message); raises
+    :class:`BatchProduceError` when a message failed."""
+    if response.runs:
+        acked = expand_runs(response.runs, numbers)
+        if len(acked) != len(numbers):
+            raise DecodeError(f"{which}: runs of {len(acked)} messages for {len(numbers)}")
+        return acked
     results: list[Acked | grpc.aio.AioRpcError] = []
     for i, r in enumerate(response.results):
         if r.HasField("error"):
@@ -125,9 +187,17 @@ def grpc_code_of(exc: BaseException) -> grpc.StatusCode | None:
     return None
 
 
-def _slot_setter(name: str) -> Callable[[Consumed, Any], None]:
-    setter: Callable[[Consumed, Any], None] = Consumed.__dict__[name].__set__
+def _slot_setter(name: str, kind: type = Consumed) -> Callable[[Any, Any], None]:
+    setter: Callable[[Any, Any], None] = kind.__dict__[name].__set__
     return setter
+
+
+_new_acked = object.__new__
+_set_acked_id = _slot_setter("message_id", Acked)
+_set_acked_text = _slot_setter("message_id_text", Acked)
+_set_acked_tick = _slot_setter("time_tick", Acked)
+_set_acked_producer = _slot_setter("producer_id", Acked)
+_set_acked_sequence = _slot_setter("sequence", Acked)
 
 
 _new_consumed = object.__new__

@@ -77,8 +77,15 @@ class Numbering:
 def batch_request(
     pchannel: str, payloads: Sequence[bytes], type: str, vchannel: str
 ) -> pb.ProduceBatchRequest:
-    request = pb.ProduceBatchRequest(pchannel=pchannel)
+    """A batch asking for the compact answer (runs; :func:`~.answers.batch_acks`
+    reads both forms): one ``PackRun`` per pack instead of a ``ProduceResponse`` per
+    message saves the node and the client most of a batch's answer."""
+    request = pb.ProduceBatchRequest(pchannel=pchannel, compact=True)
     add = request.messages.add
-    for payload in payloads:
-        add(type=type, payload=payload, vchannel=vchannel)
+    for payload in payloads:  # field by field: keywords cost about half as much again
+        message = add()
+        message.type = type
+        message.payload = payload
+        if vchannel:
+            message.vchannel = vchannel
     return request

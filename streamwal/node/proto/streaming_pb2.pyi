@@ -62,24 +62,40 @@ class ProduceResponse(_message.Message):
     def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., error: _Optional[_Union[AppendError, _Mapping]] = ...) -> None: ...
 
 class ProduceBatchRequest(_message.Message):
-    __slots__ = ("pchannel", "messages", "producer_id", "first_sequence", "independent")
+    __slots__ = ("pchannel", "messages", "producer_id", "first_sequence", "independent", "compact")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     INDEPENDENT_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     producer_id: int
     first_sequence: int
     independent: bool
-    def __init__(self, pchannel: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_id: _Optional[int] = ..., first_sequence: _Optional[int] = ..., independent: _Optional[bool] = ...) -> None: ...
+    compact: bool
+    def __init__(self, pchannel: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_id: _Optional[int] = ..., first_sequence: _Optional[int] = ..., independent: _Optional[bool] = ..., compact: _Optional[bool] = ...) -> None: ...
+
+class PackRun(_message.Message):
+    __slots__ = ("first_message_id", "first_message_id_text", "first_time_tick", "count")
+    FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_ID_TEXT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TIME_TICK_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    first_message_id: bytes
+    first_message_id_text: str
+    first_time_tick: int
+    count: int
+    def __init__(self, first_message_id: _Optional[bytes] = ..., first_message_id_text: _Optional[str] = ..., first_time_tick: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class ProduceBatchResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "runs")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ProduceResponse]
-    def __init__(self, results: _Optional[_Iterable[_Union[ProduceResponse, _Mapping]]] = ...) -> None: ...
+    runs: _containers.RepeatedCompositeFieldContainer[PackRun]
+    def __init__(self, results: _Optional[_Iterable[_Union[ProduceResponse, _Mapping]]] = ..., runs: _Optional[_Iterable[_Union[PackRun, _Mapping]]] = ...) -> None: ...
 
 class AppendError(_message.Message):
     __slots__ = ("code", "message", "outcome")

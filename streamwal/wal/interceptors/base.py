@@ -110,13 +110,16 @@ class Sink(Protocol):
     (``sink.fence.set(error)``), and whoever must know whether appends may go on asks it
     rather than keep a flag of its own; the log listeners are told through
     :meth:`~streamwal.wal.listener.LogListener.on_fenced`. ``publish`` and
-    ``publish_time_tick`` tell every log listener, in the declared order.
+    ``publish_time_tick`` tell every log listener, in the declared order;
+    ``publish_many`` tells them of the messages of one pack, in log order, at once.
     """
 
     @property
     def fence(self) -> Fence: ...
 
     def publish(self, msg: ImmutableMessage) -> None: ...
+
+    def publish_many(self, msgs: Sequence[ImmutableMessage]) -> None: ...
 
     def publish_time_tick(self, time_tick: int) -> None: ...
 
@@ -160,6 +163,13 @@ class InterceptorBase:
 
     def on_persisted(self, msg: ImmutableMessage) -> None:
         return None
+
+    def on_persisted_many(self, msgs: Sequence[ImmutableMessage]) -> None:
+        """The messages of one pack (:mod:`streamwal.wal.listener`): ``on_persisted``
+        for each unless an interceptor does better."""
+        on_persisted = self.on_persisted
+        for msg in msgs:
+            on_persisted(msg)
 
     def on_time_tick(self, time_tick: int) -> None:
         return None

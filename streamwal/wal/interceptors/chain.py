@@ -81,6 +81,10 @@ class InterceptorChain:
             for listener in listeners
             if _has_hook(listener, "on_persisted")
         ]
+        self._on_persisted_many = [
+            (listener, getattr(listener, "on_persisted_many", None) or _each(on_persisted))
+            for listener, on_persisted in self._on_persisted
+        ]
         self._on_time_tick = [
             (listener, listener.on_time_tick)
             for listener in listeners
@@ -155,6 +159,17 @@ class InterceptorChain:
             except Exception:
                 _log.exception("channel %s: %r failed on %s", self._channel, listener, msg)
 
+    def publish_many(self, msgs: Sequence[ImmutableMessage]) -> None:
+        """Tell every log listener that the messages of one pack are persisted, in
+        listener order, each listener all of them at once (in log order)."""
+        for listener, on_persisted_many in self._on_persisted_many:
+            try:
+                on_persisted_many(msgs)
+            except Exception:
+                _log.exception(
+                    "channel %s: %r failed on a pack from %s", self._channel, listener, msgs[0]
+                )
+
     def publish_time_tick(self, time_tick: int) -> None:
         """Tell every log listener of an in-memory time tick, in listener order."""
         for listener, on_time_tick in self._on_time_tick:
@@ -175,6 +190,22 @@ class InterceptorChain:
             except Exception:
                 _log.exception("channel %s: closing %r failed", self._channel, interceptor)
         self._buffer.seal()
+
+
+def _each(
+    on_persisted: Callable[[ImmutableMessage], None],
+) -> Callable[[Sequence[ImmutableMessage]], None]:
+    """A listener without a hook for a pack: told of its messages one by one (one that
+    fails on a message is logged, and told of the next)."""
+
+    def each(msgs: Sequence[ImmutableMessage]) -> None:
+        for msg in msgs:
+            try:
+                on_persisted(msg)
+            except Exception:
+                _log.exception("%r failed on %s", on_persisted, msg)
+
+    return each
 
 
 def _has_hook(listener: LogListener, hook: str) -> bool:

@@ -114,6 +114,9 @@ class IdempotenceInterceptor(InterceptorBase):
     def on_persisted(self, msg: ImmutableMessage) -> None:
         self._last_id = msg.message_id
 
+    def on_persisted_many(self, msgs: Sequence[ImmutableMessage]) -> None:
+        self._last_id = msgs[-1].message_id
+
     async def _after_rebuild(self) -> None:
         """Wait for the rebuild, in arrival order: appends that waited pass one after the
         other, and one arriving while any of them has not passed yet queues behind them
@@ -175,8 +178,32 @@ class IdempotenceInterceptor(InterceptorBase):
         """A batch of numbered messages none of which this owner has seen, persisted
         back to back; ``None`` (nothing done) if any is a duplicate, in flight, of
         unknown outcome, refused or repeated within the batch: the caller then takes
-        the batch one message at a time through the chain, which handles each case."""
+        the batch one message at a time through the chain, which handles each case.
+
+        A batch numbered as one run (one producer, consecutive sequences: what a node's
+        ``ProduceBatch`` carries) past every sequence the producer's window knows is
+        decided in one step for the whole run, and recorded in one when it all landed.
+        """
         await self._after_rebuild()
+        run = _run_of(msgs)
+        if run is not None and self._table.begin_range(run[0], run[1], len(msgs)):
+            numbers = [(run[0], run[1] + i) for i in range(len(msgs))]
+        else:
+            decided = self._decide_each(msgs)
+            if decided is None:
+                return None
+            numbers, run = decided, None
+        sent_after = self._last_id
+        outcomes: list[AppendResult | StreamwalError] | None = None
+        try:
+            outcomes = await back_to_back(msgs)
+            return outcomes
+        finally:
+            self._finish(numbers, outcomes, sent_after, run)
+
+    def _decide_each(self, msgs: Sequence[MutableMessage]) -> list[tuple[int, int]] | None:
+        """Each message decided on its own and, if all are new, reserved (``None``:
+        nothing reserved; see :meth:`append_new_batch`)."""
         numbers: list[tuple[int, int]] = []
         for msg in msgs:
             producer_id, seq = msg.producer_id, msg.sequence
@@ -196,20 +223,30 @@ class IdempotenceInterceptor(InterceptorBase):
             return None
         for producer_id, seq in numbers:  # no await since decide: still all new
             self._table.begin(producer_id, seq)
-        sent_after = self._last_id
-        outcomes: list[AppendResult | StreamwalError] | None = None
-        try:
-            outcomes = await back_to_back(msgs)
-            return outcomes
-        finally:
-            for index, (producer_id, seq) in enumerate(numbers):
-                outcome = None if outcomes is None else outcomes[index]
-                if isinstance(outcome, AppendResult):
-                    self._table.finish(producer_id, seq, outcome)
-                elif outcome is None or outcome_of(outcome) is WriteOutcome.UNKNOWN:
-                    self._table.finish(producer_id, seq, None, sent_after)
-                else:
-                    self._table.finish(producer_id, seq, None)
+        return numbers
+
+    def _finish(
+        self,
+        numbers: list[tuple[int, int]],
+        outcomes: list[AppendResult | StreamwalError] | None,
+        sent_after: MessageId,
+        run: tuple[int, int] | None,
+    ) -> None:
+        """Record where each message of a batch landed (or that it did not, or that it
+        may have: looked up from ``sent_after`` when retried)."""
+        if run is not None and outcomes is not None:
+            landed = [o for o in outcomes if type(o) is AppendResult]
+            if len(landed) == len(outcomes):
+                self._table.finish_range(run[0], run[1], landed)
+                return
+        for index, (producer_id, seq) in enumerate(numbers):
+            outcome = None if outcomes is None else outcomes[index]
+            if isinstance(outcome, AppendResult):
+                self._table.finish(producer_id, seq, outcome)
+            elif outcome is None or outcome_of(outcome) is WriteOutcome.UNKNOWN:
+                self._table.finish(producer_id, seq, None, sent_after)
+            else:
+                self._table.finish(producer_id, seq, None)
 
     async def _look_up(self, producer_id: int, seq: int, after: MessageId) -> AppendResult | None:
         """Where an earlier attempt of ``seq`` landed, if it did. Raises
@@ -239,3 +276,18 @@ class IdempotenceInterceptor(InterceptorBase):
             self._rebuild.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._rebuild
+
+
+def _run_of(msgs: Sequence[MutableMessage]) -> tuple[int, int] | None:
+    """(producer id, first sequence) of a batch numbered as one run outside any
+    transaction, else ``None``."""
+    head = msgs[0]
+    producer_id, first = head.producer_id, head.sequence
+    if producer_id is None or first is None:
+        return None
+    for index, msg in enumerate(msgs):
+        if msg.txn_id is not None:
+            return None
+        if msg.producer_id != producer_id or msg.sequence != first + index:
+            return None
+    return producer_id, first

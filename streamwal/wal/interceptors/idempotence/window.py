@@ -121,6 +121,31 @@ class ProducerTable:
         if seq >= producer.next_seq:
             producer.next_seq = seq + 1
 
+    def begin_range(self, producer_id: int, first: int, count: int) -> bool:
+        """:meth:`decide` and :meth:`begin` for ``first .. first + count - 1`` at once,
+        when the decision is the same for all: each is new (at or past the next sequence
+        expected: every sequence this table knows of is below it) and none is a
+        window ahead. ``False``: nothing reserved, decide each on its own."""
+        producer = self._touch(producer_id, first)
+        if first < producer.next_seq or first + count > producer.next_seq + self._window:
+            return False
+        producer.in_flight.update(dict.fromkeys(range(first, first + count)))
+        producer.next_seq = first + count
+        return True
+
+    def finish_range(self, producer_id: int, first: int, results: list[AppendResult]) -> None:
+        """:meth:`finish` for a range :meth:`begin_range` reserved, every one landed."""
+        producer = self._producers.get(producer_id)
+        if producer is None:  # expired meanwhile: remember it again
+            producer = self._touch(producer_id, first + len(results))
+        in_flight, acked = producer.in_flight, producer.acked
+        for seq, result in enumerate(results, first):
+            future = in_flight.pop(seq, None)
+            acked[seq] = result
+            if future is not None and not future.done():
+                future.set_result(result)
+        producer.trim(self._window)
+
     def finish(
         self,
         producer_id: int,

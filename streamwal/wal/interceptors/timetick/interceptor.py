@@ -164,12 +164,20 @@ class TimeTickInterceptor(InterceptorBase):
                     results.extend([exc] * len(rest))
                     break
                 sent_after = self._sequencer.last_confirmed
-                stamped, refused = await self._writer.write_many(rest)
-                outcomes = [
-                    await self._outcome(f, tick, i, sent_after) for tick, f, i in stamped
-                ]
+                placed, refused = await self._writer.write_many(rest)
+                outcomes: list[AppendResult | StreamwalError] = []
+                whole = refused is None  # every pack landed: no outcome to look through
+                for ticks, future, index in placed:
+                    landed_pack = await self._pack_outcomes(future, ticks, index, sent_after)
+                    if landed_pack is None:
+                        whole = False
+                        landed_pack = await self._settle_each(future, ticks, index, sent_after)
+                    outcomes += landed_pack
+                if whole:
+                    results.extend(outcomes)
+                    continue
                 if refused is not None:
-                    outcomes.extend([refused] * (len(rest) - len(stamped)))
+                    outcomes.extend([refused] * (len(rest) - len(outcomes)))
                 landed = next(
                     (i for i, o in enumerate(outcomes) if isinstance(o, StreamwalError)),
                     len(outcomes),
@@ -189,6 +197,35 @@ class TimeTickInterceptor(InterceptorBase):
             self._active -= 1
             if self._active == 0:
                 self._idle.set()
+
+    async def _pack_outcomes(
+        self,
+        future: asyncio.Future[list[MessageId]],
+        ticks: list[int],
+        index: int,
+        sent_after: MessageId,
+    ) -> list[AppendResult | StreamwalError] | None:
+        """The results of a batch's messages in one pack, its future awaited once;
+        ``None`` if it failed (:meth:`_settle_each` then)."""
+        try:
+            ids = await future
+        except Exception:
+            return None
+        return list(map(AppendResult, ids[index : index + len(ticks)], ticks))
+
+    async def _settle_each(
+        self,
+        future: asyncio.Future[list[MessageId]],
+        ticks: list[int],
+        index: int,
+        sent_after: MessageId,
+    ) -> list[AppendResult | StreamwalError]:
+        """A failed pack's messages, each settled as a single append's (a fenced one
+        may yet be found in the log by its own time tick)."""
+        return [
+            await self._outcome(future, tick, index + k, sent_after)
+            for k, tick in enumerate(ticks)
+        ]
 
     async def _outcome(
         self,

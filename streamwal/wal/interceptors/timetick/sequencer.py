@@ -3,10 +3,11 @@
 Each entry handed to the backend (a pack of one or more messages, log format v2)
 takes a slot, in the order it was handed over, which is the log order. A slot is
 resolved when the backend answers; the resolved slots at the head are then released
-in order: persisted messages are published one by one, each with its id in the pack
-(the pack's last becomes the last-confirmed id of what is allocated next), failed ones
-are dropped, in-memory time ticks are published after everything enqueued before
-them; a failed slot whose outcome is unknown is reported (``on_unknown``: the
+in order: a pack's persisted messages are published together (``publish_many``: each
+log listener is told of all of them in one call, and still sees every one), each with
+its id in the pack (the pack's last becomes the last-confirmed id of what is allocated
+next), failed ones are dropped, in-memory time ticks are published after everything
+enqueued before them; a failed slot whose outcome is unknown is reported (``on_unknown``: the
 write-ahead buffer marks a gap there, so tailing readers look for it in the backend).
 A published time tick T therefore guarantees that every message below T that will
 ever be persisted by this owner has been published (a failed one is retried with a
@@ -171,14 +172,21 @@ class AckSequencer:
                 ids = slot.message_ids
                 if ids is not None:
                     self.last_confirmed = ids[-1]
-                    publish = self._sink.publish
                     confirmed = slot.last_confirmed
                     node_id, term = self._node_id, self._term
-                    for message, message_id, time_tick in zip(
-                        slot.messages, ids, slot.time_ticks, strict=True
-                    ):
-                        publish(
-                            message.persisted_as(message_id, time_tick, confirmed, node_id, term)
+                    if len(ids) == 1:
+                        self._sink.publish(
+                            slot.messages[0].persisted_as(
+                                ids[0], slot.time_tick, confirmed, node_id, term
+                            )
+                        )
+                    else:  # a pack: its listeners are told of it at once
+                        packed = zip(slot.messages, ids, slot.time_ticks, strict=True)
+                        self._sink.publish_many(
+                            [
+                                message.persisted_as(message_id, tick, confirmed, node_id, term)
+                                for message, message_id, tick in packed
+                            ]
                         )
                 elif slot.state is SlotState.IN_MEMORY:
                     self._sink.publish_time_tick(slot.time_tick)

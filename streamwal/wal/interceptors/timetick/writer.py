@@ -46,10 +46,13 @@ from streamwal.wal.message.codec import LOG_FORMAT_V2, encode_stamped
 from streamwal.wal.message.frame import MESSAGE_HEADER, V2_PROPERTIES, encode_pack
 from streamwal.wal.message_id import MessageId
 
-__all__ = ["OrderedWriter", "Stamped", "pack_budget"]
+__all__ = ["OrderedWriter", "Placed", "Stamped", "pack_budget"]
 
 #: a message as stamped: its time tick, the future of its pack's ids, its index in them
 Stamped = tuple[int, "asyncio.Future[list[MessageId]]", int]
+#: messages of a batch placed back to back in one pack: their time ticks, the future of
+#: the pack's ids, the first one's index in them
+Placed = tuple[list[int], "asyncio.Future[list[MessageId]]", int]
 _MESSAGE_OVERHEAD = MESSAGE_HEADER.size
 #: a batch allocates its time ticks as one range below this many (the TSO's logical bits)
 _MAX_RANGE = 1 << 17
@@ -218,37 +221,74 @@ class OrderedWriter:
 
     async def write_many(
         self, msgs: Sequence[MutableMessage]
-    ) -> tuple[list[Stamped], StreamwalError | None]:
+    ) -> tuple[list[Placed], StreamwalError | None]:
         """Stamp and enqueue ``msgs`` in order, back to back: one critical section for
         the batch, so nothing else enters the log between them and their time ticks
         increase in batch order. With packs, they fill as few entries as the pack
         budget allows, and the messages of one pack share one future.
 
-        Returns what was enqueued (a prefix of ``msgs``) and, when stamping stopped
-        early (fenced, closing, the allocator failed), the error for the rest, none of
-        which reached the backend. Cancelling the caller while it waits for an
-        allocation leaves the prefix already enqueued to the backend.
+        Returns what was enqueued (a prefix of ``msgs``), grouped by pack, and, when
+        stamping stopped early (fenced, closing, the allocator failed), the error for
+        the rest, none of which reached the backend. Cancelling the caller while it
+        waits for an allocation leaves the prefix already enqueued to the backend.
         """
-        stamped: list[Stamped] = []
+        placed: list[Placed] = []
         cached = self._allocate_cached
-        shared: tuple[Slot, asyncio.Future[list[MessageId]]] | None = None
+        enqueue = self._enqueue
+        pack: Slot | None = None
+        ticks: list[int] = []
         async with self._lock:
             try:
-                ticks = await self._allocate_range(len(msgs))
+                first = await self._allocate_range(len(msgs))
+                if first is not None and self._budget:
+                    self._place_range(first, msgs, placed)
+                    self.dirty = self.dirty or bool(placed)
+                    return placed, None
                 for position, msg in enumerate(msgs):
-                    if ticks is not None:
-                        time_tick = ticks + position
+                    if first is not None:
+                        time_tick = first + position
                     else:
                         one = cached() if cached is not None else None
                         time_tick = await self._allocate() if one is None else self._accept(one)
-                    slot, index = self._enqueue(time_tick, msg)
-                    if shared is None or shared[0] is not slot:
-                        shared = (slot, slot.waiter())  # one future per pack of the batch
-                    stamped.append((time_tick, shared[1], index))
-                    self.dirty = True
+                    slot, index = enqueue(time_tick, msg)
+                    if slot is pack:
+                        ticks.append(time_tick)
+                    else:  # one future per pack of the batch
+                        pack, ticks = slot, [time_tick]
+                        placed.append((ticks, slot.waiter(), index))
+                        self.dirty = True
             except StreamwalError as exc:
-                return stamped, exc
-        return stamped, None
+                return placed, exc
+        return placed, None
+
+    def _place_range(
+        self, first: int, msgs: Sequence[MutableMessage], placed: list[Placed]
+    ) -> None:
+        """Enqueue ``msgs`` at the time ticks ``first, first + 1, ...``, a pack at a
+        time: the first message of each goes through :meth:`_enqueue` (which opens a
+        pack, joins the open one, or sends an oversized message alone), and as many of
+        the next as fit the budget join it in one step. Appends to ``placed`` as it
+        goes, so what was enqueued is known if the backend refuses an entry."""
+        budget = self._budget
+        count = len(msgs)
+        position = 0
+        while position < count:
+            slot, index = self._enqueue(first + position, msgs[position])
+            end = position + 1
+            if slot is self._open:  # a pack still taking messages: fill it
+                size = self._open_size
+                while end < count:
+                    grown = size + _size(msgs[end])
+                    if grown > budget:
+                        break
+                    size = grown
+                    end += 1
+                if end > position + 1:
+                    slot.messages.extend(msgs[position + 1 : end])
+                    slot.time_ticks.extend(range(first + position + 1, first + end))
+                    self._open_size = size
+            placed.append((list(range(first + position, first + end)), slot.waiter(), index))
+            position = end
 
     def _stamp(self, time_tick: int, msg: MutableMessage) -> Stamped:
         slot, index = self._enqueue(time_tick, msg)
