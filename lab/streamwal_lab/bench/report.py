@@ -338,8 +338,8 @@ def _verify_md(r: dict[str, Any]) -> list[str]:
             [f"{label}: raw Pulsar reader (no decoding; entries)", entries,
              per_s["raw_reader"], 1.0, 1.0, None, None],
             [f"{label}: streamwal verify (child process; messages)",
-             f.get("messages_verified", "-"), per_s["verify"], f["verify_vs_raw_ratio"], f.get("entries_ratio"),
-             f["verify_peak_rss_mb"], f["verify_work_mb"]],
+             f.get("messages_verified", "-"), per_s["verify"], f["verify_vs_raw_ratio"],
+             f.get("entries_ratio"), f["verify_peak_rss_mb"], f["verify_work_mb"]],
         ]  # fmt: skip
     lines = [
         f"{r['messages']} inserts of {r['payload_bytes']} B in each channel, written once: "
