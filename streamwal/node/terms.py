@@ -159,7 +159,6 @@ class _TermStore(EtcdStore):
 
         return await self._call("conditional put", op, None)
 
-
     async def delete_key(self, key: str) -> int:
         """Delete ``key``; 1 if it was there, else 0."""
 

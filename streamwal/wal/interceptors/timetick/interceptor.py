@@ -165,9 +165,7 @@ class TimeTickInterceptor(InterceptorBase):
                     break
                 sent_after = self._sequencer.last_confirmed
                 stamped, refused = await self._writer.write_many(rest)
-                outcomes = [
-                    await self._outcome(f, tick, i, sent_after) for tick, f, i in stamped
-                ]
+                outcomes = [await self._outcome(f, tick, i, sent_after) for tick, f, i in stamped]
                 if refused is not None:
                     outcomes.extend([refused] * (len(rest) - len(stamped)))
                 landed = next(
