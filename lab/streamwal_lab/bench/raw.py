@@ -32,6 +32,7 @@ __all__ = ["RAW_BATCHING_DELAY_MS", "fill_raw", "raw_client", "raw_producer", "r
 
 RAW_BATCHING_DELAY_MS = 1
 _FILL_WINDOW = 1000  # sends in flight while a raw channel is filled
+_READ_TIMEOUT_S = 300.0  # a raw read that never ends (its topic deleted under it) fails
 
 
 def raw_client(pulsar_url: str) -> Any:
@@ -65,13 +66,15 @@ async def fill_raw(
 
 async def read_raw(client: Any, topic: str, messages: int) -> int:
     """``messages`` messages of ``topic`` from its earliest, by the simplest reader
-    loop of the asyncio client (one ``read_next`` each, no decoding); the count read."""
+    loop of the asyncio client (one ``read_next`` each, no decoding); the count read.
+    ``TimeoutError`` if they do not come (one bound for the read, none per message)."""
     reader = await client.create_reader(topic, pulsar.MessageId.earliest)
     read = 0
     try:
-        while read < messages:
-            await reader.read_next()
-            read += 1
+        async with asyncio.timeout(_READ_TIMEOUT_S):
+            while read < messages:
+                await reader.read_next()
+                read += 1
         return read
     finally:
         await reader.close()
