@@ -559,7 +559,6 @@ class BatchAppendError(StreamwalError):
         return [i for i in range(len(self.results)) if i not in self.failed]
 
 
-
 class UnauthenticatedError(StreamwalError):
     """No identity the node knows (no token, an unknown one, an unnamed certificate)."""
 

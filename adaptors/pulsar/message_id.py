@@ -56,6 +56,13 @@ class PulsarMessageId(MessageId):
             and self.ledger == previous.ledger
         )
 
+    def pack_member_bytes(self, count: int) -> list[bytes]:
+        """:meth:`in_pack`'s ids as bytes, packed directly (one call per message)."""
+        if self.batch_index >= 0:
+            self.in_pack(0)  # raises: a Pulsar batch's entry holds no pack of several
+        ledger, entry, pack = self.ledger, self.entry, _FORMAT.pack
+        return [pack(ledger, entry, index) for index in range(count)]
+
     def to_pulsar(self) -> pulsar.MessageId:
         return pulsar.MessageId(-1, self.ledger, self.entry, self.batch_index)
 

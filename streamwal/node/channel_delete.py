@@ -97,8 +97,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"streamwal channel delete: {exc}", file=sys.stderr)
         return FAILED
     subscriptions, keys = done.subscriptions_deleted, done.keys_deleted
-    what = f"topic {topic} deleted ({subscriptions} subscriptions)" if done.log_deleted else (
-        f"topic {topic} already missing"
+    what = (
+        f"topic {topic} deleted ({subscriptions} subscriptions)"
+        if done.log_deleted
+        else (f"topic {topic} already missing")
     )
     print(f"channel {args.name}: {what}" + (f", term forgotten ({keys} key)" if keys else ""))
     return OK

@@ -73,7 +73,6 @@ __all__ = [
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_MISSING = 0, 1, 2, 3
 
 _PROGRESS_EVERY_S = 0.25
-_PROGRESS_CHECK = 1024  # messages between looks at the clock
 _STATE_DB = ".db"
 
 
@@ -367,7 +366,7 @@ async def verify_channel(
                     inclusive=after is None and start is not None,
                     since_ms=since_ms,
                 )
-                _feed(checker, reading.read(order), progress, ledgers, stop)
+                _feed(checker, reading.read_batches(order), progress, ledgers, stop)
                 report = checker.finish(
                     acks=recorded,
                     failures=failures,
@@ -396,24 +395,26 @@ async def verify_channel(
 
 def _feed(
     checker: HistoryChecker,
-    entries: Iterable[Facts],
+    batches: Iterable[list[Facts]],
     out: TextIO | None,
     ledgers: list[tuple[int, int]] | None,
     stop: threading.Event,
 ) -> None:
-    """Every entry's facts into ``checker``; every :data:`_PROGRESS_CHECK` entries,
+    """Every entry's facts into ``checker``, a batch of the reading process's at a
+    time; after each batch (at most :data:`~streamwal.verify.pipeline.BATCH` entries),
     the progress line (if ``out``) and ``stop`` (set: :class:`ClosedError`, no
     checkpoint saved: the next run redoes this one from the last)."""
-    feed: Callable[[Facts], None] = checker.feed_facts
+    feed: Callable[[list[Facts]], None] = checker.feed_many
     line = _Progress(out, ledgers) if out is not None else None
+    count = 0
     try:
-        for count, facts in enumerate(entries, 1):
-            feed(facts)
-            if count % _PROGRESS_CHECK == 0:
-                if stop.is_set():
-                    raise ClosedError(f"verify stopped after {count} entries")
-                if line is not None:
-                    line.update(count, PulsarMessageId.from_bytes(facts[0]))
+        for batch in batches:
+            feed(batch)
+            count += len(batch)
+            if stop.is_set():
+                raise ClosedError(f"verify stopped after {count} entries")
+            if line is not None and batch:
+                line.update(count, PulsarMessageId.from_bytes(batch[-1][0]))
     finally:
         if line is not None:
             line.clear()

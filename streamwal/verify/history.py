@@ -431,7 +431,11 @@ def _pack_facts(
             _pack_confirmed = (message_id_from_bytes, lc, confirmed)
     offset += lc_len
     size = len(data)
-    entry_id: MessageId | None = None
+    if count * _MESSAGE_SIZE > size - offset:
+        return None  # more messages than the frame holds: decode_entry says why
+    own_ids = (
+        [message_id] if count == 1 else message_id_from_bytes(message_id).pack_member_bytes(count)
+    )
     sha256 = hashlib.sha256
     out: list[Facts] = []
     for index in range(count):
@@ -483,12 +487,7 @@ def _pack_facts(
             or role != expected
         ):
             return None
-        if count == 1:
-            own = message_id
-        else:
-            if entry_id is None:
-                entry_id = message_id_from_bytes(message_id)
-            own = entry_id.in_pack(index).to_bytes()
+        own = own_ids[index]
         if confirmed is None:  # only an owner's first time tick confirms itself
             if index or name != _TIME_TICK:
                 return None
@@ -780,6 +779,44 @@ class HistoryChecker:
         if self._truncated is not None and self._decode_id(facts[0]) < self._truncated:
             return
         self._check(facts)
+
+    def feed_many(self, batch: Sequence[Facts]) -> None:
+        """:meth:`feed_facts` of each of ``batch``, in order. The usual message (a
+        caller's, in time-tick order, of the current owner under its known term,
+        confirming what the message before it confirmed, outside idempotence and
+        transactions) is checked inline: what :meth:`_check` does for it, without its
+        calls; any other goes through :meth:`_check`."""
+        if self._truncated is not None:
+            for facts in batch:
+                self.feed_facts(facts)
+            return
+        report, add, check = self.report, self._store.add, self._check
+        if self._starts_inside and self._from is None and batch:
+            check(batch[0])  # the read's first message: where it started
+            batch = batch[1:]
+        for facts in batch:
+            message_id, name, time_tick, digest, confirmed, source, producer, _, txn, _, term = (
+                facts
+            )
+            current, last_tt = self._current, self._last_tt
+            if (
+                name == CALLER
+                and producer is None
+                and txn is None
+                and current is not None
+                and source == current.node
+                and confirmed == self._confirmed
+                and (last_tt is None or time_tick > last_tt)
+                and (not term or (term == self._top_term and self._owner_term))
+            ):
+                self._last_id = message_id
+                self._pos += 1
+                report.messages += 1
+                report.decoded += 1
+                add("msg", (message_id, time_tick, digest, self._pos, True))
+                self._last_tt, self._last_tt_id = time_tick, message_id
+            else:
+                check(facts)
 
     def _text(self, message_id: bytes | str) -> str:
         """An id as the report shows it (ids are kept as bytes until a rule names one)."""

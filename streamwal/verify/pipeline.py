@@ -120,6 +120,11 @@ class ReadingProcess:
 
     def read(self, order: ReadOrder) -> Iterator[Facts]:
         """Every entry's facts, in log order, as the child sends them."""
+        for batch in self.read_batches(order):
+            yield from batch
+
+    def read_batches(self, order: ReadOrder) -> Iterator[list[Facts]]:
+        """:meth:`read`'s facts in the batches the child sends (up to :data:`BATCH`)."""
         if self._orders is None or self._facts is None:
             raise RuntimeError("ReadingProcess.read before start")
         facts = self._facts
@@ -136,7 +141,7 @@ class ReadingProcess:
                 ) from None
             tag = blob[:1]
             if tag == _FACTS:
-                yield from marshal.loads(memoryview(blob)[1:])
+                yield marshal.loads(memoryview(blob)[1:])
             elif tag == _END:
                 return
             else:
@@ -192,6 +197,11 @@ class ReadingThread:
         """Nothing to start: :meth:`read` reads."""
 
     def read(self, order: ReadOrder) -> Iterator[Facts]:
+        for batch in self.read_batches(order):
+            yield from batch
+
+    def read_batches(self, order: ReadOrder) -> Iterator[list[Facts]]:
+        """Batches of up to :data:`BATCH` facts, as the process sends them."""
         decode_id = PulsarMessageId.from_bytes
         entries = self._entries_of(
             order.service_url,
@@ -200,8 +210,14 @@ class ReadingThread:
             inclusive=order.inclusive,
             since_ms=order.since_ms,
         )
+        batch: list[Facts] = []
         for raw in reassemble(order.channel, entries):
-            yield from entry_facts(raw, decode_id)
+            batch.extend(entry_facts(raw, decode_id))
+            if len(batch) >= BATCH:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
     def terminate(self) -> None:
         """Nothing runs apart: the caller's stop event stops :meth:`read`."""

@@ -49,6 +49,13 @@ class MessageId(ABC):
         a backend's ids are laid out that way."""
         return False
 
+    def pack_member_bytes(self, count: int) -> list[bytes]:
+        """The byte forms of messages ``0 .. count - 1`` of a pack in this entry (what
+        :meth:`in_pack` then :meth:`to_bytes` give each), for a reader that needs only
+        the bytes (``streamwal verify``): a backend may compute them without an id
+        object per message. :class:`~streamwal.errors.DecodeError` as :meth:`in_pack`."""
+        return [self.in_pack(index).to_bytes() for index in range(count)]
+
     def _check(self, other: object) -> MessageId:
         if not isinstance(other, MessageId):
             raise BackendMismatchError(f"cannot compare {type(self).__name__} with {other!r}")

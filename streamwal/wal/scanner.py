@@ -67,6 +67,8 @@ _skipped = metrics.get_meter(__name__).create_counter(
 
 SOURCE_BACKEND = "backend"
 SOURCE_BUFFER = "buffer"
+# what Scanner._pass did with a message
+_DELIVER, _FILTERED, _OTHER = object(), object(), object()
 
 
 class Scanner:
@@ -162,7 +164,20 @@ class Scanner:
                 ready = self._ready.popleft()
                 record_scanner_lag(self.channel, ready.time_tick)
                 return ready
-            if self._cursor is not None:
+            unpacked = self._unpacked
+            msg: ImmutableMessage | None
+            if unpacked and self._cursor is None and (len(unpacked) > 1 or self._buffer is None):
+                # the rest of a pack read from the backend: a plain message is consumed
+                # here, without the backend read's await (the last one of a pack takes
+                # the path below when a buffer may take over after it)
+                msg = unpacked.popleft()
+                passed = self._pass(msg)
+                if passed is _DELIVER:
+                    record_scanner_lag(self.channel, msg.time_tick)
+                    return msg
+                if passed is _FILTERED:
+                    continue
+            elif self._cursor is not None:
                 msg = await self._next_from_buffer(self._cursor)
             else:
                 msg = await self._next_from_backend()
@@ -175,6 +190,36 @@ class Scanner:
                 released = self._txns.feed(msg)
                 if released and self._wanted(released[-1]):
                     self._release(released)
+
+    def _pass(self, msg: ImmutableMessage) -> object:
+        """Consume ``msg`` if it is a plain one (in order, outside a transaction, none
+        held, nothing waiting before it), doing what :meth:`_consume`,
+        ``TxnAssembler.feed`` and :meth:`_wanted` do for it, inline: :data:`_DELIVER`
+        or :data:`_FILTERED` (consumed, not wanted). :data:`_OTHER`: not plain,
+        untouched, for the general path. Most messages of a read are plain."""
+        time_tick, last = msg.time_tick, self._last_time_tick
+        if (
+            msg.txn_id is not None
+            or msg.type is MessageType.BEGIN_TXN
+            or self.appended_only
+            or last is None
+            or time_tick <= last
+            or self._ready
+            or self._txns.held
+        ):
+            return _OTHER
+        self._consumed_id = msg.message_id
+        self._last_time_tick = time_tick
+        if time_tick > self.watermark:
+            self.watermark = time_tick
+        min_time_tick, vchannel, truncated = self._min_time_tick, self.vchannel, self._truncated
+        if (
+            (min_time_tick is None or time_tick >= min_time_tick)
+            and (vchannel is None or msg.applies_to(vchannel))
+            and (truncated is None or not truncated.covers(msg.message_id))
+        ):
+            return _DELIVER
+        return _FILTERED
 
     async def next_batch(self, limit: int) -> list[ImmutableMessage]:
         """The next message (waiting for it, as ``__anext__``) and, up to ``limit`` in
@@ -190,45 +235,41 @@ class Scanner:
     def _take_ready(self, batch: list[ImmutableMessage], limit: int) -> None:
         """Add to ``batch``, up to ``limit`` in all, what ``__anext__`` would return
         without waiting; stop where it would wait, raise or read the backend. Entries
-        are taken from the buffer at most as many as there is room for: each gives at
-        most one message (a commit gives its transaction, which may go past ``limit``
-        and waits in ``_ready`` for the next call, as it would for ``__anext__``)."""
+        are taken from the buffer (or messages from the rest of a pack the backend
+        read) at most as many as there is room for: each gives at most one message (a
+        commit gives its transaction, which may go past ``limit`` and waits in
+        ``_ready`` for the next call, as it would for ``__anext__``)."""
         start = len(batch)
-        ready, cursor, txns = self._ready, self._cursor, self._txns
-        min_time_tick, vchannel = self._min_time_tick, self.vchannel
+        ready, txns, unpacked = self._ready, self._txns, self._unpacked
         while not self._closed:
             while ready and len(batch) < limit:
                 batch.append(ready.popleft())
             room = limit - len(batch)
-            entries = cursor.take_ready(room) if cursor is not None and room > 0 else ()
-            if not entries:
+            if room <= 0:
                 break
-            for entry in entries:
-                msg = entry.message
-                if msg is None:
-                    self.watermark = max(self.watermark, entry.time_tick)
-                    continue
-                time_tick, last = msg.time_tick, self._last_time_tick
-                if (
-                    msg.txn_id is None
-                    and msg.type is not MessageType.BEGIN_TXN
-                    and not self.appended_only
-                    and last is not None
-                    and time_tick > last
-                    and not ready
-                    and not txns.held
-                ):
-                    # most messages: in order, outside a transaction, none held; what
-                    # _consume, TxnAssembler.feed and _wanted do for them, inline
-                    self._consumed_id = msg.message_id
-                    self._last_time_tick = time_tick
-                    if time_tick > self.watermark:
-                        self.watermark = time_tick
-                    if (min_time_tick is None or time_tick >= min_time_tick) and (
-                        vchannel is None or msg.applies_to(vchannel)
-                    ):
-                        batch.append(msg)
-                elif self._consume(msg):
+            cursor = self._cursor
+            msgs: list[ImmutableMessage] = []
+            if cursor is not None:
+                entries = cursor.take_ready(room)
+                if not entries:
+                    break
+                for entry in entries:
+                    if entry.message is None:
+                        self.watermark = max(self.watermark, entry.time_tick)
+                    else:
+                        msgs.append(entry.message)
+            elif len(unpacked) > 1 or (unpacked and self._buffer is None):
+                # the rest of a pack; its last message stays for __anext__ when a
+                # buffer may take over after it
+                take = min(room, len(unpacked) if self._buffer is None else len(unpacked) - 1)
+                msgs = [unpacked.popleft() for _ in range(take)]
+            else:
+                break
+            for msg in msgs:
+                passed = self._pass(msg)
+                if passed is _DELIVER:
+                    batch.append(msg)
+                elif passed is _OTHER and self._consume(msg):
                     released = txns.feed(msg)
                     if released and self._wanted(released[-1]):
                         self._release(released)

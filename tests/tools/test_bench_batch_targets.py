@@ -44,7 +44,11 @@ def test_batch_read_and_channel_targets() -> None:
                 {"payload_bytes": 4096, "wal_vs_raw_ratio": 0.1, "node_vs_raw_ratio": 0.1},
             ]
         },
-        "reads": {"catch_up_vs_raw_ratio": 0.8, "consume_batch_vs_catch_up_ratio": float("nan")},
+        "reads": {
+            "catch_up_vs_raw_batched_ratio": 2.0,
+            "consume_batch_vs_raw_batched_ratio": 1.9,
+            "consume_batch_vs_catch_up_ratio": float("nan"),
+        },
         "node-channels": {
             "points": [
                 {"channels": 16, "node_vs_raw_ratio": 0.91},
@@ -56,7 +60,8 @@ def test_batch_read_and_channel_targets() -> None:
     assert met == {
         ("pipelined", "batch appends WAL/raw send_async, 128 B"): True,
         ("pipelined", "batch produce node/raw send_async, 128 B"): False,
-        ("reads", "WAL catch-up/raw reader"): True,
+        ("reads", "WAL catch-up/raw reader of the raw producer's channel"): True,
+        ("reads", "ConsumeBatch through the node/raw reader of the raw producer's channel"): False,
         ("reads", "ConsumeBatch through the node/WAL catch-up"): False,
         ("node-channels", "node/raw, 16 channels"): True,
         ("node-channels", "node/raw, 256 channels"): False,

@@ -68,8 +68,10 @@ async def test_reads_report_every_path(target: BenchTarget) -> None:
     assert all(_positive(v) for v in result["per_s"].values())
     assert all(_positive(v) for v in result["tail_per_s"].values())
     assert _positive(result["catch_up_vs_raw_ratio"])
+    assert _positive(result["catch_up_vs_raw_batched_ratio"])
+    assert _positive(result["consume_batch_vs_raw_batched_ratio"])
     assert _positive(result["tail_vs_raw_ratio"])
-    assert len(evaluate({"reads": result})) == 2
+    assert len(evaluate({"reads": result})) == 3
     assert "ConsumeBatch through the node" in _section("reads", result)
 
 

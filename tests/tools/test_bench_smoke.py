@@ -106,6 +106,8 @@ async def test_scan_reads_back_all_three_ways(target: BenchTarget) -> None:
     result = await run_scan_bench(target, messages=200, repeats=1)
     assert all(_positive(v) for v in result["per_s"].values())
     assert result["entries_read"] >= 200
+    assert 1 <= result["raw_entries"] < 200  # packed: fewer entries than messages
+    assert _positive(result["catch_up_vs_raw_batched_ratio"])
     assert result["buffer_served_from_memory"] is True
 
 

@@ -44,9 +44,7 @@ async def test_demo_passes_and_shows_a_real_trace(telemetry_stack: StackInfo) ->
     info = telemetry_stack
     assert info.jaeger_url
     # the cluster part has its own test (test_demo_cluster.py)
-    code, text, err = await run_python(
-        "-m", "streamwal.cli", "demo", "--part", "move", timeout=180
-    )
+    code, text, err = await run_python("-m", "streamwal.cli", "demo", "--part", "move", timeout=180)
     shown = shown_of(text, err)
     assert code == 0, shown
     assert "WARNING" not in text, shown

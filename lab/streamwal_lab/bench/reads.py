@@ -1,11 +1,20 @@
 """The reads suite: every read path a user meets, each against a raw Pulsar reader.
 
 A node in a child process (:mod:`streamwal_lab.bench.node_process`, tracing on) owns
-one channel, filled with ``messages`` inserts through ``ProduceBatch``. Then,
-``repeats`` times, interleaved, each from the start of the channel to its last entry
-(time ticks included, as every path delivers them), messages/s:
+one channel, filled with ``messages`` inserts through ``ProduceBatch`` (packed, as a
+deployed node writes them: an entry holds many messages). Beside it, a raw channel
+holds as many messages of the same size, written by the raw producer
+(:func:`~streamwal_lab.bench.raw.fill_raw`: Pulsar's batching, as the WAL's producer
+had it before packs). Then, ``repeats`` times, interleaved, each from the start of its
+channel to its last message (time ticks included, as every path delivers them),
+messages/s:
 
-- ``raw_reader``: a raw reader of the channel's topic (no decoding);
+- ``raw_batched``: the raw reader loop (:func:`~streamwal_lab.bench.raw.read_raw`) over
+  the raw channel: Pulsar messages, each of the size the WAL's readers read; the
+  baseline of the catch-up targets;
+- ``raw_reader``: the same loop over the WAL's channel (no decoding): it counts the
+  channel's entries, packs of many messages each, so it is no per-message baseline;
+  kept, labelled, for what an entry costs;
 - ``catch_up``: a scanner of a read-only WAL in this process (from the broker, decoded);
 - ``consume``: ``Consume`` through the node (one message per frame);
 - ``consume_batch``: ``ConsumeBatch`` through the node (what is ready per frame).
@@ -35,13 +44,14 @@ from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.initializing import open_read_only
 from streamwal.wal.wal import ReadOnlyWAL
 from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.raw import fill_raw, read_raw
 from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["PATHS", "run_reads_bench"]
 
-PATHS = ("raw_reader", "catch_up", "consume", "consume_batch")
+PATHS = ("raw_batched", "raw_reader", "catch_up", "consume", "consume_batch")
 _FILL_BATCH = 500
 _FILL_CALLERS = 4
 #: the last message of a fill: unique, so a raw reader finds it inside a WAL frame too
@@ -160,6 +170,7 @@ async def run_reads_bench(
     channel = f"bench-reads-{run}"
     config = target.pulsar_config()
     topic = config.topic(channel)
+    raw_topic = config.topic(f"bench-reads-raw-{run}")
     node_prefix = f"/bench-reads-{run}-node"
     log_path = Path(CLIENT_LOG).parent / f"node-reads-{run}.log"
     node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
@@ -179,10 +190,12 @@ async def run_reads_bench(
         await _fill(client, channel, messages, payload)
         fill_s = time.perf_counter() - started
         target.progress(f"reads: {messages} messages through the node in {fill_s:.1f} s")
+        await fill_raw(opener.client, raw_topic, config, messages + 1, payload)
         wal = await open_read_only(opener, channel)
         held.push_async_callback(wal.close)
         earliest = pulsar.MessageId.earliest
         paths = {
+            "raw_batched": lambda: read_raw(opener.client, raw_topic, messages + 1),
             "raw_reader": lambda: _raw(opener.client, topic, earliest),
             "catch_up": lambda: _catch_up(wal),
             "consume": lambda: _consume(client, channel),
@@ -204,6 +217,10 @@ async def run_reads_bench(
         "fill_per_s": round(messages / fill_s, 1),
         "per_s": per_s,
         "tail_per_s": tail_per_s,
+        "catch_up_vs_raw_batched_ratio": ratio(per_s["catch_up"], per_s["raw_batched"]),
+        "consume_batch_vs_raw_batched_ratio": ratio(per_s["consume_batch"], per_s["raw_batched"]),
+        "consume_vs_raw_batched_ratio": ratio(per_s["consume"], per_s["raw_batched"]),
+        # against the raw reader of the WAL's own channel, which counts its entries
         "catch_up_vs_raw_ratio": ratio(per_s["catch_up"], per_s["raw_reader"]),
         "consume_vs_raw_ratio": ratio(per_s["consume"], per_s["raw_reader"]),
         "consume_batch_vs_raw_ratio": ratio(per_s["consume_batch"], per_s["raw_reader"]),

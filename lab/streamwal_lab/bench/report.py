@@ -204,20 +204,25 @@ def _channels_md(r: dict[str, Any]) -> list[str]:
 def _scan_md(r: dict[str, Any]) -> list[str]:
     per_s = r["per_s"]
     lines = [
-        f"{r['messages']} messages of {r['payload_bytes']} B ({r['entries_read']} with time "
-        f"ticks), median of {r['repeats']}.",
+        f"{r['messages']} messages of {r['payload_bytes']} B appended in batches (packed; "
+        f"{r['entries_read']} with time ticks), as many of the same size written by the raw "
+        f"producer to a channel of its own, median of {r['repeats']}.",
         "",
     ]
     lines += _table(
         ["path", "messages/s"],
         [
-            ["raw Pulsar reader (no decoding)", per_s["raw_reader"]],
+            ["raw reader, raw producer's channel (Pulsar batching; messages)",
+             per_s.get("raw_batched")],
             ["WAL catch-up from Pulsar (read-only WAL)", per_s["catch_up"]],
             ["WAL tail from the write-ahead buffer", per_s["buffer_tail"]],
+            [f"raw reader, the WAL's channel (entries/s, {r.get('raw_entries', '-')} entries)",
+             per_s["raw_reader"]],
         ],
-    )
+    )  # fmt: skip
     ratios = (
-        f"catch-up/raw {_fmt(r['catch_up_vs_raw_ratio'])}; "
+        f"catch-up/raw producer's channel {_fmt(r.get('catch_up_vs_raw_batched_ratio'))}; "
+        f"catch-up/raw entries of the WAL's channel {_fmt(r['catch_up_vs_raw_ratio'])}; "
         f"buffer/catch-up {_fmt(r['buffer_vs_catch_up_ratio'])}."
     )
     return [*lines, ratios, ""]
@@ -292,37 +297,64 @@ def _pipelined_md(r: dict[str, Any]) -> list[str]:
 
 def _reads_md(r: dict[str, Any]) -> list[str]:
     per_s, tail = r["per_s"], r["tail_per_s"]
+    if "raw_batched" not in per_s:  # a report from before the raw producer's channel
+        per_s = {**per_s, "raw_batched": None}
+    batched = r.get("catch_up_vs_raw_batched_ratio")
     rows = [
-        ["raw Pulsar reader (no decoding)", per_s["raw_reader"], 1.0],
-        ["WAL catch-up (read-only WAL)", per_s["catch_up"], r["catch_up_vs_raw_ratio"]],
-        ["Consume through the node", per_s["consume"], r["consume_vs_raw_ratio"]],
+        ["raw reader, raw producer's channel (Pulsar batching; messages)",
+         per_s["raw_batched"], 1.0 if batched is not None else "-"],
+        ["WAL catch-up (read-only WAL)", per_s["catch_up"], batched],
+        ["Consume through the node", per_s["consume"], r.get("consume_vs_raw_batched_ratio")],
         ["ConsumeBatch through the node", per_s["consume_batch"],
-         r["consume_batch_vs_raw_ratio"]],
-        ["tail: raw reader", tail["raw_reader"], 1.0],
+         r.get("consume_batch_vs_raw_batched_ratio")],
+        ["raw reader, the WAL's channel (counts entries: packs)", per_s["raw_reader"], "-"],
+        ["tail: raw reader (entries)", tail["raw_reader"], 1.0],
         ["tail: ConsumeBatch through the node", tail["consume_batch"], r["tail_vs_raw_ratio"]],
     ]  # fmt: skip
     lines = [
-        f"{r['messages']} messages of {r['payload_bytes']} B written through the node; "
-        f"medians of {r['repeats']} interleaved reads, messages/s (time ticks included).",
+        f"{r['messages']} messages of {r['payload_bytes']} B written through the node "
+        "(packed); as many of the same size written by the raw producer to a channel of "
+        f"its own; medians of {r['repeats']} interleaved reads, messages/s (time ticks "
+        'included); "vs raw": against the raw reader of the raw producer\'s channel.',
         "",
     ]
-    return lines + _table(["path", "messages/s", "vs raw"], rows)
+    ratios = (
+        f"Against the raw reader of the WAL's own channel (entries/s): catch-up "
+        f"{_fmt(r['catch_up_vs_raw_ratio'])}, ConsumeBatch "
+        f"{_fmt(r['consume_batch_vs_raw_ratio'])}."
+    )
+    return [*lines, *_table(["path", "messages/s", "vs raw"], rows), ratios, ""]
 
 
 def _verify_md(r: dict[str, Any]) -> list[str]:
-    per_s = r["per_s"]
-    rows = [
-        ["raw Pulsar reader (no decoding)", per_s["raw_reader"], 1.0, None, None],
-        ["streamwal verify (child process)", per_s["verify"], r["verify_vs_raw_ratio"],
-         r["verify_peak_rss_mb"], r["verify_work_mb"]],
-    ]  # fmt: skip
+    channels = [("packed", r)]
+    if "unpacked" in r:
+        channels.append(("one message per entry", r["unpacked"]))
+    rows = []
+    for label, f in channels:
+        per_s = f["per_s"]
+        entries = f.get("entries", "-")
+        rows += [
+            [f"{label}: raw Pulsar reader (no decoding; entries)", entries,
+             per_s["raw_reader"], 1.0, 1.0, None, None],
+            [f"{label}: streamwal verify (child process; messages)",
+             f.get("messages_verified", "-"), per_s["verify"], f["verify_vs_raw_ratio"],
+             f.get("entries_ratio"), f["verify_peak_rss_mb"], f["verify_work_mb"]],
+        ]  # fmt: skip
     lines = [
-        f"{r['entries']} entries ({r['messages']} inserts of {r['payload_bytes']} B and a "
-        f"first time tick) written once; medians of {r['repeats']} interleaved reads, "
-        "messages/s (verify timed from its start to its exit).",
+        f"{r['messages']} inserts of {r['payload_bytes']} B in each channel, written once: "
+        f"packed (a WAL's append_many, batches of {r.get('pack_batch', '-')}) and, if "
+        "shown, one message per entry; medians of "
+        f"{r['repeats']} interleaved reads (verify timed from its start to its exit). "
+        "The raw reader counts Pulsar messages, which are the topic's entries (a pack is "
+        'one); verify counts the WAL\'s messages. "vs raw": messages/s against the raw '
+        "reader's; \"time vs raw\": entries/s against entries/s (the raw reader's time "
+        "over verify's).",
         "",
     ]
-    return lines + _table(["reader", "messages/s", "vs raw", "peak RSS MB", "disk MB"], rows)
+    return lines + _table(
+        ["reader", "read", "per s", "vs raw", "time vs raw", "peak RSS MB", "disk MB"], rows
+    )
 
 
 def _node_channels_md(r: dict[str, Any]) -> list[str]:

@@ -1,8 +1,17 @@
 """The scan suite: reading a channel back, from Pulsar and from the write-ahead buffer.
 
-One WAL is filled with ``messages`` appends; then, ``repeats`` times each:
+One WAL is filled with ``messages`` appends through ``append_many`` (packed, as a
+deployed WAL writes a batch: an entry holds many messages), and a raw channel with as
+many messages of the same size by the raw producer
+(:func:`~streamwal_lab.bench.raw.fill_raw`: Pulsar's batching); then, ``repeats``
+times each, interleaved:
 
-- ``raw_reader``: a raw Pulsar reader from the earliest entry to the last (no decoding);
+- ``raw_batched``: the raw reader loop over the raw channel
+  (:func:`~streamwal_lab.bench.raw.read_raw`): Pulsar messages of the WAL's messages'
+  size, the catch-up's baseline;
+- ``raw_reader``: a raw Pulsar reader of the WAL's channel from the earliest entry to
+  the last (no decoding): it counts entries, packs of many messages, so its figure is
+  entries/s, kept for what an entry costs;
 - ``catch_up``: a scanner of a read-only WAL (no buffer: every message comes from the
   broker and is decoded);
 - ``buffer_tail``: a scanner of the owner's WAL from its first time tick, which the
@@ -27,13 +36,16 @@ from streamwal.wal.initializing import open_read_only, open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.scanner import SOURCE_BUFFER
 from streamwal.wal.wal import WAL, ReadOnlyWAL
+from streamwal_lab.bench.raw import fill_raw, read_raw
 from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
-__all__ = ["fill_wal", "run_scan_bench", "timed_scan"]
+__all__ = ["fill_wal", "fill_wal_batches", "run_scan_bench", "timed_scan"]
 
 _FILL_APPENDERS = 64
+_FILL_BATCH = 500
+_FILL_CALLERS = 4
 
 
 async def fill_wal(wal: WAL, messages: int, payload: bytes) -> None:
@@ -45,6 +57,19 @@ async def fill_wal(wal: WAL, messages: int, payload: bytes) -> None:
             await wal.append(MutableMessage(MessageType.INSERT, payload))
 
     await asyncio.gather(*(appender() for _ in range(_FILL_APPENDERS)))
+
+
+async def fill_wal_batches(wal: WAL, messages: int, payload: bytes) -> None:
+    """``messages`` inserts of ``payload`` through ``append_many``, a few batches at a
+    time: the packs a deployed WAL writes for batches."""
+    remaining = iter(range(0, messages, _FILL_BATCH))
+
+    async def caller() -> None:
+        for start in remaining:
+            count = min(_FILL_BATCH, messages - start)
+            await wal.append_many([MutableMessage(MessageType.INSERT, payload)] * count)
+
+    await asyncio.gather(*(caller() for _ in range(_FILL_CALLERS)))
 
 
 async def timed_scan(
@@ -93,7 +118,13 @@ async def run_scan_bench(
     channel = f"bench-scan-{run}"
     config = target.pulsar_config()
     tso_config = target.tso_config(f"/bench-scan-{run}")
-    rates: dict[str, list[float]] = {"raw_reader": [], "catch_up": [], "buffer_tail": []}
+    raw_topic = config.topic(f"bench-scan-raw-{run}")
+    rates: dict[str, list[float]] = {
+        "raw_batched": [],
+        "raw_reader": [],
+        "catch_up": [],
+        "buffer_tail": [],
+    }
     async with (
         deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
         InProcessTSO(tso_config) as tso,
@@ -102,14 +133,18 @@ async def run_scan_bench(
         wal = await open_wal(opener, channel, tso.allocator(), 1)
         try:
             started = time.perf_counter()
-            await fill_wal(wal, messages, b"s" * payload_bytes)
+            await fill_wal_batches(wal, messages, b"s" * payload_bytes)
             fill_s = time.perf_counter() - started
             target.progress(f"scan: {messages} messages appended in {fill_s:.1f} s")
+            await fill_raw(opener.client, raw_topic, config, messages, b"s" * payload_bytes)
             read_only = await open_read_only(opener, channel)
             try:
-                entries = 0
+                entries = raw_entries = 0
                 sources: set[str] = set()
                 for _ in range(repeats):
+                    began = time.perf_counter()
+                    raw_read = await read_raw(opener.client, raw_topic, messages)
+                    rates["raw_batched"].append(raw_read / (time.perf_counter() - began))
                     secs, entries, _ = await timed_scan(read_only, DeliveryPolicy.all(), messages)
                     rates["catch_up"].append(entries / secs)
                     secs, raw_entries = await _raw_scan(opener.client, config.topic(channel))
@@ -124,17 +159,21 @@ async def run_scan_bench(
             await wal.close()
     medians = {name: round(statistics.median(values), 1) for name, values in rates.items()}
     target.progress(
-        f"scan: raw {medians['raw_reader']:.0f}/s, catch-up {medians['catch_up']:.0f}/s, "
-        f"buffer {medians['buffer_tail']:.0f}/s"
+        f"scan: raw producer's channel {medians['raw_batched']:.0f}/s, catch-up "
+        f"{medians['catch_up']:.0f}/s, buffer {medians['buffer_tail']:.0f}/s, the WAL's "
+        f"channel raw {medians['raw_reader']:.0f} entries/s ({raw_entries} entries)"
     )
     return {
         "messages": messages,
         "payload_bytes": payload_bytes,
         "repeats": repeats,
         "entries_read": entries,
+        "raw_entries": raw_entries,
         "fill_per_s": round(messages / fill_s, 1),
         "per_s": medians,
         "buffer_served_from_memory": sources == {SOURCE_BUFFER},
+        "catch_up_vs_raw_batched_ratio": ratio(medians["catch_up"], medians["raw_batched"]),
+        # against the raw reader of the WAL's own channel, which counts its entries
         "catch_up_vs_raw_ratio": ratio(medians["catch_up"], medians["raw_reader"]),
         "buffer_vs_catch_up_ratio": ratio(medians["buffer_tail"], medians["catch_up"]),
     }

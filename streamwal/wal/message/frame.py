@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Final
 
 from streamwal.errors import DecodeError, InvalidInputError, UnsupportedLogFormatError
@@ -28,6 +29,7 @@ from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message.codec_v1 import V1_CALLER_TYPES, MessageIdDecoder
 from streamwal.wal.message.message import (
     MAX_TIME_TICK,
+    NO_PROPERTIES,
     ImmutableMessage,
     MutableMessage,
     built_immutable,
@@ -263,14 +265,17 @@ def _decode_pack(
             kind = name
         vchannel = data[offset : offset + vc_len].decode() if vc_len else ""
         offset += vc_len
-        properties: dict[str, str] = {}
-        for _ in range(prop_count):
-            k_len, v_len = unpack_property(data, offset)
-            offset += 8
-            key = data[offset : offset + k_len].decode()
-            offset += k_len
-            properties[key] = data[offset : offset + v_len].decode()
-            offset += v_len
+        properties: Mapping[str, str] = NO_PROPERTIES
+        if prop_count:
+            read: dict[str, str] = {}
+            for _ in range(prop_count):
+                k_len, v_len = unpack_property(data, offset)
+                offset += 8
+                key = data[offset : offset + k_len].decode()
+                offset += k_len
+                read[key] = data[offset : offset + v_len].decode()
+                offset += v_len
+            properties = MappingProxyType(read)  # str keys and values: frozen as they are
         end = offset + payload_len
         if end > len(data):
             raise DecodeError(f"message {raw.message_id}: the pack is cut short")

@@ -17,6 +17,7 @@ from streamwal.wal.message_id import MessageId
 
 __all__ = [
     "MAX_TIME_TICK",
+    "NO_PROPERTIES",
     "RESERVED_PREFIX",
     "ImmutableMessage",
     "MutableMessage",
@@ -31,6 +32,9 @@ refuses a caller's key there (format v2 carries the caller's map verbatim)."""
 MAX_TIME_TICK = 2**64 - 1
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+NO_PROPERTIES: Mapping[str, str] = _EMPTY
+"""The one empty property map, frozen: a decoder hands it to a message without
+properties (the usual case) rather than a map of its own."""
 _ENTRY_OVERHEAD = 64  # bytes counted per message beyond payload and properties
 
 

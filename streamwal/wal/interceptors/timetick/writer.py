@@ -86,6 +86,7 @@ def _size(msg: MutableMessage) -> int:
             size += _PROPERTY_OVERHEAD + len(key) + len(value)
     return size
 
+
 _TIME_TICK = MutableMessage(MessageType.TIME_TICK)
 
 
