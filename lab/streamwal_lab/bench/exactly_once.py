@@ -22,7 +22,8 @@ from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
-from streamwal_lab.bench.append import timed_appends
+from streamwal_lab.bench.append import appending
+from streamwal_lab.bench.sides import interleaved, wal_appender
 from streamwal_lab.bench.stats import distribution, median_of, ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
@@ -92,21 +93,17 @@ async def _idempotent_cell(
     producer_id = secrets.randbits(63)
     sequence = itertools.count()
 
-    async def plain_append(data: bytes) -> object:
-        return await plain.append(MutableMessage(MessageType.INSERT, data))
-
     async def idempotent_append(data: bytes) -> object:
         # numbered when called: calls reach the WAL in that order, as a client's would
         msg = MutableMessage(MessageType.INSERT, data).with_producer(producer_id, next(sequence))
         return await numbered.append(msg)
 
-    await timed_appends(plain_append, payload, conc, 0.3)
-    await timed_appends(idempotent_append, payload, conc, 0.3)
-    plain_runs, idem_runs = [], []
-    for _ in range(repeats):
-        plain_runs.append(await timed_appends(plain_append, payload, conc, seconds))
-        idem_runs.append(await timed_appends(idempotent_append, payload, conc, seconds))
-    p, i = median_of(plain_runs), median_of(idem_runs)
+    sides = {
+        "plain": appending(wal_appender(plain), payload, conc),
+        "idempotent": appending(idempotent_append, payload, conc),
+    }
+    runs = await interleaved(sides, repeats, seconds, 0.3)
+    p, i = median_of(runs["plain"]), median_of(runs["idempotent"])
     return {
         "concurrency": conc,
         "plain": p,

@@ -25,20 +25,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient
 from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
-from streamwal.wal.message import MessageType, MutableMessage
-from streamwal.wal.wal import WAL
-from streamwal_lab.bench.append import Append, timed_appends
-from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.append import appending
+from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import raw_client, raw_producer
-from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
+from streamwal_lab.bench.sides import Append, Timed, interleaved, side_medians, wal_appender
+from streamwal_lab.bench.stats import ratio
+from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_topics
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
@@ -47,6 +45,9 @@ __all__ = [
     "DEFAULT_LARGE_SIZES",
     "DEFAULT_RAW_MESSAGE_BYTES",
     "LARGE_SIDES",
+    "in_mb",
+    "large_message",
+    "raw_pieces",
     "run_large_bench",
     "with_mb",
 ]
@@ -71,18 +72,19 @@ async def run_large_bench(
     """Every cell of ``sizes`` x ``concurrency``; see the module docstring."""
     run = new_run()
     config = target.pulsar_config()
-    wal_prefix, node_prefix = f"/bench-large-{run}-wal", f"/bench-large-{run}-node"
-    tso_config = target.tso_config(wal_prefix)
-    log_path = Path(CLIENT_LOG).parent / f"node-large-{run}.log"
+    tso_config = target.tso_config(f"/bench-large-{run}-wal")
     cells: list[dict[str, Any]] = []
     topics: list[str] = []
     client = raw_client(target.pulsar_url)
-    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
     try:
         async with (
-            deleted_afterwards(target.etcd_endpoint, (wal_prefix, node_prefix)),
-            node,
-            NodeClient(node.address, tracing=False) as node_client,
+            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
+            node_and_client(
+                target,
+                key_prefix=f"/bench-large-{run}-node",
+                log_name=f"node-large-{run}.log",
+                tracing=False,
+            ) as (node, node_client),
             InProcessTSO(tso_config) as tso,
             PulsarOpener(config) as opener,
         ):
@@ -119,6 +121,31 @@ def with_mb(figures: dict[str, float], size: int) -> dict[str, float]:
     return {**figures, "mb_per_s": round(figures["per_s"] * size / 1e6, 1)}
 
 
+def in_mb(timed: Timed, size: int) -> Timed:
+    """The side ``timed`` with the MB/s of its ``size``-byte messages (:func:`with_mb`)."""
+
+    async def run(seconds: float) -> dict[str, float]:
+        return with_mb(await timed(seconds), size)
+
+    return run
+
+
+def large_message(size: int) -> bytes:
+    """``size`` bytes of a repeating pattern, for the raw, WAL and node sides alike."""
+    return bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
+
+
+def raw_pieces(producer: Any, payload: bytes, piece_bytes: int) -> tuple[Append, int]:
+    """The raw side's append of one large message: its bytes as ``piece_bytes`` messages,
+    sent at once and awaited together; and how many pieces a message makes."""
+    pieces = [payload[i : i + piece_bytes] for i in range(0, len(payload), piece_bytes)]
+
+    async def append(_: bytes) -> object:
+        return await asyncio.gather(*(producer.send(p) for p in pieces))
+
+    return append, len(pieces)
+
+
 async def _cell(
     client: Any,
     node_client: NodeClient,
@@ -133,39 +160,32 @@ async def _cell(
     repeats: int,
     warmup_s: float,
 ) -> dict[str, Any]:
-    payload = bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
-    pieces = [payload[i : i + raw_message_bytes] for i in range(0, size, raw_message_bytes)]
+    payload = large_message(size)
     producer = await raw_producer(client, config.topic(f"bench-large-raw-{name}"), config)
+    raw_append, pieces = raw_pieces(producer, payload, raw_message_bytes)
     wal = await open_wal(opener, f"bench-large-wal-{name}", tso.allocator(), node_id=1)
     channel = f"bench-large-node-{name}"
     await node_client.assign(channel)
     try:
 
-        async def raw_append(_: bytes) -> object:
-            return await asyncio.gather(*(producer.send(p) for p in pieces))
-
-        async def wal_append(data: bytes, wal: WAL = wal) -> object:
-            return await wal.append(MutableMessage(MessageType.INSERT, data))
-
         async def node_append(data: bytes) -> object:
             return await node_client.produce(channel, data)
 
-        appends: dict[str, Append] = {"raw": raw_append, "wal": wal_append, "node": node_append}
-        for append in appends.values():
-            await timed_appends(append, payload, conc, warmup_s)
-        runs: dict[str, list[dict[str, float]]] = {side: [] for side in LARGE_SIDES}
-        for _ in range(repeats):
-            for side in LARGE_SIDES:
-                figures = await timed_appends(appends[side], payload, conc, seconds)
-                runs[side].append(with_mb(figures, size))
+        appends: dict[str, Append] = {
+            "raw": raw_append,
+            "wal": wal_appender(wal),
+            "node": node_append,
+        }
+        sides = {side: in_mb(appending(appends[side], payload, conc), size) for side in LARGE_SIDES}
+        runs = await interleaved(sides, repeats, seconds, warmup_s)
     finally:
         await wal.close()
         await producer.close()
-    medians = {side: median_of(runs[side]) for side in LARGE_SIDES}
+    medians = side_medians(runs)
     return {
         "message_bytes": size,
         "concurrency": conc,
-        "raw_messages_per_message": len(pieces),
+        "raw_messages_per_message": pieces,
         **medians,
         "wal_vs_raw_ratio": ratio(medians["wal"]["mb_per_s"], medians["raw"]["mb_per_s"]),
         "node_vs_raw_ratio": ratio(medians["node"]["mb_per_s"], medians["raw"]["mb_per_s"]),
