@@ -26,7 +26,6 @@ from streamwal_lab.bench.raw import RAW_BATCHING_DELAY_MS, raw_client, raw_produ
 from streamwal_lab.bench.sides import Append, Timed, closed_loop, interleaved, wal_appender
 from streamwal_lab.bench.stats import median_of, ratio, summarize
 from streamwal_lab.bench.target import BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -97,13 +96,8 @@ async def run_append_bench(
     config = target.pulsar_config(admin=True)
     cells: list[dict[str, Any]] = []
     client = raw_client(target.pulsar_url)
-    tso_config = target.tso_config(f"/bench-{run}")
     try:
-        async with (
-            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
-            InProcessTSO(tso_config) as tso,
-            PulsarOpener(config) as opener,
-        ):
+        async with target.wal_services(f"/bench-{run}", config) as (tso, opener):
             for size in payloads:
                 for conc in concurrency:
                     cell = await _cell(

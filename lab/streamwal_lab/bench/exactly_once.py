@@ -17,8 +17,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from streamwal.adaptors.pulsar import PulsarOpener
-from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
@@ -26,7 +24,6 @@ from streamwal_lab.bench.append import appending
 from streamwal_lab.bench.sides import interleaved, wal_appender
 from streamwal_lab.bench.stats import distribution, median_of, ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["DEFAULT_EOS_CONCURRENCY", "run_exactly_once_bench"]
 
@@ -44,15 +41,10 @@ async def run_exactly_once_bench(
 ) -> dict[str, Any]:
     run = new_run()
     config = target.pulsar_config()
-    tso_config = target.tso_config(f"/bench-{run}")
     payload = b"x" * payload_bytes
     idempotent_cells: list[dict[str, Any]] = []
     txn_cells: list[dict[str, Any]] = []
-    async with (
-        deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
-        InProcessTSO(tso_config) as tso,
-        PulsarOpener(config) as opener,
-    ):
+    async with target.wal_services(f"/bench-{run}", config) as (tso, opener):
         for conc in concurrency:
             plain = await open_wal(opener, f"bench-plain-{run}-{conc}", tso.allocator(), 1)
             numbered = await open_wal(opener, f"bench-idem-{run}-{conc}", tso.allocator(), 1)

@@ -38,7 +38,6 @@ from streamwal_lab.bench.sides import Append, Timed, interleaved, side_medians, 
 from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_topics
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = [
     "DEFAULT_LARGE_CONCURRENCY",
@@ -72,21 +71,18 @@ async def run_large_bench(
     """Every cell of ``sizes`` x ``concurrency``; see the module docstring."""
     run = new_run()
     config = target.pulsar_config()
-    tso_config = target.tso_config(f"/bench-large-{run}-wal")
     cells: list[dict[str, Any]] = []
     topics: list[str] = []
     client = raw_client(target.pulsar_url)
     try:
         async with (
-            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
             node_and_client(
                 target,
                 key_prefix=f"/bench-large-{run}-node",
                 log_name=f"node-large-{run}.log",
                 tracing=False,
             ) as (node, node_client),
-            InProcessTSO(tso_config) as tso,
-            PulsarOpener(config) as opener,
+            target.wal_services(f"/bench-large-{run}-wal", config) as (tso, opener),
         ):
             for size in sizes:
                 for conc in concurrency:

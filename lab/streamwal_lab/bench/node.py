@@ -57,7 +57,6 @@ from streamwal_lab.bench.scan import fill_wal, timed_scan
 from streamwal_lab.bench.sides import Latest, Timed, after, interleaved, side_medians, wal_appender
 from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["DEFAULT_NODE_CONCURRENCY", "DEFAULT_NODE_PAYLOADS", "run_node_bench", "tracing_of"]
 
@@ -113,17 +112,14 @@ async def run_node_bench(
     """Every cell of ``payloads`` x ``concurrency``, then the read-back; see the module."""
     run = new_run()
     config = target.pulsar_config()
-    tso_config = target.tso_config(f"/bench-node-{run}-wal")
     cells: list[dict[str, Any]] = []
     async with (
-        deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
         node_and_client(
             target, key_prefix=f"/bench-node-{run}-node", log_name=f"node-{run}.log"
         ) as (node, client),
         EchoServer() as echo,
         EchoServer(traced=True, otlp_endpoint=target.otlp_endpoint) as ceiling,
-        InProcessTSO(tso_config) as tso,
-        PulsarOpener(config) as opener,
+        target.wal_services(f"/bench-node-{run}-wal", config) as (tso, opener),
     ):
         target.progress(f"node: serving on {node.address} (log {node.log_path})")
         for size in payloads:

@@ -91,7 +91,6 @@ from streamwal_lab.bench.sides import (
 from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_created, list_topics
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = [
     "CELLS",
@@ -191,12 +190,10 @@ async def run_node_load_bench(
     admin = target.pulsar_admin_url
     before = await list_topics(admin) if admin is not None else None
     config = target.pulsar_config()
-    tso_config = target.tso_config(f"/bench-nl-{run}-wal")
     raw = raw_client(target.pulsar_url)
     result: dict[str, Any] = {}
     try:
         async with (
-            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
             node_and_client(
                 target, key_prefix=f"/bench-nl-{run}-node", log_name=f"node-load-{run}.log"
             ) as (default_node, default_client),
@@ -208,8 +205,7 @@ async def run_node_load_bench(
                 extra_env=FULL_SAMPLING,
             ) as (full_node, full_client),
             EchoServer() as echo,
-            InProcessTSO(tso_config) as tso,
-            PulsarOpener(config) as opener,
+            target.wal_services(f"/bench-nl-{run}-wal", config) as (tso, opener),
         ):
             env = _Env(
                 target, run, config, opener, tso, raw, echo,

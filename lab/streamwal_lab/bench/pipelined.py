@@ -41,7 +41,6 @@ from streamwal_lab.bench.raw import blocking_raw_client, producer_settings
 from streamwal_lab.bench.sides import closed_loop, interleaved, side_medians
 from streamwal_lab.bench.stats import percentile, ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["DEFAULT_PIPELINED_PAYLOADS", "run_pipelined_bench", "timed_batches"]
 
@@ -99,21 +98,18 @@ async def run_pipelined_bench(
     """Every payload size; see the module docstring."""
     run = new_run()
     config = target.pulsar_config()
-    tso_config = target.tso_config(f"/bench-pipe-{run}-wal")
     wal_config = WALConfig(pack_appends=pack_appends)
     raw_client = blocking_raw_client(target.pulsar_url)
     cells: list[dict[str, Any]] = []
     try:
         async with (
-            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
             node_and_client(
                 target,
                 key_prefix=f"/bench-pipe-{run}-node",
                 log_name=f"node-pipelined-{run}.log",
                 extra_env={"STREAMWAL_WAL__PACK_APPENDS": str(pack_appends).lower()},
             ) as (node, client),
-            InProcessTSO(tso_config) as tso,
-            PulsarOpener(config) as opener,
+            target.wal_services(f"/bench-pipe-{run}-wal", config) as (tso, opener),
         ):
             for size in payloads:
                 cell = await _cell(
