@@ -23,7 +23,14 @@ from streamwal.adaptors.pulsar.metrics import READ_AGAIN, READ_BACK, UNPLACED, s
 from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal_lab.bench.raw import RAW_BATCHING_DELAY_MS, raw_client, raw_producer
-from streamwal_lab.bench.sides import Append, Timed, closed_loop, interleaved, wal_appender
+from streamwal_lab.bench.sides import (
+    Append,
+    Schedule,
+    Timed,
+    closed_loop,
+    interleaved,
+    wal_appender,
+)
 from streamwal_lab.bench.stats import median_of, ratio, summarize
 from streamwal_lab.bench.target import BenchTarget, new_run
 
@@ -93,6 +100,7 @@ async def run_append_bench(
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``; see the module docstring."""
     run = new_run()
+    schedule = Schedule(seconds, repeats, warmup_s)
     config = target.pulsar_config(admin=True)
     cells: list[dict[str, Any]] = []
     client = raw_client(target.pulsar_url)
@@ -100,9 +108,7 @@ async def run_append_bench(
         async with target.wal_services(f"/bench-{run}", config) as (tso, opener):
             for size in payloads:
                 for conc in concurrency:
-                    cell = await _cell(
-                        client, opener, tso, config, run, size, conc, seconds, repeats, warmup_s
-                    )
+                    cell = await _cell(client, opener, tso, config, run, size, conc, schedule)
                     cells.append(cell)
                     target.progress(
                         f"append {size:>6} B x{conc:<3}: raw {cell['raw']['per_s']:>8.0f}/s "
@@ -112,9 +118,7 @@ async def run_append_bench(
     finally:
         await client.close()
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
-        "warmup_s": warmup_s,
+        **schedule.figures(),
         "producer": {
             "batching": config.batching,
             "raw_batching_max_delay_ms": RAW_BATCHING_DELAY_MS,
@@ -132,9 +136,7 @@ async def _cell(
     run: str,
     size: int,
     conc: int,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
 ) -> dict[str, Any]:
     payload = b"x" * size
     producer = await raw_producer(client, config.topic(f"bench-raw-{run}-{size}-{conc}"), config)
@@ -145,7 +147,7 @@ async def _cell(
             "raw": appending(producer.send, payload, conc),
             "wal": appending(wal_appender(wal), payload, conc),
         }
-        runs = await interleaved(sides, repeats, seconds, warmup_s)
+        runs = await interleaved(sides, schedule)
     finally:
         await wal.close()
         await producer.close()

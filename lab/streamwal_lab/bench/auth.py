@@ -25,7 +25,7 @@ import yaml
 from streamwal.node.client import NodeClient
 from streamwal_lab.bench.cpu import CPU_KEY, metered
 from streamwal_lab.bench.node_process import node_and_client
-from streamwal_lab.bench.sides import interleaved, spread
+from streamwal_lab.bench.sides import Schedule, interleaved, spread
 from streamwal_lab.bench.stats import median_of, ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_created, list_topics
@@ -90,7 +90,7 @@ async def run_auth_bench(
                         return await client.produce(channel, data)
 
                     sides[side] = metered(node.pid, spread([unary] * callers, payload))
-                runs = await interleaved(sides, repeats, seconds, warmup_s)
+                runs = await interleaved(sides, Schedule(seconds, repeats, warmup_s))
     finally:
         if admin is not None and before is not None:
             await delete_created(admin, before, lambda t: run in t)

@@ -21,7 +21,7 @@ from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
 from streamwal_lab.bench.append import appending
-from streamwal_lab.bench.sides import interleaved, wal_appender
+from streamwal_lab.bench.sides import Schedule, interleaved, wal_appender
 from streamwal_lab.bench.stats import distribution, median_of, ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 
@@ -94,7 +94,7 @@ async def _idempotent_cell(
         "plain": appending(wal_appender(plain), payload, conc),
         "idempotent": appending(idempotent_append, payload, conc),
     }
-    runs = await interleaved(sides, repeats, seconds, 0.3)
+    runs = await interleaved(sides, Schedule(seconds, repeats, warmup_s=0.3))
     p, i = median_of(runs["plain"]), median_of(runs["idempotent"])
     return {
         "concurrency": conc,

@@ -34,7 +34,14 @@ from streamwal.wal.initializing import open_wal
 from streamwal_lab.bench.append import appending
 from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import raw_client, raw_producer
-from streamwal_lab.bench.sides import Append, Timed, interleaved, side_medians, wal_appender
+from streamwal_lab.bench.sides import (
+    Append,
+    Schedule,
+    Timed,
+    interleaved,
+    side_medians,
+    wal_appender,
+)
 from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_topics
@@ -70,6 +77,7 @@ async def run_large_bench(
 ) -> dict[str, Any]:
     """Every cell of ``sizes`` x ``concurrency``; see the module docstring."""
     run = new_run()
+    schedule = Schedule(seconds, repeats, warmup_s)
     config = target.pulsar_config()
     cells: list[dict[str, Any]] = []
     topics: list[str] = []
@@ -90,7 +98,7 @@ async def run_large_bench(
                     topics += [config.topic(f"bench-large-{side}-{name}") for side in LARGE_SIDES]
                     cell = await _cell(
                         client, node_client, opener, tso, config, name, size, conc,
-                        raw_message_bytes, seconds, repeats, warmup_s,
+                        raw_message_bytes, schedule,
                     )  # fmt: skip
                     cells.append(cell)
                     target.progress(
@@ -103,9 +111,7 @@ async def run_large_bench(
         if target.pulsar_admin_url is not None:
             await delete_topics(target.pulsar_admin_url, topics)
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
-        "warmup_s": warmup_s,
+        **schedule.figures(),
         "raw_message_bytes": raw_message_bytes,
         "node": {"process": "child", "exit_code": node.exit_code},
         "cells": cells,
@@ -152,9 +158,7 @@ async def _cell(
     size: int,
     conc: int,
     raw_message_bytes: int,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
 ) -> dict[str, Any]:
     payload = large_message(size)
     producer = await raw_producer(client, config.topic(f"bench-large-raw-{name}"), config)
@@ -173,7 +177,7 @@ async def _cell(
             "node": node_append,
         }
         sides = {side: in_mb(appending(appends[side], payload, conc), size) for side in LARGE_SIDES}
-        runs = await interleaved(sides, repeats, seconds, warmup_s)
+        runs = await interleaved(sides, schedule)
     finally:
         await wal.close()
         await producer.close()

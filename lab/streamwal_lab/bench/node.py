@@ -54,7 +54,15 @@ from streamwal_lab.bench.append import appending
 from streamwal_lab.bench.grpc_echo import EchoServer
 from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.scan import fill_wal, timed_scan
-from streamwal_lab.bench.sides import Latest, Timed, after, interleaved, side_medians, wal_appender
+from streamwal_lab.bench.sides import (
+    Latest,
+    Schedule,
+    Timed,
+    after,
+    interleaved,
+    side_medians,
+    wal_appender,
+)
 from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 
@@ -111,6 +119,7 @@ async def run_node_bench(
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``, then the read-back; see the module."""
     run = new_run()
+    schedule = Schedule(seconds, repeats, warmup_s)
     config = target.pulsar_config()
     cells: list[dict[str, Any]] = []
     async with (
@@ -124,10 +133,8 @@ async def run_node_bench(
         target.progress(f"node: serving on {node.address} (log {node.log_path})")
         for size in payloads:
             for conc in concurrency:
-                cell = await _cell(
-                    client, (echo, ceiling), opener, tso, f"{run}-{size}-{conc}", size, conc,
-                    seconds, repeats, warmup_s,
-                )  # fmt: skip
+                name = f"{run}-{size}-{conc}"
+                cell = await _cell(client, (echo, ceiling), opener, tso, name, size, conc, schedule)
                 cells.append(cell)
                 target.progress(
                     f"node {size:>6} B x{conc:<3}: wal {cell['wal']['per_s']:>7.0f}/s "
@@ -151,9 +158,7 @@ async def run_node_bench(
     if node.exit_code not in (0, None):
         target.progress(f"node: exited with {node.exit_code}, see {node.log_path}")
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
-        "warmup_s": warmup_s,
+        **schedule.figures(),
         "node": {"process": "child", "tracing": tracing_of(target), "exit_code": node.exit_code},
         "cells": cells,
         "consume": consume,
@@ -175,9 +180,7 @@ async def _cell(
     name: str,
     size: int,
     conc: int,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
 ) -> dict[str, Any]:
     payload = b"n" * size
     echo, ceiling = echoes  # the floor (untraced), the ceiling (traced, delayed)
@@ -213,7 +216,7 @@ async def _cell(
                 ceiling, wal_side, conc, appending(delayed_pool.append, payload, conc)
             ),
         }
-        runs = await interleaved(sides, repeats, seconds, warmup_s)
+        runs = await interleaved(sides, schedule)
     medians = side_medians(runs)
     cell: dict[str, Any] = {"payload_bytes": size, "concurrency": conc, **medians}
     for side in ("unary", "stream"):

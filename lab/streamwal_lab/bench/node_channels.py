@@ -29,7 +29,7 @@ from streamwal_lab.bench.grpc_echo import EchoServer
 from streamwal_lab.bench.node import tracing_of
 from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import raw_client, raw_producer
-from streamwal_lab.bench.sides import Append, Latest, Timed, after, interleaved, spread
+from streamwal_lab.bench.sides import Append, Latest, Schedule, Timed, after, interleaved, spread
 from streamwal_lab.bench.stats import median_of, ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 
@@ -64,7 +64,7 @@ async def run_node_channels_bench(
             for n in channels:
                 point = await _point(
                     client, echo, raw, config, f"{run}-{n}", n, max(min_appenders, n),
-                    payload, seconds, repeats, warmup_s,
+                    payload, Schedule(seconds, repeats, warmup_s),
                 )  # fmt: skip
                 points.append(point)
                 target.progress(
@@ -92,9 +92,7 @@ async def _point(
     n: int,
     appenders: int,
     payload: bytes,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
 ) -> dict[str, Any]:
     names = [f"bench-nch-node-{name}-{i}" for i in range(n)]
     await bounded([lambda c=c: client.assign(c) for c in names])  # type: ignore[misc]
@@ -117,7 +115,7 @@ async def _point(
             # after the raw side of each repeat: its mean latency
             "ceiling": after(echo, raw_side, appenders, spread(ceiling_appends, payload)),
         }
-        runs = await interleaved(sides, repeats, seconds, warmup_s)
+        runs = await interleaved(sides, schedule)
     finally:
         await asyncio.gather(*(s.close() for s in streams), *(e.close() for e in echoes))
         await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)

@@ -81,6 +81,7 @@ from streamwal_lab.bench.sides import (
     Append,
     Latest,
     Runs,
+    Schedule,
     Timed,
     after,
     interleaved,
@@ -187,6 +188,7 @@ async def run_node_load_bench(
     if unknown:
         raise ValueError(f"unknown cells {sorted(unknown)}; known: {', '.join(CELLS)}")
     run = new_run()
+    schedule = Schedule(seconds, repeats, warmup_s)
     admin = target.pulsar_admin_url
     before = await list_topics(admin) if admin is not None else None
     config = target.pulsar_config()
@@ -211,7 +213,7 @@ async def run_node_load_bench(
                 target, run, config, opener, tso, raw, echo,
                 {"node": default_client, "node_full": full_client},
                 {"node": default_node.pid, "node_full": full_node.pid},
-                seconds, repeats, warmup_s,
+                schedule,
             )  # fmt: skip
             if "latency" in cells:
                 result["latency"] = await _latency(env, callers)
@@ -230,9 +232,7 @@ async def run_node_load_bench(
         if admin is not None and before is not None:
             await delete_created(admin, before, lambda t: run in t)
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
-        "warmup_s": warmup_s,
+        **schedule.figures(),
         "callers": callers,
         "streams": streams,
         "depth": depth,
@@ -262,16 +262,14 @@ class _Env:
         echo: EchoServer,
         clients: dict[str, NodeClient],
         pids: dict[str, int],
-        seconds: float,
-        repeats: int,
-        warmup_s: float,
+        schedule: Schedule,
     ) -> None:
         self.target, self.run, self.config, self.opener, self.tso = target, run, config, opener, tso
         self.raw, self.echo, self.clients, self.pids = raw, echo, clients, pids
-        self.seconds, self.repeats, self.warmup_s = seconds, repeats, warmup_s
+        self.schedule = schedule
 
     async def runs(self, sides: Mapping[str, Timed]) -> Runs:
-        return await interleaved(sides, self.repeats, self.seconds, self.warmup_s)
+        return await interleaved(sides, self.schedule)
 
     async def wal(self, held: contextlib.AsyncExitStack, name: str) -> Append:
         wal = await open_wal(self.opener, f"bench-nl-wal-{name}", self.tso.allocator(), node_id=1)

@@ -38,7 +38,7 @@ from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import blocking_raw_client, producer_settings
-from streamwal_lab.bench.sides import closed_loop, interleaved, side_medians
+from streamwal_lab.bench.sides import Schedule, closed_loop, interleaved, side_medians
 from streamwal_lab.bench.stats import percentile, ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 
@@ -114,7 +114,7 @@ async def run_pipelined_bench(
             for size in payloads:
                 cell = await _cell(
                     raw_client, client, opener, tso, config, f"{run}-{size}", size,
-                    batch, callers, seconds, repeats, warmup_s, wal_config,
+                    batch, callers, Schedule(seconds, repeats, warmup_s), wal_config,
                 )  # fmt: skip
                 cells.append(cell)
                 target.progress(
@@ -145,9 +145,7 @@ async def _cell(
     size: int,
     batch: int,
     callers: int,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
     wal_config: WALConfig,
 ) -> dict[str, Any]:
     payload = bytes(size)
@@ -179,9 +177,7 @@ async def _cell(
                 lambda: client.produce_batch(node_channel, payloads), batch, callers, secs
             )
 
-        runs = await interleaved(
-            {"raw": raw, "wal": wal_side, "node": node_side}, repeats, seconds, warmup_s
-        )
+        runs = await interleaved({"raw": raw, "wal": wal_side, "node": node_side}, schedule)
     medians = side_medians(runs)
     return {
         "payload_bytes": size,

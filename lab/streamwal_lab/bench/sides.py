@@ -17,6 +17,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from streamwal.wal.message import MessageType, MutableMessage
@@ -27,6 +28,7 @@ __all__ = [
     "Append",
     "Latest",
     "Runs",
+    "Schedule",
     "Timed",
     "after",
     "closed_loop",
@@ -89,16 +91,28 @@ def wal_appender(wal: WAL) -> Append:
     return append
 
 
-async def interleaved(
-    sides: Mapping[str, Timed], repeats: int, seconds: float, warmup_s: float
-) -> Runs:
+@dataclass(frozen=True)
+class Schedule:
+    """How long each timed run of a side lasts (``seconds``), how many runs of each side
+    make its figures (``repeats``), after one warm-up run of ``warmup_s``."""
+
+    seconds: float
+    repeats: int
+    warmup_s: float
+
+    def figures(self) -> dict[str, float]:
+        """The schedule as the suites' results record it."""
+        return {"seconds_per_run": self.seconds, "repeats": self.repeats, "warmup_s": self.warmup_s}
+
+
+async def interleaved(sides: Mapping[str, Timed], schedule: Schedule) -> Runs:
     """Every side warmed up once, then ``repeats`` rounds of each side in turn."""
     for timed in sides.values():
-        await timed(warmup_s)
+        await timed(schedule.warmup_s)
     runs: Runs = {name: [] for name in sides}
-    for _ in range(repeats):
+    for _ in range(schedule.repeats):
         for name, timed in sides.items():
-            runs[name].append(await timed(seconds))
+            runs[name].append(await timed(schedule.seconds))
     return runs
 
 
