@@ -7,19 +7,10 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from streamwal_lab.bench.sides import (
-    Latest,
-    Schedule,
-    Timed,
-    after,
-    interleaved,
-    side_medians,
-    spread,
-    timed_spread,
-)
+from streamwal_lab.bench import sides
 
 
-def _recording(name: str, calls: list[tuple[str, float]], per_s: float) -> Timed:
+def _recording(name: str, calls: list[tuple[str, float]], per_s: float) -> sides.Timed:
     async def timed(seconds: float) -> dict[str, float]:
         calls.append((name, seconds))
         return {"per_s": per_s + len(calls), "p99_ms": 1.0}
@@ -29,8 +20,8 @@ def _recording(name: str, calls: list[tuple[str, float]], per_s: float) -> Timed
 
 async def test_every_side_warms_up_once_then_the_sides_take_turns() -> None:
     calls: list[tuple[str, float]] = []
-    sides = {"raw": _recording("raw", calls, 10.0), "wal": _recording("wal", calls, 20.0)}
-    runs = await interleaved(sides, Schedule(seconds=2.0, repeats=3, warmup_s=0.5))
+    cell_sides = {"raw": _recording("raw", calls, 10.0), "wal": _recording("wal", calls, 20.0)}
+    runs = await sides.interleaved(cell_sides, sides.Schedule(seconds=2.0, repeats=3, warmup_s=0.5))
     assert calls == [
         ("raw", 0.5), ("wal", 0.5),
         ("raw", 2.0), ("wal", 2.0), ("raw", 2.0), ("wal", 2.0), ("raw", 2.0), ("wal", 2.0),
@@ -38,11 +29,11 @@ async def test_every_side_warms_up_once_then_the_sides_take_turns() -> None:
     # the warm-up is not among the figures; each side keeps its runs in order
     assert [r["per_s"] for r in runs["raw"]] == [13.0, 15.0, 17.0]
     assert [r["per_s"] for r in runs["wal"]] == [24.0, 26.0, 28.0]
-    assert side_medians(runs) == {
+    assert sides.side_medians(runs) == {
         "raw": {"per_s": 15.0, "p99_ms": 1.0},
         "wal": {"per_s": 26.0, "p99_ms": 1.0},
     }
-    assert Schedule(2.0, 3, 0.5).figures() == {
+    assert sides.Schedule(2.0, 3, 0.5).figures() == {
         "seconds_per_run": 2.0,
         "repeats": 3,
         "warmup_s": 0.5,
@@ -65,11 +56,11 @@ async def test_a_spread_keeps_one_call_in_flight_per_append_function() -> None:
 
         return append
 
-    figures = await timed_spread([append_for(0), append_for(1)], b"p", 0.1)
+    figures = await sides.timed_spread([append_for(0), append_for(1)], b"p", 0.1)
     assert most == {0: 1, 1: 1}
     assert figures["ops"] == len(seen) > 2 and set(seen) == {b"p"}
     assert figures["per_s"] > 0 and 0 < figures["p50_ms"] <= figures["p99_ms"]
-    assert (await spread([append_for(0)], b"q")(0.05))["ops"] > 0
+    assert (await sides.spread([append_for(0)], b"q")(0.05))["ops"] > 0
 
 
 class _Echo:
@@ -92,13 +83,13 @@ async def test_the_ceiling_waits_the_base_sides_mean_latency_of_its_latest_run()
     async def base_run(seconds: float) -> dict[str, float]:
         return {"per_s": next(rates)}
 
-    base = Latest(base_run)
+    base = sides.Latest(base_run)
     echo = _Echo()
-    sides: dict[str, Timed] = {
+    cell_sides: dict[str, sides.Timed] = {
         "wal": base,
-        "ceiling": after(echo, base, 8, _recording("ceiling", calls, 1.0)),
+        "ceiling": sides.after(echo, base, 8, _recording("ceiling", calls, 1.0)),
     }
-    await interleaved(sides, Schedule(seconds=1.0, repeats=2, warmup_s=0.1))
+    await sides.interleaved(cell_sides, sides.Schedule(seconds=1.0, repeats=2, warmup_s=0.1))
     # 8 callers over the base's rate of the run just before each ceiling run
     assert echo.waits == pytest.approx([8 / 50.0, 8 / 400.0, 8 / 800.0])
     assert base.figures == {"per_s": 800.0}
