@@ -31,7 +31,7 @@ from streamwal_lab.bench.sides import (
     interleaved,
     wal_appender,
 )
-from streamwal_lab.bench.stats import median_of, ratio, summarize
+from streamwal_lab.bench.stats import median_of, ratios, summarize
 from streamwal_lab.bench.target import BenchTarget, new_run
 
 __all__ = [
@@ -157,10 +157,7 @@ async def _cell(
         "concurrency": conc,
         "raw": raw,
         "wal": walf,
-        "throughput_ratio": ratio(walf["per_s"], raw["per_s"]),
-        "p50_ratio": ratio(walf["p50_ms"], raw["p50_ms"]),
-        "p99_ratio": ratio(walf["p99_ms"], raw["p99_ms"]),
-        "p999_ratio": ratio(walf["p999_ms"], raw["p999_ms"]),
+        **ratios(walf, raw),
         "runs": runs,
         # segments whose edge receipts did not place them (adaptors/pulsar/segments.py)
         "wal_segments_read_back": segment_count(channel, READ_BACK),

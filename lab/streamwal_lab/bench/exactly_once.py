@@ -22,7 +22,7 @@ from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
 from streamwal_lab.bench.append import appending
 from streamwal_lab.bench.sides import Schedule, interleaved, wal_appender
-from streamwal_lab.bench.stats import distribution, median_of, ratio
+from streamwal_lab.bench.stats import distribution, median_of, ratios
 from streamwal_lab.bench.target import BenchTarget, new_run
 
 __all__ = ["DEFAULT_EOS_CONCURRENCY", "run_exactly_once_bench"]
@@ -100,8 +100,7 @@ async def _idempotent_cell(
         "concurrency": conc,
         "plain": p,
         "idempotent": i,
-        "throughput_ratio": ratio(i["per_s"], p["per_s"]),
-        "p99_ratio": ratio(i["p99_ms"], p["p99_ms"]),
+        **ratios(i, p, ("per_s", "p99_ms")),
     }
 
 

@@ -63,7 +63,7 @@ from streamwal_lab.bench.sides import (
     side_medians,
     wal_appender,
 )
-from streamwal_lab.bench.stats import ratio
+from streamwal_lab.bench.stats import ratio, ratios
 from streamwal_lab.bench.target import BenchTarget, new_run
 
 __all__ = ["DEFAULT_NODE_CONCURRENCY", "DEFAULT_NODE_PAYLOADS", "run_node_bench", "tracing_of"]
@@ -72,6 +72,8 @@ DEFAULT_NODE_PAYLOADS = (128,)
 DEFAULT_NODE_CONCURRENCY = (1, 32)
 SIDES = ("wal", "unary", "stream", "echo_unary", "echo_stream", "ceiling_unary", "ceiling_stream")
 
+#: the figures of each gRPC side taken over the WAL's
+_RATIOS = ("per_s", "p50_ms", "p99_ms")
 _FILL_CALLERS = 8
 _FILL_BATCH = 500
 _READ_TIMEOUT_S = 300.0
@@ -220,9 +222,7 @@ async def _cell(
     medians = side_medians(runs)
     cell: dict[str, Any] = {"payload_bytes": size, "concurrency": conc, **medians}
     for side in ("unary", "stream"):
-        cell[f"{side}_throughput_ratio"] = ratio(medians[side]["per_s"], medians["wal"]["per_s"])
-        cell[f"{side}_p50_ratio"] = ratio(medians[side]["p50_ms"], medians["wal"]["p50_ms"])
-        cell[f"{side}_p99_ratio"] = ratio(medians[side]["p99_ms"], medians["wal"]["p99_ms"])
+        cell.update(ratios(medians[side], medians["wal"], _RATIOS, prefix=f"{side}_"))
         floor = medians[f"echo_{side}"]["per_s"]
         cell[f"echo_{side}_throughput_ratio"] = ratio(floor, medians["wal"]["per_s"])
         cell[f"{side}_vs_echo_ratio"] = ratio(medians[side]["per_s"], floor)

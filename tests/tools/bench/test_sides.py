@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from streamwal_lab.bench import sides
+from streamwal_lab.bench.stats import ratios
 
 
 def _recording(name: str, calls: list[tuple[str, float]], per_s: float) -> sides.Timed:
@@ -93,3 +94,18 @@ async def test_the_ceiling_waits_the_base_sides_mean_latency_of_its_latest_run()
     # 8 callers over the base's rate of the run just before each ceiling run
     assert echo.waits == pytest.approx([8 / 50.0, 8 / 400.0, 8 / 800.0])
     assert base.figures == {"per_s": 800.0}
+
+
+def test_a_side_over_its_base_is_named_after_each_figure() -> None:
+    wal = {"per_s": 900.0, "p50_ms": 2.0, "p99_ms": 9.0, "p999_ms": 30.0}
+    raw = {"per_s": 1000.0, "p50_ms": 1.0, "p99_ms": 3.0, "p999_ms": 0.0}
+    assert ratios(wal, raw) == {
+        "throughput_ratio": 0.9,
+        "p50_ratio": 2.0,
+        "p99_ratio": 3.0,
+        "p999_ratio": pytest.approx(float("nan"), nan_ok=True),  # nothing to divide by
+    }
+    assert list(ratios(wal, raw, ("per_s", "p99_ms"), prefix="unary_")) == [
+        "unary_throughput_ratio",
+        "unary_p99_ratio",
+    ]
