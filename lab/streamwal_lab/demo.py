@@ -39,6 +39,7 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -321,31 +322,42 @@ async def _show_traces(jaeger_url: str, trace_id: str, move_trace_id: str) -> No
 
 
 async def _show_open(jaeger_url: str, trace_id: str, ui_real: bool | None) -> None:
-    say("== the open of the first channel, as Jaeger holds it")
+    def describe(spans: list[SpanSummary]) -> str:
+        attempts = [s for s in spans if s.operation == ATTEMPT_OPERATION]
+        failed = [s for s in attempts if span_status(s) == "error"]
+        return (
+            f"served by node {_server_node(spans)}, opened as node {_open_node(spans)}: "
+            f"{len(attempts)} first-time-tick attempts, {len(failed)} failed before the "
+            "broker came back"
+        )
+
     # the open's own span ends last, after every attempt span it holds
-    trace = await _served_trace(jaeger_url, trace_id)
-    if trace is None:
-        warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no trace to show")
-        return
-    spans = span_summaries(trace)
-    attempts = [s for s in spans if s.operation == ATTEMPT_OPERATION]
-    failed = [s for s in attempts if span_status(s) == "error"]
-    say(
-        f"   served by node {_server_node(spans)}, opened as node {_open_node(spans)}: "
-        f"{len(attempts)} first-time-tick attempts, {len(failed)} failed before the "
-        "broker came back"
-    )
-    waterfall(trace)
-    say(f"   trace: {trace_link(jaeger_url, trace_id, ui_real)}")
+    what = "the open of the first channel"
+    await _show_trace(jaeger_url, trace_id, ui_real, what, "trace", describe)
 
 
 async def _show_move(jaeger_url: str, trace_id: str, ui_real: bool | None) -> None:
-    say("== the move to node 2, as Jaeger holds it")
+    def describe(spans: list[SpanSummary]) -> str:
+        return f"served by node {_server_node(spans)}, opened as node {_open_node(spans)}"
+
+    await _show_trace(jaeger_url, trace_id, ui_real, "the move to node 2", "move trace", describe)
+
+
+async def _show_trace(
+    jaeger_url: str,
+    trace_id: str,
+    ui_real: bool | None,
+    what: str,
+    label: str,
+    describe: Callable[[list[SpanSummary]], str],
+) -> None:
+    """``what``'s trace once Jaeger serves it: ``describe``'s line, the waterfall and a
+    link named ``label``; a warning where Jaeger does not hold it."""
+    say(f"== {what}, as Jaeger holds it")
     trace = await _served_trace(jaeger_url, trace_id)
     if trace is None:
-        warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no move trace to show")
+        warn(f"Jaeger at {jaeger_url} does not hold trace {trace_id}: no {label} to show")
         return
-    spans = span_summaries(trace)
-    say(f"   served by node {_server_node(spans)}, opened as node {_open_node(spans)}")
+    say("   " + describe(span_summaries(trace)))
     waterfall(trace)
-    say(f"   move trace: {trace_link(jaeger_url, trace_id, ui_real)}")
+    say(f"   {label}: {trace_link(jaeger_url, trace_id, ui_real)}")

@@ -12,29 +12,38 @@ message (:mod:`streamwal.adaptors.pulsar.segments`).
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import gc
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.metrics import READ_AGAIN, READ_BACK, UNPLACED, segment_count
 from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
-from streamwal.wal.message import MessageType, MutableMessage
-from streamwal.wal.wal import WAL
 from streamwal_lab.bench.raw import RAW_BATCHING_DELAY_MS, raw_client, raw_producer
-from streamwal_lab.bench.stats import median_of, ratio, summarize
+from streamwal_lab.bench.sides import (
+    Append,
+    Schedule,
+    Timed,
+    closed_loop,
+    interleaved,
+    wal_appender,
+)
+from streamwal_lab.bench.stats import median_of, ratios, summarize
 from streamwal_lab.bench.target import BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
-__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_PAYLOADS", "run_append_bench"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_PAYLOADS",
+    "appending",
+    "run_append_bench",
+    "timed_appends",
+]
 
 DEFAULT_PAYLOADS = (128, 4096, 65536)
 DEFAULT_CONCURRENCY = (1, 8, 32, 128)
-
-Append = Callable[[bytes], Awaitable[object]]
 
 
 async def timed_appends(
@@ -45,23 +54,18 @@ async def timed_appends(
     ``gc_pause_ms``: time spent in the garbage collector meanwhile (it stops every
     appender at once, so it shows in the tail latencies).
     """
-    latencies: list[float] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
     pauses = _GcPauses()
-
-    async def worker() -> None:
-        while loop.time() < deadline:
-            started = time.perf_counter()
-            await append(payload)
-            latencies.append(time.perf_counter() - started)
-
-    started = time.perf_counter()
     with pauses:
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    figures = summarize(latencies, time.perf_counter() - started)
+        calls = [functools.partial(append, payload)] * concurrency
+        latencies, elapsed = await closed_loop(calls, seconds)
+    figures = summarize(latencies, elapsed)
     figures["gc_pause_ms"] = round(pauses.total_s * 1000, 1)
     return figures
+
+
+def appending(append: Append, payload: bytes, concurrency: int) -> Timed:
+    """The side that runs :func:`timed_appends` of ``append``."""
+    return functools.partial(timed_appends, append, payload, concurrency)
 
 
 class _GcPauses:
@@ -96,21 +100,15 @@ async def run_append_bench(
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``; see the module docstring."""
     run = new_run()
+    schedule = Schedule(seconds, repeats, warmup_s)
     config = target.pulsar_config(admin=True)
     cells: list[dict[str, Any]] = []
     client = raw_client(target.pulsar_url)
-    tso_config = target.tso_config(f"/bench-{run}")
     try:
-        async with (
-            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
-            InProcessTSO(tso_config) as tso,
-            PulsarOpener(config) as opener,
-        ):
+        async with target.wal_services(f"/bench-{run}", config) as (tso, opener):
             for size in payloads:
                 for conc in concurrency:
-                    cell = await _cell(
-                        client, opener, tso, config, run, size, conc, seconds, repeats, warmup_s
-                    )
+                    cell = await _cell(client, opener, tso, config, run, size, conc, schedule)
                     cells.append(cell)
                     target.progress(
                         f"append {size:>6} B x{conc:<3}: raw {cell['raw']['per_s']:>8.0f}/s "
@@ -120,9 +118,7 @@ async def run_append_bench(
     finally:
         await client.close()
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
-        "warmup_s": warmup_s,
+        **schedule.figures(),
         "producer": {
             "batching": config.batching,
             "raw_batching_max_delay_ms": RAW_BATCHING_DELAY_MS,
@@ -140,42 +136,29 @@ async def _cell(
     run: str,
     size: int,
     conc: int,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
 ) -> dict[str, Any]:
     payload = b"x" * size
     producer = await raw_producer(client, config.topic(f"bench-raw-{run}-{size}-{conc}"), config)
     channel = f"bench-wal-{run}-{size}-{conc}"
     wal = await open_wal(opener, channel, tso.allocator(), node_id=1)
     try:
-
-        async def raw_append(data: bytes) -> object:
-            return await producer.send(data)
-
-        async def wal_append(data: bytes, wal: WAL = wal) -> object:
-            return await wal.append(MutableMessage(MessageType.INSERT, data))
-
-        await timed_appends(raw_append, payload, conc, warmup_s)
-        await timed_appends(wal_append, payload, conc, warmup_s)
-        raw_runs, wal_runs = [], []
-        for _ in range(repeats):
-            raw_runs.append(await timed_appends(raw_append, payload, conc, seconds))
-            wal_runs.append(await timed_appends(wal_append, payload, conc, seconds))
+        sides = {
+            "raw": appending(producer.send, payload, conc),
+            "wal": appending(wal_appender(wal), payload, conc),
+        }
+        runs = await interleaved(sides, schedule)
     finally:
         await wal.close()
         await producer.close()
-    raw, walf = median_of(raw_runs), median_of(wal_runs)
+    raw, walf = median_of(runs["raw"]), median_of(runs["wal"])
     return {
         "payload_bytes": size,
         "concurrency": conc,
         "raw": raw,
         "wal": walf,
-        "throughput_ratio": ratio(walf["per_s"], raw["per_s"]),
-        "p50_ratio": ratio(walf["p50_ms"], raw["p50_ms"]),
-        "p99_ratio": ratio(walf["p99_ms"], raw["p99_ms"]),
-        "p999_ratio": ratio(walf["p999_ms"], raw["p999_ms"]),
-        "runs": {"raw": raw_runs, "wal": wal_runs},
+        **ratios(walf, raw),
+        "runs": runs,
         # segments whose edge receipts did not place them (adaptors/pulsar/segments.py)
         "wal_segments_read_back": segment_count(channel, READ_BACK),
         "wal_segments_read_again": segment_count(channel, READ_AGAIN),

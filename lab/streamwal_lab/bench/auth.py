@@ -24,13 +24,11 @@ import yaml
 
 from streamwal.node.client import NodeClient
 from streamwal_lab.bench.cpu import CPU_KEY, metered
-from streamwal_lab.bench.node_channels import timed_spread
-from streamwal_lab.bench.node_load import Timed, interleaved
-from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.node_process import node_and_client
+from streamwal_lab.bench.sides import Schedule, interleaved, spread
 from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_created, list_topics
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["SIDES", "run_auth_bench"]
 
@@ -59,38 +57,29 @@ async def run_auth_bench(
     run = new_run()
     admin = target.pulsar_admin_url
     before = await list_topics(admin) if admin is not None else None
-    prefixes = {side: f"/bench-auth-{run}-{side}" for side in SIDES}
-    logs = Path(CLIENT_LOG).parent
     token = f"bench-{run}-token"
     payload = b"a" * _PAYLOAD
     try:
         with tempfile.TemporaryDirectory(prefix="streamwal-bench-auth-") as folder:
             config_file = _auth_file(Path(folder), token)
-            nodes = {
-                "auth_off": BenchNode(
+            async with (
+                node_and_client(
                     target,
-                    key_prefix=prefixes["auth_off"],
-                    log_path=logs / f"auth-off-{run}.log",
-                ),
-                "auth_on": BenchNode(
+                    key_prefix=f"/bench-auth-{run}-auth_off",
+                    log_name=f"auth-off-{run}.log",
+                ) as auth_off,
+                node_and_client(
                     target,
-                    key_prefix=prefixes["auth_on"],
-                    log_path=logs / f"auth-on-{run}.log",
+                    key_prefix=f"/bench-auth-{run}-auth_on",
+                    log_name=f"auth-on-{run}.log",
                     node_id=2,
                     config_file=config_file,
-                ),
-            }
-            async with (
-                deleted_afterwards(target.etcd_endpoint, tuple(prefixes.values())),
-                nodes["auth_off"],
-                nodes["auth_on"],
+                    token=token,
+                ) as auth_on,
                 contextlib.AsyncExitStack() as held,
             ):
-                sides: dict[str, Timed] = {}
-                for side, node in nodes.items():
-                    client = await held.enter_async_context(
-                        NodeClient(node.address, token=token if side == "auth_on" else None)
-                    )
+                sides = {}
+                for side, (node, client) in {"auth_off": auth_off, "auth_on": auth_on}.items():
                     channel = f"bench-auth-{run}-{side}"
                     await client.assign(channel)
                     held.push_async_callback(client.remove, channel)
@@ -100,8 +89,8 @@ async def run_auth_bench(
                     ) -> object:
                         return await client.produce(channel, data)
 
-                    sides[side] = metered(node.pid, _spread(unary, callers, payload))
-                runs = await interleaved(sides, repeats, seconds, warmup_s)
+                    sides[side] = metered(node.pid, spread([unary] * callers, payload))
+                runs = await interleaved(sides, Schedule(seconds, repeats, warmup_s))
     finally:
         if admin is not None and before is not None:
             await delete_created(admin, before, lambda t: run in t)
@@ -124,10 +113,3 @@ async def run_auth_bench(
         f"(CPU/append {cell['auth_on_cpu_vs_off_ratio']})"
     )
     return cell
-
-
-def _spread(unary: Any, callers: int, payload: bytes) -> Timed:
-    async def timed(seconds: float) -> dict[str, float]:
-        return await timed_spread([unary] * callers, payload, seconds)
-
-    return timed

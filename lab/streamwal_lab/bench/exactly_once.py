@@ -17,15 +17,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from streamwal.adaptors.pulsar import PulsarOpener
-from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
-from streamwal_lab.bench.append import timed_appends
-from streamwal_lab.bench.stats import distribution, median_of, ratio
+from streamwal_lab.bench.append import appending
+from streamwal_lab.bench.sides import Schedule, interleaved, wal_appender
+from streamwal_lab.bench.stats import distribution, median_of, ratios
 from streamwal_lab.bench.target import BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["DEFAULT_EOS_CONCURRENCY", "run_exactly_once_bench"]
 
@@ -43,15 +41,10 @@ async def run_exactly_once_bench(
 ) -> dict[str, Any]:
     run = new_run()
     config = target.pulsar_config()
-    tso_config = target.tso_config(f"/bench-{run}")
     payload = b"x" * payload_bytes
     idempotent_cells: list[dict[str, Any]] = []
     txn_cells: list[dict[str, Any]] = []
-    async with (
-        deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
-        InProcessTSO(tso_config) as tso,
-        PulsarOpener(config) as opener,
-    ):
+    async with target.wal_services(f"/bench-{run}", config) as (tso, opener):
         for conc in concurrency:
             plain = await open_wal(opener, f"bench-plain-{run}-{conc}", tso.allocator(), 1)
             numbered = await open_wal(opener, f"bench-idem-{run}-{conc}", tso.allocator(), 1)
@@ -92,27 +85,22 @@ async def _idempotent_cell(
     producer_id = secrets.randbits(63)
     sequence = itertools.count()
 
-    async def plain_append(data: bytes) -> object:
-        return await plain.append(MutableMessage(MessageType.INSERT, data))
-
     async def idempotent_append(data: bytes) -> object:
         # numbered when called: calls reach the WAL in that order, as a client's would
         msg = MutableMessage(MessageType.INSERT, data).with_producer(producer_id, next(sequence))
         return await numbered.append(msg)
 
-    await timed_appends(plain_append, payload, conc, 0.3)
-    await timed_appends(idempotent_append, payload, conc, 0.3)
-    plain_runs, idem_runs = [], []
-    for _ in range(repeats):
-        plain_runs.append(await timed_appends(plain_append, payload, conc, seconds))
-        idem_runs.append(await timed_appends(idempotent_append, payload, conc, seconds))
-    p, i = median_of(plain_runs), median_of(idem_runs)
+    sides = {
+        "plain": appending(wal_appender(plain), payload, conc),
+        "idempotent": appending(idempotent_append, payload, conc),
+    }
+    runs = await interleaved(sides, Schedule(seconds, repeats, warmup_s=0.3))
+    p, i = median_of(runs["plain"]), median_of(runs["idempotent"])
     return {
         "concurrency": conc,
         "plain": p,
         "idempotent": i,
-        "throughput_ratio": ratio(i["per_s"], p["per_s"]),
-        "p99_ratio": ratio(i["p99_ms"], p["p99_ms"]),
+        **ratios(i, p, ("per_s", "p99_ms")),
     }
 
 

@@ -25,28 +25,35 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient
 from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
-from streamwal.wal.message import MessageType, MutableMessage
-from streamwal.wal.wal import WAL
-from streamwal_lab.bench.append import Append, timed_appends
-from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.append import appending
+from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import raw_client, raw_producer
-from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
+from streamwal_lab.bench.sides import (
+    Append,
+    Schedule,
+    Timed,
+    interleaved,
+    side_medians,
+    wal_appender,
+)
+from streamwal_lab.bench.stats import ratio
+from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_topics
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = [
     "DEFAULT_LARGE_CONCURRENCY",
     "DEFAULT_LARGE_SIZES",
     "DEFAULT_RAW_MESSAGE_BYTES",
     "LARGE_SIDES",
+    "in_mb",
+    "large_message",
+    "raw_pieces",
     "run_large_bench",
     "with_mb",
 ]
@@ -70,21 +77,20 @@ async def run_large_bench(
 ) -> dict[str, Any]:
     """Every cell of ``sizes`` x ``concurrency``; see the module docstring."""
     run = new_run()
+    schedule = Schedule(seconds, repeats, warmup_s)
     config = target.pulsar_config()
-    wal_prefix, node_prefix = f"/bench-large-{run}-wal", f"/bench-large-{run}-node"
-    tso_config = target.tso_config(wal_prefix)
-    log_path = Path(CLIENT_LOG).parent / f"node-large-{run}.log"
     cells: list[dict[str, Any]] = []
     topics: list[str] = []
     client = raw_client(target.pulsar_url)
-    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
     try:
         async with (
-            deleted_afterwards(target.etcd_endpoint, (wal_prefix, node_prefix)),
-            node,
-            NodeClient(node.address, tracing=False) as node_client,
-            InProcessTSO(tso_config) as tso,
-            PulsarOpener(config) as opener,
+            node_and_client(
+                target,
+                key_prefix=f"/bench-large-{run}-node",
+                log_name=f"node-large-{run}.log",
+                tracing=False,
+            ) as (node, node_client),
+            target.wal_services(f"/bench-large-{run}-wal", config) as (tso, opener),
         ):
             for size in sizes:
                 for conc in concurrency:
@@ -92,7 +98,7 @@ async def run_large_bench(
                     topics += [config.topic(f"bench-large-{side}-{name}") for side in LARGE_SIDES]
                     cell = await _cell(
                         client, node_client, opener, tso, config, name, size, conc,
-                        raw_message_bytes, seconds, repeats, warmup_s,
+                        raw_message_bytes, schedule,
                     )  # fmt: skip
                     cells.append(cell)
                     target.progress(
@@ -105,9 +111,7 @@ async def run_large_bench(
         if target.pulsar_admin_url is not None:
             await delete_topics(target.pulsar_admin_url, topics)
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
-        "warmup_s": warmup_s,
+        **schedule.figures(),
         "raw_message_bytes": raw_message_bytes,
         "node": {"process": "child", "exit_code": node.exit_code},
         "cells": cells,
@@ -117,6 +121,31 @@ async def run_large_bench(
 def with_mb(figures: dict[str, float], size: int) -> dict[str, float]:
     """A timed run's figures with its MB/s (10^6 bytes: the unit disks and links use)."""
     return {**figures, "mb_per_s": round(figures["per_s"] * size / 1e6, 1)}
+
+
+def in_mb(timed: Timed, size: int) -> Timed:
+    """The side ``timed`` with the MB/s of its ``size``-byte messages (:func:`with_mb`)."""
+
+    async def run(seconds: float) -> dict[str, float]:
+        return with_mb(await timed(seconds), size)
+
+    return run
+
+
+def large_message(size: int) -> bytes:
+    """``size`` bytes of a repeating pattern, for the raw, WAL and node sides alike."""
+    return bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
+
+
+def raw_pieces(producer: Any, payload: bytes, piece_bytes: int) -> tuple[Append, int]:
+    """The raw side's append of one large message: its bytes as ``piece_bytes`` messages,
+    sent at once and awaited together; and how many pieces a message makes."""
+    pieces = [payload[i : i + piece_bytes] for i in range(0, len(payload), piece_bytes)]
+
+    async def append(_: bytes) -> object:
+        return await asyncio.gather(*(producer.send(p) for p in pieces))
+
+    return append, len(pieces)
 
 
 async def _cell(
@@ -129,43 +158,34 @@ async def _cell(
     size: int,
     conc: int,
     raw_message_bytes: int,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
 ) -> dict[str, Any]:
-    payload = bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
-    pieces = [payload[i : i + raw_message_bytes] for i in range(0, size, raw_message_bytes)]
+    payload = large_message(size)
     producer = await raw_producer(client, config.topic(f"bench-large-raw-{name}"), config)
+    raw_append, pieces = raw_pieces(producer, payload, raw_message_bytes)
     wal = await open_wal(opener, f"bench-large-wal-{name}", tso.allocator(), node_id=1)
     channel = f"bench-large-node-{name}"
     await node_client.assign(channel)
     try:
 
-        async def raw_append(_: bytes) -> object:
-            return await asyncio.gather(*(producer.send(p) for p in pieces))
-
-        async def wal_append(data: bytes, wal: WAL = wal) -> object:
-            return await wal.append(MutableMessage(MessageType.INSERT, data))
-
         async def node_append(data: bytes) -> object:
             return await node_client.produce(channel, data)
 
-        appends: dict[str, Append] = {"raw": raw_append, "wal": wal_append, "node": node_append}
-        for append in appends.values():
-            await timed_appends(append, payload, conc, warmup_s)
-        runs: dict[str, list[dict[str, float]]] = {side: [] for side in LARGE_SIDES}
-        for _ in range(repeats):
-            for side in LARGE_SIDES:
-                figures = await timed_appends(appends[side], payload, conc, seconds)
-                runs[side].append(with_mb(figures, size))
+        appends: dict[str, Append] = {
+            "raw": raw_append,
+            "wal": wal_appender(wal),
+            "node": node_append,
+        }
+        sides = {side: in_mb(appending(appends[side], payload, conc), size) for side in LARGE_SIDES}
+        runs = await interleaved(sides, schedule)
     finally:
         await wal.close()
         await producer.close()
-    medians = {side: median_of(runs[side]) for side in LARGE_SIDES}
+    medians = side_medians(runs)
     return {
         "message_bytes": size,
         "concurrency": conc,
-        "raw_messages_per_message": len(pieces),
+        "raw_messages_per_message": pieces,
         **medians,
         "wal_vs_raw_ratio": ratio(medians["wal"]["mb_per_s"], medians["raw"]["mb_per_s"]),
         "node_vs_raw_ratio": ratio(medians["node"]["mb_per_s"], medians["raw"]["mb_per_s"]),

@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import statistics
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 from streamwal.adaptors.pulsar import PulsarOpener
@@ -52,24 +50,30 @@ from streamwal.node.client import NodeClient, policy
 from streamwal.tso import InProcessTSO
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.initializing import open_wal
-from streamwal.wal.message import MessageType, MutableMessage
-from streamwal.wal.wal import WAL
-from streamwal_lab.bench.append import timed_appends
+from streamwal_lab.bench.append import appending
 from streamwal_lab.bench.grpc_echo import EchoServer
-from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.scan import fill_wal, timed_scan
-from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
+from streamwal_lab.bench.sides import (
+    Latest,
+    Schedule,
+    Timed,
+    after,
+    interleaved,
+    side_medians,
+    wal_appender,
+)
+from streamwal_lab.bench.stats import ratio, ratios
+from streamwal_lab.bench.target import BenchTarget, new_run
 
 __all__ = ["DEFAULT_NODE_CONCURRENCY", "DEFAULT_NODE_PAYLOADS", "run_node_bench", "tracing_of"]
 
 DEFAULT_NODE_PAYLOADS = (128,)
 DEFAULT_NODE_CONCURRENCY = (1, 32)
 SIDES = ("wal", "unary", "stream", "echo_unary", "echo_stream", "ceiling_unary", "ceiling_stream")
-#: the sides answered after the WAL's latency of the same repeat (see the module)
-_DELAYED = ("ceiling_unary", "ceiling_stream")
 
+#: the figures of each gRPC side taken over the WAL's
+_RATIOS = ("per_s", "p50_ms", "p99_ms")
 _FILL_CALLERS = 8
 _FILL_BATCH = 500
 _READ_TIMEOUT_S = 300.0
@@ -117,28 +121,22 @@ async def run_node_bench(
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``, then the read-back; see the module."""
     run = new_run()
+    schedule = Schedule(seconds, repeats, warmup_s)
     config = target.pulsar_config()
-    wal_prefix, node_prefix = f"/bench-node-{run}-wal", f"/bench-node-{run}-node"
-    tso_config = target.tso_config(wal_prefix)
-    log_path = Path(CLIENT_LOG).parent / f"node-{run}.log"
     cells: list[dict[str, Any]] = []
-    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
     async with (
-        deleted_afterwards(target.etcd_endpoint, (wal_prefix, node_prefix)),
-        node,
-        NodeClient(node.address) as client,
+        node_and_client(
+            target, key_prefix=f"/bench-node-{run}-node", log_name=f"node-{run}.log"
+        ) as (node, client),
         EchoServer() as echo,
         EchoServer(traced=True, otlp_endpoint=target.otlp_endpoint) as ceiling,
-        InProcessTSO(tso_config) as tso,
-        PulsarOpener(config) as opener,
+        target.wal_services(f"/bench-node-{run}-wal", config) as (tso, opener),
     ):
-        target.progress(f"node: serving on {node.address} (log {log_path})")
+        target.progress(f"node: serving on {node.address} (log {node.log_path})")
         for size in payloads:
             for conc in concurrency:
-                cell = await _cell(
-                    client, (echo, ceiling), opener, tso, f"{run}-{size}-{conc}", size, conc,
-                    seconds, repeats, warmup_s,
-                )  # fmt: skip
+                name = f"{run}-{size}-{conc}"
+                cell = await _cell(client, (echo, ceiling), opener, tso, name, size, conc, schedule)
                 cells.append(cell)
                 target.progress(
                     f"node {size:>6} B x{conc:<3}: wal {cell['wal']['per_s']:>7.0f}/s "
@@ -160,11 +158,9 @@ async def run_node_bench(
             f"({consume['node_batch_vs_wal_ratio']})"
         )
     if node.exit_code not in (0, None):
-        target.progress(f"node: exited with {node.exit_code}, see {log_path}")
+        target.progress(f"node: exited with {node.exit_code}, see {node.log_path}")
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
-        "warmup_s": warmup_s,
+        **schedule.figures(),
         "node": {"process": "child", "tracing": tracing_of(target), "exit_code": node.exit_code},
         "cells": cells,
         "consume": consume,
@@ -186,9 +182,7 @@ async def _cell(
     name: str,
     size: int,
     conc: int,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
 ) -> dict[str, Any]:
     payload = b"n" * size
     echo, ceiling = echoes  # the floor (untraced), the ceiling (traced, delayed)
@@ -206,38 +200,29 @@ async def _cell(
         delayed_pool = _StreamPool([ceiling.open_stream(delayed=True) for _ in range(conc)])
         held.push_async_callback(delayed_pool.close)
 
-        async def wal_append(data: bytes, wal: WAL = wal) -> object:
-            return await wal.append(MutableMessage(MessageType.INSERT, data))
-
         async def unary_append(data: bytes) -> object:
             return await client.produce(node_channel, data)
 
-        appends = {
-            "wal": wal_append,
-            "unary": unary_append,
-            "stream": pool.append,
-            "echo_unary": echo.unary,
-            "echo_stream": echo_pool.append,
-            "ceiling_unary": ceiling.unary_after,
-            "ceiling_stream": delayed_pool.append,
+        wal_side = Latest(appending(wal_appender(wal), payload, conc))
+        sides: dict[str, Timed] = {
+            "wal": wal_side,
+            "unary": appending(unary_append, payload, conc),
+            "stream": appending(pool.append, payload, conc),
+            "echo_unary": appending(echo.unary, payload, conc),
+            "echo_stream": appending(echo_pool.append, payload, conc),
+            # answered after the WAL side of each repeat: its mean latency (see the module)
+            "ceiling_unary": after(
+                ceiling, wal_side, conc, appending(ceiling.unary_after, payload, conc)
+            ),
+            "ceiling_stream": after(
+                ceiling, wal_side, conc, appending(delayed_pool.append, payload, conc)
+            ),
         }
-        for append in appends.values():
-            await timed_appends(append, payload, conc, warmup_s)
-        runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
-        for _ in range(repeats):
-            for side in SIDES:
-                timed = functools.partial(timed_appends, appends[side], payload, conc, seconds)
-                if side in _DELAYED:  # after the WAL side of this repeat: its mean latency
-                    wal_latency_s = conc / max(runs["wal"][-1]["per_s"], 1.0)
-                    runs[side].append(await ceiling.timed_after(wal_latency_s, timed))
-                else:
-                    runs[side].append(await timed())
-    medians = {side: median_of(runs[side]) for side in SIDES}
+        runs = await interleaved(sides, schedule)
+    medians = side_medians(runs)
     cell: dict[str, Any] = {"payload_bytes": size, "concurrency": conc, **medians}
     for side in ("unary", "stream"):
-        cell[f"{side}_throughput_ratio"] = ratio(medians[side]["per_s"], medians["wal"]["per_s"])
-        cell[f"{side}_p50_ratio"] = ratio(medians[side]["p50_ms"], medians["wal"]["p50_ms"])
-        cell[f"{side}_p99_ratio"] = ratio(medians[side]["p99_ms"], medians["wal"]["p99_ms"])
+        cell.update(ratios(medians[side], medians["wal"], _RATIOS, prefix=f"{side}_"))
         floor = medians[f"echo_{side}"]["per_s"]
         cell[f"echo_{side}_throughput_ratio"] = ratio(floor, medians["wal"]["per_s"])
         cell[f"{side}_vs_echo_ratio"] = ratio(medians[side]["per_s"], floor)

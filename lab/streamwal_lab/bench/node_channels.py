@@ -19,10 +19,7 @@ loop of one append in flight per appender.
 from __future__ import annotations
 
 import asyncio
-import functools
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig
@@ -30,36 +27,15 @@ from streamwal.node.client import AppendStream, NodeClient
 from streamwal_lab.bench.channels_worker import bounded
 from streamwal_lab.bench.grpc_echo import EchoServer
 from streamwal_lab.bench.node import tracing_of
-from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import raw_client, raw_producer
-from streamwal_lab.bench.stats import median_of, ratio, summarize
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
+from streamwal_lab.bench.sides import Append, Latest, Schedule, Timed, after, interleaved, spread
+from streamwal_lab.bench.stats import median_of, ratio
+from streamwal_lab.bench.target import BenchTarget, new_run
 
-__all__ = ["DEFAULT_NODE_CHANNELS", "run_node_channels_bench", "timed_spread"]
+__all__ = ["DEFAULT_NODE_CHANNELS", "run_node_channels_bench"]
 
 DEFAULT_NODE_CHANNELS = (16, 256)
-
-Append = Callable[[bytes], Awaitable[object]]
-
-
-async def timed_spread(
-    appends: Sequence[Append], payload: bytes, seconds: float
-) -> dict[str, float]:
-    """One task per append function, each appending back to back for ``seconds``."""
-    latencies: list[float] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-
-    async def worker(append: Append) -> None:
-        while loop.time() < deadline:
-            started = time.perf_counter()
-            await append(payload)
-            latencies.append(time.perf_counter() - started)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker(a) for a in appends))
-    return summarize(latencies, time.perf_counter() - started)
 
 
 async def run_node_channels_bench(
@@ -75,23 +51,20 @@ async def run_node_channels_bench(
     """Every channel count; see the module docstring."""
     run = new_run()
     config = target.pulsar_config()
-    node_prefix = f"/bench-nch-{run}-node"
-    log_path = Path(CLIENT_LOG).parent / f"node-channels-{run}.log"
-    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
     raw = raw_client(target.pulsar_url)
     payload = b"c" * payload_bytes
     points: list[dict[str, Any]] = []
     try:
         async with (
-            deleted_afterwards(target.etcd_endpoint, [node_prefix]),
-            node,
-            NodeClient(node.address) as client,
+            node_and_client(
+                target, key_prefix=f"/bench-nch-{run}-node", log_name=f"node-channels-{run}.log"
+            ) as (node, client),
             EchoServer(traced=True, otlp_endpoint=target.otlp_endpoint) as echo,
         ):
             for n in channels:
                 point = await _point(
                     client, echo, raw, config, f"{run}-{n}", n, max(min_appenders, n),
-                    payload, seconds, repeats, warmup_s,
+                    payload, Schedule(seconds, repeats, warmup_s),
                 )  # fmt: skip
                 points.append(point)
                 target.progress(
@@ -119,9 +92,7 @@ async def _point(
     n: int,
     appenders: int,
     payload: bytes,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
 ) -> dict[str, Any]:
     names = [f"bench-nch-node-{name}-{i}" for i in range(n)]
     await bounded([lambda c=c: client.assign(c) for c in names])  # type: ignore[misc]
@@ -137,18 +108,14 @@ async def _point(
         node_appends: list[Append] = [s.append for s in streams]
         raw_appends: list[Append] = [producers[i % n].send for i in range(appenders)]
         ceiling_appends: list[Append] = [e.append for e in echoes]
-        sides = {"node": node_appends, "raw": raw_appends, "ceiling": ceiling_appends}
-        for appends in sides.values():
-            await timed_spread(appends, payload, warmup_s)
-        runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
-        for _ in range(repeats):
-            for side, appends in sides.items():
-                timed = functools.partial(timed_spread, appends, payload, seconds)
-                if side == "ceiling":  # after the raw side of this repeat: its mean latency
-                    raw_latency_s = appenders / max(runs["raw"][-1]["per_s"], 1.0)
-                    runs[side].append(await echo.timed_after(raw_latency_s, timed))
-                else:
-                    runs[side].append(await timed())
+        raw_side = Latest(spread(raw_appends, payload))
+        sides: dict[str, Timed] = {
+            "node": spread(node_appends, payload),
+            "raw": raw_side,
+            # after the raw side of each repeat: its mean latency
+            "ceiling": after(echo, raw_side, appenders, spread(ceiling_appends, payload)),
+        }
+        runs = await interleaved(sides, schedule)
     finally:
         await asyncio.gather(*(s.close() for s in streams), *(e.close() for e in echoes))
         await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)

@@ -62,7 +62,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
@@ -70,21 +69,29 @@ from streamwal.node.client import AppendStream, NodeClient
 from streamwal.tso import InProcessTSO
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
-from streamwal.wal.wal import WAL
-from streamwal_lab.bench.append import Append
 from streamwal_lab.bench.channels_worker import bounded
 from streamwal_lab.bench.cpu import CPU_KEY, metered
 from streamwal_lab.bench.grpc_echo import EchoServer
-from streamwal_lab.bench.large import DEFAULT_RAW_MESSAGE_BYTES, with_mb
+from streamwal_lab.bench.large import DEFAULT_RAW_MESSAGE_BYTES, in_mb, large_message, raw_pieces
 from streamwal_lab.bench.node import tracing_of
-from streamwal_lab.bench.node_channels import timed_spread
-from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.pipelined import timed_batches
 from streamwal_lab.bench.raw import raw_client, raw_producer
-from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
+from streamwal_lab.bench.sides import (
+    Append,
+    Latest,
+    Runs,
+    Schedule,
+    Timed,
+    after,
+    interleaved,
+    side_medians,
+    spread,
+    wal_appender,
+)
+from streamwal_lab.bench.stats import ratio
+from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.topics import delete_created, list_topics
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = [
     "CELLS",
@@ -114,53 +121,6 @@ FULL_SAMPLING = {"OTEL_TRACES_SAMPLER": "always_on"}
 _LATENCY_PAYLOAD = 128
 _KINDS = ("unary", "stream")
 _SUFFIX = {"node": "d", "node_full": "f"}
-
-Timed = Callable[[float], Awaitable[dict[str, float]]]
-
-
-async def interleaved(
-    sides: Mapping[str, Timed], repeats: int, seconds: float, warmup_s: float
-) -> dict[str, list[dict[str, float]]]:
-    """Every side warmed up once, then ``repeats`` rounds of each side in turn."""
-    for timed in sides.values():
-        await timed(warmup_s)
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
-    for _ in range(repeats):
-        for name, timed in sides.items():
-            runs[name].append(await timed(seconds))
-    return runs
-
-
-def _spread(appends: Sequence[Append], payload: bytes) -> Timed:
-    async def run(seconds: float) -> dict[str, float]:
-        return await timed_spread(appends, payload, seconds)
-
-    return run
-
-
-class _Latest:
-    """A side that keeps its latest run's figures, for a ceiling measured after it."""
-
-    def __init__(self, timed: Timed) -> None:
-        self._timed = timed
-        self.figures: dict[str, float] = {}
-
-    async def __call__(self, seconds: float) -> dict[str, float]:
-        self.figures = await self._timed(seconds)
-        return self.figures
-
-
-def _after(echo: EchoServer, base: _Latest, callers: int, delayed: Timed) -> Timed:
-    """The ceiling: ``delayed`` (the echo server's delayed calls, with the cell's bytes)
-    answered after ``base``'s mean latency in its latest run (``callers`` over its rate:
-    a closed loop). A node whose WAL cost no CPU and took exactly the base's time could
-    not beat it; below a bound, the bound cannot be met here whatever the node does."""
-
-    async def run(seconds: float) -> dict[str, float]:
-        wait_s = callers / max(base.figures.get("per_s", 0.0), 1.0)
-        return await echo.timed_after(wait_s, lambda: delayed(seconds))
-
-    return run
 
 
 def versus(medians: Mapping[str, Mapping[str, float]], base: str, key: str) -> dict[str, float]:
@@ -228,43 +188,32 @@ async def run_node_load_bench(
     if unknown:
         raise ValueError(f"unknown cells {sorted(unknown)}; known: {', '.join(CELLS)}")
     run = new_run()
+    schedule = Schedule(seconds, repeats, warmup_s)
     admin = target.pulsar_admin_url
     before = await list_topics(admin) if admin is not None else None
     config = target.pulsar_config()
-    wal_prefix = f"/bench-nl-{run}-wal"
-    prefixes = {node: f"/bench-nl-{run}-{node}" for node in NODES}
-    tso_config = target.tso_config(wal_prefix)
-    logs = Path(CLIENT_LOG).parent
-    nodes = {
-        "node": BenchNode(
-            target, key_prefix=prefixes["node"], log_path=logs / f"node-load-{run}.log"
-        ),
-        "node_full": BenchNode(
-            target,
-            key_prefix=prefixes["node_full"],
-            log_path=logs / f"node-load-full-{run}.log",
-            node_id=2,
-            extra_env=FULL_SAMPLING,
-        ),
-    }
     raw = raw_client(target.pulsar_url)
     result: dict[str, Any] = {}
     try:
         async with (
-            deleted_afterwards(target.etcd_endpoint, (wal_prefix, *prefixes.values())),
-            nodes["node"],
-            nodes["node_full"],
-            NodeClient(nodes["node"].address) as default_client,
-            NodeClient(nodes["node_full"].address) as full_client,
+            node_and_client(
+                target, key_prefix=f"/bench-nl-{run}-node", log_name=f"node-load-{run}.log"
+            ) as (default_node, default_client),
+            node_and_client(
+                target,
+                key_prefix=f"/bench-nl-{run}-node_full",
+                log_name=f"node-load-full-{run}.log",
+                node_id=2,
+                extra_env=FULL_SAMPLING,
+            ) as (full_node, full_client),
             EchoServer() as echo,
-            InProcessTSO(tso_config) as tso,
-            PulsarOpener(config) as opener,
+            target.wal_services(f"/bench-nl-{run}-wal", config) as (tso, opener),
         ):
             env = _Env(
                 target, run, config, opener, tso, raw, echo,
                 {"node": default_client, "node_full": full_client},
-                {name: node.pid for name, node in nodes.items()},
-                seconds, repeats, warmup_s,
+                {"node": default_node.pid, "node_full": full_node.pid},
+                schedule,
             )  # fmt: skip
             if "latency" in cells:
                 result["latency"] = await _latency(env, callers)
@@ -283,9 +232,7 @@ async def run_node_load_bench(
         if admin is not None and before is not None:
             await delete_created(admin, before, lambda t: run in t)
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
-        "warmup_s": warmup_s,
+        **schedule.figures(),
         "callers": callers,
         "streams": streams,
         "depth": depth,
@@ -293,8 +240,8 @@ async def run_node_load_bench(
         "batch": batch,
         "batch_callers": batch_callers,
         "nodes": {
-            "node": {"sampling": "default", "exit_code": nodes["node"].exit_code},
-            "node_full": {"sampling": "always_on", "exit_code": nodes["node_full"].exit_code},
+            "node": {"sampling": "default", "exit_code": default_node.exit_code},
+            "node_full": {"sampling": "always_on", "exit_code": full_node.exit_code},
             "tracing": tracing_of(target),
         },
         **result,
@@ -315,25 +262,19 @@ class _Env:
         echo: EchoServer,
         clients: dict[str, NodeClient],
         pids: dict[str, int],
-        seconds: float,
-        repeats: int,
-        warmup_s: float,
+        schedule: Schedule,
     ) -> None:
         self.target, self.run, self.config, self.opener, self.tso = target, run, config, opener, tso
         self.raw, self.echo, self.clients, self.pids = raw, echo, clients, pids
-        self.seconds, self.repeats, self.warmup_s = seconds, repeats, warmup_s
+        self.schedule = schedule
 
-    async def runs(self, sides: Mapping[str, Timed]) -> dict[str, list[dict[str, float]]]:
-        return await interleaved(sides, self.repeats, self.seconds, self.warmup_s)
+    async def runs(self, sides: Mapping[str, Timed]) -> Runs:
+        return await interleaved(sides, self.schedule)
 
     async def wal(self, held: contextlib.AsyncExitStack, name: str) -> Append:
         wal = await open_wal(self.opener, f"bench-nl-wal-{name}", self.tso.allocator(), node_id=1)
         held.push_async_callback(wal.close)
-
-        async def append(data: bytes, wal: WAL = wal) -> object:
-            return await wal.append(MutableMessage(MessageType.INSERT, data))
-
-        return append
+        return wal_appender(wal)
 
     async def assigned(
         self, held: contextlib.AsyncExitStack, names: Sequence[str]
@@ -388,7 +329,7 @@ class _Env:
         def side(node: str, coalesce: bool = True) -> Timed:
             opened = self.streams(held, node, own[node], count, coalesce=coalesce)
             appends = [s.append for s in opened for _ in range(depth)]
-            return metered(self.pids[node], _spread(appends, payload))
+            return metered(self.pids[node], spread(appends, payload))
 
         sides = {node: side(node) for node in NODES}
         sides[FRAME_PER_APPEND] = side("node", coalesce=False)
@@ -397,13 +338,13 @@ class _Env:
 
 def _pipelined_cell(
     env: _Env,
-    runs: Mapping[str, list[dict[str, float]]],
+    runs: Runs,
     base: str,
     fields: dict[str, Any],
     what: str,
 ) -> dict[str, Any]:
     """A cell's medians and node/base throughput ratios, announced on the way."""
-    medians = _medians(runs)
+    medians = side_medians(runs)
     cell: dict[str, Any] = {**fields, **medians, **carried_figures(medians, base), "runs": runs}
     env.target.progress(
         f"node-load {what}: {base} {medians[base]['per_s']:.0f}/s, "
@@ -419,17 +360,13 @@ def _pipelined_cell(
     return cell
 
 
-def _medians(runs: Mapping[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
-    return {side: median_of(r) for side, r in runs.items()}
-
-
 async def _latency(env: _Env, callers: int) -> dict[str, Any]:
     payload = b"l" * _LATENCY_PAYLOAD
     channel = f"bench-nl-lat-{env.run}"
     async with contextlib.AsyncExitStack() as held:
         wal_append = await env.wal(held, f"lat-{env.run}")
         own = await env.assigned(held, [channel])
-        wal_side = _Latest(_spread([wal_append] * callers, payload))
+        wal_side = Latest(spread([wal_append] * callers, payload))
         sides: dict[str, Timed] = {"wal": wal_side}
         for node, client in env.clients.items():
             (name,) = own[node]
@@ -439,23 +376,23 @@ async def _latency(env: _Env, callers: int) -> dict[str, Any]:
 
             streams = env.streams(held, node, own[node], callers)
             pid = env.pids[node]
-            sides[f"{node}_unary"] = metered(pid, _spread([unary] * callers, payload))
-            sides[f"{node}_stream"] = metered(pid, _spread([s.append for s in streams], payload))
+            sides[f"{node}_unary"] = metered(pid, spread([unary] * callers, payload))
+            sides[f"{node}_stream"] = metered(pid, spread([s.append for s in streams], payload))
         echo_streams = [env.echo.open_stream() for _ in range(callers)]
 
         async def close_echo_streams() -> None:
             await asyncio.gather(*(s.close() for s in echo_streams), return_exceptions=True)
 
         held.push_async_callback(close_echo_streams)
-        sides["echo_unary"] = metered(env.echo.pid, _spread([env.echo.unary] * callers, payload))
+        sides["echo_unary"] = metered(env.echo.pid, spread([env.echo.unary] * callers, payload))
         sides["echo_stream"] = metered(
-            env.echo.pid, _spread([s.append for s in echo_streams], payload)
+            env.echo.pid, spread([s.append for s in echo_streams], payload)
         )
-        sides["ceiling_unary"] = _after(
-            env.echo, wal_side, callers, _spread([env.echo.unary_after] * callers, payload)
+        sides["ceiling_unary"] = after(
+            env.echo, wal_side, callers, spread([env.echo.unary_after] * callers, payload)
         )
         runs = await env.runs(sides)
-    medians = _medians(runs)
+    medians = side_medians(runs)
     cell: dict[str, Any] = {
         "payload_bytes": _LATENCY_PAYLOAD,
         "callers": callers,
@@ -485,7 +422,7 @@ async def _carried(env: _Env, size: int, streams: int, depth: int) -> dict[str, 
     async with contextlib.AsyncExitStack() as held:
         wal_append = await env.wal(held, f"load-{name}")
         own = await env.assigned(held, [channel])
-        sides: dict[str, Timed] = {"wal": _spread([wal_append] * (streams * depth), payload)}
+        sides: dict[str, Timed] = {"wal": spread([wal_append] * (streams * depth), payload)}
         sides.update(env.node_sides(held, own, streams, depth, payload))
         runs = await env.runs(sides)
     fields = {"payload_bytes": size, "streams": streams, "depth": depth}
@@ -493,9 +430,7 @@ async def _carried(env: _Env, size: int, streams: int, depth: int) -> dict[str, 
 
 
 async def _large(env: _Env, size: int, callers: int) -> dict[str, Any]:
-    payload = bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
-    step = DEFAULT_RAW_MESSAGE_BYTES
-    pieces = [payload[i : i + step] for i in range(0, size, step)]
+    payload = large_message(size)
     name = f"{env.run}-{size}"
     channel = f"bench-nl-large-{name}"
     async with contextlib.AsyncExitStack() as held:
@@ -503,16 +438,8 @@ async def _large(env: _Env, size: int, callers: int) -> dict[str, Any]:
         held.push_async_callback(producer.close)
         own = await env.assigned(held, [channel])
 
-        async def raw_append(_: bytes) -> object:
-            return await asyncio.gather(*(producer.send(p) for p in pieces))
-
-        def in_mb(timed: Timed) -> Timed:
-            async def run(seconds: float) -> dict[str, float]:
-                return with_mb(await timed(seconds), size)
-
-            return run
-
-        raw_side = _Latest(in_mb(_spread([raw_append] * callers, payload)))
+        raw_append, pieces = raw_pieces(producer, payload, DEFAULT_RAW_MESSAGE_BYTES)
+        raw_side = Latest(in_mb(spread([raw_append] * callers, payload), size))
         sides: dict[str, Timed] = {"raw": raw_side}
         for node, client in env.clients.items():
             (own_name,) = own[node]
@@ -522,18 +449,18 @@ async def _large(env: _Env, size: int, callers: int) -> dict[str, Any]:
             ) -> object:
                 return await client.produce(name, data)
 
-            sides[node] = in_mb(metered(env.pids[node], _spread([unary] * callers, payload)))
+            sides[node] = in_mb(metered(env.pids[node], spread([unary] * callers, payload)), size)
         echo = env.echo
-        sides["echo"] = in_mb(metered(echo.pid, _spread([echo.unary] * callers, payload)))
+        sides["echo"] = in_mb(metered(echo.pid, spread([echo.unary] * callers, payload)), size)
         sides["ceiling"] = in_mb(
-            _after(echo, raw_side, callers, _spread([echo.unary_after] * callers, payload))
+            after(echo, raw_side, callers, spread([echo.unary_after] * callers, payload)), size
         )
         runs = await env.runs(sides)
-    medians = _medians(runs)
+    medians = side_medians(runs)
     cell: dict[str, Any] = {
         "message_bytes": size,
         "callers": callers,
-        "raw_messages_per_message": len(pieces),
+        "raw_messages_per_message": pieces,
         **medians,
         **carried_figures(medians, "raw"),
         "ceiling_vs_raw_ratio": ratio(medians["ceiling"]["mb_per_s"], medians["raw"]["mb_per_s"]),
@@ -571,7 +498,7 @@ async def _channels(env: _Env, n: int, appenders: int, depth: int) -> dict[str, 
         raw_appends: list[Append] = [
             producers[i % n].send for i in range(appenders) for _ in range(depth)
         ]
-        sides: dict[str, Timed] = {"raw": _spread(raw_appends, payload)}
+        sides: dict[str, Timed] = {"raw": spread(raw_appends, payload)}
         sides.update(env.node_sides(held, own, appenders, depth, payload))
         runs = await env.runs(sides)
     fields = {"channels": n, "appenders": appenders, "depth": depth}

@@ -15,17 +15,20 @@ include what tracing and metrics cost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
+from streamwal.node.client import NodeClient
 from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget
 from streamwal_lab.stack.process import die_with_parent
+from streamwal_lab.stack.tso_keys import deleted_afterwards
 
-__all__ = ["BenchNode", "BenchNodeError"]
+__all__ = ["BenchNode", "BenchNodeError", "node_and_client", "node_log"]
 
 _READY = re.compile(rb"ready on (\S+)")
 _METRICS = re.compile(rb"ready on \S+ \(metrics on (\S+)\)")
@@ -175,3 +178,39 @@ class BenchNode:
             # stays a zombie and its transport warns when it is collected
             await asyncio.shield(proc.wait())
             raise
+
+
+def node_log(name: str) -> Path:
+    """Where a bench node's output goes: beside the bench's Pulsar client log."""
+    return Path(CLIENT_LOG).parent / name
+
+
+@contextlib.asynccontextmanager
+async def node_and_client(
+    target: BenchTarget,
+    *,
+    key_prefix: str,
+    log_name: str,
+    node_id: int = 1,
+    extra_env: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+    tracing: bool = True,
+    token: str | None = None,
+) -> AsyncIterator[tuple[BenchNode, NodeClient]]:
+    """A node child (:class:`BenchNode`, output in :func:`node_log` ``(log_name)``) and a
+    client of it; on the way out the client closes, the node stops and its etcd keys
+    under ``key_prefix`` go, in that order, whichever step failed."""
+    node = BenchNode(
+        target,
+        key_prefix=key_prefix,
+        log_path=node_log(log_name),
+        node_id=node_id,
+        extra_env=extra_env,
+        config_file=config_file,
+    )
+    async with (
+        deleted_afterwards(target.etcd_endpoint, [key_prefix]),
+        node,
+        NodeClient(node.address, tracing=tracing, token=token) as client,
+    ):
+        yield node, client

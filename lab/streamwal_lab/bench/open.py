@@ -25,7 +25,6 @@ from streamwal_lab.bench.raw import raw_client, raw_producer
 from streamwal_lab.bench.stats import distribution, ratio
 from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
 from streamwal_lab.faultproxy import FaultProxy
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["run_open_bench"]
 
@@ -41,18 +40,13 @@ async def run_open_bench(
     """``opens`` raw and WAL opens, then ``outage_repeats`` opens across a broker outage."""
     run = new_run()
     config = target.pulsar_config(admin=True)
-    tso_config = target.tso_config(f"/bench-open-{run}")
     raw_samples: list[float] = []
     wal_samples: list[float] = []
     attempts: list[int] = []
     outages: list[dict[str, Any]] = []
     client = raw_client(target.pulsar_url)
     try:
-        async with (
-            deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
-            InProcessTSO(tso_config) as tso,
-            PulsarOpener(config) as opener,
-        ):
+        async with target.wal_services(f"/bench-open-{run}", config) as (tso, opener):
             await opener.verify_broker()  # once per node, not per open
             allocator = tso.allocator()
             for i in range(opens):

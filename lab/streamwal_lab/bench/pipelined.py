@@ -28,23 +28,21 @@ import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pulsar
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.node.client import NodeClient
 from streamwal.tso import InProcessTSO
 from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
-from streamwal_lab.bench.node_process import BenchNode
-from streamwal_lab.bench.raw import RAW_BATCHING_DELAY_MS
-from streamwal_lab.bench.stats import median_of, percentile, ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
+from streamwal_lab.bench.node_process import node_and_client
+from streamwal_lab.bench.raw import blocking_raw_client, producer_settings
+from streamwal_lab.bench.sides import Schedule, closed_loop, interleaved, side_medians
+from streamwal_lab.bench.stats import percentile, ratio
+from streamwal_lab.bench.target import BenchTarget, new_run
 
 __all__ = ["DEFAULT_PIPELINED_PAYLOADS", "run_pipelined_bench", "timed_batches"]
 
@@ -56,19 +54,7 @@ async def timed_batches(
     send: Callable[[], Awaitable[object]], batch: int, callers: int, seconds: float
 ) -> dict[str, float]:
     """``callers`` tasks calling ``send`` (one batch of ``batch`` messages) back to back."""
-    latencies: list[float] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-
-    async def caller() -> None:
-        while loop.time() < deadline:
-            started = time.perf_counter()
-            await send()
-            latencies.append(time.perf_counter() - started)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(caller() for _ in range(callers)))
-    elapsed = time.perf_counter() - started
+    latencies, elapsed = await closed_loop([send] * callers, seconds)
     return {
         "messages": len(latencies) * batch,
         "per_s": round(len(latencies) * batch / elapsed, 1),
@@ -114,30 +100,23 @@ async def run_pipelined_bench(
     """Every payload size; see the module docstring."""
     run = new_run()
     config = target.pulsar_config()
-    wal_prefix, node_prefix = f"/bench-pipe-{run}-wal", f"/bench-pipe-{run}-node"
-    tso_config = target.tso_config(wal_prefix)
-    log_path = Path(CLIENT_LOG).parent / f"node-pipelined-{run}.log"
-    node = BenchNode(
-        target,
-        key_prefix=node_prefix,
-        log_path=log_path,
-        extra_env={"STREAMWAL_WAL__PACK_APPENDS": str(pack_appends).lower()},
-    )
     wal_config = WALConfig(pack_appends=pack_appends)
-    raw_client = pulsar.Client(target.pulsar_url, logger=client_logger(CLIENT_LOG))
+    raw_client = blocking_raw_client(target.pulsar_url)
     cells: list[dict[str, Any]] = []
     try:
         async with (
-            deleted_afterwards(target.etcd_endpoint, (wal_prefix, node_prefix)),
-            node,
-            NodeClient(node.address) as client,
-            InProcessTSO(tso_config) as tso,
-            PulsarOpener(config) as opener,
+            node_and_client(
+                target,
+                key_prefix=f"/bench-pipe-{run}-node",
+                log_name=f"node-pipelined-{run}.log",
+                extra_env={"STREAMWAL_WAL__PACK_APPENDS": str(pack_appends).lower()},
+            ) as (node, client),
+            target.wal_services(f"/bench-pipe-{run}-wal", config) as (tso, opener),
         ):
             for size in payloads:
                 cell = await _cell(
                     raw_client, client, opener, tso, config, f"{run}-{size}", size,
-                    batch, callers, seconds, repeats, warmup_s, wal_config,
+                    batch, callers, Schedule(seconds, repeats, warmup_s), wal_config,
                 )  # fmt: skip
                 cells.append(cell)
                 target.progress(
@@ -168,9 +147,7 @@ async def _cell(
     size: int,
     batch: int,
     callers: int,
-    seconds: float,
-    repeats: int,
-    warmup_s: float,
+    schedule: Schedule,
     wal_config: WALConfig,
 ) -> dict[str, Any]:
     payload = bytes(size)
@@ -181,11 +158,7 @@ async def _cell(
         producer = await asyncio.to_thread(
             raw_client.create_producer,
             config.topic(f"bench-pipe-raw-{name}"),
-            access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-            batching_enabled=config.batching,
-            batching_max_publish_delay_ms=RAW_BATCHING_DELAY_MS,
-            max_pending_messages=config.max_pending_messages,
-            block_if_queue_full=True,
+            **producer_settings(config, block_if_queue_full=True),
         )
         held.push_async_callback(asyncio.to_thread, producer.close)
         wal = await open_wal(
@@ -206,14 +179,8 @@ async def _cell(
                 lambda: client.produce_batch(node_channel, payloads), batch, callers, secs
             )
 
-        sides = {"raw": raw, "wal": wal_side, "node": node_side}
-        for side in SIDES:
-            await sides[side](warmup_s)
-        runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
-        for _ in range(repeats):
-            for side in SIDES:
-                runs[side].append(await sides[side](seconds))
-    medians = {side: median_of(runs[side]) for side in SIDES}
+        runs = await interleaved({"raw": raw, "wal": wal_side, "node": node_side}, schedule)
+    medians = side_medians(runs)
     return {
         "payload_bytes": size,
         **medians,

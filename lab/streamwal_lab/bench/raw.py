@@ -28,7 +28,15 @@ from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal_lab.bench.target import CLIENT_LOG
 
-__all__ = ["RAW_BATCHING_DELAY_MS", "fill_raw", "raw_client", "raw_producer", "read_raw"]
+__all__ = [
+    "RAW_BATCHING_DELAY_MS",
+    "blocking_raw_client",
+    "fill_raw",
+    "producer_settings",
+    "raw_client",
+    "raw_producer",
+    "read_raw",
+]
 
 RAW_BATCHING_DELAY_MS = 1
 _FILL_WINDOW = 1000  # sends in flight while a raw channel is filled
@@ -39,15 +47,24 @@ def raw_client(pulsar_url: str) -> Any:
     return pulsar_asyncio.Client(pulsar_url, logger=client_logger(CLIENT_LOG))
 
 
+def blocking_raw_client(pulsar_url: str) -> Any:
+    """The blocking client, for a ``send_async`` loop on a thread of its own."""
+    return pulsar.Client(pulsar_url, logger=client_logger(CLIENT_LOG))
+
+
+def producer_settings(config: PulsarConfig, *, block_if_queue_full: bool = False) -> dict[str, Any]:
+    """``create_producer``'s settings for a raw producer (either client's)."""
+    return {
+        "access_mode": pulsar.ProducerAccessMode.ExclusiveWithFencing,
+        "batching_enabled": config.batching,
+        "batching_max_publish_delay_ms": RAW_BATCHING_DELAY_MS,
+        "max_pending_messages": config.max_pending_messages,
+        "block_if_queue_full": block_if_queue_full,
+    }
+
+
 async def raw_producer(client: Any, topic: str, config: PulsarConfig) -> Any:
-    return await client.create_producer(
-        topic,
-        access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
-        batching_enabled=config.batching,
-        batching_max_publish_delay_ms=RAW_BATCHING_DELAY_MS,
-        max_pending_messages=config.max_pending_messages,
-        block_if_queue_full=False,
-    )
+    return await client.create_producer(topic, **producer_settings(config))
 
 
 async def fill_raw(

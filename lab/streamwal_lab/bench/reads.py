@@ -33,7 +33,6 @@ import contextlib
 import statistics
 import time
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -43,11 +42,10 @@ from streamwal.node.client import NodeClient, policy
 from streamwal.wal.backend import DeliveryPolicy
 from streamwal.wal.initializing import open_read_only
 from streamwal.wal.wal import ReadOnlyWAL
-from streamwal_lab.bench.node_process import BenchNode
+from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import fill_raw, read_raw
 from streamwal_lab.bench.stats import ratio
-from streamwal_lab.bench.target import CLIENT_LOG, BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
+from streamwal_lab.bench.target import BenchTarget, new_run
 
 __all__ = ["PATHS", "run_reads_bench"]
 
@@ -171,16 +169,13 @@ async def run_reads_bench(
     config = target.pulsar_config()
     topic = config.topic(channel)
     raw_topic = config.topic(f"bench-reads-raw-{run}")
-    node_prefix = f"/bench-reads-{run}-node"
-    log_path = Path(CLIENT_LOG).parent / f"node-reads-{run}.log"
-    node = BenchNode(target, key_prefix=node_prefix, log_path=log_path)
     rates: dict[str, list[float]] = {path: [] for path in PATHS}
     tails: dict[str, list[float]] = {"raw_reader": [], "consume_batch": []}
     payload = b"r" * payload_bytes
     async with (
-        deleted_afterwards(target.etcd_endpoint, [node_prefix]),
-        node,
-        NodeClient(node.address) as client,
+        node_and_client(
+            target, key_prefix=f"/bench-reads-{run}-node", log_name=f"node-reads-{run}.log"
+        ) as (_, client),
         PulsarOpener(config) as opener,
         contextlib.AsyncExitStack() as held,
     ):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-__all__ = ["distribution", "median_of", "percentile", "ratio", "summarize"]
+__all__ = ["distribution", "median_of", "percentile", "ratio", "ratios", "summarize"]
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -57,3 +57,18 @@ def ratio(numerator: float, denominator: float) -> float:
     if not denominator or math.isnan(denominator) or math.isnan(numerator):
         return float("nan")
     return round(numerator / denominator, 3)
+
+
+def ratios(
+    side: Mapping[str, float],
+    base: Mapping[str, float],
+    keys: Sequence[str] = ("per_s", "p50_ms", "p99_ms", "p999_ms"),
+    prefix: str = "",
+) -> dict[str, float]:
+    """``side``'s figures over ``base``'s, named ``<prefix>throughput_ratio`` for the rate
+    and ``<prefix>p50_ratio`` (and so on) for each latency percentile in ``keys``."""
+    return {f"{prefix}{_ratio_name(key)}_ratio": ratio(side[key], base[key]) for key in keys}
+
+
+def _ratio_name(key: str) -> str:
+    return "throughput" if key == "per_s" else key.removesuffix("_ms")

@@ -26,13 +26,12 @@ from typing import Any
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.backoff import Backoff
 from streamwal.retry import Retry, retry_call
-from streamwal.tso import InProcessTSO, LocalAllocator
+from streamwal.tso import LocalAllocator
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal_lab.bench.raw import raw_producer
 from streamwal_lab.bench.stats import distribution, ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
-from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["run_takeover_bench"]
 
@@ -138,13 +137,10 @@ async def run_takeover_bench(
     """``takeovers`` WAL takeovers and as many raw ones, alternating."""
     run = new_run()
     config = target.pulsar_config(admin=True)
-    tso_config = target.tso_config(f"/bench-to-{run}")
     wal_rounds: list[_Round | str] = []
     raw_rounds: list[_Round | str] = []
     async with (
-        deleted_afterwards(target.etcd_endpoint, [tso_config.key_prefix]),
-        InProcessTSO(tso_config) as tso,
-        PulsarOpener(config) as opener_a,
+        target.wal_services(f"/bench-to-{run}", config) as (tso, opener_a),
         PulsarOpener(config) as opener_b,
     ):
         for opener in (opener_a, opener_b):

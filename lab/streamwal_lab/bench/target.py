@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamwal.adaptors.pulsar import PulsarConfig
-from streamwal.tso import EtcdConfig, TsoConfig
+from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
+from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal_lab.stack.tso_keys import deleted_afterwards
 
 __all__ = ["CLIENT_LOG", "BenchTarget", "new_run"]
 
@@ -56,3 +58,16 @@ class BenchTarget:
     def tso_config(self, key_prefix: str) -> TsoConfig:
         """The in-process TSO's settings under ``key_prefix`` (unique a run, removed after)."""
         return TsoConfig(etcd=EtcdConfig((self.etcd_endpoint,)), key_prefix=key_prefix)
+
+    @contextlib.asynccontextmanager
+    async def wal_services(
+        self, key_prefix: str, config: PulsarConfig
+    ) -> AsyncIterator[tuple[InProcessTSO, PulsarOpener]]:
+        """What a suite's WALs in this process open with: an oracle under ``key_prefix``
+        (its keys deleted once it has stopped) and an opener with ``config``."""
+        async with (
+            deleted_afterwards(self.etcd_endpoint, [key_prefix]),
+            InProcessTSO(self.tso_config(key_prefix)) as tso,
+            PulsarOpener(config) as opener,
+        ):
+            yield tso, opener

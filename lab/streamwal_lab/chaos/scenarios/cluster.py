@@ -90,6 +90,10 @@ class _Cluster:
         self.nodes: dict[int, NodeProcess] = {}
         self.writers: list[ChannelWriter] = []
 
+    def client(self) -> ClusterClient:
+        """A client of this cluster: its etcd and its key prefix."""
+        return ClusterClient([self.etcd_endpoint], key_prefix=self.prefix)
+
     def add(
         self,
         node_id: int,
@@ -222,7 +226,7 @@ async def run_kill(env: ChaosEnv, rounds: int) -> ScenarioResult:
     try:
         await cluster.start(3)
         view = await cluster.balanced()
-        async with ClusterClient([env.etcd_endpoint], key_prefix=cluster.prefix) as client:
+        async with cluster.client() as client:
             writers = cluster.write(client)
             for round_ in range(rounds):
                 view = await cluster.balanced()
@@ -264,7 +268,7 @@ async def run_pause(env: ChaosEnv, rounds: int) -> ScenarioResult:
     stalls: list[float] = []
     try:
         await cluster.start(3)
-        async with ClusterClient([env.etcd_endpoint], key_prefix=cluster.prefix) as client:
+        async with cluster.client() as client:
             writers = cluster.write(client)
             for round_ in range(rounds):
                 view = await cluster.balanced()
@@ -309,7 +313,7 @@ async def run_zombie(env: ChaosEnv, rounds: int) -> ScenarioResult:
         async with FaultProxy(etcd_port) as proxy:
             cluster.add(2, etcd_endpoint=proxy.url_host)
             await cluster.start(3)
-            async with ClusterClient([env.etcd_endpoint], key_prefix=cluster.prefix) as client:
+            async with cluster.client() as client:
                 writers = cluster.write(client)
                 for round_ in range(rounds):
                     view = await cluster.balanced()
@@ -364,7 +368,7 @@ async def run_broker_lost(env: ChaosEnv, rounds: int) -> ScenarioResult:
             await cluster.start(3)
             wrong = cluster.add(4, pulsar_url=f"pulsar://127.0.0.1:{free_port()}")
             await wrong.start(until=b"listening on")
-            async with ClusterClient([env.etcd_endpoint], key_prefix=cluster.prefix) as client:
+            async with cluster.client() as client:
                 writers = cluster.write(client)
                 for round_ in range(rounds):
                     view = await cluster.balanced()
@@ -430,11 +434,14 @@ async def _first_acks_after(
     since: float,
     result: ScenarioResult,
     round_: int,
+    missing: str = "no append after the failover",
 ) -> list[float]:
+    """Each of ``channels``' first acknowledgement after ``since``, waited for 30 s at
+    most (then a problem of round ``round_``: ``missing``)."""
     deadline = time.monotonic() + 30
     while any(writers[c].first_ack_after(since) is None for c in channels):
         if time.monotonic() > deadline:
-            result.problems.append(f"round {round_}: no append after the failover")
+            result.problems.append(f"round {round_}: {missing}")
             break
         await asyncio.sleep(0.05)
     return [t for c in channels if (t := writers[c].first_ack_after(since)) is not None]
@@ -448,7 +455,7 @@ async def run_etcd_restart(env: ChaosEnv, rounds: int) -> ScenarioResult:
     try:
         await cluster.start(3)
         view = await cluster.balanced()
-        async with ClusterClient([etcd.endpoint], key_prefix=cluster.prefix) as client:
+        async with cluster.client() as client:
             writers = cluster.write(client)
             for round_ in range(rounds):
                 view = await cluster.balanced()
@@ -465,15 +472,11 @@ async def run_etcd_restart(env: ChaosEnv, rounds: int) -> ScenarioResult:
                     and len(view.moves) == moves,
                     f"round {round_}: channels moved across an etcd restart",
                 )
-                deadline = time.monotonic() + 30
-                while any(w.first_ack_after(back) is None for w in writers.values()):
-                    if time.monotonic() > deadline:
-                        result.problems.append(f"round {round_}: appends did not resume")
-                        break
-                    await asyncio.sleep(0.05)
-                resumed.append(
-                    max((w.first_ack_after(back) or back) - back for w in writers.values())
+                missing = "appends did not resume"
+                firsts = await _first_acks_after(
+                    writers, list(writers), back, result, round_, missing
                 )
+                resumed.append(max((first - back for first in firsts), default=0.0))
                 result.rounds += 1
             await cluster.check(result)
     finally:
