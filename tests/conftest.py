@@ -8,6 +8,7 @@ are deleted when it ends (:mod:`streamwal_lab.stack.topics` says why).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -23,11 +24,13 @@ from streamwal_lab.stack import Stack, StackInfo
 from streamwal_lab.stack.ports import environment as stack_environment
 from streamwal_lab.stack.topics import delete_created, list_topics
 from tests.etcd_keys import EtcdPrefixes
+from tests.parallel import is_worker
 
 # memory and time bounds per test, children killed, the resources summary (issue 26);
 # the cluster profile, for the modules whose tests need several brokers; the shared
-# broker restarted (and the test run again) when a test failed on it broken
-pytest_plugins = ["tests.guard", "tests.cluster_profile", "tests.stack_watch"]
+# broker restarted (and the test run again) when a test failed on it broken; the groups
+# that keep tests correct on two workers (./dev test runs pytest-xdist)
+pytest_plugins = ["tests.guard", "tests.cluster_profile", "tests.stack_watch", "tests.parallel"]
 
 # The product's defaults are the standard local ports; the suite's services are the
 # lab's stack. Set before any test module is imported, so every default config built
@@ -44,13 +47,46 @@ _WARM_HYPOTHESIS = (
 )
 
 
+#: the broker's topics when an xdist run began (its controller's, see pytest_sessionfinish)
+_TOPICS_BEFORE = pytest.StashKey[set[str]]()
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that hands tests to xdist workers and runs none itself."""
+    return not is_worker() and bool(getattr(config.option, "numprocesses", None))
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if is_worker():
+        return  # the controller warmed the cache before starting the workers
     subprocess.run(
         [sys.executable, "-c", _WARM_HYPOTHESIS],
         cwd=session.config.rootpath,
         check=False,
         capture_output=True,
         timeout=120,
+    )
+    if _xdist_controller(session.config) and not os.environ.get("STREAMWAL_TEST_KEEP_TOPICS"):
+        info = asyncio.run(Stack().up(["etcd", "pulsar"]))
+        session.config.stash[_TOPICS_BEFORE] = asyncio.run(list_topics(info.pulsar_admin_url))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist run's topics go once every worker is done (a worker's session ending
+    must not delete the topics the other one is still writing)."""
+    before = session.config.stash.get(_TOPICS_BEFORE, None)
+    if before is not None:
+        asyncio.run(_delete_created(Stack().info().pulsar_admin_url, before))
+
+
+async def _delete_created(admin_url: str, before: set[str]) -> None:
+    try:
+        deleted, created = await delete_created(admin_url, before)
+    except (OSError, RuntimeError) as exc:  # the broker is gone: nothing to tidy now
+        print(f"\nstack: could not delete this session's topics: {exc}", file=sys.stderr)
+        return
+    print(
+        f"\nstack: deleted {deleted} of the {created} topics this session created", file=sys.stderr
     )
 
 
@@ -66,14 +102,9 @@ async def stack(local_stack: Stack) -> AsyncIterator[StackInfo]:
     yield info
     if os.environ.get("STREAMWAL_TEST_KEEP_TOPICS"):
         return  # another session shares this stack: its topics are not ours to delete
-    try:
-        deleted, created = await delete_created(info.pulsar_admin_url, before)
-    except (OSError, RuntimeError) as exc:  # the broker is gone: nothing to tidy now
-        print(f"\nstack: could not delete this session's topics: {exc}", file=sys.stderr)
-        return
-    print(
-        f"\nstack: deleted {deleted} of the {created} topics this session created", file=sys.stderr
-    )
+    if is_worker():
+        return  # one part of an xdist run: the controller deletes the run's topics
+    await _delete_created(info.pulsar_admin_url, before)
 
 
 @pytest.fixture(scope="session")

@@ -64,7 +64,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, cast
 
 import pytest
 
@@ -322,6 +322,11 @@ class _Record:
     seconds: float = 0.0
 
 
+#: a teardown report's user property carrying (growth, seconds, the process's peak RSS):
+#: how an xdist worker's figures reach the controller, which prints the summary
+_REPORTED = "streamwal-guard"
+
+
 class Guard:
     """The plugin object; one per session (registered as ``streamwal-guard``)."""
 
@@ -329,6 +334,7 @@ class Guard:
         self.config = config
         self.settings = _settings(config)
         self.records: dict[str, _Record] = {}
+        self.workers_peak = 0  # the largest peak RSS an xdist worker reported
         self.current: _TestState | None = None
         self.paused: _TestState | None = None  # between two runs of one test (resume)
         self.lock = threading.Lock()
@@ -482,6 +488,8 @@ class Guard:
         record = self.records.setdefault(item.nodeid, _Record(item.nodeid))
         record.growth = growth
         record.seconds = time.monotonic() - state.started
+        peak = max(peak_rss_bytes(), self.sampled_peak)
+        report.user_properties.append((_REPORTED, (growth, record.seconds, peak)))
         problems = []
         bound = self.settings.test_bytes
         if bound and growth > bound:
@@ -721,6 +729,16 @@ class Guard:
 
     # -- the summary ----------------------------------------------------------------------
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A worker's figures, in the controller of an xdist run (xdist marks the
+        reports it relays with their ``node``; a run of one process has its records)."""
+        for key, value in report.user_properties:
+            if key == _REPORTED and hasattr(report, "node"):
+                growth, seconds, peak = cast(tuple[int, float, int], value)
+                record = self.records.setdefault(report.nodeid, _Record(report.nodeid))
+                record.growth, record.seconds = int(growth), float(seconds)
+                self.workers_peak = max(self.workers_peak, int(peak))
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
         count = self.settings.summary
@@ -732,6 +750,8 @@ class Guard:
             f"{self.settings.test_bytes / _MB:.0f} MB per test, "
             f"{self.settings.session_bytes / _MB:.0f} MB per session)"
         )
+        if self.workers_peak:
+            tr.write_line(f"peak RSS of the largest xdist worker: {self.workers_peak / _MB:.0f} MB")
         if self.over_session_bound:
             tr.write_line(f"the run was stopped: {self.over_session_bound}")
         records = list(self.records.values())
