@@ -24,7 +24,6 @@ from streamwal_lab.stack import Stack, StackInfo
 from streamwal_lab.stack.ports import environment as stack_environment
 from streamwal_lab.stack.topics import delete_created, list_topics
 from tests.etcd_keys import EtcdPrefixes
-from tests.parallel import is_worker
 
 # memory and time bounds per test, children killed, the resources summary (issue 26);
 # the cluster profile, for the modules whose tests need several brokers; the shared
@@ -49,6 +48,14 @@ _WARM_HYPOTHESIS = (
 
 #: the broker's topics when an xdist run began (its controller's, see pytest_sessionfinish)
 _TOPICS_BEFORE = pytest.StashKey[set[str]]()
+
+
+def is_worker() -> bool:
+    """True in an xdist worker (``tests.parallel`` is imported as a plugin, after this
+    module: importing it here first would keep pytest from rewriting its asserts)."""
+    from tests.parallel import is_worker as in_worker
+
+    return in_worker()
 
 
 def _xdist_controller(config: pytest.Config) -> bool:
