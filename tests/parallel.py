@@ -67,4 +67,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         group = group_of(item)
         if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+            _put_in_group(item, group)
+
+
+def _put_in_group(item: pytest.Item, group: str) -> None:
+    """What ``--dist loadgroup`` reads: the ``xdist_group`` mark, which xdist's own hook
+    turns into a ``@group`` suffix of the id it schedules by. From pytest 9 an item's id
+    is ``item._id`` and xdist's write to ``item._nodeid`` no longer reaches it (every
+    test then runs wherever, and a module's shared nodes start in both workers): the
+    suffix is set here. ``tests/test_parallel.py`` runs a grouped module on two workers."""
+    item.add_marker(pytest.mark.xdist_group(group))
+    if not hasattr(item, "_id") or not item.config.getvalue("loadgroup"):
+        return  # pytest 8: xdist's hook adds the suffix; no loadgroup: nothing to read it
+    from _pytest.nodeid import coerce_node_id
+
+    if not item.nodeid.endswith(f"@{group}"):
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")

@@ -195,3 +195,39 @@ async def test_up_fails_when_every_start_shows_the_problem(tmp_path: Path) -> No
     assert len(service.outputs) == 3
     assert stack.running("slow-server") is None  # stopped and forgotten
     assert not port_in_use(service.port)
+
+
+class Outdated(SlowServer):
+    """Answers, and says it must restart while ``outdated`` (settings changed since)."""
+
+    outdated = False
+
+    def restart_reason(self) -> str | None:
+        return "started with other settings" if self.outdated else None
+
+
+async def test_up_restarts_a_server_started_with_settings_changed_since(tmp_path: Path) -> None:
+    """The stack's Jaeger started before ``STREAMWAL_JAEGER_UI_ASSETS`` was set serves a
+    placeholder page: ``up`` restarts such a server instead of calling it running."""
+    paths = StackPaths(cache=tmp_path / "cache", stack=tmp_path / "stack")
+    messages: list[str] = []
+    stack = Stack(paths, progress=messages.append)
+    service = Outdated(paths, free_port())
+    stack.services = {**stack.services, "slow-server": service}
+    try:
+        await stack.up(["slow-server"])
+        first = stack.running("slow-server")
+        assert first is not None
+        service.outdated = True
+        messages.clear()
+        await stack.up(["slow-server"])
+        second = stack.running("slow-server")
+        assert second is not None and second.pid != first.pid
+        assert not is_alive(first.pid) and is_alive(second.pid)
+        assert messages[0] == "slow-server: running but started with other settings; restarting"
+        service.outdated = False
+        messages.clear()
+        await stack.up(["slow-server"])
+        assert messages == [f"slow-server: already running (pid {second.pid})"]
+    finally:
+        await stack.down()

@@ -242,6 +242,13 @@ class JaegerService(Service):
         except Exception:
             return False
 
+    def restart_reason(self) -> str | None:
+        """A Jaeger started without the UI assets now named serves the placeholder page
+        (the Jaeger UI test would fail on it until someone restarts it by hand)."""
+        if self._ui_assets and ui_is_real(self.url) is False:
+            return f"serves no UI though {ENV_JAEGER_UI_ASSETS} names its assets"
+        return None
+
     def extra_status(self) -> dict[str, str]:
         return {"ui": self.url, "otlp_grpc": self.otlp_grpc_endpoint, "ui_source": self.ui_source()}
 

@@ -88,6 +88,12 @@ class Service(abc.ABC):
         """
         return None
 
+    def restart_reason(self) -> str | None:
+        """Why a server that answers must still be restarted for this ``up``: it was
+        started with settings the environment has changed since (blocking; must not
+        raise). ``None``: keep it."""
+        return None
+
     async def after_start(self, progress: Progress) -> None:
         """Work that needs the server answering, done once per start by ``up`` (the
         cluster's metadata, a namespace's policies); raises when it cannot be done."""

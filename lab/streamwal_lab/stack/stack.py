@@ -207,9 +207,13 @@ class Stack:
         for service in services:
             entry = self.running(service.name)
             if entry is not None and await service.probe():
-                self.progress(f"{service.name}: already running (pid {entry.pid})")
-                continue
-            if entry is not None:  # ours but not answering: restart it
+                reason = await asyncio.to_thread(service.restart_reason)
+                if reason is None:
+                    self.progress(f"{service.name}: already running (pid {entry.pid})")
+                    continue
+                self.progress(f"{service.name}: running but {reason}; restarting")
+                await asyncio.to_thread(stop_process, entry.pid, entry.marker)
+            elif entry is not None:  # ours but not answering: restart it
                 self.progress(f"{service.name}: running but not answering; restarting")
                 await asyncio.to_thread(stop_process, entry.pid, entry.marker)
             todo.append(service)
