@@ -206,15 +206,15 @@ class Stack:
         todo: list[Service] = []
         for service in services:
             entry = self.running(service.name)
-            if entry is not None and await service.probe():
-                reason = await asyncio.to_thread(service.restart_reason)
+            if entry is not None:  # ours: kept unless it does not answer or is outdated
+                if not await service.probe():
+                    reason: str | None = "not answering"
+                else:
+                    reason = await asyncio.to_thread(service.restart_reason)
                 if reason is None:
                     self.progress(f"{service.name}: already running (pid {entry.pid})")
                     continue
                 self.progress(f"{service.name}: running but {reason}; restarting")
-                await asyncio.to_thread(stop_process, entry.pid, entry.marker)
-            elif entry is not None:  # ours but not answering: restart it
-                self.progress(f"{service.name}: running but not answering; restarting")
                 await asyncio.to_thread(stop_process, entry.pid, entry.marker)
             todo.append(service)
         problems = [p for s in todo for p in s.prerequisites()]
