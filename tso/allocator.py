@@ -21,6 +21,7 @@ import time
 from typing import Protocol, runtime_checkable
 
 from streamwal.errors import ClosedError, InvalidInputError, TimestampRegressionError
+from streamwal.lifecycle import Closeable
 from streamwal.timestamps import TimestampAllocator
 from streamwal.tso.metrics import record_fetch_latency
 from streamwal.tso.timestamp import MAX_LOGICAL
@@ -48,7 +49,7 @@ def _current_task_cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-class LocalAllocator:
+class LocalAllocator(Closeable):
     """A cached range of timestamps over ``source``; a
     :class:`~streamwal.timestamps.CachedTimestampAllocator`.
 
@@ -151,12 +152,6 @@ class LocalAllocator:
             await asyncio.wait([task])
         if self._close_source:
             await self._source.close()
-
-    async def __aenter__(self) -> LocalAllocator:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def _take(self, count: int) -> tuple[int, int] | None:
         """``count`` timestamps from the cached range, or ``None`` (nothing taken) when it

@@ -28,6 +28,7 @@ from streamwal.errors import (
     TimestampRegressionError,
     UnavailableError,
 )
+from streamwal.lifecycle import Startable
 from streamwal.retry import Retry
 from streamwal.tso.config import EtcdConfig, TsoConfig, parse_endpoint
 from streamwal.tso.store import LeaderRecord, encode_window
@@ -84,7 +85,7 @@ def _is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.NOT_FOUND
 
 
-class EtcdStore:
+class EtcdStore(Startable):
     """:class:`~streamwal.tso.store.CoordinationStore` on etcd.
 
     ``request_timeout_s`` bounds one etcd request; ``unavailable_after_s`` is the
@@ -216,13 +217,6 @@ class EtcdStore:
                 client.close()
             except Exception:
                 _log.debug("closing the etcd client failed", exc_info=True)
-
-    async def __aenter__(self) -> EtcdStore:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def _require(self) -> tuple[Any, ThreadPoolExecutor]:
         if self._closed:

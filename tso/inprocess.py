@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from streamwal.errors import ClosedError, UnavailableError
+from streamwal.lifecycle import Startable
 from streamwal.tso.allocator import LocalAllocator
 from streamwal.tso.clock import Clock
 from streamwal.tso.config import TsoConfig
@@ -40,7 +41,7 @@ class OracleSource:
         """Nothing to release: the oracle belongs to whoever built it."""
 
 
-class InProcessTSO:
+class InProcessTSO(Startable):
     """An oracle started in this process plus allocators on it.
 
     ``async with InProcessTSO(config) as tso:`` campaigns and waits (at most
@@ -104,10 +105,3 @@ class InProcessTSO:
         for allocator in allocators:
             await allocator.close()
         await self._oracle.close()
-
-    async def __aenter__(self) -> InProcessTSO:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

@@ -33,6 +33,7 @@ from streamwal.errors import (
     TimestampRegressionError,
     UnavailableError,
 )
+from streamwal.lifecycle import Startable
 from streamwal.tso.clock import Clock, SystemClock
 from streamwal.tso.config import TsoConfig
 from streamwal.tso.election import Election
@@ -67,7 +68,7 @@ class OracleStats:
     """Times the logical counter ran out and physical moved on by 1 ms inline."""
 
 
-class TimestampOracle:
+class TimestampOracle(Startable):
     """Campaigns for TSO leadership and, while leader, serves timestamps.
 
     ``address`` is what followers tell callers to redirect to (the gRPC address of
@@ -223,13 +224,6 @@ class TimestampOracle:
             if self._owns_store:
                 await self._store.close()
             self._notify()
-
-    async def __aenter__(self) -> TimestampOracle:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     # --- serving ----------------------------------------------------------------
 

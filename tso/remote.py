@@ -31,6 +31,7 @@ from streamwal.errors import (
     TimestampOverflowError,
     UnavailableError,
 )
+from streamwal.lifecycle import Closeable
 from streamwal.retry import Retry
 from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
 from streamwal.tso.service import LEADER_METADATA_KEY
@@ -49,7 +50,7 @@ _RETRY_CODES = frozenset(
 )
 
 
-class RemoteSource:
+class RemoteSource(Closeable):
     """:class:`~streamwal.tso.allocator.TimestampSource` over gRPC ``AllocTimestamp``.
 
     Channels are opened on first use (no I/O in ``__init__``) and kept per address;
@@ -183,12 +184,6 @@ class RemoteSource:
             f"no TSO leader answered within {self._timeout_s:.2f}s "
             f"(tried {', '.join(self._addresses)})" + (f": {last}" if last is not None else "")
         )
-
-    async def __aenter__(self) -> RemoteSource:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Close the channels; idempotent. Later fetches raise :class:`ClosedError`."""

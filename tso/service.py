@@ -28,6 +28,7 @@ from streamwal.errors import (
     TimestampOverflowError,
     UnavailableError,
 )
+from streamwal.lifecycle import Startable
 from streamwal.tso.proto import tso_pb2, tso_pb2_grpc
 
 __all__ = [
@@ -113,7 +114,7 @@ def add_tso_servicer(
     return servicer
 
 
-class TsoServer:
+class TsoServer(Startable):
     """A ``grpc.aio`` server carrying only the TSO service.
 
     ``listen`` is ``host:port`` (port 0 picks a free one; :attr:`port` tells which).
@@ -171,10 +172,3 @@ class TsoServer:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(self._grace_s)
-
-    async def __aenter__(self) -> TsoServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

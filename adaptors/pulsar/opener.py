@@ -47,6 +47,7 @@ from streamwal.errors import (
     StreamwalError,
     UnavailableError,
 )
+from streamwal.lifecycle import Startable
 from streamwal.timeouts import within
 from streamwal.wal.backend import AccessMode, validate_channel_name
 
@@ -84,7 +85,7 @@ def client_logger(log_file: str | None = None) -> logging.Logger | pulsar.FileLo
     return logger
 
 
-class PulsarOpener:
+class PulsarOpener(Startable):
     """Opens channels on one Pulsar cluster.
 
     ``start()`` creates the client (the first connection happens lazily);
@@ -152,13 +153,6 @@ class PulsarOpener:
             options["tls_allow_insecure_connection"] = cfg.tls_allow_insecure
             options["tls_validate_hostname"] = cfg.tls_validate_hostname
         return pulsar_asyncio.Client(cfg.service_url, **options)
-
-    async def __aenter__(self) -> PulsarOpener:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     @property
     def client(self) -> Any:

@@ -16,6 +16,8 @@ import contextlib
 import logging
 from typing import Literal
 
+from streamwal.lifecycle import Startable
+
 __all__ = ["FaultProxy", "Mode"]
 
 _log = logging.getLogger(__name__)
@@ -23,7 +25,7 @@ _log = logging.getLogger(__name__)
 Mode = Literal["pass", "refuse", "blackhole"]
 
 
-class FaultProxy:
+class FaultProxy(Startable):
     """``async with FaultProxy(target_port) as proxy``; connect to ``proxy.port``."""
 
     def __init__(
@@ -125,10 +127,3 @@ class FaultProxy:
         for task in list(self._pipes):
             task.cancel()
         await asyncio.gather(*self._pipes, return_exceptions=True)
-
-    async def __aenter__(self) -> FaultProxy:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

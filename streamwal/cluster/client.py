@@ -56,6 +56,7 @@ from streamwal.errors import (
     UnavailableError,
     WriteOutcome,
 )
+from streamwal.lifecycle import Startable
 from streamwal.node.client import (
     Acked,
     BatchProduceError,
@@ -108,7 +109,7 @@ _FINAL = frozenset(
 )
 
 
-class ClusterClient:
+class ClusterClient(Startable):
     """``async with ClusterClient(etcd_endpoints, key_prefix=...) as client``, or
     ``ClusterClient(nodes=[address, ...])`` to look owners up through the nodes.
 
@@ -178,13 +179,6 @@ class ClusterClient:
         """The identity every append is numbered with, on whichever node it lands."""
         self.moves_followed = 0
         self._gaps = WriteGaps()
-
-    async def __aenter__(self) -> ClusterClient:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def start(self) -> None:
         if self._store is not None:

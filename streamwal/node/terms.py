@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from streamwal.errors import DecodeError, InvalidInputError, StaleTermError, UnavailableError
+from streamwal.lifecycle import Startable
 from streamwal.tso.config import EtcdConfig
 from streamwal.tso.etcd_store import EtcdStore
 
@@ -133,7 +134,7 @@ class MemoryTerms:
         return self._terms.get(channel)
 
 
-class EtcdTerms:
+class EtcdTerms(Startable):
     """:class:`ChannelTerms` in etcd, one key per channel under :func:`terms_root`.
 
     A claim reads the key and writes it back only if nobody wrote it meanwhile (etcd's
@@ -156,13 +157,6 @@ class EtcdTerms:
 
     async def close(self) -> None:
         await self._store.close()
-
-    async def __aenter__(self) -> EtcdTerms:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def claim(self, channel: str, node: int, asked: int | None) -> int:
         key = self.key(channel)

@@ -62,6 +62,7 @@ from streamwal.errors import (
     StreamwalError,
     UnavailableError,
 )
+from streamwal.lifecycle import Startable
 from streamwal.node.auth import Authorizer, IdentityBook, exposure_warning
 from streamwal.node.channels import ChannelManager
 from streamwal.node.config import ClientTLSFiles, NodeConfig, tso_config
@@ -132,7 +133,7 @@ class _CandidateSource:
         """Nothing to release: the node owns the oracle and the remote source."""
 
 
-class Node:
+class Node(Startable):
     """``async with Node(config) as node``; ``node.port`` is the bound gRPC port."""
 
     def __init__(
@@ -500,10 +501,3 @@ class Node:
         if self._oracle is not None:
             await self._oracle.close()
         _log.info("node %d stopped", self.config.node.id)
-
-    async def __aenter__(self) -> Node:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

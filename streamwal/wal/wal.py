@@ -23,6 +23,7 @@ from streamwal.errors import (
     QuotaExceededError,
     StreamwalError,
 )
+from streamwal.lifecycle import Closeable
 from streamwal.wal.backend import BackendWAL, DeliveryPolicy
 from streamwal.wal.config import WALConfig
 from streamwal.wal.interceptors import AppendResult, InterceptorChain, InterceptorParams
@@ -47,7 +48,7 @@ __all__ = ["WAL", "ReadOnlyWAL"]
 _log = logging.getLogger(__name__)
 
 
-class _Readable:
+class _Readable(Closeable):
     """What both WAL kinds share: scanners, and closing the backend."""
 
     def __init__(
@@ -183,12 +184,6 @@ class _Readable:
 
     async def _close_writer(self) -> None:
         return None
-
-    async def __aenter__(self) -> _Readable:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 class WAL(_Readable):

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 from opentelemetry.trace import TracerProvider
 
+from streamwal.lifecycle import Closeable
 from streamwal.node.client.answers import Acked, BatchProduceError, batch_acks, numbers_of
 from streamwal.node.client.base import batch_request
 from streamwal.node.client.retries import give_up, may_retry, with_retries
@@ -27,7 +27,7 @@ from streamwal.tso.tls import ClientTLS, default_token, open_channel
 __all__ = ["NodeClient"]
 
 
-class NodeClient(StreamCalls):
+class NodeClient(StreamCalls, Closeable):
     """One channel to one node; ``async with NodeClient(address) as client``.
 
     With ``tracing`` each call is a client span whose context travels to the node;
@@ -75,17 +75,6 @@ class NodeClient(StreamCalls):
             address, tls, options=options, interceptors=interceptors, token=default_token(token)
         )
         self._stub = pb_grpc.StreamingNodeStub(self._channel)
-
-    async def __aenter__(self) -> NodeClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         await self._channel.close()

@@ -7,12 +7,12 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import grpc
 
 from streamwal.errors import BackendMismatchError, InvalidInputError, WriteOutcome
+from streamwal.lifecycle import Closeable
 from streamwal.node.client.answers import (
     Acked,
     BatchProduceError,
@@ -281,7 +281,7 @@ _FRAME_APPENDS = 512
 _FRAME_BYTES = 512 * 1024
 
 
-class AppendStream:
+class AppendStream(Closeable):
     """Appends over one long-lived stream call, each awaited on its own.
 
     ``produce_stream`` needs every payload up front; a caller that produces as it goes
@@ -342,17 +342,6 @@ class AppendStream:
         )
         self._call = call
         self._reader = asyncio.create_task(self._read())
-
-    async def __aenter__(self) -> AppendStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def append(self, payload: bytes) -> Acked:
         if self._closing:

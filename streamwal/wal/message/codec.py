@@ -88,11 +88,13 @@ def entry_format(raw: BackendMessage) -> int:
     """The format version of the entry ``raw`` (from its ``swf`` property; 1 without).
     :class:`~streamwal.errors.UnsupportedLogFormatError` for a version this reader does
     not know."""
-    text = raw.properties.get(FORMAT_PROPERTY)
-    if text is None:
+    if FORMAT_PROPERTY not in raw.properties:
         return LOG_FORMAT_V1
+    text = raw.properties[FORMAT_PROPERTY]
     if text == "2":
         return LOG_FORMAT_V2
+    if not isinstance(text, str):  # a broker hands text: this entry is corrupt, not newer
+        raise DecodeError(f"message {raw.message_id}: log format property {text!r}")
     raise UnsupportedLogFormatError(raw.message_id, f"log format {text!r}")
 
 
@@ -101,11 +103,9 @@ def decode_entry(
 ) -> list[ImmutableMessage]:
     """The messages persisted in the entry ``raw`` (a whole entry: chunks rebuilt), in
     order: one for v1, the pack's N >= 1 for v2."""
-    if FORMAT_PROPERTY not in raw.properties:
-        return [codec_v1.decode(raw, message_id_from_bytes)]
     if entry_format(raw) == LOG_FORMAT_V2:
         return decode_pack(raw, message_id_from_bytes)
-    raise AssertionError("unreachable: entry_format raised")  # pragma: no cover
+    return [codec_v1.decode(raw, message_id_from_bytes)]
 
 
 def decode(raw: BackendMessage, message_id_from_bytes: MessageIdDecoder) -> ImmutableMessage:
