@@ -72,6 +72,10 @@ class PulsarMessageId(MessageId):
     def to_bytes(self) -> bytes:
         return _FORMAT.pack(self.ledger, self.entry, self.batch_index)
 
+    #: ``PulsarMessageId(ledger, entry, batch_index).to_bytes()`` without the object, for
+    #: a reader that handles each entry's id as bytes only (``streamwal verify``'s)
+    bytes_of = staticmethod(_FORMAT.pack)
+
     @classmethod
     def from_bytes(cls, data: bytes) -> PulsarMessageId:
         if len(data) != _FORMAT.size:

@@ -9,8 +9,10 @@ the caller's process applies the rules to the batch before: the two run on two c
 side by side, and verify reads at the pace of the slower half.
 
 The child sends batches of up to :data:`BATCH` entries' facts, each one ``marshal``
-blob on a pipe (behind a one-byte tag): ids, digests and small numbers,
-never payloads, so a batch is about 100 kB whatever the messages' size. A full pipe
+blob on a pipe (behind a one-byte tag): ids, digests and small numbers, and an entry
+of at most :data:`RAW_MAX` bytes as it was read, which the caller decodes (on a
+channel of one small message per entry the read alone is the child's half of the
+work), so a batch is a few MB at most whatever the messages' size. A full pipe
 blocks the child: at most the pipe's buffer and one batch on each side are in
 flight, whatever the channel's length. The last blob is the end, or the error that
 stopped the read, raised again in the caller (:class:`~streamwal.errors.StreamwalError`
@@ -47,12 +49,14 @@ from streamwal.wal.backend import BackendMessage
 from streamwal.wal.chunking import KEY_CHUNK_ID, ChunkAssembler, reassemble
 from streamwal.wal.message.frame import FORMAT_PROPERTY, is_chunk
 
-__all__ = ["BATCH", "ReadOrder", "ReadingProcess", "ReadingThread"]
+__all__ = ["BATCH", "RAW_MAX", "ReadOrder", "ReadingProcess", "ReadingThread"]
 
 BATCH = 1000
 """Entries per blob: large enough that a blob's cost is nothing per entry."""
 
-_FACTS, _END, _ERROR = b"F", b"E", b"X"
+_FACTS, _MIXED, _END, _ERROR = b"F", b"M", b"E", b"X"
+#: an entry this small is sent as it was read, for the caller's process to decode
+RAW_MAX = 2048
 _PIPE_BYTES = 1 << 20  # the pipe's buffer, if the system allows it (Linux: F_SETPIPE_SZ)
 _F_SETPIPE_SZ = 1031
 _STOP_S = 5.0
@@ -142,6 +146,8 @@ class ReadingProcess:
             tag = blob[:1]
             if tag == _FACTS:
                 yield marshal.loads(memoryview(blob)[1:])
+            elif tag == _MIXED:
+                yield _decoded(marshal.loads(memoryview(blob)[1:]))
             elif tag == _END:
                 return
             else:
@@ -291,7 +297,14 @@ def _read(order: ReadOrder, out: Connection) -> None:
     """Read, rebuild chunked messages, decode, send. An entry builds no object but its
     facts: its parts go to :func:`~streamwal.verify.history.parts_facts`, and to the
     chunk assembler only when a chunked message is in the way (the assembler passes
-    any other entry as it is, once it has seen one)."""
+    any other entry as it is, once it has seen one).
+
+    An entry of at most :data:`RAW_MAX` bytes goes as it was read, for the caller to
+    decode: on a channel of one small message per entry, reading an entry costs this
+    process about as much as the rules and the store cost the caller, and decoding it
+    here as well would leave the caller idle half the time (a pack, decoded here, is
+    hundreds of messages for one read). A batch of such entries stays within
+    :data:`BATCH` times :data:`RAW_MAX` bytes."""
     decode_id = PulsarMessageId.from_bytes
     start = decode_id(order.start) if order.start is not None else None
     entries = iter_entries(
@@ -303,28 +316,48 @@ def _read(order: ReadOrder, out: Connection) -> None:
     )
     assembler = ChunkAssembler(order.channel)
     passes = False  # the assembler has seen an entry: it passes a plain one as it is
-    batch: list[Facts] = []
-    extend, send, dumps = batch.extend, out.send_bytes, marshal.dumps
+    batch: list[Any] = []
+    extend, append, send, dumps = batch.extend, batch.append, out.send_bytes, marshal.dumps
+    id_bytes = PulsarMessageId.bytes_of
+    tag = _FACTS  # _MIXED once the batch holds an entry as it was read
     for key, payload, properties in entries:
-        message_id = PulsarMessageId(*key)
         if (
             passes
             and KEY_CHUNK_ID not in properties  # a chunk of log format v1
             and (FORMAT_PROPERTY not in properties or not is_chunk(payload))  # of v2
             and assembler.idle
         ):
-            extend(parts_facts(message_id.to_bytes(), payload, properties, decode_id))
+            if type(payload) is bytes and len(payload) <= RAW_MAX:
+                append((id_bytes(*key), payload, properties))
+                tag = _MIXED
+            else:
+                extend(parts_facts(id_bytes(*key), payload, properties, decode_id))
         else:
-            whole = assembler.feed(BackendMessage(message_id, payload, properties))
+            whole = assembler.feed(BackendMessage(PulsarMessageId(*key), payload, properties))
             if whole is None:
                 continue
             passes = True
             extend(entry_facts(whole, decode_id))
         if len(batch) >= BATCH:
-            send(_FACTS + dumps(batch))
+            send(tag + dumps(batch))
             batch.clear()
+            tag = _FACTS
     if batch:
-        send(_FACTS + dumps(batch))
+        send(tag + dumps(batch))
+
+
+def _decoded(batch: list[Any]) -> list[Facts]:
+    """A mixed batch's facts: an entry sent as it was read (id, payload, properties)
+    decoded here, as the child would have decoded it."""
+    decode_id = PulsarMessageId.from_bytes
+    out: list[Facts] = []
+    append, extend = out.append, out.extend
+    for item in batch:
+        if len(item) == 3:
+            extend(parts_facts(item[0], item[1], item[2], decode_id))
+        else:
+            append(item)
+    return out
 
 
 def _picklable(exc: BaseException) -> bytes:

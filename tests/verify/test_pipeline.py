@@ -18,7 +18,7 @@ from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.errors import UnavailableError
 from streamwal.verify.cli import iter_topic, verify_channel
 from streamwal.verify.history import Facts, entry_facts
-from streamwal.verify.pipeline import BATCH, ReadingProcess, ReadOrder
+from streamwal.verify.pipeline import BATCH, RAW_MAX, ReadingProcess, ReadOrder
 from streamwal.wal.chunking import MIN_ENTRY_BYTES, reassemble, split
 from streamwal.wal.message import MessageType, MutableMessage, encode
 from streamwal_lab.bench.verify import write_wal_log
@@ -71,6 +71,28 @@ async def test_the_reading_process_sends_what_an_in_process_read_gives(
     order = ReadOrder(url, topic, channel, start=start[0], inclusive=True)
     later, _ = await asyncio.to_thread(read_facts, order)
     assert later == sent[BATCH + 3 :]
+
+
+async def test_small_entries_decoded_by_the_caller_agree_with_larger_decoded_by_the_child(
+    stack: StackInfo, channel: str
+) -> None:
+    """Entries up to ``RAW_MAX`` bytes go to the caller as they were read and larger
+    ones as facts, in the same batches: the facts are those of an in-process read, in
+    log order."""
+    url = stack.pulsar_url
+    topic = PulsarConfig(service_url=url).topic(channel)
+    # two ownerships: small messages, then larger than RAW_MAX, in one batch's reach
+    await asyncio.to_thread(write_wal_log, url, topic, 300, 64)
+    await asyncio.to_thread(write_wal_log, url, topic, 300, RAW_MAX + 1, 2)
+    sent, _ = await asyncio.to_thread(read_facts, ReadOrder(url, topic, channel))
+    raws = await asyncio.to_thread(lambda: list(iter_topic(url, topic)))
+    here = [
+        facts
+        for raw in reassemble(channel, raws)
+        for facts in entry_facts(raw, PulsarMessageId.from_bytes)
+    ]
+    assert len(sent) == 602 and sent == here
+    assert {f[5] for f in sent} == {1, 2}  # both owners' entries, each path
 
 
 def write_chunked(url: str, topic: str, payload: bytes) -> None:
