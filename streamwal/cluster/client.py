@@ -311,8 +311,7 @@ class ClusterClient(Startable):
         :class:`~streamwal.errors.OutcomeUnknownError`.
         :class:`ChannelNotFoundError` when no owner appeared and nothing was sent.
         """
-        producer_id = self.producer.producer_id
-        sequence = self.producer.next_sequence(channel)
+        producer_id, sequence = await self.producer.reserve(channel, 1)
 
         async def one_try(node: NodeClient) -> Acked:
             return await node.produce(
@@ -331,6 +330,8 @@ class ClusterClient(Startable):
         except StreamwalError as exc:
             self._give_up(channel, producer_id, sequence, exc)
             raise
+        finally:
+            self.producer.settle(producer_id, channel, sequence)
 
     async def produce_batch(
         self,
@@ -346,10 +347,7 @@ class ClusterClient(Startable):
         :class:`~streamwal.node.client.BatchProduceError` (which says what landed)."""
         if not payloads:
             return []
-        producer_id = self.producer.producer_id
-        first = self.producer.next_sequence(channel)
-        for _ in range(len(payloads) - 1):
-            self.producer.next_sequence(channel)
+        producer_id, first = await self.producer.reserve(channel, len(payloads))
 
         async def one_try(node: NodeClient) -> list[Acked]:
             return await node.produce_batch(
@@ -364,6 +362,8 @@ class ClusterClient(Startable):
             else:
                 self._give_up(channel, producer_id, first + len(payloads) - 1, exc)
             raise
+        finally:
+            self.producer.settle(producer_id, channel, first)
 
     async def produce_stream(
         self,

@@ -13,16 +13,29 @@ refuses one a whole window ahead, so a number given up on must not leave a hole:
 and was the last one numbered; otherwise (it may be in the log, or later numbers are
 out) the identity takes a fresh producer id, numbered from 0, as
 Kafka's producer does after an error it cannot resolve.
+
+The node remembers a window of numbers per producer (``wal.idempotence_window``,
+1,024 by default) and refuses a number older than the window below the highest it has
+seen: concurrent batches of one identity whose numbers span more than the window can
+reach it in an order that makes the earliest too old (four callers of batches of 500
+did, now and then). :meth:`ProducerIdentity.reserve` numbers a batch only once the
+numbers in flight on its channel and the batch's span at most ``window``, waiting for
+answers otherwise, as Kafka bounds a producer's requests in flight; a batch larger
+than the window goes alone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from dataclasses import dataclass, field
 
 from streamwal.errors import WriteOutcome
 
-__all__ = ["ProducerIdentity"]
+__all__ = ["DEFAULT_WINDOW", "ProducerIdentity"]
+
+#: the node's default ``wal.idempotence_window``
+DEFAULT_WINDOW = 1024
 
 
 @dataclass
@@ -30,7 +43,43 @@ class ProducerIdentity:
     """``producer_id`` defaults to 63 random bits: unique without coordination."""
 
     producer_id: int = field(default_factory=lambda: _fresh_id())
+    #: the numbers one producer id may have in flight on a channel: at most the node's
+    #: ``wal.idempotence_window``
+    window: int = DEFAULT_WINDOW
     _next: dict[str, int] = field(default_factory=dict, repr=False)
+    #: (producer id, channel) -> first -> last number of each batch :meth:`reserve` gave
+    _in_flight: dict[tuple[int, str], dict[int, int]] = field(default_factory=dict, repr=False)
+    _settled: asyncio.Event | None = field(default=None, repr=False)
+
+    async def reserve(self, pchannel: str, count: int) -> tuple[int, int]:
+        """(producer id, first number) of ``count`` new appends to ``pchannel``, once
+        the numbers in flight there and these span at most :attr:`window` (see the
+        module); :meth:`settle` must follow, answered or not."""
+        while True:
+            key = (self.producer_id, pchannel)
+            spans = self._in_flight.get(key)
+            first = self._next.get(pchannel, 0)
+            if not spans or first + count - min(spans) <= self.window:
+                break
+            if self._settled is None:
+                self._settled = asyncio.Event()
+            await self._settled.wait()
+        self._next[pchannel] = first + count
+        self._in_flight.setdefault(key, {})[first] = first + count - 1
+        return self.producer_id, first
+
+    def settle(self, producer_id: int, pchannel: str, first: int) -> None:
+        """The batch :meth:`reserve` numbered from ``first`` is answered (or given up):
+        its numbers no longer hold back the next batch's."""
+        key = (producer_id, pchannel)
+        spans = self._in_flight.get(key)
+        if spans is not None:
+            spans.pop(first, None)
+            if not spans:
+                del self._in_flight[key]
+        event, self._settled = self._settled, None
+        if event is not None:
+            event.set()
 
     def next_sequence(self, pchannel: str) -> int:
         """The sequence number of the next new append to ``pchannel``."""

@@ -16,6 +16,7 @@ from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.servicer import NodeServicer
 from streamwal.node.terms import ChannelTerms
 from streamwal.tso import LocalAllocator
+from streamwal.wal.config import WALConfig
 from tests.wal.testkit import fast_config
 
 __all__ = ["CounterSource", "assign_on", "memory_node", "read_from_start"]
@@ -43,13 +44,14 @@ async def memory_node(
     terms: ChannelTerms | None = None,
     *,
     also: Callable[[grpc.aio.Server], None] | None = None,
+    config: WALConfig | None = None,
 ) -> AsyncIterator[tuple[str, ChannelManager]]:
     """A started gRPC server for node ``node_id`` over ``store``: its address and its
     channel manager; stopped and closed on exit. ``also`` adds services of its own to
     the same server (a cluster's routing, say) before it starts."""
     opener = MemoryOpener(store)
     channels = ChannelManager(
-        opener, lambda: LocalAllocator(source), node_id, fast_config(), terms=terms
+        opener, lambda: LocalAllocator(source), node_id, config or fast_config(), terms=terms
     )
     server = grpc.aio.server()
     pb_grpc.add_StreamingNodeServicer_to_server(NodeServicer(channels, opener), server)

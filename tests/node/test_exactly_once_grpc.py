@@ -3,6 +3,7 @@ servicer and client over the in-process backend)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable
 
 import grpc
@@ -11,12 +12,13 @@ import pytest
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.errors import WriteOutcome
 from streamwal.node.client import NodeClient, policy
+from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import OUTCOME_KEY, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.wal.message import MessageType, decode
 from tests.node.memory_node import CounterSource, assign_on, memory_node, read_from_start
-from tests.wal.testkit import fast_config
+from tests.wal.testkit import fast_config, log_messages
 
 CHANNEL = "eos"
 
@@ -180,3 +182,34 @@ async def test_commit_and_rollback_answer_their_outcome_and_repeats_their_first_
         assert err.code() == grpc.StatusCode.ABORTED
         assert _outcome_in_trailer(err) == "unknown"
         assert write_outcome(err) is WriteOutcome.UNKNOWN
+
+
+async def test_concurrent_batches_of_one_client_beyond_the_window_each_land_once() -> None:
+    """Eight batches of 10 at once from one identity, on a node that remembers 16
+    numbers per producer, the first batch's call slower on the wire than the others:
+    the client holds a batch back while the ones in flight would span more than the
+    window, so none reaches the node too old (without it the first batch's numbers
+    arrive 70 below the next expected one)."""
+    store = MemoryLogStore()
+    config = fast_config(idempotence_window=16)
+    async with memory_node(1, store, CounterSource(), config=config) as (address, _):
+        identity = ProducerIdentity(window=16)
+        async with NodeClient(address, tracing=False, producer=identity) as client:
+            await client.assign(CHANNEL)
+            send = client._stub.ProduceBatch
+            calls = 0
+
+            async def first_one_late(request: pb.ProduceBatchRequest, **kwargs: object) -> object:
+                nonlocal calls
+                calls += 1
+                if calls == 1:
+                    await asyncio.sleep(0.1)
+                return await send(request, **kwargs)
+
+            client._stub.ProduceBatch = first_one_late  # type: ignore[method-assign]
+            batches = [[f"{b}-{i}".encode() for i in range(10)] for b in range(8)]
+            acked = await asyncio.gather(*(client.produce_batch(CHANNEL, b) for b in batches))
+    assert [len(a) for a in acked] == [10] * 8
+    logged = [m for m in log_messages(store, CHANNEL) if m.payload]
+    assert sorted(m.sequence for m in logged if m.sequence is not None) == list(range(80))
+    assert sorted(m.payload for m in logged) == sorted(p for b in batches for p in b)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from streamwal.errors import WriteOutcome
 from streamwal.node.idempotence import ProducerIdentity
 
@@ -37,3 +39,32 @@ def test_a_number_with_later_ones_out_cannot_be_given_back() -> None:
     identity.next_sequence("a")
     identity.give_up("a", first, WriteOutcome.NOT_WRITTEN)
     assert identity.producer_id != 42
+
+
+async def test_a_batch_waits_while_the_numbers_in_flight_would_span_more_than_the_window() -> None:
+    identity = ProducerIdentity(42, window=100)
+    assert await identity.reserve("a", 40) == (42, 0)
+    assert await identity.reserve("a", 40) == (42, 40)
+    third = asyncio.create_task(identity.reserve("a", 40))  # 0..119: more than 100
+    other = await identity.reserve("b", 40)  # another channel's numbers are its own
+    await asyncio.sleep(0)
+    assert other == (42, 0) and not third.done()
+    identity.settle(42, "a", 40)  # the second answered: the first still holds 0..39
+    await asyncio.sleep(0)
+    assert not third.done()
+    identity.settle(42, "a", 0)  # 80..119 alone: within the window
+    assert await asyncio.wait_for(third, 1) == (42, 80)
+
+
+async def test_a_batch_larger_than_the_window_goes_alone_and_a_fresh_id_waits_for_nothing() -> (
+    None
+):
+    identity = ProducerIdentity(42, window=10)
+    assert await identity.reserve("a", 25) == (42, 0)  # nothing in flight: it goes
+    waiting = asyncio.create_task(identity.reserve("a", 1))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    identity.renew()  # the old id's batch no longer holds the new id's numbers back
+    identity.settle(42, "a", 0)
+    producer_id, first = await asyncio.wait_for(waiting, 1)
+    assert (producer_id != 42, first) == (True, 0)

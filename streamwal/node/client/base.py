@@ -45,21 +45,29 @@ class Numbering:
                 give_up(self.producer, pchannel, numbers[1], error)
         return error
 
-    def _batch_request(
+    async def _batch_request(
         self, pchannel: str, payloads: Sequence[bytes], type: str, vchannel: str
     ) -> tuple[pb.ProduceBatchRequest, tuple[int, int] | None]:
         """A batch is numbered as one run of sequences, the first message's number
-        first: the node deduplicates each message as it would a unary append."""
+        first: the node deduplicates each message as it would a unary append. Waits
+        while the identity's batches in flight would span more than the node's window
+        (:meth:`~streamwal.node.idempotence.ProducerIdentity.reserve`); a numbered
+        request goes to :meth:`_settle` once answered."""
         request = batch_request(pchannel, payloads, type, vchannel)
         producer = self.producer
         if producer is None or not payloads:
             return request, None
-        first = producer.next_sequence(pchannel)
-        for _ in range(len(payloads) - 1):
-            producer.next_sequence(pchannel)
-        request.producer_id = producer.producer_id
+        producer_id, first = await producer.reserve(pchannel, len(payloads))
+        request.producer_id = producer_id
         request.first_sequence = first
-        return request, (producer.producer_id, first + len(payloads) - 1)
+        return request, (producer_id, first + len(payloads) - 1)
+
+    def _settle(
+        self, pchannel: str, request: pb.ProduceBatchRequest, last: tuple[int, int] | None
+    ) -> None:
+        """The batch :meth:`_batch_request` numbered is answered or failed."""
+        if last is not None and self.producer is not None:
+            self.producer.settle(last[0], pchannel, request.first_sequence)
 
     def _batch_failed(
         self, pchannel: str, last: tuple[int, int] | None, error: StreamwalError

@@ -152,11 +152,18 @@ class NodeClient(StreamCalls, Closeable):
         if txn_id is not None:
             request.txn_id = txn_id
         producer = self.producer
+        reserved = False  # numbered by reserve: settled once answered
         if producer is not None:
-            request.producer_id = producer_id if producer_id is not None else producer.producer_id
-            request.sequence = (
-                sequence if sequence is not None else producer.next_sequence(pchannel)
-            )
+            if sequence is None and producer_id is None:
+                request.producer_id, request.sequence = await producer.reserve(pchannel, 1)
+                reserved = True
+            else:
+                request.producer_id = (
+                    producer_id if producer_id is not None else producer.producer_id
+                )
+                request.sequence = (
+                    sequence if sequence is not None else producer.next_sequence(pchannel)
+                )
         try:
             reply = await with_retries(
                 lambda: self._stub.Produce(request, timeout=self._timeout),
@@ -169,6 +176,9 @@ class NodeClient(StreamCalls, Closeable):
                 if sequence is None:
                     give_up(producer, pchannel, request.sequence, error)
             raise
+        finally:
+            if reserved and producer is not None:
+                producer.settle(request.producer_id, pchannel, request.sequence)
         if producer is None:
             return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
         return Acked(
@@ -256,7 +266,7 @@ class NodeClient(StreamCalls, Closeable):
             request.producer_id, request.first_sequence = numbers
             last = None  # the caller owns these numbers
         else:
-            request, last = self._batch_request(pchannel, payloads, type, vchannel)
+            request, last = await self._batch_request(pchannel, payloads, type, vchannel)
         try:
             reply = await self._stub.ProduceBatch(request, timeout=self._timeout)
             return batch_acks(reply, "the batch", numbers_of(request))
@@ -267,6 +277,8 @@ class NodeClient(StreamCalls, Closeable):
         except BatchProduceError as exc:
             self._batch_failed(pchannel, last, exc)
             raise
+        finally:
+            self._settle(pchannel, request, last)
 
     async def mvcc(self, pchannel: str, vchannel: str) -> pb.GetMVCCResponse:
         return await self._unary(  # type: ignore[no-any-return]

@@ -208,10 +208,11 @@ class StreamCalls(Numbering):
         """Batches pipelined on one ``ProduceBatchStream`` call; the first batch with a
         failure raises (:class:`BatchProduceError`), the ones before it are in the log."""
         requests_made: list[tuple[pb.ProduceBatchRequest, tuple[int, int] | None]] = []
+        settled = 0  # requests_made[:settled] are answered
 
         async def requests() -> AsyncIterator[pb.ProduceBatchRequest]:
             for batch in batches:
-                made = self._batch_request(pchannel, batch, type, "")
+                made = await self._batch_request(pchannel, batch, type, "")
                 requests_made.append(made)
                 yield made[0]
 
@@ -220,6 +221,8 @@ class StreamCalls(Numbering):
         try:
             async for reply in call:
                 request, last = requests_made[len(acked)]
+                self._settle(pchannel, request, last)
+                settled += 1
                 try:
                     acked.append(
                         batch_acks(
@@ -237,6 +240,8 @@ class StreamCalls(Numbering):
             raise node_error(exc) from exc
         finally:
             call.cancel()
+            for request, last in requests_made[settled:]:
+                self._settle(pchannel, request, last)
         return acked
 
     async def consume_batches(
