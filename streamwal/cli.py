@@ -15,17 +15,19 @@ when run, name what to install instead of failing with a usage error.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, NoReturn
 
 from streamwal.version import __version__
 
-__all__ = ["ENTRY_POINT_GROUP", "LAB_COMMANDS", "main"]
+__all__ = ["ENTRY_POINT_GROUP", "LAB_COMMANDS", "main", "run"]
 
 #: the entry-point group through which another distribution adds commands
 ENTRY_POINT_GROUP = "streamwal.commands"
@@ -175,5 +177,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
 
 
+def run() -> NoReturn:
+    """The process's entry: :func:`main`, the exit handlers (OpenTelemetry's flush,
+    logging's), then an exit that skips the interpreter's finalization.
+
+    The Pulsar client's native threads may still call into the interpreter while it
+    finalizes when the client logs through Python; now and then that aborts the
+    process (``terminate called without an active exception``, status -6) after its
+    work is done (apache/pulsar-client-python#256), and a caller reads a success as a
+    crash. Everything a normal exit would write is written first.
+    """
+    try:
+        code: object = main()
+    except SystemExit as exc:  # argparse's --help, --version and usage errors
+        code = exc.code
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a reader that went away
+                stream.flush()
+        os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -77,8 +77,10 @@ def _put_in_group(item: pytest.Item, group: str) -> None:
     test then runs wherever, and a module's shared nodes start in both workers): the
     suffix is set here. ``tests/test_parallel.py`` runs a grouped module on two workers."""
     item.add_marker(pytest.mark.xdist_group(group))
-    if not hasattr(item, "_id") or not item.config.getvalue("loadgroup"):
-        return  # pytest 8: xdist's hook adds the suffix; no loadgroup: nothing to read it
+    if not hasattr(item, "_id") or not getattr(item.config.option, "loadgroup", False):
+        # pytest 8: xdist's hook adds the suffix; no loadgroup (one process, as
+        # `./dev test <args>` runs): nothing reads it, and the option may not exist
+        return
     from _pytest.nodeid import coerce_node_id
 
     if not item.nodeid.endswith(f"@{group}"):

@@ -3,6 +3,8 @@ message (never a traceback) an operator reads."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -48,3 +50,35 @@ def test_a_missing_thing_not_named_as_such_is_a_failure(
 def test_a_bug_is_not_hidden_behind_an_exit_code() -> None:
     with pytest.raises(KeyError):
         exit_code(_raises(KeyError("bug")), "streamwal x")
+
+
+def _process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``streamwal *args`` through the process entry, with an exit handler of its own."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('exit handler ran', flush=True))\n"
+        f"sys.argv = ['streamwal', *{list(args)!r}]\n"
+        "from streamwal.cli import run\n"
+        "run()\n"
+        "print('not reached')\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "shown"),
+    [(("--version",), OK, "streamwal "), (("no-such-command",), USAGE, "invalid choice")],
+)
+def test_the_process_entry_keeps_the_code_and_runs_the_exit_handlers(
+    args: tuple[str, ...], code: int, shown: str
+) -> None:
+    """The entry skips the interpreter's finalization (see ``streamwal.cli.run``), not
+    what a normal exit writes: the command's output and code, the exit handlers (the
+    traces' flush is one)."""
+    done = _process(*args)
+    assert done.returncode == code, done
+    assert shown in done.stdout + done.stderr, done
+    assert done.stdout.count("exit handler ran") == 1, done
+    assert "not reached" not in done.stdout, done

@@ -51,3 +51,22 @@ def test_a_modules_shared_fixture_keeps_its_tests_in_one_worker(tmp_path: Path) 
     assert len(lines) == 8
     assert len(sharing) == 1, lines  # one worker holds the module's fixture
     assert alone - sharing, lines  # the rest goes to the other worker too
+
+
+def test_one_process_runs_a_grouped_module_too(tmp_path: Path) -> None:
+    """``./dev test <args>`` runs pytest in one process, where xdist's ``loadgroup``
+    option does not exist: grouping must not fail the run there."""
+    (tmp_path / "test_grouped.py").write_text(
+        _MODULE.replace('os.environ["PYTEST_XDIST_WORKER"]', '"one"').replace(
+            "os.environ['PYTEST_XDIST_WORKER']", "'one'"
+        )
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {**os.environ, "RAN": str(tmp_path / "ran.txt"), "PYTHONPATH": str(_REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.parallel", "-p", "no:cacheprovider",
+         "-q", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "8 passed" in done.stdout, done.stdout

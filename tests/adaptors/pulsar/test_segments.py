@@ -853,6 +853,59 @@ async def test_unpositioned_appends_are_placed_by_a_read_that_starts_over() -> N
     assert all(reader.closed for reader in await client.answer_late())
 
 
+class BehindClient(FakeClient):
+    """Its first ``behind`` readers say the log has nothing more: readers behind it."""
+
+    def __init__(self, producer: FakeProducer, behind: int) -> None:
+        super().__init__(producer)
+        self.behind = behind
+
+    async def create_reader(
+        self, topic: str, start: Any, start_message_id_inclusive: bool = False
+    ) -> FakeReader:
+        reader = await super().create_reader(topic, start, start_message_id_inclusive)
+        if len(self.readers) <= self.behind:
+
+            async def nothing_more() -> bool:
+                return False
+
+            reader.has_message_available = nothing_more  # type: ignore[method-assign]
+        return reader
+
+
+@pytest.mark.usefixtures("short_attempts")
+@pytest.mark.parametrize("behind", [1, 1_000])
+async def test_a_reader_that_sees_the_log_end_before_unpositioned_appends_is_not_believed(
+    behind: int,
+) -> None:
+    """The broker answered them as copies of entries it holds: a reader that says the log
+    ends first is behind, and a fresh one places them; readers that never see them
+    leave them unknown within the send timeout, after reading again, not for ever."""
+    wal, fake = await _channel(send_timeout_ms=400)
+    first = await _append(wal, 1)
+    fake.land()
+    await _outcomes(first)
+    client = BehindClient(fake, behind)
+    wal._state.client = client
+    again = segment_count("c", READ_AGAIN)
+    segment = await _append(wal, 2)
+    fake.land(unpositioned=True)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    outcomes = await _outcomes(segment)
+    took = loop.time() - started
+    if behind == 1:
+        assert outcomes == _ids(1, 0, 1)
+        assert len(client.readers) == 2 and segment_count("c", READ_AGAIN) == again + 1
+        assert not wal.is_fenced
+    else:
+        assert all(isinstance(o, UnknownPositionError) for o in outcomes), outcomes
+        assert took < 2.0, took  # within the send timeout, with room for a step
+        assert len(client.readers) > 2 and segment_count("c", READ_AGAIN) > again + 1
+    assert wal._state.in_flight == 0
+    assert all(reader.closed for reader in client.readers)
+
+
 @pytest.mark.usefixtures("short_attempts")
 async def test_a_read_back_that_never_gets_a_reader_ends_within_the_send_timeout() -> None:
     """Bounded: after about ``send_timeout_ms`` the middle is unknown and the owner
