@@ -117,14 +117,9 @@ class TxnInterceptor(InterceptorBase):
         self._session(txn_id).keep_alive(self._clock())
 
     async def commit(self, append: AppendFunc, txn_id: int) -> AppendResult:
-        while True:
-            done = self._committed.get(txn_id)
-            if done is not None:
-                return done
-            under_way = self._open.get(txn_id)
-            if under_way is None or under_way.state is not TxnState.COMMITTING:
-                break
-            await under_way.committed.wait()  # a repeat: answered as the first one is
+        done = await _first_answer(self._committed, txn_id, self._committing)
+        if done is not None:
+            return done
         session = self._session(txn_id)
         session.state = TxnState.COMMITTING
         session.committed = asyncio.Event()
@@ -160,15 +155,16 @@ class TxnInterceptor(InterceptorBase):
         finally:
             session.committed.set()
 
+    def _committing(self, txn_id: int) -> asyncio.Event | None:
+        session = self._open.get(txn_id)
+        if session is None or session.state is not TxnState.COMMITTING:
+            return None
+        return session.committed
+
     async def rollback(self, append: AppendFunc, txn_id: int) -> AppendResult:
-        while True:
-            done = self._rolled_back.get(txn_id)
-            if done is not None:
-                return done
-            under_way = self._rolling_back.get(txn_id)
-            if under_way is None:
-                break
-            await under_way.wait()  # a repeat: answered as the first one is
+        done = await _first_answer(self._rolled_back, txn_id, self._rolling_back.get)
+        if done is not None:
+            return done
         session = self._unwritten_rollbacks.pop(txn_id, None) or self._session(txn_id)
         self._end(session, "rolled_back", TransactionNotFoundError(txn_id))
         decided = self._rolling_back[txn_id] = asyncio.Event()
@@ -346,6 +342,24 @@ def _commit_unknown(txn_id: int) -> TransactionAbortedError:
     error = TransactionAbortedError(txn_id, "the commit has an unknown outcome")
     error.outcome = WriteOutcome.UNKNOWN
     return error
+
+
+async def _first_answer(
+    results: OrderedDict[int, AppendResult],
+    txn_id: int,
+    under_way: Callable[[int], asyncio.Event | None],
+) -> AppendResult | None:
+    """A repeated commit or rollback is answered as the first one is: with its result,
+    once the first call under way (``under_way`` gives its event, set when it ends)
+    has ended; ``None`` when this call is the one to do it."""
+    while True:
+        done = results.get(txn_id)
+        if done is not None:
+            return done
+        event = under_way(txn_id)
+        if event is None:
+            return None
+        await event.wait()
 
 
 def _remember(results: OrderedDict[int, AppendResult], txn_id: int, result: AppendResult) -> None:
