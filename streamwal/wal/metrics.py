@@ -14,7 +14,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
 
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Histogram, Observation
 
 __all__ = [
     "APPEND_DURATION_BOUNDS",
@@ -74,6 +74,16 @@ def _per_channel_counter(name: str, unit: str, description: str) -> dict[str, in
     return counts
 
 
+def _seconds_histogram(name: str, description: str) -> Histogram:
+    """A latency or age histogram: in seconds, on the buckets every WAL duration shares."""
+    return _meter.create_histogram(
+        name,
+        unit="s",
+        description=description,
+        explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+    )
+
+
 _meter.create_observable_counter(
     "streamwal.wal.appends",
     callbacks=[_observe_appends],
@@ -88,11 +98,9 @@ _eviction_counts = _per_channel_counter(
 )
 # one sample per batch: its messages are answered together, so N samples of one value
 # would say nothing more and cost a batch one SDK record per message
-_append_batch_duration = _meter.create_histogram(
+_append_batch_duration = _seconds_histogram(
     "streamwal.wal.append_batch.duration",
-    unit="s",
-    description="Latency of one batch append (append_many), every message of it landed",
-    explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+    "Latency of one batch append (append_many), every message of it landed",
 )
 _fenced = _meter.create_counter(
     "streamwal.wal.fenced", unit="{event}", description="Times an owner was fenced"
@@ -102,23 +110,19 @@ _ftt_attempts = _meter.create_counter(
     unit="{attempt}",
     description="First-time-tick attempts, by outcome",
 )
-_open_duration = _meter.create_histogram(
+_open_duration = _seconds_histogram(
     "streamwal.wal.open.duration",
-    unit="s",
-    description="Opening a channel for writing: fence to first time tick persisted",
-    explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+    "Opening a channel for writing: fence to first time tick persisted",
 )
 # One lag sample per delivery (a message, or a batch: its oldest message, as Kafka's
 # records-lag-max), not per message: a histogram sample costs a batched reader more
 # than the rest of its work per message. The messages are counted in plain ints.
-_scanner_lag = _meter.create_histogram(
+_scanner_lag = _seconds_histogram(
     "streamwal.wal.scanner.lag",
-    unit="s",
-    description=(
+    (
         "How old the oldest message of a delivery (one message, or a batch) is when a "
         "scanner delivers it (wall clock - time tick); one sample per delivery"
     ),
-    explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
 )
 _delivered_counts = _per_channel_counter(
     "streamwal.wal.scanner.delivered", "{message}", "Messages delivered by scanners"
