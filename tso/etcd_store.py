@@ -20,18 +20,11 @@ import grpc
 from etcd3 import exceptions as etcd_exceptions
 
 from streamwal.backoff import Backoff
-from streamwal.errors import (
-    ClosedError,
-    DecodeError,
-    InvalidInputError,
-    NotLeaderError,
-    TimestampRegressionError,
-    UnavailableError,
-)
+from streamwal.errors import ClosedError, InvalidInputError, UnavailableError
 from streamwal.lifecycle import Startable
 from streamwal.retry import Retry
 from streamwal.tso.config import EtcdConfig, TsoConfig, parse_endpoint
-from streamwal.tso.store import LeaderRecord, encode_window
+from streamwal.tso.store import encode_window, not_leader, window_regression
 from streamwal.tso.tls import ClientTLS
 
 __all__ = ["EtcdStore"]
@@ -427,18 +420,7 @@ class EtcdStore(Startable):
             return
         leader_now, stored = outcome
         if leader_now != leader_value:
-            raise NotLeaderError(_address_of(leader_now))
+            raise not_leader(leader_now)
         if stored == new:  # a retried save whose first attempt had applied
             return
-        raise TimestampRegressionError(
-            f"saved TSO window {stored!r} is not below the new window {window_ms}"
-        )
-
-
-def _address_of(raw: bytes | None) -> str | None:
-    if raw is None:
-        return None
-    try:
-        return LeaderRecord.decode(raw).address or None
-    except DecodeError:
-        return None
+        raise window_regression(stored, window_ms)

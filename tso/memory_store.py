@@ -10,15 +10,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from streamwal.errors import (
-    ClosedError,
-    DecodeError,
-    NotLeaderError,
-    TimestampRegressionError,
-    UnavailableError,
-)
+from streamwal.errors import ClosedError, UnavailableError
 from streamwal.tso.clock import Clock, SystemClock
-from streamwal.tso.store import LeaderRecord, encode_window
+from streamwal.tso.store import encode_window, not_leader, window_regression
 
 __all__ = ["MemoryStore"]
 
@@ -143,17 +137,9 @@ class MemoryStore:
         leader_now = self.value(leader_key)
         stored = self.value(key)
         if leader_now != leader_value:
-            address = None
-            if leader_now is not None:
-                try:
-                    address = LeaderRecord.decode(leader_now).address or None
-                except DecodeError:
-                    address = None
-            raise NotLeaderError(address)
+            raise not_leader(leader_now)
         fence_ok = stored is None if previous_ms is None else stored is not None and stored < new
         if not fence_ok:
-            raise TimestampRegressionError(
-                f"saved TSO window {stored!r} is not below the new window {window_ms}"
-            )
+            raise window_regression(stored, window_ms)
         self._data[key] = (new, 0)
         self.saves += 1

@@ -12,13 +12,15 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
-from streamwal.errors import DecodeError
+from streamwal.errors import DecodeError, NotLeaderError, TimestampRegressionError
 
 __all__ = [
     "CoordinationStore",
     "LeaderRecord",
     "decode_window",
     "encode_window",
+    "not_leader",
+    "window_regression",
 ]
 
 _WINDOW_DIGITS = 20  # uint64 fits; fixed width so etcd's byte-wise compare orders numbers
@@ -61,6 +63,24 @@ class LeaderRecord:
         except ValueError as exc:
             raise DecodeError(f"TSO leader key holds a foreign value: {raw!r}") from exc
         return cls(id=data["id"], address=address)
+
+
+def not_leader(leader_now: bytes | None) -> NotLeaderError:
+    """A window save's refusal when ``leader_now`` holds the leader key: every store
+    names the current leader's address the same way (none for a foreign record)."""
+    if leader_now is None:
+        return NotLeaderError(None)
+    try:
+        return NotLeaderError(LeaderRecord.decode(leader_now).address or None)
+    except DecodeError:
+        return NotLeaderError(None)
+
+
+def window_regression(stored: bytes | None, window_ms: int) -> TimestampRegressionError:
+    """A window save's refusal when the saved window ``stored`` is not below the new one."""
+    return TimestampRegressionError(
+        f"saved TSO window {stored!r} is not below the new window {window_ms}"
+    )
 
 
 class CoordinationStore(Protocol):
