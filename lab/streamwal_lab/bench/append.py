@@ -16,7 +16,7 @@ import functools
 import gc
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.adaptors.pulsar.metrics import READ_AGAIN, READ_BACK, UNPLACED, segment_count
@@ -32,7 +32,7 @@ from streamwal_lab.bench.sides import (
     wal_appender,
 )
 from streamwal_lab.bench.stats import median_of, ratios, summarize
-from streamwal_lab.bench.target import BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget, Timing, new_run
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -94,13 +94,11 @@ async def run_append_bench(
     *,
     payloads: Sequence[int] = DEFAULT_PAYLOADS,
     concurrency: Sequence[int] = DEFAULT_CONCURRENCY,
-    seconds: float = 2.0,
-    repeats: int = 5,
-    warmup_s: float = 0.3,
+    **timing: Unpack[Timing],
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``; see the module docstring."""
     run = new_run()
-    schedule = Schedule(seconds, repeats, warmup_s)
+    schedule = Schedule.of(timing, repeats=5)
     config = target.pulsar_config(admin=True)
     cells: list[dict[str, Any]] = []
     client = raw_client(target.pulsar_url)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import yaml
 
@@ -27,7 +27,7 @@ from streamwal_lab.bench.cpu import CPU_KEY, metered
 from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.sides import Schedule, interleaved, spread
 from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget, Timing, new_run
 from streamwal_lab.stack.topics import delete_created, list_topics
 
 __all__ = ["SIDES", "run_auth_bench"]
@@ -50,11 +50,10 @@ async def run_auth_bench(
     target: BenchTarget,
     *,
     callers: int = 32,
-    seconds: float = 2.0,
-    repeats: int = 3,
-    warmup_s: float = 0.3,
+    **timing: Unpack[Timing],
 ) -> dict[str, Any]:
     run = new_run()
+    schedule = Schedule.of(timing)
     admin = target.pulsar_admin_url
     before = await list_topics(admin) if admin is not None else None
     token = f"bench-{run}-token"
@@ -90,7 +89,7 @@ async def run_auth_bench(
                         return await client.produce(channel, data)
 
                     sides[side] = metered(node.pid, spread([unary] * callers, payload))
-                runs = await interleaved(sides, Schedule(seconds, repeats, warmup_s))
+                runs = await interleaved(sides, schedule)
     finally:
         if admin is not None and before is not None:
             await delete_created(admin, before, lambda t: run in t)
@@ -99,8 +98,7 @@ async def run_auth_bench(
     cell: dict[str, Any] = {
         "callers": callers,
         "payload_bytes": _PAYLOAD,
-        "seconds_per_run": seconds,
-        "repeats": repeats,
+        **schedule.figures(),
         **medians,
         "auth_on_vs_off_ratio": ratio(on["per_s"], off["per_s"]),
         "auth_on_p50_vs_off_ratio": ratio(on["p50_ms"], off["p50_ms"]),

@@ -15,7 +15,7 @@ import itertools
 import secrets
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
@@ -23,7 +23,7 @@ from streamwal.wal.wal import WAL
 from streamwal_lab.bench.append import appending
 from streamwal_lab.bench.sides import Schedule, interleaved, wal_appender
 from streamwal_lab.bench.stats import distribution, median_of, ratios
-from streamwal_lab.bench.target import BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget, Timing, new_run
 
 __all__ = ["DEFAULT_EOS_CONCURRENCY", "run_exactly_once_bench"]
 
@@ -35,11 +35,11 @@ async def run_exactly_once_bench(
     *,
     concurrency: Sequence[int] = DEFAULT_EOS_CONCURRENCY,
     payload_bytes: int = 128,
-    seconds: float = 2.0,
-    repeats: int = 3,
     txn_size: int = 4,
+    **timing: Unpack[Timing],
 ) -> dict[str, Any]:
     run = new_run()
+    schedule = Schedule.of(timing)
     config = target.pulsar_config()
     payload = b"x" * payload_bytes
     idempotent_cells: list[dict[str, Any]] = []
@@ -49,7 +49,7 @@ async def run_exactly_once_bench(
             plain = await open_wal(opener, f"bench-plain-{run}-{conc}", tso.allocator(), 1)
             numbered = await open_wal(opener, f"bench-idem-{run}-{conc}", tso.allocator(), 1)
             try:
-                cell = await _idempotent_cell(plain, numbered, payload, conc, seconds, repeats)
+                cell = await _idempotent_cell(plain, numbered, payload, conc, schedule)
             finally:
                 await plain.close()
                 await numbered.close()
@@ -60,7 +60,7 @@ async def run_exactly_once_bench(
             )
             wal = await open_wal(opener, f"bench-txn-{run}-{conc}", tso.allocator(), 1)
             try:
-                txn_cell = await _txn_cell(wal, payload, conc, seconds, txn_size)
+                txn_cell = await _txn_cell(wal, payload, conc, schedule.seconds, txn_size)
             finally:
                 await wal.close()
             txn_cells.append(txn_cell)
@@ -70,8 +70,7 @@ async def run_exactly_once_bench(
                 f"{txn_cell['commit']['p99_ms']} ms"
             )
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
+        **schedule.figures(),
         "payload_bytes": payload_bytes,
         "txn_size": txn_size,
         "idempotent": idempotent_cells,
@@ -80,7 +79,7 @@ async def run_exactly_once_bench(
 
 
 async def _idempotent_cell(
-    plain: WAL, numbered: WAL, payload: bytes, conc: int, seconds: float, repeats: int
+    plain: WAL, numbered: WAL, payload: bytes, conc: int, schedule: Schedule
 ) -> dict[str, Any]:
     producer_id = secrets.randbits(63)
     sequence = itertools.count()
@@ -94,7 +93,7 @@ async def _idempotent_cell(
         "plain": appending(wal_appender(plain), payload, conc),
         "idempotent": appending(idempotent_append, payload, conc),
     }
-    runs = await interleaved(sides, Schedule(seconds, repeats, warmup_s=0.3))
+    runs = await interleaved(sides, schedule)
     p, i = median_of(runs["plain"]), median_of(runs["idempotent"])
     return {
         "concurrency": conc,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient
@@ -43,7 +43,7 @@ from streamwal_lab.bench.sides import (
     wal_appender,
 )
 from streamwal_lab.bench.stats import ratio
-from streamwal_lab.bench.target import BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget, Timing, new_run
 from streamwal_lab.stack.topics import delete_topics
 
 __all__ = [
@@ -71,13 +71,11 @@ async def run_large_bench(
     sizes: Sequence[int] = DEFAULT_LARGE_SIZES,
     concurrency: Sequence[int] = DEFAULT_LARGE_CONCURRENCY,
     raw_message_bytes: int = DEFAULT_RAW_MESSAGE_BYTES,
-    seconds: float = 2.0,
-    repeats: int = 3,
-    warmup_s: float = 0.3,
+    **timing: Unpack[Timing],
 ) -> dict[str, Any]:
     """Every cell of ``sizes`` x ``concurrency``; see the module docstring."""
     run = new_run()
-    schedule = Schedule(seconds, repeats, warmup_s)
+    schedule = Schedule.of(timing)
     config = target.pulsar_config()
     cells: list[dict[str, Any]] = []
     topics: list[str] = []

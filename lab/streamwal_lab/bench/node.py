@@ -43,7 +43,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.node.client import NodeClient, policy
@@ -64,7 +64,7 @@ from streamwal_lab.bench.sides import (
     wal_appender,
 )
 from streamwal_lab.bench.stats import ratio, ratios
-from streamwal_lab.bench.target import BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget, Timing, new_run
 
 __all__ = ["DEFAULT_NODE_CONCURRENCY", "DEFAULT_NODE_PAYLOADS", "run_node_bench", "tracing_of"]
 
@@ -113,15 +113,13 @@ async def run_node_bench(
     *,
     payloads: Sequence[int] = DEFAULT_NODE_PAYLOADS,
     concurrency: Sequence[int] = DEFAULT_NODE_CONCURRENCY,
-    seconds: float = 2.0,
-    repeats: int = 5,
-    warmup_s: float = 0.3,
     consume_messages: int = 10_000,
     consume_repeats: int = 3,
+    **timing: Unpack[Timing],
 ) -> dict[str, Any]:
     """Every cell of ``payloads`` x ``concurrency``, then the read-back; see the module."""
     run = new_run()
-    schedule = Schedule(seconds, repeats, warmup_s)
+    schedule = Schedule.of(timing, repeats=5)
     config = target.pulsar_config()
     cells: list[dict[str, Any]] = []
     async with (

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.node.client import AppendStream, NodeClient
@@ -29,9 +29,17 @@ from streamwal_lab.bench.grpc_echo import EchoServer
 from streamwal_lab.bench.node import tracing_of
 from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import raw_client, raw_producer
-from streamwal_lab.bench.sides import Append, Latest, Schedule, Timed, after, interleaved, spread
+from streamwal_lab.bench.sides import (
+    Append,
+    Latest,
+    Schedule,
+    Timed,
+    after,
+    interleaved,
+    spread,
+)
 from streamwal_lab.bench.stats import median_of, ratio
-from streamwal_lab.bench.target import BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget, Timing, new_run
 
 __all__ = ["DEFAULT_NODE_CHANNELS", "run_node_channels_bench"]
 
@@ -44,12 +52,11 @@ async def run_node_channels_bench(
     channels: Sequence[int] = DEFAULT_NODE_CHANNELS,
     min_appenders: int = 32,
     payload_bytes: int = 128,
-    seconds: float = 2.0,
-    repeats: int = 3,
-    warmup_s: float = 0.3,
+    **timing: Unpack[Timing],
 ) -> dict[str, Any]:
     """Every channel count; see the module docstring."""
     run = new_run()
+    schedule = Schedule.of(timing)
     config = target.pulsar_config()
     raw = raw_client(target.pulsar_url)
     payload = b"c" * payload_bytes
@@ -64,7 +71,7 @@ async def run_node_channels_bench(
             for n in channels:
                 point = await _point(
                     client, echo, raw, config, f"{run}-{n}", n, max(min_appenders, n),
-                    payload, Schedule(seconds, repeats, warmup_s),
+                    payload, schedule,
                 )  # fmt: skip
                 points.append(point)
                 target.progress(
@@ -75,8 +82,7 @@ async def run_node_channels_bench(
     finally:
         await raw.close()
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
+        **schedule.figures(),
         "payload_bytes": payload_bytes,
         "node": {"process": "child", "tracing": tracing_of(target), "exit_code": node.exit_code},
         "points": points,

@@ -62,7 +62,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import AppendStream, NodeClient
@@ -90,7 +90,7 @@ from streamwal_lab.bench.sides import (
     wal_appender,
 )
 from streamwal_lab.bench.stats import ratio
-from streamwal_lab.bench.target import BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget, Timing, new_run
 from streamwal_lab.stack.topics import delete_created, list_topics
 
 __all__ = [
@@ -179,16 +179,14 @@ async def run_node_load_bench(
     min_appenders: int = 32,
     batch: int = 256,
     batch_callers: int = 4,
-    seconds: float = 2.0,
-    repeats: int = 3,
-    warmup_s: float = 0.3,
+    **timing: Unpack[Timing],
 ) -> dict[str, Any]:
     """The chosen ``cells`` (see the module) on one set of processes."""
     unknown = set(cells) - set(CELLS)
     if unknown:
         raise ValueError(f"unknown cells {sorted(unknown)}; known: {', '.join(CELLS)}")
     run = new_run()
-    schedule = Schedule(seconds, repeats, warmup_s)
+    schedule = Schedule.of(timing)
     admin = target.pulsar_admin_url
     before = await list_topics(admin) if admin is not None else None
     config = target.pulsar_config()

@@ -28,7 +28,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import pulsar
 
@@ -42,7 +42,7 @@ from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import blocking_raw_client, producer_settings
 from streamwal_lab.bench.sides import Schedule, closed_loop, interleaved, side_medians
 from streamwal_lab.bench.stats import percentile, ratio
-from streamwal_lab.bench.target import BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget, Timing, new_run
 
 __all__ = ["DEFAULT_PIPELINED_PAYLOADS", "run_pipelined_bench", "timed_batches"]
 
@@ -92,13 +92,12 @@ async def run_pipelined_bench(
     payloads: Sequence[int] = DEFAULT_PIPELINED_PAYLOADS,
     batch: int = 256,
     callers: int = 4,
-    seconds: float = 2.0,
-    repeats: int = 3,
-    warmup_s: float = 0.3,
     pack_appends: bool = True,
+    **timing: Unpack[Timing],
 ) -> dict[str, Any]:
     """Every payload size; see the module docstring."""
     run = new_run()
+    schedule = Schedule.of(timing)
     config = target.pulsar_config()
     wal_config = WALConfig(pack_appends=pack_appends)
     raw_client = blocking_raw_client(target.pulsar_url)
@@ -116,7 +115,7 @@ async def run_pipelined_bench(
             for size in payloads:
                 cell = await _cell(
                     raw_client, client, opener, tso, config, f"{run}-{size}", size,
-                    batch, callers, Schedule(seconds, repeats, warmup_s), wal_config,
+                    batch, callers, schedule, wal_config,
                 )  # fmt: skip
                 cells.append(cell)
                 target.progress(
@@ -127,8 +126,7 @@ async def run_pipelined_bench(
     finally:
         await asyncio.to_thread(raw_client.close)
     return {
-        "seconds_per_run": seconds,
-        "repeats": repeats,
+        **schedule.figures(),
         "batch": batch,
         "callers": callers,
         "pack_appends": pack_appends,

@@ -23,6 +23,7 @@ from typing import Protocol
 from streamwal.wal.message import MessageType, MutableMessage
 from streamwal.wal.wal import WAL
 from streamwal_lab.bench.stats import median_of, summarize
+from streamwal_lab.bench.target import Timing
 
 __all__ = [
     "Append",
@@ -99,6 +100,16 @@ class Schedule:
     seconds: float
     repeats: int
     warmup_s: float
+
+    @classmethod
+    def of(cls, timing: Timing, *, repeats: int = 3) -> Schedule:
+        """The schedule a suite's :class:`Timing` keywords name; ``repeats`` is the
+        suite's own default (the cells that drift most take more runs)."""
+        return cls(
+            seconds=timing.get("seconds", 2.0),
+            repeats=timing.get("repeats", repeats),
+            warmup_s=timing.get("warmup_s", 0.3),
+        )
 
     def figures(self) -> dict[str, float]:
         """The schedule as the suites' results record it."""

@@ -8,12 +8,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
-__all__ = ["CLIENT_LOG", "BenchTarget", "new_run"]
+__all__ = ["CLIENT_LOG", "BenchTarget", "Timing", "new_run"]
 
 #: Every Pulsar client of a bench run (raw and WAL alike) logs natively here: through
 #: Python ``logging`` the client's per-message debug lines cost each side GIL time
@@ -29,6 +30,17 @@ def new_run() -> str:
     """A short id for one suite's run: its channels, etcd keys and logs carry it, so two
     runs against the same services (or a run's leftovers) never meet."""
     return uuid.uuid4().hex[:8]
+
+
+class Timing(TypedDict, total=False):
+    """The keywords every timed suite takes for its schedule (``seconds``, ``repeats``,
+    ``warmup_s``; see :class:`streamwal_lab.bench.sides.Schedule`): one list, so the
+    suites and their callers (the CLI, the tests) name them alike; what a caller leaves
+    out takes ``Schedule.of``'s defaults."""
+
+    seconds: float
+    repeats: int
+    warmup_s: float
 
 
 @dataclass(frozen=True)
