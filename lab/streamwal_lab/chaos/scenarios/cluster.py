@@ -38,8 +38,9 @@ deadlock it: docs/reliability.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
@@ -145,6 +146,19 @@ class _Cluster:
     async def balanced(self) -> ClusterView:
         return await self.wait("balanced", lambda v: balanced(v, self.channels))
 
+    @contextlib.asynccontextmanager
+    async def writing(
+        self, count: int = 3, *, balanced_first: bool = False
+    ) -> AsyncIterator[dict[str, ChannelWriter]]:
+        """Nodes 1 to ``count`` started (:meth:`start`) and a client's writer on every
+        channel (:meth:`write`), the scenario's rounds run inside; ``balanced_first``:
+        the writes begin once the channels are spread, not while they are placed."""
+        await self.start(count)
+        if balanced_first:
+            await self.balanced()
+        async with self.client() as client:
+            yield self.write(client)
+
     def write(self, client: ClusterClient) -> dict[str, ChannelWriter]:
         writers = {c: ChannelWriter(client, c, pause_s=0.02) for c in self.channels}
         for writer in writers.values():
@@ -224,10 +238,7 @@ async def run_kill(env: ChaosEnv, rounds: int) -> ScenarioResult:
     failovers: list[float] = []
     declared = 0
     try:
-        await cluster.start(3)
-        view = await cluster.balanced()
-        async with cluster.client() as client:
-            writers = cluster.write(client)
+        async with cluster.writing(balanced_first=True) as writers:
             for round_ in range(rounds):
                 view = await cluster.balanced()
                 victim = view.assignments[env.rng.choice(cluster.channels)].node
@@ -267,9 +278,7 @@ async def run_pause(env: ChaosEnv, rounds: int) -> ScenarioResult:
     cluster = _Cluster(env, env.etcd_endpoint, 4, ClusterSettings.lease_ttl_s, defaults=True)
     stalls: list[float] = []
     try:
-        await cluster.start(3)
-        async with cluster.client() as client:
-            writers = cluster.write(client)
+        async with cluster.writing() as writers:
             for round_ in range(rounds):
                 view = await cluster.balanced()
                 victim = view.assignments[env.rng.choice(cluster.channels)].node
@@ -312,9 +321,7 @@ async def run_zombie(env: ChaosEnv, rounds: int) -> ScenarioResult:
     try:
         async with FaultProxy(etcd_port) as proxy:
             cluster.add(2, etcd_endpoint=proxy.url_host)
-            await cluster.start(3)
-            async with cluster.client() as client:
-                writers = cluster.write(client)
+            async with cluster.writing() as writers:
                 for round_ in range(rounds):
                     view = await cluster.balanced()
                     held = [c for c, a in view.assignments.items() if a.node == 2]
@@ -453,10 +460,7 @@ async def run_etcd_restart(env: ChaosEnv, rounds: int) -> ScenarioResult:
     cluster = _Cluster(env, etcd.endpoint, 4, ttl_s=6)
     resumed: list[float] = []
     try:
-        await cluster.start(3)
-        view = await cluster.balanced()
-        async with cluster.client() as client:
-            writers = cluster.write(client)
+        async with cluster.writing(balanced_first=True) as writers:
             for round_ in range(rounds):
                 view = await cluster.balanced()
                 owners = {c: a.node for c, a in view.assignments.items()}
