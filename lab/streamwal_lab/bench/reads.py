@@ -33,7 +33,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, Unpack
 
 import pulsar
 
@@ -44,8 +44,9 @@ from streamwal.wal.initializing import open_read_only
 from streamwal.wal.wal import ReadOnlyWAL
 from streamwal_lab.bench.node_process import node_and_client
 from streamwal_lab.bench.raw import fill_raw, read_raw
+from streamwal_lab.bench.scan import ReadBack, ReadBackOptions
 from streamwal_lab.bench.stats import ratio
-from streamwal_lab.bench.target import BenchTarget, new_run
+from streamwal_lab.bench.target import BenchTarget
 
 __all__ = ["PATHS", "run_reads_bench"]
 
@@ -157,21 +158,17 @@ async def _tail(
 
 
 async def run_reads_bench(
-    target: BenchTarget,
-    *,
-    messages: int = 20_000,
-    payload_bytes: int = 128,
-    repeats: int = 3,
+    target: BenchTarget, **options: Unpack[ReadBackOptions]
 ) -> dict[str, Any]:
     """Fill one channel through a node, then read it every way; see the module."""
-    run = new_run()
-    channel = f"bench-reads-{run}"
+    read_back = ReadBack("reads", **options)
+    messages, payload = read_back.messages, b"r" * read_back.payload_bytes
+    run, channel = read_back.run, read_back.name()
     config = target.pulsar_config()
     topic = config.topic(channel)
-    raw_topic = config.topic(f"bench-reads-raw-{run}")
+    raw_topic = config.topic(read_back.name("raw"))
     rates: dict[str, list[float]] = {path: [] for path in PATHS}
     tails: dict[str, list[float]] = {"raw_reader": [], "consume_batch": []}
-    payload = b"r" * payload_bytes
     async with (
         node_and_client(
             target, key_prefix=f"/bench-reads-{run}-node", log_name=f"node-reads-{run}.log"
@@ -196,19 +193,17 @@ async def run_reads_bench(
             "consume": lambda: _consume(client, channel),
             "consume_batch": lambda: _consume_batch(client, channel),
         }
-        for _ in range(repeats):
+        for _ in range(read_back.repeats):
             for path in PATHS:
                 rates[path].append(await _timed(paths[path]()))
-        for _ in range(repeats):
+        for _ in range(read_back.repeats):
             tail = await _tail(client, opener.client, topic, channel, messages, payload)
             for name, rate in tail.items():
                 tails[name].append(rate)
     per_s = {path: round(statistics.median(values), 1) for path, values in rates.items()}
     tail_per_s = {name: round(statistics.median(values), 1) for name, values in tails.items()}
     result = {
-        "messages": messages,
-        "payload_bytes": payload_bytes,
-        "repeats": repeats,
+        **read_back.figures(),
         "fill_per_s": round(messages / fill_s, 1),
         "per_s": per_s,
         "tail_per_s": tail_per_s,

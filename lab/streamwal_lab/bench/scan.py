@@ -25,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, Unpack
 
 import pulsar
 
@@ -41,11 +42,53 @@ from streamwal_lab.bench.stats import ratio
 from streamwal_lab.bench.target import BenchTarget, new_run
 from streamwal_lab.stack.tso_keys import deleted_afterwards
 
-__all__ = ["fill_wal", "fill_wal_batches", "run_scan_bench", "timed_scan"]
+__all__ = [
+    "ReadBack",
+    "ReadBackOptions",
+    "fill_wal",
+    "fill_wal_batches",
+    "run_scan_bench",
+    "timed_scan",
+]
 
 _FILL_APPENDERS = 64
 _FILL_BATCH = 500
 _FILL_CALLERS = 4
+
+
+class ReadBackOptions(TypedDict, total=False):
+    """The keywords of both read-back suites (``scan``, ``reads``), as the command line
+    declares them once for both; what a caller leaves out takes :class:`ReadBack`'s
+    defaults."""
+
+    messages: int
+    payload_bytes: int
+    repeats: int
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """One run of a read-back suite: ``messages`` of ``payload_bytes`` fill its channel
+    (and as many a raw topic of its own), then each kind of read runs ``repeats`` times."""
+
+    suite: str
+    messages: int = 20_000
+    payload_bytes: int = 128
+    repeats: int = 3
+    run: str = field(default_factory=new_run)
+
+    def name(self, *parts: str) -> str:
+        """A name of this run's, ``bench-<suite>[-<parts>]-<run>``: its channel (no
+        parts), the raw topic (``raw``)."""
+        return "-".join(("bench", self.suite, *parts, self.run))
+
+    def figures(self) -> dict[str, int]:
+        """The run's sizes as the suites' results record them."""
+        return {
+            "messages": self.messages,
+            "payload_bytes": self.payload_bytes,
+            "repeats": self.repeats,
+        }
 
 
 async def fill_wal(wal: WAL, messages: int, payload: bytes) -> None:
@@ -106,19 +149,14 @@ async def _raw_scan(client: Any, topic: str) -> tuple[float, int]:
         await reader.close()
 
 
-async def run_scan_bench(
-    target: BenchTarget,
-    *,
-    messages: int = 20_000,
-    payload_bytes: int = 128,
-    repeats: int = 3,
-) -> dict[str, Any]:
+async def run_scan_bench(target: BenchTarget, **options: Unpack[ReadBackOptions]) -> dict[str, Any]:
     """Fill one channel, then read it back three ways; see the module docstring."""
-    run = new_run()
-    channel = f"bench-scan-{run}"
+    read_back = ReadBack("scan", **options)
+    messages, payload = read_back.messages, b"s" * read_back.payload_bytes
+    channel = read_back.name()
     config = target.pulsar_config()
-    tso_config = target.tso_config(f"/bench-scan-{run}")
-    raw_topic = config.topic(f"bench-scan-raw-{run}")
+    tso_config = target.tso_config(f"/{channel}")
+    raw_topic = config.topic(read_back.name("raw"))
     rates: dict[str, list[float]] = {
         "raw_batched": [],
         "raw_reader": [],
@@ -133,15 +171,15 @@ async def run_scan_bench(
         wal = await open_wal(opener, channel, tso.allocator(), 1)
         try:
             started = time.perf_counter()
-            await fill_wal_batches(wal, messages, b"s" * payload_bytes)
+            await fill_wal_batches(wal, messages, payload)
             fill_s = time.perf_counter() - started
             target.progress(f"scan: {messages} messages appended in {fill_s:.1f} s")
-            await fill_raw(opener.client, raw_topic, config, messages, b"s" * payload_bytes)
+            await fill_raw(opener.client, raw_topic, config, messages, payload)
             read_only = await open_read_only(opener, channel)
             try:
                 entries = raw_entries = 0
                 sources: set[str] = set()
-                for _ in range(repeats):
+                for _ in range(read_back.repeats):
                     began = time.perf_counter()
                     raw_read = await read_raw(opener.client, raw_topic, messages)
                     rates["raw_batched"].append(raw_read / (time.perf_counter() - began))
@@ -164,9 +202,7 @@ async def run_scan_bench(
         f"channel raw {medians['raw_reader']:.0f} entries/s ({raw_entries} entries)"
     )
     return {
-        "messages": messages,
-        "payload_bytes": payload_bytes,
-        "repeats": repeats,
+        **read_back.figures(),
         "entries_read": entries,
         "raw_entries": raw_entries,
         "fill_per_s": round(messages / fill_s, 1),
