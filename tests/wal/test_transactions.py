@@ -42,6 +42,14 @@ def _insert(payload: bytes, txn_id: int | None = None) -> MutableMessage:
     return msg if txn_id is None else msg.with_txn(txn_id)
 
 
+async def _open_txn(open_owner: OpenOwner, *, keepalive: float | None = None) -> tuple[WAL, int]:
+    """A new owner with a transaction begun on ``VCHANNEL`` that holds one insert, ``t1``."""
+    wal = await open_owner()
+    txn = await wal.begin_txn(VCHANNEL, keepalive=keepalive)
+    await wal.append(_insert(b"t1", txn))
+    return wal, txn
+
+
 async def _advance_tso(wal: WAL, tso: CounterTSO, ms: int) -> None:
     """TSO time moves ``ms`` milliseconds on (the allocator drops its cached batch)."""
     tso._next += ms << 18
@@ -85,9 +93,7 @@ async def test_a_transaction_is_delivered_at_its_commit_together_and_in_order(
 
 
 async def test_a_rolled_back_transaction_is_never_delivered(open_owner: OpenOwner) -> None:
-    wal = await open_owner()
-    txn = await wal.begin_txn(VCHANNEL)
-    await wal.append(_insert(b"t1", txn))
+    wal, txn = await _open_txn(open_owner)
     await wal.rollback_txn(txn)
     await wal.append(_insert(b"after"))
     scanner = await wal.read(DeliveryPolicy.all(), vchannel=VCHANNEL)
@@ -299,9 +305,7 @@ async def test_bad_transaction_calls_get_typed_errors(open_owner: OpenOwner) -> 
 async def test_one_span_per_transaction_from_begin_to_end(
     open_owner: OpenOwner, spans: Callable[[], list[ReadableSpan]]
 ) -> None:
-    wal = await open_owner()
-    committed = await wal.begin_txn(VCHANNEL)
-    await wal.append(_insert(b"t1", committed))
+    wal, committed = await _open_txn(open_owner)
     await wal.commit_txn(committed)
     rolled_back = await wal.begin_txn(VCHANNEL)
     await wal.rollback_txn(rolled_back)
@@ -318,9 +322,7 @@ async def test_one_span_per_transaction_from_begin_to_end(
 async def test_an_append_of_unknown_outcome_forbids_the_commit(
     open_owner: OpenOwner, store: MemoryLogStore, channel: str
 ) -> None:
-    wal = await open_owner()
-    txn = await wal.begin_txn(VCHANNEL)
-    await wal.append(_insert(b"t1", txn))
+    wal, txn = await _open_txn(open_owner)
     store.faults.lose_answers = 1
     with pytest.raises(OutcomeUnknownError):
         await wal.append(_insert(b"t2", txn))
@@ -352,9 +354,7 @@ async def test_nothing_goes_into_a_transaction_being_committed(
 async def test_a_repeated_commit_or_rollback_is_answered_with_the_first_result(
     open_owner: OpenOwner, store: MemoryLogStore, channel: str
 ) -> None:
-    wal = await open_owner()
-    txn = await wal.begin_txn(VCHANNEL)
-    await wal.append(_insert(b"t1", txn))
+    wal, txn = await _open_txn(open_owner)
     store.faults.append_delay = 0.02
     first, concurrent = await asyncio.gather(wal.commit_txn(txn), wal.commit_txn(txn))
     store.faults.append_delay = 0.0
@@ -382,9 +382,7 @@ async def test_a_repeated_commit_or_rollback_is_answered_with_the_first_result(
 async def test_a_commit_not_written_may_be_retried(
     open_owner: OpenOwner, store: MemoryLogStore, channel: str
 ) -> None:
-    wal = await open_owner()
-    txn = await wal.begin_txn(VCHANNEL)
-    await wal.append(_insert(b"t1", txn))
+    wal, txn = await _open_txn(open_owner)
     store.faults.fail_appends = 100
     with pytest.raises(UnavailableError) as refused:  # the append's retries ran out
         await wal.commit_txn(txn)
@@ -400,9 +398,7 @@ async def test_a_commit_not_written_may_be_retried(
 async def test_a_repeat_of_a_commit_of_unknown_outcome_says_it_may_be_in_the_log(
     open_owner: OpenOwner, store: MemoryLogStore, channel: str
 ) -> None:
-    wal = await open_owner()
-    txn = await wal.begin_txn(VCHANNEL)
-    await wal.append(_insert(b"t1", txn))
+    wal, txn = await _open_txn(open_owner)
     store.faults.lose_answers = 1  # the commit lands; its answer is lost
     with pytest.raises(OutcomeUnknownError):
         await wal.commit_txn(txn)
@@ -415,9 +411,7 @@ async def test_a_repeat_of_a_commit_of_unknown_outcome_says_it_may_be_in_the_log
 async def test_by_default_keepalive_is_measured_on_the_real_monotonic_clock(
     open_owner: OpenOwner,
 ) -> None:
-    wal = await open_owner()
-    txn = await wal.begin_txn(VCHANNEL, keepalive=0.05)
-    await wal.append(_insert(b"t1", txn))
+    wal, txn = await _open_txn(open_owner, keepalive=0.05)
     await asyncio.sleep(0.1)  # TSO time stands still meanwhile: only the clock moves
     with pytest.raises(TransactionExpiredError):
         await wal.commit_txn(txn)
