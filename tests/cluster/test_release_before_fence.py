@@ -83,6 +83,10 @@ class _Cluster:
         record = NodeRecord(node, f"127.0.0.1:{9000 + node}", "test", now_ms(), ready)
         await self.store.put(self.keys.node(node), encode(record))
 
+    async def nodes(self, *nodes: int) -> None:
+        for node in nodes:
+            await self.node(node)
+
     async def follow(self, node: int, *, close_s: float = 0.0, grace_s: float = 5.0) -> _Channels:
         channels = _Channels(node, self.events, close_s)
         follower = Follower(
@@ -102,6 +106,17 @@ class _Cluster:
         assignment = Assignment(channel, node, 1, "test", now_ms(), previous)
         await self.store.put(self.keys.assign + channel, encode(assignment))
         return time.monotonic()
+
+    async def held_by(self, node: int) -> None:
+        """The channel's first owner ``node``, once it has opened it."""
+        await self.assign(node, None)
+        await self.opened_on(node)
+
+    async def move(self, node: int, previous: int) -> tuple[float, float]:
+        """The channel moved from ``previous`` to ``node``: when the assignment was
+        written, and when ``node`` began to open the channel."""
+        moved_at = await self.assign(node, previous=previous)
+        return moved_at, await self.opened_on(node)
 
     async def opened_on(self, node: int, within_s: float = 10.0, times: int = 1) -> float:
         """When ``node`` began its ``times``-th open of the channel."""
@@ -138,15 +153,12 @@ async def cluster(stack: StackInfo, etcd_prefix: Callable[[str], str]) -> AsyncI
 async def test_the_new_owner_opens_only_after_the_old_owner_closed_and_said_so(
     cluster: _Cluster,
 ) -> None:
-    await cluster.node(1)
-    await cluster.node(2)
+    await cluster.nodes(1, 2)
     await cluster.follow(1, close_s=0.5)
     await cluster.follow(2)
-    await cluster.assign(1, None)
-    await cluster.opened_on(1)
+    await cluster.held_by(1)
 
-    moved_at = await cluster.assign(2, previous=1)
-    opened_at = await cluster.opened_on(2)
+    moved_at, opened_at = await cluster.move(2, previous=1)
 
     assert cluster.at(1, "closed") - cluster.at(1, "closing") >= 0.5
     assert opened_at > cluster.at(1, "closed"), cluster.events
@@ -160,12 +172,10 @@ async def test_a_live_old_owner_that_says_nothing_is_waited_for_until_the_bound(
     cluster: _Cluster,
 ) -> None:
     # node 1 is live but follows nothing (hung, or a version that writes no release)
-    await cluster.node(1)
-    await cluster.node(2)
+    await cluster.nodes(1, 2)
     await cluster.follow(2, grace_s=1.0)
 
-    moved_at = await cluster.assign(2, previous=1)
-    opened_at = await cluster.opened_on(2)
+    moved_at, opened_at = await cluster.move(2, previous=1)
 
     assert opened_at - moved_at >= 0.95
     assert opened_at - moved_at < 3.0
@@ -180,8 +190,7 @@ async def test_an_old_owner_gone_or_without_its_broker_is_not_waited_for(
     await cluster.node(2)
     await cluster.follow(2, grace_s=5.0)
 
-    moved_at = await cluster.assign(2, previous=1)
-    opened_at = await cluster.opened_on(2)
+    moved_at, opened_at = await cluster.move(2, previous=1)
 
     assert opened_at - moved_at < 2.0
 
@@ -190,13 +199,11 @@ async def test_an_old_owner_that_never_held_the_channel_releases_it_at_once(
     cluster: _Cluster,
 ) -> None:
     # node 1 restarted after the channel was planned away from it: nothing to close
-    await cluster.node(1)
-    await cluster.node(2)
+    await cluster.nodes(1, 2)
     await cluster.follow(1)
     await cluster.follow(2, grace_s=5.0)
 
-    moved_at = await cluster.assign(2, previous=1)
-    opened_at = await cluster.opened_on(2)
+    moved_at, opened_at = await cluster.move(2, previous=1)
 
     assert opened_at - moved_at < 2.0
     assert [e for e in cluster.events if e[0] == 1] == []
@@ -207,13 +214,11 @@ async def test_an_old_owner_that_never_held_the_channel_releases_it_at_once(
 async def test_a_release_written_before_the_move_does_not_count(cluster: _Cluster) -> None:
     # node 1 released the channel after an earlier move away from it; that says
     # nothing about this one
-    await cluster.node(1)
-    await cluster.node(2)
+    await cluster.nodes(1, 2)
     await cluster.write_release(1)
     await cluster.follow(2, grace_s=1.0)
 
-    moved_at = await cluster.assign(2, previous=1)
-    opened_at = await cluster.opened_on(2)
+    moved_at, opened_at = await cluster.move(2, previous=1)
 
     assert opened_at - moved_at >= 0.95
 
@@ -221,18 +226,15 @@ async def test_a_release_written_before_the_move_does_not_count(cluster: _Cluste
 async def test_quick_moves_in_a_row_keep_the_order_of_close_and_fence(cluster: _Cluster) -> None:
     # 1 -> 2 -> 3 while node 1 still closes: node 2 never held the channel, but its
     # release waits for node 1's, so node 3 does not fence while node 1 closes
-    for node in (1, 2, 3):
-        await cluster.node(node)
+    await cluster.nodes(1, 2, 3)
     await cluster.follow(1, close_s=1.0)
     await cluster.follow(2)
     await cluster.follow(3)
-    await cluster.assign(1, None)
-    await cluster.opened_on(1)
+    await cluster.held_by(1)
 
     await cluster.assign(2, previous=1)
     await asyncio.sleep(0.15)
-    moved_at = await cluster.assign(3, previous=2)
-    opened_at = await cluster.opened_on(3)
+    moved_at, opened_at = await cluster.move(3, previous=2)
 
     assert opened_at > cluster.at(1, "closed"), cluster.events
     assert opened_at - moved_at < 3.0
@@ -240,8 +242,7 @@ async def test_quick_moves_in_a_row_keep_the_order_of_close_and_fence(cluster: _
 
 
 async def test_an_open_that_failed_is_tried_again_without_waiting_again(cluster: _Cluster) -> None:
-    await cluster.node(1)
-    await cluster.node(2)
+    await cluster.nodes(1, 2)
     channels = await cluster.follow(2, grace_s=1.0)
     channels.fail_opens = 1
 
@@ -254,12 +255,10 @@ async def test_an_open_that_failed_is_tried_again_without_waiting_again(cluster:
 
 
 async def test_a_slow_close_holds_up_no_other_channel_of_the_node(cluster: _Cluster) -> None:
-    await cluster.node(1)
-    await cluster.node(2)
+    await cluster.nodes(1, 2)
     channels = await cluster.follow(1, close_s=3.0)
     await cluster.follow(2)
-    await cluster.assign(1, None)
-    await cluster.opened_on(1)
+    await cluster.held_by(1)
 
     await cluster.assign(2, previous=1)
     await asyncio.sleep(0.3)  # node 1 is closing the moved channel now
@@ -280,11 +279,9 @@ async def test_a_follower_stopped_mid_close_finishes_it_and_releases_when_given_
     cluster: _Cluster, let_go_s: float
 ) -> None:
     # a node leaving (docs/deploy.md) stops following while a moved channel still closes
-    await cluster.node(1)
-    await cluster.node(2)
+    await cluster.nodes(1, 2)
     await cluster.follow(1, close_s=1.0)
-    await cluster.assign(1, None)
-    await cluster.opened_on(1)
+    await cluster.held_by(1)
     await cluster.assign(2, previous=1)
     deadline = time.monotonic() + 5.0
     while not any(what == "closing" for _, what, _ in cluster.events):
