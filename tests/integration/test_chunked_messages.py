@@ -25,7 +25,7 @@ from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
 from streamwal.node.client import NodeClient, policy
 from streamwal.node.config import load_config
 from streamwal.server.runtime import Node
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
@@ -61,9 +61,9 @@ def _doc_code(heading: str) -> dict[str, Any]:
 
 def _doc_reassemble() -> Callable[[Iterator[Any]], Iterator[tuple[Any, dict[str, str], bytes]]]:
     """The plain reader's reassembly, taken from the document itself."""
-    reassembled: Callable[[Iterator[Any]], Iterator[tuple[Any, dict[str, str], bytes]]] = (
-        _doc_code("### Reassembling chunks with pulsar-client only")["reassemble"]
-    )
+    reassembled: Callable[[Iterator[Any]], Iterator[tuple[Any, dict[str, str], bytes]]] = _doc_code(
+        "### Reassembling chunks with pulsar-client only"
+    )["reassemble"]
     return reassembled
 
 
@@ -88,13 +88,6 @@ def _plain_read(service_url: str, topic: str) -> list[tuple[int, int, str, str]]
         ]
     finally:
         client.close()
-
-
-@pytest.fixture
-async def tso(stack: StackInfo, etcd_prefix: Callable[[str], str]) -> AsyncIterator[InProcessTSO]:
-    config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("chunks"))
-    async with InProcessTSO(config) as tso:
-        yield tso
 
 
 async def _library_round_trip(

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarOpener
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_wal
 from streamwal.wal.message import MessageType, MutableMessage
@@ -23,24 +22,22 @@ pytestmark = pytest.mark.integration
 
 async def test_a_restart_rebuilds_from_its_own_first_time_tick_without_a_warning(
     stack: StackInfo,
-    etcd_prefix: Callable[[str], str],
+    tso: InProcessTSO,
     unique: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     channel = f"rebuild-{unique}"
-    tso_config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("rb"))
     config = WALConfig(idempotence_rebuild_window=1.0)
-    async with InProcessTSO(tso_config) as tso:
-        async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
-            wal = await open_wal(opener, channel, tso.allocator(), 1, config)
-            message = MutableMessage(MessageType.INSERT, b"x", producer_id=7, sequence=0)
-            await wal.append(message)
-            await wal.close()
-        await asyncio.sleep(2.0)  # everything written so far is older than the window
-        caplog.set_level(logging.INFO, logger="streamwal")
-        async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
-            wal = await open_wal(opener, channel, tso.allocator(), 2, config)
-            await wal.append(MutableMessage(MessageType.INSERT, b"y", producer_id=8, sequence=0))
-            await wal.close()
+    async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
+        wal = await open_wal(opener, channel, tso.allocator(), 1, config)
+        message = MutableMessage(MessageType.INSERT, b"x", producer_id=7, sequence=0)
+        await wal.append(message)
+        await wal.close()
+    await asyncio.sleep(2.0)  # everything written so far is older than the window
+    caplog.set_level(logging.INFO, logger="streamwal")
+    async with PulsarOpener(PulsarConfig(service_url=stack.pulsar_url)) as opener:
+        wal = await open_wal(opener, channel, tso.allocator(), 2, config)
+        await wal.append(MutableMessage(MessageType.INSERT, b"y", producer_id=8, sequence=0))
+        await wal.close()
     warnings = [r.getMessage() for r in caplog.records if "stopped early" in r.getMessage()]
     assert warnings == []

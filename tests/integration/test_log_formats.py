@@ -7,7 +7,7 @@ read whole; an entry of a newer format ends a read instead of being skipped."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pulsar
@@ -15,7 +15,7 @@ import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.errors import UnsupportedLogFormatError
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
@@ -29,13 +29,6 @@ from tests.wal.testkit import take_and_close
 pytestmark = pytest.mark.integration
 
 PACK = [b"pack-0", b"pack-1", b"pack-2"]
-
-
-@pytest.fixture
-async def tso(stack: StackInfo, etcd_prefix: Callable[[str], str]) -> AsyncIterator[InProcessTSO]:
-    config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("formats"))
-    async with InProcessTSO(config) as tso:
-        yield tso
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ which messages landed (those the fence caught in flight may be unknown)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import BatchAppendError, ChannelFencedError, WriteOutcome
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
@@ -31,15 +30,13 @@ def _batch(prefix: str, count: int, size: int = 128) -> list[MutableMessage]:
 
 
 async def test_batches_land_contiguous_and_a_fenced_batch_names_what_landed(
-    stack: StackInfo, unique: str, etcd_prefix: Callable[[str], str]
+    stack: StackInfo, unique: str, tso: InProcessTSO
 ) -> None:
     channel = f"wal-batch-{unique}"
     pulsar = PulsarConfig(service_url=stack.pulsar_url)
-    tso_config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("b"))
     acks: list[Ack] = []
     try:
         async with (
-            InProcessTSO(tso_config) as tso,
             PulsarOpener(pulsar) as first_opener,
             PulsarOpener(pulsar) as second_opener,
         ):

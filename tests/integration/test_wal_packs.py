@@ -6,14 +6,14 @@ messages, and a new owner answers a retried idempotent batch from the packs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import TruncatedError
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
@@ -38,14 +38,12 @@ async def _payloads(wal: WAL, policy: DeliveryPolicy, count: int) -> list[bytes]
 
 @pytest.fixture
 async def setting(
-    stack: StackInfo, unique: str, etcd_prefix: Callable[[str], str]
+    stack: StackInfo, unique: str, tso: InProcessTSO
 ) -> AsyncIterator[tuple[str, PulsarConfig, InProcessTSO]]:
     pulsar = PulsarConfig(service_url=stack.pulsar_url)
-    tso_config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("pk"))
     channel = f"wal-packs-{unique}"
     try:
-        async with InProcessTSO(tso_config) as tso:
-            yield channel, pulsar, tso
+        yield channel, pulsar, tso
     finally:
         topic = PulsarAdmin.topic_path(pulsar.topic(channel))
         await PulsarAdmin(stack.pulsar_admin_url).delete(f"{topic}?force=true")

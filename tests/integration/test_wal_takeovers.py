@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 
 import pytest
 
 from streamwal.adaptors.pulsar import PulsarConfig, PulsarMessageId, PulsarOpener
 from streamwal.errors import ChannelFencedError, UnknownPositionError
-from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
+from streamwal.tso import InProcessTSO
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import read_topic
 from streamwal.verify.history import check_history
@@ -66,59 +65,55 @@ async def run_owner(wal: WAL, owner: int, acks: list[Ack], enough: asyncio.Event
     await asyncio.gather(*(appender(w) for w in range(4)))
 
 
-async def test_three_owners_in_turn(
-    stack: StackInfo, unique: str, etcd_prefix: Callable[[str], str]
-) -> None:
+async def test_three_owners_in_turn(stack: StackInfo, unique: str, tso: InProcessTSO) -> None:
     channel = f"wal-owners-{unique}"
     pulsar = PulsarConfig(service_url=stack.pulsar_url)
-    tso_config = TsoConfig(etcd=EtcdConfig((stack.etcd_endpoint,)), key_prefix=etcd_prefix("it"))
     acks: list[Ack] = []
     seen_before: list[ImmutableMessage] = []
     seen_during: list[ImmutableMessage] = []
     done = asyncio.Event()
-    async with InProcessTSO(tso_config) as tso:
-        openers = [PulsarOpener(pulsar) for _ in range(4)]
-        for opener in openers:
-            await opener.start()
-        reader = await open_read_only(openers[3], channel)
-        before = await reader.read()
-        before_task = asyncio.create_task(collect(before, done, seen_before))
+    openers = [PulsarOpener(pulsar) for _ in range(4)]
+    for opener in openers:
+        await opener.start()
+    reader = await open_read_only(openers[3], channel)
+    before = await reader.read()
+    before_task = asyncio.create_task(collect(before, done, seen_before))
 
-        wals: list[WAL] = []
-        owners: list[asyncio.Task[None]] = []
-        during_task: asyncio.Task[None] | None = None
-        for owner in (1, 2, 3):
-            wal = await open_wal(openers[owner - 1], channel, tso.allocator(), owner)
-            wals.append(wal)
-            if owner == 2:
-                during = await wal.read()
-                during_task = asyncio.create_task(collect(during, done, seen_during))
-            enough = asyncio.Event()
-            owners.append(asyncio.create_task(run_owner(wal, owner, acks, enough)))
-            await asyncio.wait_for(enough.wait(), 60)
-        # the earlier owners' appenders stopped on their own when fenced
-        await asyncio.wait_for(asyncio.gather(*owners[:2]), 30)
-        assert wals[0].is_fenced and wals[1].is_fenced and not wals[2].is_fenced
-        owners[2].cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await owners[2]
-        done.set()
-        last = await wals[2].append(MutableMessage(MessageType.INSERT, b"last"))
-        acks.append(Ack(last.message_id.to_bytes(), last.time_tick, digest(b"last")))
-        assert during_task is not None
-        await asyncio.wait_for(asyncio.gather(before_task, during_task), 60)
+    wals: list[WAL] = []
+    owners: list[asyncio.Task[None]] = []
+    during_task: asyncio.Task[None] | None = None
+    for owner in (1, 2, 3):
+        wal = await open_wal(openers[owner - 1], channel, tso.allocator(), owner)
+        wals.append(wal)
+        if owner == 2:
+            during = await wal.read()
+            during_task = asyncio.create_task(collect(during, done, seen_during))
+        enough = asyncio.Event()
+        owners.append(asyncio.create_task(run_owner(wal, owner, acks, enough)))
+        await asyncio.wait_for(enough.wait(), 60)
+    # the earlier owners' appenders stopped on their own when fenced
+    await asyncio.wait_for(asyncio.gather(*owners[:2]), 30)
+    assert wals[0].is_fenced and wals[1].is_fenced and not wals[2].is_fenced
+    owners[2].cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await owners[2]
+    done.set()
+    last = await wals[2].append(MutableMessage(MessageType.INSERT, b"last"))
+    acks.append(Ack(last.message_id.to_bytes(), last.time_tick, digest(b"last")))
+    assert during_task is not None
+    await asyncio.wait_for(asyncio.gather(before_task, during_task), 60)
 
-        after_reader = await open_read_only(openers[3], channel)
-        after = await after_reader.read()
-        seen_after: list[ImmutableMessage] = []
-        await asyncio.wait_for(collect(after, done, seen_after), 60)
+    after_reader = await open_read_only(openers[3], channel)
+    after = await after_reader.read()
+    seen_after: list[ImmutableMessage] = []
+    await asyncio.wait_for(collect(after, done, seen_after), 60)
 
-        for wal in wals:
-            await wal.close()
-        await reader.close()
-        await after_reader.close()
-        for opener in openers:
-            await opener.close()
+    for wal in wals:
+        await wal.close()
+    await reader.close()
+    await after_reader.close()
+    for opener in openers:
+        await opener.close()
 
     raw = await read_topic(stack.pulsar_url, pulsar.topic(channel))
     report = check_history(raw, PulsarMessageId.from_bytes, acks)
