@@ -10,7 +10,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import pytest
@@ -90,16 +90,26 @@ def world(tmp_path: Path) -> _Hardened:
     return _Hardened(tmp_path)
 
 
+class _Served(NamedTuple):
+    """The gate in front of a bare servicer, and a stranger's channel to it."""
+
+    channel: grpc.aio.Channel
+    servicer: _Listing
+    address: str
+
+    @property
+    def stub(self) -> pb_grpc.StreamingNodeStub:
+        return pb_grpc.StreamingNodeStub(self.channel)
+
+
 @pytest.fixture
-async def served(world: _Hardened) -> AsyncIterator[tuple[grpc.aio.Channel, _Listing, str]]:
+async def served(world: _Hardened) -> AsyncIterator[_Served]:
     async with _serve(world, world.identities()) as served:
         yield served
 
 
 @contextlib.asynccontextmanager
-async def _serve(
-    world: _Hardened, identities: list[IdentitySettings]
-) -> AsyncIterator[tuple[grpc.aio.Channel, _Listing, str]]:
+async def _serve(world: _Hardened, identities: list[IdentitySettings]) -> AsyncIterator[_Served]:
     server = grpc.aio.server(
         interceptors=[ServerInterceptor(guard=Authorizer(IdentityBook(identities)).wrap)]
     )
@@ -120,7 +130,7 @@ async def _serve(
         options=world.tls().channel_options(),
     )
     try:
-        yield channel, servicer, address
+        yield _Served(channel, servicer, address)
     finally:
         await channel.close()
         await server.stop(None)
@@ -180,13 +190,12 @@ def _code(value: int) -> grpc.StatusCode:
 
 
 async def test_every_channel_call_is_held_to_the_prefixes(
-    served: tuple[grpc.aio.Channel, _Listing, str], world: _Hardened
+    served: _Served, world: _Hardened
 ) -> None:
     """Checkpoints, GetRetention, Truncate, DeleteChannel, read-only consumes, batches,
     streams, LookupChannel: an identity holding every role but limited to ``team-a-``
     is refused (before the handler) any other channel and the empty one, and let
     through to the handler (answered, or UNIMPLEMENTED by the bare servicer) on its own."""
-    channel, servicer, _address = served
     metadata = _bearer(world, "tenant")
     methods = list(_channel_methods())
     assert {m.name for _, m in methods} >= {
@@ -202,9 +211,9 @@ async def test_every_channel_call_is_held_to_the_prefixes(
     }
     for full, method in methods:
         for outside in ("team-b-1", "", "team-", "TEAM-A-1"):
-            code = await _call(channel, full, method, outside, metadata)
+            code = await _call(served.channel, full, method, outside, metadata)
             assert code == grpc.StatusCode.PERMISSION_DENIED, (full, outside, code)
-        inside = await _call(channel, full, method, "team-a-1", metadata)
+        inside = await _call(served.channel, full, method, "team-a-1", metadata)
         assert inside not in (
             grpc.StatusCode.PERMISSION_DENIED,
             grpc.StatusCode.UNAUTHENTICATED,
@@ -212,17 +221,16 @@ async def test_every_channel_call_is_held_to_the_prefixes(
     # a read-only consume is a consume: the same check
     read_only = pb.ConsumeRequest(pchannel="team-b-1", read_only=True)
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        async for _ in pb_grpc.StreamingNodeStub(channel).Consume(read_only, metadata=metadata):
+        async for _ in served.stub.Consume(read_only, metadata=metadata):
             pass
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert all(reached.startswith("team-a-") for _, reached in servicer.reached)
+    assert all(reached.startswith("team-a-") for _, reached in served.servicer.reached)
 
 
 async def test_a_later_frame_of_another_channel_is_refused(
-    served: tuple[grpc.aio.Channel, _Listing, str], world: _Hardened
+    served: _Served, world: _Hardened
 ) -> None:
-    channel, servicer, _address = served
-    stub = pb_grpc.StreamingNodeStub(channel)
+    stub = served.stub
     frames = [
         pb.ProduceBatchRequest(pchannel=c, messages=[pb.Message()])
         for c in ("team-a-1", "team-a-1", "team-b-1", "team-a-1")
@@ -233,16 +241,15 @@ async def test_a_later_frame_of_another_channel_is_refused(
     codes = [a.results[0].error.code for a in answers]
     denied = grpc.StatusCode.PERMISSION_DENIED.value[0]
     assert codes == [0, 0, denied, denied]
-    assert servicer.reached == [("ProduceBatchStream", "team-a-1")] * 2
+    assert served.servicer.reached == [("ProduceBatchStream", "team-a-1")] * 2
 
 
 async def test_ambiguous_credentials_are_refused(
-    served: tuple[grpc.aio.Channel, _Listing, str],
+    served: _Served,
     world: _Hardened,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    channel, servicer, _ = served
-    stub = pb_grpc.StreamingNodeStub(channel)
+    stub = served.stub
     request = pb.ProduceRequest(pchannel="c")
     writer = world.tokens["writer"]
     # several authorization entries: refused even when one (or each) is right
@@ -279,16 +286,15 @@ async def test_ambiguous_credentials_are_refused(
             await twice.close()
     assert both.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert "several identities" in (both.value.details() or "")
-    produced = [c for name, c in servicer.reached if name == "Produce"]
+    produced = [c for name, c in served.servicer.reached if name == "Produce"]
     assert produced == ["c"] * 4
     assert not any("token-of-" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_limited_identity_lists_only_its_channels(
-    served: tuple[grpc.aio.Channel, _Listing, str], world: _Hardened
+    served: _Served, world: _Hardened
 ) -> None:
-    channel, _, _ = served
-    stub = pb_grpc.StreamingNodeStub(channel)
+    stub = served.stub
     limited = await stub.ListChannels(pb.ListChannelsRequest(), metadata=_bearer(world, "tenant"))
     assert [c.pchannel for c in limited.channels] == ["team-a-1"]
     assert list(limited.fenced) == ["team-a-2"]
@@ -298,13 +304,12 @@ async def test_a_limited_identity_lists_only_its_channels(
 
 
 async def test_refused_admin_calls_are_audited(
-    served: tuple[grpc.aio.Channel, _Listing, str],
+    served: _Served,
     world: _Hardened,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    channel, servicer, _address = served
     caplog.set_level(logging.INFO, logger=AUDIT_LOGGER)
-    stub = pb_grpc.StreamingNodeStub(channel)
+    stub = served.stub
     calls = [
         (stub.Truncate, pb.TruncateRequest(pchannel="team-b-1"), _bearer(world, "tenant")),
         (stub.DeleteChannel, pb.DeleteChannelRequest(pchannel="x"), ()),
@@ -341,7 +346,7 @@ async def test_refused_admin_calls_are_audited(
             "outcome": "UNAUTHENTICATED",
         },
     ]
-    assert servicer.reached == []
+    assert served.servicer.reached == []
 
 
 def test_prefixes_are_string_prefixes() -> None:
