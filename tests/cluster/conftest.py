@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from streamwal.cluster.store import ClusterStore
 from streamwal_lab.stack import StackInfo
 from tests.cluster.harness import ClusterFactory
 
@@ -18,6 +19,13 @@ from tests.cluster.harness import ClusterFactory
 @pytest.fixture
 def cluster_tag() -> str:
     return "cl"
+
+
+@pytest.fixture
+async def store(stack: StackInfo) -> AsyncIterator[ClusterStore]:
+    """A cluster store on the shared etcd, for tests that write the keys themselves."""
+    async with ClusterStore([stack.etcd_endpoint]) as connected:
+        yield connected
 
 
 @pytest.fixture
@@ -39,7 +47,7 @@ async def make_cluster(
         tmp_path,
         lambda: etcd_prefix(cluster_tag),
         f"{cluster_tag}-{unique}",
-        **cluster_defaults,
+        cluster_defaults,
     )
     yield clusters
     await clusters.close()

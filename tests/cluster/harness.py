@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,11 @@ class TestCluster:
         for node_id in node_ids:
             await self.node(node_id, **cluster).start()
 
+    async def serve(self, *node_ids: int) -> ClusterView:
+        """Start ``node_ids`` and wait until every channel is served."""
+        await self.start(*node_ids)
+        return await self.wait_all_serving()
+
     async def start_balancer_with_metrics(self, port: int, timeout: float = 30.0) -> None:
         """Node 1, serving ``/metrics`` on ``port``, until it runs the balancer (the
         nodes started after it serve no metrics: one process per port)."""
@@ -129,33 +135,23 @@ class TestCluster:
         await self.store.close()
 
 
+@dataclass
 class ClusterFactory:
     """Makes the clusters of one test, each on channels of its own under ``channel_base``
-    and a fresh etcd prefix from ``prefix``, and closes them all at its end.
+    and a fresh etcd prefix from ``prefix``, and closes them all at its end."""
 
-    ``defaults``: settings every cluster gets unless a call names them itself."""
-
-    def __init__(
-        self,
-        stack: StackInfo,
-        workdir: Path,
-        prefix: Callable[[], str],
-        channel_base: str,
-        **defaults: Any,
-    ) -> None:
-        self._stack = stack
-        self._workdir = workdir
-        self._prefix = prefix
-        self._channel_base = channel_base
-        self._defaults = defaults
-        self.made: list[TestCluster] = []
+    stack: StackInfo
+    workdir: Path
+    prefix: Callable[[], str]
+    channel_base: str
+    #: settings every cluster gets unless a call names them itself
+    defaults: dict[str, Any] = field(default_factory=dict)
+    made: list[TestCluster] = field(default_factory=list)
 
     def __call__(self, channel_count: int, **cluster: Any) -> TestCluster:
-        channels = [f"{self._channel_base}-{len(self.made)}-{i}" for i in range(channel_count)]
-        settings = {**self._defaults, **cluster}
-        self.made.append(
-            TestCluster(self._stack, self._workdir, self._prefix(), channels, **settings)
-        )
+        channels = [f"{self.channel_base}-{len(self.made)}-{i}" for i in range(channel_count)]
+        settings = {**self.defaults, **cluster}
+        self.made.append(TestCluster(self.stack, self.workdir, self.prefix(), channels, **settings))
         return self.made[-1]
 
     async def close(self) -> None:

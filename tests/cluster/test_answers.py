@@ -41,8 +41,7 @@ async def test_a_cluster_answers_typos_at_once_and_the_console_round_trips(
     make_cluster: Callable[..., TestCluster], stack: StackInfo, unique: str
 ) -> None:
     cluster = make_cluster(1)
-    await cluster.start(1)
-    await cluster.wait_all_serving()
+    await cluster.serve(1)
     (channel,) = cluster.channels
     typo = f"{channel}-typo"
     node = cluster.nodes[1]

@@ -64,8 +64,7 @@ async def test_remove_with_delete_topics_deletes_only_that_topic_once_unserved(
     make_cluster: Callable[[int], TestCluster], stack: StackInfo
 ) -> None:
     cluster = make_cluster(3)
-    await cluster.start(1)
-    await cluster.wait_all_serving()
+    await cluster.serve(1)
     gone, *kept = cluster.channels
     assert {topic(c) for c in cluster.channels} <= await list_topics(stack.pulsar_admin_url)
     config = str(cluster.nodes[1].config_path)
@@ -97,8 +96,7 @@ async def test_remove_with_delete_topics_is_refused_unless_confirmed(
     make_cluster: Callable[[int], TestCluster], stack: StackInfo
 ) -> None:
     cluster = make_cluster(1)
-    await cluster.start(1)
-    await cluster.wait_all_serving()
+    await cluster.serve(1)
     (channel,) = cluster.channels
     where = ("--config", str(cluster.nodes[1].config_path))
     admin = ("--pulsar-admin-url", stack.pulsar_admin_url)
@@ -128,8 +126,7 @@ async def test_delete_refuses_live_nodes_then_deletes_every_key_and_topic(
     make_cluster: Callable[[int], TestCluster], stack: StackInfo
 ) -> None:
     cluster = make_cluster(2)
-    await cluster.start(1)
-    await cluster.wait_all_serving()
+    await cluster.serve(1)
     config = str(cluster.nodes[1].config_path)
     delete = ("cluster", "delete", "--delete-topics", "--config", config)
 
@@ -163,8 +160,7 @@ async def test_delete_of_a_wrong_prefix_exits_3_and_deletes_nothing(
     make_cluster: Callable[[int], TestCluster], stack: StackInfo
 ) -> None:
     cluster = make_cluster(1)
-    await cluster.start(1)
-    await cluster.wait_all_serving()
+    await cluster.serve(1)
     wrong = await _cli(
         "cluster", "delete", "--yes", "--etcd", stack.etcd_endpoint, "--prefix",
         cluster.prefix + "-typo",
@@ -178,8 +174,7 @@ async def test_status_shows_each_nodes_last_lease_renewal(
     make_cluster: Callable[[int], TestCluster],
 ) -> None:
     cluster = make_cluster(1)
-    await cluster.start(1)
-    await cluster.wait_all_serving()
+    await cluster.serve(1)
     config = str(cluster.nodes[1].config_path)
 
     renewals = []
@@ -204,25 +199,24 @@ async def test_status_shows_each_nodes_last_lease_renewal(
 
 
 async def test_the_key_delete_checks_for_live_nodes_in_its_own_transaction(
-    stack: StackInfo, etcd_prefix: Callable[[str], str]
+    store: ClusterStore, etcd_prefix: Callable[[str], str]
 ) -> None:
     """etcd compares a key range for every key in it, and a range with no key as one
     missing key (version 0): the delete holds only while no node is registered."""
     keys = ClusterKeys(etcd_prefix("delete"))
-    async with ClusterStore([stack.etcd_endpoint]) as store:
-        await store.put(keys.channels + "c1", b"{}")
-        await store.put(keys.seeded, b"1")
-        lease, _ = await store.grant_lease(30)
-        record = NodeRecord(1, "127.0.0.1:1", "test", now_ms())
-        await store.put(keys.node(1), encode(record), lease=lease)
+    await store.put(keys.channels + "c1", b"{}")
+    await store.put(keys.seeded, b"1")
+    lease, _ = await store.grant_lease(30)
+    record = NodeRecord(1, "127.0.0.1:1", "test", now_ms())
+    await store.put(keys.node(1), encode(record), lease=lease)
 
-        assert await store.delete_tree_unless(keys.root, keys.nodes) is None
-        with pytest.raises(LiveNodesError, match=r"1 live node\(s\).*127\.0\.0\.1:1"):
-            await delete_cluster_keys(store, keys)
-        _revision, kept = await store.read_prefix(keys.root)
-        assert len(kept) == 3  # nothing went
+    assert await store.delete_tree_unless(keys.root, keys.nodes) is None
+    with pytest.raises(LiveNodesError, match=r"1 live node\(s\).*127\.0\.0\.1:1"):
+        await delete_cluster_keys(store, keys)
+    _revision, kept = await store.read_prefix(keys.root)
+    assert len(kept) == 3  # nothing went
 
-        await store.revoke_lease(lease)  # the node's key goes with its lease
-        assert await delete_cluster_keys(store, keys) == 2
-        _revision, left = await store.read_prefix(keys.root)
-        assert left == []
+    await store.revoke_lease(lease)  # the node's key goes with its lease
+    assert await delete_cluster_keys(store, keys) == 2
+    _revision, left = await store.read_prefix(keys.root)
+    assert left == []

@@ -102,36 +102,33 @@ async def test_kill_9_under_writes_fails_over_within_the_bound_with_a_clean_hist
 
 
 async def test_a_deposed_balancer_cannot_write_an_assignment(
-    stack: StackInfo, etcd_prefix: Callable[[str], str]
+    store: ClusterStore, etcd_prefix: Callable[[str], str]
 ) -> None:
     keys = ClusterKeys(etcd_prefix("fence"))
     key = keys.assign + "c"
-    async with ClusterStore([stack.etcd_endpoint]) as store:
-        old_lease, _ = await store.grant_lease(30)
-        old_term = await store.campaign(keys.balancer, b"{}", old_lease)
-        assert old_term is not None
-        assert await store.fenced_write(
-            keys.balancer, old_term, expect={key: 0}, puts=[(key, b"1")]
+    old_lease, _ = await store.grant_lease(30)
+    old_term = await store.campaign(keys.balancer, b"{}", old_lease)
+    assert old_term is not None
+    assert await store.fenced_write(keys.balancer, old_term, expect={key: 0}, puts=[(key, b"1")])
+    await store.revoke_lease(old_lease)  # the old balancer's lease is gone
+    new_lease, _ = await store.grant_lease(30)
+    new_term = await store.campaign(keys.balancer, b"{}", new_lease)
+    assert new_term is not None and new_term > old_term
+    _, entries = await store.read_prefix(key)
+    revision = entries[0].mod_revision
+    with pytest.raises(DeposedError):
+        await store.fenced_write(
+            keys.balancer, old_term, expect={key: revision}, puts=[(key, b"2")]
         )
-        await store.revoke_lease(old_lease)  # the old balancer's lease is gone
-        new_lease, _ = await store.grant_lease(30)
-        new_term = await store.campaign(keys.balancer, b"{}", new_lease)
-        assert new_term is not None and new_term > old_term
-        _, entries = await store.read_prefix(key)
-        revision = entries[0].mod_revision
-        with pytest.raises(DeposedError):
-            await store.fenced_write(
-                keys.balancer, old_term, expect={key: revision}, puts=[(key, b"2")]
-            )
-        assert await store.fenced_write(
-            keys.balancer, new_term, expect={key: revision}, puts=[(key, b"3")]
-        )
-        # planned from a revision that is no longer current: refused, not deposed
-        assert not await store.fenced_write(
-            keys.balancer, new_term, expect={key: revision}, puts=[(key, b"4")]
-        )
-        assert await store.get(key) == b"3"
-        await store.revoke_lease(new_lease)
+    assert await store.fenced_write(
+        keys.balancer, new_term, expect={key: revision}, puts=[(key, b"3")]
+    )
+    # planned from a revision that is no longer current: refused, not deposed
+    assert not await store.fenced_write(
+        keys.balancer, new_term, expect={key: revision}, puts=[(key, b"4")]
+    )
+    assert await store.get(key) == b"3"
+    await store.revoke_lease(new_lease)
 
 
 async def test_a_joining_node_gets_channels_in_bounded_steps(

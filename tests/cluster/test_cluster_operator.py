@@ -40,8 +40,7 @@ async def test_status_in_either_option_order_as_json_with_a_dead_owner_and_a_wro
     make_cluster: Callable[..., TestCluster], stack: StackInfo
 ) -> None:
     cluster = make_cluster(2)
-    await cluster.start(1)
-    await cluster.wait_all_serving()
+    await cluster.serve(1)
     config = str(cluster.nodes[1].config_path)
     after = await streamwal_cli("cluster", "status", "--config", config)
     before = await streamwal_cli("cluster", "--config", config, "status")

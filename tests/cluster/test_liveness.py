@@ -22,7 +22,6 @@ from streamwal.cluster.records import (
 )
 from streamwal.cluster.store import ClusterStore, LeaseTTL
 from streamwal.cluster.view import ClusterView, read_view
-from streamwal_lab.stack import StackInfo
 
 
 def _closed_port() -> int:
@@ -185,25 +184,24 @@ def test_a_node_declared_lost_loses_its_channels_at_once_without_the_grace() -> 
 
 @pytest.mark.integration
 async def test_a_declaration_needs_the_probed_record_and_a_new_registration_clears_it(
-    stack: StackInfo, etcd_prefix: Callable[[str], str]
+    store: ClusterStore, etcd_prefix: Callable[[str], str]
 ) -> None:
     keys = ClusterKeys(etcd_prefix("lv"))
-    async with ClusterStore([stack.etcd_endpoint]) as store:
-        lease, _ = await store.grant_lease(30)
-        record = encode(NodeRecord(7, "127.0.0.1:1", "0", 100))
-        assert (await store.register(keys.node(7), record, lease, clear=keys.lost + "7"))[0]
-        view = await read_view(store, keys)
-        lost = encode(Lost(7, 100, lease, "connection-refused", 1, 2, 2, 1, None))
-        stale = view.node_revisions[7] - 1
-        assert not await store.declare_lost(keys.node(7), stale, keys.lost + "7", lost, lease)
-        assert 7 in (await read_view(store, keys)).nodes  # nothing written, nothing revoked
-        current = view.node_revisions[7]
-        assert await store.declare_lost(keys.node(7), current, keys.lost + "7", lost, lease)
-        view = await read_view(store, keys)
-        assert 7 not in view.nodes and view.lost[7].lease == lease  # the lease went with it
-        again, _ = await store.grant_lease(30)
-        assert (await store.register(keys.node(7), record, again, clear=keys.lost + "7"))[0]
-        view = await read_view(store, keys)
-        assert 7 in view.nodes and view.lost == {}
-        await store.revoke_lease(again)
-        await store.delete_tree(keys.root)
+    lease, _ = await store.grant_lease(30)
+    record = encode(NodeRecord(7, "127.0.0.1:1", "0", 100))
+    assert (await store.register(keys.node(7), record, lease, clear=keys.lost + "7"))[0]
+    view = await read_view(store, keys)
+    lost = encode(Lost(7, 100, lease, "connection-refused", 1, 2, 2, 1, None))
+    stale = view.node_revisions[7] - 1
+    assert not await store.declare_lost(keys.node(7), stale, keys.lost + "7", lost, lease)
+    assert 7 in (await read_view(store, keys)).nodes  # nothing written, nothing revoked
+    current = view.node_revisions[7]
+    assert await store.declare_lost(keys.node(7), current, keys.lost + "7", lost, lease)
+    view = await read_view(store, keys)
+    assert 7 not in view.nodes and view.lost[7].lease == lease  # the lease went with it
+    again, _ = await store.grant_lease(30)
+    assert (await store.register(keys.node(7), record, again, clear=keys.lost + "7"))[0]
+    view = await read_view(store, keys)
+    assert 7 in view.nodes and view.lost == {}
+    await store.revoke_lease(again)
+    await store.delete_tree(keys.root)

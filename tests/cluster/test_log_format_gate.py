@@ -38,21 +38,20 @@ def test_v2_needs_every_node_s_word_for_its_current_run() -> None:
 
 @pytest.mark.integration
 async def test_the_gate_reads_etcd_at_each_open(
-    stack: StackInfo, etcd_prefix: Callable[[str], str]
+    store: ClusterStore, etcd_prefix: Callable[[str], str]
 ) -> None:
     keys = ClusterKeys(etcd_prefix("formats"))
-    async with ClusterStore([stack.etcd_endpoint]) as store:
-        one, two = _node(1), _node(2)
-        await store.put(keys.node(1), encode(one))
-        await announce(store, keys, one)
-        assert await cluster_log_format(store, keys) == "v2"
-        await store.put(keys.node(2), encode(two))  # a node before v2 joins: no word
-        assert await cluster_log_format(store, keys) == "v1"
-        await announce(store, keys, two)  # it is upgraded (and says so)
-        assert await cluster_log_format(store, keys) == "v2"
-        await store.put(keys.node(2), encode(_node(2, started=5000)))  # rolled back
-        assert await cluster_log_format(store, keys) == "v1"
-        await store.delete_tree(keys.root)
+    one, two = _node(1), _node(2)
+    await store.put(keys.node(1), encode(one))
+    await announce(store, keys, one)
+    assert await cluster_log_format(store, keys) == "v2"
+    await store.put(keys.node(2), encode(two))  # a node before v2 joins: no word
+    assert await cluster_log_format(store, keys) == "v1"
+    await announce(store, keys, two)  # it is upgraded (and says so)
+    assert await cluster_log_format(store, keys) == "v2"
+    await store.put(keys.node(2), encode(_node(2, started=5000)))  # rolled back
+    assert await cluster_log_format(store, keys) == "v1"
+    await store.delete_tree(keys.root)
 
 
 @pytest.fixture
@@ -93,8 +92,7 @@ async def test_a_cluster_with_a_node_before_v2_writes_v1_and_an_upgraded_one_v2(
         silent.close()
 
     new = make_cluster(1)
-    await new.start(1, 2)
-    await new.wait_all_serving()
+    await new.serve(1, 2)
     said = await new.store.read_prefix(new.keys.formats)
     assert len(said[1]) == 2  # each node's word
     async with ClusterClient([stack.etcd_endpoint], key_prefix=new.prefix) as client:
