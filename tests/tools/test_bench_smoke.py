@@ -153,16 +153,25 @@ def test_the_command_writes_json_and_markdown(stack: StackInfo, tmp_path: Path) 
     assert "### Open to ready" in md and "| WAL open to ready" in md
 
 
+def _printed(
+    stack: StackInfo, tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str
+) -> dict[str, Any]:
+    """``streamwal bench ARGS --json`` on the stack, which must exit 0: the report it
+    printed."""
+    argv = [
+        "bench", *args, "--json",
+        "--out", str(tmp_path), "--pulsar-url", stack.pulsar_url, "--etcd", stack.etcd_endpoint,
+    ]  # fmt: skip
+    assert main(argv) == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
 @pytest.mark.integration
 def test_tso_command_prints_json_with_its_targets(
     stack: StackInfo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = [
-        "bench", "tso", "--json", "--duration", "0.05", "--samples", "5",
-        "--out", str(tmp_path), "--pulsar-url", stack.pulsar_url, "--etcd", stack.etcd_endpoint,
-    ]  # fmt: skip
-    assert main(argv) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = _printed(stack, tmp_path, capsys, "tso", "--duration", "0.05", "--samples", "5")
     assert doc["failed"] == {}
     tso = doc["suites"]["tso"]
     assert tso["duration_s"] == 0.05
@@ -180,13 +189,8 @@ def test_tso_command_prints_json_with_its_targets(
 def test_node_command_reports_grpc_and_wal_figures(
     stack: StackInfo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = [
-        "bench", "node", "--json", "--concurrency", "1,2", "--seconds", "0.2",
-        "--repeats", "1", "--messages", "50", "--consume-repeats", "1",
-        "--out", str(tmp_path), "--pulsar-url", stack.pulsar_url, "--etcd", stack.etcd_endpoint,
-    ]  # fmt: skip
-    assert main(argv) == 0
-    doc = json.loads(capsys.readouterr().out)
+    sizes = "--concurrency 1,2 --seconds 0.2 --repeats 1 --messages 50 --consume-repeats 1"
+    doc = _printed(stack, tmp_path, capsys, "node", *sizes.split())
     assert doc["failed"] == {} and doc["targets"] == []
     result = doc["suites"]["node"]
     assert result["node"]["exit_code"] == 0  # the node stopped gracefully
