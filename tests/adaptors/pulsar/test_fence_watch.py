@@ -46,6 +46,13 @@ class _CutOff:
             lambda: pulsar_asyncio.Client(url, operation_timeout_seconds=5), 0, 5.0
         )
 
+    async def writing(self, channel: str) -> tuple[PulsarBackendWAL, list[bytes]]:
+        """``channel`` opened for writing through the proxy, and what its first three
+        appends (``old-0`` to ``old-2``) wrote, before any fault."""
+        wal = await writable(self.opener, channel)
+        assert isinstance(wal, PulsarBackendWAL)
+        return wal, await _first_appends(wal, "old", 3)
+
 
 @pytest.fixture
 async def proxy(stack: StackInfo) -> AsyncIterator[FaultProxy]:
@@ -101,9 +108,7 @@ async def test_a_cut_off_writer_is_fenced_within_seconds_and_its_appends_are_not
     config = PulsarConfig(service_url=stack.pulsar_url)  # send timeout: 30 s
     old = _CutOff(config, proxy)
     async with old.opener, PulsarOpener(config) as new_opener:
-        wal = await writable(old.opener, channel)
-        assert isinstance(wal, PulsarBackendWAL)
-        landed = await _first_appends(wal, "old", 3)
+        wal, landed = await old.writing(channel)
         proxy.set_mode("refuse")
         cut = time.monotonic()
         pending = _in_flight(wal, "lost")
@@ -161,9 +166,7 @@ async def test_a_fenced_writer_whose_readers_hang_still_learns_what_it_wrote(
     config = PulsarConfig(service_url=stack.pulsar_url, operation_timeout_s=2)
     old = _CutOff(config, proxy)
     async with old.opener, PulsarOpener(config) as new_opener:
-        wal = await writable(old.opener, channel)
-        assert isinstance(wal, PulsarBackendWAL)
-        landed = await _first_appends(wal, "old", 3)
+        wal, landed = await old.writing(channel)
         hung = _HungReaders(wal._state.client, late_s=2 * config.operation_timeout_s)
         proxy.set_mode("refuse")
         cut = time.monotonic()
@@ -189,9 +192,7 @@ async def test_a_cut_off_writer_with_no_newer_owner_keeps_its_channel(
     config = PulsarConfig(service_url=stack.pulsar_url)
     old = _CutOff(config, proxy)
     async with old.opener:
-        wal = await writable(old.opener, channel)
-        assert isinstance(wal, PulsarBackendWAL)
-        landed = await _first_appends(wal, "old", 3)
+        wal, landed = await old.writing(channel)
         proxy.set_mode("refuse")
         pending = _in_flight(wal, "late")
         await asyncio.sleep(6 * STALL_S)  # the watch read the topic more than once
@@ -215,9 +216,7 @@ async def test_a_writer_whose_answers_are_lost_is_fenced_with_an_unknown_outcome
     config = PulsarConfig(service_url=stack.pulsar_url)
     old = _CutOff(config, proxy)
     async with old.opener, PulsarOpener(config) as new_opener:
-        wal = await writable(old.opener, channel)
-        assert isinstance(wal, PulsarBackendWAL)
-        landed = await _first_appends(wal, "old", 3)
+        wal, landed = await old.writing(channel)
         proxy.drop_answers = True
         sent = [f"unanswered-{i}".encode() for i in range(IN_FLIGHT)]
         pending = [asyncio.ensure_future(append_entry(wal, p, {})) for p in sent]
