@@ -236,8 +236,14 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
-        self._tag_span()
-        return await self._call(request, context, self._append, writes=True, outcome=True)
+        return await self._written(request, context, self._append)
+
+    async def ProduceBatch(
+        self, request: pb.ProduceBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceBatchResponse:
+        """A batch refused whole ends the call with its status and outcome (trailing
+        metadata, as for ``Produce``); a partial failure answers each message."""
+        return await self._written(request, context, self._append_batch)
 
     async def ProduceStream(
         self,
@@ -259,15 +265,48 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         :mod:`streamwal.node.server_tracing`): the frames before it are answered, then
         the call ends with INVALID_ARGUMENT.
         """
-        self._tag_span()
-        async for answer in answer_in_order(
-            requests,
-            functools.partial(self._call, context=None, call=self._append, writes=True),
-            lambda _, exc: _append_error(exc),
-            window=_STREAM_WINDOW,
-            answer_timeout=self._answer_timeout,
+        async for answer in self._pipelined(
+            requests, self._append, lambda _, exc: _append_error(exc), _STREAM_WINDOW
         ):
             yield answer
+
+    async def ProduceBatchStream(
+        self,
+        requests: AsyncIterator[pb.ProduceBatchRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ProduceBatchResponse]:
+        """Batches pipelined in arrival order, answered in that order (as
+        ``ProduceStream``, at most ``_BATCH_WINDOW`` held); a batch refused whole answers
+        each of its messages with that error."""
+        async for answer in self._pipelined(requests, self._append_batch, _refused, _BATCH_WINDOW):
+            yield answer
+
+    async def _written(
+        self, request: _Req, context: _Context, append: Callable[[WAL, _Req], Awaitable[_T]]
+    ) -> _T:
+        """The one path of a unary append (a message, a batch, a transaction's end): a
+        fence refusing it closes the channel's WAL, and its status carries the write
+        outcome, without which a client cannot tell what it may give up on."""
+        self._tag_span()
+        return await self._call(request, context, append, writes=True, outcome=True)
+
+    def _pipelined(
+        self,
+        requests: AsyncIterator[_Req],
+        append: Callable[[WAL, _Req], Awaitable[_T]],
+        refused: Callable[[_Req, BaseException], _T],
+        window: int,
+    ) -> AsyncIterator[_T]:
+        """The one path of both produce streams (``ProduceStream``): appends started in
+        arrival order and answered in band, ``refused`` answering a failed one."""
+        self._tag_span()
+        return answer_in_order(
+            requests,
+            functools.partial(self._call, context=None, call=append, writes=True),
+            refused,
+            window=window,
+            answer_timeout=self._answer_timeout,
+        )
 
     async def _append(self, wal: WAL, request: pb.ProduceRequest) -> pb.ProduceResponse:
         if not request.HasField("message"):
@@ -279,32 +318,6 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
             txn_id=request.txn_id if request.HasField("txn_id") else None,
         )
         return produce_response(await wal.append(message))
-
-    async def ProduceBatch(
-        self, request: pb.ProduceBatchRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.ProduceBatchResponse:
-        """A batch refused whole ends the call with its status and outcome (trailing
-        metadata, as for ``Produce``); a partial failure answers each message."""
-        self._tag_span()
-        return await self._call(request, context, self._append_batch, writes=True, outcome=True)
-
-    async def ProduceBatchStream(
-        self,
-        requests: AsyncIterator[pb.ProduceBatchRequest],
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[pb.ProduceBatchResponse]:
-        """Batches pipelined in arrival order, answered in that order (as
-        ``ProduceStream``, at most ``_BATCH_WINDOW`` held); a batch refused whole answers
-        each of its messages with that error."""
-        self._tag_span()
-        async for answer in answer_in_order(
-            requests,
-            functools.partial(self._call, context=None, call=self._append_batch, writes=True),
-            _refused,
-            window=_BATCH_WINDOW,
-            answer_timeout=self._answer_timeout,
-        ):
-            yield answer
 
     async def _append_batch(
         self, wal: WAL, request: pb.ProduceBatchRequest
@@ -597,27 +610,21 @@ class NodeServicer(pb_grpc.StreamingNodeServicer):  # type: ignore[misc]
         )
         return pb.BeginTxnResponse(txn_id=txn_id)
 
-    async def CommitTxn(
-        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.ProduceResponse:
-        self._tag_span()
-        result = await self._call(
-            request, context, lambda wal, r: wal.commit_txn(r.txn_id), writes=True, outcome=True
-        )
-        return produce_response(result)
-
-    async def RollbackTxn(
-        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.ProduceResponse:
-        self._tag_span()
-        result = await self._call(
-            request, context, lambda wal, r: wal.rollback_txn(r.txn_id), writes=True, outcome=True
-        )
-        return produce_response(result)
-
     async def KeepAliveTxn(
         self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.KeepAliveTxnResponse:
         self._tag_span()
         await self._call(request, context, lambda wal, r: wal.keepalive_txn(r.txn_id), writes=True)
         return pb.KeepAliveTxnResponse()
+
+    async def CommitTxn(
+        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        result = await self._written(request, context, lambda wal, r: wal.commit_txn(r.txn_id))
+        return produce_response(result)
+
+    async def RollbackTxn(
+        self, request: pb.TxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        result = await self._written(request, context, lambda wal, r: wal.rollback_txn(r.txn_id))
+        return produce_response(result)
