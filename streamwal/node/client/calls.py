@@ -214,33 +214,25 @@ class NodeClient(StreamCalls, Closeable):
         with the first one's result. A typed error says what is known: not written
         (the transaction was not committed and never will be: :class:`TransactionError`
         subclasses, and ``outcome`` not written), or unknown (it may have committed)."""
-        reply = await self._unary(
-            self._stub.CommitTxn,
-            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id),
-            retry=True,
-            retries=retries,
-        )
+        reply = await self._txn_call(self._stub.CommitTxn, pchannel, txn_id, retries)
         return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
 
     async def rollback_txn(
         self, pchannel: str, txn_id: int, *, retries: int | None = None
     ) -> Acked:
-        reply = await self._unary(
-            self._stub.RollbackTxn,
-            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id),
-            retry=True,
-            retries=retries,
-        )
+        reply = await self._txn_call(self._stub.RollbackTxn, pchannel, txn_id, retries)
         return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
 
     async def keepalive_txn(
         self, pchannel: str, txn_id: int, *, retries: int | None = None
     ) -> None:
-        await self._unary(
-            self._stub.KeepAliveTxn,
-            pb.TxnRequest(pchannel=pchannel, txn_id=txn_id),
-            retry=True,
-            retries=retries,
+        await self._txn_call(self._stub.KeepAliveTxn, pchannel, txn_id, retries)
+
+    async def _txn_call(self, method: Any, pchannel: str, txn_id: int, retries: int | None) -> Any:
+        """A call on an open transaction, retried: its owner answers a repeated commit,
+        rollback or keep-alive as the first."""
+        return await self._unary(
+            method, pb.TxnRequest(pchannel=pchannel, txn_id=txn_id), retry=True, retries=retries
         )
 
     async def produce_batch(
