@@ -37,13 +37,13 @@ from typing import Any
 from streamwal.errors import (
     ChannelFencedError,
     ChannelNotFoundError,
-    ClosedError,
     PlacementRefusedError,
     StaleTermError,
     UnavailableError,
 )
 from streamwal.node import metric_scope
 from streamwal.node.read_only import ReadOnlyChannels
+from streamwal.node.shutdown import ClosesOnce
 from streamwal.node.terms import ChannelTerm, ChannelTerms, check_term, next_term
 from streamwal.tso import LocalAllocator
 from streamwal.wal.backend import BackendOpener, validate_channel_name
@@ -77,7 +77,7 @@ class FencedChannel:
         return ChannelFencedError(self.channel, self.reason)
 
 
-class ChannelManager:
+class ChannelManager(ClosesOnce):
     """Owns the WALs of this node; every method is safe to call concurrently."""
 
     def __init__(
@@ -106,7 +106,6 @@ class ChannelManager:
         self._fenced_here: dict[str, FencedChannel] = {}
         #: channels fenced since the last listing
         self._fenced: list[str] = []
-        self._closed = False
         self._placed_by: str | None = None
         self._log_format_gate: Callable[[], Awaitable[str]] | None = None
         self.read_only = ReadOnlyChannels(opener, config)
@@ -312,15 +311,10 @@ class ChannelManager:
         if allocator is not None:
             await allocator.close()
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError("the node is shutting down")
-
     async def close(self) -> None:
         """Close every WAL (each waits for its in-flight appends); idempotent."""
-        if self._closed:
+        if not self._close_once():
             return
-        self._closed = True
         channels = list(self._wals)
         await asyncio.gather(
             self.read_only.close(),

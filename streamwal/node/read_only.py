@@ -25,7 +25,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from streamwal.errors import ClosedError
+from streamwal.node.shutdown import ClosesOnce
 from streamwal.wal.backend import BackendOpener, ChannelDirectory, DeliveryPolicy
 from streamwal.wal.config import WALConfig
 from streamwal.wal.initializing import open_read_only
@@ -44,7 +44,7 @@ class _Handle:
     readers: int = 0
 
 
-class ReadOnlyChannels:
+class ReadOnlyChannels(ClosesOnce):
     """The read-only handles of one node; every method is safe to call concurrently.
 
     No I/O in the constructor; :meth:`close` (idempotent) closes every handle, which
@@ -56,7 +56,6 @@ class ReadOnlyChannels:
         self._opener = opener
         self._config = config
         self._handles: dict[str, _Handle] = {}
-        self._closed = False
 
     @property
     def open_channels(self) -> list[str]:
@@ -121,15 +120,10 @@ class ReadOnlyChannels:
             del self._handles[channel]  # a reader from now on opens a handle of its own
         await _close_handle(handle)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError("the node is shutting down")
-
     async def close(self) -> None:
         """Close every handle (their readers end); idempotent."""
-        if self._closed:
+        if not self._close_once():
             return
-        self._closed = True
         handles, self._handles = list(self._handles.values()), {}
         await asyncio.gather(*(_close_handle(h) for h in handles), return_exceptions=True)
 
