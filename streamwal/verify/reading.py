@@ -5,7 +5,7 @@ as the read goes."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import pulsar
 
@@ -14,7 +14,7 @@ from streamwal.adaptors.pulsar.opener import client_logger
 from streamwal.errors import UnavailableError
 from streamwal.wal.backend import BackendMessage
 
-__all__ = ["RECEIVER_QUEUE", "iter_entries", "iter_topic"]
+__all__ = ["RECEIVER_QUEUE", "ReadOptions", "iter_entries", "iter_topic"]
 
 #: the reader's receiver queue, in messages: small, because the C++ client bounds a
 #: reader's memory by nothing else, and a chunked message's records are entries of up
@@ -26,14 +26,18 @@ _NOTHING = (-1, -1, -1)  # before every (ledger, entry, batch index)
 _EMPTY_LOOK_MS = 500
 
 
+class ReadOptions(TypedDict, total=False):
+    """:func:`iter_entries`'s keywords (defaults there), which :func:`iter_topic` passes
+    on: where the read starts and how long it waits for an entry."""
+
+    start: PulsarMessageId | None
+    inclusive: bool
+    since_ms: int | None
+    timeout: float
+
+
 def iter_topic(
-    service_url: str,
-    topic: str,
-    *,
-    start: PulsarMessageId | None = None,
-    inclusive: bool = False,
-    since_ms: int | None = None,
-    timeout: float = 30.0,
+    service_url: str, topic: str, **options: Unpack[ReadOptions]
 ) -> Iterator[BackendMessage]:
     """Every entry of ``topic`` from the earliest (or after ``start``, or at it when
     ``inclusive``, or from the first published at ``since_ms`` or later) up to its end
@@ -43,9 +47,7 @@ def iter_topic(
     round trip); run it in a thread from async code. Raises
     :class:`UnavailableError` when the broker fails, :class:`TimeoutError` when an
     entry it announced does not come."""
-    for key, payload, properties in iter_entries(
-        service_url, topic, start=start, inclusive=inclusive, since_ms=since_ms, timeout=timeout
-    ):
+    for key, payload, properties in iter_entries(service_url, topic, **options):
         yield BackendMessage(PulsarMessageId(*key), payload, properties)
 
 
