@@ -325,13 +325,7 @@ class ClusterClient(Startable):
                 sequence=sequence,
             )
 
-        try:
-            return await self._following(channel, one_try, writes=True)
-        except StreamwalError as exc:
-            self._give_up(channel, producer_id, sequence, exc)
-            raise
-        finally:
-            self.producer.settle(producer_id, channel, sequence)
+        return await self._numbered(channel, one_try, producer_id, sequence, sequence)
 
     async def produce_batch(
         self,
@@ -354,16 +348,8 @@ class ClusterClient(Startable):
                 channel, payloads, type=type, vchannel=vchannel, numbers=(producer_id, first)
             )
 
-        try:
-            return await self._following(channel, one_try, writes=True)
-        except StreamwalError as exc:
-            if isinstance(exc, BatchProduceError):
-                self.producer.renew()  # part of it is in the log
-            else:
-                self._give_up(channel, producer_id, first + len(payloads) - 1, exc)
-            raise
-        finally:
-            self.producer.settle(producer_id, channel, first)
+        last = first + len(payloads) - 1
+        return await self._numbered(channel, one_try, producer_id, first, last)
 
     async def produce_stream(
         self,
@@ -638,8 +624,30 @@ class ClusterClient(Startable):
             self._gaps.acknowledged(channel)
         return answer
 
+    async def _numbered(
+        self,
+        channel: str,
+        one_try: Callable[[NodeClient], Awaitable[_T]],
+        producer_id: int,
+        first: int,
+        last: int,
+    ) -> _T:
+        """The one path of an append numbered ``first`` to ``last`` (a message, a
+        batch), followed across moves: its numbers are given up when it fails for good
+        (:meth:`_give_up`) and settled once it is answered either way."""
+        try:
+            return await self._following(channel, one_try, writes=True)
+        except StreamwalError as exc:
+            self._give_up(channel, producer_id, last, exc)
+            raise
+        finally:
+            self.producer.settle(producer_id, channel, first)
+
     def _give_up(self, channel: str, producer_id: int, sequence: int, exc: StreamwalError) -> None:
         """Hand ``sequence`` back (known not written, the last numbered) or renew."""
+        if isinstance(exc, BatchProduceError):
+            self.producer.renew()  # part of a batch is in the log
+            return
         if producer_id != self.producer.producer_id:
             return  # renewed meanwhile by another append's give-up
         if isinstance(exc, NodeCallError):
