@@ -30,7 +30,7 @@ from streamwal.errors import (
     StreamwalError,
 )
 from streamwal.exitcodes import FAILED, NOT_FOUND, OK, USAGE
-from streamwal.node.cli_options import add_pulsar_options, pulsar_from_args
+from streamwal.node.cli_options import add_channel_command, pulsar_from_args
 from streamwal.node.config_cli import config_from_args
 from streamwal.node.confirm import NotConfirmedError, confirm
 from streamwal.node.terms import EtcdTerms
@@ -40,11 +40,9 @@ __all__ = ["add_delete_parser", "delete_standalone_channel"]
 
 
 def add_delete_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    delete = commands.add_parser(
-        "delete", help="delete a channel nobody serves: its topic, subscriptions, checkpoints"
+    delete = add_channel_command(
+        commands, "delete", "delete a channel nobody serves: its topic, subscriptions, checkpoints"
     )
-    delete.add_argument("name", help="the pchannel")
-    add_pulsar_options(delete)
     delete.add_argument("--yes", action="store_true", help="do not ask (needed off a terminal)")
     delete.set_defaults(func=_run)
 

@@ -27,7 +27,7 @@ from streamwal.adaptors.pulsar.scanner import to_backend_message
 from streamwal.errors import DecodeError, NoSuchChannelError, StreamwalError
 from streamwal.node.channel_assign import add_assign
 from streamwal.node.channel_delete import add_delete_parser
-from streamwal.node.cli_options import add_pulsar_options, pulsar_from_args
+from streamwal.node.cli_options import add_channel_command, pulsar_from_args
 from streamwal.node.config import NodeConfig
 from streamwal.node.config_cli import config_from_args
 from streamwal.node.terms import ChannelTerm, EtcdTerms
@@ -43,11 +43,9 @@ __all__ = ["channel_status", "register", "terms_of"]
 def register(sub: Any) -> None:
     channel = sub.add_parser("channel", help="inspect or delete a channel on the broker")
     commands = channel.add_subparsers(dest="channel_command", required=True)
-    status = commands.add_parser(
-        "status", help="truncation point, storage used, consumers' checkpoints and lag"
+    status = add_channel_command(
+        commands, "status", "truncation point, storage used, consumers' checkpoints and lag"
     )
-    status.add_argument("name", help="the pchannel")
-    add_pulsar_options(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_run)
     add_delete_parser(commands)

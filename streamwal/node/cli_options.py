@@ -19,7 +19,7 @@ from streamwal.adaptors.pulsar.config import PulsarConfig
 from streamwal.defaults import PULSAR_SERVICE_URL
 from streamwal.errors import ConfigError
 
-__all__ = ["add_file_options", "add_pulsar_options", "pulsar_from_args"]
+__all__ = ["add_channel_command", "add_file_options", "add_pulsar_options", "pulsar_from_args"]
 
 
 def add_file_options(parser: argparse.ArgumentParser, file_help: str) -> None:
@@ -55,6 +55,17 @@ def add_pulsar_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tenant", help="default: the file's, else public")
     parser.add_argument("--namespace", help="default: the file's, else default")
+
+
+def add_channel_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str
+) -> argparse.ArgumentParser:
+    """A ``channel`` command on one pchannel read straight from its broker (``status``,
+    ``delete``): the channel, then the broker options, in the same order in each."""
+    parser = commands.add_parser(name, help=help)
+    parser.add_argument("name", help="the pchannel")
+    add_pulsar_options(parser)
+    return parser
 
 
 def pulsar_from_args(args: argparse.Namespace) -> PulsarConfig:
