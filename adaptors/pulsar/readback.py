@@ -10,9 +10,8 @@ them again and the broker's deduplication recognised copies of entries it holds)
 the log is read on from the last position this owner placed. Every entry there is
 this owner's (an exclusive producer, and the interleaving guard held up to that
 position), in send order, so the next entries must hold these appends' payloads:
-their ids are taken from there. If the log holds something else there, they are
-answered with an unknown position; a log that seems to end first is read again (the
-broker holds them), and after the send timeout they are answered unknown too.
+their ids are taken from there. If the log holds something else there (or seems to
+end first until the send timeout), they are answered with an unknown position.
 
 A read that fails or hangs on the way (a reader subscribing while its topic moves
 between brokers can wait for ever for an answer the old owner never sends) starts over
@@ -446,25 +445,16 @@ class ReadBack:
         timeout: float,
     ) -> list[PulsarMessageId] | None:
         """The ids of the messages right after ``after`` if they hold ``payloads`` and
-        ``properties`` in order (the WAL's properties carry each message's time tick, so
-        two appends of the same bytes are not taken for each other); ``None`` if the log
-        holds anything else there. Each step waits ``timeout`` at most.
-
-        A reader that finds the log ending first is not believed: the broker answered
-        these appends as copies of entries it had persisted, so they are there, and a
-        reader that says otherwise is taken to be behind (the client's
-        ``has_message_available`` has had such races). That ends this attempt as a
-        timeout would: :meth:`retrying` reads again on a fresh reader within the send
-        timeout."""
+        ``properties`` in order (the properties carry each time tick: two appends of the
+        same bytes differ); ``None`` if the log holds anything else there. Each step
+        waits ``timeout`` at most. The broker said it holds them: a reader that finds
+        the log ending first is behind, and the attempt ends as on a timeout."""
         found: list[PulsarMessageId] = []
         async with reader_from(self._state, after, timeout) as reader:
             skipped = False
             while len(found) < len(payloads):
                 if not await within(reader.has_message_available(), timeout):
-                    raise TimeoutError(
-                        f"channel {self._state.channel!r}: the log read from {after} ends "
-                        f"before {len(payloads) - len(found)} appends the broker holds"
-                    )
+                    raise TimeoutError(f"the log read from {after} ends before appends it holds")
                 message = await within(reader.read_next(), timeout)
                 landed = PulsarMessageId.from_pulsar(message.message_id())
                 if landed.sort_key() <= after.sort_key() or (
