@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
+from unittest.mock import create_autospec
 
 import pytest
 
@@ -48,28 +49,23 @@ async def test_a_port_nobody_listens_on_is_refused_and_a_listening_one_answers(
 
 
 class _Store:
-    """Records declarations; the guard (the probed record still current) is etcd's."""
+    """Records declarations; the guard (the probed record still current) is etcd's.
+    The stand-in is built from :class:`ClusterStore` itself (autospec), so a call the
+    real store's signature would refuse fails here too instead of passing a hand copy."""
 
     def __init__(self) -> None:
-        self.declared: list[tuple[str, int, str, Lost, int]] = []
+        self.spec = create_autospec(ClusterStore, instance=True)
+        self.spec.lease_ttls.side_effect = lambda ids, **_: dict.fromkeys(ids, LeaseTTL(5, 3))
+        self.spec.declare_lost.return_value = True
 
-    async def lease_ttls(
-        self, lease_ids: Iterable[int], *, timeout: float | None = None
-    ) -> dict[int, LeaseTTL | None]:
-        return dict.fromkeys(lease_ids, LeaseTTL(5, 3))
-
-    async def declare_lost(
-        self,
-        node_key: str,
-        node_revision: int,
-        lost_key: str,
-        value: bytes,
-        lease: int,
-        *,
-        timeout: float | None = None,
-    ) -> bool:
-        self.declared.append((node_key, node_revision, lost_key, decode(Lost, value), lease))
-        return True
+    @property
+    def declared(self) -> list[tuple[str, int, str, Lost, int]]:
+        return [
+            (node_key, revision, lost_key, decode(Lost, value), lease)
+            for node_key, revision, lost_key, value, lease in (
+                call.args for call in self.spec.declare_lost.await_args_list
+            )
+        ]
 
 
 def _view(addresses: dict[int, str], *, started: int = 100) -> ClusterView:
@@ -83,7 +79,7 @@ def _view(addresses: dict[int, str], *, started: int = 100) -> ClusterView:
 
 def _prober(store: _Store, view: Callable[[], ClusterView | None], refusals: int = 2) -> Prober:
     keys = ClusterKeys("/p")
-    return Prober(store, keys, 1, view, interval_s=0.1, refusals=refusals)  # type: ignore[arg-type]
+    return Prober(store.spec, keys, 1, view, interval_s=0.1, refusals=refusals)
 
 
 async def test_refusals_in_a_row_declare_the_node_with_its_record_and_lease(
