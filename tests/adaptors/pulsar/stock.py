@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from streamwal.adaptors.pulsar import PulsarConfig
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
-from streamwal.tso import TsoConfig
+from streamwal.tso import InProcessTSO, TsoConfig
 from streamwal_lab.chaos.services import PrivatePulsar
 
 
@@ -31,3 +31,8 @@ class StockNamespace:
 
     def config(self, **overrides: object) -> PulsarConfig:
         return stock_config(self.broker, self.name, **overrides)
+
+    def in_process_tso(self) -> InProcessTSO:
+        """A TSO on this test's etcd prefix, not yet entered: a test that stops its WAL
+        and opens it again enters another one on the same prefix."""
+        return InProcessTSO(self.tso)

@@ -64,8 +64,7 @@ async def test_an_ownerless_channel_keeps_its_log_and_its_topic(
     admin = stock_ns.admin
     channel = "ownerless"
     control = config.topic("control-without-wal")
-    tso_config = stock_ns.tso
-    async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+    async with stock_ns.in_process_tso() as tso, PulsarOpener(config) as opener:
         acks = await _append(opener, tso, channel, 50)
         # the control: a plain producer's topic, written and left the same way
         producer = await opener.client.create_producer(control)
@@ -92,7 +91,7 @@ async def test_an_ownerless_channel_keeps_its_log_and_its_topic(
     assert (report.decoded, report.acks_checked, report.foreign) == (messages, 50, [])
 
     # a read-only open reads it whole; a second owner opens on top of it
-    async with InProcessTSO(tso_config) as tso, PulsarOpener(config) as opener:
+    async with stock_ns.in_process_tso() as tso, PulsarOpener(config) as opener:
         reader = await open_read_only(opener, channel)
         scanner = await reader.read()
         inserts = []
@@ -131,8 +130,7 @@ async def test_a_policy_that_would_drop_the_backlog_is_refused_or_warned(
     ns = stock_ns.name
     admin = stock_ns.admin
     await admin.post(f"namespaces/public/{ns}/{path}", body)
-    tso_config = stock_ns.tso
-    async with InProcessTSO(tso_config) as tso:
+    async with stock_ns.in_process_tso() as tso:
         async with PulsarOpener(stock_ns.config()) as opener:
             with pytest.raises(UnsafeBrokerPolicyError) as refused:
                 await open_wal(opener, "refused", tso.allocator(), 1)
@@ -157,8 +155,7 @@ async def test_a_deleted_cursor_without_retention_is_refused(
     ns = stock_ns.name
     config = stock_ns.config()
     admin = stock_ns.admin
-    tso_config = stock_ns.tso
-    async with InProcessTSO(tso_config) as tso:
+    async with stock_ns.in_process_tso() as tso:
         async with PulsarOpener(config) as opener:
             await _append(opener, tso, "orphan", 3)
         topic = PulsarAdmin.topic_path(config.topic("orphan"))
@@ -181,9 +178,8 @@ async def test_the_deduplication_probe(
 ) -> None:
     """Off on a stock broker: the probe reports it; enabled on the namespace: it passes."""
     plain = await namespace(deduplication=False)  # type: ignore[misc]
-    tso_config = stock_ns.tso
     admin = stock_ns.admin
-    async with InProcessTSO(tso_config) as tso:
+    async with stock_ns.in_process_tso() as tso:
         async with PulsarOpener(stock_config(stock, plain)) as opener:
             with pytest.raises(UnsafeBrokerPolicyError) as refused:
                 await open_wal(opener, "no-dedup", tso.allocator(), 1)

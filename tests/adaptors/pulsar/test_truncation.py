@@ -13,7 +13,6 @@ import pytest
 from streamwal.adaptors.pulsar import PulsarOpener
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import QuotaExceededError, TruncatedError
-from streamwal.tso import InProcessTSO
 from streamwal.verify.acks import Ack, digest
 from streamwal.verify.cli import verify_channel
 from streamwal.wal.backend import DeliveryPolicy
@@ -67,8 +66,7 @@ async def test_checkpoint_truncate_deletes_ledgers_and_reads_before_get_truncate
     admin = stock_ns.admin
     channel = "bounded"
     topic = config.topic(channel)
-    tso_config = stock_ns.tso
-    async with InProcessTSO(tso_config) as tso:
+    async with stock_ns.in_process_tso() as tso:
         async with PulsarOpener(config) as opener:
             wal = await open_wal(opener, channel, tso.allocator(), 1)
             old = await _fill(wal, "old", 300)  # about 3 MB in the first ledger
@@ -129,8 +127,7 @@ async def test_a_slow_consumer_and_the_window_hold_truncation_back_across_owners
     stock_ns: StockNamespace,
 ) -> None:
     config = stock_ns.config()
-    tso_config = stock_ns.tso
-    async with InProcessTSO(tso_config) as tso:
+    async with stock_ns.in_process_tso() as tso:
         async with PulsarOpener(config) as opener:
             wal = await open_wal(opener, "held", tso.allocator(), 1)
             # one by one: each its own entry, so backlogs (counted in entries) differ
@@ -177,8 +174,7 @@ async def test_a_backlog_quota_names_itself_and_what_holds_the_backlog(
         f"namespaces/public/{ns}/backlogQuota?backlogQuotaType=destination_storage", quota
     )
     config = stock_ns.config()
-    tso_config = stock_ns.tso
-    async with InProcessTSO(tso_config) as tso:
+    async with stock_ns.in_process_tso() as tso:
         async with PulsarOpener(config) as opener:
             wal = await open_wal(opener, "quota", tso.allocator(), 1)
             # past the quota: the WAL's own cursor holds it all, and the broker's check
