@@ -19,9 +19,9 @@ from etcd3 import utils as etcd3_utils
 
 from streamwal.cluster.records import ClusterKeys
 from streamwal.cluster.store import ClusterStore
-from streamwal.cluster.view import ClusterView, read_view
+from streamwal.cluster.view import ClusterView
 from streamwal_lab.bench.cluster_run import ChannelWriter as Writer
-from streamwal_lab.bench.cluster_run import balanced, wait_for_view
+from streamwal_lab.bench.cluster_run import ClusterViews
 from streamwal_lab.stack import StackInfo
 from tests.node.processes import NodeProcess
 
@@ -31,8 +31,9 @@ LEASE_TTL_S = 2
 GRACE_S = 1.0
 
 
-class TestCluster:
+class TestCluster(ClusterViews):
     __test__ = False
+    wait_s = 60.0
 
     def __init__(
         self,
@@ -104,14 +105,6 @@ class TestCluster:
         process.log_path.rename(process.log_path.with_suffix(f".{time.monotonic_ns()}.log"))
         await process.start()
 
-    async def view(self) -> ClusterView:
-        return await read_view(self.store, self.keys)
-
-    async def wait_for(
-        self, what: str, check: Callable[[ClusterView], bool], timeout: float = 60.0
-    ) -> ClusterView:
-        return await wait_for_view(self.store, self.keys, what, check, timeout)
-
     async def wait_all_serving(self, timeout: float = 60.0) -> ClusterView:
         return await self.wait_for(
             "every channel serving",
@@ -120,13 +113,6 @@ class TestCluster:
                 and all(v.serving(c) for c in self.channels)
             ),
             timeout,
-        )
-
-    async def wait_balanced(self, timeout: float = 90.0) -> ClusterView:
-        """Every channel serving and every live node within one channel of the others."""
-
-        return await self.wait_for(
-            "balanced and serving", lambda v: balanced(v, self.channels), timeout
         )
 
     async def close(self) -> None:

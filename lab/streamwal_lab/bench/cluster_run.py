@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import ClassVar
 
 import grpc
 
@@ -23,7 +24,7 @@ from streamwal.verify.acks import Ack, Failure, digest
 from streamwal_lab.bench.node_process import BenchNode
 from streamwal_lab.bench.target import BenchTarget
 
-__all__ = ["ChannelWriter", "LocalCluster", "balanced", "wait_for_view"]
+__all__ = ["ChannelWriter", "ClusterViews", "LocalCluster", "balanced", "wait_for_view"]
 
 
 async def wait_for_view(
@@ -56,7 +57,33 @@ def balanced(view: ClusterView, channels: Iterable[str]) -> bool:
     return max(counts) - min(counts) <= 1 and all(view.serving(c) for c in channels)
 
 
-class LocalCluster:
+class ClusterViews:
+    """The waits a harness of a cluster offers on its view (the bench's, the tests'):
+    one place for what "balanced" means to all of them. The harness sets ``store``,
+    ``keys`` and ``channels``; ``wait_s`` is its default bound of a wait."""
+
+    store: ClusterStore
+    keys: ClusterKeys
+    channels: list[str]
+    wait_s: ClassVar[float] = 90.0
+
+    async def view(self) -> ClusterView:
+        return await read_view(self.store, self.keys)
+
+    async def wait_for(
+        self, what: str, check: Callable[[ClusterView], bool], timeout: float | None = None
+    ) -> ClusterView:
+        bound = self.wait_s if timeout is None else timeout
+        return await wait_for_view(self.store, self.keys, what, check, bound)
+
+    async def wait_balanced(self, timeout: float = 90.0) -> ClusterView:
+        """Every channel serving and every live node within one channel of the others."""
+        return await self.wait_for(
+            "balanced and serving", lambda v: balanced(v, self.channels), timeout
+        )
+
+
+class LocalCluster(ClusterViews):
     """``async with LocalCluster(target, workdir, channels, nodes=3) as cluster``.
 
     Every node is an in-process TSO candidate on the cluster's own prefix (deleted on
@@ -140,19 +167,6 @@ class LocalCluster:
 
     async def stop(self, node_id: int) -> None:
         await self.nodes[node_id].stop()
-
-    async def view(self) -> ClusterView:
-        return await read_view(self.store, self.keys)
-
-    async def wait_for(
-        self, what: str, check: Callable[[ClusterView], bool], timeout: float = 90.0
-    ) -> ClusterView:
-        return await wait_for_view(self.store, self.keys, what, check, timeout)
-
-    async def wait_balanced(self, timeout: float = 90.0) -> ClusterView:
-        return await self.wait_for(
-            "balanced and serving", lambda v: balanced(v, self.channels), timeout
-        )
 
     def client(self) -> ClusterClient:
         return ClusterClient([self.target.etcd_endpoint], key_prefix=self.prefix)
