@@ -152,12 +152,16 @@ class _Cluster:
     ) -> AsyncIterator[dict[str, ChannelWriter]]:
         """Nodes 1 to ``count`` started (:meth:`start`) and a client's writer on every
         channel (:meth:`write`), the scenario's rounds run inside; ``balanced_first``:
-        the writes begin once the channels are spread, not while they are placed."""
-        await self.start(count)
-        if balanced_first:
-            await self.balanced()
-        async with self.client() as client:
-            yield self.write(client)
+        the writes begin once the channels are spread, not while they are placed.
+        Leaving it closes the cluster (:meth:`close`), however the rounds ended."""
+        try:
+            await self.start(count)
+            if balanced_first:
+                await self.balanced()
+            async with self.client() as client:
+                yield self.write(client)
+        finally:
+            await self.close()
 
     def write(self, client: ClusterClient) -> dict[str, ChannelWriter]:
         writers = {c: ChannelWriter(client, c, pause_s=0.02) for c in self.channels}
@@ -237,33 +241,30 @@ async def run_kill(env: ChaosEnv, rounds: int) -> ScenarioResult:
     cluster = _Cluster(env, env.etcd_endpoint, 4, ClusterSettings.lease_ttl_s, defaults=True)
     failovers: list[float] = []
     declared = 0
-    try:
-        async with cluster.writing(balanced_first=True) as writers:
-            for round_ in range(rounds):
-                view = await cluster.balanced()
-                victim = view.assignments[env.rng.choice(cluster.channels)].node
-                moved = [c for c, a in view.assignments.items() if a.node == victim]
-                await asyncio.sleep(env.rng.uniform(0.2, 1.0))
-                killed_at = time.monotonic()
-                await cluster.nodes[victim].kill()
-                result.faults += 1
-                await cluster.wait(
-                    f"round {round_}: moved", lambda v, n=victim, m=moved: _moved_off(v, n, m)
-                )
-                firsts = await _first_acks_after(writers, moved, killed_at, result, round_)
-                failovers += [f - killed_at for f in firsts]
-                view = await cluster.wait("lease gone", lambda v, n=victim: n not in v.nodes)
-                evidence = view.lost.get(victim)
-                declared += evidence is not None
-                result.expect(
-                    evidence is not None, f"round {round_}: node {victim} was not declared lost"
-                )
-                await cluster.nodes[victim].start()
-                result.rounds += 1
-            await cluster.balanced()
-            await cluster.check(result)
-    finally:
-        await cluster.close()
+    async with cluster.writing(balanced_first=True) as writers:
+        for round_ in range(rounds):
+            view = await cluster.balanced()
+            victim = view.assignments[env.rng.choice(cluster.channels)].node
+            moved = [c for c, a in view.assignments.items() if a.node == victim]
+            await asyncio.sleep(env.rng.uniform(0.2, 1.0))
+            killed_at = time.monotonic()
+            await cluster.nodes[victim].kill()
+            result.faults += 1
+            await cluster.wait(
+                f"round {round_}: moved", lambda v, n=victim, m=moved: _moved_off(v, n, m)
+            )
+            firsts = await _first_acks_after(writers, moved, killed_at, result, round_)
+            failovers += [f - killed_at for f in firsts]
+            view = await cluster.wait("lease gone", lambda v, n=victim: n not in v.nodes)
+            evidence = view.lost.get(victim)
+            declared += evidence is not None
+            result.expect(
+                evidence is not None, f"round {round_}: node {victim} was not declared lost"
+            )
+            await cluster.nodes[victim].start()
+            result.rounds += 1
+        await cluster.balanced()
+        await cluster.check(result)
     worst = max(failovers, default=0.0)
     result.figures["kill to first append, max (s)"] = round(worst, 2)
     result.figures["kills found by a refused port"] = declared
@@ -277,38 +278,35 @@ async def run_pause(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("cluster-pause")
     cluster = _Cluster(env, env.etcd_endpoint, 4, ClusterSettings.lease_ttl_s, defaults=True)
     stalls: list[float] = []
-    try:
-        async with cluster.writing() as writers:
-            for round_ in range(rounds):
-                view = await cluster.balanced()
-                victim = view.assignments[env.rng.choice(cluster.channels)].node
-                held = {c: a.node for c, a in view.assignments.items()}
-                moves = len(view.moves)
-                await asyncio.sleep(env.rng.uniform(0.2, 1.0))
-                cluster.nodes[victim].pause()
-                result.faults += 1
-                await asyncio.sleep(_PAUSE_S)
-                resumed_at = time.monotonic()
-                cluster.nodes[victim].resume()
-                mine = [c for c, n in held.items() if n == victim]
-                firsts = await _first_acks_after(writers, mine, resumed_at, result, round_)
-                stalls += [f - resumed_at for f in firsts]
-                # a round and a poll more: a move decided late would show now
-                await asyncio.sleep(2.0)
-                view = await read_view(cluster.store, cluster.keys)
-                moved = {c for c, a in view.assignments.items() if held.get(c) != a.node}
-                result.expect(
-                    not moved and len(view.moves) == moves,
-                    f"round {round_}: node {victim} paused {_PAUSE_S:g}s and lost {sorted(moved)}",
-                )
-                result.expect(
-                    victim in view.nodes and victim not in view.lost,
-                    f"round {round_}: the paused node {victim} was taken for dead",
-                )
-                result.rounds += 1
-            await cluster.check(result)
-    finally:
-        await cluster.close()
+    async with cluster.writing() as writers:
+        for round_ in range(rounds):
+            view = await cluster.balanced()
+            victim = view.assignments[env.rng.choice(cluster.channels)].node
+            held = {c: a.node for c, a in view.assignments.items()}
+            moves = len(view.moves)
+            await asyncio.sleep(env.rng.uniform(0.2, 1.0))
+            cluster.nodes[victim].pause()
+            result.faults += 1
+            await asyncio.sleep(_PAUSE_S)
+            resumed_at = time.monotonic()
+            cluster.nodes[victim].resume()
+            mine = [c for c, n in held.items() if n == victim]
+            firsts = await _first_acks_after(writers, mine, resumed_at, result, round_)
+            stalls += [f - resumed_at for f in firsts]
+            # a round and a poll more: a move decided late would show now
+            await asyncio.sleep(2.0)
+            view = await read_view(cluster.store, cluster.keys)
+            moved = {c for c, a in view.assignments.items() if held.get(c) != a.node}
+            result.expect(
+                not moved and len(view.moves) == moves,
+                f"round {round_}: node {victim} paused {_PAUSE_S:g}s and lost {sorted(moved)}",
+            )
+            result.expect(
+                victim in view.nodes and victim not in view.lost,
+                f"round {round_}: the paused node {victim} was taken for dead",
+            )
+            result.rounds += 1
+        await cluster.check(result)
     result.figures["resume to first append, max (s)"] = round(max(stalls, default=0.0), 2)
     return result
 
@@ -318,43 +316,40 @@ async def run_zombie(env: ChaosEnv, rounds: int) -> ScenarioResult:
     cluster = _Cluster(env, env.etcd_endpoint, 4, ClusterSettings.lease_ttl_s, defaults=True)
     etcd_port = int(env.etcd_endpoint.rsplit(":", 1)[1])
     zombie_acks = 0
-    try:
-        async with FaultProxy(etcd_port) as proxy:
-            cluster.add(2, etcd_endpoint=proxy.url_host)
-            async with cluster.writing() as writers:
-                for round_ in range(rounds):
-                    view = await cluster.balanced()
-                    held = [c for c, a in view.assignments.items() if a.node == 2]
-                    if not held:
-                        result.problems.append(f"round {round_}: node 2 owns no channel")
-                        continue
-                    cut_at = time.monotonic()
-                    proxy.set_mode("blackhole")
-                    result.faults += 1
-                    view = await cluster.wait(
-                        f"round {round_}: node 2's channels moved",
-                        lambda v, h=held: _moved_off(v, 2, h),
-                    )
-                    moved_at = time.monotonic()
-                    # appends the cut-off node acknowledged after its lease had expired
-                    zombie_acks += sum(
-                        1
-                        for c in held
-                        for t in writers[c].ack_times
-                        if cut_at + cluster.ttl_s < t < moved_at
-                    )
-                    lost = [m for _k, m in view.moves if m.previous == 2 and m.channel in held]
-                    result.expect(
-                        bool(lost) and all(m.reason == MoveReason.NODE_LOST for m in lost),
-                        f"round {round_}: moves off node 2: {[m.reason for m in lost]}",
-                    )
-                    proxy.set_mode("pass")
-                    await cluster.wait(f"round {round_}: node 2 back", lambda v: 2 in v.nodes)
-                    result.rounds += 1
-                await cluster.balanced()
-                await cluster.check(result)
-    finally:
-        await cluster.close()
+    async with FaultProxy(etcd_port) as proxy:
+        cluster.add(2, etcd_endpoint=proxy.url_host)
+        async with cluster.writing() as writers:
+            for round_ in range(rounds):
+                view = await cluster.balanced()
+                held = [c for c, a in view.assignments.items() if a.node == 2]
+                if not held:
+                    result.problems.append(f"round {round_}: node 2 owns no channel")
+                    continue
+                cut_at = time.monotonic()
+                proxy.set_mode("blackhole")
+                result.faults += 1
+                view = await cluster.wait(
+                    f"round {round_}: node 2's channels moved",
+                    lambda v, h=held: _moved_off(v, 2, h),
+                )
+                moved_at = time.monotonic()
+                # appends the cut-off node acknowledged after its lease had expired
+                zombie_acks += sum(
+                    1
+                    for c in held
+                    for t in writers[c].ack_times
+                    if cut_at + cluster.ttl_s < t < moved_at
+                )
+                lost = [m for _k, m in view.moves if m.previous == 2 and m.channel in held]
+                result.expect(
+                    bool(lost) and all(m.reason == MoveReason.NODE_LOST for m in lost),
+                    f"round {round_}: moves off node 2: {[m.reason for m in lost]}",
+                )
+                proxy.set_mode("pass")
+                await cluster.wait(f"round {round_}: node 2 back", lambda v: 2 in v.nodes)
+                result.rounds += 1
+            await cluster.balanced()
+            await cluster.check(result)
     result.figures["acks on the cut-off node after its lease expired"] = zombie_acks
     return result
 
@@ -459,31 +454,26 @@ async def run_etcd_restart(env: ChaosEnv, rounds: int) -> ScenarioResult:
     etcd = await env.private_etcd()
     cluster = _Cluster(env, etcd.endpoint, 4, ttl_s=6)
     resumed: list[float] = []
-    try:
-        async with cluster.writing(balanced_first=True) as writers:
-            for round_ in range(rounds):
-                view = await cluster.balanced()
-                owners = {c: a.node for c, a in view.assignments.items()}
-                moves = len(view.moves)
-                await etcd.kill()
-                result.faults += 1
-                await asyncio.sleep(2.0)  # well inside the 6 s lease
-                await etcd.start()
-                back = time.monotonic()
-                view = await cluster.balanced()
-                result.expect(
-                    {c: a.node for c, a in view.assignments.items()} == owners
-                    and len(view.moves) == moves,
-                    f"round {round_}: channels moved across an etcd restart",
-                )
-                missing = "appends did not resume"
-                firsts = await _first_acks_after(
-                    writers, list(writers), back, result, round_, missing
-                )
-                resumed.append(max((first - back for first in firsts), default=0.0))
-                result.rounds += 1
-            await cluster.check(result)
-    finally:
-        await cluster.close()
+    async with cluster.writing(balanced_first=True) as writers:
+        for round_ in range(rounds):
+            view = await cluster.balanced()
+            owners = {c: a.node for c, a in view.assignments.items()}
+            moves = len(view.moves)
+            await etcd.kill()
+            result.faults += 1
+            await asyncio.sleep(2.0)  # well inside the 6 s lease
+            await etcd.start()
+            back = time.monotonic()
+            view = await cluster.balanced()
+            result.expect(
+                {c: a.node for c, a in view.assignments.items()} == owners
+                and len(view.moves) == moves,
+                f"round {round_}: channels moved across an etcd restart",
+            )
+            missing = "appends did not resume"
+            firsts = await _first_acks_after(writers, list(writers), back, result, round_, missing)
+            resumed.append(max((first - back for first in firsts), default=0.0))
+            result.rounds += 1
+        await cluster.check(result)
     result.figures["appends resumed after etcd, max (s)"] = round(max(resumed, default=0), 2)
     return result
