@@ -58,9 +58,10 @@ def balanced(view: ClusterView, channels: Iterable[str]) -> bool:
 
 
 class ClusterViews:
-    """The waits a harness of a cluster offers on its view (the bench's, the tests'):
-    one place for what "balanced" means to all of them. The harness sets ``store``,
-    ``keys`` and ``channels``; ``wait_s`` is its default bound of a wait."""
+    """The waits a harness of a cluster offers on its view (the bench's, the tests'),
+    written once so that a wait says the same thing in a benchmark and in a test. The
+    harness sets ``store``, ``keys`` and ``channels``; ``wait_s`` bounds a wait by
+    default (a test's cluster fails sooner than a benchmark's)."""
 
     store: ClusterStore
     keys: ClusterKeys
