@@ -21,7 +21,10 @@ reach it in an order that makes the earliest too old (four callers of batches of
 did, now and then). :meth:`ProducerIdentity.reserve` numbers a batch only once the
 numbers in flight on its channel and the batch's span at most ``window``, waiting for
 answers otherwise, as Kafka bounds a producer's requests in flight; a batch larger
-than the window goes alone.
+than the window goes alone. Streamed appends are reserved one by one the same way, so
+many streams of one identity cannot run a window ahead of one another either; and
+reservations on a channel are served in the order they came, so appends numbered in
+turn keep the order in which they were made.
 """
 
 from __future__ import annotations
@@ -50,27 +53,60 @@ class ProducerIdentity:
     #: (producer id, channel) -> first -> last number of each batch :meth:`reserve` gave
     _in_flight: dict[tuple[int, str], dict[int, int]] = field(default_factory=dict, repr=False)
     _settled: asyncio.Event | None = field(default=None, repr=False)
+    #: channel -> how many reservations wait there (a new one queues behind them)
+    _waiting: dict[str, int] = field(default_factory=dict, repr=False)
 
     async def reserve(self, pchannel: str, count: int) -> tuple[int, int]:
         """(producer id, first number) of ``count`` new appends to ``pchannel``, once
-        the numbers in flight there and these span at most :attr:`window` (see the
-        module); :meth:`settle` must follow, answered or not."""
-        while True:
-            key = (self.producer_id, pchannel)
-            spans = self._in_flight.get(key)
-            first = self._next.get(pchannel, 0)
-            if not spans or first + count - min(spans) <= self.window:
-                break
-            if self._settled is None:
-                self._settled = asyncio.Event()
-            await self._settled.wait()
+        the numbers in flight there and these span at most :attr:`window`, and after the
+        reservations already waiting there (see the module); :meth:`settle` must
+        follow, answered or not."""
+        numbers = self.try_reserve(pchannel, count)
+        if numbers is not None:
+            return numbers
+        self._waiting[pchannel] = self._waiting.get(pchannel, 0) + 1
+        try:
+            while True:  # woken in the order they waited (asyncio.Event's)
+                if self._settled is None:
+                    self._settled = asyncio.Event()
+                await self._settled.wait()
+                if self._fits(pchannel, count):
+                    return self._take(pchannel, count)
+        finally:
+            left = self._waiting[pchannel] - 1
+            if left:
+                self._waiting[pchannel] = left
+            else:
+                del self._waiting[pchannel]
+
+    def try_reserve(self, pchannel: str, count: int) -> tuple[int, int] | None:
+        """:meth:`reserve` when it need not wait, else ``None`` (nothing reserved): a
+        streamed append pays no coroutine for the common case."""
+        if not self._waiting.get(pchannel) and self._fits(pchannel, count):
+            return self._take(pchannel, count)
+        return None
+
+    def _fits(self, pchannel: str, count: int) -> bool:
+        spans = self._in_flight.get((self.producer_id, pchannel))
+        if not spans:
+            return True
+        # the spans were added in increasing order of their first numbers (see settle),
+        # so the lowest in flight is the oldest still held: no scan per reservation
+        lowest = next(iter(spans))
+        return self._next.get(pchannel, 0) + count - lowest <= self.window
+
+    def _take(self, pchannel: str, count: int) -> tuple[int, int]:
+        first = self._next.get(pchannel, 0)
         self._next[pchannel] = first + count
-        self._in_flight.setdefault(key, {})[first] = first + count - 1
+        self._in_flight.setdefault((self.producer_id, pchannel), {})[first] = first + count - 1
         return self.producer_id, first
 
     def settle(self, producer_id: int, pchannel: str, first: int) -> None:
         """The batch :meth:`reserve` numbered from ``first`` is answered (or given up):
-        its numbers no longer hold back the next batch's."""
+        its numbers no longer hold back the next batch's. A number given back
+        (:meth:`give_up`) is the last one handed out, settled in the same step or
+        already: reserved again, it is the highest in flight, and the spans stay in
+        increasing order."""
         key = (producer_id, pchannel)
         spans = self._in_flight.get(key)
         if spans is not None:

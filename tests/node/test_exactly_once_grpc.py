@@ -4,6 +4,7 @@ servicer and client over the in-process backend)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable
 
 import grpc
@@ -11,7 +12,7 @@ import pytest
 
 from streamwal.adaptors.memory import MemoryLogStore, MemoryMessageId
 from streamwal.errors import WriteOutcome
-from streamwal.node.client import NodeClient, policy
+from streamwal.node.client import Acked, AppendStream, NodeClient, policy
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.outcome import OUTCOME_KEY, write_outcome
 from streamwal.node.proto import streaming_pb2 as pb
@@ -184,6 +185,27 @@ async def test_commit_and_rollback_answer_their_outcome_and_repeats_their_first_
         assert write_outcome(err) is WriteOutcome.UNKNOWN
 
 
+@contextlib.asynccontextmanager
+async def _window_of_16(store: MemoryLogStore) -> AsyncIterator[NodeClient]:
+    """A client of one identity, the channel assigned, on a node that remembers 16
+    numbers per producer."""
+    config = fast_config(idempotence_window=16)
+    async with memory_node(1, store, CounterSource(), config=config) as (address, _):
+        identity = ProducerIdentity(window=16)
+        async with NodeClient(address, tracing=False, producer=identity) as client:
+            await client.assign(CHANNEL)
+            yield client
+
+
+def _each_once(store: MemoryLogStore, payloads: list[bytes]) -> None:
+    """Every payload in the log once, numbered from 0 without a gap."""
+    logged = [m for m in log_messages(store, CHANNEL) if m.payload]
+    assert sorted(m.sequence for m in logged if m.sequence is not None) == list(
+        range(len(payloads))
+    )
+    assert sorted(m.payload for m in logged) == sorted(payloads)
+
+
 async def test_concurrent_batches_of_one_client_beyond_the_window_each_land_once() -> None:
     """Eight batches of 10 at once from one identity, on a node that remembers 16
     numbers per producer, the first batch's call slower on the wire than the others:
@@ -191,25 +213,63 @@ async def test_concurrent_batches_of_one_client_beyond_the_window_each_land_once
     window, so none reaches the node too old (without it the first batch's numbers
     arrive 70 below the next expected one)."""
     store = MemoryLogStore()
-    config = fast_config(idempotence_window=16)
-    async with memory_node(1, store, CounterSource(), config=config) as (address, _):
-        identity = ProducerIdentity(window=16)
-        async with NodeClient(address, tracing=False, producer=identity) as client:
-            await client.assign(CHANNEL)
-            send = client._stub.ProduceBatch
-            calls = 0
+    async with _window_of_16(store) as client:
+        send = client._stub.ProduceBatch
+        calls = 0
 
-            async def first_one_late(request: pb.ProduceBatchRequest, **kwargs: object) -> object:
-                nonlocal calls
-                calls += 1
-                if calls == 1:
-                    await asyncio.sleep(0.1)
-                return await send(request, **kwargs)
+        async def first_one_late(request: pb.ProduceBatchRequest, **kwargs: object) -> object:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                await asyncio.sleep(0.1)
+            return await send(request, **kwargs)
 
-            client._stub.ProduceBatch = first_one_late  # type: ignore[method-assign]
-            batches = [[f"{b}-{i}".encode() for i in range(10)] for b in range(8)]
-            acked = await asyncio.gather(*(client.produce_batch(CHANNEL, b) for b in batches))
+        client._stub.ProduceBatch = first_one_late  # type: ignore[method-assign]
+        batches = [[f"{b}-{i}".encode() for i in range(10)] for b in range(8)]
+        acked = await asyncio.gather(*(client.produce_batch(CHANNEL, b) for b in batches))
     assert [len(a) for a in acked] == [10] * 8
-    logged = [m for m in log_messages(store, CHANNEL) if m.payload]
-    assert sorted(m.sequence for m in logged if m.sequence is not None) == list(range(80))
-    assert sorted(m.payload for m in logged) == sorted(p for b in batches for p in b)
+    _each_once(store, [p for b in batches for p in b])
+
+
+async def _first_late(requests: AsyncIterator[object], delay: float) -> AsyncIterator[object]:
+    """A stream's requests, the first held back ``delay`` on its way to the node."""
+    first = True
+    async for request in requests:
+        if first:
+            first = False
+            await asyncio.sleep(delay)
+        yield request
+
+
+async def _one_at_a_time(stream: AppendStream, name: str, count: int) -> list[Acked]:
+    return [await stream.append(f"{name}-{i}".encode()) for i in range(count)]
+
+
+async def test_many_streams_of_one_client_beyond_the_window_each_land_once() -> None:
+    """Eight streams of one identity appending at once on a node that remembers 16
+    numbers per producer, the first stream's first frame slower on the wire than the
+    rest: a streamed append is reserved as a batch of one, so the other streams wait
+    for it instead of running 70 numbers ahead, and none reaches the node too old."""
+    store = MemoryLogStore()
+    async with _window_of_16(store) as client:
+        open_call = client._stub.ProduceBatchStream
+        opened = 0
+
+        def first_one_late(requests: AsyncIterator[object], **kwargs: object) -> object:
+            nonlocal opened
+            opened += 1
+            return open_call(_first_late(requests, 0.2) if opened == 1 else requests, **kwargs)
+
+        client._stub.ProduceBatchStream = first_one_late  # type: ignore[method-assign]
+        streams = [client.open_stream(CHANNEL) for _ in range(8)]
+        try:
+            acked = await asyncio.gather(
+                *(_one_at_a_time(stream, str(i), 10) for i, stream in enumerate(streams))
+            )
+        finally:
+            await asyncio.gather(*(stream.close() for stream in streams))
+        assert client.producer is not None
+        renewed = client.producer.producer_id != acked[0][0].producer_id
+    assert [len(a) for a in acked] == [10] * 8
+    assert not renewed  # nothing was refused
+    _each_once(store, [f"{i}-{n}".encode() for i in range(8) for n in range(10)])

@@ -68,3 +68,33 @@ async def test_a_batch_larger_than_the_window_goes_alone_and_a_fresh_id_waits_fo
     identity.settle(42, "a", 0)
     producer_id, first = await asyncio.wait_for(waiting, 1)
     assert (producer_id != 42, first) == (True, 0)
+
+
+async def test_reservations_on_a_channel_are_served_in_the_order_they_came() -> None:
+    """A reservation that would fit waits behind one already waiting on its channel
+    (appends numbered in turn keep the order they were made in); another channel's
+    go on."""
+    identity = ProducerIdentity(42, window=10)
+    assert await identity.reserve("a", 8) == (42, 0)
+    big = asyncio.create_task(identity.reserve("a", 5))  # 0..12: more than 10
+    await asyncio.sleep(0)
+    small = asyncio.create_task(identity.reserve("a", 1))  # 0..8 would fit
+    await asyncio.sleep(0)
+    assert not big.done() and not small.done()
+    assert await asyncio.wait_for(identity.reserve("b", 1), 1) == (42, 0)
+    identity.settle(42, "a", 0)
+    assert await asyncio.wait_for(big, 1) == (42, 8)
+    assert await asyncio.wait_for(small, 1) == (42, 13)
+    assert identity._waiting == {}
+
+
+async def test_a_cancelled_reservation_takes_nothing_and_holds_nobody_back() -> None:
+    identity = ProducerIdentity(42, window=4)
+    assert await identity.reserve("a", 4) == (42, 0)
+    gone = asyncio.create_task(identity.reserve("a", 1))
+    await asyncio.sleep(0)
+    gone.cancel()
+    await asyncio.gather(gone, return_exceptions=True)
+    identity.settle(42, "a", 0)
+    assert await asyncio.wait_for(identity.reserve("a", 1), 1) == (42, 4)
+    assert identity._waiting == {}

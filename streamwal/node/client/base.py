@@ -28,11 +28,19 @@ class Numbering:
     _stub: pb_grpc.StreamingNodeStub
     _timeout: float
 
-    def _numbered(self, pchannel: str) -> tuple[int, int] | None:
+    async def _reserved(self, pchannel: str) -> tuple[int, int] | None:
+        """A streamed append's numbers, reserved as a batch of one
+        (:meth:`~streamwal.node.idempotence.ProducerIdentity.reserve`: many streams of
+        one identity must not run a window ahead of one another); :meth:`_settle_one`
+        once it is answered."""
         producer = self.producer
         if producer is None:
             return None
-        return producer.producer_id, producer.next_sequence(pchannel)
+        return producer.try_reserve(pchannel, 1) or await producer.reserve(pchannel, 1)
+
+    def _settle_one(self, pchannel: str, numbers: tuple[int, int] | None) -> None:
+        if numbers is not None and self.producer is not None:
+            self.producer.settle(numbers[0], pchannel, numbers[1])
 
     def _failed(
         self, pchannel: str, numbers: tuple[int, int] | None, error: NodeCallError

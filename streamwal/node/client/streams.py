@@ -125,7 +125,7 @@ class StreamCalls(Numbering):
                 request = pb.ProduceRequest(
                     pchannel=pchannel, message=pb.Message(type=type, payload=payload)
                 )
-                numbered = self._numbered(pchannel)
+                numbered = await self._reserved(pchannel)
                 numbers.append(numbered)
                 if numbered is not None:
                     request.producer_id, request.sequence = numbered
@@ -133,8 +133,11 @@ class StreamCalls(Numbering):
 
         call = self._stub.ProduceStream(requests(), timeout=self._timeout)
         acked: list[Acked] = []
+        settled = 0  # numbers[:settled] are answered
         try:
             async for r in call:
+                self._settle_one(pchannel, number_at(numbers, settled))
+                settled += 1
                 if r.HasField("error"):
                     failed = in_band_error(r.error, f"append {len(acked) + 1} of {len(payloads)}")
                     raise self._failed(pchannel, number_at(numbers, len(acked)), failed)
@@ -147,6 +150,8 @@ class StreamCalls(Numbering):
             raise self._failed(pchannel, number_at(numbers, len(acked)), failed) from exc
         finally:
             call.cancel()
+            for numbered in numbers[settled:]:
+                self._settle_one(pchannel, numbered)
         return acked
 
     def open_stream(
@@ -358,7 +363,19 @@ class AppendStream(Closeable):
         # built here, so a payload that is not bytes fails this call alone, unnumbered
         message = pb.Message(type=self._type, payload=payload)
         waiter: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
-        numbered = None if self._numbers is None else self._numbers._numbered(self.pchannel)
+        numbered: tuple[int, int] | None = None
+        producer = None if self._numbers is None else self._numbers.producer
+        if producer is not None:  # reserved as a batch of one (Numbering._reserved)
+            numbered = producer.try_reserve(self.pchannel, 1)
+            if numbered is None:  # the window is full: wait for answers
+                numbered = await producer.reserve(self.pchannel, 1)
+        if self._closing or self._ended is not None:  # while it waited for its numbers
+            self._settle(numbered)
+            if self._ended is not None:
+                raise self._ended
+            raise rpc_error(
+                grpc.StatusCode.CANCELLED, "the stream is closed", WriteOutcome.NOT_WRITTEN
+            )
         self._outbox.append(_Pending(message, len(payload), numbered, waiter))
         self._queued.set()
         try:
@@ -434,8 +451,14 @@ class AppendStream(Closeable):
             request.producer_id, request.first_sequence = frame[0].numbers
         return request
 
+    def _settle(self, numbers: tuple[int, int] | None) -> None:
+        """An append's numbers no longer hold the identity's later ones back."""
+        if self._numbers is not None:
+            self._numbers._settle_one(self.pchannel, numbers)
+
     def _answer(self, pending: _Pending, r: pb.ProduceResponse) -> None:
         self._answered += 1
+        self._settle(pending.numbers)
         if pending.waiter.done():  # its caller was cancelled; the append still counts
             return
         if r.HasField("error"):
@@ -480,6 +503,7 @@ class AppendStream(Closeable):
             for pending, outcome in [(p, WriteOutcome.UNKNOWN) for p in sent] + [
                 (p, WriteOutcome.NOT_WRITTEN) for p in unsent
             ]:
+                self._settle(pending.numbers)
                 if not pending.waiter.done():
                     pending.waiter.set_exception(node_error(ended, outcome, ended.details()))
 
