@@ -15,8 +15,9 @@ A node with ``node.tls`` needs ``tls`` here, with a client certificate when the 
 requires one (``node.tls.ca_file``); a refused handshake shows up as UNAVAILABLE.
 
 The client is split by role: :mod:`~streamwal.node.client.calls` (the connection and
-the unary calls), :mod:`~streamwal.node.client.streams` (stream calls and
-:class:`AppendStream`), :mod:`~streamwal.node.client.retries` (when a call is tried
+the unary calls), :mod:`~streamwal.node.client.streams` (stream calls),
+:mod:`~streamwal.node.client.append_stream` (:class:`AppendStream`, a stream taking
+one append at a time), :mod:`~streamwal.node.client.retries` (when a call is tried
 again, what a failed append ends with), :mod:`~streamwal.node.client.answers` (what
 the node's answers become) and :mod:`~streamwal.node.client.base` (numbering appends).
 Every name is importable from here.
@@ -25,9 +26,10 @@ Every name is importable from here.
 from __future__ import annotations
 
 from streamwal.node.client.answers import Acked, BatchProduceError, Consumed, grpc_code_of
+from streamwal.node.client.append_stream import AppendStream
 from streamwal.node.client.calls import NodeClient
 from streamwal.node.client.retries import final_error, give_up
-from streamwal.node.client.streams import AppendStream, WireMessageId, policy, wire_policy
+from streamwal.node.client.streams import WireMessageId, policy, wire_policy
 from streamwal.node.outcome import write_outcome
 
 __all__ = [
