@@ -36,9 +36,10 @@ class Numbering:
         producer = self.producer
         if producer is None:
             return None
-        return producer.try_reserve(pchannel, 1) or await producer.reserve(pchannel, 1)
+        return await producer.reserve(pchannel, 1)
 
     def _settle_one(self, pchannel: str, numbers: tuple[int, int] | None) -> None:
+        """What was reserved as (producer id, first number) is answered or failed."""
         if numbers is not None and self.producer is not None:
             self.producer.settle(numbers[0], pchannel, numbers[1])
 
@@ -74,8 +75,7 @@ class Numbering:
         self, pchannel: str, request: pb.ProduceBatchRequest, last: tuple[int, int] | None
     ) -> None:
         """The batch :meth:`_batch_request` numbered is answered or failed."""
-        if last is not None and self.producer is not None:
-            self.producer.settle(last[0], pchannel, request.first_sequence)
+        self._settle_one(pchannel, None if last is None else (last[0], request.first_sequence))
 
     def _batch_failed(
         self, pchannel: str, last: tuple[int, int] | None, error: StreamwalError
