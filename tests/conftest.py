@@ -22,7 +22,7 @@ from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal_lab.chaos.services import PrivatePulsar
 from streamwal_lab.stack import Stack, StackInfo
 from streamwal_lab.stack.ports import environment as stack_environment
-from streamwal_lab.stack.topics import delete_created, list_topics
+from streamwal_lab.stack.topics import SharedCleanup, delete_created, list_topics
 from tests.etcd_keys import EtcdPrefixes
 
 # memory and time bounds per test, children killed, the resources summary (issue 26);
@@ -46,8 +46,8 @@ _WARM_HYPOTHESIS = (
 )
 
 
-#: the broker's topics when an xdist run began (its controller's, see pytest_sessionfinish)
-_TOPICS_BEFORE = pytest.StashKey[set[str]]()
+#: an xdist run's registration with the stack's shared cleanup (its controller's)
+_CLEANUP = pytest.StashKey["SharedCleanup"]()
 
 
 def is_worker() -> bool:
@@ -74,19 +74,32 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         timeout=120,
     )
     if _xdist_controller(session.config) and not os.environ.get("STREAMWAL_TEST_KEEP_TOPICS"):
-        info = asyncio.run(Stack().up(["etcd", "pulsar"]))
-        session.config.stash[_TOPICS_BEFORE] = asyncio.run(list_topics(info.pulsar_admin_url))
+        stack = Stack()
+        info = asyncio.run(stack.up(["etcd", "pulsar"]))
+        cleanup = _cleanup(stack)
+        cleanup.enter(asyncio.run(list_topics(info.pulsar_admin_url)))
+        session.config.stash[_CLEANUP] = cleanup
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """An xdist run's topics go once every worker is done (a worker's session ending
     must not delete the topics the other one is still writing)."""
-    before = session.config.stash.get(_TOPICS_BEFORE, None)
-    if before is not None:
-        asyncio.run(_delete_created(Stack().info().pulsar_admin_url, before))
+    cleanup = session.config.stash.get(_CLEANUP, None)
+    if cleanup is not None:
+        asyncio.run(_leave(Stack().info().pulsar_admin_url, cleanup))
 
 
-async def _delete_created(admin_url: str, before: set[str]) -> None:
+def _cleanup(stack: Stack) -> SharedCleanup:
+    """The runs of this suite on one stack clean up together (another run's topics are
+    not this one's to delete while it goes on)."""
+    return SharedCleanup(stack.paths.stack / "test-runs")
+
+
+async def _leave(admin_url: str, cleanup: SharedCleanup) -> None:
+    before = cleanup.leave()
+    if before is None:
+        print("\nstack: another test run on this stack deletes the topics", file=sys.stderr)
+        return
     try:
         deleted, created = await delete_created(admin_url, before)
     except (OSError, RuntimeError) as exc:  # the broker is gone: nothing to tidy now
@@ -105,13 +118,14 @@ def local_stack() -> Stack:
 @pytest.fixture(scope="session")
 async def stack(local_stack: Stack) -> AsyncIterator[StackInfo]:
     info = await local_stack.up(["etcd", "pulsar"])
-    before = await list_topics(info.pulsar_admin_url)
+    if os.environ.get("STREAMWAL_TEST_KEEP_TOPICS") or is_worker():
+        # kept on purpose, or one part of an xdist run (the controller tidies the run)
+        yield info
+        return
+    cleanup = _cleanup(local_stack)
+    cleanup.enter(await list_topics(info.pulsar_admin_url))
     yield info
-    if os.environ.get("STREAMWAL_TEST_KEEP_TOPICS"):
-        return  # another session shares this stack: its topics are not ours to delete
-    if is_worker():
-        return  # one part of an xdist run: the controller deletes the run's topics
-    await _delete_created(info.pulsar_admin_url, before)
+    await _leave(info.pulsar_admin_url, cleanup)
 
 
 @pytest.fixture(scope="session")

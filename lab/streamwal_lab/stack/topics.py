@@ -10,14 +10,19 @@ throw-away topics therefore delete them when they end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
+import os
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 from streamwal.adaptors.pulsar.admin import PulsarAdmin
 from streamwal.errors import StreamwalError
+from streamwal_lab.stack.process import is_alive
 
-__all__ = ["delete_created", "delete_topics", "list_topics"]
+__all__ = ["SharedCleanup", "delete_created", "delete_topics", "list_topics"]
 
 _NAMESPACE = "public/default"
 
@@ -69,3 +74,67 @@ async def delete_created(
     accepts; returns (deleted, created)."""
     created = {t for t in await list_topics(admin_url) - before if which(t)}
     return await delete_topics(admin_url, created), len(created)
+
+
+class SharedCleanup:
+    """Runs that share one broker tidy up together: the last one out deletes the topics
+    created since the first one came in.
+
+    A run that deleted "every topic created since I started" on its own took the topics
+    of another run still going on the same stack: a topic is only refused deletion while
+    a producer or reader is attached, and a channel between owners (a failover, a
+    takeover) has none for a moment. Each run registers under ``folder`` (its pid); the
+    first one in records the broker's topics; a run that leaves while others are live
+    deletes nothing. A run that died without leaving is recognised by its pid and
+    dropped.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._me = folder / f"run-{os.getpid()}"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self._folder.mkdir(parents=True, exist_ok=True)
+        with open(self._folder / "lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _others(self) -> list[Path]:
+        live = []
+        for run in self._folder.glob("run-*"):
+            if run == self._me:
+                continue
+            if is_alive(int(run.name.removeprefix("run-"))):
+                live.append(run)
+            else:
+                run.unlink(missing_ok=True)
+        return live
+
+    def enter(self, topics: set[str]) -> None:
+        """Register this run; ``topics`` (the broker's now) is the baseline if no other
+        run is live."""
+        with self._locked():
+            baseline = self._folder / "baseline.json"
+            if not self._others() or not baseline.exists():
+                baseline.write_text(json.dumps(sorted(topics)))
+            self._me.touch()
+
+    def leave(self) -> set[str] | None:
+        """Unregister this run: the baseline to delete against if it was the last one
+        out, else None (a live run's topics are not this run's to delete)."""
+        with self._locked():
+            self._me.unlink(missing_ok=True)
+            if self._others():
+                return None
+            baseline = self._folder / "baseline.json"
+            try:
+                return set(json.loads(baseline.read_text()))
+            except FileNotFoundError:
+                return None
+            finally:
+                baseline.unlink(missing_ok=True)
+
