@@ -24,7 +24,7 @@ from streamwal.errors import ClosedError, InvalidInputError, UnavailableError
 from streamwal.lifecycle import Startable
 from streamwal.retry import Retry
 from streamwal.tso.config import EtcdConfig, TsoConfig, parse_endpoint
-from streamwal.tso.store import encode_window, not_leader, window_regression
+from streamwal.tso.store import CoordinationStore, WindowRefusal, WindowSave
 from streamwal.tso.tls import ClientTLS
 
 __all__ = ["EtcdStore"]
@@ -78,7 +78,7 @@ def _is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.NOT_FOUND
 
 
-class EtcdStore(Startable):
+class EtcdStore(Startable, CoordinationStore):
     """:class:`~streamwal.tso.store.CoordinationStore` on etcd.
 
     ``request_timeout_s`` bounds one etcd request; ``unavailable_after_s`` is the
@@ -388,25 +388,16 @@ class EtcdStore(Startable):
 
         await self._call("delete prefix", op, timeout)
 
-    async def save_window(
-        self,
-        key: str,
-        window_ms: int,
-        *,
-        previous_ms: int | None,
-        leader_key: str,
-        leader_value: bytes,
-        timeout: float | None = None,
-    ) -> None:
-        new = encode_window(window_ms)
+    async def _put_window(self, save: WindowSave, timeout: float | None) -> WindowRefusal | None:
+        key, new = save.key, save.window
 
-        def op(client: Any) -> tuple[bytes | None, bytes | None] | None:
+        def op(client: Any) -> WindowRefusal | None:
             txn = client.transactions
-            fence = txn.create(key) == 0 if previous_ms is None else txn.value(key) < new
+            fence = txn.create(key) == 0 if save.first else txn.value(key) < new
             succeeded, responses = client.transaction(
-                compare=[txn.value(leader_key) == leader_value, fence],
+                compare=[txn.value(save.leader_key) == save.leader_value, fence],
                 success=[txn.put(key, new)],
-                failure=[txn.get(leader_key), txn.get(key)],
+                failure=[txn.get(save.leader_key), txn.get(key)],
             )
             if succeeded:
                 return None
@@ -415,12 +406,7 @@ class EtcdStore(Startable):
             stored = bytes(window_kvs[0][0]) if window_kvs else None
             return leader_now, stored
 
-        outcome = await self._call("window save", op, timeout)
-        if outcome is None:
-            return
-        leader_now, stored = outcome
-        if leader_now != leader_value:
-            raise not_leader(leader_now)
-        if stored == new:  # a retried save whose first attempt had applied
-            return
-        raise window_regression(stored, window_ms)
+        refused = await self._call("window save", op, timeout)
+        if refused == (save.leader_value, new):  # a retried save whose first attempt had applied
+            return None
+        return refused

@@ -12,12 +12,12 @@ import itertools
 
 from streamwal.errors import ClosedError, UnavailableError
 from streamwal.tso.clock import Clock, SystemClock
-from streamwal.tso.store import encode_window, not_leader, window_regression
+from streamwal.tso.store import CoordinationStore, WindowRefusal, WindowSave
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(CoordinationStore):
     """:class:`~streamwal.tso.store.CoordinationStore` in memory; leases expire on ``clock``'s
     monotonic time.
 
@@ -122,24 +122,13 @@ class MemoryStore:
         self._drop_lease(current[1])
         return True
 
-    async def save_window(
-        self,
-        key: str,
-        window_ms: int,
-        *,
-        previous_ms: int | None,
-        leader_key: str,
-        leader_value: bytes,
-        timeout: float | None = None,
-    ) -> None:
+    async def _put_window(self, save: WindowSave, timeout: float | None) -> WindowRefusal | None:
         await self._enter()
-        new = encode_window(window_ms)
-        leader_now = self.value(leader_key)
-        stored = self.value(key)
-        if leader_now != leader_value:
-            raise not_leader(leader_now)
-        fence_ok = stored is None if previous_ms is None else stored is not None and stored < new
-        if not fence_ok:
-            raise window_regression(stored, window_ms)
-        self._data[key] = (new, 0)
+        leader_now, stored = self.value(save.leader_key), self.value(save.key)
+        new = save.window
+        fence_ok = stored is None if save.first else stored is not None and stored < new
+        if leader_now != save.leader_value or not fence_ok:
+            return leader_now, stored
+        self._data[save.key] = (new, 0)
         self.saves += 1
+        return None

@@ -17,6 +17,8 @@ from streamwal.errors import DecodeError, NotLeaderError, TimestampRegressionErr
 __all__ = [
     "CoordinationStore",
     "LeaderRecord",
+    "WindowRefusal",
+    "WindowSave",
     "decode_window",
     "encode_window",
     "not_leader",
@@ -83,11 +85,32 @@ def window_regression(stored: bytes | None, window_ms: int) -> TimestampRegressi
     )
 
 
+@dataclass(frozen=True)
+class WindowSave:
+    """One fenced window save, as :meth:`CoordinationStore.save_window` hands it to a
+    store's :meth:`~CoordinationStore._put_window`."""
+
+    key: str
+    #: the new window, encoded (:func:`encode_window`)
+    window: bytes
+    #: the save expects no window yet (``previous_ms`` is ``None``), not a smaller one
+    first: bool
+    leader_key: str
+    leader_value: bytes
+
+
+WindowRefusal = tuple[bytes | None, bytes | None]
+"""What a refused window save found: the leader key's value and the saved window
+(each ``None`` when absent)."""
+
+
 class CoordinationStore(Protocol):
     """A linearizable key-value store with leases (etcd's v3 API, reduced to what TSO uses).
 
     ``timeout`` (seconds) bounds the whole call including retries; ``None`` means the
-    store's default bound.
+    store's default bound. A store subclasses it for :meth:`save_window`, so every
+    store tells a refused save's causes apart the same way; it implements
+    :meth:`_put_window`, the fenced write itself.
     """
 
     async def start(self) -> None: ...
@@ -152,4 +175,19 @@ class CoordinationStore(Protocol):
         if the fence fails, :class:`TimestampRegressionError` if the stored window is
         not below ``window_ms``.
         """
+        save = WindowSave(
+            key, encode_window(window_ms), previous_ms is None, leader_key, leader_value
+        )
+        refused = await self._put_window(save, timeout)
+        if refused is None:
+            return
+        leader_now, stored = refused
+        if leader_now != leader_value:
+            raise not_leader(leader_now)
+        raise window_regression(stored, window_ms)
+
+    async def _put_window(self, save: WindowSave, timeout: float | None) -> WindowRefusal | None:
+        """Write ``save.window`` at ``save.key`` in one step, only while the leader key
+        holds ``save.leader_value`` and the saved window is below the new one (absent,
+        for a ``first`` save); ``None`` when written, else what the fence found."""
         ...
