@@ -317,15 +317,7 @@ class Scanner:
             raw = await scanner.__anext__()
         except StreamwalError as exc:
             self._check_open()
-            delay = self._retry.next(exc)
-            if delay is None:
-                raise
-            _log.warning(
-                "channel %s: backend read failed (%r); reopening in %.0f ms",
-                self.channel,
-                exc,
-                delay * 1000,
-            )
+            delay = self._retry_delay(exc, "backend read", "reopening")
             await self._close_backend_scanner()
             await self._retry.wait(delay)
             return None
@@ -398,15 +390,8 @@ class Scanner:
             try:
                 scanner = await self._backend.read(self._resume_policy())
             except StreamwalError as exc:
-                delay = self._retry.next(exc)
-                if delay is None:
-                    raise
-                _log.warning(
-                    "channel %s: opening a backend read at %s failed (%r); retrying in %.0f ms",
-                    self.channel,
-                    self._resume,
-                    exc,
-                    delay * 1000,
+                delay = self._retry_delay(
+                    exc, f"opening a backend read at {self._resume}", "retrying"
                 )
                 await self._retry.wait(delay)
                 continue
@@ -418,6 +403,23 @@ class Scanner:
             self._pack_start = self._resume
             self.source = SOURCE_BACKEND
             return
+
+    def _retry_delay(self, exc: StreamwalError, failed: str, then: str) -> float:
+        """The wait before the backend is tried again after ``exc`` (logged as ``failed``,
+        then ``then``): a read and an open that fail are one schedule, which re-raises
+        ``exc`` when it is not worth another try."""
+        delay = self._retry.next(exc)
+        if delay is None:
+            raise exc
+        _log.warning(
+            "channel %s: %s failed (%r); %s in %.0f ms",
+            self.channel,
+            failed,
+            exc,
+            then,
+            delay * 1000,
+        )
+        return delay
 
     async def _close_backend_scanner(self) -> None:
         scanner, self._backend_scanner = self._backend_scanner, None
