@@ -39,6 +39,7 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
+from streamwal.lifecycle import Startable
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal_lab.stack.process import die_with_parent
@@ -222,7 +223,7 @@ def _inside(part: _T | None) -> _T:
     return part
 
 
-class EchoServer:
+class EchoServer(Startable):
     """``async with EchoServer() as echo``: the server in a child process, and a channel
     to it; ``echo.unary(payload)`` and ``echo.open_stream()`` as the node's client uses
     them (``unary_after`` and ``open_stream(delayed=True)`` answer after the wait
@@ -246,7 +247,9 @@ class EchoServer:
         self._unary_after: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
         self._set_delay: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
 
-    async def __aenter__(self) -> EchoServer:
+    async def start(self) -> None:
+        """The child and a channel to it; one that fails leaves no child behind, as
+        :class:`~streamwal.lifecycle.Startable` asks of a start."""
         args = ["--traced", self._otlp_endpoint, self._service_name] if self._traced else []
         self._proc = await asyncio.create_subprocess_exec(
             *die_with_parent(),
@@ -272,12 +275,8 @@ class EchoServer:
                 for name in ("Produce", "ProduceAfter", "SetDelay")
             )
         except BaseException:
-            await self._stop()
+            await self.close()
             raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stop()
 
     @property
     def pid(self) -> int:
@@ -313,7 +312,8 @@ class EchoServer:
     def open_stream(self, *, delayed: bool = False) -> EchoStream:
         return EchoStream(_inside(self._channel), delayed=delayed)
 
-    async def _stop(self) -> None:
+    async def close(self) -> None:
+        """Idempotent: a start that failed half-way calls it, and so does leaving the block."""
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
