@@ -334,6 +334,18 @@ class _Env:
         return sides
 
 
+_Medians = dict[str, dict[str, float]]
+
+
+def _cell(
+    runs: Runs, fields: dict[str, Any], figures: Callable[[_Medians], dict[str, float]]
+) -> tuple[_Medians, dict[str, Any]]:
+    """Every cell's record, whatever it measured: what it was given, each side's
+    medians, the figures they make (ratios, added latencies), and the runs behind them."""
+    medians = side_medians(runs)
+    return medians, {**fields, **medians, **figures(medians), "runs": runs}
+
+
 def _pipelined_cell(
     env: _Env,
     runs: Runs,
@@ -342,8 +354,7 @@ def _pipelined_cell(
     what: str,
 ) -> dict[str, Any]:
     """A cell's medians and node/base throughput ratios, announced on the way."""
-    medians = side_medians(runs)
-    cell: dict[str, Any] = {**fields, **medians, **carried_figures(medians, base), "runs": runs}
+    medians, cell = _cell(runs, fields, lambda m: carried_figures(m, base))
     env.target.progress(
         f"node-load {what}: {base} {medians[base]['per_s']:.0f}/s, "
         f"node {medians['node']['per_s']:.0f}/s ({cell[f'node_vs_{base}_ratio']}), at 100 % "
@@ -390,14 +401,8 @@ async def _latency(env: _Env, callers: int) -> dict[str, Any]:
             env.echo, wal_side, callers, spread([env.echo.unary_after] * callers, payload)
         )
         runs = await env.runs(sides)
-    medians = side_medians(runs)
-    cell: dict[str, Any] = {
-        "payload_bytes": _LATENCY_PAYLOAD,
-        "callers": callers,
-        **medians,
-        **latency_figures(medians),
-        "runs": runs,
-    }
+    fields = {"payload_bytes": _LATENCY_PAYLOAD, "callers": callers}
+    medians, cell = _cell(runs, fields, latency_figures)
     env.target.progress(
         "node-load latency x{}: wal p50 {} p99 {} ms; node unary +{} / +{} ms, stream +{} / "
         "+{} ms; echo unary p50 {} ms; CPU us/append unary {} stream {} (echo {} / {}); "
@@ -454,16 +459,13 @@ async def _large(env: _Env, size: int, callers: int) -> dict[str, Any]:
             after(echo, raw_side, callers, spread([echo.unary_after] * callers, payload)), size
         )
         runs = await env.runs(sides)
-    medians = side_medians(runs)
-    cell: dict[str, Any] = {
-        "message_bytes": size,
-        "callers": callers,
-        "raw_messages_per_message": pieces,
-        **medians,
-        **carried_figures(medians, "raw"),
-        "ceiling_vs_raw_ratio": ratio(medians["ceiling"]["mb_per_s"], medians["raw"]["mb_per_s"]),
-        "runs": runs,
-    }
+
+    def figures(m: _Medians) -> dict[str, float]:
+        ceiling = ratio(m["ceiling"]["mb_per_s"], m["raw"]["mb_per_s"])
+        return {**carried_figures(m, "raw"), "ceiling_vs_raw_ratio": ceiling}
+
+    fields = {"message_bytes": size, "callers": callers, "raw_messages_per_message": pieces}
+    medians, cell = _cell(runs, fields, figures)
     env.target.progress(
         f"node-load large {size // KiB} KiB x{callers}: raw {medians['raw']['mb_per_s']} MB/s, "
         f"node {medians['node']['mb_per_s']} ({cell['node_vs_raw_ratio']}), at 100 % "
