@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from streamwal.errors import ClosedError, InvalidInputError, TimestampRegressionError
 from streamwal.lifecycle import Closeable
@@ -74,7 +74,7 @@ class LocalAllocator(Closeable):
         if not max_age_s > 0:
             raise InvalidInputError(f"max_age_s: must be > 0: {max_age_s!r}")
         self._source = source
-        self._batch = batch_size
+        self.batch_size: Final = batch_size
         self._max_age = max_age_s
         self._expiry: asyncio.TimerHandle | None = None
         self._close_source = close_source
@@ -86,10 +86,6 @@ class LocalAllocator(Closeable):
         self._fetch: asyncio.Task[None] | None = None
         self._closed = False
         self._attributes = {"source": type(source).__name__}
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch
 
     @property
     def last(self) -> int:
@@ -173,7 +169,7 @@ class LocalAllocator(Closeable):
                 return taken
             task = self._fetch
             if task is None:
-                task = asyncio.create_task(self._do_fetch(max(count, self._batch), self._epoch))
+                task = asyncio.create_task(self._do_fetch(max(count, self.batch_size), self._epoch))
                 task.add_done_callback(_consume_exception)
                 self._fetch = task
             try:

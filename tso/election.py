@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Final
 
 from streamwal.errors import ClosedError, DecodeError, UnavailableError
 from streamwal.tso.clock import Clock
@@ -50,8 +51,9 @@ class Election:
     ) -> None:
         self._store = store
         self._key = leader_key
-        self._record = record
-        self._value = record.encode()
+        self.record: Final = record
+        #: what this node writes into the leader key; the fence of every window save
+        self.value: Final = record.encode()
         self._ttl = lease_ttl_s
         self._clock = clock
         self._timeout = request_timeout_s
@@ -63,15 +65,6 @@ class Election:
         self._dead_tasks: list[asyncio.Task[None]] = []
         self._observed: LeaderRecord | None = None
         self._closed = False
-
-    @property
-    def record(self) -> LeaderRecord:
-        return self._record
-
-    @property
-    def value(self) -> bytes:
-        """What this node writes into the leader key; the fence of every window save."""
-        return self._value
 
     @property
     def lease_id(self) -> int | None:
@@ -92,7 +85,7 @@ class Election:
     @property
     def observed_leader(self) -> LeaderRecord | None:
         """The leader seen by the last campaign (this node when leader); ``None`` if unknown."""
-        return self._record if self.is_leader else self._observed
+        return self.record if self.is_leader else self._observed
 
     async def campaign(self) -> bool:
         """Try once to become leader; ``True`` if this node now holds the leader key.
@@ -115,7 +108,7 @@ class Election:
         current = await self._store.get(self._key, timeout=self._timeout)
         if current is not None:
             holder = _decode(current)
-            if holder.id != self._record.id:
+            if holder.id != self.record.id:
                 self._observed = holder
                 return False
             # Our own key from an earlier term whose lease has not run out in etcd yet:
@@ -125,7 +118,7 @@ class Election:
         lease_id, ttl = await self._store.grant_lease(self._ttl, timeout=self._timeout)
         try:
             won, holder_raw = await self._store.create_if_absent(
-                self._key, self._value, lease_id, timeout=self._timeout
+                self._key, self.value, lease_id, timeout=self._timeout
             )
         except BaseException:
             self._retired.append(lease_id)
@@ -137,7 +130,7 @@ class Election:
             return False
         self._lease_id = lease_id
         self._expiry = start + ttl
-        self._observed = self._record
+        self._observed = self.record
         self._keepalive_task = asyncio.create_task(
             self._keepalive(lease_id), name=f"tso-keepalive-{lease_id:x}"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from streamwal.errors import ClosedError, UnavailableError
 from streamwal.lifecycle import Startable
@@ -61,27 +62,19 @@ class InProcessTSO(Startable):
         leader_wait_s: float | None = None,
     ) -> None:
         self._config = config
-        self._oracle = TimestampOracle(config, address=address, store=store, clock=clock)
-        self._source = OracleSource(self._oracle)
+        self.oracle: Final = TimestampOracle(config, address=address, store=store, clock=clock)
+        self.source: Final = OracleSource(self.oracle)
         self._leader_wait_s = leader_wait_s
         self._allocators: list[LocalAllocator] = []
         self._closed = False
-
-    @property
-    def oracle(self) -> TimestampOracle:
-        return self._oracle
-
-    @property
-    def source(self) -> OracleSource:
-        return self._source
 
     async def start(self) -> None:
         """Start the oracle and wait until it serves; on failure everything is closed."""
         if self._closed:
             raise ClosedError("in-process TSO is closed")
         try:
-            await self._oracle.start()
-            await self._oracle.wait_serving(self._leader_wait_s)
+            await self.oracle.start()
+            await self.oracle.wait_serving(self._leader_wait_s)
         except BaseException:
             await self.close()
             raise
@@ -91,7 +84,7 @@ class InProcessTSO(Startable):
         if self._closed:
             raise ClosedError("in-process TSO is closed")
         allocator = LocalAllocator(
-            self._source, self._config.batch_size if batch_size is None else batch_size
+            self.source, self._config.batch_size if batch_size is None else batch_size
         )
         self._allocators.append(allocator)
         return allocator
@@ -104,4 +97,4 @@ class InProcessTSO(Startable):
         allocators, self._allocators = self._allocators, []
         for allocator in allocators:
             await allocator.close()
-        await self._oracle.close()
+        await self.oracle.close()

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import uuid
 from dataclasses import dataclass
+from typing import Final
 
 from streamwal.errors import (
     ClosedError,
@@ -88,7 +89,7 @@ class TimestampOracle(Startable):
         store: CoordinationStore | None = None,
         clock: Clock | None = None,
     ) -> None:
-        self._config = config
+        self.config: Final = config
         self._clock = clock if clock is not None else SystemClock()
         self._owns_store = store is None
         self._store: CoordinationStore = (
@@ -132,10 +133,6 @@ class TimestampOracle(Startable):
     # --- properties -------------------------------------------------------------
 
     @property
-    def config(self) -> TsoConfig:
-        return self._config
-
-    @property
     def address(self) -> str:
         return self._record.address
 
@@ -160,7 +157,7 @@ class TimestampOracle(Startable):
         once. Safe because the oracle is served on that refused port: nobody can take a
         timestamp from it any more, and a new leader starts above its saved window.
         ``True`` if it was the leader and its lease was revoked."""
-        config = self._config
+        config = self.config
         raw = await self._store.get(config.leader_key, timeout=config.etcd_timeout_s)
         if raw is None:
             return False
@@ -272,7 +269,7 @@ class TimestampOracle(Startable):
         :class:`ClosedError` if the oracle is closed while waiting.
         """
         loop = asyncio.get_running_loop()
-        bound = self._config.unavailable_after_s if timeout is None else timeout
+        bound = self.config.unavailable_after_s if timeout is None else timeout
         deadline = loop.time() + bound
         while not self.is_serving:
             error = self._not_serving_error()
@@ -344,7 +341,7 @@ class TimestampOracle(Startable):
     async def _lead(self) -> None:
         """Load the saved window, persist a new one, serve until leadership ends."""
         lost = self._lost = asyncio.Event()
-        config = self._config
+        config = self.config
         raw = await self._store.get(config.timestamp_key, timeout=config.etcd_timeout_s)
         saved = decode_window(raw) if raw is not None else None
         now = self._clock.wall_ms()
@@ -380,12 +377,12 @@ class TimestampOracle(Startable):
         """Persist ``window`` fenced by the leader key; ``False`` (stepped down) if refused."""
         try:
             await self._store.save_window(
-                self._config.timestamp_key,
+                self.config.timestamp_key,
                 window,
                 previous_ms=previous,
-                leader_key=self._config.leader_key,
+                leader_key=self.config.leader_key,
                 leader_value=self._election.value,
-                timeout=self._config.etcd_timeout_s,
+                timeout=self.config.etcd_timeout_s,
             )
         except (NotLeaderError, TimestampRegressionError) as exc:
             self._step_down(f"window save rejected: {exc}")
@@ -398,7 +395,7 @@ class TimestampOracle(Startable):
         now = self._clock.wall_ms()
         if now < self._last_wall:
             self._went_back += 1
-            record_clock_went_back({"key_prefix": self._config.key_prefix})
+            record_clock_went_back({"key_prefix": self.config.key_prefix})
             _log.warning(
                 "wall clock went back by %d ms; TSO physical time holds at %d",
                 self._last_wall - now,
@@ -414,7 +411,7 @@ class TimestampOracle(Startable):
             return
         term = self._term
         if self._last_saved - nxt <= _SAVE_GUARD_MS:
-            window = nxt + self._config.save_window_ms
+            window = nxt + self.config.save_window_ms
             try:
                 saved = await self._save(window, previous=self._last_saved)
             except UnavailableError as exc:

@@ -14,6 +14,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from streamwal.errors import (
     ChannelFencedError,
@@ -184,21 +185,13 @@ class MemoryBackendWAL:
 
     def __init__(self, store: MemoryLogStore, channel: str, mode: AccessMode) -> None:
         self._store = store
-        self._channel = channel
-        self._mode = mode
+        self.channel: Final = channel
+        self.access_mode: Final = mode
         self._log = store.log(channel)
         self._epoch: int | None = None
         self._fenced: ChannelFencedError | None = None
         self._closed = False
         self._scanners: set[MemoryScanner] = set()
-
-    @property
-    def channel(self) -> str:
-        return self._channel
-
-    @property
-    def access_mode(self) -> AccessMode:
-        return self._mode
 
     @property
     def max_entry_bytes(self) -> int | None:
@@ -214,7 +207,7 @@ class MemoryBackendWAL:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ClosedError(f"channel {self._channel!r} is closed")
+            raise ClosedError(f"channel {self.channel!r} is closed")
 
     @property
     def is_fenced(self) -> bool:
@@ -224,14 +217,14 @@ class MemoryBackendWAL:
     def _check_not_fenced(self) -> None:
         """The one place this writer learns it was fenced: a newer epoch of the log."""
         if self._fenced is None and self._epoch is not None and self._epoch != self._log.epoch:
-            self._fenced = ChannelFencedError(self._channel, "a newer owner took the log")
+            self._fenced = ChannelFencedError(self.channel, "a newer owner took the log")
         if self._fenced is not None:
             raise self._fenced
 
     async def ensure_writable(self) -> None:
         self._check_open()
-        if self._mode is not AccessMode.READ_WRITE:
-            raise InvalidInputError(f"channel {self._channel!r} was opened read-only")
+        if self.access_mode is not AccessMode.READ_WRITE:
+            raise InvalidInputError(f"channel {self.channel!r} was opened read-only")
         self._check_not_fenced()
         if self._store.faults.fail_ensure_writable > 0:
             self._store.faults.fail_ensure_writable -= 1
@@ -264,7 +257,7 @@ class MemoryBackendWAL:
         self._check_not_fenced()
         if self._epoch is None:
             raise UnavailableError(
-                f"channel {self._channel!r} has no writer; call ensure_writable first"
+                f"channel {self.channel!r} has no writer; call ensure_writable first"
             )
         if len(payload) > self._store.max_message_size:
             raise InvalidInputError(
@@ -272,7 +265,7 @@ class MemoryBackendWAL:
                 f"of {self._store.max_message_size} bytes"
             )
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
-            raise InvalidInputError(f"append on {self._channel!r}: properties must be str: str")
+            raise InvalidInputError(f"append on {self.channel!r}: properties must be str: str")
         if self._store.faults.fail_appends > 0:
             self._store.faults.fail_appends -= 1
             raise UnavailableError("injected: append failed")
@@ -299,11 +292,11 @@ class MemoryBackendWAL:
             if not isinstance(message_id, MemoryMessageId):
                 raise InvalidInputError(f"{message_id!r} is not a memory message id")
             if message_id.offset >= len(self._log.entries):
-                raise InvalidInputError(f"message id {message_id} is not in {self._channel!r}")
+                raise InvalidInputError(f"message id {message_id} is not in {self.channel!r}")
             first = message_id.offset + (policy.kind == DeliveryPolicy.START_AFTER)
             if first < self._log.truncated_before:
                 raise TruncatedError(
-                    self._channel, message_id, MemoryMessageId(self._log.truncated_before)
+                    self.channel, message_id, MemoryMessageId(self._log.truncated_before)
                 )
             offset = message_id.offset
             if policy.kind == DeliveryPolicy.START_FROM or message_id.index >= 0:
@@ -321,7 +314,7 @@ class MemoryBackendWAL:
         point = self._truncation_point()
         # resuming after a checkpoint reads from the next message: that one must be kept
         if point is not None and self._offset_of(checkpoint.message_id) + 1 < point.offset:
-            raise TruncatedError(self._channel, checkpoint.message_id, point)
+            raise TruncatedError(self.channel, checkpoint.message_id, point)
         self._log.checkpoints[checkpoint.consumer] = checkpoint
 
     async def remove_checkpoint(self, consumer: str) -> None:
@@ -364,7 +357,7 @@ class MemoryBackendWAL:
     async def locate(self, message_id: MessageId) -> None:
         self._check_open()
         if self._offset_of(message_id) >= len(self._log.entries):
-            raise InvalidInputError(f"message id {message_id} is not in {self._channel!r}")
+            raise InvalidInputError(f"message id {message_id} is not in {self.channel!r}")
 
     async def message_before(self, message_id: MessageId) -> MessageId | None:
         offset = self._offset_of(message_id) - 1

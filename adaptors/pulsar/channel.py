@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from streamwal.adaptors.pulsar.clients import close_client
 from streamwal.adaptors.pulsar.closing import close_quietly
@@ -69,6 +69,9 @@ class PulsarBackendWAL:
         self._state = state = ChannelState(
             client, config, channel, mode, writer_client=writer_client
         )
+        self.channel: Final = channel
+        self.topic: Final = state.topic
+        self.access_mode: Final = mode
         self._retention = retention or TopicRetention(
             None, state.topic, channel, config.cursor_subscription
         )
@@ -85,18 +88,6 @@ class PulsarBackendWAL:
         self.submit = self._sender.submit
         """Hand one append to the log now; ``done`` answers it (the contract's
         ``submit``; a bound attribute: one frame less per append)."""
-
-    @property
-    def channel(self) -> str:
-        return self._state.channel
-
-    @property
-    def topic(self) -> str:
-        return self._state.topic
-
-    @property
-    def access_mode(self) -> AccessMode:
-        return self._state.mode
 
     @property
     def is_fenced(self) -> bool:

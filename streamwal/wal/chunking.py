@@ -43,7 +43,7 @@ import math
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry import metrics
 
@@ -427,7 +427,7 @@ class ChunkingBackend:
     """
 
     def __init__(self, inner: BackendWAL) -> None:
-        self._inner = inner
+        self.inner: Final = inner
         self._pending: _Pending | None = None
         self._waiting: collections.deque[tuple[bytes, Mapping[str, str], AppendCallback]] = (
             collections.deque()
@@ -439,24 +439,20 @@ class ChunkingBackend:
         self._fits_always = floor if isinstance(floor, int) else 0
 
     @property
-    def inner(self) -> BackendWAL:
-        return self._inner
-
-    @property
     def channel(self) -> str:
-        return self._inner.channel
+        return self.inner.channel
 
     @property
     def access_mode(self) -> AccessMode:
-        return self._inner.access_mode
+        return self.inner.access_mode
 
     @property
     def max_entry_bytes(self) -> int | None:
-        limit = getattr(self._inner, "max_entry_bytes", None)
+        limit = getattr(self.inner, "max_entry_bytes", None)
         return limit if isinstance(limit, int) else None
 
     async def ensure_writable(self) -> None:
-        await self._inner.ensure_writable()
+        await self.inner.ensure_writable()
 
     def submit(self, payload: bytes, properties: Mapping[str, str], done: AppendCallback) -> None:
         if self._pending is not None or self._waiting:
@@ -469,11 +465,11 @@ class ChunkingBackend:
     ) -> None:
         size = len(payload) + properties_size(properties)
         if size <= self._fits_always:
-            self._inner.submit(payload, properties, done)
+            self.inner.submit(payload, properties, done)
             return
         limit = self.max_entry_bytes
         if limit is None or size <= limit:
-            self._inner.submit(payload, properties, done)
+            self.inner.submit(payload, properties, done)
             return
         try:
             chunks = split(payload, properties, limit)
@@ -490,7 +486,7 @@ class ChunkingBackend:
         payload, props = pending.chunks[pending.sent]
         pending.chunks[pending.sent] = (b"", props)  # the backend has it: free it here
         pending.sent += 1
-        self._inner.submit(payload, props, self._on_chunk)
+        self.inner.submit(payload, props, self._on_chunk)
 
     def _on_chunk(self, message_id: MessageId | None, error: BaseException | None) -> None:
         pending = self._pending
@@ -528,20 +524,20 @@ class ChunkingBackend:
             self._draining = False
 
     async def read(self, policy: DeliveryPolicy) -> BackendScanner:
-        return ChunkingScanner(await self._inner.read(policy), self._inner.channel)
+        return ChunkingScanner(await self.inner.read(policy), self.inner.channel)
 
     async def close(self) -> None:
         self._closed = True
         try:
-            await self._inner.close()
+            await self.inner.close()
         finally:
             self._drain()
 
     def __getattr__(self, name: str) -> Any:
         # the backend's optional abilities (BackendRetention, QuotaExplainer, ...)
-        if name == "_inner":
+        if name == "inner":
             raise AttributeError(name)
-        return getattr(self._inner, name)
+        return getattr(self.inner, name)
 
 
 def with_chunking(backend: BackendWAL) -> BackendWAL:

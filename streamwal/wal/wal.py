@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from typing import Final
 
 from streamwal.errors import (
     BatchAppendError,
@@ -51,6 +52,10 @@ _log = logging.getLogger(__name__)
 class _Readable(Closeable):
     """What both WAL kinds share: scanners, and closing the backend."""
 
+    channel: Final[str]
+    #: the backend's ``message_id_from_bytes``
+    message_id_decoder: Final[MessageIdDecoder]
+
     def __init__(
         self,
         channel: str,
@@ -59,27 +64,18 @@ class _Readable(Closeable):
         config: WALConfig,
         buffer: WriteAheadBuffer | None,
     ) -> None:
-        self._channel = channel
+        self.channel = channel
         self._backend = backend
-        self._decode_id = message_id_from_bytes
+        self.message_id_decoder = message_id_from_bytes
         self._config = config
         self._buffer = buffer
         self._scanners: set[Scanner] = set()
         self._closing = False
         self._closed = asyncio.Event()
 
-    @property
-    def channel(self) -> str:
-        return self._channel
-
-    @property
-    def message_id_decoder(self) -> MessageIdDecoder:
-        """The backend's ``message_id_from_bytes``."""
-        return self._decode_id
-
     def _check_open(self) -> None:
         if self._closing:
-            raise ClosedError(f"WAL of channel {self._channel!r} is closed")
+            raise ClosedError(f"WAL of channel {self.channel!r} is closed")
 
     async def read(
         self,
@@ -118,9 +114,9 @@ class _Readable(Closeable):
             except MisconfiguredError:
                 pass  # no admin API: nothing can have been truncated
         scanner = Scanner(
-            channel=self._channel,
+            channel=self.channel,
             backend=self._backend,
-            message_id_from_bytes=self._decode_id,
+            message_id_from_bytes=self.message_id_decoder,
             policy=policy,
             vchannel=vchannel,
             buffer=self._buffer,
@@ -151,17 +147,17 @@ class _Readable(Closeable):
         """
         self._check_open()
         checkpoint = Checkpoint(consumer, message_id, time_tick)
-        await retention_of(self._backend, self._channel).save_checkpoint(checkpoint)
+        await retention_of(self._backend, self.channel).save_checkpoint(checkpoint)
 
     async def remove_checkpoint(self, consumer: str) -> None:
         """Unregister ``consumer``: it no longer holds truncation back."""
         self._check_open()
-        await retention_of(self._backend, self._channel).remove_checkpoint(consumer)
+        await retention_of(self._backend, self.channel).remove_checkpoint(consumer)
 
     async def retention(self) -> RetentionState:
         """The truncation point, storage used, and each consumer's checkpoint and backlog."""
         self._check_open()
-        return await retention_of(self._backend, self._channel).retention_state()
+        return await retention_of(self._backend, self.channel).retention_state()
 
     async def close(self) -> None:
         if self._closing:
@@ -176,9 +172,9 @@ class _Readable(Closeable):
                 async with asyncio.timeout(self._config.close_timeout):
                     await self._backend.close()
             except TimeoutError:
-                _log.warning("channel %s: the backend did not close in time", self._channel)
+                _log.warning("channel %s: the backend did not close in time", self.channel)
             except Exception:
-                _log.exception("channel %s: closing the backend failed", self._channel)
+                _log.exception("channel %s: closing the backend failed", self.channel)
         finally:
             self._closed.set()
 
@@ -188,6 +184,9 @@ class _Readable(Closeable):
 
 class WAL(_Readable):
     """The owner's WAL: appends with time ticks, reads through the write-ahead buffer."""
+
+    #: how many attempts the first time tick took
+    open_attempts: Final[int]
 
     def __init__(
         self,
@@ -209,7 +208,7 @@ class WAL(_Readable):
         assert txns is not None, "the chain order includes the transaction interceptor"
         self._txns: TxnInterceptor = txns
         self._started = False
-        self._open_attempts = open_attempts
+        self.open_attempts = open_attempts
         self._truncator = Truncator(
             params.channel.name,
             params.backend,
@@ -238,11 +237,6 @@ class WAL(_Readable):
     @property
     def first_message_id(self) -> MessageId:
         return self.params.first_message.message_id
-
-    @property
-    def open_attempts(self) -> int:
-        """How many attempts the first time tick took."""
-        return self._open_attempts
 
     async def first_acknowledged(self) -> int | None:
         """When (wall-clock ns) this owner acknowledged its first append: where a
@@ -387,7 +381,7 @@ class WAL(_Readable):
                 raise await self._backend.explain_quota(exc) from exc
             raise
         finally:
-            record_append(self._channel, len(msg.payload), time.perf_counter() - started, outcome)
+            record_append(self.channel, len(msg.payload), time.perf_counter() - started, outcome)
 
     def check_message(self, msg: MutableMessage) -> None:
         """:class:`~streamwal.errors.InvalidInputError` if :meth:`append` would refuse
@@ -424,7 +418,7 @@ class WAL(_Readable):
         results = [o for o in outcomes if type(o) is AppendResult]
         if len(results) == len(outcomes):  # the usual case: one count for the batch
             nbytes = sum(map(len, [msg.payload for msg in batch]))
-            record_append_batch(self._channel, len(batch), nbytes, {}, seconds)
+            record_append_batch(self.channel, len(batch), nbytes, {}, seconds)
             self._acknowledged()
             return results
         failed: dict[str, int] = {}
@@ -435,7 +429,7 @@ class WAL(_Readable):
             else:
                 label = _outcome_label(outcome)
                 failed[label] = failed.get(label, 0) + 1
-        record_append_batch(self._channel, len(results), nbytes, failed, seconds)
+        record_append_batch(self.channel, len(results), nbytes, failed, seconds)
         if results:
             self._acknowledged()
         quota = next((o for o in outcomes if isinstance(o, QuotaExceededError)), None)
@@ -445,7 +439,7 @@ class WAL(_Readable):
                 QuotaExceededError(why, o.outcome) if isinstance(o, QuotaExceededError) else o
                 for o in outcomes
             ]
-        raise BatchAppendError(self._channel, list(outcomes))
+        raise BatchAppendError(self.channel, list(outcomes))
 
     async def _close_writer(self) -> None:
         self._first_ack.set()  # a waiter for the first append gets None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, Final
 
 from streamwal.adaptors.memory import (
     MemoryBackendWAL,
@@ -121,14 +121,8 @@ class ProxyBackend:
         self.fail_scans = 0
         self.close_delay = 0.0
         self.reads: list[DeliveryPolicy] = []
-
-    @property
-    def channel(self) -> str:
-        return self.inner.channel
-
-    @property
-    def access_mode(self) -> AccessMode:
-        return self.inner.access_mode
+        self.channel: Final = inner.channel
+        self.access_mode: Final = inner.access_mode
 
     async def ensure_writable(self) -> None:
         if self.fence_delay > 0:

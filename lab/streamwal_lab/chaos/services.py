@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Final
 
 import etcd3
 
@@ -51,23 +52,11 @@ class PrivatePulsar:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock: int | None = None
         self.restarts = 0
-
-    @property
-    def url(self) -> str:
-        return self._service.url
-
-    @property
-    def port(self) -> int:
-        return self._service.broker_port
-
-    @property
-    def admin_url(self) -> str:
-        return self._service.admin_url
-
-    @property
-    def workdir(self) -> Path:
-        """Its folder: ``standalone.conf``, ``pulsar.log`` and ``data/`` (metadata, bookie)."""
-        return self._service.workdir
+        self.url: Final = self._service.url
+        self.port: Final = self._service.broker_port
+        self.admin_url: Final = self._service.admin_url
+        #: its folder: ``standalone.conf``, ``pulsar.log`` and ``data/`` (metadata, bookie)
+        self.workdir: Final = self._service.workdir
 
     async def start(self) -> None:
         """Start the broker and wait until a producer can be created on it."""
