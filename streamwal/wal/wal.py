@@ -187,6 +187,14 @@ class WAL(_Readable):
 
     #: how many attempts the first time tick took
     open_attempts: Final[int]
+    node_id: Final[int]
+    #: the channel's term this owner opened it under (0: none given)
+    term: Final[int]
+    #: the time tick this owner opened the channel with
+    first_time_tick: Final[int]
+    first_message_id: Final[MessageId]
+    mvcc: Final[MVCCManager]
+    buffer: Final[WriteAheadBuffer]
 
     def __init__(
         self,
@@ -203,6 +211,12 @@ class WAL(_Readable):
         )
         self.params = params
         """What the interceptors were built from (buffer, MVCC, channel info, ...)."""
+        self.node_id = params.channel.node_id
+        self.term = params.channel.term
+        self.first_time_tick = params.first_message.time_tick
+        self.first_message_id = params.first_message.message_id
+        self.mvcc = params.mvcc
+        self.buffer = params.buffer
         self._chain = InterceptorChain(params)
         txns = self._chain.find(TxnInterceptor)
         assert txns is not None, "the chain order includes the transaction interceptor"
@@ -220,24 +234,6 @@ class WAL(_Readable):
         self._first_ack_ns: int | None = None
         self._first_ack = asyncio.Event()
 
-    @property
-    def node_id(self) -> int:
-        return self.params.channel.node_id
-
-    @property
-    def term(self) -> int:
-        """The channel's term this owner opened it under (0: none given)."""
-        return self.params.channel.term
-
-    @property
-    def first_time_tick(self) -> int:
-        """The time tick this owner opened the channel with."""
-        return self.params.first_message.time_tick
-
-    @property
-    def first_message_id(self) -> MessageId:
-        return self.params.first_message.message_id
-
     async def first_acknowledged(self) -> int | None:
         """When (wall-clock ns) this owner acknowledged its first append: where a
         failover ends for the channel's writers. ``None`` once closed without one."""
@@ -253,14 +249,6 @@ class WAL(_Readable):
     def is_fenced(self) -> bool:
         """True once another owner took the channel; appends fail, reads go on."""
         return self._chain.fence.error is not None
-
-    @property
-    def mvcc(self) -> MVCCManager:
-        return self.params.mvcc
-
-    @property
-    def buffer(self) -> WriteAheadBuffer:
-        return self.params.buffer
 
     async def start(self) -> None:
         """Start the interceptors (the periodic time tick); once, by ``open_wal``."""
