@@ -22,7 +22,6 @@ since moved for another reason is deleted: its pin is over.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import Counter
@@ -53,7 +52,7 @@ from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import DeposedError, UnavailableError
 from streamwal.node.terms import ChannelTerm, encode_term
-from streamwal.tasks import cancel_and_wait
+from streamwal.tasks import RoundLoop
 
 __all__ = ["Balancer"]
 
@@ -63,7 +62,7 @@ _KEPT_MOVES = 100
 _MAX_HEAL_DOUBLINGS = 4
 
 
-class Balancer:
+class Balancer(RoundLoop):
     def __init__(
         self,
         store: ClusterStore,
@@ -95,8 +94,6 @@ class Balancer:
         self._heal_ms = int(open_failure_bound_s * 1000)
         #: open-failed moves of a channel in a row (reset once it serves): its backoff
         self._heals: dict[str, int] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._closed = False
 
     @property
     def term(self) -> int:
@@ -104,26 +101,20 @@ class Balancer:
         return self._term if self._session.lease_id == self._lease else 0
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="cluster-balancer")
+        self._start_rounds("cluster-balancer")
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await cancel_and_wait(self._task)
+        await self._stop_rounds()
 
-    async def _run(self) -> None:
-        while not self._closed:
-            try:
-                await self._round()
-            except DeposedError as exc:
-                _log.warning("cluster: balancer deposed: %s", exc)
-                self._step_down()
-            except UnavailableError as exc:
-                _log.warning("cluster: balancer round skipped: %s", exc)
-            except Exception:
-                _log.exception("cluster: balancer round failed")
-            await asyncio.sleep(self._interval)
+    def _round_failed(self, exc: Exception) -> bool:
+        if isinstance(exc, DeposedError):
+            _log.warning("cluster: balancer deposed: %s", exc)
+            self._step_down()
+        elif isinstance(exc, UnavailableError):
+            _log.warning("cluster: balancer round skipped: %s", exc)
+        else:
+            _log.error("cluster: balancer round failed", exc_info=exc)
+        return True
 
     def _step_down(self) -> None:
         self._term, self._lease = 0, None

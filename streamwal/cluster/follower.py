@@ -53,7 +53,7 @@ from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView, read_view
 from streamwal.errors import ChannelNotFoundError, ClosedError, StreamwalError, UnavailableError
 from streamwal.node.channels import ChannelManager
-from streamwal.tasks import cancel_and_wait
+from streamwal.tasks import RoundLoop
 from streamwal.wal.wal import WAL
 
 __all__ = ["Follower"]
@@ -71,7 +71,7 @@ class _Wait:
     since: float
 
 
-class Follower:
+class Follower(RoundLoop):
     def __init__(
         self,
         store: ClusterStore,
@@ -104,21 +104,17 @@ class Follower:
         #: per channel: (assignment revision, first failure ms, failures) while failing
         self._failing: dict[str, tuple[int, int, int]] = {}
         self._last_error: dict[str, str] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._closed = False
         self.last_view: ClusterView | None = None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="cluster-follower")
+        self._start_rounds("cluster-follower")
 
     async def close(self, let_go_s: float = 0.0) -> None:
         """Stop following. Channels still being let go of get up to ``let_go_s`` to
         close and write their releases (a clean leave: their new owners then need not
         wait out the grace); whatever is left after that is cancelled."""
-        if self._closed:
+        if not await self._stop_rounds():  # no round starts another open or let-go now
             return
-        self._closed = True
-        await cancel_and_wait(self._task)  # no step starts another open or let-go from here
         letting_go = [t for t in self._letting_go.values() if not t.done()]
         if letting_go and let_go_s > 0:
             await asyncio.wait(letting_go, timeout=let_go_s)
@@ -129,19 +125,16 @@ class Follower:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _run(self) -> None:
-        while not self._closed:
-            try:
-                await self._step()
-            except UnavailableError as exc:
-                _log.debug("cluster: assignments not read (keeps serving): %s", exc)
-            except ClosedError:
-                return
-            except Exception:
-                _log.exception("cluster: following the plan failed")
-            await asyncio.sleep(self._interval)
+    def _round_failed(self, exc: Exception) -> bool:
+        if isinstance(exc, ClosedError):
+            return False
+        if isinstance(exc, UnavailableError):
+            _log.debug("cluster: assignments not read (keeps serving): %s", exc)
+        else:
+            _log.error("cluster: following the plan failed", exc_info=exc)
+        return True
 
-    async def _step(self) -> None:
+    async def _round(self) -> None:
         view = self.last_view = await read_view(self._store, self._keys)
         mine = {c: a for c, a in view.assignments.items() if a.node == self._node_id}
         open_here = {w.channel: w for w in self._channels.channels()}

@@ -37,6 +37,7 @@ from streamwal.cluster.records import ClusterKeys, Lost, NodeRecord, encode, now
 from streamwal.cluster.store import ClusterStore
 from streamwal.cluster.view import ClusterView
 from streamwal.errors import ClosedError, UnavailableError
+from streamwal.tasks import RoundLoop
 
 __all__ = ["Probe", "Prober", "probe"]
 
@@ -85,7 +86,7 @@ class _Refusals:
     count: int = 0
 
 
-class Prober:
+class Prober(RoundLoop):
     """``start()`` / ``close()``; probes the nodes of the latest view ``view_source``
     gives (the follower's: no extra etcd reads)."""
 
@@ -113,29 +114,20 @@ class Prober:
         self._timeout = min(timeout_s, interval_s * 2)
         self._refusals: dict[int, _Refusals] = {}
         self._on_lost = on_lost
-        self._task: asyncio.Task[None] | None = None
-        self._closed = False
 
     async def start(self) -> None:
         if self._needed > 0:
-            self._task = asyncio.create_task(self._run(), name="cluster-prober")
+            self._start_rounds("cluster-prober")
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._stop_rounds()
 
-    async def _run(self) -> None:
-        while not self._closed:
-            try:
-                await self.round()
-            except Exception:
-                _log.exception("cluster: probe round failed")
-            await asyncio.sleep(self._interval)
+    async def _round(self) -> None:
+        await self.round()
+
+    def _round_failed(self, exc: Exception) -> bool:
+        _log.error("cluster: probe round failed", exc_info=exc)
+        return True
 
     async def round(self) -> None:
         """Probe every other live node once; declare those whose refusals add up."""

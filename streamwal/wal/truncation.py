@@ -14,13 +14,12 @@ is (a consumer keeps its checkpoint's message: resuming after it reads it first)
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
 
 from streamwal.errors import BackendMismatchError, InvalidInputError, StreamwalError
-from streamwal.tasks import cancel_and_wait
+from streamwal.tasks import RoundLoop
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.metrics import record_consumer_lag, record_truncation
@@ -46,8 +45,12 @@ def retention_of(backend: BackendWAL, channel: str) -> BackendRetention:
     return backend
 
 
-class Truncator:
+class Truncator(RoundLoop):
     """Owned by the WAL: ``start()`` once, ``close()`` cancels and awaits the loop."""
+
+    #: a failure of another kind ends the loop (the WAL's close raises it)
+    _round_errors = (StreamwalError,)
+    _wait_first = True  # the first round one interval after the open
 
     def __init__(
         self,
@@ -62,21 +65,18 @@ class Truncator:
         self._retention = retention
         self._interval = interval
         self._latest_time_tick = latest_time_tick
-        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._retention is None or not isinstance(self._backend, BackendRetention):
             return
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._start_rounds()
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.round()
-            except StreamwalError as exc:  # next round tries again
-                _log.warning("channel %s: truncation round failed: %s", self._channel, exc)
+    async def _round(self) -> None:
+        await self.round()
+
+    def _round_failed(self, exc: Exception) -> bool:
+        _log.warning("channel %s: truncation round failed: %s", self._channel, exc)
+        return True  # the next round tries again
 
     async def to(self, up_to: MessageId) -> MessageId | None:
         """Truncate through ``up_to`` (inclusive), or just before the slowest checkpoint
@@ -168,5 +168,4 @@ class Truncator:
             )
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._stop_rounds()

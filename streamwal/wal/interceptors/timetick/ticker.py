@@ -19,9 +19,11 @@ loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from streamwal.errors import ChannelFencedError, ClosedError
+from streamwal.tasks import RoundLoop
 from streamwal.wal.backend import BackendWAL
 from streamwal.wal.fence import Fence
 from streamwal.wal.interceptors.timetick.writer import OrderedWriter
@@ -31,8 +33,12 @@ __all__ = ["PeriodicTimeTicker"]
 _log = logging.getLogger(__name__)
 
 
-class PeriodicTimeTicker:
+class PeriodicTimeTicker(RoundLoop):
     """Owns the loop task; ``start()`` once, ``close()`` cancels and awaits it."""
+
+    _wait_first = True  # the open wrote the first time tick
+    #: the last tick failed: the next one makes sure the channel is writable first
+    _failing = False
 
     def __init__(
         self,
@@ -47,19 +53,15 @@ class PeriodicTimeTicker:
         self._backend = backend
         self._fence = fence
         self._interval = interval
-        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"wal-time-tick:{self._channel}")
-            self._task.add_done_callback(self._on_done)
+        task = self._start_rounds(f"wal-time-tick:{self._channel}")
+        if task is not None:
+            task.add_done_callback(self._on_done)
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is None or task.done():
-            return
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        with contextlib.suppress(Exception):  # a loop that died was logged (_on_done)
+            await self._stop_rounds()
 
     def _on_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -69,30 +71,27 @@ class PeriodicTimeTicker:
                 exc_info=task.exception(),
             )
 
-    async def _run(self) -> None:
-        failing = False
-        while True:
-            await asyncio.sleep(self._interval)
+    async def _round(self) -> None:
+        if self._failing:
+            await self._backend.ensure_writable()
+        future = await self._writer.tick()
+        if future is not None:
             try:
-                if failing:
-                    await self._backend.ensure_writable()
-                future = await self._writer.tick()
-                if future is not None:
-                    try:
-                        await future
-                    except BaseException:
-                        self._writer.dirty = True  # the data still lacks a tick after it
-                        raise
-            except ChannelFencedError as exc:
-                self._fence.set(exc)
-                return
-            except ClosedError:
-                return
-            except Exception as exc:
-                if not failing:
-                    _log.warning("channel %s: periodic time tick failed: %r", self._channel, exc)
-                failing = True
-                continue
-            if failing:
-                _log.info("channel %s: periodic time ticks recovered", self._channel)
-                failing = False
+                await future
+            except BaseException:
+                self._writer.dirty = True  # the data still lacks a tick after it
+                raise
+        if self._failing:
+            _log.info("channel %s: periodic time ticks recovered", self._channel)
+            self._failing = False
+
+    def _round_failed(self, exc: Exception) -> bool:
+        if isinstance(exc, ChannelFencedError):
+            self._fence.set(exc)
+            return False
+        if isinstance(exc, ClosedError):
+            return False
+        if not self._failing:
+            _log.warning("channel %s: periodic time tick failed: %r", self._channel, exc)
+        self._failing = True
+        return True  # the next interval tries again
