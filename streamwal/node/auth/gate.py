@@ -100,7 +100,10 @@ class Authorizer:
             async def streamed(request: Any, context: _Context) -> Any:
                 if in_band is None:
                     identity = await self._admit(
-                        operation, check, request, request_streaming, context
+                        operation,
+                        check,
+                        None if request_streaming else _channel_of(request),
+                        context,
                     )
                     if not request_streaming:
                         async for response in behavior(request, context):
@@ -130,7 +133,7 @@ class Authorizer:
 
         async def awaited(request: Any, context: _Context) -> Any:
             if request_streaming:  # stream in, one answer out: no method has it today
-                identity = await self._admit(operation, check, request, True, context)
+                identity = await self._admit(operation, check, None, context)
                 refused: list[tuple[_Denied, Any]] = []
                 response = await behavior(_frames(request, identity, check, refused), context)
                 if refused:
@@ -193,16 +196,22 @@ class Authorizer:
         self,
         operation: str,
         check: Callable[[Identity, str | None], None],
-        request: Any,
-        request_streaming: bool,
+        channel: str | None,
         context: _Context,
+        *,
+        audited: bool = False,
     ) -> Identity:
-        """The caller, allowed the call (a stream's frames are checked as they come);
-        else the call is aborted with the refusal."""
+        """The caller, allowed the call on ``channel`` (``None`` for a stream: its
+        frames are checked as they come); else the call is aborted with the refusal,
+        which an ``audited`` call records first."""
+        name = ""
         try:
             identity = self._identify(operation, context)
-            check(identity, None if request_streaming else _channel_of(request))
+            name = identity.name
+            check(identity, channel)
         except _Denied as denied:
+            if audited:
+                _record(name, operation, channel, denied.code.name)
             await context.abort(denied.code, denied.details)
             raise AssertionError("context.abort returned") from None
         return identity
@@ -216,16 +225,8 @@ class Authorizer:
         context: _Context,
     ) -> Any:
         channel = _channel_of(request)
-        name = ""
+        name = (await self._admit(operation, check, channel, context, audited=True)).name
         outcome = "OK"
-        try:
-            identity = self._identify(operation, context)
-            name = identity.name
-            check(identity, channel)
-        except _Denied as denied:
-            _record(name, operation, channel, denied.code.name)
-            await context.abort(denied.code, denied.details)
-            raise AssertionError("context.abort returned") from None
         try:
             return await behavior(request, context)
         except BaseException as exc:
