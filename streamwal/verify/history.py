@@ -116,7 +116,7 @@ from streamwal.wal.backend import BackendMessage
 from streamwal.wal.interceptors.txn.session import parse_decimal_payload
 from streamwal.wal.message import ImmutableMessage, MessageIdDecoder, MessageType
 from streamwal.wal.message import decode_entry as _decode_entry
-from streamwal.wal.message.codec import (
+from streamwal.wal.message.codec_v1 import (
     KEY_LAST_CONFIRMED,
     KEY_PRODUCER,
     KEY_SEQUENCE,
@@ -126,8 +126,8 @@ from streamwal.wal.message.codec import (
     KEY_TYPE,
     KEY_VCHANNEL,
     KEY_VERSION,
+    V1_CALLER_TYPES,
 )
-from streamwal.wal.message.codec_v1 import V1_CALLER_TYPES
 from streamwal.wal.message.frame import (
     FLAG_HAS_PRODUCER,
     FLAG_HAS_TXN,

@@ -21,7 +21,7 @@ from streamwal.verify.history import HistoryChecker, check_history
 from streamwal.verify.pipeline import ReadingThread
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import MessageType, MutableMessage, encode
-from streamwal.wal.message.codec import KEY_TIME_TICK
+from streamwal.wal.message.codec_v1 import KEY_TIME_TICK
 from tests.verify.test_history import ack_of, data, first_tick, mid
 
 TOPIC = "persistent://public/default/chk"

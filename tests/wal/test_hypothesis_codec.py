@@ -18,16 +18,16 @@ from streamwal.adaptors.pulsar import PulsarMessageId
 from streamwal.errors import DecodeError, UnsupportedLogFormatError
 from streamwal.wal.backend import BackendMessage
 from streamwal.wal.message import MessageType, MutableMessage, decode, encode
-from streamwal.wal.message.codec import (
-    FORMAT_PROPERTY,
+from streamwal.wal.message.codec import FORMAT_PROPERTY
+from streamwal.wal.message.codec_v1 import (
     KEY_LAST_CONFIRMED,
     KEY_SOURCE,
     KEY_TIME_TICK,
     KEY_TYPE,
     KEY_VCHANNEL,
     KEY_VERSION,
+    V1_CALLER_TYPES,
 )
-from streamwal.wal.message.codec_v1 import V1_CALLER_TYPES
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)

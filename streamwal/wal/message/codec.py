@@ -22,14 +22,9 @@ from streamwal.wal.backend import BackendMessage, DeliveryPolicy
 from streamwal.wal.message import codec_v1
 from streamwal.wal.message.codec_v1 import (
     KEY_LAST_CONFIRMED,
-    KEY_PRODUCER,
-    KEY_SEQUENCE,
     KEY_SOURCE,
     KEY_TIME_TICK,
-    KEY_TXN,
     KEY_TYPE,
-    KEY_VCHANNEL,
-    KEY_VERSION,
     MessageIdDecoder,
 )
 from streamwal.wal.message.frame import (
@@ -46,15 +41,6 @@ from streamwal.wal.message_id import MessageId
 
 __all__ = [
     "FORMAT_PROPERTY",
-    "KEY_LAST_CONFIRMED",
-    "KEY_PRODUCER",
-    "KEY_SEQUENCE",
-    "KEY_SOURCE",
-    "KEY_TIME_TICK",
-    "KEY_TXN",
-    "KEY_TYPE",
-    "KEY_VCHANNEL",
-    "KEY_VERSION",
     "LOG_FORMATS",
     "LOG_FORMAT_V1",
     "LOG_FORMAT_V2",
