@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,41 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@dataclass(frozen=True)
+class _Child:
+    """The ``sleep`` an inner test starts with ``children.start_a_child()``: the process
+    the guard must not leave behind. Its pid is in ``pid_file`` once it has started."""
+
+    pid_file: Path
+
+    def started(self) -> bool:
+        return self.pid_file.exists() and bool(self.pid_file.read_text())
+
+    def gone(self, within: float = 0.0) -> bool:
+        """Whether it has ended (a zombie has), given up to ``within`` seconds to end."""
+        pid = int(self.pid_file.read_text())
+        deadline = time.monotonic() + within
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not _alive(pid)
+
+
+@pytest.fixture
+def child(inner: pytest.Pytester) -> _Child:
+    """Writes the module ``children`` that the inner session's tests import."""
+    pid_file = inner.path / "child.pid"
+    inner.makepyfile(
+        children=f"""
+        import subprocess
+
+        def start_a_child():
+            child = subprocess.Popen(["sleep", "1000"])
+            open({str(pid_file)!r}, "w").write(str(child.pid))
+        """
+    )
+    return _Child(pid_file)
 
 
 def test_a_test_that_keeps_growing_fails_and_its_allocation_site_is_named(
@@ -239,19 +275,19 @@ def test_a_timeout_cancels_an_awaiting_test_which_cleans_up(inner: pytest.Pytest
     )
 
 
-def test_a_test_that_will_not_end_is_killed_with_its_children(inner: pytest.Pytester) -> None:
-    pid_file = inner.path / "child.pid"
+def test_a_test_that_will_not_end_is_killed_with_its_children(
+    inner: pytest.Pytester, child: _Child
+) -> None:
     inner.makepyfile(
-        test_stuck=f"""
-        import subprocess
+        test_stuck="""
         import time
 
         import pytest
+        from children import start_a_child
 
         @pytest.mark.timeout(1)
         def test_swallows_everything():
-            child = subprocess.Popen(["sleep", "1000"])
-            open({str(pid_file)!r}, "w").write(str(child.pid))
+            start_a_child()
             while True:
                 try:
                     time.sleep(5)
@@ -267,28 +303,23 @@ def test_a_test_that_will_not_end_is_killed_with_its_children(inner: pytest.Pyte
     assert "did not end within 3 s of being interrupted" in err
     assert "killed 1 process(es): ['sleep']" in err
     assert "test_swallows_everything" in err  # the stacks
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child)
+    assert child.gone(within=5)
 
 
 def test_the_summary_names_peak_rss_growth_slowest_tests_and_leftover_children(
-    inner: pytest.Pytester,
+    inner: pytest.Pytester, child: _Child
 ) -> None:
-    pid_file = inner.path / "child.pid"
     inner.makepyfile(
-        test_summary=f"""
-        import subprocess
+        test_summary="""
         import time
+
+        from children import start_a_child
 
         def test_slow():
             time.sleep(0.5)
 
         def test_leaves_a_child():
-            child = subprocess.Popen(["sleep", "1000"])
-            open({str(pid_file)!r}, "w").write(str(child.pid))
+            start_a_child()
         """
     )
     result = _run(inner)
@@ -306,16 +337,16 @@ def test_the_summary_names_peak_rss_growth_slowest_tests_and_leftover_children(
             "killed 1 leftover child process(es): * sleep",
         ]
     )
-    assert not _alive(int(pid_file.read_text()))
+    assert child.gone()
 
 
 def _terminated(
-    folder: Path, pid_file: Path, *args: str, sigint_ignored: bool = False
-) -> tuple[int, str, int, float]:
-    """Run pytest (with the guard) in ``folder``, SIGTERM it once its test wrote its
-    child's pid to ``pid_file``: its exit code, its output, the child's pid and the
-    seconds from the signal to the exit. ``sigint_ignored``: started as a
-    non-interactive shell starts a background job, with SIGINT ignored."""
+    folder: Path, child: _Child, *args: str, sigint_ignored: bool = False
+) -> tuple[int, str, float]:
+    """Run pytest (with the guard) in ``folder``, SIGTERM it once its test started its
+    ``child``: its exit code, its output and the seconds from the signal to the exit.
+    ``sigint_ignored``: started as a non-interactive shell starts a background job,
+    with SIGINT ignored."""
     command = [sys.executable, "-m", "pytest", "-p", "tests.guard", "-p", "no:cacheprovider"]
     if sigint_ignored:  # the shell's exec keeps the ignored disposition, as its jobs do
         command = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *command]
@@ -324,10 +355,9 @@ def _terminated(
     )
     try:
         deadline = time.monotonic() + 60
-        while not pid_file.exists() or not pid_file.read_text():
+        while not child.started():
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        child = int(pid_file.read_text())
         proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         out, _ = proc.communicate(timeout=30)
@@ -336,34 +366,29 @@ def _terminated(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return proc.returncode, out.decode(errors="replace"), child, waited
+    return proc.returncode, out.decode(errors="replace"), waited
 
 
 @pytest.mark.parametrize(
     ("phase", "sigint_ignored"), [("setup", False), ("call", False), ("call", True)]
 )
 def test_sigterm_stops_the_run_with_teardown_and_kills_its_children(
-    inner: pytest.Pytester, phase: str, sigint_ignored: bool
+    inner: pytest.Pytester, child: _Child, phase: str, sigint_ignored: bool
 ) -> None:
     """A cancelled run (SIGTERM) still tears down and leaves no child behind, also
     when it is stopped in a fixture (pytest's ``tmp_path`` then has no report), and
     when it was started with SIGINT ignored (a background job of a script)."""
-    pid_file = inner.path / "child.pid"
     events = inner.path / "events"
     inner.makepyfile(
         test_cancelled=f"""
         import asyncio
-        import subprocess
 
         import pytest
+        from children import start_a_child
 
         def note(event):
             with open({str(events)!r}, "a") as out:
                 out.write(event + "\\n")
-
-        def start_a_child():
-            child = subprocess.Popen(["sleep", "1000"])
-            open({str(pid_file)!r}, "w").write(str(child.pid))
 
         @pytest.fixture
         async def marks_teardown():
@@ -395,8 +420,8 @@ def test_sigterm_stops_the_run_with_teardown_and_kills_its_children(
             pass
         """
     )
-    code, text, child, _waited = _terminated(
-        inner.path, pid_file, "-k", f"stuck_in_{phase} or never_run", sigint_ignored=sigint_ignored
+    code, text, _waited = _terminated(
+        inner.path, child, "-k", f"stuck_in_{phase} or never_run", sigint_ignored=sigint_ignored
     )
     assert code == pytest.ExitCode.INTERRUPTED, text
     assert "streamwal-guard: SIGTERM: stopping the run" in text
@@ -407,21 +432,20 @@ def test_sigterm_stops_the_run_with_teardown_and_kills_its_children(
     assert noted == ["stuck code unwound", "fixture torn down"], events.read_text()
     assert events.read_text().splitlines()[-2:] == noted
     assert "killed 1 leftover child process(es):" in text
-    assert not _alive(child)
+    assert child.gone()
 
 
 def test_a_run_that_will_not_stop_after_sigterm_is_ended_with_its_children(
-    inner: pytest.Pytester,
+    inner: pytest.Pytester, child: _Child
 ) -> None:
-    pid_file = inner.path / "child.pid"
     inner.makepyfile(
-        test_deaf=f"""
+        test_deaf="""
         import asyncio
-        import subprocess
+
+        from children import start_a_child
 
         async def test_swallows_its_cancellation():
-            child = subprocess.Popen(["sleep", "1000"])
-            open({str(pid_file)!r}, "w").write(str(child.pid))
+            start_a_child()
             while True:
                 try:
                     await asyncio.sleep(1000)
@@ -429,8 +453,8 @@ def test_a_run_that_will_not_stop_after_sigterm_is_ended_with_its_children(
                     pass
         """
     )
-    code, text, child, waited = _terminated(inner.path, pid_file, "-o", "guard_timeout_grace=3")
+    code, text, waited = _terminated(inner.path, child, "-o", "guard_timeout_grace=3")
     assert 2.5 < waited < 20, text
     assert code == 128 + signal.SIGTERM, text
     assert "streamwal-guard: 3 s after SIGTERM: killed 1 process(es) ['sleep']" in text
-    assert not _alive(child)
+    assert child.gone()
