@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from streamwal.errors import WriteOutcome
 from streamwal.node.idempotence import ProducerIdentity
 
@@ -23,22 +25,23 @@ def test_an_append_known_not_written_gives_its_number_back() -> None:
     assert identity.next_sequence("a") == seq
 
 
-def test_an_append_that_may_be_in_the_log_leaves_its_producer_id_behind() -> None:
+@pytest.mark.parametrize(
+    ("then", "outcome"),
+    [("b", WriteOutcome.UNKNOWN), ("a", WriteOutcome.NOT_WRITTEN)],
+    ids=["may-be-in-the-log", "later-ones-out"],
+)
+def test_a_number_that_cannot_be_given_back_leaves_its_producer_id_behind(
+    then: str, outcome: WriteOutcome
+) -> None:
+    """An append that may be in the log, or one with a later number of its channel
+    out: its number cannot be reused, so every channel starts over under a new id."""
     identity = ProducerIdentity(42)
     seq = identity.next_sequence("a")
-    identity.next_sequence("b")
-    identity.give_up("a", seq, WriteOutcome.UNKNOWN)
+    identity.next_sequence(then)
+    identity.give_up("a", seq, outcome)
     assert identity.producer_id != 42
     assert identity.next_sequence("a") == 0
     assert identity.next_sequence("b") == 0
-
-
-def test_a_number_with_later_ones_out_cannot_be_given_back() -> None:
-    identity = ProducerIdentity(42)
-    first = identity.next_sequence("a")
-    identity.next_sequence("a")
-    identity.give_up("a", first, WriteOutcome.NOT_WRITTEN)
-    assert identity.producer_id != 42
 
 
 async def test_a_batch_waits_while_the_numbers_in_flight_would_span_more_than_the_window() -> None:
