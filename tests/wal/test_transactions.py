@@ -42,11 +42,15 @@ def _insert(payload: bytes, txn_id: int | None = None) -> MutableMessage:
     return msg if txn_id is None else msg.with_txn(txn_id)
 
 
-async def _open_txn(open_owner: OpenOwner, *, keepalive: float | None = None) -> tuple[WAL, int]:
-    """A new owner with a transaction begun on ``VCHANNEL`` that holds one insert, ``t1``."""
+async def _open_txn(
+    open_owner: OpenOwner, *, keepalive: float | None = None, holding: bytes | None = b"t1"
+) -> tuple[WAL, int]:
+    """A new owner with a transaction begun on ``VCHANNEL`` that holds one insert,
+    ``holding`` (``None``: nothing yet)."""
     wal = await open_owner()
     txn = await wal.begin_txn(VCHANNEL, keepalive=keepalive)
-    await wal.append(_insert(b"t1", txn))
+    if holding is not None:
+        await wal.append(_insert(holding, txn))
     return wal, txn
 
 
@@ -270,8 +274,7 @@ async def test_a_deposed_owners_commit_behind_the_new_first_time_tick_is_not_del
 async def test_commit_waits_for_the_appends_in_flight(
     open_owner: OpenOwner, store: MemoryLogStore
 ) -> None:
-    wal = await open_owner()
-    txn = await wal.begin_txn(VCHANNEL)
+    wal, txn = await _open_txn(open_owner, holding=None)
     store.faults.append_delay = 0.02
     pending = [asyncio.create_task(wal.append(_insert(f"t{i}".encode(), txn))) for i in range(3)]
     await asyncio.sleep(0)
@@ -338,8 +341,7 @@ async def test_an_append_of_unknown_outcome_forbids_the_commit(
 async def test_nothing_goes_into_a_transaction_being_committed(
     open_owner: OpenOwner, store: MemoryLogStore
 ) -> None:
-    wal = await open_owner()
-    txn = await wal.begin_txn(VCHANNEL)
+    wal, txn = await _open_txn(open_owner, holding=None)
     store.faults.append_delay = 0.05
     pending = asyncio.create_task(wal.append(_insert(b"t1", txn)))
     await asyncio.sleep(0)
