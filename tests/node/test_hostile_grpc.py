@@ -56,6 +56,15 @@ async def client(node: str) -> AsyncIterator[NodeClient]:
         yield c
 
 
+@pytest.fixture
+async def channel(client: NodeClient, unique: str) -> str:
+    """A fresh channel, assigned on the node (the suite's ``channel`` would delete its
+    topic under the module's node, which still holds it)."""
+    channel = f"hostile-{unique}"
+    await client.assign(channel)
+    return channel
+
+
 async def _still_serves(address: str, client: NodeClient, channel: str) -> None:
     async with grpc.aio.insecure_channel(address) as raw:
         health = health_pb2_grpc.HealthStub(raw)
@@ -65,10 +74,8 @@ async def _still_serves(address: str, client: NodeClient, channel: str) -> None:
 
 
 async def test_malformed_request_bytes_get_invalid_argument(
-    node: str, client: NodeClient, unique: str
+    node: str, client: NodeClient, channel: str
 ) -> None:
-    channel = f"hostile-raw-{unique}"
-    await client.assign(channel)
     async with grpc.aio.insecure_channel(node) as raw:
         for method in ("Produce", "AssignChannel", "RemoveChannel", "GetMVCC", "ListChannels"):
             call = raw.unary_unary(_SERVICE + method)
@@ -87,10 +94,8 @@ async def test_malformed_request_bytes_get_invalid_argument(
 
 
 async def test_a_malformed_request_in_the_middle_of_a_stream_ends_it_with_invalid_argument(
-    node: str, client: NodeClient, unique: str
+    node: str, client: NodeClient, channel: str
 ) -> None:
-    channel = f"hostile-stream-{unique}"
-    await client.assign(channel)
     good = pb.ProduceRequest(pchannel=channel, message=pb.Message(type="insert", payload=b"ok"))
 
     ended = asyncio.Event()
@@ -141,11 +146,8 @@ async def test_every_rpc_on_an_unknown_channel_is_not_found(
 
 
 async def test_a_failed_streamed_append_is_answered_in_band_and_the_stream_goes_on(
-    node: str, client: NodeClient, unique: str
+    node: str, client: NodeClient, channel: str, unique: str
 ) -> None:
-    channel = f"hostile-inband-{unique}"
-    await client.assign(channel)
-
     def request(pchannel: str, payload: bytes) -> pb.ProduceRequest:
         return pb.ProduceRequest(
             pchannel=pchannel, message=pb.Message(type="insert", payload=payload)
@@ -177,10 +179,8 @@ async def test_a_failed_streamed_append_is_answered_in_band_and_the_stream_goes_
 
 
 async def test_oversized_input_is_refused_with_a_typed_code(
-    node: str, client: NodeClient, unique: str
+    node: str, client: NodeClient, channel: str
 ) -> None:
-    channel = f"hostile-big-{unique}"
-    await client.assign(channel)
     # properties the broker cannot take in one message
     many = {f"k{i}": "x" * 600 for i in range(10_000)}
     assert await code_of(client.produce(channel, b"x", properties=many)) == (
@@ -228,10 +228,8 @@ async def test_invalid_delivery_policies_get_invalid_argument(
 
 
 async def test_clients_that_go_away_mid_stream_leave_the_node_serving_and_the_log_whole(
-    node: str, client: NodeClient, stack: StackInfo, unique: str
+    node: str, client: NodeClient, stack: StackInfo, channel: str
 ) -> None:
-    channel = f"hostile-gone-{unique}"
-    await client.assign(channel)
     acks: list[Ack] = []
     for round_ in range(5):
         async with grpc.aio.insecure_channel(node) as raw:
