@@ -175,6 +175,23 @@ async def test_library_round_trip_64_mib(stack: StackInfo, tso: InProcessTSO, un
     await _library_round_trip(stack, tso, f"chunks-64-{unique}", [64 * MiB])
 
 
+async def _produce_beside_small(
+    client: NodeClient, channel: str, sizes: list[int], *, numbered: bool = False
+) -> list[tuple[bytes, int, str]]:
+    """For each size a small message, then one of that size: (message id, time tick,
+    sha256) of each, in order; each payload is dropped once sent, as the module's
+    memory bound wants. ``numbered``: each carries property ``i``, its size's index."""
+    expected = []
+    for i, size in enumerate(sizes):
+        for payload in (b"small-%d" % i, _payload(size, i)):
+            properties = {"i": str(i)} if numbered else None
+            acked = await client.produce(channel, payload, properties=properties)
+            expected.append((acked.message_id, acked.time_tick, _sha(payload)))
+            del payload
+        gc.collect()
+    return expected
+
+
 @pytest.fixture
 async def node(stack: StackInfo, etcd_prefix: Callable[[str], str]) -> AsyncIterator[Node]:
     config = load_config(environ=stack_environ(stack, 41, etcd_prefix("chunk-node")))
@@ -189,13 +206,7 @@ async def test_node_round_trips_beside_small_messages(node: Node, unique: str) -
     sizes = [MiB, 5 * MiB, 6 * MiB]
     async with NodeClient(node.address, timeout=120) as client:
         await client.assign(channel)
-        expected = []
-        for i, size in enumerate(sizes):
-            for payload in (b"small-%d" % i, _payload(size, i)):
-                acked = await client.produce(channel, payload, properties={"i": str(i)})
-                expected.append((acked.message_id, acked.time_tick, _sha(payload)))
-                del payload
-        gc.collect()
+        expected = await _produce_beside_small(client, channel, sizes, numbered=True)
 
         single: list[tuple[bytes, int, str]] = []
         async for m in client.consume(channel, policy("all"), timeout=120):
@@ -244,13 +255,7 @@ async def test_a_node_process_round_trips_20_and_64_mib(
     try:
         async with NodeClient(process.address, timeout=120) as client:
             await client.assign(channel)
-            expected = []
-            for i, size in enumerate([20 * MiB, 64 * MiB]):
-                for payload in (b"small-%d" % i, _payload(size, i)):
-                    acked = await client.produce(channel, payload)
-                    expected.append((acked.message_id, acked.time_tick, _sha(payload)))
-                    del payload
-                gc.collect()
+            expected = await _produce_beside_small(client, channel, [20 * MiB, 64 * MiB])
             got: list[tuple[bytes, int, str]] = []
             async for m in client.consume(channel, policy("all"), timeout=120):
                 if m.type.lower() == "insert":
