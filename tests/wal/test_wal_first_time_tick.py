@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from opentelemetry import trace
@@ -14,7 +14,15 @@ from opentelemetry.trace import StatusCode
 
 from streamwal.adaptors.memory import MemoryBackendWAL, MemoryLogStore
 from streamwal.errors import ChannelFencedError, ClosedError, UnavailableError
-from streamwal.wal import AccessMode, Backoff, MessageType, open_wal, send_first_time_tick
+from streamwal.wal import (
+    WAL,
+    AccessMode,
+    Backoff,
+    MessageType,
+    WALConfig,
+    open_wal,
+    send_first_time_tick,
+)
 from streamwal.wal.initializing import (
     ATTR_ATTEMPT,
     ATTR_ATTEMPTS,
@@ -28,6 +36,22 @@ from streamwal.wal.initializing import (
 from tests.wal.testkit import BatchAllocator, RecordingOpener, fast_config, log_messages, wait_until
 
 Spans = Callable[[], list[ReadableSpan]]
+OpenAndClose = Callable[[int, WALConfig], Awaitable[WAL]]
+
+
+@pytest.fixture
+def open_and_close(
+    opener: RecordingOpener, allocator: BatchAllocator, channel: str
+) -> OpenAndClose:
+    """Opens the test's channel as node ``node_id`` and closes it at once: what these
+    tests look at is the open's own work (first time tick, spans, log lines)."""
+
+    async def _open(node_id: int, config: WALConfig) -> WAL:
+        wal = await open_wal(opener, channel, allocator, node_id, config)
+        await wal.close()
+        return wal
+
+    return _open
 
 
 def _named(spans: list[ReadableSpan], name: str, channel: str | None = None) -> list[ReadableSpan]:
@@ -48,6 +72,12 @@ def _attempts(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableS
     return sorted(children, key=lambda s: (s.attributes or {})[ATTR_ATTEMPT])  # type: ignore[arg-type,return-value]
 
 
+def _open_span(spans: Spans, channel: str) -> tuple[ReadableSpan, list[ReadableSpan]]:
+    """The channel's one ``wal.open`` span, and its attempts in order."""
+    (opened,) = _named(spans(), "wal.open", channel)
+    return opened, _attempts(spans(), opened)
+
+
 def _exception_types(span: ReadableSpan) -> list[str]:
     return [
         str((e.attributes or {}).get("exception.type"))
@@ -57,21 +87,15 @@ def _exception_types(span: ReadableSpan) -> list[str]:
 
 
 async def test_failed_attempts_are_retried_and_traced(
-    store: MemoryLogStore,
-    opener: RecordingOpener,
-    allocator: BatchAllocator,
-    channel: str,
-    spans: Spans,
+    store: MemoryLogStore, channel: str, spans: Spans, open_and_close: OpenAndClose
 ) -> None:
     store.faults.fail_ensure_writable = 2
     store.faults.fail_appends = 1
     config = fast_config(first_time_tick_backoff=Backoff(initial=0.002, maximum=0.004))
 
-    wal = await open_wal(opener, channel, allocator, 7, config)
-    await wal.close()
+    wal = await open_and_close(7, config)
 
-    (opened,) = _named(spans(), "wal.open", channel)
-    attempts = _attempts(spans(), opened)
+    opened, attempts = _open_span(spans, channel)
     assert len(attempts) == 4  # N = 3 failures, then success
     attrs = [dict(s.attributes or {}) for s in attempts]
     assert [a[ATTR_ATTEMPT] for a in attrs] == [1, 2, 3, 4]
@@ -106,16 +130,14 @@ async def test_failed_attempts_are_retried_and_traced(
 
 
 async def test_a_tso_failure_is_retried_like_an_append_failure(
-    opener: RecordingOpener, allocator: BatchAllocator, channel: str, spans: Spans
+    allocator: BatchAllocator, channel: str, spans: Spans, open_and_close: OpenAndClose
 ) -> None:
     allocator.fail_syncs = 1
     allocator.fail_allocations = 1
 
-    wal = await open_wal(opener, channel, allocator, 1, fast_config())
-    await wal.close()
+    await open_and_close(1, fast_config())
 
-    (opened,) = _named(spans(), "wal.open", channel)
-    attempts = _attempts(spans(), opened)
+    opened, attempts = _open_span(spans, channel)
     assert len(attempts) == 3
     assert [_exception_types(s) for s in attempts] == [
         ["streamwal.errors.UnavailableError"],
@@ -176,16 +198,11 @@ async def test_cancellation_during_a_backoff_wait_ends_the_open_promptly(
 
 
 async def test_open_logs_start_failures_and_success(
-    store: MemoryLogStore,
-    opener: RecordingOpener,
-    allocator: BatchAllocator,
-    channel: str,
-    caplog: pytest.LogCaptureFixture,
+    store: MemoryLogStore, caplog: pytest.LogCaptureFixture, open_and_close: OpenAndClose
 ) -> None:
     store.faults.fail_appends = 2
     caplog.set_level(logging.INFO, logger="streamwal.wal.initializing")
-    wal = await open_wal(opener, channel, allocator, 1, fast_config())
-    await wal.close()
+    wal = await open_and_close(1, fast_config())
 
     records = [r for r in caplog.records if r.name == "streamwal.wal.initializing"]
     assert [r.levelno for r in records] == [
