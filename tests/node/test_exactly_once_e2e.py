@@ -55,10 +55,9 @@ async def _lose_the_answer(
 
 
 async def test_an_append_whose_answer_is_lost_is_retried_and_lands_once(
-    two_nodes: tuple[NodeProcess, NodeProcess], unique: str, stack: StackInfo
+    two_nodes: tuple[NodeProcess, NodeProcess], channel: str, stack: StackInfo
 ) -> None:
     one, _ = two_nodes
-    channel = f"eos-retry-{unique}"
     async with (
         FaultProxy(one.port) as proxy,
         NodeClient(proxy.url_host, retries=5, tracing=False) as client,
@@ -81,10 +80,9 @@ async def test_an_append_whose_answer_is_lost_is_retried_and_lands_once(
 
 
 async def test_an_append_whose_answer_is_lost_is_retried_through_the_next_owner(
-    two_nodes: tuple[NodeProcess, NodeProcess], unique: str, stack: StackInfo
+    two_nodes: tuple[NodeProcess, NodeProcess], channel: str, stack: StackInfo
 ) -> None:
     one, two = two_nodes
-    channel = f"eos-takeover-{unique}"
     identity = ProducerIdentity()
     async with (
         FaultProxy(one.port) as proxy,
@@ -121,10 +119,9 @@ async def test_an_append_whose_answer_is_lost_is_retried_through_the_next_owner(
 
 
 async def test_a_transaction_cut_by_a_takeover_is_never_delivered(
-    two_nodes: tuple[NodeProcess, NodeProcess], unique: str, stack: StackInfo
+    two_nodes: tuple[NodeProcess, NodeProcess], channel: str, stack: StackInfo
 ) -> None:
     one, two = two_nodes
-    channel = f"eos-txn-{unique}"
     async with (
         NodeClient(one.address, tracing=False) as c1,
         NodeClient(two.address, tracing=False) as c2,
@@ -163,13 +160,12 @@ async def test_a_transaction_cut_by_a_takeover_is_never_delivered(
 
 
 async def test_concurrent_appends_of_one_client_are_all_taken_once(
-    two_nodes: tuple[NodeProcess, NodeProcess], unique: str, stack: StackInfo
+    two_nodes: tuple[NodeProcess, NodeProcess], channel: str, stack: StackInfo
 ) -> None:
     """One idempotent client, many appends at once: the node handles them as separate
     calls and they may reach the WAL out of order; none is refused as a gap, and each
     is in the log once (the node bench's 32 callers once got a gap error here)."""
     one, _ = two_nodes
-    channel = f"eos-concurrent-{unique}"
     async with NodeClient(one.address, tracing=False) as client:
         await client.assign(channel)
         for burst in range(5):
