@@ -31,25 +31,32 @@ async def node() -> AsyncIterator[tuple[str, MemoryLogStore]]:
         yield address, store
 
 
+@pytest.fixture
+async def client(node: tuple[str, MemoryLogStore]) -> AsyncIterator[NodeClient]:
+    """A client of the node, with ``CHANNEL`` assigned."""
+    address, _ = node
+    async with NodeClient(address, tracing=False) as connected:
+        await connected.assign(CHANNEL)
+        yield connected
+
+
 def _log(store: MemoryLogStore) -> list[tuple[int | None, int | None, bytes]]:
     messages = [decode(raw, MemoryMessageId.from_bytes) for raw in store.entries(CHANNEL)]
     return [(m.producer_id, m.sequence, m.payload) for m in messages if m.payload]
 
 
 async def test_a_retried_sequence_is_answered_with_the_first_result(
-    node: tuple[str, MemoryLogStore],
+    node: tuple[str, MemoryLogStore], client: NodeClient
 ) -> None:
-    address, store = node
-    async with NodeClient(address, tracing=False) as client:
-        await client.assign(CHANNEL)
-        first = await client.produce(CHANNEL, b"a")
-        again = await client.produce(CHANNEL, b"a", sequence=first.sequence)
-        assert (again.message_id, again.time_tick) == (first.message_id, first.time_tick)
-        assert _log(store) == [(first.producer_id, 0, b"a")]
-        with pytest.raises(grpc.aio.AioRpcError) as gap:
-            await client.produce(CHANNEL, b"b", sequence=5 + fast_config().idempotence_window)
-        assert gap.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "skips ahead" in (gap.value.details() or "")
+    _, store = node
+    first = await client.produce(CHANNEL, b"a")
+    again = await client.produce(CHANNEL, b"a", sequence=first.sequence)
+    assert (again.message_id, again.time_tick) == (first.message_id, first.time_tick)
+    assert _log(store) == [(first.producer_id, 0, b"a")]
+    with pytest.raises(grpc.aio.AioRpcError) as gap:
+        await client.produce(CHANNEL, b"b", sequence=5 + fast_config().idempotence_window)
+    assert gap.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "skips ahead" in (gap.value.details() or "")
 
 
 async def test_a_lost_answer_is_retried_by_the_client_and_lands_once(
@@ -65,35 +72,32 @@ async def test_a_lost_answer_is_retried_by_the_client_and_lands_once(
         assert acked.message_id == landed.message_id.to_bytes()
 
 
-async def test_a_transaction_through_the_node(node: tuple[str, MemoryLogStore]) -> None:
-    address, _ = node
-    async with NodeClient(address, tracing=False) as client:
-        await client.assign(CHANNEL)
-        txn = await client.begin_txn(CHANNEL, "v", keepalive_s=30)
-        await client.produce(CHANNEL, b"t1", vchannel="v", txn_id=txn)
-        await client.keepalive_txn(CHANNEL, txn)
-        await client.produce(CHANNEL, b"t2", vchannel="v", txn_id=txn)
-        dropped = await client.begin_txn(CHANNEL, "v")
-        await client.produce(CHANNEL, b"never", vchannel="v", txn_id=dropped)
-        await client.rollback_txn(CHANNEL, dropped)
-        commit = await client.commit_txn(CHANNEL, txn)
-        read = await read_from_start(client, CHANNEL, 5, vchannel="v")
-        assert [m.type for m in read[1:]] == ["BeginTxn", "insert", "insert", "CommitTxn"]
-        assert [m.wal_record for m in read[1:]] == [True, False, False, True]
-        assert [m.payload for m in read if m.type == "insert"] == [b"t1", b"t2"]
-        assert all(m.txn_id == txn for m in read[2:])
-        assert read[-1].message_id == commit.message_id
-        # a repeated commit was ABORTED: now it is answered with the first result
-        assert (await client.commit_txn(CHANNEL, txn)).message_id == commit.message_id
-        with pytest.raises(grpc.aio.AioRpcError) as ended:
-            await client.commit_txn(CHANNEL, dropped)
-        assert ended.value.code() == grpc.StatusCode.ABORTED
-        # a caller's "CommitTxn" is the caller's message (log format v2), not a marker
-        mine = await client.produce(CHANNEL, b"x", type="CommitTxn", vchannel="v")
-        async for got in client.consume(CHANNEL, policy("all"), vchannel="v", timeout=5):
-            if got.message_id == mine.message_id:
-                break
-        assert (got.type, got.wal_record, got.txn_id) == ("CommitTxn", False, None)
+async def test_a_transaction_through_the_node(client: NodeClient) -> None:
+    txn = await client.begin_txn(CHANNEL, "v", keepalive_s=30)
+    await client.produce(CHANNEL, b"t1", vchannel="v", txn_id=txn)
+    await client.keepalive_txn(CHANNEL, txn)
+    await client.produce(CHANNEL, b"t2", vchannel="v", txn_id=txn)
+    dropped = await client.begin_txn(CHANNEL, "v")
+    await client.produce(CHANNEL, b"never", vchannel="v", txn_id=dropped)
+    await client.rollback_txn(CHANNEL, dropped)
+    commit = await client.commit_txn(CHANNEL, txn)
+    read = await read_from_start(client, CHANNEL, 5, vchannel="v")
+    assert [m.type for m in read[1:]] == ["BeginTxn", "insert", "insert", "CommitTxn"]
+    assert [m.wal_record for m in read[1:]] == [True, False, False, True]
+    assert [m.payload for m in read if m.type == "insert"] == [b"t1", b"t2"]
+    assert all(m.txn_id == txn for m in read[2:])
+    assert read[-1].message_id == commit.message_id
+    # a repeated commit was ABORTED: now it is answered with the first result
+    assert (await client.commit_txn(CHANNEL, txn)).message_id == commit.message_id
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        await client.commit_txn(CHANNEL, dropped)
+    assert ended.value.code() == grpc.StatusCode.ABORTED
+    # a caller's "CommitTxn" is the caller's message (log format v2), not a marker
+    mine = await client.produce(CHANNEL, b"x", type="CommitTxn", vchannel="v")
+    async for got in client.consume(CHANNEL, policy("all"), vchannel="v", timeout=5):
+        if got.message_id == mine.message_id:
+            break
+    assert (got.type, got.wal_record, got.txn_id) == ("CommitTxn", False, None)
 
 
 async def test_bad_numbers_and_unknown_transactions_get_typed_codes(

@@ -14,9 +14,9 @@ import pytest
 from streamwal.adaptors.memory import MemoryLogStore
 from streamwal.node.client import Consumed, NodeClient, policy
 from tests.node.memory_node import read_from_start
-from tests.node.test_exactly_once_grpc import CHANNEL, node
+from tests.node.test_exactly_once_grpc import CHANNEL, client, node
 
-__all__ = ["node"]  # the fixture: one node over an in-process store
+__all__ = ["client", "node"]  # the fixtures: one node over an in-process store, its client
 
 
 async def test_a_bad_name_is_invalid_and_a_missing_channel_not_found_creating_nothing(
@@ -35,24 +35,21 @@ async def test_a_bad_name_is_invalid_and_a_missing_channel_not_found_creating_no
 
 
 async def test_the_owning_node_serves_read_only_reads_with_its_readers_ids(
-    node: tuple[str, MemoryLogStore],
+    client: NodeClient,
 ) -> None:
-    address, _ = node
-    async with NodeClient(address, tracing=False) as client:
-        await client.assign(CHANNEL)
-        acked = [await client.produce(CHANNEL, f"m-{i}".encode()) for i in range(4)]
-        owner = await read_from_start(client, CHANNEL, 5, read_only=False)
-        read_only = await read_from_start(client, CHANNEL, 5, read_only=True)
-        assert [m.message_id for m in read_only] == [m.message_id for m in owner]
-        assert [m.message_id for m in read_only[1:]] == [a.message_id for a in acked]
-        frames = cast(
-            AsyncGenerator[list[Consumed], None],
-            client.consume_batches(CHANNEL, policy("all"), read_only=True, timeout=5),
-        )
-        async with contextlib.aclosing(frames):
-            first = await anext(frames)
-        assert [m.message_id for m in first] == [m.message_id for m in owner][: len(first)]
-        # the owner is untouched: it still owns the channel and appends
-        await client.produce(CHANNEL, b"after")
-        listed = await client.list_channels()
-        assert [(c.pchannel, c.fenced) for c in listed.channels] == [(CHANNEL, False)]
+    acked = [await client.produce(CHANNEL, f"m-{i}".encode()) for i in range(4)]
+    owner = await read_from_start(client, CHANNEL, 5, read_only=False)
+    read_only = await read_from_start(client, CHANNEL, 5, read_only=True)
+    assert [m.message_id for m in read_only] == [m.message_id for m in owner]
+    assert [m.message_id for m in read_only[1:]] == [a.message_id for a in acked]
+    frames = cast(
+        AsyncGenerator[list[Consumed], None],
+        client.consume_batches(CHANNEL, policy("all"), read_only=True, timeout=5),
+    )
+    async with contextlib.aclosing(frames):
+        first = await anext(frames)
+    assert [m.message_id for m in first] == [m.message_id for m in owner][: len(first)]
+    # the owner is untouched: it still owns the channel and appends
+    await client.produce(CHANNEL, b"after")
+    listed = await client.list_channels()
+    assert [(c.pchannel, c.fenced) for c in listed.channels] == [(CHANNEL, False)]
