@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
-from streamwal.adaptors.memory import MemoryLogStore
-from streamwal.wal import WAL, WALConfig, open_wal
+from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener
+from streamwal.wal import WAL, ReadOnlyWAL, WALConfig, open_read_only, open_wal
 from streamwal_lab.chaos.spans import capture_spans
 from tests.wal.testkit import BatchAllocator, CounterTSO, OpenOwner, RecordingOpener, fast_config
 
@@ -78,3 +79,17 @@ async def open_owner(
     yield _open
     for wal in opened:
         await wal.close()
+
+
+@pytest.fixture
+async def open_reader(
+    store: MemoryLogStore, channel: str
+) -> AsyncIterator[Callable[[], Awaitable[ReadOnlyWAL]]]:
+    """Opens read-only WALs of ``channel`` (the tests' config); closes them after."""
+    async with contextlib.AsyncExitStack() as readers:
+
+        async def _open() -> ReadOnlyWAL:
+            reader = await open_read_only(MemoryOpener(store), channel, fast_config())
+            return await readers.enter_async_context(reader)
+
+        yield _open

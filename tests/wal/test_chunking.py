@@ -7,14 +7,20 @@ from __future__ import annotations
 import asyncio
 import os
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import pytest
 
-from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener
+from streamwal.adaptors.memory import MemoryLogStore
 from streamwal.adaptors.memory.backend import MemoryMessageId
 from streamwal.errors import ChannelFencedError, CorruptedChunkError, InvalidInputError
-from streamwal.wal import DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage
+from streamwal.wal import (
+    DeliveryPolicy,
+    ImmutableMessage,
+    MessageType,
+    MutableMessage,
+    ReadOnlyWAL,
+)
 from streamwal.wal.backend import AppendCallback, BackendMessage
 from streamwal.wal.chunking import (
     KEY_CHUNK_CRC,
@@ -25,11 +31,13 @@ from streamwal.wal.chunking import (
     reassemble,
     split,
 )
-from streamwal.wal.initializing import open_read_only
 from streamwal.wal.message import decode
 from streamwal.wal.message.frame import FORMAT_PROPERTY, decode_chunk_header, is_chunk
 from streamwal.wal.scanner import Scanner
 from tests.wal.testkit import OpenOwner, fast_config, wait_until
+
+#: what the ``open_reader`` fixture (tests/wal/conftest.py) opens readers with
+OpenReader = Callable[[], Awaitable[ReadOnlyWAL]]
 
 ENTRY = 4096  # the store's entry limit in these tests: a few KiB make many chunks
 
@@ -94,7 +102,7 @@ def test_properties_that_leave_no_room_are_refused() -> None:
 
 
 async def test_round_trips_on_every_read_path(
-    store: MemoryLogStore, channel: str, open_owner: OpenOwner
+    store: MemoryLogStore, channel: str, open_owner: OpenOwner, open_reader: OpenReader
 ) -> None:
     wal = await open_owner()
     tail = await wal.read(DeliveryPolicy.latest())  # the write-ahead buffer
@@ -107,25 +115,22 @@ async def test_round_trips_on_every_read_path(
     buffered = await _take(tail, len(payloads))
     assert tail.source == "buffer"
     caught_up = await _take(await wal.read(DeliveryPolicy.all()), len(payloads))
-    readonly = await open_read_only(MemoryOpener(store), channel, fast_config())
-    try:
-        from_backend = await _take(await readonly.read(), len(payloads))
-        for got in (buffered, caught_up, from_backend):
-            assert [m.payload for m in got] == payloads
-            assert [m.message_id for m in got] == [r.message_id for r in results]
-            assert [m.time_tick for m in got] == [r.time_tick for r in results]
-            assert all(m.properties == {"k": "v"} for m in got)
-        # positional reads at a chunked message's id: from it, after it
-        big = results[1].message_id
-        (first,) = await _take(await readonly.read(DeliveryPolicy.start_from(big)), 1)
-        assert first.payload == payloads[1]
-        after = await _take(await readonly.read(DeliveryPolicy.start_after(big)), 2)
-        assert [m.payload for m in after] == payloads[2:]
-        by_tick = DeliveryPolicy.start_from_time_tick(results[3].time_tick)
-        (last,) = await _take(await readonly.read(by_tick), 1)
-        assert last.payload == payloads[3]
-    finally:
-        await readonly.close()
+    readonly = await open_reader()
+    from_backend = await _take(await readonly.read(), len(payloads))
+    for got in (buffered, caught_up, from_backend):
+        assert [m.payload for m in got] == payloads
+        assert [m.message_id for m in got] == [r.message_id for r in results]
+        assert [m.time_tick for m in got] == [r.time_tick for r in results]
+        assert all(m.properties == {"k": "v"} for m in got)
+    # positional reads at a chunked message's id: from it, after it
+    big = results[1].message_id
+    (first,) = await _take(await readonly.read(DeliveryPolicy.start_from(big)), 1)
+    assert first.payload == payloads[1]
+    after = await _take(await readonly.read(DeliveryPolicy.start_after(big)), 2)
+    assert [m.payload for m in after] == payloads[2:]
+    by_tick = DeliveryPolicy.start_from_time_tick(results[3].time_tick)
+    (last,) = await _take(await readonly.read(by_tick), 1)
+    assert last.payload == payloads[3]
 
 
 async def test_append_many_and_the_largest_message(
@@ -283,7 +288,7 @@ def test_a_continuation_without_its_first_chunk_mid_read_is_corruption() -> None
 
 
 async def test_a_scanner_ends_with_the_typed_error(
-    store: MemoryLogStore, channel: str, open_owner: OpenOwner
+    store: MemoryLogStore, channel: str, open_owner: OpenOwner, open_reader: OpenReader
 ) -> None:
     wal = await open_owner()
     await wal.append(_insert(b"before"))
@@ -294,13 +299,10 @@ async def test_a_scanner_ends_with_the_typed_error(
             log.entries.append(BackendMessage(offset, entry.payload, entry.properties))
             log.appended_ms.append(0)
     log.notify()
-    readonly = await open_read_only(MemoryOpener(store), channel, fast_config())
-    try:
-        scanner = await readonly.read()
-        with pytest.raises(CorruptedChunkError):
-            await _take(scanner, 3)
-    finally:
-        await readonly.close()
+    readonly = await open_reader()
+    scanner = await readonly.read()
+    with pytest.raises(CorruptedChunkError):
+        await _take(scanner, 3)
 
 
 def test_log_messages_decode_chunks_only_after_reassembly(store: MemoryLogStore) -> None:

@@ -5,6 +5,7 @@ messages addressed by index, v1 logs still read, a newer format never skipped.""
 from __future__ import annotations
 
 import struct
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -16,10 +17,15 @@ from streamwal.errors import (
     InvalidInputError,
     UnsupportedLogFormatError,
 )
-from streamwal.wal import DeliveryPolicy, ImmutableMessage, MessageType, MutableMessage
+from streamwal.wal import (
+    DeliveryPolicy,
+    ImmutableMessage,
+    MessageType,
+    MutableMessage,
+    ReadOnlyWAL,
+)
 from streamwal.wal.backend import AccessMode, BackendMessage, append_entry
 from streamwal.wal.chunking import reassemble, split
-from streamwal.wal.initializing import open_read_only
 from streamwal.wal.message import decode, decode_entry
 from streamwal.wal.message.codec import encode
 from streamwal.wal.message.frame import (
@@ -32,6 +38,9 @@ from streamwal.wal.message.frame import (
 )
 from tests.doc_snippets import python_block
 from tests.wal.testkit import OpenOwner, fast_config, log_messages, take_and_close
+
+#: what the ``open_reader`` fixture (tests/wal/conftest.py) opens readers with
+OpenReader = Callable[[], Awaitable[ReadOnlyWAL]]
 
 MILVUS_PROPERTIES = {"_t": "1", "_v": "2", "_tt": "449", "_vc": "by-dev-rootcoord-dml_0", "": ""}
 
@@ -135,7 +144,7 @@ async def _write_pack(
 
 
 async def test_a_pack_of_three_is_read_and_addressed_by_index(
-    open_owner: OpenOwner, store: MemoryLogStore, channel: str
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str, open_reader: OpenReader
 ) -> None:
     wal = await open_owner()
     before = await wal.append(MutableMessage("Insert", b"before"))
@@ -154,22 +163,19 @@ async def test_a_pack_of_three_is_read_and_addressed_by_index(
     for i in range(3):  # ids survive their byte form
         assert MemoryMessageId.from_bytes(ids[i].to_bytes()) == ids[i]
 
-    reader = await open_read_only(MemoryOpener(store), channel, fast_config())
-    try:
-        got = await take_and_close(await reader.read(), 6)
-        assert [m.payload for m in got[2:]] == [*payloads, b"after the pack"]
-        assert [m.message_id for m in got[2:5]] == ids
-        assert got[1].message_id == before.message_id
-        for i in range(3):
-            start = await take_and_close(await reader.read(DeliveryPolicy.start_from(ids[i])), 1)
-            assert start[0].message_id == ids[i]
-            after = await take_and_close(await reader.read(DeliveryPolicy.start_after(ids[i])), 1)
-            assert after[0].payload == [*payloads, b"after the pack"][i + 1]
-        by_tick = DeliveryPolicy.start_from_time_tick(packed[1].time_tick)
-        from_tick = await take_and_close(await reader.read(by_tick), 2)
-        assert [m.payload for m in from_tick] == [b"p1", b"p2"]
-    finally:
-        await reader.close()
+    reader = await open_reader()
+    got = await take_and_close(await reader.read(), 6)
+    assert [m.payload for m in got[2:]] == [*payloads, b"after the pack"]
+    assert [m.message_id for m in got[2:5]] == ids
+    assert got[1].message_id == before.message_id
+    for i in range(3):
+        start = await take_and_close(await reader.read(DeliveryPolicy.start_from(ids[i])), 1)
+        assert start[0].message_id == ids[i]
+        after = await take_and_close(await reader.read(DeliveryPolicy.start_after(ids[i])), 1)
+        assert after[0].payload == [*payloads, b"after the pack"][i + 1]
+    by_tick = DeliveryPolicy.start_from_time_tick(packed[1].time_tick)
+    from_tick = await take_and_close(await reader.read(by_tick), 2)
+    assert [m.payload for m in from_tick] == [b"p1", b"p2"]
 
 
 async def test_a_v1_log_is_read_and_a_v2_owner_continues_it(
@@ -194,7 +200,7 @@ async def test_a_v1_log_is_read_and_a_v2_owner_continues_it(
 
 
 async def test_an_entry_of_a_newer_format_ends_the_read(
-    open_owner: OpenOwner, store: MemoryLogStore, channel: str
+    open_owner: OpenOwner, store: MemoryLogStore, channel: str, open_reader: OpenReader
 ) -> None:
     wal = await open_owner()
     await wal.append(MutableMessage("a"))
@@ -203,14 +209,11 @@ async def test_an_entry_of_a_newer_format_ends_the_read(
     await backend.ensure_writable()
     await append_entry(backend, b"SWF\x03", {"swf": "3"})
     await backend.close()
-    reader = await open_read_only(MemoryOpener(store), channel, fast_config())
-    try:
-        scanner = await reader.read()
-        with pytest.raises(UnsupportedLogFormatError, match="newer log format"):
-            await take_and_close(scanner, 3)
-        assert scanner.skipped == 0
-    finally:
-        await reader.close()
+    reader = await open_reader()
+    scanner = await reader.read()
+    with pytest.raises(UnsupportedLogFormatError, match="newer log format"):
+        await take_and_close(scanner, 3)
+    assert scanner.skipped == 0
 
 
 def test_a_v2_pack_over_the_entry_limit_is_chunked_in_its_frame() -> None:

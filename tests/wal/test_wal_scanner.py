@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -13,6 +14,7 @@ from streamwal.wal import (
     WAL,
     DeliveryPolicy,
     ImmutableMessage,
+    ReadOnlyWAL,
     open_read_only,
 )
 from streamwal.wal.backend import BackendMessage
@@ -26,6 +28,9 @@ from tests.wal.testkit import (
     take,
     wait_until,
 )
+
+#: what the ``open_reader`` fixture (tests/wal/conftest.py) opens readers with
+OpenReader = Callable[[], Awaitable[ReadOnlyWAL]]
 
 
 async def _previous_owner(open_owner: OpenOwner, payloads: list[bytes]) -> WAL:
@@ -175,11 +180,11 @@ async def test_undecodable_entries_are_skipped_and_counted(
 
 
 async def test_a_read_only_wal_reads_the_backend(
-    store: MemoryLogStore, channel: str, open_owner: OpenOwner
+    open_owner: OpenOwner, open_reader: OpenReader
 ) -> None:
     wal = await open_owner()
     await wal.append(insert(b"a"))
-    reader = await open_read_only(RecordingOpener(store), channel, fast_config())
+    reader = await open_reader()
     scanner = await reader.read(DeliveryPolicy.all())
     latest = await reader.read(DeliveryPolicy.latest())
     assert [m.payload for m in await take(scanner, 2)] == [b"", b"a"]
@@ -207,11 +212,11 @@ async def test_the_watermark_follows_in_memory_time_ticks(open_owner: OpenOwner)
 
 
 async def test_closing_a_scanner_wakes_its_reader(
-    store: MemoryLogStore, channel: str, open_owner: OpenOwner
+    open_owner: OpenOwner, open_reader: OpenReader
 ) -> None:
     wal = await open_owner()
     on_buffer = await wal.read(DeliveryPolicy.latest())
-    reader = await open_read_only(RecordingOpener(store), channel, fast_config())
+    reader = await open_reader()
     on_backend = await reader.read(DeliveryPolicy.latest())
     for scanner in (on_buffer, on_backend):
         pending = asyncio.create_task(scanner.__anext__())
@@ -220,7 +225,6 @@ async def test_closing_a_scanner_wakes_its_reader(
         await scanner.close()  # idempotent
         with pytest.raises(ClosedError):
             await asyncio.wait_for(pending, 2.0)
-    await reader.close()
 
 
 async def test_retriable_backend_errors_reopen_where_the_scanner_was(
