@@ -15,6 +15,8 @@ from streamwal.adaptors.memory import MemoryLogStore
 from streamwal.adaptors.memory.backend import MemoryMessageId
 from streamwal.errors import ChannelFencedError, CorruptedChunkError, InvalidInputError
 from streamwal.wal import (
+    WAL,
+    AppendResult,
     DeliveryPolicy,
     ImmutableMessage,
     MessageType,
@@ -68,6 +70,25 @@ def _is_chunk(entry: BackendMessage) -> bool:
     if FORMAT_PROPERTY in entry.properties:
         return is_chunk(entry.payload)
     return KEY_CHUNK_ID in entry.properties
+
+
+async def _chunks_under_way(
+    wal: WAL, store: MemoryLogStore, channel: str, size: int, delay: float, chunks: int
+) -> tuple[bytes, asyncio.Future[AppendResult]]:
+    """A ``size``-byte append, each entry answered ``delay`` s late, once ``chunks`` of
+    its chunk records are in the log: its payload, and the append under way."""
+    store.faults.append_delay = delay
+    big = os.urandom(size)
+    pending = asyncio.ensure_future(wal.append(_insert(big)))
+    await wait_until(lambda: sum(_is_chunk(e) for e in store.entries(channel)) >= chunks)
+    return big, pending
+
+
+async def _read_back(wal: WAL, *results: AppendResult) -> list[ImmutableMessage]:
+    """The inserts a read of everything delivers, checked to be ``results``, in order."""
+    got = await _take(await wal.read(DeliveryPolicy.all()), len(results))
+    assert [m.message_id for m in got] == [r.message_id for r in results]
+    return got
 
 
 def _starts_message(entry: BackendMessage) -> bool:
@@ -152,10 +173,8 @@ async def test_a_takeover_between_chunks_leaves_no_half_message(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     old = await open_owner(node_id=1)
-    store.faults.append_delay = 0.01  # each chunk answered 10 ms later: room to take over
-    big = os.urandom(ENTRY * 20)
-    pending = asyncio.ensure_future(old.append(_insert(big)))
-    await wait_until(lambda: sum(_is_chunk(e) for e in store.entries(channel)) >= 3)
+    # each chunk answered 10 ms later: room to take over
+    big, pending = await _chunks_under_way(old, store, channel, ENTRY * 20, 0.01, chunks=3)
     new = await open_owner(node_id=2)
     store.faults.append_delay = 0
     with pytest.raises(ChannelFencedError):
@@ -166,8 +185,7 @@ async def test_a_takeover_between_chunks_leaves_no_half_message(
     assert new.first_message_id > started[0].message_id
     after = await new.append(_insert(b"after the takeover"))
     again = await new.append(_insert(big))  # ... and a whole one follows
-    got = await _take(await new.read(DeliveryPolicy.all()), 2)
-    assert [m.message_id for m in got] == [after.message_id, again.message_id]
+    got = await _read_back(new, after, again)
     assert got[1].payload == big
 
 
@@ -175,18 +193,15 @@ async def test_an_unfinished_sequence_at_a_failed_chunk_is_dropped(
     store: MemoryLogStore, channel: str, open_owner: OpenOwner
 ) -> None:
     wal = await open_owner(config=fast_config())
-    big = os.urandom(ENTRY * 5)
-    store.faults.append_delay = 0.005  # chunk by chunk, slowly enough to fail one
-    pending = asyncio.ensure_future(wal.append(_insert(big)))
-    await wait_until(lambda: any(_is_chunk(e) for e in store.entries(channel)))
+    # chunk by chunk, slowly enough to fail one
+    big, pending = await _chunks_under_way(wal, store, channel, ENTRY * 5, 0.005, chunks=1)
     store.faults.fail_appends = 1  # a later chunk fails: the append is retried whole
     result = await pending
     store.faults.append_delay = 0
     raw = store.entries(channel)
     assert sum(_starts_message(e) for e in raw) == 2
     small = await wal.append(_insert(b"small"))
-    got = await _take(await wal.read(DeliveryPolicy.all()), 2)
-    assert [m.message_id for m in got] == [result.message_id, small.message_id]
+    got = await _read_back(wal, result, small)
     assert got[0].payload == big
 
 
