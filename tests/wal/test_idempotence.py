@@ -50,6 +50,15 @@ def _copies(store: MemoryLogStore, channel: str, seq: int, producer: int = PRODU
     )
 
 
+async def _lands_once(
+    wal: WAL, store: MemoryLogStore, channel: str, seq: int, producer: int = PRODUCER
+) -> AppendResult:
+    """Appends (or sends again) ``seq``: whatever came before, it is in the log once."""
+    result = await wal.append(_msg(seq, producer))
+    assert _copies(store, channel, seq, producer) == 1
+    return result
+
+
 async def test_a_retry_is_answered_with_the_first_result_and_nothing_appended(
     open_owner: OpenOwner, store: MemoryLogStore, channel: str
 ) -> None:
@@ -125,8 +134,7 @@ async def test_an_ambiguous_failure_then_a_retry_leaves_one_copy(
     with pytest.raises(OutcomeUnknownError):
         await wal.append(_msg(0))
     assert _copies(store, channel, 0) == 1  # it did land
-    retried = await wal.append(_msg(0))
-    assert _copies(store, channel, 0) == 1
+    retried = await _lands_once(wal, store, channel, 0)
     landed = next(m for m in log_messages(store, channel) if m.sequence == 0)
     assert retried.message_id == landed.message_id
     assert retried.time_tick == landed.time_tick
@@ -141,8 +149,7 @@ async def test_a_failure_known_unwritten_may_be_sent_again(
         await wal.append(_msg(0))
     assert caught.value.outcome is WriteOutcome.NOT_WRITTEN
     store.faults.fail_appends = 0
-    await wal.append(_msg(0))
-    assert _copies(store, channel, 0) == 1
+    await _lands_once(wal, store, channel, 0)
 
 
 async def test_a_new_owner_rebuilds_the_windows_from_the_log(
@@ -151,12 +158,10 @@ async def test_a_new_owner_rebuilds_the_windows_from_the_log(
     old = await open_owner(node_id=1)
     originals = [await old.append(_msg(seq)) for seq in range(3)]
     new = await open_owner(node_id=2)
-    assert await new.append(_msg(1)) == originals[1]
-    assert _copies(store, channel, 1) == 1
+    assert await _lands_once(new, store, channel, 1) == originals[1]
     with pytest.raises(SequenceGapError):
         await new.append(_msg(3 + WINDOW))
-    await new.append(_msg(3))
-    assert _copies(store, channel, 3) == 1
+    await _lands_once(new, store, channel, 3)
 
 
 async def test_an_ambiguous_failure_across_a_takeover_leaves_one_copy(
@@ -168,8 +173,7 @@ async def test_an_ambiguous_failure_across_a_takeover_leaves_one_copy(
     with pytest.raises(OutcomeUnknownError):
         await old.append(_msg(1))
     new = await open_owner(node_id=2)
-    retried = await new.append(_msg(1))
-    assert _copies(store, channel, 1) == 1
+    retried = await _lands_once(new, store, channel, 1)
     landed = next(m for m in log_messages(store, channel) if m.sequence == 1)
     assert retried.message_id == landed.message_id
 
@@ -226,8 +230,7 @@ async def test_a_new_owner_reads_only_the_logs_tail(
     stamps = store.log(channel).appended_ms
     stamps[:2] = [stamp - 3_600_000 for stamp in stamps[:2]]  # the first time tick, p1
     new = await open_owner(node_id=2, config=fast_config(idempotence_rebuild_window=60.0))
-    assert await new.append(_msg(0, producer=2)) == recent
-    assert _copies(store, channel, 0, producer=2) == 1
+    assert await _lands_once(new, store, channel, 0, producer=2) == recent
     await new.append(_msg(0, producer=1))
     assert _copies(store, channel, 0, producer=1) == 2
 
