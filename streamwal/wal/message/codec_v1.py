@@ -38,7 +38,6 @@ __all__ = [
     "V1_CALLER_TYPES",
     "MessageIdDecoder",
     "decode",
-    "encode",
     "encode_stamped",
 ]
 
@@ -83,24 +82,12 @@ _DECIMAL = re.compile(r"(?:0|[1-9][0-9]{0,19})")
 _HEX = re.compile(r"(?:[0-9a-f]{2})+")
 
 
-def encode(msg: MutableMessage) -> tuple[bytes, dict[str, str]]:
-    """The payload and properties to hand to the backend.
-
-    The message must be stamped (time tick and source); only a time tick may lack a
-    last-confirmed id (it then confirms itself). Raises
-    :class:`~streamwal.errors.InvalidInputError` otherwise.
-    """
-    if msg.time_tick is None or msg.source is None:
-        raise InvalidInputError("only a stamped message (time tick and source) can be encoded")
-    if msg.last_confirmed is None and msg.type is not MessageType.TIME_TICK:
-        raise InvalidInputError(f"a {msg.type} message needs a last-confirmed id")
-    return encode_stamped(msg, msg.time_tick, msg.last_confirmed, msg.source)
-
-
 def encode_stamped(
     msg: MutableMessage, time_tick: int, last_confirmed: MessageId | None, source: int
 ) -> tuple[bytes, dict[str, str]]:
-    """:func:`encode` with the stamps given apart (the append path: no copy of ``msg``).
+    """The payload and properties of ``msg`` stamped with the stamps given apart (the
+    append path: no copy of ``msg``; :func:`streamwal.wal.message.codec.encode` checks a
+    stamped message and picks the format).
 
     :class:`~streamwal.errors.InvalidInputError` for what v1 cannot carry: a caller's
     property key starting with ``_`` (v1's own fields are there), or a caller's type
