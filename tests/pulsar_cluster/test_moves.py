@@ -37,6 +37,13 @@ def _config(cluster: ClusterInfo, admin_url: str | None = None) -> PulsarConfig:
     return PulsarConfig(service_url=cluster.pulsar_url, admin_url=admin_url or cluster.admin_url)
 
 
+def _moving(cluster: ClusterInfo, channel: str) -> tuple[str, PulsarConfig, str, PulsarAdmin]:
+    """A channel of the cluster profile: its name, config and topic, and the admin that
+    moves the topic."""
+    config = _config(cluster)
+    return channel, config, config.topic(channel), PulsarAdmin(cluster.admin_url)
+
+
 def _other(cluster: ClusterInfo, broker: str) -> str:
     return next(b for b in cluster.broker_ids if b != broker)
 
@@ -71,10 +78,7 @@ async def _acked_beyond(acked: list[tuple[MessageId, bytes]], count: int, within
 async def test_a_channel_moved_between_brokers_under_load_fails_no_append(
     pulsar_cluster: ClusterInfo, unique: str
 ) -> None:
-    channel = f"cluster-moves-{unique}"
-    config = _config(pulsar_cluster)
-    topic = config.topic(channel)
-    admin = PulsarAdmin(pulsar_cluster.admin_url)
+    channel, config, topic, admin = _moving(pulsar_cluster, f"cluster-moves-{unique}")
     acked: list[tuple[MessageId, bytes]] = []
     failed: list[BaseException] = []
     owners: list[str] = []
@@ -137,12 +141,9 @@ async def test_takeovers_during_bundle_moves_leave_one_writer_and_a_clean_log(
     reattaches to the new broker as the fence arrives there (open, see
     docs/reliability.md "Across brokers"); the opener then opens again, as the balancer
     does after a failed open, and that second fence evicts it."""
-    channel = f"cluster-takeovers-{unique}"
     # the default send timeout (30 s): an old owner whose client does not reconnect
     # after the move learns of its fence from the log (adaptors.pulsar.fencewatch)
-    config = _config(pulsar_cluster)
-    topic = config.topic(channel)
-    admin = PulsarAdmin(pulsar_cluster.admin_url)
+    channel, config, topic, admin = _moving(pulsar_cluster, f"cluster-takeovers-{unique}")
     acked: list[tuple[MessageId, bytes]] = []
     refused: list[bytes] = []
     opened_in: list[float] = []
@@ -263,10 +264,7 @@ async def test_reading_back_while_the_topic_moves_never_waits_out_a_hung_reader(
     read-back that places appends after a reconnect meets exactly that moment, so it
     starts over on a fresh reader: each read during a move finds the appends at their
     ids well inside the 10 s operation timeout a hung reader would have cost."""
-    channel = f"cluster-readback-{unique}"
-    config = _config(pulsar_cluster)
-    topic = config.topic(channel)
-    admin = PulsarAdmin(pulsar_cluster.admin_url)
+    channel, config, topic, admin = _moving(pulsar_cluster, f"cluster-readback-{unique}")
     rng = random.Random(unique)
     async with PulsarOpener(config) as opener:
         wal = await _writable(opener, channel)
