@@ -20,7 +20,12 @@ import grpc
 from etcd3 import exceptions as etcd_exceptions
 
 from streamwal.backoff import Backoff
-from streamwal.errors import ClosedError, InvalidInputError, UnavailableError
+from streamwal.errors import (
+    ClosedError,
+    InvalidInputError,
+    MisconfiguredError,
+    UnavailableError,
+)
 from streamwal.lifecycle import Startable
 from streamwal.retry import Retry
 from streamwal.tso.config import EtcdConfig, TsoConfig, parse_endpoint
@@ -72,6 +77,17 @@ def _is_transient(exc: BaseException) -> bool:
         code = exc.code() if callable(getattr(exc, "code", None)) else None
         return code in _TRANSIENT_CODES
     return False
+
+
+#: what etcd answers a login with a wrong user or password (its ErrGRPCAuthFailed is
+#: INVALID_ARGUMENT), or one it refuses outright
+_REFUSED_LOGIN = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
 
 
 def _is_not_found(exc: BaseException) -> bool:
@@ -192,6 +208,13 @@ class EtcdStore(Startable, CoordinationStore):
         try:
             self._client = await asyncio.get_running_loop().run_in_executor(self._executor, build)
         except Exception as exc:
+            if isinstance(exc, grpc.RpcError) and exc.code() in _REFUSED_LOGIN:
+                # etcd answered and said no: trying again cannot help (the password
+                # itself is never part of the message)
+                raise MisconfiguredError(
+                    f"etcd refused the login of user {self._user!r} ({exc.code().name}): "
+                    "check the etcd user and its password file"
+                ) from None
             raise UnavailableError(
                 f"etcd authentication as {self._user!r} failed: {type(exc).__name__}"
             ) from None

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from streamwal.errors import UnavailableError
+from streamwal.errors import MisconfiguredError, UnavailableError
 from streamwal.tso import EtcdConfig, InProcessTSO, TsoConfig
 from tests.tso.etcd_proc import EtcdProcess, _etcd_binary
 
@@ -54,12 +55,29 @@ async def test_oracle_authenticates_to_etcd(auth_etcd: EtcdProcess) -> None:
         assert await allocator.allocate() > first
 
 
-async def test_wrong_password_is_unavailable_and_not_printed(auth_etcd: EtcdProcess) -> None:
-    config = replace(_as_tso(auth_etcd, "not-the-password"), unavailable_after_s=2.0)
-    with pytest.raises(UnavailableError) as err:
+async def test_wrong_password_is_misconfigured_at_once_and_not_printed(
+    auth_etcd: EtcdProcess,
+) -> None:
+    # etcd answered and refused: not an outage to wait out (the bound is 60 s here)
+    config = replace(_as_tso(auth_etcd, "not-the-password"), unavailable_after_s=60.0)
+    started = time.monotonic()
+    with pytest.raises(MisconfiguredError) as err:
         async with InProcessTSO(config):
             pass
+    assert time.monotonic() - started < 30
     assert "not-the-password" not in str(err.value)
+    assert "refused the login of user 'tso'" in str(err.value)
+
+
+async def test_an_unreachable_etcd_with_a_user_is_still_unavailable(
+    auth_etcd: EtcdProcess,
+) -> None:
+    # a port nobody listens on: no answer at all, where the login itself needs one
+    nowhere = EtcdConfig(("127.0.0.1:1",), user="tso", password="tso-pw")
+    config = TsoConfig(etcd=nowhere, key_prefix="/auth-test", unavailable_after_s=2.0)
+    with pytest.raises(UnavailableError):
+        async with InProcessTSO(config):
+            pass
 
 
 def test_tso_now_logs_in_with_the_etcd_options(
