@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -13,7 +13,14 @@ from opentelemetry.sdk.trace import ReadableSpan
 from streamwal.adaptors.memory import MemoryLogStore, MemoryOpener
 from streamwal.wal import WAL, ReadOnlyWAL, WALConfig, open_read_only, open_wal
 from streamwal_lab.chaos.spans import capture_spans
-from tests.wal.testkit import BatchAllocator, CounterTSO, OpenOwner, RecordingOpener, fast_config
+from tests.wal.testkit import (
+    BatchAllocator,
+    CounterTSO,
+    OpenOwner,
+    OpenReader,
+    RecordingOpener,
+    fast_config,
+)
 
 
 @pytest.fixture
@@ -84,7 +91,7 @@ async def open_owner(
 @pytest.fixture
 async def open_reader(
     store: MemoryLogStore, channel: str
-) -> AsyncIterator[Callable[[], Awaitable[ReadOnlyWAL]]]:
+) -> AsyncIterator[OpenReader]:
     """Opens read-only WALs of ``channel`` (the tests' config); closes them after."""
     async with contextlib.AsyncExitStack() as readers:
 

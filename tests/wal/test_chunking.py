@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 
 import pytest
 
@@ -21,7 +21,6 @@ from streamwal.wal import (
     ImmutableMessage,
     MessageType,
     MutableMessage,
-    ReadOnlyWAL,
 )
 from streamwal.wal.backend import AppendCallback, BackendMessage
 from streamwal.wal.chunking import (
@@ -36,10 +35,9 @@ from streamwal.wal.chunking import (
 from streamwal.wal.message import decode
 from streamwal.wal.message.frame import FORMAT_PROPERTY, decode_chunk_header, is_chunk
 from streamwal.wal.scanner import Scanner
-from tests.wal.testkit import OpenOwner, fast_config, wait_until
+from tests.wal.testkit import OpenOwner, OpenReader, fast_config, wait_until
 
 #: what the ``open_reader`` fixture (tests/wal/conftest.py) opens readers with
-OpenReader = Callable[[], Awaitable[ReadOnlyWAL]]
 
 ENTRY = 4096  # the store's entry limit in these tests: a few KiB make many chunks
 

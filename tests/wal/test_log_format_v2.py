@@ -5,7 +5,6 @@ messages addressed by index, v1 logs still read, a newer format never skipped.""
 from __future__ import annotations
 
 import struct
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -22,7 +21,6 @@ from streamwal.wal import (
     ImmutableMessage,
     MessageType,
     MutableMessage,
-    ReadOnlyWAL,
 )
 from streamwal.wal.backend import AccessMode, BackendMessage, append_entry
 from streamwal.wal.chunking import reassemble, split
@@ -37,10 +35,9 @@ from streamwal.wal.message.frame import (
     encode_pack,
 )
 from tests.doc_snippets import python_block
-from tests.wal.testkit import OpenOwner, fast_config, log_messages, take_and_close
+from tests.wal.testkit import OpenOwner, OpenReader, fast_config, log_messages, take_and_close
 
 #: what the ``open_reader`` fixture (tests/wal/conftest.py) opens readers with
-OpenReader = Callable[[], Awaitable[ReadOnlyWAL]]
 
 MILVUS_PROPERTIES = {"_t": "1", "_v": "2", "_tt": "449", "_vc": "by-dev-rootcoord-dml_0", "": ""}
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -14,12 +13,12 @@ from streamwal.wal import (
     WAL,
     DeliveryPolicy,
     ImmutableMessage,
-    ReadOnlyWAL,
     open_read_only,
 )
 from streamwal.wal.backend import BackendMessage
 from tests.wal.testkit import (
     OpenOwner,
+    OpenReader,
     ProxyBackend,
     RecordingOpener,
     fast_config,
@@ -30,7 +29,6 @@ from tests.wal.testkit import (
 )
 
 #: what the ``open_reader`` fixture (tests/wal/conftest.py) opens readers with
-OpenReader = Callable[[], Awaitable[ReadOnlyWAL]]
 
 
 async def _previous_owner(open_owner: OpenOwner, payloads: list[bytes]) -> WAL:

@@ -26,11 +26,14 @@ from streamwal.wal.message import ImmutableMessage, MessageType, MutableMessage
 from streamwal.wal.message.codec import decode_entry
 from streamwal.wal.message_id import MessageId
 from streamwal.wal.scanner import Scanner
-from streamwal.wal.wal import WAL
+from streamwal.wal.wal import WAL, ReadOnlyWAL
 
 Hook = Callable[[], Awaitable[None]]
 OpenOwner = Callable[..., Coroutine[Any, Any, WAL]]
 """The ``open_owner`` fixture: opens an owner of the test's channel, closed at teardown."""
+OpenReader = Callable[[], Awaitable[ReadOnlyWAL]]
+"""The ``open_reader`` fixture: opens a read-only WAL of the test's channel, closed at
+teardown."""
 
 
 class CounterTSO:
