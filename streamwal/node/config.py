@@ -104,6 +104,9 @@ def _non_empty(key: str, value: str) -> None:
         raise ConfigError(key, "must not be empty")
 
 
+#: what ``node.front`` takes (streamwal.server.front starts the native one)
+FRONTS = ("python", "native")
+
 #: what ``node.log_format`` takes (streamwal.node.logs formats them)
 LOG_FORMATS = ("text", "json")
 
@@ -134,6 +137,14 @@ class NodeSettings:
     #: the folder of the node's Pulsar client log, ``pulsar-client-node-<id>.log``;
     #: empty: the user's log folder. ``pulsar.client_log_file`` set to a path wins
     log_dir: str = ""
+    #: what serves the clients on ``listen``: ``python`` (the node's grpc.aio server),
+    #: or ``native``: the ``streamwal-front`` binary (Go), which hands the unary
+    #: ``Produce`` calls waiting together to the node as batch frames (docs/front.md);
+    #: ``native`` does not serve TLS
+    front: str = "python"
+    #: the ``streamwal-front`` executable for ``front: native``; empty: the one next to
+    #: the node's Python (``./dev`` builds it there), else the one on PATH
+    front_binary: str = ""
 
     def check(self) -> None:
         if self.id < 0:
@@ -158,6 +169,14 @@ class NodeSettings:
             raise ConfigError("node.shutdown_grace_s", "must be > 0")
         if self.broker_lost_after_s <= 0:
             raise ConfigError("node.broker_lost_after_s", "must be > 0")
+        if self.front not in FRONTS:
+            raise ConfigError(
+                "node.front", f"expected one of {', '.join(FRONTS)}, got {self.front!r}"
+            )
+        if self.front == "native" and self.tls.cert_file:
+            raise ConfigError(
+                "node.front", "native does not serve TLS: with node.tls set, use python"
+            )
         self.tls.check("node.tls", server=True)
 
 

@@ -76,6 +76,7 @@ from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.node.terms import EtcdTerms
 from streamwal.node.tracing import routed_to
 from streamwal.retry import Retry
+from streamwal.server.front import NativeFront, front_binary
 from streamwal.tso import (
     ClientTLS,
     Clock,
@@ -165,6 +166,7 @@ class Node(Startable):
         self._cluster: ClusterMember | None = None
         self._records: list[ChannelRecords] = []  # who keeps keys of a channel (its delete)
         self._server: grpc.aio.Server | None = None
+        self._front: NativeFront | None = None
         self._health = HealthService()
         self._port = 0
         self._closed = False
@@ -235,7 +237,7 @@ class Node(Startable):
                 ("grpc.so_reuseport", 0),
             ],
         )
-        self._port = self._bind(self._server)
+        self._port = await self._bind(self._server)
         self.readiness.block("broker", f"not reached yet ({cfg.pulsar.service_url})")
         if cfg.cluster.enabled:
             self.readiness.block("cluster", "not registered yet")
@@ -455,10 +457,27 @@ class Node(Startable):
         )
         self._candidate = _CandidateSource(oracle, self._remote)
 
-    def _bind(self, server: grpc.aio.Server) -> int:
+    async def _bind(self, server: grpc.aio.Server) -> int:
         listen = self.config.node.listen
         # checked first: gRPC's own refusal is a core log line and a vague RuntimeError
         check_port_free("gRPC", listen)
+        if self.config.node.front == "native":
+            sampling = self.config.tracing
+            front = self._front = NativeFront(
+                front_binary(self.config.node.front_binary),
+                listen,
+                grpc_message_limit(self.config.wal.max_message_bytes),
+                # a node told to trace every call gets every call (no coalescing)
+                coalesce=not (
+                    self.config.telemetry.tracing
+                    and (
+                        sampling.sampler == "always_on"
+                        or (sampling.sampler == "traceidratio" and sampling.ratio >= 1.0)
+                    )
+                ),
+            )
+            server.add_insecure_port(front.upstream)
+            return await front.start(self._front_exited)
         tls = self.config.node.tls
         try:
             if tls.cert_file and tls.key_file:
@@ -467,6 +486,11 @@ class Node(Startable):
             return int(server.add_insecure_port(listen))
         except RuntimeError as exc:  # taken between the check and the bind
             raise PortInUseError("gRPC", listen, str(exc)) from None
+
+    def _front_exited(self, code: int) -> None:
+        self.readiness.block(
+            "front", f"the native front exited (code {code}): no client can reach this node"
+        )
 
     async def close(self, grace: float | None = None) -> None:
         """Graceful stop; see the module docstring for the order. Idempotent."""
@@ -486,6 +510,8 @@ class Node(Startable):
             await self._health.enter_graceful_shutdown()
             if self._server is not None:
                 await self._server.stop(grace)
+            if self._front is not None:  # after the server: calls through it end first
+                await self._front.close()
             if self._channels is not None:
                 await self._channels.close()
         finally:

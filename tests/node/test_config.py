@@ -52,6 +52,9 @@ _INVALID = [
     ("node:\n  broker_lost_after_s: .nan\n", "node.broker_lost_after_s"),
     ("node:\n  log_format: xml\n", "node.log_format"),
     ("node:\n  log_dir: {a: b}\n", "node.log_dir"),
+    ("node:\n  front: go\n", "node.front"),
+    ("node:\n  front: native\n  tls: {cert_file: a, key_file: b}\n", "node.front"),
+    ("node:\n  front_binary: [a]\n", "node.front_binary"),
     (
         "node:\n  tls:\n    cert_file: /no/such/cert.pem\n    key_file: /no/such/key.pem\n",
         "node.tls.cert_file",

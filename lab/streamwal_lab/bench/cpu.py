@@ -7,7 +7,8 @@ floor) around each timed run and divides by the operations the run completed.
 
 The figure is the process's ``utime + stime`` from ``/proc/<pid>/stat``: every
 thread's, the Pulsar client's C++ threads and gRPC's included, and threads that ended
-during the run too (per-thread counters would lose those). Its unit is the clock tick
+during the run too (per-thread counters would lose those), plus that of its live
+child processes (a node's native front serves its calls). Its unit is the clock tick
 (10 ms at the usual 100 Hz), so a run should use a few hundred ticks at least.
 Linux only, as the local stack is.
 """
@@ -41,9 +42,26 @@ def parse_cpu_seconds(stat: str, ticks_per_s: float) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    """The CPU time process ``pid`` has used so far (every thread), in seconds."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return parse_cpu_seconds(text, os.sysconf("SC_CLK_TCK"))
+    """The CPU time process ``pid`` and its live children have used so far (every
+    thread), in seconds."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = parse_cpu_seconds(Path(f"/proc/{pid}/stat").read_text(), ticks)
+    for child in _children(pid):
+        try:
+            total += cpu_seconds(child)
+        except (FileNotFoundError, ProcessLookupError):  # ended meanwhile
+            pass
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            kids.extend(int(k) for k in (task / "children").read_text().split())
+        except FileNotFoundError:
+            continue
+    return kids
 
 
 def per_op_us(cpu_s: float, ops: float) -> float:

@@ -118,6 +118,8 @@ NODES = ("node", "node_full")
 FRAME_PER_APPEND = "node_frames"
 #: what makes the second node trace every call (the standard variable wins over its config)
 FULL_SAMPLING = {"OTEL_TRACES_SAMPLER": "always_on"}
+#: what sets the nodes' ``node.front``
+FRONT_VARIABLE = "STREAMWAL_NODE__FRONT"
 _LATENCY_PAYLOAD = 128
 _KINDS = ("unary", "stream")
 _SUFFIX = {"node": "d", "node_full": "f"}
@@ -179,9 +181,11 @@ async def run_node_load_bench(
     min_appenders: int = 32,
     batch: int = 256,
     batch_callers: int = 4,
+    front: str = "python",
     **timing: Unpack[Timing],
 ) -> dict[str, Any]:
-    """The chosen ``cells`` (see the module) on one set of processes."""
+    """The chosen ``cells`` (see the module) on one set of processes; ``front``: the
+    nodes' ``node.front``."""
     unknown = set(cells) - set(CELLS)
     if unknown:
         raise ValueError(f"unknown cells {sorted(unknown)}; known: {', '.join(CELLS)}")
@@ -195,14 +199,17 @@ async def run_node_load_bench(
     try:
         async with (
             node_and_client(
-                target, key_prefix=f"/bench-nl-{run}-node", log_name=f"node-load-{run}.log"
+                target,
+                key_prefix=f"/bench-nl-{run}-node",
+                log_name=f"node-load-{run}.log",
+                extra_env={FRONT_VARIABLE: front},
             ) as (default_node, default_client),
             node_and_client(
                 target,
                 key_prefix=f"/bench-nl-{run}-node_full",
                 log_name=f"node-load-full-{run}.log",
                 node_id=2,
-                extra_env=FULL_SAMPLING,
+                extra_env={**FULL_SAMPLING, FRONT_VARIABLE: front},
             ) as (full_node, full_client),
             EchoServer() as echo,
             target.wal_services(f"/bench-nl-{run}-wal", config) as (tso, opener),
@@ -241,6 +248,7 @@ async def run_node_load_bench(
             "node": {"sampling": "default", "exit_code": default_node.exit_code},
             "node_full": {"sampling": "always_on", "exit_code": full_node.exit_code},
             "tracing": tracing_of(target),
+            "front": front,
         },
         **result,
     }

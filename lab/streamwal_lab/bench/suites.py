@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamwal.argtypes import count, count_or_zero, seconds, seconds_or_zero
+from streamwal.node.config import FRONTS
 from streamwal_lab.bench.append import DEFAULT_CONCURRENCY, DEFAULT_PAYLOADS, run_append_bench
 from streamwal_lab.bench.auth import run_auth_bench
 from streamwal_lab.bench.channels import DEFAULT_CHANNELS, run_channels_bench
@@ -266,6 +267,12 @@ def _node_load_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch", type=count, default=256, help="batches cell: messages per call")
     p.add_argument("--batch-callers", type=count, default=4, help="batches cell: callers")
+    p.add_argument(
+        "--front",
+        choices=FRONTS,
+        default="python",
+        help="what serves the nodes' clients (node.front: python, the default, or native)",
+    )
     _timed(p)
 
 
@@ -315,6 +322,7 @@ _node_load = _calling(
     "min_appenders",
     "batch",
     "batch_callers",
+    "front",
     "seconds",
     "repeats",
 )

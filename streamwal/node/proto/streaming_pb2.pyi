@@ -62,20 +62,30 @@ class ProduceResponse(_message.Message):
     def __init__(self, message_id: _Optional[bytes] = ..., message_id_text: _Optional[str] = ..., time_tick: _Optional[int] = ..., error: _Optional[_Union[AppendError, _Mapping]] = ...) -> None: ...
 
 class ProduceBatchRequest(_message.Message):
-    __slots__ = ("pchannel", "messages", "producer_id", "first_sequence", "independent", "compact")
+    __slots__ = ("pchannel", "messages", "producer_id", "first_sequence", "independent", "compact", "ids")
     PCHANNEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     INDEPENDENT_FIELD_NUMBER: _ClassVar[int]
     COMPACT_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
     pchannel: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     producer_id: int
     first_sequence: int
     independent: bool
     compact: bool
-    def __init__(self, pchannel: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_id: _Optional[int] = ..., first_sequence: _Optional[int] = ..., independent: _Optional[bool] = ..., compact: _Optional[bool] = ...) -> None: ...
+    ids: _containers.RepeatedCompositeFieldContainer[AppendIds]
+    def __init__(self, pchannel: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_id: _Optional[int] = ..., first_sequence: _Optional[int] = ..., independent: _Optional[bool] = ..., compact: _Optional[bool] = ..., ids: _Optional[_Iterable[_Union[AppendIds, _Mapping]]] = ...) -> None: ...
+
+class AppendIds(_message.Message):
+    __slots__ = ("producer_id", "sequence")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    sequence: int
+    def __init__(self, producer_id: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class PackRun(_message.Message):
     __slots__ = ("first_message_id", "first_message_id_text", "first_time_tick", "count")
