@@ -61,47 +61,51 @@ const (
 	fieldErrOutcom = 3 // AppendError.outcome
 )
 
-func parseProduce(b []byte) (produce, bool) {
-	p := produce{coalesces: true}
+// eachField calls visit with every field of the message b (its value's wire bytes:
+// a varint, or a length-prefixed run); false when b is malformed.
+func eachField(b []byte, visit func(num protowire.Number, typ protowire.Type, value []byte)) bool {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return p, false
+			return false
 		}
 		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return false
+		}
+		visit(num, typ, b[:m])
+		b = b[m:]
+	}
+	return true
+}
+
+func varint(value []byte) uint64 {
+	v, _ := protowire.ConsumeVarint(value)
+	return v
+}
+
+func lengthPrefixed(value []byte) []byte {
+	v, _ := protowire.ConsumeBytes(value)
+	return v
+}
+
+func parseProduce(b []byte) (produce, bool) {
+	p := produce{coalesces: true}
+	ok := eachField(b, func(num protowire.Number, typ protowire.Type, value []byte) {
 		switch {
 		case num == fieldPchannel && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return p, false
-			}
-			p.pchannel = string(v)
-			b = b[m:]
+			p.pchannel = string(lengthPrefixed(value))
 		case num == fieldMessage && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return p, false
-			}
-			p.message, p.hasMsg = v, true
-			b = b[m:]
+			p.message, p.hasMsg = lengthPrefixed(value), true
 		case (num == fieldProducer || num == fieldSequence) && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return p, false
-			}
 			p.ids = protowire.AppendTag(p.ids, num-fieldProducer+1, protowire.VarintType)
-			p.ids = protowire.AppendVarint(p.ids, v)
-			b = b[m:]
+			p.ids = protowire.AppendVarint(p.ids, varint(value))
 		default:
 			p.coalesces = false
-			m := protowire.ConsumeFieldValue(num, typ, b)
-			if m < 0 {
-				return p, false
-			}
-			b = b[m:]
 		}
-	}
-	return p, true
+	})
+	return p, ok
 }
 
 // batchFrame is a ProduceBatchRequest of separate appends (independent: each is
@@ -145,87 +149,42 @@ type answer struct {
 // never asks for the compact form, so every message has its own.
 func batchAnswers(b []byte) ([]answer, error) {
 	var out []answer
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, errors.New("front: malformed ProduceBatchResponse")
+	whole := true
+	ok := eachField(b, func(num protowire.Number, typ protowire.Type, value []byte) {
+		if num == fieldResults && typ == protowire.BytesType {
+			a, fine := parseAnswer(lengthPrefixed(value))
+			out = append(out, a)
+			whole = whole && fine
 		}
-		b = b[n:]
-		if num != fieldResults || typ != protowire.BytesType {
-			m := protowire.ConsumeFieldValue(num, typ, b)
-			if m < 0 {
-				return nil, errors.New("front: malformed ProduceBatchResponse")
-			}
-			b = b[m:]
-			continue
-		}
-		v, m := protowire.ConsumeBytes(b)
-		if m < 0 {
-			return nil, errors.New("front: malformed ProduceBatchResponse")
-		}
-		b = b[m:]
-		a, err := parseAnswer(v)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
+	})
+	if !ok || !whole {
+		return nil, errors.New("front: malformed ProduceBatchResponse")
 	}
 	return out, nil
 }
 
-func parseAnswer(b []byte) (answer, error) {
+// parseAnswer reads one ProduceResponse; false when it or its error is malformed.
+func parseAnswer(b []byte) (answer, bool) {
 	a := answer{response: b}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return a, errors.New("front: malformed ProduceResponse")
-		}
-		b = b[n:]
+	errorWhole := true
+	ok := eachField(b, func(num protowire.Number, typ protowire.Type, value []byte) {
 		if num == fieldError && typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return a, errors.New("front: malformed ProduceResponse")
-			}
 			a.failed = true
-			if err := parseError(v, &a); err != nil {
-				return a, err
-			}
-			b = b[m:]
-			continue
+			errorWhole = parseError(lengthPrefixed(value), &a)
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return a, errors.New("front: malformed ProduceResponse")
-		}
-		b = b[m:]
-	}
-	return a, nil
+	})
+	return a, ok && errorWhole
 }
 
-func parseError(b []byte, a *answer) error {
-	bad := errors.New("front: malformed AppendError")
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return bad
-		}
-		b = b[n:]
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return bad
-		}
-		value := b[:m]
-		b = b[m:]
+func parseError(b []byte, a *answer) bool {
+	return eachField(b, func(num protowire.Number, typ protowire.Type, value []byte) {
 		switch {
 		case num == fieldErrCode && typ == protowire.VarintType:
-			v, _ := protowire.ConsumeVarint(value)
-			a.code = uint32(v)
+			a.code = uint32(varint(value))
 		case num == fieldErrText && typ == protowire.BytesType:
-			v, _ := protowire.ConsumeBytes(value)
-			a.text = string(v)
+			a.text = string(lengthPrefixed(value))
 		case num == fieldErrOutcom && typ == protowire.VarintType:
-			a.outcome, _ = protowire.ConsumeVarint(value)
+			a.outcome = varint(value)
 		}
-	}
-	return nil
+	})
 }

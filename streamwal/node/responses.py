@@ -98,43 +98,39 @@ def independent_messages(
     numbered = request.HasField("producer_id")
     if numbered != request.HasField("first_sequence"):
         raise InvalidInputError("a batch's producer_id and first_sequence go together")
-    if request.ids:
-        return _own_numbers(request, numbered)
-    producer_id = request.producer_id if numbered else None
-    first = request.first_sequence
     out: list[MutableMessage | InvalidInputError] = []
-    for index, m in enumerate(request.messages):
+    for m, (producer_id, sequence) in zip(
+        request.messages, _numbers(request, numbered), strict=True
+    ):
         try:
-            sequence = first + index if numbered else None
             out.append(message_of(m, producer_id=producer_id, sequence=sequence))
         except InvalidInputError as exc:
             out.append(exc)
     return out
 
 
-def _own_numbers(
+def _numbers(
     request: pb.ProduceBatchRequest, numbered: bool
-) -> list[MutableMessage | InvalidInputError]:
-    """A frame whose messages carry their own numbers (``ids``)."""
+) -> list[tuple[int | None, int | None]]:
+    """Each message's producer id and sequence: the batch's run from
+    ``first_sequence``, or each message's own (``ids``), or none."""
+    count = len(request.messages)
+    if not request.ids:
+        if not numbered:
+            return [(None, None)] * count
+        first = request.first_sequence
+        return [(request.producer_id, first + i) for i in range(count)]
     if not request.independent or numbered:
         raise InvalidInputError("a batch's ids go with independent and without producer_id")
-    if len(request.ids) != len(request.messages):
-        raise InvalidInputError(
-            f"{len(request.ids)} ids for {len(request.messages)} messages: one per message"
+    if len(request.ids) != count:
+        raise InvalidInputError(f"{len(request.ids)} ids for {count} messages: one per message")
+    return [
+        (
+            ids.producer_id if ids.HasField("producer_id") else None,
+            ids.sequence if ids.HasField("sequence") else None,
         )
-    out: list[MutableMessage | InvalidInputError] = []
-    for m, ids in zip(request.messages, request.ids, strict=True):
-        try:
-            out.append(
-                message_of(
-                    m,
-                    producer_id=ids.producer_id if ids.HasField("producer_id") else None,
-                    sequence=ids.sequence if ids.HasField("sequence") else None,
-                )
-            )
-        except InvalidInputError as exc:
-            out.append(exc)
-    return out
+        for ids in request.ids
+    ]
 
 
 def message_id_of(opener: BackendOpener, raw: bytes) -> MessageId:
