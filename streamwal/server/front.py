@@ -5,7 +5,7 @@ WAL spends on the append itself, and the node cannot batch calls it has already 
 for one by one. The front (Go, ``front/``) listens where the clients connect and hands
 the unary ``Produce`` calls waiting at the same moment for the same channel and
 credentials to the node as one ``ProduceBatchStream`` frame of independent appends;
-every other call, and a ``Produce`` it does not coalesce (idempotent, in a
+every other call, and a ``Produce`` it does not coalesce (in a
 transaction, traced by its caller, large), goes to the node as it came. The node's
 own server then listens on a Unix socket in a private folder: the front is the only
 way in, so the node's auth, tracing and write outcomes stay the node's.

@@ -19,6 +19,8 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from streamwal_lab.stack.process import child_pids
+
 __all__ = ["CPU_KEY", "cpu_seconds", "metered", "parse_cpu_seconds", "per_op_us"]
 
 #: the key a metered run's figures get: CPU microseconds per operation
@@ -46,22 +48,12 @@ def cpu_seconds(pid: int) -> float:
     thread), in seconds."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = parse_cpu_seconds(Path(f"/proc/{pid}/stat").read_text(), ticks)
-    for child in _children(pid):
+    for child in child_pids(pid):
         try:
             total += cpu_seconds(child)
         except (FileNotFoundError, ProcessLookupError):  # ended meanwhile
             pass
     return total
-
-
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            kids.extend(int(k) for k in (task / "children").read_text().split())
-        except FileNotFoundError:
-            continue
-    return kids
 
 
 def per_op_us(cpu_s: float, ops: float) -> float:

@@ -8,6 +8,7 @@ and peers find it again where they knew it. Nothing here outlives :meth:`close`,
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import subprocess
@@ -18,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from streamwal_lab.stack.process import die_with_parent
+from streamwal_lab.stack.process import child_pids, die_with_parent
 
 __all__ = ["SERVE", "NodeProcess", "die_with_parent", "free_port"]
 
@@ -124,6 +125,22 @@ class NodeProcess:
     async def kill(self) -> int | None:
         """SIGKILL: the node dies at once, with appends in flight."""
         return await self._signal(signal.SIGKILL, 10.0)
+
+    def kill_child(self, name: str) -> bool:
+        """SIGKILL the node's live child process called ``name`` (its native front),
+        leaving the node itself running; ``False`` if it has no such child."""
+        if not self.running:
+            return False
+        assert self._proc is not None
+        for pid in child_pids(self._proc.pid):
+            try:
+                # the kernel keeps a process's first 15 characters as its name
+                if Path(f"/proc/{pid}/comm").read_text().strip() == name[:15]:
+                    os.kill(pid, signal.SIGKILL)
+                    return True
+            except (FileNotFoundError, ProcessLookupError):  # ended meanwhile
+                continue
+        return False
 
     def pause(self) -> None:
         """SIGSTOP: the process keeps its sockets and its lease runs on, as in a long GC

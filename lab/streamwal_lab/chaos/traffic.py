@@ -66,7 +66,8 @@ class Traffic:
 
     :meth:`start` launches them; :meth:`stop` asks them to finish their current append
     and waits (bounded by the call timeout), then closes the clients. ``max_messages``
-    bounds the total number of appends attempted.
+    bounds the total number of appends attempted. ``tag`` sets this traffic's payloads
+    apart from another's on the same channel (the checker finds each by its digest).
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class Traffic:
         idempotent: bool = False,
         retry_limit: int = 100,
         batch: tuple[int, int] | None = None,
+        tag: str = "w",
     ) -> None:
         if batch is not None and (idempotent or not 1 <= batch[0] <= batch[1]):
             raise ValueError(f"batch sizes {batch!r}: a range 1 <= low <= high, not idempotent")
@@ -99,6 +101,7 @@ class Traffic:
         self._idempotent = idempotent
         self._retry_limit = retry_limit
         self._batch = batch
+        self._tag = tag
         self.longest_stall = 0.0
         """The longest time in seconds between two acknowledgements (a fault's reach)."""
         self._last_ack_at: float | None = None
@@ -147,7 +150,7 @@ class Traffic:
         while not self._stop.is_set() and self.attempts < self._max:
             address = self.addresses[self._targets[worker] % len(self.addresses)]
             if tries == 0:
-                payload = f"{self.channel}/w{worker}/{seq}".encode()
+                payload = f"{self.channel}/{self._tag}{worker}/{seq}".encode()
                 request = pb.ProduceRequest(
                     pchannel=self.channel, message=pb.Message(type="insert", payload=payload)
                 )

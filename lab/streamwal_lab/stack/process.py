@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 __all__ = [
+    "child_pids",
     "die_with_parent",
     "is_alive",
     "pid_matches",
@@ -39,6 +40,17 @@ def die_with_parent() -> list[str]:
     before ``setpriv`` has run the command leaves the child without it.
     """
     return list(_pdeathsig_prefix())
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of process ``pid`` (of every thread), from ``/proc``."""
+    kids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            kids.extend(int(k) for k in (task / "children").read_text().split())
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+    return kids
 
 
 @functools.cache

@@ -84,6 +84,7 @@ def test_every_scenario_is_registered_with_bounded_rounds() -> None:
         "checkpoints",
         "exactly-once",
         "batch-appends",
+        "native-front",
         "client-retries",
         "large-messages",
         "read-only-reader",

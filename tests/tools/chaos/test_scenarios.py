@@ -143,6 +143,21 @@ async def test_batch_appends_through_lost_answers_and_takeovers(
     assert result.figures["single appends acknowledged"] > 0
 
 
+async def test_faults_behind_and_of_a_native_front(stack: StackInfo, tmp_path: Path) -> None:
+    result = await _quick("native-front", stack, tmp_path)
+    # every fault bit once, the front's own among them
+    assert set(result.figures["faults"]) == {
+        "lost-answers",
+        "takeover",
+        "kill-9-owner",
+        "kill-front",
+    }
+    assert result.figures["frames they took"] > 0
+    assert result.figures["calls coalesced (fronts stopped gracefully)"] > (
+        result.figures["frames they took"]
+    )
+
+
 async def test_cluster_kill_9_of_an_owner(stack: StackInfo, tmp_path: Path) -> None:
     result = await _quick("cluster-kill-9", stack, tmp_path)
     # with the defaults (lease 5 s, grace 5 s): found by its refused port, not its lease

@@ -22,6 +22,7 @@ from streamwal_lab.chaos.scenarios import (
     cluster,
     etcd,
     exactly_once,
+    front,
     kill,
     large,
     network,
@@ -127,6 +128,15 @@ SCENARIOS: dict[str, Scenario] = {
             "unloads, bundle moves, kill -9 of a broker or a bookie, a takeover while "
             "the topic moves",
             base_seconds=150.0,
+        ),
+        Scenario(
+            "native-front",
+            front.run,
+            8,
+            4,
+            25.0,
+            "nodes behind their native fronts (node.front: native), plain and idempotent "
+            "writers: lost answers, takeovers, SIGKILL of the owner, SIGKILL of its front",
         ),
         Scenario(
             "stock-broker",

@@ -15,6 +15,7 @@ import grpc
 from streamwal.errors import DecodeError
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
+from streamwal.server.front import FRONT_BINARY
 from streamwal.tso.store import LeaderRecord
 from streamwal_lab.chaos.auth import chaos_channel
 from streamwal_lab.chaos.env import ChaosEnv, node_settings
@@ -257,8 +258,19 @@ async def wait_for_leader(
         await asyncio.sleep(0.2)
 
 
-#: the faults :class:`RotatingFaults` cycles through, one a round
+#: the faults :class:`RotatingFaults` cycles through by default, one a round
 ROTATING_FAULTS = ("lost-answers", "takeover", "kill-9-owner")
+
+
+async def _logged(node: NodeProcess, text: str, timeout: float) -> bool:
+    """Whether ``text`` shows up in ``node``'s log within ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while text not in node.log_text():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
 
 
 class _Client(Protocol):
@@ -267,9 +279,11 @@ class _Client(Protocol):
 
 class RotatingFaults:
     """A channel that two nodes own in turn, each behind the fault proxy its clients go
-    through; each round one fault of :data:`ROTATING_FAULTS`: every client connection
-    cut at once (answers in flight lost), a takeover by the other node, or SIGKILL of
-    the owner and a takeover (the killed node then restarts)."""
+    through; each round one fault of ``faults`` (default :data:`ROTATING_FAULTS`), in
+    turn: every client connection cut at once (answers in flight lost), a takeover by
+    the other node, SIGKILL of the owner and a takeover (the killed node then
+    restarts), or (``kill-front``, nodes with ``node.front: native``) SIGKILL of the
+    owner's front alone and a takeover (the node, unreachable, then restarts)."""
 
     def __init__(
         self,
@@ -277,10 +291,12 @@ class RotatingFaults:
         movers: Sequence[NodeProcess],
         proxies: Sequence[FaultProxy],
         channel: str,
+        faults: Sequence[str] = ROTATING_FAULTS,
     ) -> None:
         self._result = result
-        self._movers = list(movers)
+        self.movers = list(movers)
         self._proxies = list(proxies)
+        self._faults = tuple(faults)
         self.channel = channel
         self.via = [p.url_host for p in proxies]
         self.owner = 0
@@ -288,21 +304,28 @@ class RotatingFaults:
 
     @classmethod
     async def behind_proxies(
-        cls, stack: contextlib.AsyncExitStack, env: ChaosEnv, result: ScenarioResult, what: str
+        cls,
+        stack: contextlib.AsyncExitStack,
+        env: ChaosEnv,
+        result: ScenarioResult,
+        what: str,
+        *,
+        faults: Sequence[str] = ROTATING_FAULTS,
+        sections: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> RotatingFaults:
-        """A :func:`tso_group` of three whose nodes 2 and 3 own the channel
-        ``env.name(what)`` in turn, each behind a fault proxy of its own (closed with
-        ``stack``); the channel assigned to node 2."""
-        movers = (await tso_group(env, 3))[1:]
+        """A :func:`tso_group` of three (``sections``: more settings for every node)
+        whose nodes 2 and 3 own the channel ``env.name(what)`` in turn, each behind a
+        fault proxy of its own (closed with ``stack``); the channel assigned to node 2."""
+        movers = (await tso_group(env, 3, sections=sections))[1:]
         proxies = [await stack.enter_async_context(FaultProxy(n.port)) for n in movers]
-        faults = cls(result, movers, proxies, env.name(what))
-        await faults.assign_first()
-        return faults
+        rotating = cls(result, movers, proxies, env.name(what), faults)
+        await rotating.assign_first()
+        return rotating
 
     @property
     def owner_address(self) -> str:
         """The address of the node that owns the channel now (not its proxy's)."""
-        return self._movers[self.owner].address
+        return self.movers[self.owner].address
 
     async def run_rounds(
         self, rng: random.Random, rounds: int, traffic: Traffic, clients: Sequence[_Client]
@@ -317,33 +340,46 @@ class RotatingFaults:
         await self.keep_flowing(traffic, f"round {rounds}")
 
     async def assign_first(self) -> None:
-        answer = await assign(self._movers[self.owner].address, self.channel)
+        answer = await assign(self.movers[self.owner].address, self.channel)
         self._result.expect(
             not isinstance(answer, grpc.StatusCode), f"first assign failed: {answer}"
         )
 
     async def keep_flowing(self, traffic: Traffic, label: str) -> None:
         await keep_flowing_via(
-            self._result, traffic, self._movers[self.owner].address, self.via[self.owner], label
+            self._result, traffic, self.movers[self.owner].address, self.via[self.owner], label
         )
 
     async def inject(self, round_: int, clients: Sequence[_Client]) -> None:
         """This round's fault; ``clients`` are pointed at the new owner after a takeover."""
-        fault = ROTATING_FAULTS[round_ % len(ROTATING_FAULTS)]
+        fault = self._faults[round_ % len(self._faults)]
         self.done[fault] = self.done.get(fault, 0) + 1
         if fault == "lost-answers":
             for proxy in self._proxies:
                 proxy.reset()
         else:
-            victim, survivor = self._movers[self.owner], self._movers[1 - self.owner]
+            victim, survivor = self.movers[self.owner], self.movers[1 - self.owner]
             if fault == "kill-9-owner":
                 await victim.kill()
+            elif fault == "kill-front":
+                await self._kill_front(round_, victim)
             answer = await assign(survivor.address, self.channel)
             if isinstance(answer, grpc.StatusCode):
                 self._result.problems.append(f"round {round_}: takeover: {answer.name}")
             self.owner = 1 - self.owner
             for client in clients:
                 client.prefer(self.via[self.owner])
-            if fault == "kill-9-owner":
+            if fault != "takeover":
+                await victim.kill()  # the node of a killed front serves nobody: restart it
                 await victim.start()
         self._result.faults += 1
+
+    async def _kill_front(self, round_: int, victim: NodeProcess) -> None:
+        """SIGKILL ``victim``'s front alone; its node must notice (it turns not ready)."""
+        if not victim.kill_child(FRONT_BINARY):
+            self._result.problems.append(f"round {round_}: node {victim.node_id} has no front")
+            return
+        noticed = await _logged(victim, f"{FRONT_BINARY} exited on its own", timeout=10.0)
+        self._result.expect(
+            noticed, f"round {round_}: node {victim.node_id} did not notice its front died"
+        )
