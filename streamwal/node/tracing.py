@@ -56,7 +56,6 @@ __all__ = [
     "base_sampler",
     "client_span_name",
     "emit_span_with_id",
-    "name_client_span",
     "routed_to",
 ]
 
@@ -95,14 +94,6 @@ CLIENT_PREFIX = "client "
 
 def client_span_name(method: str) -> str:
     return f"{CLIENT_PREFIX}{method}"
-
-
-def name_client_span(span: trace.Span, request: object) -> None:
-    """The gRPC client instrumentation's ``request_hook``: names the call's client span
-    apart from the server's (both would be ``/package.Service/Method``)."""
-    name = getattr(span, "name", None)
-    if isinstance(name, str) and not name.startswith(CLIENT_PREFIX):
-        span.update_name(client_span_name(name))
 
 
 def base_sampler(name: str, ratio: float) -> Sampler:
@@ -194,8 +185,10 @@ class NodeIdProcessor(SpanProcessor):
 
 
 class ClientSpanNamer(SpanProcessor):
-    """Names every gRPC client span as :func:`name_client_span` does, for the calls the
-    instrumentation's ``request_hook`` does not see (client-streaming ones)."""
+    """Names every gRPC client span ``/package.Service/Method`` as
+    :func:`client_span_name` does (the node's own clients name theirs so at the start),
+    apart from the server's span of the same call: for the clients of other code that
+    OpenTelemetry's gRPC instrumentation traces."""
 
     def on_start(self, span: SDKSpan, parent_context: Context | None = None) -> None:
         if span.kind is SpanKind.CLIENT and span.name.startswith("/"):

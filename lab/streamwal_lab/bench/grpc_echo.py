@@ -19,9 +19,10 @@ asked for, and ``set_delay`` reports the mean it kept.
 
 ``EchoServer(traced=True)`` traces as a node does: the node's server interceptor makes
 a SERVER span per call (exported over OTLP when an endpoint is given, else made and
-dropped), each handler tags it with a node id, and the client side has the
-OpenTelemetry client interceptors ``NodeClient`` has. The node's targets are judged with
-its tracing on, so their ceiling is measured with it on too.
+dropped), each handler tags it with a node id, and the client side makes the CLIENT
+spans ``NodeClient`` makes (:class:`~streamwal.node.client.traced.TracedChannel`). The
+node's targets are judged with its tracing on, so their ceiling is measured with it
+on too.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from typing import TypeVar
 
 import grpc
 from opentelemetry import trace
-from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
 from streamwal.lifecycle import Startable
+from streamwal.node.client.traced import TracedChannel, TracedUnary
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal_lab.stack.process import die_with_parent
@@ -195,7 +196,7 @@ def _request(payload: bytes) -> bytes:
 class EchoStream:
     """One stream; ``append`` has one message in flight (one caller per stream)."""
 
-    def __init__(self, channel: grpc.aio.Channel, *, delayed: bool = False) -> None:
+    def __init__(self, channel: TracedChannel, *, delayed: bool = False) -> None:
         name = "ProduceStreamAfter" if delayed else "ProduceStream"
         method = channel.stream_stream(
             f"/{_SERVICE}/{name}", request_serializer=_same, response_deserializer=_same
@@ -243,9 +244,10 @@ class EchoServer(Startable):
         self._service_name = service_name
         self._proc: asyncio.subprocess.Process | None = None
         self._channel: grpc.aio.Channel | None = None
-        self._unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
-        self._unary_after: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
-        self._set_delay: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
+        self._calls: TracedChannel | None = None
+        self._unary: TracedUnary | None = None
+        self._unary_after: TracedUnary | None = None
+        self._set_delay: TracedUnary | None = None
 
     async def start(self) -> None:
         """The child and a channel to it; one that fails leaves no child behind, as
@@ -264,12 +266,11 @@ class EchoServer(Startable):
             found = _READY.search(line)
             if found is None:
                 raise RuntimeError(f"the gRPC echo server did not start: {line!r}")
-            interceptors = aio_client_interceptors() if self._traced else None  # type: ignore[no-untyped-call]
-            self._channel = grpc.aio.insecure_channel(
-                found.group(1).decode(), interceptors=interceptors
-            )
+            self._channel = grpc.aio.insecure_channel(found.group(1).decode())
+            tracer = trace.get_tracer(__name__) if self._traced else None
+            self._calls = TracedChannel(self._channel, tracer, None)
             self._unary, self._unary_after, self._set_delay = (
-                self._channel.unary_unary(
+                self._calls.unary_unary(
                     f"/{_SERVICE}/{name}", request_serializer=_same, response_deserializer=_same
                 )
                 for name in ("Produce", "ProduceAfter", "SetDelay")
@@ -310,7 +311,7 @@ class EchoServer(Startable):
         return figures
 
     def open_stream(self, *, delayed: bool = False) -> EchoStream:
-        return EchoStream(_inside(self._channel), delayed=delayed)
+        return EchoStream(_inside(self._calls), delayed=delayed)
 
     async def close(self) -> None:
         """Idempotent: a start that failed half-way calls it, and so does leaving the block."""

@@ -19,7 +19,8 @@ the unary calls), :mod:`~streamwal.node.client.streams` (stream calls),
 :mod:`~streamwal.node.client.append_stream` (:class:`AppendStream`, a stream taking
 one append at a time), :mod:`~streamwal.node.client.retries` (when a call is tried
 again, what a failed append ends with), :mod:`~streamwal.node.client.answers` (what
-the node's answers become) and :mod:`~streamwal.node.client.base` (numbering appends).
+the node's answers become), :mod:`~streamwal.node.client.base` (numbering appends)
+and :mod:`~streamwal.node.client.traced` (each call's span and token).
 Every name is importable from here.
 """
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
-from opentelemetry.instrumentation.grpc import aio_client_interceptors
+from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
 from streamwal.lifecycle import Closeable
@@ -15,13 +15,13 @@ from streamwal.node.client.answers import Acked, BatchProduceError, batch_acks, 
 from streamwal.node.client.base import batch_request
 from streamwal.node.client.retries import give_up, may_retry, with_retries
 from streamwal.node.client.streams import StreamCalls
+from streamwal.node.client.traced import TracedChannel
 from streamwal.node.client_errors import NodeCallError, node_error
 from streamwal.node.idempotence import ProducerIdentity
 from streamwal.node.limits import DEFAULT_GRPC_MESSAGE_LIMIT
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.node.terms import check_term
-from streamwal.node.tracing import name_client_span
 from streamwal.tso.tls import ClientTLS, default_token, open_channel
 
 __all__ = ["NodeClient"]
@@ -63,18 +63,12 @@ class NodeClient(StreamCalls, Closeable):
         )
         self._timeout = timeout
         self._retries = retries
-        interceptors = (
-            aio_client_interceptors(  # type: ignore[no-untyped-call]
-                tracer_provider=tracer_provider, request_hook=name_client_span
-            )
-            if tracing
-            else []
-        )
         options = [("grpc.max_receive_message_length", DEFAULT_GRPC_MESSAGE_LIMIT)]
-        self._channel = open_channel(
-            address, tls, options=options, interceptors=interceptors, token=default_token(token)
+        self._channel = open_channel(address, tls, options=options)
+        tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider) if tracing else None
+        self._stub = pb_grpc.StreamingNodeStub(
+            TracedChannel(self._channel, tracer, default_token(token))
         )
-        self._stub = pb_grpc.StreamingNodeStub(self._channel)
 
     async def close(self) -> None:
         await self._channel.close()
