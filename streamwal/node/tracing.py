@@ -57,6 +57,7 @@ __all__ = [
     "client_span_name",
     "emit_span_with_id",
     "routed_to",
+    "samples_every_root",
 ]
 
 #: the standard sampler names this node understands (``OTEL_TRACES_SAMPLER``)
@@ -94,6 +95,16 @@ CLIENT_PREFIX = "client "
 
 def client_span_name(method: str) -> str:
     return f"{CLIENT_PREFIX}{method}"
+
+
+def samples_every_root(name: str, ratio: float) -> bool:
+    """Whether the standard sampler ``name`` (at ``ratio``) keeps every call that comes
+    without a sampled trace of its caller: a native front must then hand the node each
+    call on its own, since a coalesced call has no span of its own in the node."""
+    every = ratio >= 1.0
+    return name in ("always_on", "parentbased_always_on") or (
+        every and name in ("traceidratio", "parentbased_traceidratio")
+    )
 
 
 def base_sampler(name: str, ratio: float) -> Sampler:

@@ -74,7 +74,7 @@ from streamwal.node.server_tracing import TSO_SERVICE, ServerInterceptor
 from streamwal.node.servicer import NodeServicer
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.node.terms import EtcdTerms
-from streamwal.node.tracing import routed_to
+from streamwal.node.tracing import routed_to, samples_every_root
 from streamwal.retry import Retry
 from streamwal.server.front import NativeFront, front_binary
 from streamwal.tso import (
@@ -470,10 +470,7 @@ class Node(Startable):
                 # a node told to trace every call gets every call (no coalescing)
                 coalesce=not (
                     self.config.telemetry.tracing
-                    and (
-                        sampling.sampler == "always_on"
-                        or (sampling.sampler == "traceidratio" and sampling.ratio >= 1.0)
-                    )
+                    and samples_every_root(sampling.sampler, sampling.ratio)
                 ),
             )
             server.add_insecure_port(front.upstream)

@@ -109,13 +109,44 @@ async def test_unary_produce_through_the_front_lands_once_in_tick_order(
         by_payload = {b"p%d" % i: a.time_tick for i, a in enumerate(answers)}
         assert seen == by_payload
     await front_node.terminate()
-    said = re.search(
-        rb"(\d+) Produce calls coalesced into (\d+) frames", front_node.log_path.read_bytes()
-    )
-    assert said is not None, front_node.log_text()[-2000:]
-    coalesced, frames = int(said[1]), int(said[2])
+    coalesced, frames, _ = _front_counts(front_node)
     assert coalesced == 200
     assert 1 <= frames < coalesced  # callers shared frames
+
+
+def _front_counts(node: NodeProcess) -> tuple[int, int, int]:
+    """What the front said on its graceful stop: calls coalesced, frames, calls forwarded."""
+    said = re.search(
+        rb"(\d+) Produce calls coalesced into (\d+) frames, (\d+) calls forwarded",
+        node.log_path.read_bytes(),
+    )
+    assert said is not None, node.log_text()[-2000:]
+    return int(said[1]), int(said[2]), int(said[3])
+
+
+async def test_a_node_that_traces_every_call_gets_every_call_forwarded(
+    tmp_path: Path, stack: StackInfo, etcd_prefix: Callable[[str], str], channel: str
+) -> None:
+    """A coalesced call has no span in the node: a node whose sampler starts a trace
+    for each call that comes without one must see each call."""
+    settings = {**_settings(stack, etcd_prefix("front")), "tracing": {"sampler": "always_on"}}
+    node = NodeProcess(tmp_path, 1, settings)
+    await node.start(env={"FRONT_TOKEN": _TOKEN})
+    try:
+        async with grpc.aio.insecure_channel(node.address) as ch:
+            stub = pb_grpc.StreamingNodeStub(ch)
+            await stub.AssignChannel(pb.AssignChannelRequest(pchannel=channel), metadata=_AUTH)
+            message = pb.Message(type="insert", payload=b"p")
+            request = pb.ProduceRequest(pchannel=channel, message=message)
+            answers = await asyncio.gather(
+                *(stub.Produce(request, metadata=_AUTH) for _ in range(40))
+            )
+        assert len({a.time_tick for a in answers}) == 40
+    finally:
+        await node.terminate()
+    coalesced, frames, forwarded = _front_counts(node)
+    assert (coalesced, frames) == (0, 0)
+    assert forwarded >= 41  # the assign and every Produce
 
 
 async def test_refusals_and_idempotent_retries_through_the_front(

@@ -17,7 +17,13 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from streamwal.errors import ConfigError
 from streamwal.node.config import TracingSettings, load_config
 from streamwal.node.telemetry import sampler_of
-from streamwal.node.tracing import DEFAULT_RATIO, DEFAULT_SAMPLER, LIFECYCLE_ATTRIBUTE
+from streamwal.node.tracing import (
+    DEFAULT_RATIO,
+    DEFAULT_SAMPLER,
+    LIFECYCLE_ATTRIBUTE,
+    base_sampler,
+    samples_every_root,
+)
 
 
 def test_the_default_samples_one_root_trace_in_a_hundred() -> None:
@@ -101,3 +107,26 @@ def test_the_ratio_applies_to_new_root_traces() -> None:
     for _ in range(2000):
         tracer.start_span("/streamwal.v1.StreamingNode/Produce").end()
     assert 800 < len(exporter.get_finished_spans()) < 1200
+
+
+@pytest.mark.parametrize(
+    ("name", "ratio"),
+    [
+        ("always_on", 0.0),
+        ("always_off", 1.0),
+        ("traceidratio", 1.0),
+        ("traceidratio", 0.99),
+        ("parentbased_always_on", 0.0),
+        ("parentbased_always_off", 1.0),
+        ("parentbased_traceidratio", 1.0),
+        ("parentbased_traceidratio", DEFAULT_RATIO),
+    ],
+)
+def test_a_sampler_that_keeps_every_new_root_is_told_apart(name: str, ratio: float) -> None:
+    """What ``samples_every_root`` says is what the sampler does with 200 roots."""
+    sampler = base_sampler(name, ratio)
+    kept = [
+        sampler.should_sample(None, trace_id, "call").decision.is_sampled()  # type: ignore[no-untyped-call]
+        for trace_id in range(1, 2**64, 2**64 // 200)
+    ]
+    assert samples_every_root(name, ratio) == all(kept)
