@@ -26,6 +26,7 @@ from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult, failures_table, markdown_table, text_table
 from streamwal_lab.chaos.runner import run_scenario
 from streamwal_lab.chaos.scenarios import SCENARIOS, Scenario
+from streamwal_lab.chaos.scenarios.common import KNOWN_FAULTS, RotatingFaults
 from tests.adaptors.pulsar.fake_ids import FakeId
 
 
@@ -219,3 +220,13 @@ def test_the_failures_table_shows_each_kind_and_how_many_are_in_the_log() -> Non
     table = failures_table([row]).splitlines()
     assert table[0].startswith("| scenario | failed appends | answered not written |")
     assert table[2] == "| alpha | 10 | 7 | 0 | 3 | 2 |"
+
+
+def test_rotating_faults_refuse_a_fault_they_do_not_know() -> None:
+    """A typo would otherwise run as a takeover and restart, silently."""
+    result = ScenarioResult("x")
+    with pytest.raises(ValueError, match="kill-fornt"):
+        RotatingFaults(result, [], [], "c", ("takeover", "kill-fornt"))
+    with pytest.raises(ValueError, match="none"):
+        RotatingFaults(result, [], [], "c", ())
+    assert RotatingFaults(result, [], [], "c", KNOWN_FAULTS).movers == []

@@ -25,6 +25,7 @@ from streamwal_lab.chaos.traffic import Traffic
 from streamwal_lab.faultproxy import FaultProxy
 
 __all__ = [
+    "KNOWN_FAULTS",
     "ROTATING_FAULTS",
     "RotatingFaults",
     "assign",
@@ -260,6 +261,8 @@ async def wait_for_leader(
 
 #: the faults :class:`RotatingFaults` cycles through by default, one a round
 ROTATING_FAULTS = ("lost-answers", "takeover", "kill-9-owner")
+#: every fault it knows: the default ones and SIGKILL of the owner's native front
+KNOWN_FAULTS = (*ROTATING_FAULTS, "kill-front")
 
 
 async def _logged(node: NodeProcess, text: str, timeout: float) -> bool:
@@ -293,6 +296,9 @@ class RotatingFaults:
         channel: str,
         faults: Sequence[str] = ROTATING_FAULTS,
     ) -> None:
+        unknown = sorted(set(faults) - set(KNOWN_FAULTS))
+        if unknown or not faults:
+            raise ValueError(f"faults {unknown or '(none)'}; known: {', '.join(KNOWN_FAULTS)}")
         self._result = result
         self.movers = list(movers)
         self._proxies = list(proxies)

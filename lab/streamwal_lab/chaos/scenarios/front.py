@@ -23,11 +23,11 @@ from collections.abc import Iterable
 
 from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
-from streamwal_lab.chaos.scenarios.common import ROTATING_FAULTS, RotatingFaults
+from streamwal_lab.chaos.scenarios.common import KNOWN_FAULTS, RotatingFaults
 
 __all__ = ["FAULTS", "run"]
 
-FAULTS = (*ROTATING_FAULTS, "kill-front")
+FAULTS = KNOWN_FAULTS
 
 #: what the front prints when it stops (gracefully: a killed one prints nothing)
 _COUNTS = re.compile(rb"(\d+) Produce calls coalesced into (\d+) frames")
