@@ -75,7 +75,7 @@ from streamwal.node.servicer import NodeServicer
 from streamwal.node.telemetry import NODE_ID_ATTRIBUTE
 from streamwal.node.terms import EtcdTerms
 from streamwal.node.tracing import routed_to, samples_every_root
-from streamwal.retry import Retry
+from streamwal.retry import Retry, retry_call
 from streamwal.server.front import NativeFront, front_binary
 from streamwal.tso import (
     ClientTLS,
@@ -97,6 +97,8 @@ SERVICE_NAME = "streamwal.v1.StreamingNode"
 ROUTING_SERVICE = "streamwal.cluster.v1.ClusterRouting"
 #: pauses between tries to reach the broker while not ready: from 1 s, doubled up to 15 s
 _BROKER_BACKOFF = Backoff(initial=1.0, maximum=15.0)
+#: publishing readiness in the cluster record, tried again each second
+_PUBLISH_BACKOFF = Backoff(initial=1.0, maximum=1.0)
 #: how often a ready node asks its broker at most (node.broker_lost_after_s / 3 if less)
 _BROKER_CHECK_S = 5.0
 #: how often the node's watch updates its health and liveness heartbeat
@@ -413,17 +415,22 @@ class Node(Startable):
     async def _turn_ready(self) -> None:
         self.readiness.clear("broker")
         if self._cluster is not None:
-            while not self._closed:
-                try:
-                    await self._cluster.set_ready(True)
-                    break
-                except StreamwalError as exc:
-                    self.readiness.block("cluster", f"readiness not published: {exc}")
-                    await asyncio.sleep(1.0)
+            # until it is published (or the node closes: the task is cancelled)
+            retry = Retry(_PUBLISH_BACKOFF, max_attempts=None, retry_if=StreamwalError)
+            await retry_call(self._publish_ready, retry)
             self.readiness.clear("cluster")
         for service in self._services():
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._ready_event.set()
+
+    async def _publish_ready(self) -> None:
+        """The cluster record says ready; a failure keeps the node not ready, saying why."""
+        assert self._cluster is not None
+        try:
+            await self._cluster.set_ready(True)
+        except StreamwalError as exc:
+            self.readiness.block("cluster", f"readiness not published: {exc}")
+            raise
 
     async def _watch(self) -> None:
         """The liveness heartbeat, and the TSO service's health following leadership."""
