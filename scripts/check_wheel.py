@@ -124,9 +124,7 @@ def runner_imports(zf: zipfile.ZipFile) -> list[str]:
                 modules = [node.module or ""]
             else:
                 continue
-            found += [
-                f"{name}:{node.lineno}: {m}" for m in modules if m.split(".")[0] in TEST_ONLY
-            ]
+            found += [f"{name}:{node.lineno}: {m}" for m in modules if m.split(".")[0] in TEST_ONLY]
     return found
 
 

@@ -42,14 +42,16 @@ def relative_links(text: str) -> list[tuple[int, str]]:
 
 
 def test_the_link_finder_sees_links_and_images_and_skips_code_and_urls() -> None:
-    text = "\n".join([
-        "See [the deploy guide](docs/deploy.md#tracing) and ![a plot](img/a.png).",
-        "[web](https://example.org) [here](#anchor) `[not](a-link.md)`",
-        "```",
-        "[inside](code.md)",
-        "```",
-        '[titled](other.md "Title")',
-    ])
+    text = "\n".join(
+        [
+            "See [the deploy guide](docs/deploy.md#tracing) and ![a plot](img/a.png).",
+            "[web](https://example.org) [here](#anchor) `[not](a-link.md)`",
+            "```",
+            "[inside](code.md)",
+            "```",
+            '[titled](other.md "Title")',
+        ]
+    )
     assert relative_links(text) == [(1, "docs/deploy.md"), (1, "img/a.png"), (6, "other.md")]
 
 

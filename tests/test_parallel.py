@@ -13,7 +13,7 @@ from pathlib import Path
 
 _REPO = Path(__file__).resolve().parent.parent
 
-_MODULE = '''
+_MODULE = """
 import os, time, pytest
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_alone(i):
     time.sleep(0.3)
     with open(os.environ["RAN"], "a") as f:
         f.write(f"alone {os.environ['PYTEST_XDIST_WORKER']}\\n")
-'''
+"""
 
 
 def test_a_modules_shared_fixture_keeps_its_tests_in_one_worker(tmp_path: Path) -> None:

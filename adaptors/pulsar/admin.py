@@ -30,6 +30,7 @@ class AdminRefusedError(UnavailableError):
     """412 Precondition Failed: the broker refused the call in the topic's present state
     (a delete while a producer or consumer is attached); it may pass later."""
 
+
 #: Pulsar's standard binary ports and the admin port beside each
 _ADMIN_PORTS = {
     PULSAR_BROKER_PORT: ("http", PULSAR_WEB_PORT),

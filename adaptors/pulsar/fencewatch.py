@@ -259,9 +259,7 @@ class FenceWatch:
                     while await within(reader.has_message_available(), timeout):
                         message = await within(reader.read_next(), timeout)
                         landed = PulsarMessageId.from_pulsar(message.message_id())
-                        if landed.sort_key() <= after.sort_key() or same_position(
-                            landed, after
-                        ):
+                        if landed.sort_key() <= after.sort_key() or same_position(landed, after):
                             continue  # ``after`` itself: the reader starts there
                         if message.producer_name() == name:
                             ours.append(landed)

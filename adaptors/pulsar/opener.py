@@ -207,17 +207,14 @@ class PulsarOpener(Startable):
         serving channels asks it to notice that it lost its broker
         (:class:`UnavailableError`), which its writers alone would only say per append.
         """
-        topic = (
-            f"persistent://{self.config.tenant}/{self.config.namespace}/{REACHABILITY_TOPIC}"
-        )
+        topic = f"persistent://{self.config.tenant}/{self.config.namespace}/{REACHABILITY_TOPIC}"
         try:
             await within(
                 self.client.get_topic_partitions(topic), timeout=self.config.operation_timeout_s
             )
         except PulsarException as exc:
             raise UnavailableError(
-                f"broker {self.config.service_url} did not answer a metadata request: "
-                f"{exc.error()}"
+                f"broker {self.config.service_url} did not answer a metadata request: {exc.error()}"
             ) from exc
         except TimeoutError as exc:
             raise UnavailableError(

@@ -155,17 +155,13 @@ class Readers:
         if previous is None:
             return None
         try:
-            scanner = await self._open_reader(
-                DeliveryPolicy.start_from(PulsarMessageId(*previous))
-            )
+            scanner = await self._open_reader(DeliveryPolicy.start_from(PulsarMessageId(*previous)))
         except (TruncatedError, InvalidInputError):
             return None  # that entry is gone already
         last: MessageId | None = None
         try:
             while True:
-                found = await within(
-                    anext(scanner), timeout=self._state.config.operation_timeout_s
-                )
+                found = await within(anext(scanner), timeout=self._state.config.operation_timeout_s)
                 if found.message_id >= message_id:
                     return last
                 last = found.message_id

@@ -198,9 +198,7 @@ class Single:
 
     __slots__ = ("done", "payload", "properties")
 
-    def __init__(
-        self, done: AppendCallback, payload: bytes, properties: Mapping[str, str]
-    ) -> None:
+    def __init__(self, done: AppendCallback, payload: bytes, properties: Mapping[str, str]) -> None:
         self.done = done
         self.payload = payload
         self.properties = properties

@@ -90,9 +90,7 @@ async def jaeger_ui(telemetry_stack: StackInfo) -> str:
 
 async def _demo_traces(jaeger_url: str) -> tuple[str, str]:
     """The demo's open and move trace ids, from its output (it gives UI links)."""
-    code, text, err = await run_python(
-        "-m", "streamwal.cli", "demo", "--part", "move", timeout=180
-    )
+    code, text, err = await run_python("-m", "streamwal.cli", "demo", "--part", "move", timeout=180)
     shown = shown_of(text, err, 3000, 1500)
     assert code == 0, shown
     opened = re.search(rf"\n   trace: {re.escape(jaeger_url)}/trace/([0-9a-f]{{32}})", text)
@@ -246,9 +244,11 @@ async def test_an_operator_reads_a_failover_whole_in_jaegers_ui(
             assert all(r.service == "streamwal-node" for r in rows), rows
             where = [operations.index(part) for part in _FAILOVER_PARTS]
             assert where == sorted(where), rows
-            shown = await page.locator(
-                ".LabeledList--item", has_text="Duration"
-            ).locator("strong").inner_text()
+            shown = (
+                await page.locator(".LabeledList--item", has_text="Duration")
+                .locator("strong")
+                .inner_text()
+            )
             duration_s = _seconds(shown)
             # what the page shows is the root's length (to the UI's rounding) ...
             assert abs(duration_s - root.duration_us / 1e6) <= 0.01 + 0.01 * duration_s, (

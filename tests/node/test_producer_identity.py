@@ -59,9 +59,7 @@ async def test_a_batch_waits_while_the_numbers_in_flight_would_span_more_than_th
     assert await asyncio.wait_for(third, 1) == (42, 80)
 
 
-async def test_a_batch_larger_than_the_window_goes_alone_and_a_fresh_id_waits_for_nothing() -> (
-    None
-):
+async def test_a_batch_larger_than_the_window_goes_alone_and_a_fresh_id_waits_for_nothing() -> None:
     identity = ProducerIdentity(42, window=10)
     assert await identity.reserve("a", 25) == (42, 0)  # nothing in flight: it goes
     waiting = asyncio.create_task(identity.reserve("a", 1))

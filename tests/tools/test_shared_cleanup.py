@@ -46,4 +46,3 @@ def test_a_dead_run_is_dropped_and_a_lone_run_keeps_its_own_baseline(tmp_path: P
 
 def test_leaving_without_entering_deletes_nothing(tmp_path: Path) -> None:
     assert SharedCleanup(tmp_path).leave() is None
-

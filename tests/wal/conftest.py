@@ -89,9 +89,7 @@ async def open_owner(
 
 
 @pytest.fixture
-async def open_reader(
-    store: MemoryLogStore, channel: str
-) -> AsyncIterator[OpenReader]:
+async def open_reader(store: MemoryLogStore, channel: str) -> AsyncIterator[OpenReader]:
     """Opens read-only WALs of ``channel`` (the tests' config); closes them after."""
     async with contextlib.AsyncExitStack() as readers:
 

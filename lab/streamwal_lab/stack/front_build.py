@@ -19,6 +19,7 @@ from streamwal_lab.stack.paths import StackPaths
 
 __all__ = ["build_front", "main"]
 
+
 def _stale(out: Path, source: Path) -> bool:
     if not out.exists():
         return True

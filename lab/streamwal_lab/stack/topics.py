@@ -137,4 +137,3 @@ class SharedCleanup:
                 return None
             finally:
                 baseline.unlink(missing_ok=True)
-

@@ -103,9 +103,7 @@ def numbers_of(request: pb.ProduceBatchRequest) -> list[tuple[int, int] | None]:
     return [(request.producer_id, first + i) for i in range(len(request.messages))]
 
 
-def expand_runs(
-    runs: Iterable[pb.PackRun], numbers: list[tuple[int, int] | None]
-) -> list[Acked]:
+def expand_runs(runs: Iterable[pb.PackRun], numbers: list[tuple[int, int] | None]) -> list[Acked]:
     """The per-message acknowledgements a compact answer stands for (``PackRun`` in
     ``streaming.proto``: message k of a run has the first's id with its trailing
     index plus k, and its time tick plus k). :class:`~streamwal.errors.DecodeError`
@@ -139,9 +137,7 @@ def expand_runs(
     return acked
 
 
-def _acked(
-    message_id: bytes, text: str, time_tick: int, numbers: tuple[int, int] | None
-) -> Acked:
+def _acked(message_id: bytes, text: str, time_tick: int, numbers: tuple[int, int] | None) -> Acked:
     """Built through the slots, as :func:`consumed_from` builds a message read: the
     frozen dataclass's ``__init__`` costs a run's expansion more than the rest of it."""
     acked = _new_acked(Acked)

@@ -153,8 +153,9 @@ async def test_faults_behind_and_of_a_native_front(stack: StackInfo, tmp_path: P
         "kill-front",
     }
     assert result.figures["frames they took"] > 0
-    assert result.figures["calls coalesced (fronts stopped gracefully)"] > (
-        result.figures["frames they took"]
+    assert (
+        result.figures["calls coalesced (fronts stopped gracefully)"]
+        > (result.figures["frames they took"])
     )
 
 

@@ -223,8 +223,7 @@ class TimeTickInterceptor(InterceptorBase):
         """A failed pack's messages, each settled as a single append's (a fenced one
         may yet be found in the log by its own time tick)."""
         return [
-            await self._outcome(future, tick, index + k, sent_after)
-            for k, tick in enumerate(ticks)
+            await self._outcome(future, tick, index + k, sent_after) for k, tick in enumerate(ticks)
         ]
 
     async def _outcome(
