@@ -24,10 +24,12 @@ from streamwal.argtypes import count, seconds
 from streamwal.errors import (
     DecodeError,
     InvalidInputError,
+    MisconfiguredError,
     StreamwalError,
     UnavailableError,
 )
 from streamwal.exitcodes import FAILED, USAGE, exit_code
+from streamwal.listen import is_loopback
 from streamwal.tso.config import DEFAULT_ETCD_ENDPOINT, DEFAULT_KEY_PREFIX, TsoConfig
 from streamwal.tso.etcd_options import add_etcd_credential_options, etcd_from_options
 from streamwal.tso.etcd_store import EtcdStore
@@ -99,6 +101,11 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--lease-ttl", type=count, default=3, help="leader lease TTL, seconds")
     serve.add_argument("--save-window", type=seconds, default=3.0, help="saved window, seconds")
     serve.add_argument("--update-interval", type=seconds, default=0.05, help="seconds")
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve a --listen other hosts reach although this service has no TLS or auth",
+    )
     serve.set_defaults(func=_serve)
 
 
@@ -166,7 +173,22 @@ def _now(args: argparse.Namespace) -> int:
     return exit_code(command, "error")
 
 
+def check_exposure(listen: str, insecure: bool) -> None:
+    """``tso serve`` has no TLS and no auth: a ``listen`` other hosts reach would hand
+    timestamps (and a way to push the oracle's window ahead) to anyone, so it is
+    refused unless ``insecure`` says so on purpose (:class:`MisconfiguredError`)."""
+    if is_loopback(listen) or insecure:
+        return
+    raise MisconfiguredError(
+        f"refusing to serve: --listen {listen!r} is reachable from other hosts and the "
+        "standalone TSO service has no TLS or auth; listen on a loopback address, run the "
+        "oracle in a node (tso.mode: in-process, whose TSO service is behind node.tls "
+        "and auth), or pass --insecure to serve anyway"
+    )
+
+
 async def _serve_async(args: argparse.Namespace) -> int:
+    check_exposure(args.listen, args.insecure)
     config = config_from_args(
         args,
         lease_ttl_s=args.lease_ttl,

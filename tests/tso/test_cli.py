@@ -8,6 +8,7 @@ import time
 import pytest
 
 from streamwal.cli import main
+from streamwal.tso.cli import check_exposure
 from streamwal.tso.timestamp import compose
 
 
@@ -30,6 +31,20 @@ def test_parse_explains_a_timestamp(capsys: pytest.CaptureFixture[str]) -> None:
 def test_parse_rejects_garbage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tso", "parse", "yesterday"]) == 2  # a wrong argument: docs/cli.md
     assert "not a timestamp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:0", "[::]:0", ":0", "tso.example:5000"])
+def test_serve_refuses_an_address_other_hosts_reach(
+    listen: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The standalone service has no TLS or auth: refused before it binds or reads etcd
+    (the endpoint here answers nothing), unless ``--insecure`` says so."""
+    assert main(["tso", "serve", "--listen", listen, "--etcd", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert "refusing to serve" in err and "--insecure" in err and "no TLS or auth" in err
+    check_exposure(listen, insecure=True)  # on purpose
+    check_exposure("127.0.0.1:0", insecure=False)
+    check_exposure("localhost:2379", insecure=False)
 
 
 def test_now_exits_two_for_a_bad_endpoint_and_one_for_an_etcd_that_does_not_answer(

@@ -9,9 +9,8 @@ travels in clear and without auth any client the CA signed may truncate any chan
 
 from __future__ import annotations
 
-import ipaddress
-
 from streamwal.errors import MisconfiguredError
+from streamwal.listen import is_loopback
 from streamwal.node.auth_settings import AuthSettings
 from streamwal.tls_files import TLSFiles
 
@@ -20,24 +19,6 @@ __all__ = ["InsecureExposureError", "exposure_warning", "is_loopback"]
 
 class InsecureExposureError(MisconfiguredError):
     """The node would serve a non-loopback address without TLS and auth."""
-
-
-def is_loopback(listen: str) -> bool:
-    """Whether ``host:port`` binds a loopback address only (a wildcard binds all).
-
-    Judged from the text, never by resolving it: ``localhost`` is loopback by its
-    definition (RFC 6761), any other host name may resolve to an interface other
-    hosts reach (today or after a DNS change), so it counts as exposed."""
-    host = listen.rpartition(":")[0].strip("[]")
-    if host.lower() == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False  # a host name, or no host at all ("" binds every interface)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback  # ::ffff:127.0.0.1
-    return address.is_loopback  # 0.0.0.0 and :: parse, and are not
 
 
 def exposure_warning(listen: str, tls: TLSFiles, auth: AuthSettings) -> str | None:
