@@ -34,7 +34,12 @@ from streamwal.wal.backend import (
     validate_channel_name,
 )
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.retention_contract import Checkpoint, ConsumerState, RetentionState
+from streamwal.wal.retention_contract import (
+    Checkpoint,
+    ConsumerState,
+    RetentionState,
+    TruncationPoint,
+)
 
 __all__ = ["MemoryBackendWAL", "MemoryFaults", "MemoryLogStore", "MemoryMessageId", "MemoryOpener"]
 
@@ -330,6 +335,10 @@ class MemoryBackendWAL:
         ]
         kept = sum(len(e.payload) for e in log.entries[log.truncated_before :])
         return RetentionState(self._truncation_point(), kept, consumers)
+
+    async def truncation(self) -> TruncationPoint:
+        self._check_open()
+        return TruncationPoint(self._truncation_point())
 
     async def position_at(self, publish_time_ms: int) -> MessageId | None:
         self._check_open()

@@ -31,7 +31,7 @@ from streamwal.errors import QuotaExceededError
 from streamwal.wal.backend import AccessMode, DeliveryPolicy
 from streamwal.wal.chunking import MIN_ENTRY_BYTES, entry_budget
 from streamwal.wal.message_id import MessageId
-from streamwal.wal.retention_contract import Checkpoint, RetentionState
+from streamwal.wal.retention_contract import Checkpoint, RetentionState, TruncationPoint
 
 __all__ = ["ENVELOPE_RESERVE", "PulsarBackendWAL"]
 
@@ -129,6 +129,9 @@ class PulsarBackendWAL:
 
     async def retention_state(self) -> RetentionState:
         return await self._retention.retention_state()
+
+    async def truncation(self) -> TruncationPoint:
+        return await self._retention.truncation()
 
     async def position_at(self, publish_time_ms: int) -> MessageId | None:
         return await self._retention.position_at(publish_time_ms)

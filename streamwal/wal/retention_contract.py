@@ -153,6 +153,11 @@ class BackendRetention(Protocol):
 
     async def retention_state(self) -> RetentionState: ...
 
+    async def truncation(self) -> TruncationPoint:
+        """What the truncations discarded, alone: what a read must skip, without the
+        storage and every consumer's checkpoint :meth:`retention_state` gathers."""
+        ...
+
     async def position_at(self, publish_time_ms: int) -> MessageId | None:
         """The first entry published at or after ``publish_time_ms`` (the last entry if
         all are older); ``None`` when no entry is older (nothing to drop) or the log is

@@ -110,7 +110,7 @@ class _Readable(Closeable):
             or (policy.kind == DeliveryPolicy.START_FROM_TIME_TICK and self._buffer is not None)
         ):  # served from the buffer, which may hold what a truncate to an id discarded
             try:
-                truncated = (await self._backend.retention_state()).point
+                truncated = await self._backend.truncation()
             except MisconfiguredError:
                 pass  # no admin API: nothing can have been truncated
         scanner = Scanner(
