@@ -77,7 +77,16 @@ from opentelemetry.trace import (
 from opentelemetry.util.types import AttributeValue
 
 from streamwal.errors import ChannelFencedError, ChannelNotFoundError
-from streamwal.node.tracing import LifecycleSampler, RoutingTracerProvider, route_call, unroute
+from streamwal.node.tracing import (
+    RPC_GRPC_STATUS_CODE,
+    RPC_METHOD,
+    RPC_SERVICE,
+    RPC_SYSTEM,
+    LifecycleSampler,
+    RoutingTracerProvider,
+    route_call,
+    unroute,
+)
 
 __all__ = ["HEALTH_SERVICE", "REFUSALS", "TSO_SERVICE", "ServerInterceptor"]
 
@@ -88,11 +97,7 @@ TSO_SERVICE = "streamwal.tso.v1.TSO"
 #: domain errors whose refusal marks the server span ERROR (see the module docstring)
 REFUSALS: tuple[type[Exception], ...] = (ChannelFencedError, ChannelNotFoundError)
 
-# the OpenTelemetry semantic-convention names the gRPC instrumentation uses
-RPC_SYSTEM = "rpc.system"
-RPC_SERVICE = "rpc.service"
-RPC_METHOD = "rpc.method"
-RPC_GRPC_STATUS_CODE = "rpc.grpc.status_code"
+# the server-only names the gRPC instrumentation uses (the shared ones: node/tracing.py)
 RPC_USER_AGENT = "rpc.user_agent"
 NET_PEER_IP = "net.peer.ip"
 NET_PEER_PORT = "net.peer.port"

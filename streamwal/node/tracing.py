@@ -48,6 +48,10 @@ __all__ = [
     "DEFAULT_SAMPLER",
     "LIFECYCLE_ATTRIBUTE",
     "LIFECYCLE_SPANS",
+    "RPC_GRPC_STATUS_CODE",
+    "RPC_METHOD",
+    "RPC_SERVICE",
+    "RPC_SYSTEM",
     "SAMPLERS",
     "ClientSpanNamer",
     "LifecycleSampler",
@@ -91,6 +95,13 @@ LIFECYCLE_ATTRIBUTE = "streamwal.lifecycle"
 #: what a client's span of a call is named before the method (the server's span has
 #: the method alone): the two spans of one call must differ where Jaeger lists them
 CLIENT_PREFIX = "client "
+
+
+# the OpenTelemetry semantic-convention names of a gRPC call's span, client and server
+RPC_SYSTEM = "rpc.system"
+RPC_SERVICE = "rpc.service"
+RPC_METHOD = "rpc.method"
+RPC_GRPC_STATUS_CODE = "rpc.grpc.status_code"
 
 
 def client_span_name(method: str) -> str:

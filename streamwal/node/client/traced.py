@@ -29,18 +29,18 @@ from grpc import aio
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from streamwal.node.tracing import client_span_name
+from streamwal.node.tracing import (
+    RPC_GRPC_STATUS_CODE,
+    RPC_METHOD,
+    RPC_SERVICE,
+    RPC_SYSTEM,
+    client_span_name,
+)
 from streamwal.tso.tls import AUTHORIZATION
 
 __all__ = ["TracedChannel", "TracedStream", "TracedUnary"]
 
 Metadata = tuple[tuple[str, str], ...]
-
-# the OpenTelemetry semantic-convention names the gRPC instrumentation uses
-_RPC_SYSTEM = "rpc.system"
-_RPC_SERVICE = "rpc.service"
-_RPC_METHOD = "rpc.method"
-_RPC_GRPC_STATUS_CODE = "rpc.grpc.status_code"
 
 
 class TracedChannel:
@@ -76,10 +76,10 @@ class TracedChannel:
             client_span_name(method),
             kind=SpanKind.CLIENT,
             attributes={
-                _RPC_SYSTEM: "grpc",
-                _RPC_GRPC_STATUS_CODE: grpc.StatusCode.OK.value[0],
-                _RPC_METHOD: name,
-                _RPC_SERVICE: service,
+                RPC_SYSTEM: "grpc",
+                RPC_GRPC_STATUS_CODE: grpc.StatusCode.OK.value[0],
+                RPC_METHOD: name,
+                RPC_SERVICE: service,
             },
         )
         carrier: dict[str, str] = {}
@@ -98,7 +98,7 @@ class TracedChannel:
 
 
 def _failed(span: Span, code: grpc.StatusCode, details: str | None) -> None:
-    span.set_attribute(_RPC_GRPC_STATUS_CODE, code.value[0])
+    span.set_attribute(RPC_GRPC_STATUS_CODE, code.value[0])
     span.set_status(Status(StatusCode.ERROR, details))
 
 
