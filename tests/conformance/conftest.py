@@ -104,7 +104,12 @@ async def _start_nodes(stack: StackInfo, workdir: Path, key_prefix: str) -> list
             {
                 "pulsar": broker,
                 "etcd": etcd,
-                "tso": {"mode": "remote", "remote_addresses": [first.address]},
+                # the oracle's prefix: the channels' terms live under it
+                "tso": {
+                    "mode": "remote",
+                    "remote_addresses": [first.address],
+                    "key_prefix": key_prefix,
+                },
             },
         )
         for node_id in range(2, NODES + 1)

@@ -68,6 +68,8 @@ class NodeProcess:
         self.address = f"127.0.0.1:{self.port}"
         base_node = {"id": node_id, "listen": self.address, "metrics_listen": ""}
         config = {**settings, "node": {**base_node, **settings.get("node", {})}}
+        #: the node's settings as written to its file (sections as in ``node.yaml``)
+        self.config: dict[str, Any] = config
         self.config_path = workdir / f"node-{node_id}.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = workdir / f"node-{node_id}.log"

@@ -41,17 +41,13 @@ async def nodes(
         "pulsar": {"service_url": stack.pulsar_url},
         "etcd": {"endpoints": [stack.etcd_endpoint]},
     }
-    x = NodeProcess(
-        workdir,
-        1,
-        {**common, "tso": {"mode": "in-process", "key_prefix": prefixes.new("outcomes")}},
-    )
+    prefix = prefixes.new("outcomes")  # the oracle's; the channels' terms live under it
+    x = NodeProcess(workdir, 1, {**common, "tso": {"mode": "in-process", "key_prefix": prefix}})
     y: NodeProcess | None = None
     try:
         await x.start()
-        y = NodeProcess(
-            workdir, 2, {**common, "tso": {"mode": "remote", "remote_addresses": [x.address]}}
-        )
+        remote = {"mode": "remote", "remote_addresses": [x.address], "key_prefix": prefix}
+        y = NodeProcess(workdir, 2, {**common, "tso": remote})
         await y.start()
         yield x, y
     finally:

@@ -48,6 +48,7 @@ async def test_metrics_after_traffic(
     stack: StackInfo, tmp_path: Path, unique: str, etcd_prefix: Callable[[str], str]
 ) -> None:
     ports = [free_port(), free_port()]
+    prefix = etcd_prefix("metrics")  # the oracle's; the channels' terms live under it
     common = {
         "pulsar": {"service_url": stack.pulsar_url},
         "etcd": {"endpoints": [stack.etcd_endpoint]},
@@ -62,7 +63,7 @@ async def test_metrics_after_traffic(
         {
             **common,
             "node": {"metrics_listen": f"127.0.0.1:{ports[0]}"},
-            "tso": {"key_prefix": etcd_prefix("metrics")},
+            "tso": {"key_prefix": prefix},
         },
     )
     await one.start()
@@ -72,7 +73,7 @@ async def test_metrics_after_traffic(
         {
             **common,
             "node": {"metrics_listen": f"127.0.0.1:{ports[1]}"},
-            "tso": {"mode": "remote", "remote_addresses": [one.address]},
+            "tso": {"mode": "remote", "remote_addresses": [one.address], "key_prefix": prefix},
         },
     )
     await two.start()

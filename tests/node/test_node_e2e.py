@@ -53,7 +53,12 @@ async def _with_node_two(
         {
             "pulsar": {"service_url": stack.pulsar_url},
             "etcd": {"endpoints": [stack.etcd_endpoint]},
-            "tso": {"mode": "remote", "remote_addresses": [oracle.address]},
+            # the oracle's prefix: the channels' terms live under it
+            "tso": {
+                "mode": "remote",
+                "remote_addresses": [oracle.address],
+                "key_prefix": oracle.config["tso"]["key_prefix"],
+            },
         },
     )
     async with running(two):

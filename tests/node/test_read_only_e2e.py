@@ -55,7 +55,11 @@ async def nodes(
                 {
                     "pulsar": broker,
                     "etcd": etcd,
-                    "tso": {"mode": "remote", "remote_addresses": [a.address]},
+                    "tso": {
+                        "mode": "remote",
+                        "remote_addresses": [a.address],
+                        "key_prefix": a.config["tso"]["key_prefix"],
+                    },
                 },
             )
             for node_id in (2, 3)

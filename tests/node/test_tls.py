@@ -72,16 +72,13 @@ async def tls_nodes(
         "etcd": {"endpoints": [stack.etcd_endpoint]},
         "node": certs.node_settings(),
     }
+    prefix = module_etcd_prefix("tls")
     one = NodeProcess(
         tmp_path,
         1,
         {
             **common,
-            "tso": {
-                "mode": "in-process",
-                "key_prefix": module_etcd_prefix("tls"),
-                "tls": certs.tso_tls(),
-            },
+            "tso": {"mode": "in-process", "key_prefix": prefix, "tls": certs.tso_tls()},
         },
     )
     two = NodeProcess(
@@ -89,7 +86,12 @@ async def tls_nodes(
         2,
         {
             **common,
-            "tso": {"mode": "remote", "remote_addresses": [one.address], "tls": certs.tso_tls()},
+            "tso": {
+                "mode": "remote",
+                "remote_addresses": [one.address],
+                "tls": certs.tso_tls(),
+                "key_prefix": prefix,  # the channels' terms live under the oracle's
+            },
         },
     )
     try:

@@ -51,6 +51,8 @@ async def _rounds(env: ChaosEnv, rounds: int, result: ScenarioResult, spans: Spa
             "STREAMWAL_ETCD__ENDPOINTS": env.etcd_endpoint,
             "STREAMWAL_TSO__MODE": "remote",
             "STREAMWAL_TSO__REMOTE_ADDRESSES": nodes[0].address,
+            # the oracle's prefix: the channels' terms live under it (and go with it)
+            "STREAMWAL_TSO__KEY_PREFIX": nodes[0].config["tso"]["key_prefix"],
             "STREAMWAL_WAL__FIRST_TIME_TICK_BACKOFF__MAXIMUM": "0.5",
         }
     )
