@@ -265,11 +265,12 @@ ROTATING_FAULTS = ("lost-answers", "takeover", "kill-9-owner")
 KNOWN_FAULTS = (*ROTATING_FAULTS, "kill-front")
 
 
-async def _logged(node: NodeProcess, text: str, timeout: float) -> bool:
-    """Whether ``text`` shows up in ``node``'s log within ``timeout`` seconds."""
+async def _logged(node: NodeProcess, text: str, before: int, timeout: float) -> bool:
+    """Whether ``node``'s log says ``text`` more than the ``before`` times it had said
+    it (its log runs on across restarts) within ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while text not in node.log_text():
+    while node.log_text().count(text) <= before:
         if loop.time() > deadline:
             return False
         await asyncio.sleep(0.1)
@@ -382,10 +383,12 @@ class RotatingFaults:
 
     async def _kill_front(self, round_: int, victim: NodeProcess) -> None:
         """SIGKILL ``victim``'s front alone; its node must notice (it turns not ready)."""
+        said = f"{FRONT_BINARY} exited on its own"
+        before = victim.log_text().count(said)
         if not victim.kill_child(FRONT_BINARY):
             self._result.problems.append(f"round {round_}: node {victim.node_id} has no front")
             return
-        noticed = await _logged(victim, f"{FRONT_BINARY} exited on its own", timeout=10.0)
+        noticed = await _logged(victim, said, before, timeout=10.0)
         self._result.expect(
             noticed, f"round {round_}: node {victim.node_id} did not notice its front died"
         )
