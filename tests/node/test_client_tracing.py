@@ -111,7 +111,10 @@ async def test_a_refused_call_ends_its_span_in_error_with_the_code_and_details(
     async with NodeClient(address, tracer_provider=_provider(exporter)) as client:
         with pytest.raises(ChannelNotFoundError):
             await client.produce("gone", b"x")
-    (span,) = _clients(exporter)
+        await client.produce("a", b"x")  # the method's next span starts afresh
+    span, after = _clients(exporter)
+    assert dict(after.attributes or {})["rpc.grpc.status_code"] == 0
+    assert after.status.status_code is StatusCode.UNSET
     assert dict(span.attributes or {})["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
     assert span.status.status_code is StatusCode.ERROR
     assert span.status.description == "no such channel"

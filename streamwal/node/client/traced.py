@@ -67,20 +67,13 @@ class TracedChannel:
     def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> TracedStream:
         return TracedStream(self, method, self.channel.stream_stream(method, *args, **kwargs))
 
-    def begin(self, method: str) -> tuple[Span | None, Metadata]:
-        """The call's span (``None`` without tracing) and the metadata it sends."""
+    def begin(self, method: _Method) -> tuple[Span | None, Metadata]:
+        """A call of ``method``: its span (``None`` without tracing) and the metadata
+        it sends."""
         if self._tracer is None:
             return None, self._metadata
-        service, _, name = method.lstrip("/").partition("/")
         span = self._tracer.start_span(
-            client_span_name(method),
-            kind=SpanKind.CLIENT,
-            attributes={
-                RPC_SYSTEM: "grpc",
-                RPC_GRPC_STATUS_CODE: grpc.StatusCode.OK.value[0],
-                RPC_METHOD: name,
-                RPC_SERVICE: service,
-            },
+            method.span_name, kind=SpanKind.CLIENT, attributes=method.attributes
         )
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(span))
@@ -112,12 +105,20 @@ async def _end_stream(span: Span, call: Any) -> None:
 
 
 class _Method:
-    """One method of the channel: its full name and the channel's own multicallable."""
+    """One method of the channel: the channel's own multicallable, and its spans' name
+    and first attributes (the SDK copies them into each span)."""
 
     def __init__(self, channel: TracedChannel, method: str, call: Any) -> None:
         self._channel = channel
-        self._method = method
         self._call = call
+        service, _, name = method.lstrip("/").partition("/")
+        self.span_name = client_span_name(method)
+        self.attributes: dict[str, str | int] = {
+            RPC_SYSTEM: "grpc",
+            RPC_GRPC_STATUS_CODE: grpc.StatusCode.OK.value[0],
+            RPC_METHOD: name,
+            RPC_SERVICE: service,
+        }
 
 
 class TracedUnary(_Method):
@@ -126,7 +127,7 @@ class TracedUnary(_Method):
     async def __call__(
         self, request: Any, *, timeout: float | None = None, metadata: Sequence[Any] = ()
     ) -> Any:
-        span, sent = self._channel.begin(self._method)
+        span, sent = self._channel.begin(self)
         try:
             return await self._call(request, timeout=timeout, metadata=(*sent, *metadata))
         except aio.AioRpcError as exc:
@@ -144,7 +145,7 @@ class TracedStream(_Method):
     def __call__(
         self, request: Any = None, *, timeout: float | None = None, metadata: Sequence[Any] = ()
     ) -> Any:
-        span, sent = self._channel.begin(self._method)
+        span, sent = self._channel.begin(self)
         metadata = (*sent, *metadata)
         call = (
             self._call(timeout=timeout, metadata=metadata)
