@@ -25,9 +25,7 @@ from streamwal_lab.chaos.env import ChaosEnv
 from streamwal_lab.chaos.result import ScenarioResult
 from streamwal_lab.chaos.scenarios.common import KNOWN_FAULTS, RotatingFaults
 
-__all__ = ["FAULTS", "run"]
-
-FAULTS = KNOWN_FAULTS
+__all__ = ["run"]
 
 #: what the front prints when it stops (gracefully: a killed one prints nothing)
 _COUNTS = re.compile(rb"(\d+) Produce calls coalesced into (\d+) frames")
@@ -37,7 +35,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result = ScenarioResult("native-front")
     async with contextlib.AsyncExitStack() as stack:
         faults = await RotatingFaults.behind_proxies(
-            stack, env, result, "front", faults=FAULTS, sections={"node": {"front": "native"}}
+            stack, env, result, "front", faults=KNOWN_FAULTS, sections={"node": {"front": "native"}}
         )
         plain = env.traffic(faults.channel, faults.via, workers=4)
         numbered = env.traffic(faults.channel, faults.via, workers=4, idempotent=True, tag="i")
