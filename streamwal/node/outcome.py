@@ -32,8 +32,10 @@ def rpc_error(
     return node_error(grpc.aio.AioRpcError(code, empty, trailing, details))
 
 
-def in_band_error(error: pb.AppendError, which: str) -> NodeCallError:
+def in_band_error(error: pb.AppendError, which: str | None) -> NodeCallError:
     """An in-band error as the status a unary ``produce`` would have raised, with the
-    outcome where :func:`write_outcome` finds it (none from an older node: unknown)."""
+    outcome where :func:`write_outcome` finds it (none from an older node: unknown);
+    its details name ``which`` append failed, if said."""
     code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
-    return rpc_error(code, f"{which}: {error.message}", _OUTCOMES.get(error.outcome))
+    details = error.message if which is None else f"{which}: {error.message}"
+    return rpc_error(code, details, _OUTCOMES.get(error.outcome))

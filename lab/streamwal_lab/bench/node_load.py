@@ -32,7 +32,11 @@ The cells:
   p99 against the WAL's own p99. The node's and the echo server's CPU per call come
   from the same runs (:mod:`streamwal_lab.bench.cpu`): the echo server's is what gRPC itself costs a
   process per call, so the node's over it is what the servicer, the WAL and telemetry
-  cost.
+  cost. ``Produce`` is called the way an application calls it, through a
+  ``NodeClient`` as made by default: the appends that meet on a channel share calls
+  (:mod:`streamwal.node.client.coalescer`). The same calls through a client that makes
+  one ``Produce`` call per append (``coalesce=False``) are the ``node_calls`` side, on
+  the default node: what the echo's figures and the ceiling compare with.
 - ``carried``: ``streams`` (32) ``ProduceStream`` calls with ``depth`` (16) appends in
   flight on each, against the WAL with as many appends in flight: throughput once
   latency no longer bounds it, at each payload size.
@@ -94,6 +98,7 @@ from streamwal_lab.bench.target import BenchTarget, Timing, new_run
 from streamwal_lab.stack.topics import delete_created, list_topics
 
 __all__ = [
+    "CALLS_SIDE",
     "CELLS",
     "DEFAULT_LOAD_CHANNELS",
     "DEFAULT_LOAD_LARGE_SIZES",
@@ -116,6 +121,8 @@ DEFAULT_LOAD_CHANNELS = (16, 256)
 NODES = ("node", "node_full")
 #: the side of the pipelined cells whose streams send a frame per append
 FRAME_PER_APPEND = "node_frames"
+#: the latency cell's unary side through a client making a call per append
+CALLS_SIDE = "node_calls_unary"
 #: what makes the second node trace every call (the standard variable wins over its config)
 FULL_SAMPLING = {"OTEL_TRACES_SAMPLER": "always_on"}
 #: what sets the nodes' ``node.front``
@@ -138,24 +145,24 @@ def latency_figures(medians: Mapping[str, Mapping[str, float]]) -> dict[str, flo
     """The latency cell's derived figures, for each of ``unary``/``stream`` on each node
     (``<node>_<kind>``): added p50/p99 (ms, node minus WAL), the added p50 over the echo
     server's p50 of the same kind, the added p99 over the WAL's p99, appends/s over the
-    WAL's, and CPU per append over the echo server's CPU per call of the same kind; and
-    the unary ceiling's appends/s over the WAL's, where it was measured."""
+    WAL's, and CPU per append over the echo server's CPU per call of the same kind (the
+    same for :data:`CALLS_SIDE`, a unary side); and the unary ceiling's appends/s over
+    the WAL's, where it was measured."""
     wal = medians["wal"]
     out: dict[str, float] = {}
-    for node in NODES:
-        for kind in _KINDS:
-            side = f"{node}_{kind}"
-            if side not in medians:
-                continue
-            f, echo = medians[side], medians[f"echo_{kind}"]
-            added_p50 = round(f["p50_ms"] - wal["p50_ms"], 3)
-            added_p99 = round(f["p99_ms"] - wal["p99_ms"], 3)
-            out[f"{side}_added_p50_ms"] = added_p50
-            out[f"{side}_added_p99_ms"] = added_p99
-            out[f"{side}_added_p50_vs_echo_ratio"] = ratio(added_p50, echo["p50_ms"])
-            out[f"{side}_added_p99_vs_wal_ratio"] = ratio(added_p99, wal["p99_ms"])
-            out[f"{side}_vs_wal_ratio"] = ratio(f["per_s"], wal["per_s"])
-            out[f"{side}_cpu_vs_echo_ratio"] = ratio(f[CPU_KEY], echo[CPU_KEY])
+    sides = [(f"{node}_{kind}", kind) for node in NODES for kind in _KINDS]
+    for side, kind in [*sides, (CALLS_SIDE, "unary")]:
+        if side not in medians:
+            continue
+        f, echo = medians[side], medians[f"echo_{kind}"]
+        added_p50 = round(f["p50_ms"] - wal["p50_ms"], 3)
+        added_p99 = round(f["p99_ms"] - wal["p99_ms"], 3)
+        out[f"{side}_added_p50_ms"] = added_p50
+        out[f"{side}_added_p99_ms"] = added_p99
+        out[f"{side}_added_p50_vs_echo_ratio"] = ratio(added_p50, echo["p50_ms"])
+        out[f"{side}_added_p99_vs_wal_ratio"] = ratio(added_p99, wal["p99_ms"])
+        out[f"{side}_vs_wal_ratio"] = ratio(f["per_s"], wal["per_s"])
+        out[f"{side}_cpu_vs_echo_ratio"] = ratio(f[CPU_KEY], echo[CPU_KEY])
     if "ceiling_unary" in medians:  # reports made before the ceiling lack it
         out["ceiling_unary_vs_wal_ratio"] = ratio(medians["ceiling_unary"]["per_s"], wal["per_s"])
     return out
@@ -395,6 +402,15 @@ async def _latency(env: _Env, callers: int) -> dict[str, Any]:
             pid = env.pids[node]
             sides[f"{node}_unary"] = metered(pid, spread([unary] * callers, payload))
             sides[f"{node}_stream"] = metered(pid, spread([s.append for s in streams], payload))
+        calls = await held.enter_async_context(
+            NodeClient(env.clients["node"].address, coalesce=False)
+        )
+        (name,) = own["node"]
+
+        async def a_call_each(data: bytes) -> object:
+            return await calls.produce(name, data)
+
+        sides[CALLS_SIDE] = metered(env.pids["node"], spread([a_call_each] * callers, payload))
         echo_streams = [env.echo.open_stream() for _ in range(callers)]
 
         async def close_echo_streams() -> None:
@@ -414,13 +430,14 @@ async def _latency(env: _Env, callers: int) -> dict[str, Any]:
     env.target.progress(
         "node-load latency x{}: wal p50 {} p99 {} ms; node unary +{} / +{} ms, stream +{} / "
         "+{} ms; echo unary p50 {} ms; CPU us/append unary {} stream {} (echo {} / {}); "
-        "unary ceiling/WAL {}".format(
+        "unary ceiling/WAL {}; unary/WAL {}, a call per append {}".format(
             callers, medians["wal"]["p50_ms"], medians["wal"]["p99_ms"],
             cell["node_unary_added_p50_ms"], cell["node_unary_added_p99_ms"],
             cell["node_stream_added_p50_ms"], cell["node_stream_added_p99_ms"],
             medians["echo_unary"]["p50_ms"], medians["node_unary"][CPU_KEY],
             medians["node_stream"][CPU_KEY], medians["echo_unary"][CPU_KEY],
             medians["echo_stream"][CPU_KEY], cell["ceiling_unary_vs_wal_ratio"],
+            cell["node_unary_vs_wal_ratio"], cell[f"{CALLS_SIDE}_vs_wal_ratio"],
         )
     )  # fmt: skip
     return cell

@@ -506,6 +506,15 @@ def _node_load_md(r: dict[str, Any]) -> list[str]:
                      f["p99_ms"], lat[f"{side}_added_p50_ms"], lat[f"{side}_added_p99_ms"],
                      f[CPU_KEY], lat[f"{side}_cpu_vs_echo_ratio"]]
                 )  # fmt: skip
+            calls = lat.get("node_calls_unary")  # reports made before it lack it
+            if kind == "unary" and calls is not None:
+                side = "node_calls_unary"
+                rows.append(
+                    ["Produce, a call per append", calls["per_s"], lat[f"{side}_vs_wal_ratio"],
+                     calls["p50_ms"], calls["p99_ms"], lat[f"{side}_added_p50_ms"],
+                     lat[f"{side}_added_p99_ms"], calls[CPU_KEY],
+                     lat[f"{side}_cpu_vs_echo_ratio"]]
+                )  # fmt: skip
             echo = lat[f"echo_{kind}"]
             rows.append(
                 [f"gRPC echo, {kind}", echo["per_s"], "-", echo["p50_ms"], echo["p99_ms"],

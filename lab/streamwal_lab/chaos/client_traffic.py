@@ -185,8 +185,7 @@ class ClientWriters:
                 if isinstance(result, Exception):
                     self.records.unexpected.append(f"a writer died: {result!r}")
             self._tasks = []
-        clients, self._node_clients = self._node_clients, []
-        for client in clients:
+        for client in self._node_clients:  # kept: their counts stay readable
             with contextlib.suppress(Exception):
                 await client.close()
 
@@ -382,6 +381,21 @@ class ClientWriters:
     def node_unary(self, name: str, retries: int) -> Writer:
         clients = self.node_clients(retries)
         return self._unary(name, lambda: clients[self._route.address])
+
+    def node_unary_shared(self, name: str, retries: int, writers: int) -> list[Writer]:
+        """``writers`` unary writers sharing one client per address: their appends meet
+        and the client coalesces them into frames (``NodeClient``'s default)."""
+        clients = self.node_clients(retries)
+        return [
+            self._unary(f"{name} #{i}", lambda: clients[self._route.address])
+            for i in range(writers)
+        ]
+
+    def coalesced(self) -> tuple[int, int]:
+        """Frames the NodeClient writers' clients coalesced so far, and the appends in
+        them."""
+        counts = [client.coalesced for client in self._node_clients]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
     def node_batch(self, name: str, retries: int, sizes: tuple[int, int]) -> Writer:
         clients = self.node_clients(retries)

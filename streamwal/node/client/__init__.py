@@ -15,7 +15,8 @@ A node with ``node.tls`` needs ``tls`` here, with a client certificate when the 
 requires one (``node.tls.ca_file``); a refused handshake shows up as UNAVAILABLE.
 
 The client is split by role: :mod:`~streamwal.node.client.calls` (the connection and
-the unary calls), :mod:`~streamwal.node.client.streams` (stream calls),
+the unary calls), :mod:`~streamwal.node.client.coalescer` (concurrent unary appends
+sharing calls), :mod:`~streamwal.node.client.streams` (stream calls),
 :mod:`~streamwal.node.client.append_stream` (:class:`AppendStream`, a stream taking
 one append at a time), :mod:`~streamwal.node.client.retries` (when a call is tried
 again, what a failed append ends with), :mod:`~streamwal.node.client.answers` (what

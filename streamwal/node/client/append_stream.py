@@ -15,6 +15,7 @@ from streamwal.errors import WriteOutcome
 from streamwal.lifecycle import Closeable
 from streamwal.node.client.answers import Acked, acked_of
 from streamwal.node.client.base import Numbering
+from streamwal.node.client.coalescer import FRAME_APPENDS, FRAME_BYTES
 from streamwal.node.client_errors import NodeCallError, node_error
 from streamwal.node.outcome import in_band_error, rpc_error
 from streamwal.node.proto import streaming_pb2 as pb
@@ -22,13 +23,6 @@ from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.timeouts import within
 
 __all__ = ["AppendStream"]
-
-
-#: a coalesced frame holds at most this many appends, and this many payload bytes
-#: unless one append alone is larger (a node takes a frame of its largest message and
-#: a MiB besides: streamwal.node.limits)
-_FRAME_APPENDS = 512
-_FRAME_BYTES = 512 * 1024
 
 
 class AppendStream(Closeable):
@@ -159,7 +153,7 @@ class AppendStream(Closeable):
         """Everything waiting, up to a frame's bounds (one append without ``coalesce``):
         a run of numbers (a batch is numbered from its first) and never past the close."""
         outbox = self._outbox
-        limit = _FRAME_APPENDS if self._coalesce else 1
+        limit = FRAME_APPENDS if self._coalesce else 1
         first = outbox.popleft()
         assert first is not None
         frame = [first]
@@ -167,7 +161,7 @@ class AppendStream(Closeable):
         numbers = first.numbers
         while outbox and len(frame) < limit:
             after = outbox[0]
-            if after is None or size + after.size > _FRAME_BYTES:
+            if after is None or size + after.size > FRAME_BYTES:
                 break
             if numbers is not None and after.numbers != (numbers[0], numbers[1] + 1):
                 break

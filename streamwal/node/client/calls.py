@@ -11,8 +11,15 @@ from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 
 from streamwal.lifecycle import Closeable
-from streamwal.node.client.answers import Acked, BatchProduceError, batch_acks, numbers_of
+from streamwal.node.client.answers import (
+    Acked,
+    BatchProduceError,
+    acked_of,
+    batch_acks,
+    numbers_of,
+)
 from streamwal.node.client.base import batch_request
+from streamwal.node.client.coalescer import ProduceCoalescer
 from streamwal.node.client.retries import give_up, may_retry, with_retries
 from streamwal.node.client.streams import StreamCalls
 from streamwal.node.client.traced import TracedChannel
@@ -42,6 +49,10 @@ class NodeClient(StreamCalls, Closeable):
     identifies the caller instead); a refusal raises
     :class:`~streamwal.node.client_errors.NodeUnauthenticatedError` or
     :class:`~streamwal.node.client_errors.NodePermissionDeniedError`.
+    ``coalesce`` (the default): concurrent :meth:`produce` calls to one channel share
+    calls once two are in flight there (:mod:`~streamwal.node.client.coalescer`), each
+    still answered, numbered and retried on its own; ``False``: one ``Produce`` call
+    per append.
     """
 
     def __init__(
@@ -56,6 +67,7 @@ class NodeClient(StreamCalls, Closeable):
         idempotent: bool = True,
         producer: ProducerIdentity | None = None,
         token: str | None = None,
+        coalesce: bool = True,
     ) -> None:
         self.address = address
         self.producer: ProducerIdentity | None = (
@@ -69,8 +81,19 @@ class NodeClient(StreamCalls, Closeable):
         self._stub = pb_grpc.StreamingNodeStub(
             TracedChannel(self._channel, tracer, default_token(token))
         )
+        self._coalescer = (
+            ProduceCoalescer(self._stub, timeout, traced=tracer is not None) if coalesce else None
+        )
+
+    @property
+    def coalesced(self) -> tuple[int, int]:
+        """Frames of more than one :meth:`produce` sent so far, and the appends in them."""
+        c = self._coalescer
+        return (0, 0) if c is None else (c.frames, c.coalesced)
 
     async def close(self) -> None:
+        if self._coalescer is not None:
+            await self._coalescer.close()
         await self._channel.close()
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
@@ -158,9 +181,13 @@ class NodeClient(StreamCalls, Closeable):
                 request.sequence = (
                     sequence if sequence is not None else producer.next_sequence(pchannel)
                 )
+        numbers = None if producer is None else (request.producer_id, request.sequence)
+        coalescer = self._coalescer
         try:
-            reply = await with_retries(
-                lambda: self._stub.Produce(request, timeout=self._timeout),
+            return await with_retries(
+                (lambda: coalescer.produce(request, numbers))
+                if coalescer is not None
+                else (lambda: self._produce_alone(request, numbers)),
                 self._retries,
                 lambda exc: may_retry(exc, producer is not None),
             )
@@ -173,15 +200,11 @@ class NodeClient(StreamCalls, Closeable):
         finally:
             if reserved and producer is not None:
                 producer.settle(request.producer_id, pchannel, request.sequence)
-        if producer is None:
-            return Acked(reply.message_id, reply.message_id_text, reply.time_tick)
-        return Acked(
-            reply.message_id,
-            reply.message_id_text,
-            reply.time_tick,
-            request.producer_id,
-            request.sequence,
-        )
+
+    async def _produce_alone(
+        self, request: pb.ProduceRequest, numbers: tuple[int, int] | None
+    ) -> Acked:
+        return acked_of(await self._stub.Produce(request, timeout=self._timeout), numbers)
 
     async def begin_txn(
         self,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streamwal_lab.bench.cpu import CPU_KEY, cpu_seconds, metered, parse_cpu_seconds, per_op_us
-from streamwal_lab.bench.node_load import CELLS, carried_figures, latency_figures
+from streamwal_lab.bench.node_load import CALLS_SIDE, CELLS, carried_figures, latency_figures
 from streamwal_lab.bench.report import markdown
 from streamwal_lab.bench.suites import SUITES, default_arguments
 from streamwal_lab.bench.targets import evaluate
@@ -91,6 +91,15 @@ def test_added_latency_is_the_node_minus_the_wal_against_the_floor() -> None:
     assert f["node_stream_cpu_vs_echo_ratio"] == 5.0  # against the echo's stream, not unary
     assert f["node_full_unary_added_p99_ms"] == 44.0
     assert f["node_full_unary_cpu_vs_echo_ratio"] == 3.5
+
+
+def test_a_call_per_append_is_judged_against_the_unary_echo() -> None:
+    medians = {**_latency_medians(), CALLS_SIDE: _side(500, 30.0, 48.0, cpu=800.0)}
+    f = latency_figures(medians)
+    assert f[f"{CALLS_SIDE}_vs_wal_ratio"] == 0.125
+    assert f[f"{CALLS_SIDE}_added_p50_vs_echo_ratio"] == round(22 / 6, 3)
+    assert f[f"{CALLS_SIDE}_cpu_vs_echo_ratio"] == 4.0
+    assert f"{CALLS_SIDE}_vs_wal_ratio" not in latency_figures(_latency_medians())
 
 
 def test_the_unary_ceiling_is_taken_against_the_wal_where_it_was_measured() -> None:

@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from streamwal_lab.bench.cpu import CPU_KEY
-from streamwal_lab.bench.node_load import FRAME_PER_APPEND, NODES, run_node_load_bench
+from streamwal_lab.bench.node_load import (
+    CALLS_SIDE,
+    FRAME_PER_APPEND,
+    NODES,
+    run_node_load_bench,
+)
 from streamwal_lab.bench.report import markdown
 from streamwal_lab.bench.target import BenchTarget
 from streamwal_lab.bench.targets import evaluate
@@ -55,6 +60,7 @@ async def test_every_cell_measures_both_nodes_and_drops_its_topics(stack: StackI
         "wal",
         "echo_unary",
         "echo_stream",
+        CALLS_SIDE,
         *(f"{n}_{k}" for n in NODES for k in ("unary", "stream")),
     ):
         assert lat[side]["ops"] > 0 and _positive(lat[side]["per_s"]), side

@@ -205,6 +205,8 @@ async def test_client_retries_through_lost_answers_and_kill_9(
     writers = result.figures["answers by writer [count, landed]"]
     assert all(told["acknowledged"][0] > 0 for told in writers.values()), writers
     assert result.figures["transactions told"].get("committed", 0) > 0
+    coalesced, frames = result.figures["unary appends the NodeClients coalesced, in frames"]
+    assert coalesced > frames > 0  # the shared clients' appends went in frames, and held
 
 
 async def test_large_messages_through_kill_9_and_takeovers_between_chunks(

@@ -16,7 +16,8 @@ the coordinator: it assigns the channel and publishes the owner in etcd
 (:mod:`streamwal_lab.chaos.client_traffic`): ClusterClient unary appends with
 budgets of 0 s (one try), 0.05 s and 5 s, its ``produce_batch`` and
 ``produce_stream``, and its transactions (some rolled back, some left idle past a
-short keepalive: expired); NodeClient unary appends with 0 and 2 retries, ``produce_batch`` and
+short keepalive: expired); NodeClient unary appends with 0 and 2 retries, alone and
+six writers sharing one client (which coalesces their appends into frames), ``produce_batch`` and
 two ``open_stream`` writers, one coalescing what it has in flight into frames (the
 default) and one sending a frame per append. Each round, one fault: the owner's proxy
 drops every answer for a moment and then cuts its connections (the requests reached
@@ -67,6 +68,8 @@ __all__ = ["BUDGETS", "FAULTS", "run"]
 FAULTS = ("lost-answers", "kill-9-owner")
 BUDGETS = (0.0, 0.05, 5.0)
 """``retry_for_s`` of the ClusterClient unary writers: one try, about one, plenty."""
+SHARED_WRITERS = 6
+"""NodeClient unary writers sharing one client (its coalescer's frames), per budget."""
 
 
 class _Coordinator:
@@ -155,6 +158,9 @@ def _writers(
     for retries in (0, 2):
         name = f"node produce, retries={retries}"
         writers.start(name, writers.node_unary(name, retries))
+        name = f"node produce, one client, retries={retries}"  # coalesced into frames
+        for i, writer in enumerate(writers.node_unary_shared(name, retries, SHARED_WRITERS)):
+            writers.start(f"{name} #{i}", writer)
     name = "node produce_batch, retries=0"
     writers.start(name, writers.node_batch(name, 0, (1, 16)))
     name = "node open_stream"  # coalescing: the appends in flight go as one frame
@@ -252,6 +258,8 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
     result.expect(bool(records.acks), "no append was acknowledged")
     committed = report.txn_outcomes.get("committed", 0)
     result.expect(committed > 0, "no transaction was committed")
+    frames, coalesced = writers.coalesced()
+    result.expect(frames > 0, "the shared NodeClients coalesced no appends into frames")
     by_writer = _figures(records, _in_log(entries))
     totals = {
         answer: [sum(w[answer][i] for w in by_writer.values()) for i in (0, 1)]
@@ -265,6 +273,7 @@ async def run(env: ChaosEnv, rounds: int) -> ScenarioResult:
             "transactions told": dict(report.txn_outcomes),
             "of them committed in the log": dict(report.txn_outcomes_committed),
             "transactions left idle to expire": writers.txn_sleeps,
+            "unary appends the NodeClients coalesced, in frames": [coalesced, frames],
             "codes": dict(records.codes),
         }
     )
