@@ -9,7 +9,7 @@ errors of failed calls are :mod:`streamwal.node.client_errors`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "batch_acks",
     "consumed_from",
     "expand_runs",
+    "frame_answers",
     "grpc_code_of",
     "number_at",
     "numbers_of",
@@ -148,6 +149,21 @@ def _acked(message_id: bytes, text: str, time_tick: int, numbers: tuple[int, int
     _set_acked_producer(acked, producer_id)
     _set_acked_sequence(acked, sequence)
     return acked
+
+
+def frame_answers(
+    response: pb.ProduceBatchResponse, numbers: list[tuple[int, int] | None]
+) -> Sequence[Acked | pb.ProduceResponse]:
+    """One answer per append of a frame of separate appends (``independent``), in its
+    order: the runs expanded when every append landed (``compact``), else each one's
+    result, an error or where it landed. :class:`~streamwal.errors.DecodeError` for
+    answers that do not fit the frame."""
+    answers: Sequence[Acked | pb.ProduceResponse] = (
+        expand_runs(response.runs, numbers) if response.runs else response.results
+    )
+    if len(answers) != len(numbers):
+        raise DecodeError(f"a frame of {len(numbers)} appends answered with {len(answers)} results")
+    return answers
 
 
 def batch_acks(

@@ -11,9 +11,9 @@ from typing import Any
 
 import grpc
 
-from streamwal.errors import WriteOutcome
+from streamwal.errors import DecodeError, WriteOutcome
 from streamwal.lifecycle import Closeable
-from streamwal.node.client.answers import Acked, acked_of
+from streamwal.node.client.answers import Acked, acked_of, frame_answers
 from streamwal.node.client.base import Numbering
 from streamwal.node.client.coalescer import FRAME_APPENDS, FRAME_BYTES
 from streamwal.node.client_errors import NodeCallError, node_error
@@ -179,7 +179,8 @@ class AppendStream(Closeable):
         return request
 
     def _batch(self, frame: list[_Pending]) -> pb.ProduceBatchRequest:
-        request = pb.ProduceBatchRequest(pchannel=self.pchannel, independent=True)
+        # compact: a frame whose appends all landed is answered in runs, not a result each
+        request = pb.ProduceBatchRequest(pchannel=self.pchannel, independent=True, compact=True)
         request.messages.extend([pending.message for pending in frame])
         if frame[0].numbers is not None:
             request.producer_id, request.first_sequence = frame[0].numbers
@@ -190,12 +191,14 @@ class AppendStream(Closeable):
         if self._numbers is not None:
             self._numbers._settle_one(self.pchannel, numbers)
 
-    def _answer(self, pending: _Pending, r: pb.ProduceResponse) -> None:
+    def _answer(self, pending: _Pending, r: pb.ProduceResponse | Acked) -> None:
         self._answered += 1
         self._settle(pending.numbers)
         if pending.waiter.done():  # its caller was cancelled; the append still counts
             return
-        if r.HasField("error"):
+        if isinstance(r, Acked):
+            pending.waiter.set_result(r)
+        elif r.HasField("error"):
             pending.waiter.set_exception(
                 in_band_error(r.error, f"append {self._answered} on the stream")
             )
@@ -207,13 +210,15 @@ class AppendStream(Closeable):
         try:
             async for reply in self._call:
                 frame = self._waiting.popleft()
-                answers = reply.results if self._coalesce else (reply,)
-                if len(answers) != len(frame):
-                    self._waiting.appendleft(frame)  # answered below as the call's end
-                    ended = rpc_error(
-                        grpc.StatusCode.INTERNAL,
-                        f"a frame of {len(frame)} appends answered with {len(answers)} results",
+                try:
+                    answers = (
+                        frame_answers(reply, [p.numbers for p in frame])
+                        if self._coalesce
+                        else (reply,)
                     )
+                except DecodeError as exc:
+                    self._waiting.appendleft(frame)  # answered below as the call's end
+                    ended = rpc_error(grpc.StatusCode.INTERNAL, str(exc))
                     self._call.cancel()
                     return
                 for pending, r in zip(frame, answers, strict=True):

@@ -1,15 +1,15 @@
 """Concurrent unary appends to one channel share calls: a Kafka producer's accumulator,
 on a node client.
 
-A unary ``Produce`` costs a Python client most of its CPU in the call itself (about
-120 us with its span), not in the append; 32 callers of one client spend a core on
-calls before the node does any work. Here an append that finds fewer than
-:data:`MAX_IN_FLIGHT` calls in flight on its channel goes at once, alone, as
-``Produce``: a lone caller waits for nothing. The ones that find the channel's calls
-busy queue, and each call that ends sends what has queued as one ``ProduceBatch``
-frame of separate appends (``independent``, each with its own numbers in ``ids``):
-the node answers each on its own, an invalid one fails alone, a failed call fails
-each with that call's status. So every append still has its own answer, its own
+A unary ``Produce`` costs a Python client (and the node) more CPU in the call itself
+than in the append: many callers of one client spend the cores on calls, one per
+append, before the node does any work (``docs/performance.md``). Here an append
+that finds fewer than :data:`MAX_IN_FLIGHT` calls in flight on its channel goes at
+once, alone, as ``Produce``: a lone caller waits for nothing. The ones that find the
+channel's calls busy queue, and each call that ends sends what has queued as one
+``ProduceBatch`` frame of separate appends (``independent``, each with its own
+numbers in ``ids``): the node answers each on its own, an invalid one fails alone, a
+failed call fails each with that call's status. So every append still has its own answer, its own
 typed error and its own numbers, and :func:`~.retries.with_retries` retries it as
 before (a retry queues again). Concurrent appends have no order between them, so
 their order inside a frame promises nothing a caller could have relied on.
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 import grpc
 from opentelemetry import trace
 
-from streamwal.errors import DecodeError, WriteOutcome
-from streamwal.node.client.answers import Acked, acked_of, expand_runs
+from streamwal.errors import WriteOutcome
+from streamwal.node.client.answers import Acked, acked_of, frame_answers
 from streamwal.node.outcome import in_band_error, rpc_error
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
@@ -39,7 +39,8 @@ from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 __all__ = ["FRAME_APPENDS", "FRAME_BYTES", "MAX_IN_FLIGHT", "ProduceCoalescer"]
 
 #: calls one client keeps in flight per channel before appends queue for a frame: two,
-#: so a frame is built and sent while the other call is at the node
+#: so a frame is built and sent while the other call is at the node (one and four
+#: measured lower: docs/performance.md)
 MAX_IN_FLIGHT = 2
 #: a coalesced frame holds at most this many appends, and this many payload bytes
 #: unless one append alone is larger (a node takes a frame of its largest message and
@@ -203,17 +204,11 @@ def _batch(pchannel: str, frame: list[_Queued]) -> pb.ProduceBatchRequest:
 
 
 def _answer_frame(frame: list[_Queued], reply: pb.ProduceBatchResponse) -> None:
-    if reply.runs:
-        acked = expand_runs(reply.runs, [q.numbers for q in frame])
-        if len(acked) != len(frame):
-            raise DecodeError(f"runs of {len(acked)} appends answered a frame of {len(frame)}")
-        for queued, one in zip(frame, acked, strict=True):
-            _settle(queued, one)
-        return
-    if len(reply.results) != len(frame):
-        raise DecodeError(f"{len(reply.results)} results answered a frame of {len(frame)}")
-    for queued, r in zip(frame, reply.results, strict=True):
-        if r.HasField("error"):
+    answers = frame_answers(reply, [q.numbers for q in frame])
+    for queued, r in zip(frame, answers, strict=True):
+        if isinstance(r, Acked):
+            _settle(queued, r)
+        elif r.HasField("error"):
             _fail(queued, in_band_error(r.error, None))
         else:
             _settle(queued, acked_of(r, queued.numbers))
