@@ -6,12 +6,15 @@ package main
 // be). One stream per (channel, credentials), with at most framesInFlight frames
 // unanswered on it: a frame holds what waited while the node worked on the ones
 // before, so one caller alone is sent at once and many callers share frames (the
-// node's cost is per frame, about that of one unary call).
+// node's cost is per frame, about that of one unary call). A coalescer nobody used
+// for idleAfter retires: its stream ends and the front forgets it, so a front that
+// saw many channels or tokens does not keep a goroutine and a stream for each.
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -47,6 +50,9 @@ type coalescer struct {
 	limits   limits
 	slots    chan struct{} // a token per frame sent and not answered yet
 	frames   *atomic.Int64
+	// retire asks the front to forget this coalescer: true when nobody holds it
+	retire func(*coalescer) bool
+	users  int // callers holding it (the front's mutex guards it)
 
 	mu     sync.Mutex
 	stream *batchStream
@@ -56,6 +62,7 @@ type limits struct {
 	frameBytes     int
 	frameMessages  int
 	framesInFlight int
+	idleAfter      time.Duration // 0: never retire
 }
 
 // batchStream is one ProduceBatchStream to the node with the frames sent on it and
@@ -67,28 +74,59 @@ type batchStream struct {
 	inflight [][]*pending
 }
 
-func newCoalescer(node *grpc.ClientConn, pchannel string, md metadata.MD, l limits, frames *atomic.Int64) *coalescer {
-	c := &coalescer{node: node, pchannel: pchannel, md: md, limits: l, frames: frames, queue: make(chan *pending, 4*l.frameMessages), slots: make(chan struct{}, l.framesInFlight)}
+func newCoalescer(node *grpc.ClientConn, pchannel string, md metadata.MD, l limits, frames *atomic.Int64, retire func(*coalescer) bool) *coalescer {
+	c := &coalescer{node: node, pchannel: pchannel, md: md, limits: l, frames: frames, retire: retire, queue: make(chan *pending, 4*l.frameMessages), slots: make(chan struct{}, l.framesInFlight)}
 	go c.run()
 	return c
 }
 
 func (c *coalescer) run() {
-	for first := range c.queue {
-		c.slots <- struct{}{} // what arrives meanwhile joins this frame
-		batch := []*pending{first}
-		size := len(first.message)
-	drain:
-		for len(batch) < c.limits.frameMessages && size < c.limits.frameBytes {
-			select {
-			case p := <-c.queue:
-				batch = append(batch, p)
-				size += len(p.message)
-			default:
-				break drain
+	var idle <-chan time.Time
+	var timer *time.Timer
+	if c.limits.idleAfter > 0 {
+		timer = time.NewTimer(c.limits.idleAfter)
+		defer timer.Stop()
+		idle = timer.C
+	}
+	for {
+		select {
+		case first := <-c.queue:
+			c.slots <- struct{}{} // what arrives meanwhile joins this frame
+			batch := []*pending{first}
+			size := len(first.message)
+		drain:
+			for len(batch) < c.limits.frameMessages && size < c.limits.frameBytes {
+				select {
+				case p := <-c.queue:
+					batch = append(batch, p)
+					size += len(p.message)
+				default:
+					break drain
+				}
 			}
+			c.send(batch)
+			if timer != nil {
+				timer.Reset(c.limits.idleAfter)
+			}
+		case <-idle:
+			if c.retire(c) { // nobody holds it, so nothing is queued or in flight
+				c.end()
+				return
+			}
+			timer.Reset(c.limits.idleAfter)
 		}
-		c.send(batch)
+	}
+}
+
+// end closes the stream to the node, if one is open.
+func (c *coalescer) end() {
+	c.mu.Lock()
+	s := c.stream
+	c.stream = nil
+	c.mu.Unlock()
+	if s != nil {
+		_ = s.cs.CloseSend()
+		s.cancel()
 	}
 }
 

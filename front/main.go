@@ -38,7 +38,7 @@ type front struct {
 	coalescers map[string]*coalescer
 
 	// what the front did, said when it stops (an operator's check that it batches)
-	coalesced, frames, forwarded atomic.Int64
+	coalesced, frames, forwarded, retired atomic.Int64
 }
 
 func main() {
@@ -50,6 +50,7 @@ func main() {
 	framesInFlight := flag.Int("frames-in-flight", 2, "most frames unanswered per channel and credentials")
 	coalesce := flag.Bool("coalesce", true, "coalesce unary Produce calls (false: forward every call)")
 	coalesceAt := flag.Int("coalesce-max-bytes", 256<<10, "a larger message is forwarded alone")
+	idleAfter := flag.Duration("idle-after", time.Minute, "a channel's coalescer unused this long is retired (0: never)")
 	flag.Parse()
 	if *upstream == "" {
 		fmt.Fprintln(os.Stderr, "streamwal-front: --upstream is required")
@@ -75,7 +76,7 @@ func main() {
 	}
 	f := &front{
 		node:       node,
-		limits:     limits{frameBytes: *frameBytes, frameMessages: *frameMessages, framesInFlight: *framesInFlight},
+		limits:     limits{frameBytes: *frameBytes, frameMessages: *frameMessages, framesInFlight: *framesInFlight, idleAfter: *idleAfter},
 		coalesceAt: *coalesceAt,
 		coalesce:   *coalesce,
 		coalescers: map[string]*coalescer{},
@@ -102,8 +103,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "streamwal-front: %v\n", err)
 		os.Exit(1)
 	}
-	fmt.Fprintf(os.Stderr, "streamwal-front: stopped; %d Produce calls coalesced into %d frames, %d calls forwarded\n",
-		f.coalesced.Load(), f.frames.Load(), f.forwarded.Load())
+	fmt.Fprintf(os.Stderr, "streamwal-front: stopped; %d Produce calls coalesced into %d frames, %d calls forwarded, %d idle coalescers retired\n",
+		f.coalesced.Load(), f.frames.Load(), f.forwarded.Load(), f.retired.Load())
 }
 
 // dieWithParent ends the front with the node that started it: a node killed with
@@ -134,7 +135,9 @@ func (f *front) handle(_ any, ss grpc.ServerStream) error {
 	}
 	f.coalesced.Add(1)
 	done := make(chan result, 1)
-	f.coalescer(p.pchannel, in).queue <- &pending{message: p.message, ids: p.ids, done: done}
+	c := f.acquire(p.pchannel, in)
+	defer f.release(c)
+	c.queue <- &pending{message: p.message, ids: p.ids, done: done}
 	select {
 	case r := <-done:
 		return reply(ss, r)
@@ -177,9 +180,10 @@ func sampled(md metadata.MD) bool {
 	return false
 }
 
-// coalescer for the channel and the caller's credentials: calls share a frame only
-// when the node would admit each of them the same way.
-func (f *front) coalescer(pchannel string, in metadata.MD) *coalescer {
+// acquire the coalescer for the channel and the caller's credentials (calls share a
+// frame only when the node would admit each of them the same way), held until
+// release: a held coalescer is never retired.
+func (f *front) acquire(pchannel string, in metadata.MD) *coalescer {
 	auth := strings.Join(in.Get("authorization"), "\x00")
 	key := pchannel + "\x00" + auth
 	f.mu.Lock()
@@ -193,10 +197,29 @@ func (f *front) coalescer(pchannel string, in metadata.MD) *coalescer {
 		// a frame of many callers' appends is not one caller's trace: the node does
 		// not start one for it (a sampled caller's Produce is forwarded alone)
 		md.Set("traceparent", unsampledParent())
-		c = newCoalescer(f.node, pchannel, md, f.limits, &f.frames)
+		c = newCoalescer(f.node, pchannel, md, f.limits, &f.frames, func(c *coalescer) bool { return f.retire(key, c) })
 		f.coalescers[key] = c
 	}
+	c.users++
 	return c
+}
+
+func (f *front) release(c *coalescer) {
+	f.mu.Lock()
+	c.users--
+	f.mu.Unlock()
+}
+
+// retire forgets c if nobody holds it; a later call for its key gets a new one.
+func (f *front) retire(key string, c *coalescer) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c.users > 0 || f.coalescers[key] != c {
+		return false
+	}
+	delete(f.coalescers, key)
+	f.retired.Add(1)
+	return true
 }
 
 // unsampledParent is a W3C traceparent whose sampled flag is off.
