@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from streamwal.errors import WriteOutcome
-from streamwal.node.client import Acked, NodeClient, policy, write_outcome
+from streamwal.node.client import Acked, AppendStream, NodeClient, policy, write_outcome
 from streamwal_lab.stack import StackInfo
 from tests.etcd_keys import EtcdPrefixes
 from tests.node.processes import NodeProcess
@@ -168,3 +168,57 @@ async def test_a_payload_that_is_not_bytes_fails_its_own_call_only(
         later = await stream.append(b"c")
     logged = await _logged(client, channel, later)
     assert list(logged.values()) == [b"a", b"b", b"c"]
+
+
+async def test_streams_of_one_client_on_one_channel_share_a_call_and_keep_their_order(
+    client: NodeClient, channel: str
+) -> None:
+    streams = [client.open_stream(channel) for _ in range(8)]
+    alone = client.open_stream(channel, coalesce=False)
+    other_type = client.open_stream(channel, type="delete")
+    shared = streams[0]._call
+    assert all(s._call is shared for s in streams) and shared.users == 8
+    assert alone._call is not shared and other_type._call is not shared
+
+    async def one_by_one(i: int, stream: AppendStream) -> list[Acked]:
+        return [await stream.append(f"s{i}-{k:02d}".encode()) for k in range(20)]
+
+    answers = await asyncio.gather(*(one_by_one(i, s) for i, s in enumerate(streams)))
+    assert shared.frames < 8 * 20 // 2, shared.frames  # the streams' appends met in frames
+    await streams[0].close()  # the others go on on the same call
+    more = await streams[1].append(b"after-one-closed")
+    for s in (*streams[1:], alone, other_type):
+        await s.close()
+    assert shared.done and not client._stream_calls
+    logged = await _logged(client, channel, more)
+    order = list(logged.values())
+    for i, acked in enumerate(answers):
+        mine = [f"s{i}-{k:02d}".encode() for k in range(20)]
+        assert [logged[a.message_id] for a in acked] == mine  # each answer its own
+        assert [p for p in order if p.startswith(f"s{i}-".encode())] == mine  # in order
+    again = client.open_stream(channel)  # the closed call is not reused
+    try:
+        assert again._call is not shared
+        await again.append(b"again")
+    finally:
+        await again.close()
+
+
+async def test_a_shared_call_that_ends_fails_every_stream_and_the_next_open_gets_a_new_one(
+    client: NodeClient, channel: str
+) -> None:
+    a, b = client.open_stream(channel), client.open_stream(channel)
+    await asyncio.gather(a.append(b"a"), b.append(b"b"))
+    a._call._call.cancel()  # the call ends under both streams
+    for stream in (a, b):
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await stream.append(b"too late")
+        assert failed.value.code() == grpc.StatusCode.CANCELLED
+    fresh = client.open_stream(channel)
+    try:
+        assert fresh._call is not a._call
+        await fresh.append(b"fresh")
+    finally:
+        for stream in (a, b, fresh):
+            await stream.close()
+    assert not client._stream_calls

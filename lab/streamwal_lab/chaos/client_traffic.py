@@ -391,6 +391,14 @@ class ClientWriters:
             for i in range(writers)
         ]
 
+    def node_streams_shared(self, name: str, in_flight: int, writers: int) -> list[Writer]:
+        """``writers`` stream writers sharing one client per address: their streams on
+        the channel share one call, their appends its frames."""
+        clients = self.node_clients(0)
+        return [
+            self.node_stream(f"{name} #{i}", in_flight, clients=clients) for i in range(writers)
+        ]
+
     def coalesced(self) -> tuple[int, int]:
         """Frames the NodeClient writers' clients coalesced so far, and the appends in
         them."""
@@ -401,11 +409,19 @@ class ClientWriters:
         clients = self.node_clients(retries)
         return self._batches(name, lambda: clients[self._route.address], sizes)
 
-    def node_stream(self, name: str, in_flight: int, *, coalesce: bool = True) -> Writer:
+    def node_stream(
+        self,
+        name: str,
+        in_flight: int,
+        *,
+        coalesce: bool = True,
+        clients: dict[str, NodeClient] | None = None,
+    ) -> Writer:
         """Appends on one long-lived stream (``open_stream``), ``in_flight`` at a time
         (made together: with ``coalesce`` they go as one frame); a stream with a failed
-        append is closed and one is opened on the owner."""
-        clients = self.node_clients(0)
+        append is closed and one is opened on the owner. ``clients``: the writer's
+        clients (default: its own)."""
+        clients = self.node_clients(0) if clients is None else clients
 
         async def run() -> None:
             n = 0

@@ -1,11 +1,12 @@
 """A long-lived stream taking one append at a time (``NodeClient.open_stream``): each
-append awaited on its own, the ones in flight coalesced into frames."""
+append awaited on its own, the ones in flight coalesced into frames, the coalescing
+streams of one client on one channel sharing one call."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 from streamwal.timeouts import within
 
-__all__ = ["AppendStream"]
+__all__ = ["AppendStream", "StreamCall"]
 
 
 class AppendStream(Closeable):
@@ -50,8 +51,66 @@ class AppendStream(Closeable):
     invalid (each then fails not written). Without
     it each append is a ``ProduceStream`` frame (where the node retries an append after
     a transient backend error, that one lands after the ones behind it).
+    The coalescing streams one client opens on one channel (for the same message
+    type) share one call: their appends meet in its frames, in the order they were
+    made, so each stream's order holds and many streams with few appends in flight
+    each cost the node and the client a frame for many appends, not one each. They
+    share its end too: a call that ends fails the unanswered appends of all of them
+    (each with its own error), and the next stream opened there gets a new call. A
+    stream made with ``coalesce=False`` has a call of its own.
     ``async with client.open_stream(channel) as stream``, or :meth:`close` when done.
     """
+
+    def __init__(
+        self, call: StreamCall, release: Callable[[StreamCall], Awaitable[None]] | None = None
+    ) -> None:
+        self.pchannel = call.pchannel
+        self._call = call
+        self._release = release  # None: the call is this stream's alone
+        self._closed = False
+        self._in_flight = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    @property
+    def frames(self) -> int:
+        """Frames handed to the call so far (shared: all its streams' frames)."""
+        return self._call.frames
+
+    async def append(self, payload: bytes) -> Acked:
+        if self._closed:
+            raise rpc_error(
+                grpc.StatusCode.CANCELLED, "the stream is closed", WriteOutcome.NOT_WRITTEN
+            )
+        self._in_flight += 1
+        self._drained.clear()
+        try:
+            return await self._call.append(payload)
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._drained.set()
+
+    async def close(self) -> None:
+        """Ends the stream once the appends made so far are answered (or the timeout
+        passes: on a call of its own they then fail with CANCELLED; on a shared call
+        they are answered as the call answers them)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._release is None:
+            await self._call.close()
+            return
+        try:
+            await within(self._drained.wait(), self._call.close_timeout)
+        except TimeoutError:
+            pass
+        await self._release(self._call)
+
+
+class StreamCall:
+    """The call under one or more :class:`AppendStream`: its outbox, its frames and
+    their answers (see :class:`AppendStream`). ``users``: the streams sharing it."""
 
     def __init__(
         self,
@@ -65,7 +124,8 @@ class AppendStream(Closeable):
     ) -> None:
         self.pchannel = pchannel
         self._type = type
-        self._close_timeout = close_timeout
+        self.close_timeout = close_timeout
+        self.users = 0
         self._numbers = numbers
         self._coalesce = coalesce
         # appends not yet handed to the call, then a None once the stream closes
@@ -119,15 +179,20 @@ class AppendStream(Closeable):
                 self._numbers._failed(self.pchannel, numbered, exc)
             raise
 
+    @property
+    def done(self) -> bool:
+        """Closing or ended: a stream opened now needs a new call."""
+        return self._closing or self._ended is not None
+
     async def close(self) -> None:
-        """Ends the stream once the appends made so far are answered (or the timeout
+        """Ends the call once the appends made so far are answered (or the timeout
         passes, when they fail with CANCELLED)."""
         if not self._closing:
             self._closing = True
             self._outbox.append(None)
             self._queued.set()
         try:
-            await within(asyncio.shield(self._reader), self._close_timeout)
+            await within(asyncio.shield(self._reader), self.close_timeout)
         except TimeoutError:
             pass
         finally:

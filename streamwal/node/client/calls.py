@@ -84,6 +84,7 @@ class NodeClient(StreamCalls, Closeable):
         self._coalescer = (
             ProduceCoalescer(self._stub, timeout, traced=tracer is not None) if coalesce else None
         )
+        self._stream_calls = {}
 
     @property
     def coalesced(self) -> tuple[int, int]:

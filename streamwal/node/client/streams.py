@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 import grpc
@@ -19,7 +20,7 @@ from streamwal.node.client.answers import (
     number_at,
     numbers_of,
 )
-from streamwal.node.client.append_stream import AppendStream
+from streamwal.node.client.append_stream import AppendStream, StreamCall
 from streamwal.node.client.base import Numbering
 from streamwal.node.client_errors import NodeCallError, node_error, read_error
 from streamwal.node.outcome import in_band_error
@@ -106,6 +107,9 @@ class StreamCalls(Numbering):
     """The calls of :class:`~streamwal.node.client.NodeClient` that stream: appends,
     batches and reads pipelined on one call."""
 
+    #: (channel, message type) -> the call its coalescing append streams share
+    _stream_calls: dict[tuple[str, str], StreamCall]
+
     async def produce_stream(
         self, pchannel: str, payloads: Sequence[bytes], *, type: str = "insert"
     ) -> list[Acked]:
@@ -152,10 +156,21 @@ class StreamCalls(Numbering):
     def open_stream(
         self, pchannel: str, *, type: str = "insert", coalesce: bool = True
     ) -> AppendStream:
-        """A long-lived stream call taking one append at a time, numbered as
+        """A long-lived stream taking one append at a time, numbered as
         :meth:`produce` numbers them; see :class:`AppendStream` (``coalesce``: the
-        appends waiting to be sent go in one frame). Needs a running event loop."""
-        return AppendStream(
+        appends waiting to be sent go in one frame, and this client's coalescing
+        streams on ``pchannel`` share one call). Needs a running event loop."""
+        if not coalesce:
+            return AppendStream(self._new_stream_call(pchannel, type, coalesce=False))
+        key = (pchannel, type)
+        call = self._stream_calls.get(key)
+        if call is None or call.done:
+            call = self._stream_calls[key] = self._new_stream_call(pchannel, type, coalesce=True)
+        call.users += 1
+        return AppendStream(call, functools.partial(self._release_stream_call, key))
+
+    def _new_stream_call(self, pchannel: str, type: str, *, coalesce: bool) -> StreamCall:
+        return StreamCall(
             self._stub,
             pchannel,
             type=type,
@@ -163,6 +178,15 @@ class StreamCalls(Numbering):
             numbers=self,
             coalesce=coalesce,
         )
+
+    async def _release_stream_call(self, key: tuple[str, str], call: StreamCall) -> None:
+        """One of ``call``'s streams closed; the last one closes the call."""
+        call.users -= 1
+        if call.users > 0:
+            return
+        if self._stream_calls.get(key) is call:
+            del self._stream_calls[key]
+        await call.close()
 
     async def consume(
         self,

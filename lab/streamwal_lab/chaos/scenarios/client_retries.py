@@ -17,10 +17,11 @@ the coordinator: it assigns the channel and publishes the owner in etcd
 budgets of 0 s (one try), 0.05 s and 5 s, its ``produce_batch`` and
 ``produce_stream``, and its transactions (some rolled back, some left idle past a
 short keepalive: expired); NodeClient unary appends with 0 and 2 retries, alone and
-six writers sharing one client (which coalesces their appends into frames), ``produce_batch`` and
-two ``open_stream`` writers, one coalescing what it has in flight into frames (the
-default) and one sending a frame per append. Each round, one fault: the owner's proxy
-drops every answer for a moment and then cuts its connections (the requests reached
+six writers sharing one client (which coalesces their appends into frames),
+``produce_batch``, and ``open_stream`` writers: one coalescing what it has in flight
+into frames (the default), four sharing one client (their streams share one call)
+and one sending a frame per append. Each round, one fault: the owner's proxy drops
+every answer for a moment and then cuts its connections (the requests reached
 the node, the answers are lost), or the owner is killed with SIGKILL and the other
 node takes over.
 
@@ -70,6 +71,8 @@ BUDGETS = (0.0, 0.05, 5.0)
 """``retry_for_s`` of the ClusterClient unary writers: one try, about one, plenty."""
 SHARED_WRITERS = 6
 """NodeClient unary writers sharing one client (its coalescer's frames), per budget."""
+SHARED_STREAMS = 4
+"""``open_stream`` writers sharing one client (their streams share one call)."""
 
 
 class _Coordinator:
@@ -165,6 +168,9 @@ def _writers(
     writers.start(name, writers.node_batch(name, 0, (1, 16)))
     name = "node open_stream"  # coalescing: the appends in flight go as one frame
     writers.start(name, writers.node_stream(name, in_flight=8))
+    name = "node open_stream, one client"  # four streams sharing one call
+    for i, writer in enumerate(writers.node_streams_shared(name, 4, SHARED_STREAMS)):
+        writers.start(f"{name} #{i}", writer)
     name = "node open_stream, a frame per append"
     writers.start(name, writers.node_stream(name, in_flight=4, coalesce=False))
     return writers
