@@ -105,7 +105,8 @@ class AppendStream(Closeable):
             await within(self._drained.wait(), self._call.close_timeout)
         except TimeoutError:
             pass
-        await self._release(self._call)
+        finally:  # even when cancelled: the last stream out closes the call
+            await self._release(self._call)
 
 
 class StreamCall:
