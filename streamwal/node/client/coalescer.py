@@ -4,15 +4,19 @@ on a node client.
 A unary ``Produce`` costs a Python client (and the node) more CPU in the call itself
 than in the append: many callers of one client spend the cores on calls, one per
 append, before the node does any work (``docs/performance.md``). Here an append
-that finds fewer than :data:`MAX_IN_FLIGHT` calls in flight on its channel goes at
-once, alone, as ``Produce``: a lone caller waits for nothing. The ones that find the
-channel's calls busy queue, and each call that ends sends what has queued as one
-``ProduceBatch`` frame of separate appends (``independent``, each with its own
-numbers in ``ids``): the node answers each on its own, an invalid one fails alone, a
-failed call fails each with that call's status. So every append still has its own answer, its own
-typed error and its own numbers, and :func:`~.retries.with_retries` retries it as
-before (a retry queues again). Concurrent appends have no order between them, so
-their order inside a frame promises nothing a caller could have relied on.
+that finds no call in flight on its channel goes at once, alone, as ``Produce``: a
+lone caller waits for nothing. The ones that find calls in flight there join the
+frame gathered in the current event-loop iteration, sent at its end as one
+``ProduceBatch`` of separate appends (``independent``, each with its own numbers in
+``ids``): the callers an answered frame wakes come back in one iteration and share
+the next frame, so each waits about one round trip, not for another caller's call.
+At most :data:`MAX_IN_FLIGHT` frames are in flight per channel; beyond that appends
+wait for one to end. The node answers each append on its own, an invalid one fails
+alone, a failed call fails each with that call's status. So every append still has
+its own answer, its own typed error and its own numbers, and
+:func:`~.retries.with_retries` retries it as before (a retry queues again).
+Concurrent appends have no order between them, so their order inside a frame
+promises nothing a caller could have relied on.
 
 What goes alone: an append of a transaction (a frame carries none), one whose caller
 has a sampled span (its trace keeps its own ``Produce`` call under the caller's span;
@@ -38,10 +42,9 @@ from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
 
 __all__ = ["FRAME_APPENDS", "FRAME_BYTES", "MAX_IN_FLIGHT", "ProduceCoalescer"]
 
-#: calls one client keeps in flight per channel before appends queue for a frame: two,
-#: so a frame is built and sent while the other call is at the node (one and four
-#: measured lower: docs/performance.md)
-MAX_IN_FLIGHT = 2
+#: frames one client keeps in flight per channel; what arrives meanwhile waits for one
+#: of them to end
+MAX_IN_FLIGHT = 8
 #: a coalesced frame holds at most this many appends, and this many payload bytes
 #: unless one append alone is larger (a node takes a frame of its largest message and
 #: a MiB besides: streamwal.node.limits)
@@ -67,6 +70,7 @@ class _Lane:
 
     in_flight: int = 0
     queued: deque[_Queued] = field(default_factory=deque)
+    flushing: bool = False  # a flush is scheduled
 
 
 class ProduceCoalescer:
@@ -101,7 +105,7 @@ class ProduceCoalescer:
         if lane is None:
             lane = self._lanes[request.pchannel] = _Lane()
         size = len(request.message.payload)
-        if (lane.in_flight < self._max_in_flight and not lane.queued) or self._alone(request, size):
+        if (not lane.in_flight and not lane.queued) or self._alone(request, size):
             lane.in_flight += 1
             try:
                 reply = await self._stub.Produce(request, timeout=self._timeout)
@@ -109,8 +113,12 @@ class ProduceCoalescer:
                 lane.in_flight -= 1
                 self._drain(request.pchannel, lane)
             return acked_of(reply, numbers)
-        waiter: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Acked] = loop.create_future()
         lane.queued.append(_Queued(request, numbers, size, waiter))
+        if not lane.flushing:  # at the end of this loop iteration, with whoever joins
+            lane.flushing = True
+            loop.call_soon(self._flush, request.pchannel, lane)
         return await waiter  # a cancelled caller's waiter is skipped, never sent
 
     async def close(self) -> None:
@@ -126,6 +134,10 @@ class ProduceCoalescer:
         if request.HasField("txn_id") or size > FRAME_BYTES:
             return True
         return self._traced and trace.get_current_span().get_span_context().trace_flags.sampled
+
+    def _flush(self, pchannel: str, lane: _Lane) -> None:
+        lane.flushing = False
+        self._drain(pchannel, lane)
 
     def _drain(self, pchannel: str, lane: _Lane) -> None:
         """Send what has queued, a frame per free call; forget a channel gone idle."""
