@@ -50,7 +50,8 @@ class NodeClient(StreamCalls, Closeable):
     :class:`~streamwal.node.client_errors.NodeUnauthenticatedError` or
     :class:`~streamwal.node.client_errors.NodePermissionDeniedError`.
     ``coalesce`` (the default): concurrent :meth:`produce` calls to one channel share
-    calls once two are in flight there (:mod:`~streamwal.node.client.coalescer`), each
+    calls; one that finds a call in flight there joins the frame gathered in the
+    current event-loop iteration (:mod:`~streamwal.node.client.coalescer`), each
     still answered, numbered and retried on its own; ``False``: one ``Produce`` call
     per append.
     """
