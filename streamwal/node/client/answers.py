@@ -24,6 +24,7 @@ __all__ = [
     "BatchProduceError",
     "Consumed",
     "acked_of",
+    "answered",
     "batch_acks",
     "consumed_from",
     "expand_runs",
@@ -164,6 +165,19 @@ def frame_answers(
     if len(answers) != len(numbers):
         raise DecodeError(f"a frame of {len(numbers)} appends answered with {len(answers)} results")
     return answers
+
+
+def answered(
+    r: Acked | pb.ProduceResponse, numbers: tuple[int, int] | None
+) -> Acked | pb.AppendError:
+    """One append's answer from a frame (:func:`frame_answers`): where it landed, or its
+    in-band error for the caller to raise (:func:`~streamwal.node.outcome.in_band_error`,
+    named as the caller names the append)."""
+    if isinstance(r, Acked):
+        return r
+    if r.HasField("error"):
+        return r.error
+    return acked_of(r, numbers)
 
 
 def batch_acks(

@@ -14,7 +14,7 @@ import grpc
 
 from streamwal.errors import DecodeError, WriteOutcome
 from streamwal.lifecycle import Closeable
-from streamwal.node.client.answers import Acked, acked_of, frame_answers
+from streamwal.node.client.answers import Acked, answered, frame_answers
 from streamwal.node.client.base import Numbering
 from streamwal.node.client.coalescer import FRAME_APPENDS, FRAME_BYTES
 from streamwal.node.client_errors import NodeCallError, node_error
@@ -262,14 +262,11 @@ class StreamCall:
         self._settle(pending.numbers)
         if pending.waiter.done():  # its caller was cancelled; the append still counts
             return
-        if isinstance(r, Acked):
-            pending.waiter.set_result(r)
-        elif r.HasField("error"):
-            pending.waiter.set_exception(
-                in_band_error(r.error, f"append {self._answered} on the stream")
-            )
+        a = answered(r, pending.numbers)
+        if isinstance(a, Acked):
+            pending.waiter.set_result(a)
         else:
-            pending.waiter.set_result(acked_of(r, pending.numbers))
+            pending.waiter.set_exception(in_band_error(a, f"append {self._answered} on the stream"))
 
     async def _read(self) -> None:
         ended = rpc_error(grpc.StatusCode.UNKNOWN, "the stream ended before this append's answer")

@@ -35,7 +35,7 @@ import grpc
 from opentelemetry import trace
 
 from streamwal.errors import WriteOutcome
-from streamwal.node.client.answers import Acked, acked_of, frame_answers
+from streamwal.node.client.answers import Acked, acked_of, answered, frame_answers
 from streamwal.node.outcome import in_band_error, rpc_error
 from streamwal.node.proto import streaming_pb2 as pb
 from streamwal.node.proto import streaming_pb2_grpc as pb_grpc
@@ -87,12 +87,10 @@ class ProduceCoalescer:
         timeout: float,
         *,
         traced: bool,
-        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self._stub = stub
         self._timeout = timeout
         self._traced = traced
-        self._max_in_flight = max(1, max_in_flight)
         self._lanes: dict[str, _Lane] = {}
         self._frames: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -143,7 +141,7 @@ class ProduceCoalescer:
         """Send what has queued, a frame per free call; forget a channel gone idle."""
         if self._closed:
             _fail_all(lane.queued)
-        while lane.in_flight < self._max_in_flight and lane.queued:
+        while lane.in_flight < MAX_IN_FLIGHT and lane.queued:
             frame = _take(lane.queued)
             if not frame:
                 break
@@ -218,12 +216,11 @@ def _batch(pchannel: str, frame: list[_Queued]) -> pb.ProduceBatchRequest:
 def _answer_frame(frame: list[_Queued], reply: pb.ProduceBatchResponse) -> None:
     answers = frame_answers(reply, [q.numbers for q in frame])
     for queued, r in zip(frame, answers, strict=True):
-        if isinstance(r, Acked):
-            _settle(queued, r)
-        elif r.HasField("error"):
-            _fail(queued, in_band_error(r.error, None))
+        a = answered(r, queued.numbers)
+        if isinstance(a, Acked):
+            _settle(queued, a)
         else:
-            _settle(queued, acked_of(r, queued.numbers))
+            _fail(queued, in_band_error(a, None))
 
 
 def _fail_all(queued: deque[_Queued]) -> None:
