@@ -155,8 +155,10 @@ class StreamCall:
             )
         if self._ended is not None:
             raise self._ended
-        # built here, so a payload that is not bytes fails this call alone, unnumbered
-        message = pb.Message(type=self._type, payload=payload)
+        # checked here, so a payload that is not bytes fails this call alone, unnumbered;
+        # its message is built once, in its frame (pb refuses the same types)
+        if not isinstance(payload, bytes):
+            raise TypeError(f"expected bytes, {type(payload).__name__} found")
         waiter: asyncio.Future[Acked] = asyncio.get_running_loop().create_future()
         numbered: tuple[int, int] | None = None
         producer = None if self._numbers is None else self._numbers.producer
@@ -171,7 +173,7 @@ class StreamCall:
             raise rpc_error(
                 grpc.StatusCode.CANCELLED, "the stream is closed", WriteOutcome.NOT_WRITTEN
             )
-        self._outbox.append(_Pending(message, len(payload), numbered, waiter))
+        self._outbox.append(_Pending(payload, numbered, waiter))
         self._queued.set()
         try:
             return await waiter
@@ -223,23 +225,25 @@ class StreamCall:
         first = outbox.popleft()
         assert first is not None
         frame = [first]
-        size = first.size
+        size = len(first.payload)
         numbers = first.numbers
         while outbox and len(frame) < limit:
             after = outbox[0]
-            if after is None or size + after.size > FRAME_BYTES:
+            if after is None or size + len(after.payload) > FRAME_BYTES:
                 break
             if numbers is not None and after.numbers != (numbers[0], numbers[1] + 1):
                 break
             outbox.popleft()
             frame.append(after)
-            size += after.size
+            size += len(after.payload)
             numbers = after.numbers
         return frame
 
     def _single(self, frame: list[_Pending]) -> pb.ProduceRequest:
         (pending,) = frame
-        request = pb.ProduceRequest(pchannel=self.pchannel, message=pending.message)
+        request = pb.ProduceRequest(pchannel=self.pchannel)
+        request.message.type = self._type
+        request.message.payload = pending.payload
         if pending.numbers is not None:
             request.producer_id, request.sequence = pending.numbers
         return request
@@ -247,7 +251,9 @@ class StreamCall:
     def _batch(self, frame: list[_Pending]) -> pb.ProduceBatchRequest:
         # compact: a frame whose appends all landed is answered in runs, not a result each
         request = pb.ProduceBatchRequest(pchannel=self.pchannel, independent=True, compact=True)
-        request.messages.extend([pending.message for pending in frame])
+        add, kind = request.messages.add, self._type
+        for pending in frame:
+            add(type=kind, payload=pending.payload)
         if frame[0].numbers is not None:
             request.producer_id, request.first_sequence = frame[0].numbers
         return request
@@ -314,7 +320,6 @@ class StreamCall:
 class _Pending:
     """An append made on a stream and not yet answered."""
 
-    message: pb.Message
-    size: int  # its payload's bytes
+    payload: bytes
     numbers: tuple[int, int] | None
     waiter: asyncio.Future[Acked]
