@@ -651,9 +651,9 @@ class ClusterClient(Startable):
         if producer_id != self.producer.producer_id:
             return  # renewed meanwhile by another append's give-up
         if isinstance(exc, NodeCallError):
-            give_up(self.producer, channel, sequence, exc)
+            give_up(self.producer, channel, (producer_id, sequence), exc)
         else:
-            self.producer.give_up(channel, sequence, exc.outcome)
+            self.producer.give_up(producer_id, channel, sequence, exc.outcome)
 
 
 class Transaction:

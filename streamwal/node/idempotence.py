@@ -123,8 +123,16 @@ class ProducerIdentity:
         self._next[pchannel] = seq + 1
         return seq
 
-    def give_up(self, pchannel: str, sequence: int, outcome: WriteOutcome) -> None:
-        """The caller gives up on the append numbered ``sequence`` (no more retries)."""
+    def give_up(
+        self, producer_id: int, pchannel: str, sequence: int, outcome: WriteOutcome
+    ) -> None:
+        """The caller gives up on the append numbered ``(producer_id, sequence)`` (no
+        more retries). A number of an id the identity has left behind (another append
+        renewed it meanwhile) is not handed back: the current id may have given the same
+        sequence to an append in flight or landed, and a new append numbered with it
+        would be answered as that one's copy, at its position."""
+        if producer_id != self.producer_id:
+            return
         last = self._next.get(pchannel, 0) - 1
         if outcome is WriteOutcome.NOT_WRITTEN and sequence == last:
             self._next[pchannel] = sequence

@@ -20,7 +20,7 @@ def test_an_append_known_not_written_gives_its_number_back() -> None:
     identity = ProducerIdentity(42)
     identity.next_sequence("a")
     seq = identity.next_sequence("a")
-    identity.give_up("a", seq, WriteOutcome.NOT_WRITTEN)
+    identity.give_up(42, "a", seq, WriteOutcome.NOT_WRITTEN)
     assert identity.producer_id == 42
     assert identity.next_sequence("a") == seq
 
@@ -38,7 +38,7 @@ def test_a_number_that_cannot_be_given_back_leaves_its_producer_id_behind(
     identity = ProducerIdentity(42)
     seq = identity.next_sequence("a")
     identity.next_sequence(then)
-    identity.give_up("a", seq, outcome)
+    identity.give_up(42, "a", seq, outcome)
     assert identity.producer_id != 42
     assert identity.next_sequence("a") == 0
     assert identity.next_sequence("b") == 0
@@ -99,3 +99,21 @@ async def test_a_cancelled_reservation_takes_nothing_and_holds_nobody_back() -> 
     identity.settle(42, "a", 0)
     assert await asyncio.wait_for(identity.reserve("a", 1), 1) == (42, 4)
     assert identity._waiting == {}
+
+
+def test_a_number_of_an_id_left_behind_is_not_handed_back() -> None:
+    """Two appends of one identity fail: the first may be in the log, so the identity
+    renews; the second, known not written, gives up its number of the old id. Handing
+    that back would rewind the new id, whose same sequence a third append already took
+    (and may have landed): the next append would carry that one's numbers, and the node
+    would answer it with that one's position."""
+    identity = ProducerIdentity(42)
+    first = identity.next_sequence("a")
+    second = identity.next_sequence("a")
+    identity.give_up(42, "a", first, WriteOutcome.UNKNOWN)
+    renewed = identity.producer_id
+    assert renewed != 42
+    assert [identity.next_sequence("a") for _ in range(second + 1)] == [0, 1]  # a third append's
+    identity.give_up(42, "a", second, WriteOutcome.NOT_WRITTEN)
+    assert identity.producer_id == renewed
+    assert identity.next_sequence("a") == second + 1

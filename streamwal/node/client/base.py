@@ -50,8 +50,7 @@ class Numbering:
         the numbers on its error so the caller can retry it."""
         if numbers is not None and self.producer is not None:
             error.producer_id, error.sequence = numbers
-            if numbers[0] == self.producer.producer_id:
-                give_up(self.producer, pchannel, numbers[1], error)
+            give_up(self.producer, pchannel, numbers, error)
         return error
 
     async def _batch_request(
@@ -87,7 +86,7 @@ class Numbering:
         if isinstance(error, BatchProduceError):
             self.producer.renew()  # part of it is in the log
         else:
-            self.producer.give_up(pchannel, last[1], error.outcome)
+            self.producer.give_up(last[0], pchannel, last[1], error.outcome)
 
 
 def batch_request(

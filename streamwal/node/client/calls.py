@@ -197,7 +197,7 @@ class NodeClient(StreamCalls, Closeable):
             if producer is not None:
                 error.producer_id, error.sequence = request.producer_id, request.sequence
                 if sequence is None:
-                    give_up(producer, pchannel, request.sequence, error)
+                    give_up(producer, pchannel, (request.producer_id, request.sequence), error)
             raise
         finally:
             if reserved and producer is not None:

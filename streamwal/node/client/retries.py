@@ -33,14 +33,20 @@ _IDEMPOTENT_RETRY = frozenset(
 )
 
 
-def give_up(producer: ProducerIdentity, pchannel: str, sequence: int, exc: BaseException) -> None:
+def give_up(
+    producer: ProducerIdentity, pchannel: str, numbers: tuple[int, int], exc: BaseException
+) -> None:
     """Hand the number back, or renew the identity: a refused request (INVALID_ARGUMENT,
     such as a sequence gap) says the numbering itself is off, so its number is not
-    reused."""
+    reused. Nothing, if the identity has left the numbers' producer id behind
+    (:meth:`~streamwal.node.idempotence.ProducerIdentity.give_up`)."""
+    producer_id, sequence = numbers
+    if producer_id != producer.producer_id:
+        return
     if grpc_code_of(exc) == grpc.StatusCode.INVALID_ARGUMENT:
         producer.renew()
     else:
-        producer.give_up(pchannel, sequence, write_outcome(exc))
+        producer.give_up(producer_id, pchannel, sequence, write_outcome(exc))
 
 
 def final_error(last: grpc.aio.AioRpcError, unknown: grpc.aio.AioRpcError | None) -> NodeCallError:
