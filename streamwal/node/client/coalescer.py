@@ -47,8 +47,10 @@ __all__ = ["FRAME_APPENDS", "FRAME_BYTES", "MAX_IN_FLIGHT", "ProduceCoalescer"]
 MAX_IN_FLIGHT = 8
 #: a coalesced frame holds at most this many appends, and this many payload bytes
 #: unless one append alone is larger (a node takes a frame of its largest message and
-#: a MiB besides: streamwal.node.limits)
-FRAME_APPENDS = 512
+#: a MiB besides: streamwal.node.limits). Many appends waiting go as several frames:
+#: the node writes each as it arrives, so their entries are in flight to the broker
+#: together, where one frame of all of them would wait for one entry at a time
+FRAME_APPENDS = 128
 FRAME_BYTES = 512 * 1024
 
 Numbers = tuple[int, int] | None
