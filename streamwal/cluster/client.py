@@ -648,8 +648,7 @@ class ClusterClient(Startable):
         if isinstance(exc, BatchProduceError):
             self.producer.renew()  # part of a batch is in the log
             return
-        if producer_id != self.producer.producer_id:
-            return  # renewed meanwhile by another append's give-up
+        # either call does nothing if another append's give-up renewed the identity
         if isinstance(exc, NodeCallError):
             give_up(self.producer, channel, (producer_id, sequence), exc)
         else:
